@@ -1,0 +1,3 @@
+from roofline.cli.main import run
+
+run()

@@ -1,0 +1,1 @@
+"""Measure an OpenAI-compatible endpoint: streaming client, workloads, load generation, metrics, run folders."""

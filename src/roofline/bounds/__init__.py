@@ -1,0 +1,1 @@
+"""Pure functions from bytes, FLOPs and machine figures to speed limits: decode, prefill, parallel, speculative, cost."""

@@ -1,0 +1,47 @@
+"""The decode ceiling: one weight pass per token at batch 1, limited by memory bandwidth.
+
+    seconds_per_token >= bytes_per_token / bandwidth_bytes_per_s
+    tok_per_s         <= bandwidth_bytes_per_s / bytes_per_token
+
+`Ceiling` is what the other legs (bench, tune, report) hold a measurement against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    bytes_per_token: float  # weights (+ KV at the stated context) read per decoded token
+    bandwidth_bytes_per_s: float  # the bandwidth assumed (peak from the catalogue, or measured)
+    model: str = ""
+    hardware: str = ""
+    assumptions: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def seconds_per_token(self) -> float:
+        return self.bytes_per_token / self.bandwidth_bytes_per_s
+
+    @property
+    def tok_per_s(self) -> float:
+        return self.bandwidth_bytes_per_s / self.bytes_per_token
+
+    def percent_of_ceiling(self, measured_tok_per_s: float) -> float:
+        """Measured decode rate as a percentage of the bound."""
+        return 100.0 * measured_tok_per_s / self.tok_per_s
+
+    def effective_bandwidth_bytes_per_s(self, measured_tok_per_s: float) -> float:
+        """The bandwidth the engine actually used if every token read bytes_per_token."""
+        return measured_tok_per_s * self.bytes_per_token
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "hardware": self.hardware,
+            "bytes_per_token": self.bytes_per_token,
+            "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+            "seconds_per_token": self.seconds_per_token,
+            "tok_per_s": self.tok_per_s,
+            "assumptions": list(self.assumptions),
+        }

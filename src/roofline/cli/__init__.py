@@ -1,0 +1,1 @@
+"""Thin typer commands: parse arguments, call one package, print the result."""

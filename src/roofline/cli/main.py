@@ -1,0 +1,56 @@
+"""The `roofline` command. Each sub-command lives in its own module and registers itself here.
+
+Modules in this package import only typer, rich and the package they call; anything heavy
+(torch, numba, the HTTP stack) is imported inside the command function that needs it, so that
+`roofline ceiling` answers in well under a second.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from roofline.errors import UserError
+
+app = typer.Typer(
+    name="roofline",
+    help="How fast can this model decode on this machine (ceiling), how fast does an engine "
+    "really go (bench), and what closes the gap.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    # Imported here, not at module top, so a broken optional module cannot hide the others' help.
+    from roofline.cli import commands
+
+    for register in commands.REGISTRARS:
+        register(app)
+
+
+def run() -> None:
+    """Console-script entry point: one clear line and exit code 2 for any mistake the user can fix."""
+    _register()
+    try:
+        app(standalone_mode=False)
+    except UserError as e:
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except Exception as e:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        raise

@@ -1,0 +1,67 @@
+"""One way to print results: a rich table for people, --json and --markdown for machines and docs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Iterable, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+
+def console() -> Console:
+    return Console(soft_wrap=False)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=_default) + "\n")
+
+
+def _default(o: Any) -> Any:
+    if hasattr(o, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return asdict(o)
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    return str(o)
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    for r in rows:
+        lines.append("| " + " | ".join(str(c) for c in r) + " |")
+    return "\n".join(lines)
+
+
+def rich_table(title: str | None, headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
+    t = Table(title=title, title_justify="left")
+    for i, h in enumerate(headers):
+        t.add_column(h, justify="left" if i == 0 else "right")
+    for r in rows:
+        t.add_row(*(str(c) for c in r))
+    return t
+
+
+def emit_table(
+    title: str | None,
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    as_markdown: bool,
+    notes: Sequence[str] = (),
+) -> None:
+    """Print one table (rich or Markdown) followed by its notes (assumptions, sources)."""
+    if as_markdown:
+        if title:
+            sys.stdout.write(f"### {title}\n\n")
+        sys.stdout.write(markdown_table(headers, rows) + "\n")
+        for n in notes:
+            sys.stdout.write(f"\n- {n}")
+        sys.stdout.write("\n" if notes else "")
+        return
+    c = console()
+    c.print(rich_table(title, headers, rows))
+    for n in notes:
+        c.print(f"  {n}", highlight=False)

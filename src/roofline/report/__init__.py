@@ -1,0 +1,1 @@
+"""Charts and reports drawn from what bench and tune wrote."""

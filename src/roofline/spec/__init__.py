@@ -1,0 +1,1 @@
+"""Model → bytes and FLOPs: parse a config.json into a ModelSpec and count what one decoded token reads."""

@@ -1,0 +1,38 @@
+"""Parsing of quantities people type (8TB/s, 60s, 450ms) into SI numbers. Decimal units: 1 GB = 1e9 B."""
+
+from __future__ import annotations
+
+import re
+
+from roofline.errors import UserError
+
+_SI = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_TIME = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_seconds(text: str, *, what: str = "duration") -> float:
+    """'450ms' -> 0.45, '60s' -> 60.0, '2m' -> 120.0, '1.5' -> 1.5 (seconds)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*([a-zµ]*)\s*", str(text))
+    if not m or m.group(2) not in _TIME and m.group(2) != "":
+        raise UserError(f"cannot read {what} {text!r}: write a number with a unit, e.g. 450ms, 60s, 2m")
+    value = float(m.group(1)) * (_TIME[m.group(2)] if m.group(2) else 1.0)
+    return value
+
+
+def parse_bytes_per_s(text: str) -> float:
+    """'8TB/s' -> 8e12, '3.35e12' -> 3.35e12, '32.8 GB/s' -> 3.28e10."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*([kKMGTP]?)(?:B/s|B)?\s*", str(text))
+    if not m:
+        raise UserError(f"cannot read bandwidth {text!r}: write e.g. 8TB/s or 3.35e12")
+    return float(m.group(1)) * _SI[m.group(2)]
+
+
+def parse_int_list(text: str, *, what: str) -> list[int]:
+    """'1,8,32' -> [1, 8, 32]; every value must be a positive integer."""
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise UserError(f"{what} must be comma-separated whole numbers, e.g. 1,8,32 (got {text!r})") from None
+    if not values or any(v <= 0 for v in values):
+        raise UserError(f"{what} must be positive whole numbers (got {text!r})")
+    return values
