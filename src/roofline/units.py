@@ -27,6 +27,19 @@ def parse_bytes_per_s(text: str) -> float:
     return float(m.group(1)) * _SI[m.group(2)]
 
 
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+
+
+def parse_bytes(text: str, *, what: str = "size") -> int:
+    """'1GiB' -> 1073741824, '256MiB' -> 268435456, '1GB' -> 10**9, '4096' -> 4096 (bytes)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*([kKMGTP]i?)?B?\s*", str(text))
+    if not m:
+        raise UserError(f"cannot read {what} {text!r}: write a number of bytes, e.g. 1GiB, 256MiB or 1e9")
+    prefix = m.group(2) or ""
+    scale = _BINARY[prefix.upper()[0] + "i"] if prefix.endswith("i") else _SI[prefix]
+    return int(float(m.group(1)) * scale)
+
+
 def parse_int_list(text: str, *, what: str) -> list[int]:
     """'1,8,32' -> [1, 8, 32]; every value must be a positive integer."""
     try:

@@ -48,9 +48,8 @@ def run() -> None:
         typer.echo("aborted", err=True)
         sys.exit(130)
     except Exception as e:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(e, click.ClickException):
+        # typer >= 0.2x vendors its own click, so test for the interface, not for click's class
+        if callable(getattr(e, "show", None)) and isinstance(getattr(e, "exit_code", None), int):
             e.show()
             sys.exit(e.exit_code)
         raise

@@ -1,0 +1,201 @@
+"""`roofline ceiling`, `roofline hardware list`, `roofline models list`.
+
+Thin: parse options, call `roofline.bounds.analysis.analyse`, print (rich, --markdown or --json).
+Imports stay light (no torch, numba, aiohttp, numpy): this command must answer in well under a second.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from roofline.cli.output import emit_table, print_json
+
+_MODEL_HELP = "A catalogue name or alias (see `roofline models list`), a config.json, or a folder holding one."
+
+
+def _breakdown(result: dict) -> tuple[list[list[str]], list[str]]:
+    from roofline.bounds.humanize import fmt_bytes, fmt_params
+
+    # One unit for the whole column: GB (two decimals, as the guide quotes them), MB for small models.
+    scale, unit = (1e9, "GB") if result["bytes_per_token"] >= 1e9 else (1e6, "MB")
+    size = lambda n: f"{n / scale:,.2f} {unit}"  # noqa: E731
+    rows, left_out = [], []
+    for c in result["components"]:
+        if c["counted"]:
+            rows.append([c["label"], fmt_params(c["params"]), c["format_label"], size(c["bytes"])])
+        else:
+            left_out.append(f"{c['label']} {fmt_bytes(c['bytes'])}")
+    kv = result["kv"]
+    if result["context_tokens"]:
+        rows.append([f"KV cache ({result['context_tokens']:,} tokens)", "", kv["format"], size(kv["bytes_per_sequence"])])
+    rows.append(["total", fmt_params(sum(c["params"] for c in result["components"] if c["counted"])), "",
+                 size(result["bytes_per_token"])])
+    notes = [f"not counted (small tensors): {'; '.join(left_out)}"] if left_out else []
+    return rows, notes
+
+
+def _bounds(result: dict) -> list[list[str]]:
+    from roofline.bounds.humanize import fmt_bytes, fmt_dollars, fmt_rate, fmt_seconds
+
+    mem = result["hardware"]["memory_bytes"]
+    rows = []
+    for b in result["batches"]:
+        fits = "fits" if b["fits"] else "DOES NOT FIT"
+        notes = [f"{fits} ({fmt_bytes(b['resident_bytes'], 1)} of {fmt_bytes(mem, 1)})"]
+        if b["experts_per_layer"] is not None and b["batch"] > 1:
+            notes.append(f"{b['experts_per_layer']:.1f} experts/layer")
+        if b["limited_by"] == "compute":
+            notes.append("compute-bound")
+        if b["dollars_per_million_tokens"] is not None:
+            notes.append(f"{fmt_dollars(b['dollars_per_million_tokens'])}/M tokens")
+        rate = fmt_rate(b["tok_per_s_per_user"])
+        if b["batch"] > 1:
+            rate = f"{rate}/user, {fmt_rate(b['tok_per_s_total'])} total"
+        rows.append([f"decode batch {b['batch']}", fmt_seconds(b["seconds_per_step"]), rate, "; ".join(notes)])
+    t = result["tensor_parallel"]
+    if t:
+        rows.append([f"TP {t['tp']}, {t['allreduce_us']:g} µs all-reduce", fmt_seconds(t["seconds_per_token"]),
+                     fmt_rate(t["tok_per_s"]), f"{t['scaling_efficiency']:.0%} streaming bytes"])
+    p = result["prefill"]
+    if p:
+        rows.append([f"prefill {p['prompt_tokens']:,} tokens", f"TTFT >= {fmt_seconds(p['ttft_seconds'])}", "",
+                     f"{p['mfu']:.0%} MFU, {p['dtype']} peak"])
+    s = result["speculative"]
+    if s:
+        rows.append([f"speculative a={s['alpha']:g} g={s['gamma']} c={s['draft_cost']:g}", fmt_seconds(1 / s["tok_per_s"]),
+                     f"{fmt_rate(s['tok_per_s'])} ({s['speedup']:.2f}x)",
+                     f"{s['tokens_per_pass']:.2f} tok/pass; best g={s['best_gamma']}: {s['best_speedup']:.2f}x"])
+    return rows
+
+
+def _line(text: str, *, as_markdown: bool) -> None:
+    if as_markdown:
+        typer.echo(text)
+        return
+    from roofline.cli.output import console
+
+    console().print(text, highlight=False, markup=False)
+
+
+def _print(result: dict, *, as_markdown: bool) -> None:
+    from roofline.bounds.humanize import fmt_bandwidth, fmt_bytes, fmt_params
+
+    m, hw = result["model"], result["hardware"]
+    head = "## " if as_markdown else ""
+    _line(f"{head}{m['name']} on {hw['label']}", as_markdown=as_markdown)
+    _line("", as_markdown=as_markdown)
+    _line(f"{fmt_params(m['params_total'])} params, {fmt_params(m['params_active'])} active ({m['architecture']}); "
+          f"{fmt_bandwidth(result['bandwidth_bytes_per_s'])} usable bandwidth, {fmt_bytes(hw['memory_bytes'], 1)} memory",
+          as_markdown=as_markdown)
+    _line("", as_markdown=as_markdown)
+    rows, notes = _breakdown(result)
+    emit_table(None, ["bytes per decoded token", "params", "format", "bytes"], rows, as_markdown=as_markdown,
+               notes=notes)
+    _line("", as_markdown=as_markdown)
+    assumptions = ["assumptions:"] + [f"- {a}" for a in result["assumptions"]]
+    if as_markdown:
+        assumptions = ["**assumptions**"] + result["assumptions"]
+    emit_table(None, ["bound", "time", "tok/s", "notes"], _bounds(result), as_markdown=as_markdown, notes=assumptions)
+
+
+def ceiling(
+    model: str = typer.Argument(..., help=_MODEL_HELP),
+    hardware: str = typer.Option("local", "--hardware", "-H", help="Catalogue name (see `roofline hardware list`), "
+                                 "'8xh100' for eight, or 'local' for the profile `roofline probe` measured."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="Number of devices; bandwidth, memory and FLOP/s add up."),
+    context: int = typer.Option(0, "--context", help="Tokens already in the context: adds their KV cache to every step."),
+    batch: str = typer.Option("1", "--batch", help="Batch sizes to bound, comma-separated, e.g. 1,8,32."),
+    weights: Optional[str] = typer.Option(None, "--weights", help="Weight format for everything (fp8, mxfp4, nvfp4, "
+                                          "int4, q4_0...) and/or per component: experts=mxfp4,attention=bf16."),
+    kv: Optional[str] = typer.Option(None, "--kv", help="KV-cache format (bf16, fp8...); default: the checkpoint dtype."),
+    efficiency: float = typer.Option(1.0, "--efficiency", help="Share of the bandwidth an engine reaches, in (0, 1]."),
+    bandwidth: Optional[str] = typer.Option(None, "--bandwidth", help="Use this bandwidth instead, e.g. 32.8GB/s."),
+    all_tensors: bool = typer.Option(False, "--all-tensors", help="Also count router, norms, biases and the embedding row."),
+    tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel degree: adds 2 all-reduces per layer."),
+    allreduce_us: Optional[float] = typer.Option(None, "--allreduce-us", help="Latency of one all-reduce, microseconds."),
+    prompt_tokens: Optional[int] = typer.Option(None, "--prompt-tokens", help="Bound the prefill (TTFT) of a prompt this long."),
+    mfu: float = typer.Option(0.4, "--mfu", help="Model FLOPs utilisation assumed for prefill, in (0, 1]."),
+    price_per_hour: Optional[float] = typer.Option(None, "--price-per-hour", help="Dollars per hour for all the devices: "
+                                                   "adds cost per million output tokens."),
+    alpha: Optional[float] = typer.Option(None, "--alpha", help="Speculative decoding: per-token acceptance rate."),
+    gamma: Optional[int] = typer.Option(None, "--gamma", help="Speculative decoding: draft length (default: the best)."),
+    draft_cost: float = typer.Option(0.05, "--draft-cost", help="Speculative decoding: one draft pass in target passes."),
+    as_json: bool = typer.Option(False, "--json", help="Print every number as JSON."),
+    as_markdown: bool = typer.Option(False, "--markdown", help="Print Markdown tables."),
+) -> None:
+    """How fast can this model decode on this machine: bytes per token / bandwidth, and the bounds around it."""
+    from roofline.bounds.analysis import CeilingRequest, analyse
+    from roofline.units import parse_bytes_per_s, parse_int_list
+
+    request = CeilingRequest(
+        model=model, hardware=hardware, gpus=gpus, context=context,
+        batches=tuple(parse_int_list(batch, what="--batch")), weights=weights, kv=kv, efficiency=efficiency,
+        bandwidth_bytes_per_s=parse_bytes_per_s(bandwidth) if bandwidth is not None else None,
+        all_tensors=all_tensors, tp=tp, allreduce_us=allreduce_us, prompt_tokens=prompt_tokens, mfu=mfu,
+        price_per_hour=price_per_hour, alpha=alpha, gamma=gamma, draft_cost=draft_cost,
+    )
+    _, result = analyse(request)
+    if as_json:
+        print_json(result)
+    else:
+        _print(result, as_markdown=as_markdown)
+
+
+def hardware_list(
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    as_markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table."),
+) -> None:
+    """The hardware catalogue: bandwidth, memory, dense FLOP/s, interconnect and source of each entry."""
+    from dataclasses import asdict
+
+    from roofline.bounds.humanize import fmt_bandwidth, fmt_bytes, fmt_flops
+    from roofline.hardware.catalogue import catalogue_hardware
+
+    entries = catalogue_hardware()
+    if as_json:
+        print_json([asdict(h) for h in entries])
+        return
+    rows = [[h.key, h.name, str(h.devices), fmt_bandwidth(h.bandwidth_bytes_per_s), fmt_bytes(h.memory_bytes),
+             ", ".join(f"{k} {fmt_flops(v)}" for k, v in h.flops.items() if k in ("bf16", "fp8", "fp4")),
+             "vendor" if h.vendor_claim else "measured"] for h in entries]
+    notes = ["dense (no sparsity) peaks; figures cover all devices of an entry; --gpus N scales them",
+             "local: this machine, from `roofline probe`"]
+    emit_table("hardware", ["name", "what", "devices", "bandwidth", "memory", "dense FLOP/s", "figures"], rows,
+               as_markdown=as_markdown, notes=notes)
+
+
+def models_list(
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    as_markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table."),
+) -> None:
+    """The model catalogue: config.json snapshots (with source and date) and the guide's illustrative shapes."""
+    from roofline.bounds.humanize import fmt_params
+    from roofline.spec.catalogue import catalogue_models
+    from roofline.spec.components import active_params, total_params
+    from roofline.spec.parse import spec_from_config
+
+    entries = []
+    for m in catalogue_models():
+        spec = spec_from_config(m.config, name=m.id)
+        entries.append({"id": m.id, "aliases": list(m.aliases), "architecture": spec.architecture,
+                        "params_total": total_params(spec), "params_active": active_params(spec),
+                        "source": m.source, "retrieved": m.retrieved, "kind": m.kind})
+    if as_json:
+        print_json(entries)
+        return
+    rows = [[e["id"], ", ".join(e["aliases"]), e["architecture"], fmt_params(e["params_total"]),
+             fmt_params(e["params_active"]), e["retrieved"]] for e in entries]
+    emit_table("models", ["id", "aliases", "architecture", "params", "active", "read"], rows, as_markdown=as_markdown,
+               notes=["sources: `roofline models list --json`"])
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ceiling")(ceiling)
+    hardware_app = typer.Typer(help="The hardware catalogue.", no_args_is_help=True)
+    hardware_app.command("list")(hardware_list)
+    app.add_typer(hardware_app, name="hardware")
+    models_app = typer.Typer(help="The model catalogue.", no_args_is_help=True)
+    models_app.command("list")(models_list)
+    app.add_typer(models_app, name="models")

@@ -1,0 +1,134 @@
+"""The hardware catalogue (data/hardware.toml) and `get_hardware`: a name (or 'local') -> Hardware.
+
+Names resolve case-insensitively by key or alias; '8xh100' means eight H100s. Figures scale linearly
+with the device count: N devices have N x the bandwidth, memory and FLOP/s of one (the ideal that
+the tensor-parallel bound then corrects with all-reduce latency).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from typing import Any, Mapping
+
+from roofline.errors import UserError
+
+
+@dataclass(frozen=True)
+class Hardware:
+    key: str
+    name: str
+    devices: int  # accelerators the figures below cover
+    bandwidth_bytes_per_s: float  # all devices together
+    memory_bytes: float  # all devices together
+    flops: Mapping[str, float] = field(default_factory=dict)  # dense peak per dtype, all devices together
+    interconnect: str = ""
+    interconnect_bytes_per_s: float | None = None
+    source: str = ""
+    read: str = ""
+    vendor_claim: bool = True
+    measured: bool = False  # figures measured on this machine by `roofline probe`
+    bandwidth_note: str = ""  # how the bandwidth figure was obtained, for the assumptions
+    notes: tuple[str, ...] = ()
+    unit_devices: int = 1  # devices of the catalogue entry itself (before --gpus)
+
+    @property
+    def per_device_bandwidth_bytes_per_s(self) -> float:
+        return self.bandwidth_bytes_per_s / self.devices
+
+    def label(self) -> str:
+        """'NVIDIA B200 (HGX)', '8 x NVIDIA H100 SXM (80 GB)', or 'NVIDIA GB200 NVL72 (...), 8 of 72 devices'."""
+        if self.devices == self.unit_devices:
+            return self.name
+        if self.unit_devices == 1:
+            return f"{self.devices} x {self.name}"
+        return f"{self.name}, {self.devices} of {self.unit_devices} devices"
+
+    def scaled(self, devices: int) -> "Hardware":
+        """The same accelerator, `devices` of them."""
+        if devices == self.devices:
+            return self
+        f = devices / self.devices
+        return replace(
+            self, devices=devices, bandwidth_bytes_per_s=self.bandwidth_bytes_per_s * f,
+            memory_bytes=self.memory_bytes * f, flops={k: v * f for k, v in self.flops.items()},
+        )
+
+
+def _positive(entry: dict[str, Any], key: str, where: str) -> float:
+    v = entry.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        raise UserError(f"hardware entry {where!r}: {key} must be a positive number (got {v!r})")
+    return float(v)
+
+
+def hardware_from_entry(key: str, entry: dict[str, Any]) -> Hardware:
+    """Build one Hardware from its table; bad figures are a UserError naming the entry."""
+    devices = entry.get("devices", 1)
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise UserError(f"hardware entry {key!r}: devices must be a whole number >= 1")
+    flops = entry.get("flops", {})
+    if not isinstance(flops, dict) or any(not isinstance(v, (int, float)) or v <= 0 for v in flops.values()):
+        raise UserError(f"hardware entry {key!r}: flops must map dtypes to positive FLOP/s")
+    vendor = bool(entry.get("vendor_claim", True))
+    return Hardware(
+        key=key, name=str(entry.get("name", key)), devices=devices,
+        bandwidth_bytes_per_s=_positive(entry, "bandwidth_bytes_per_s", key),
+        memory_bytes=_positive(entry, "memory_bytes", key),
+        flops={str(k): float(v) for k, v in flops.items()},
+        interconnect=str(entry.get("interconnect", "")),
+        interconnect_bytes_per_s=entry.get("interconnect_bytes_per_s"),
+        source=str(entry.get("source", "")), read=str(entry.get("read", "")), vendor_claim=vendor,
+        unit_devices=devices,
+        bandwidth_note="vendor peak" if vendor else "catalogue figure",
+        notes=tuple(entry.get("notes", ())),
+    )
+
+
+def _catalogue() -> dict[str, dict[str, Any]]:
+    text = (resources.files("roofline") / "data" / "hardware.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+def catalogue_hardware() -> list[Hardware]:
+    return [hardware_from_entry(k, v) for k, v in _catalogue().items()]
+
+
+def _lookup(name: str) -> tuple[str, dict[str, Any]] | None:
+    key = name.strip().lower()
+    for k, entry in _catalogue().items():
+        if key == k or key in (str(a).lower() for a in entry.get("aliases", ())):
+            return k, entry
+    return None
+
+
+def get_hardware(name: str, gpus: int | None = None) -> Hardware:
+    """Catalogue hardware (or 'local', the profile `roofline probe` measured), scaled to `gpus` devices.
+
+    `gpus` None keeps the entry's own count (1 for a card, 72 for an NVL72 rack); a name such as
+    '8xh100' or '8x-h100' sets the count too.
+    """
+    text = str(name).strip()
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+        raise UserError(f"--gpus must be a whole number >= 1 (got {gpus!r})")
+    m = re.fullmatch(r"(\d+)\s*[x×]\s*-?(.+)", text, flags=re.IGNORECASE)
+    if m and int(m.group(1)) >= 1:
+        count = int(m.group(1))
+        if gpus is not None and gpus != count:
+            raise UserError(f"{text!r} names {count} devices but --gpus says {gpus}; give one")
+        gpus, text = count, m.group(2)
+    if text.lower() == "local":
+        from roofline.hardware.local import local_hardware
+
+        hw = local_hardware()
+        if gpus not in (None, 1):
+            raise UserError("--hardware local describes this one machine; drop --gpus")
+        return hw
+    found = _lookup(text)
+    if found is None:
+        known = ", ".join(sorted(_catalogue()))
+        raise UserError(f"unknown hardware {name!r}; use one of: {known}, local (see `roofline hardware list`)")
+    hw = hardware_from_entry(*found)
+    return hw.scaled(gpus) if gpus is not None else hw

@@ -1,0 +1,68 @@
+"""`--hardware local`: this machine, from the profile `roofline probe` measured and saved.
+
+Bandwidth is the median of the measured read runs (their min and max go into the assumptions, so the
+spread is never hidden), memory is the machine's RAM, and the dense FLOP/s per dtype are the medians
+of the matrix-matrix runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roofline.errors import UserError
+from roofline.hardware.catalogue import Hardware
+
+_FLOPS_KERNELS = {"matmul_fp32": "fp32", "matmul_bf16": "bf16", "matmul_fp16": "fp16"}
+
+
+def _median(stats: Any) -> float | None:
+    v = stats.get("median") if isinstance(stats, dict) else None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+
+def _gb_per_s(v: Any) -> str:
+    return f"{v / 1e9:.1f}" if isinstance(v, (int, float)) and not isinstance(v, bool) else "?"
+
+
+def hardware_from_profile(profile: dict[str, Any]) -> Hardware:
+    """Hardware built from a measured profile (the JSON that `roofline probe` writes)."""
+    bw = profile.get("bandwidth_bytes_per_s")
+    read = bw.get("read") if isinstance(bw, dict) else None
+    bandwidth = _median(read)
+    if bandwidth is None:
+        raise UserError("the measured profile has no positive read bandwidth; re-run `roofline probe`")
+    memory = profile.get("memory_bytes")
+    if isinstance(memory, bool) or not isinstance(memory, (int, float)) or not memory > 0:
+        raise UserError("the measured profile has no memory size; re-run `roofline probe`")
+    flops_in = profile.get("flops") if isinstance(profile.get("flops"), dict) else {}
+    flops = {dtype: m for kernel, dtype in _FLOPS_KERNELS.items() if (m := _median(flops_in.get(kernel)))}
+    runs = read.get("runs") if isinstance(read, dict) else None
+    n = f", {len(runs)} runs" if isinstance(runs, list) else ""
+    spread = f"min {_gb_per_s(read.get('min'))}, max {_gb_per_s(read.get('max'))} GB/s{n}"
+    when = str(profile.get("measured_at", "?"))
+    threads = profile.get("threads")
+    cpu = str(profile.get("cpu", "this machine"))
+    return Hardware(
+        key="local",
+        name=f"{cpu}" + (f", {threads} threads" if threads else ""),
+        devices=1,
+        bandwidth_bytes_per_s=bandwidth,
+        memory_bytes=float(memory),
+        flops=flops,
+        interconnect="none (one machine)",
+        source=f"measured by `roofline probe` at {when}",
+        read=when,
+        vendor_claim=False,
+        measured=True,
+        bandwidth_note=f"measured read bandwidth, median; {spread}",
+    )
+
+
+def local_hardware() -> Hardware:
+    """This machine's measured figures; a clear error when `roofline probe` has not been run."""
+    from roofline.hardware import profile  # the probe's module: where the profile lives
+
+    data = profile.load_local_profile()
+    if data is None:
+        raise UserError("no measured profile for this machine yet; run `roofline probe` first")
+    return hardware_from_profile(data)
