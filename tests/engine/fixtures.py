@@ -1,0 +1,331 @@
+"""Writers of tiny random Llama-family models, as GGUF files and as Hugging Face directories.
+
+Both writers draw the same weights for the same seed (`tiny_weights`), so a test can load one model in
+both formats and compare. The GGUF writer does what llama.cpp's converter does, independently of the
+loader's code: its own tensor-name table, the q/k row permutation for the `llama` arch, and quantization
+with `gguf.quants`. The tokenizer is a real byte-level BPE trained here on a small corpus.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2
+BOS_ID, EOS_ID = 1, 2
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+_CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Paris is the capital of France; Berlin is the capital of Germany.",
+    "def add(a, b):\n    return a + b\n",
+    "In 2024 there were 2024 reasons, 42 of them good and 1,000 of them odd.",
+    "Attention is computed over keys and values; the KV cache keeps them.",
+    "hello hello hello world world tokens tokens merge merge",
+]
+HF_ARCH = {
+    "llama": ("LlamaForCausalLM", "llama"),
+    "qwen2": ("Qwen2ForCausalLM", "qwen2"),
+    "qwen3": ("Qwen3ForCausalLM", "qwen3"),
+}
+
+
+@dataclass(frozen=True)
+class TinyShape:
+    n_layers: int = 2
+    hidden: int = 64
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    head_dim: int = 16
+    ffn: int = 128
+    max_seq_len: int = 256
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-5
+
+
+def tiny_shape(arch: str = "llama") -> TinyShape:
+    """The default tiny shape; qwen3 gets head_dim 32 (q_dim 128 != hidden 64), as real Qwen3 models do."""
+    return replace(TinyShape(), head_dim=32) if arch == "qwen3" else TinyShape()
+
+
+@lru_cache(maxsize=4)
+def tiny_tokenizer_json(vocab_size: int = 320) -> str:
+    """A byte-level BPE tokenizer trained on `_CORPUS`, as tokenizer.json text (cached: it is immutable)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    return tok.to_str()
+
+
+def tiny_vocab() -> tuple[list[str], list[str]]:
+    """(tokens by id, merges as 'a b' strings) of the tiny tokenizer."""
+    model = json.loads(tiny_tokenizer_json())["model"]
+    tokens = [t for t, _ in sorted(model["vocab"].items(), key=lambda kv: kv[1])]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    return tokens, merges
+
+
+def tiny_weights(arch: str = "llama", seed: int = 0, tie_embeddings: bool = False) -> dict[str, np.ndarray]:
+    """Random float32 weights under HF names (Linear weights (out, in))."""
+    s = tiny_shape(arch)
+    vocab = len(tiny_vocab()[0])
+    rng = np.random.default_rng(seed)
+
+    def rand(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.05).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray:
+        return (1.0 + rng.standard_normal(n) * 0.1).astype(np.float32)
+
+    q_dim, kv_dim = s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim
+    w = {"model.embed_tokens.weight": rand(vocab, s.hidden), "model.norm.weight": norm(s.hidden)}
+    if not tie_embeddings:
+        w["lm_head.weight"] = rand(vocab, s.hidden)
+    for i in range(s.n_layers):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = norm(s.hidden)
+        w[p + "post_attention_layernorm.weight"] = norm(s.hidden)
+        w[p + "self_attn.q_proj.weight"] = rand(q_dim, s.hidden)
+        w[p + "self_attn.k_proj.weight"] = rand(kv_dim, s.hidden)
+        w[p + "self_attn.v_proj.weight"] = rand(kv_dim, s.hidden)
+        w[p + "self_attn.o_proj.weight"] = rand(s.hidden, q_dim)
+        if arch == "qwen2":
+            for x, n in (("q", q_dim), ("k", kv_dim), ("v", kv_dim)):
+                w[p + f"self_attn.{x}_proj.bias"] = rand(n)
+        if arch == "qwen3":
+            w[p + "self_attn.q_norm.weight"] = norm(s.head_dim)
+            w[p + "self_attn.k_norm.weight"] = norm(s.head_dim)
+        w[p + "mlp.gate_proj.weight"] = rand(s.ffn, s.hidden)
+        w[p + "mlp.up_proj.weight"] = rand(s.ffn, s.hidden)
+        w[p + "mlp.down_proj.weight"] = rand(s.hidden, s.ffn)
+    return w
+
+
+# ---------------------------------------------------------------------------------------------- GGUF
+_GGUF_LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+_GGUF_GLOBAL_NAMES = {
+    "model.embed_tokens.weight": "token_embd.weight",
+    "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+}
+
+
+def to_gguf_name(hf: str) -> str:
+    if hf in _GGUF_GLOBAL_NAMES:
+        return _GGUF_GLOBAL_NAMES[hf]
+    _, _, layer, rest = hf.split(".", 3)
+    return f"blk.{layer}.{_GGUF_LAYER_NAMES[rest]}"
+
+
+def llamacpp_permute(rows: np.ndarray, n_heads: int) -> np.ndarray:
+    """llama.cpp's converter: within each head, HF row h*hd/2 + i goes to row 2*i + h (pairs for its RoPE)."""
+    head_dim = rows.shape[0] // n_heads
+    return rows.reshape(n_heads, 2, head_dim // 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
+
+
+def gguf_encode(weight: np.ndarray, tensor_type: str):
+    """(array to hand GGUFWriter, raw_dtype) for a weight stored as `tensor_type`; 1-D tensors stay F32."""
+    from gguf import GGMLQuantizationType as QT
+    from gguf.quants import quantize
+
+    if weight.ndim == 1 or tensor_type == "F32":
+        return weight.astype(np.float32), None
+    if tensor_type == "F16":
+        return weight.astype(np.float16), None
+    qtype = QT[tensor_type]
+    return quantize(weight, qtype), qtype
+
+
+def write_tiny_gguf(
+    path,
+    *,
+    tensor_type: str = "F32",
+    seed: int = 0,
+    arch: str = "llama",
+    tie_embeddings: bool = False,
+    pre: str = "gpt2",
+    name: str = "tiny-llama",
+    type_overrides: dict[str, str] | None = None,
+    rope_freqs: np.ndarray | None = None,
+) -> Path:
+    """A tiny random model as a GGUF file, written like llama.cpp's converter would. `path` is the file
+    or a directory to put `tiny-{arch}.{tensor_type}.gguf` in; `type_overrides` maps HF tensor names to
+    another GGML type name (e.g. "Q5_0"); `rope_freqs` adds Llama 3.1-style frequency divisors.
+    Returns the file path."""
+    import gguf
+
+    path = Path(path)
+    if path.suffix != ".gguf":
+        path.mkdir(parents=True, exist_ok=True)
+        path = path / f"tiny-{arch}.{tensor_type}.gguf"
+    s = tiny_shape(arch)
+    tokens, merges = tiny_vocab()
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name(name)
+    writer.add_block_count(s.n_layers)
+    writer.add_context_length(s.max_seq_len)
+    writer.add_embedding_length(s.hidden)
+    writer.add_feed_forward_length(s.ffn)
+    writer.add_head_count(s.n_heads)
+    writer.add_head_count_kv(s.n_kv_heads)
+    writer.add_key_length(s.head_dim)
+    writer.add_value_length(s.head_dim)
+    writer.add_rope_dimension_count(s.head_dim)
+    writer.add_rope_freq_base(s.rope_theta)
+    writer.add_layer_norm_rms_eps(s.rms_eps)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if t in SPECIAL_TOKENS else 1 for t in tokens])  # 3 = CONTROL, 1 = NORMAL
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(BOS_ID)
+    writer.add_eos_token_id(EOS_ID)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHATML_TEMPLATE)
+    for hf, weight in tiny_weights(arch, seed, tie_embeddings).items():
+        if arch == "llama" and (".q_proj." in hf or ".k_proj." in hf):
+            weight = llamacpp_permute(weight, s.n_heads if ".q_proj." in hf else s.n_kv_heads)
+        data, raw_dtype = gguf_encode(weight, (type_overrides or {}).get(hf, tensor_type))
+        writer.add_tensor(to_gguf_name(hf), data, raw_dtype=raw_dtype)
+    if rope_freqs is not None:
+        writer.add_tensor("rope_freqs.weight", np.asarray(rope_freqs, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def write_tiny_spm_gguf(path) -> Path:
+    """A vocabulary-only GGUF with a SentencePiece-style tokenizer (tokenizer.ggml.model "llama"): U+2581 for
+    spaces, <0x00>..<0xFF> byte-fallback tokens, scores instead of merges (score = -id, so earlier merges
+    rank first), as llama.cpp's converter writes Llama 2 / Mistral vocabularies."""
+    import gguf
+    from tokenizers import SentencePieceBPETokenizer
+
+    trained = SentencePieceBPETokenizer(add_prefix_space=True)
+    trained.train_from_iterator(
+        _CORPUS * 4, vocab_size=200, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False
+    )
+    pieces = sorted(json.loads(trained.to_str())["model"]["vocab"].items(), key=lambda kv: kv[1])
+    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
+    tokens = ["<unk>", "<s>", "</s>", *byte_tokens, *[p for p, _ in pieces if p not in ("<unk>", "<s>", "</s>")]]
+    types = [2, 3, 3, *[6] * 256, *[1] * (len(tokens) - 259)]  # UNKNOWN, CONTROL, BYTE, NORMAL
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    path = path / "tiny-spm.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores([-float(i) for i in range(len(tokens))])
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    writer.add_add_bos_token(True)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+# ------------------------------------------------------------------------------------------ HF dirs
+def write_tiny_hf_dir(
+    path,
+    *,
+    shards: int = 1,
+    dtype: str = "float32",
+    seed: int = 0,
+    arch: str = "llama",
+    tie_embeddings: bool = False,
+) -> Path:
+    """A tiny random model as a Hugging Face directory: config.json, `shards` safetensors files (with
+    model.safetensors.index.json when > 1), tokenizer.json, tokenizer_config.json, generation_config.json."""
+    import torch
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    s = tiny_shape(arch)
+    architecture, model_type = HF_ARCH[arch]
+    weights = {
+        k: torch.from_numpy(v).to(getattr(torch, dtype)) for k, v in tiny_weights(arch, seed, tie_embeddings).items()
+    }
+    config = {
+        "architectures": [architecture],
+        "model_type": model_type,
+        "hidden_size": s.hidden,
+        "intermediate_size": s.ffn,
+        "num_hidden_layers": s.n_layers,
+        "num_attention_heads": s.n_heads,
+        "num_key_value_heads": s.n_kv_heads,
+        "head_dim": s.head_dim,
+        "max_position_embeddings": s.max_seq_len,
+        "rope_theta": s.rope_theta,
+        "rms_norm_eps": s.rms_eps,
+        "vocab_size": len(tiny_vocab()[0]),
+        "tie_word_embeddings": tie_embeddings,
+        "hidden_act": "silu",
+        "bos_token_id": BOS_ID,
+        "eos_token_id": EOS_ID,
+        "torch_dtype": dtype,
+        "attention_bias": arch == "qwen2",
+    }
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    names = list(weights)
+    if shards == 1:
+        save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
+    else:
+        weight_map = {}
+        for k in range(shards):
+            file = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+            part = {n: weights[n] for n in names[k::shards]}
+            save_file(part, str(path / file), metadata={"format": "pt"})
+            weight_map.update(dict.fromkeys(part, file))
+        total = sum(t.numel() * t.element_size() for t in weights.values())
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    (path / "tokenizer.json").write_text(tiny_tokenizer_json())
+    tokenizer_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": SPECIAL_TOKENS[BOS_ID],
+        "eos_token": SPECIAL_TOKENS[EOS_ID],
+        "unk_token": None,
+        "add_bos_token": False,
+        "chat_template": CHATML_TEMPLATE,
+        "model_max_length": s.max_seq_len,
+    }
+    (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
+    (path / "generation_config.json").write_text(json.dumps({"bos_token_id": BOS_ID, "eos_token_id": EOS_ID}))
+    return path
