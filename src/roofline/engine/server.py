@@ -1,0 +1,263 @@
+"""The OpenAI-compatible HTTP server: FastAPI routes over one `Scheduler`, served by uvicorn.
+
+Why FastAPI + uvicorn rather than aiohttp: Starlette's streaming response watches the connection
+while it streams and cancels the stream the moment the client goes away (ASGI `http.disconnect`),
+which is exactly the hook that frees a slot; pydantic gives typed validation with field paths for
+the 400s; both were already the engine's dependencies. The event loop only parses, validates and
+relays: tokenization and chat templating run in a worker thread, the model in the scheduler's.
+
+Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics.
+With an API key set, every /v1 route wants `Authorization: Bearer <key>`; /health and /metrics stay
+open so that launchers and scrapers need no secret (as in vLLM).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import socket
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from roofline.engine.protocol import (
+    APIError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    ResponseBuilder,
+    parse_json_body,
+    parse_request,
+    sampling_params,
+    sse,
+)
+from roofline.engine.scheduler import DEFAULT_PREFILL_TOKEN_BUDGET, Event, RequestHandle, Scheduler, asyncio_sink
+from roofline.engine.server_metrics import SchedulerCollector
+
+_DISCONNECTED = object()  # put into a request's queue when its client goes away
+
+
+class _ServerState:
+    """What the routes share: the runner's facts, the scheduler, the key. One per app."""
+
+    def __init__(self, runner, scheduler: Scheduler, served_model_name: str | None, api_key: str | None):
+        self.runner = runner
+        self.scheduler = scheduler
+        self.model_name = served_model_name or runner.name
+        self.api_key = api_key
+        self.created = int(time.time())
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(SchedulerCollector(scheduler))
+
+    def check_auth(self, request: Request) -> None:
+        if not self.api_key:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.api_key.encode()):
+            raise APIError(401, "missing or incorrect API key: send the server's --api-key as "
+                           "'Authorization: Bearer <key>'", code="invalid_api_key")
+
+    def check_model(self, model: str | None) -> None:
+        if model is not None and model != self.model_name:
+            raise APIError(404, f"the model {model!r} does not exist; this server serves {self.model_name!r}",
+                           param="model", code="model_not_found")
+
+    def model_card(self) -> dict[str, Any]:
+        r = self.runner
+        return {
+            "id": self.model_name, "object": "model", "created": self.created, "owned_by": "roofline",
+            "max_model_len": self.scheduler.max_seq_len,
+            "roofline": {"bytes_per_token": r.bytes_per_token, "dtype": r.dtype, "path": str(r.path),
+                         "max_batch": self.scheduler.max_batch, "max_seq_len": self.scheduler.max_seq_len},
+        }
+
+    def prompt_ids(self, req, chat: bool) -> list[int]:
+        """Template and tokenize (slow on long prompts: called in a worker thread)."""
+        tok = self.runner.tokenizer
+        if chat:
+            try:
+                text = tok.apply_chat_template(req.template_messages(), add_generation_prompt=True)
+            except APIError:
+                raise
+            except Exception as e:  # templates raise on, e.g., roles they do not accept
+                raise APIError(400, f"the model's chat template rejected the messages: {e}",
+                               param="messages", code="invalid_value") from None
+            return tok.encode(text, add_special_tokens=False)  # the template writes its own BOS
+        prompt = req.single_prompt()
+        if isinstance(prompt, str):
+            return tok.encode(prompt, add_special_tokens=True)
+        vocab = self.runner.config.vocab_size
+        if any(not 0 <= t < vocab for t in prompt):
+            raise APIError(400, f"prompt token ids must lie in [0, {vocab})", param="prompt", code="invalid_value")
+        return list(prompt)
+
+
+class _CancellingStream(StreamingResponse):
+    """A streaming response that cancels its request however the stream ends (done, error, disconnect)."""
+
+    def __init__(self, content: AsyncIterator[bytes], handle: RequestHandle):
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self._handle = handle
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._handle.cancel()  # no-op for a finished request; frees the slot of an abandoned one
+
+
+def _error_event_body(event: Event) -> dict[str, Any]:
+    return APIError(500, event.error or "generation failed", type="server_error", code="engine_error").body()
+
+
+async def _stream_events(queue: asyncio.Queue, builder: ResponseBuilder, include_usage: bool) -> AsyncIterator[bytes]:
+    """SSE chunks: (chat) a role chunk, one chunk per event that carries text, a finish chunk, the usage
+    chunk with empty choices when asked for, then [DONE]."""
+    if builder.chat:
+        yield sse(builder.chunk(text="", role=True, with_usage_field=include_usage))
+    while True:
+        event: Event = await queue.get()
+        if event.finish_reason == "error":
+            yield sse(_error_event_body(event))
+            break
+        if event.text:
+            yield sse(builder.chunk(text=event.text, with_usage_field=include_usage))
+        if event.final:
+            yield sse(builder.chunk(finish_reason=event.finish_reason, with_usage_field=include_usage))
+            if include_usage and event.usage is not None:
+                yield sse(builder.usage_chunk(event.usage))
+            break
+    yield sse("[DONE]")
+
+
+async def _collect(request: Request, queue: asyncio.Queue, handle: RequestHandle, builder: ResponseBuilder) -> Response:
+    """Wait for the whole completion; a client that hangs up meanwhile cancels its request."""
+
+    async def watch_disconnect() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        queue.put_nowait(_DISCONNECTED)
+
+    watcher = asyncio.create_task(watch_disconnect())
+    parts: list[str] = []
+    try:
+        while True:
+            event = await queue.get()
+            if event is _DISCONNECTED:
+                return Response(status_code=499)  # nobody reads it; the slot is freed below
+            parts.append(event.text)
+            if event.final:
+                break
+    finally:
+        watcher.cancel()
+        handle.cancel()
+    if event.finish_reason == "error":
+        return JSONResponse(_error_event_body(event), status_code=500)
+    return JSONResponse(builder.full("".join(parts), event.finish_reason, event.usage))
+
+
+def create_app(runner, *, served_model_name: str | None = None, api_key: str | None = None,
+               prefill_token_budget: int = DEFAULT_PREFILL_TOKEN_BUDGET) -> FastAPI:
+    """The ASGI app for one runner. Its lifespan starts the scheduler thread and stops it on shutdown."""
+    state = _ServerState(runner, Scheduler(runner, prefill_token_budget=prefill_token_budget),
+                         served_model_name, api_key)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        state.scheduler.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(state.scheduler.close)
+
+    app = FastAPI(title="roofline", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.roofline = state
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return JSONResponse(APIError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}",
+                                     code=code).body(), status_code=exc.status_code)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        if state.scheduler.alive:
+            return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "stopped"}, status_code=503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> JSONResponse:
+        state.check_auth(request)
+        return JSONResponse({"object": "list", "data": [state.model_card()]})
+
+    @app.get("/v1/models/{model:path}")
+    async def model(model: str, request: Request) -> JSONResponse:
+        state.check_auth(request)
+        state.check_model(model)
+        return JSONResponse(state.model_card())
+
+    async def complete(request: Request, chat: bool) -> Response:
+        state.check_auth(request)
+        req = parse_request(ChatCompletionRequest if chat else CompletionRequest, parse_json_body(await request.body()))
+        state.check_model(req.model)
+        prompt_ids = await asyncio.to_thread(state.prompt_ids, req, chat)
+        params = sampling_params(req, len(prompt_ids), state.scheduler.max_seq_len)
+        sink, queue = asyncio_sink(asyncio.get_running_loop())
+        try:
+            handle = state.scheduler.submit(prompt_ids, params, sink)
+        except RuntimeError as e:
+            raise APIError(503, f"{e}; retry later", type="server_error", code="unavailable") from None
+        builder = ResponseBuilder(state.model_name, chat=chat)
+        if req.stream:
+            return _CancellingStream(_stream_events(queue, builder, req.include_usage()), handle)
+        return await _collect(request, queue, handle, builder)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await complete(request, chat=True)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await complete(request, chat=False)
+
+    return app
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket (port 0 = any free port); bound before serving so the address is known."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def uvicorn_server(app: FastAPI, *, log_level: str = "warning"):
+    """A uvicorn server for `app`; run it with `.run(sockets=[bind_socket(...)])`. It handles Ctrl-C:
+    open streams get a few seconds, then the lifespan stops the scheduler."""
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=3,
+                            access_log=False)
+    return uvicorn.Server(config)

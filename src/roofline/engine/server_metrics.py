@@ -1,0 +1,52 @@
+"""Prometheus exposition of the scheduler's counters (read at scrape time, nothing global).
+
+Names follow Prometheus conventions (`_total` counters, `_seconds` histograms):
+requests accepted / finished (by reason) / cancelled / failed, prompt and generated tokens, requests
+running and queued, the wall time of each scheduler step (one batched decode plus any prefills it
+admitted) and of each prefill, and decode steps with the tokens they produced (mean batch = ratio).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from roofline.engine.scheduler import Histogram, Scheduler
+
+
+def _histogram(name: str, doc: str, h: Histogram) -> HistogramMetricFamily:
+    buckets = [(repr(float(b)), c) for b, c in zip(h.bounds, h.counts)] + [("+Inf", h.count)]
+    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=h.sum)
+
+
+class SchedulerCollector:
+    """A prometheus_client collector: register it on an app's own `CollectorRegistry`."""
+
+    def __init__(self, scheduler: Scheduler, prefix: str = "roofline"):
+        self.scheduler = scheduler
+        self.prefix = prefix
+
+    def collect(self) -> Iterator[Metric]:
+        s, p = self.scheduler.stats(), self.prefix
+        yield CounterMetricFamily(f"{p}_requests", "Requests accepted by the scheduler.", value=s.requests_total)
+        finished = CounterMetricFamily(f"{p}_requests_finished", "Requests that finished, by finish reason.",
+                                       labels=["finish_reason"])
+        for reason in sorted(set(s.finished) | {"stop", "length"}):
+            finished.add_metric([reason], s.finished.get(reason, 0))
+        yield finished
+        yield CounterMetricFamily(f"{p}_requests_cancelled", "Requests cancelled (client gone) before they finished.",
+                                  value=s.cancelled)
+        yield CounterMetricFamily(f"{p}_requests_failed", "Requests that ended with an engine error.", value=s.failed)
+        yield CounterMetricFamily(f"{p}_prompt_tokens", "Prompt tokens prefilled.", value=s.prompt_tokens_total)
+        yield CounterMetricFamily(f"{p}_generation_tokens", "Tokens generated.", value=s.generation_tokens_total)
+        yield GaugeMetricFamily(f"{p}_requests_running", "Requests holding a slot.", value=s.running)
+        yield GaugeMetricFamily(f"{p}_requests_queued", "Requests waiting for a slot.", value=s.queued)
+        yield GaugeMetricFamily(f"{p}_max_batch", "Slots (sequences decoded together at most).",
+                                value=self.scheduler.max_batch)
+        yield _histogram(f"{p}_step_seconds", "Wall time of one scheduler step (prefills admitted + one batched decode).",
+                         s.step_seconds)
+        yield _histogram(f"{p}_prefill_seconds", "Wall time of one request's prefill.", s.prefill_seconds)
+        yield CounterMetricFamily(f"{p}_decode_steps", "Batched decode calls.", value=s.decode_steps)
+        yield CounterMetricFamily(f"{p}_decode_batch_tokens", "Sequences decoded, summed over decode calls "
+                                  "(divide by decode_steps for the mean batch).", value=s.decode_batch_total)

@@ -1,0 +1,376 @@
+"""Continuous-batching scheduler, driven by a small deterministic fake runner (fast unit tests).
+
+The fake (`FakeRunner`, also used by the server tests) implements the ModelRunner interface with a
+character-level tokenizer; its next token depends on the slot's whole context, so a scheduler that
+feeds the wrong token, mixes up slots or reuses a slot without a prefill produces different text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import string
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from roofline.engine.sampling import SamplingParams
+from roofline.engine.scheduler import (
+    ContextLengthError,
+    Event,
+    Histogram,
+    Scheduler,
+    asyncio_sink,
+    context_error,
+)
+
+SCRIPT = "the quick brown fox jumps over the lazy dog. "
+
+
+class FakeTokenizer:
+    """Characters as tokens; 0 = BOS, 1 = EOS (both special, skipped when decoding)."""
+
+    CHARS = string.ascii_letters + string.digits + " .,!?:;'-\n<>|/"
+
+    def __init__(self):
+        self.bos_id, self.eos_ids, self.add_bos, self.special_ids = 0, frozenset({1}), True, frozenset({0, 1})
+        self.vocab_size = 2 + len(self.CHARS)
+        self._ids = {c: i + 2 for i, c in enumerate(self.CHARS)}
+
+    def encode(self, text, add_special_tokens=True):
+        ids = [self._ids.get(c, self._ids["?"]) for c in text]
+        return [self.bos_id] + ids if add_special_tokens and self.add_bos else ids
+
+    def decode(self, ids, skip_special_tokens=True):
+        specials = {0: "<s>", 1: "</s>"}
+        return "".join(self.CHARS[i - 2] if i >= 2 else ("" if skip_special_tokens else specials[i]) for i in ids)
+
+    def token_bytes(self, token_id):
+        return self.decode([token_id]).encode()
+
+    def apply_chat_template(self, messages, add_generation_prompt=True):
+        text = "".join(f"<|{m['role']}|>{m['content']}\n" for m in messages)
+        return text + ("<|assistant|>" if add_generation_prompt else "")
+
+
+def fake_next_token(tok: FakeTokenizer, ctx: list[int], prompt_len: int) -> int:
+    """The fake model: EOS right after a generated '.', else a script character chosen by the context."""
+    if len(ctx) > prompt_len and ctx[-1] == tok.encode(".", add_special_tokens=False)[0]:
+        return 1
+    return tok.encode(SCRIPT[(sum(ctx) * 7 + len(ctx)) % len(SCRIPT)], add_special_tokens=False)[0]
+
+
+def fake_greedy_ids(tok: FakeTokenizer, prompt_ids: list[int], max_tokens: int, ignore_eos: bool = False) -> list[int]:
+    """What greedy decoding of the fake model must produce (computed independently of the scheduler)."""
+    ctx, out = list(prompt_ids), []
+    while len(out) < max_tokens:
+        t = fake_next_token(tok, ctx, len(prompt_ids))
+        out.append(t)
+        if t in tok.eos_ids and not ignore_eos:
+            break
+        ctx.append(t)
+    return out
+
+
+@dataclass(frozen=True)
+class FakeConfig:
+    vocab_size: int
+    max_seq_len: int
+    name: str = "fake-model"
+
+
+class FakeRunner:
+    """ModelRunner interface over `fake_next_token`; checks the scheduler's use of slots and positions."""
+
+    def __init__(self, *, max_batch=2, max_seq_len=256, decode_seconds=0.0, fail_on_prompt_token=None):
+        self.tokenizer = FakeTokenizer()
+        self.config = FakeConfig(self.tokenizer.vocab_size, max_seq_len)
+        self.name, self.dtype, self.path = "fake-model", "fp32", "fake/path.gguf"
+        self.max_batch, self.max_seq_len, self.bytes_per_token = max_batch, max_seq_len, 12345
+        self.decode_seconds = decode_seconds
+        self.fail_on_prompt_token = fail_on_prompt_token
+        self.ctx: dict[int, list[int]] = {}
+        self.prompt_len: dict[int, int] = {}
+        self.log: list[tuple] = []  # ("prefill", slot, n) | ("decode", slots) | ("release", slot)
+        self.thread_ids: set[int] = set()
+
+    def _logits(self, slot: int) -> np.ndarray:
+        # Smooth around the target so sampled decoding has choices; argmax is the target.
+        target = fake_next_token(self.tokenizer, self.ctx[slot], self.prompt_len[slot])
+        return (-0.3 * np.abs(np.arange(self.config.vocab_size) - target)).astype(np.float32)
+
+    def prefill(self, slot, token_ids):
+        self.thread_ids.add(threading.get_ident())
+        assert 0 <= slot < self.max_batch and slot not in self.ctx, f"slot {slot} busy or out of range"
+        assert 0 < len(token_ids) < self.max_seq_len
+        if self.fail_on_prompt_token is not None and self.fail_on_prompt_token in token_ids:
+            raise RuntimeError("fake prefill failure")
+        self.log.append(("prefill", slot, len(token_ids)))
+        self.ctx[slot], self.prompt_len[slot] = list(token_ids), len(token_ids)
+        return self._logits(slot)
+
+    def decode(self, slots, token_ids):
+        self.thread_ids.add(threading.get_ident())
+        assert len(slots) == len(set(slots)) <= self.max_batch
+        self.log.append(("decode", tuple(slots)))
+        if self.decode_seconds:
+            time.sleep(self.decode_seconds)
+        rows = []
+        for s, t in zip(slots, token_ids):
+            assert s in self.ctx, f"decode on free slot {s}"
+            assert len(self.ctx[s]) < self.max_seq_len, "decode past the context"
+            self.ctx[s].append(int(t))
+            rows.append(self._logits(s))
+        return np.stack(rows)
+
+    def position(self, slot):
+        return len(self.ctx.get(slot, ()))
+
+    def release(self, slot):
+        self.log.append(("release", slot))
+        self.ctx.pop(slot, None)
+        self.prompt_len.pop(slot, None)
+
+
+class Collector:
+    """A thread-safe sink that remembers every event and signals the final one."""
+
+    def __init__(self):
+        self.events: list[Event] = []
+        self.done = threading.Event()
+        self.first = threading.Event()
+
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+        self.first.set()
+        if event.final:
+            self.done.set()
+
+    def wait(self, timeout=10.0) -> Collector:
+        assert self.done.wait(timeout), "request did not finish"
+        return self
+
+    @property
+    def text(self) -> str:
+        return "".join(e.text for e in self.events)
+
+    @property
+    def ids(self) -> list[int]:
+        return [t for e in self.events for t in e.token_ids]
+
+    @property
+    def last(self) -> Event:
+        return self.events[-1]
+
+
+def greedy(max_tokens=64, **kw) -> SamplingParams:
+    return SamplingParams(max_tokens=max_tokens, temperature=0.0, **kw)
+
+
+PROMPTS = ["Hello there", "Why is the sky blue?", "abc", "Count: 1, 2, 3", "zzz top"]
+
+
+def test_single_request_matches_the_model_and_reports_usage():
+    runner = FakeRunner()
+    prompt = runner.tokenizer.encode(PROMPTS[1])
+    expected = fake_greedy_ids(runner.tokenizer, prompt, 200)
+    with Scheduler(runner) as sched:
+        c = Collector()
+        sched.submit(prompt, greedy(200), c)
+        c.wait()
+    assert c.ids == expected
+    assert c.text == runner.tokenizer.decode(expected)
+    assert c.last.finish_reason == ("stop" if expected[-1] == 1 else "length")
+    assert c.last.usage.prompt_tokens == len(prompt) and c.last.usage.completion_tokens == len(expected)
+    assert [e.final for e in c.events].count(True) == 1
+    assert runner.ctx == {}, "the slot was not released"
+    assert len(runner.thread_ids) == 1 and threading.get_ident() not in runner.thread_ids
+
+
+def test_max_tokens_gives_length():
+    runner = FakeRunner()
+    prompt = runner.tokenizer.encode("Hello")
+    with Scheduler(runner) as sched:
+        c = Collector()
+        sched.submit(prompt, greedy(3, ignore_eos=True), c)
+        c.wait()
+    assert len(c.ids) == 3 and c.last.finish_reason == "length" and c.last.usage.completion_tokens == 3
+
+
+def test_batched_requests_equal_solo_runs_and_share_decode_steps():
+    runner = FakeRunner(max_batch=3)
+    tok = runner.tokenizer
+    prompts = [tok.encode(p) for p in PROMPTS]
+    expected = [fake_greedy_ids(tok, p, 40, ignore_eos=True) for p in prompts]
+    collectors = [Collector() for _ in prompts]
+    with Scheduler(runner) as sched:
+        for p, c in zip(prompts, collectors):
+            sched.submit(p, greedy(40, ignore_eos=True), c)
+        for c in collectors:
+            c.wait()
+        stats = sched.stats()
+    assert [c.ids for c in collectors] == expected
+    batches = [len(e[1]) for e in runner.log if e[0] == "decode"]
+    assert max(batches) == 3, "decode steps were not batched up to max_batch"
+    assert stats.finished == {"length": 5} and stats.generation_tokens_total == 5 * 40
+    assert stats.decode_batch_total == sum(batches) and stats.decode_steps == len(batches)
+    assert stats.prompt_tokens_total == sum(map(len, prompts))
+    assert stats.running == 0 and stats.queued == 0 and runner.ctx == {}
+
+
+def test_cancel_frees_the_slot_for_the_next_request():
+    runner = FakeRunner(max_batch=1, decode_seconds=0.005)
+    tok = runner.tokenizer
+    with Scheduler(runner) as sched:
+        long_one, queued = Collector(), Collector()
+        h = sched.submit(tok.encode("Hello"), greedy(200, ignore_eos=True), long_one)
+        sched.submit(tok.encode("abc"), greedy(5, ignore_eos=True), queued)
+        assert long_one.first.wait(5)
+        assert not queued.first.is_set(), "one slot: the second request must wait"
+        h.cancel()
+        long_one.wait()
+        queued.wait()
+        stats = sched.stats()
+    assert long_one.last.finish_reason == "abort" and len(long_one.ids) < 200
+    assert queued.ids == fake_greedy_ids(tok, tok.encode("abc"), 5, ignore_eos=True)
+    assert stats.cancelled == 1 and stats.finished == {"length": 1}
+    assert runner.log.count(("release", 0)) == 2 and runner.ctx == {}
+
+
+def test_cancel_while_queued_never_prefills():
+    runner = FakeRunner(max_batch=1, decode_seconds=0.002)
+    tok = runner.tokenizer
+    with Scheduler(runner) as sched:
+        first, second = Collector(), Collector()
+        sched.submit(tok.encode("Hello"), greedy(30, ignore_eos=True), first)
+        h = sched.submit(tok.encode("abc"), greedy(30, ignore_eos=True), second)
+        h.cancel()
+        first.wait()
+        second.wait()
+    assert second.last.finish_reason == "abort" and second.ids == []
+    assert [e for e in runner.log if e[0] == "prefill"] == [("prefill", 0, len(tok.encode("Hello")))]
+
+
+def test_context_limit_rejects_long_prompts_and_trims_max_tokens():
+    runner = FakeRunner(max_seq_len=24)
+    tok = runner.tokenizer
+    with Scheduler(runner) as sched:
+        with pytest.raises(ContextLengthError, match="24 tokens"):
+            sched.submit(tok.encode("x" * 23), greedy(1), Collector())
+        c = Collector()
+        prompt = tok.encode("x" * 9)  # 10 tokens with BOS: 14 left
+        sched.submit(prompt, greedy(1000, ignore_eos=True), c)
+        c.wait()
+    assert c.last.finish_reason == "length" and len(c.ids) == 24 - 10
+    assert context_error(10, 15, 24) is not None and context_error(10, 14, 24) is None
+    assert context_error(0, None, 24) is not None
+
+
+def test_one_long_prefill_per_step_keeps_decodes_going():
+    runner = FakeRunner(max_batch=4, decode_seconds=0.001)
+    tok = runner.tokenizer
+    collectors = [Collector() for _ in range(3)]
+    sched = Scheduler(runner, prefill_token_budget=8)
+    short = tok.encode("ab")  # 3 tokens: fits the budget
+    long_prompt = tok.encode("a long prompt here")  # 19 tokens: over the budget
+    # Queue everything before the thread starts, so the first step sees all three.
+    sched.submit(long_prompt, greedy(5, ignore_eos=True), collectors[0])
+    sched.submit(long_prompt, greedy(5, ignore_eos=True), collectors[1])
+    sched.submit(short, greedy(5, ignore_eos=True), collectors[2])
+    with sched:
+        for c in collectors:
+            c.wait()
+    kinds = [e[0] for e in runner.log if e[0] != "release"]
+    # step 1: the first long prompt alone (over budget, but first), then its decode; step 2: the next.
+    # step 1: the first long prompt alone (over the budget, but first) and a decode; step 2: the second
+    # long prompt (the short one does not fit what it left) and a decode; step 3: the short one.
+    assert kinds[:6] == ["prefill", "decode", "prefill", "decode", "prefill", "decode"], kinds
+    assert [e[2] for e in runner.log if e[0] == "prefill"] == [len(long_prompt), len(long_prompt), len(short)]
+
+
+def test_short_prompts_are_admitted_together():
+    runner = FakeRunner(max_batch=3)
+    tok = runner.tokenizer
+    sched = Scheduler(runner, prefill_token_budget=64)
+    cs = [Collector() for _ in range(3)]
+    for p, c in zip(["ab", "cd", "ef"], cs):
+        sched.submit(tok.encode(p), greedy(4, ignore_eos=True), c)
+    with sched:
+        for c in cs:
+            c.wait()
+    kinds = [e[0] for e in runner.log if e[0] != "release"]
+    assert kinds[:4] == ["prefill", "prefill", "prefill", "decode"]
+
+
+def test_a_failing_request_does_not_take_the_others_down():
+    runner = FakeRunner(max_batch=2, fail_on_prompt_token=FakeTokenizer().encode("!", add_special_tokens=False)[0])
+    tok = runner.tokenizer
+    with Scheduler(runner) as sched:
+        bad, good = Collector(), Collector()
+        sched.submit(tok.encode("boom!"), greedy(5), bad)
+        sched.submit(tok.encode("fine"), greedy(5, ignore_eos=True), good)
+        bad.wait()
+        good.wait()
+        stats = sched.stats()
+    assert bad.last.finish_reason == "error" and "fake prefill failure" in bad.last.error
+    assert good.ids == fake_greedy_ids(tok, tok.encode("fine"), 5, ignore_eos=True)
+    assert stats.failed == 1 and runner.ctx == {}
+
+
+def test_seeded_sampling_is_reproducible_and_batch_independent():
+    runner = FakeRunner(max_batch=3)
+    tok = runner.tokenizer
+    params = SamplingParams(max_tokens=30, temperature=1.0, top_k=20, seed=1234, ignore_eos=True)
+    with Scheduler(runner) as sched:
+        alone = Collector()
+        sched.submit(tok.encode("seed"), params, alone)
+        alone.wait()
+        together = [Collector() for _ in range(3)]
+        for c in together:
+            sched.submit(tok.encode("seed"), params, c)
+        for c in together:
+            c.wait()
+    assert all(c.ids == alone.ids for c in together)
+    assert alone.ids != fake_greedy_ids(tok, tok.encode("seed"), 30, ignore_eos=True)
+
+
+def test_close_fails_pending_requests_and_refuses_new_ones():
+    runner = FakeRunner(max_batch=1, decode_seconds=0.01)
+    tok = runner.tokenizer
+    sched = Scheduler(runner).start()
+    running, waiting = Collector(), Collector()
+    sched.submit(tok.encode("a"), greedy(100, ignore_eos=True), running)
+    sched.submit(tok.encode("b"), greedy(5), waiting)
+    assert running.first.wait(5)
+    sched.close()
+    assert not sched.alive
+    assert running.wait().last.finish_reason == "error" and waiting.wait().last.finish_reason == "error"
+    assert runner.ctx == {}
+    with pytest.raises(RuntimeError):
+        sched.submit(tok.encode("c"), greedy(5), Collector())
+
+
+def test_asyncio_sink_delivers_events_on_the_loop():
+    runner = FakeRunner()
+    prompt = runner.tokenizer.encode("Hello")
+
+    async def main():
+        sink, queue = asyncio_sink(asyncio.get_running_loop())
+        with Scheduler(runner) as sched:
+            sched.submit(prompt, greedy(6, ignore_eos=True), sink)
+            events = []
+            while not (events and events[-1].final):
+                events.append(await asyncio.wait_for(queue.get(), 10))
+        return events
+
+    events = asyncio.run(main())
+    assert [t for e in events for t in e.token_ids] == fake_greedy_ids(runner.tokenizer, prompt, 6, ignore_eos=True)
+
+
+def test_histogram_is_cumulative():
+    h = Histogram((0.1, 1.0))
+    for v in (0.05, 0.5, 2.0):
+        h.observe(v)
+    assert h.counts == [1, 2] and h.count == 3 and h.sum == pytest.approx(2.55)
