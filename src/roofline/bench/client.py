@@ -1,0 +1,367 @@
+"""The measuring client: HTTP/1.1 over asyncio protocols, streaming SSE, one timestamp per read.
+
+Built so the client is not what is measured:
+- connections are opened before the measured requests start (`Client.open`) and kept alive;
+- a request is one prebuilt `write`; the response is parsed by `httptools` (C) from inside the
+  protocol's `data_received`, with no task switch per chunk: the only Python per read is the
+  timestamp, the SSE split and two list appends;
+- JSON decoding and token counting wait until the stream has ended and run one record per loop
+  turn in the background (`recorder.Recorder`), so a burst of streams ending together does not
+  delay the timestamps of the streams still running;
+- every time is `perf_counter_ns()`, the monotonic clock shared by all processes of the machine.
+
+Every way a request can go wrong ends as a record with `error_kind` and a reason, never as an
+exception that stops the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from time import perf_counter_ns
+from typing import Any
+
+import httptools
+
+from roofline.bench.api import Endpoint, http_request_bytes
+from roofline.bench.records import RequestRecord
+from roofline.bench.sse import SSEParser
+
+_ERR_BODY_LIMIT = 4096
+_DONE = b"[DONE]"
+
+
+def set_nodelay(transport: asyncio.BaseTransport) -> None:
+    """Send small writes at once (no Nagle): with delayed ACKs a held request or SSE event waits ~40 ms."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _Failure(Exception):
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive connection carrying one request at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.used = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self.waiter: asyncio.Future | None = None
+        self.parser: Any = None
+        self.sse: SSEParser | None = None
+        self.now = 0
+        self.first_byte_ns = 0
+        self.status = 0
+        self.streaming = False
+        self.headers: dict[bytes, bytes] = {}
+        self.events_ns: list[int] = []
+        self.payloads: list[bytes] = []
+        self.saw_done = False
+        self.err_body = b""
+        self.complete = False
+        self.keep_alive = False
+
+    # -- asyncio.Protocol ------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        set_nodelay(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.now = t = perf_counter_ns()
+        if self.waiter is None:
+            return  # bytes outside a request (a server's stray output): ignored
+        if not self.first_byte_ns:
+            self.first_byte_ns = t
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            self._fail("malformed_http", f"invalid HTTP response: {e}")
+            self.transport.abort()
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.waiter is not None and not self.waiter.done():
+            if not self.first_byte_ns:
+                self._fail("closed_before_response", f"connection closed before any response ({exc or 'EOF'})")
+            elif self.streaming and self.status == 200:
+                self._fail("stream_cut", f"connection closed mid-stream after {len(self.payloads)} events ({exc or 'EOF'})")
+            else:
+                self._fail("closed_mid_response", f"connection closed before the response ended ({exc or 'EOF'})")
+
+    # -- httptools callbacks ---------------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.lower()] = value
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        ctype = self.headers.get(b"content-type", b"")
+        self.streaming = self.status == 200 and b"event-stream" in ctype
+
+    def on_body(self, body: bytes) -> None:
+        if not self.streaming:
+            if len(self.err_body) < _ERR_BODY_LIMIT:
+                self.err_body += body[: _ERR_BODY_LIMIT - len(self.err_body)]
+            return
+        now = self.now
+        for payload in self.sse.feed(body):
+            if payload == _DONE:
+                self.saw_done = True
+            else:
+                self.events_ns.append(now)
+                self.payloads.append(payload)
+
+    def on_message_complete(self) -> None:
+        if self.streaming:
+            for payload in self.sse.close():  # an event the server did not close with a blank line
+                if payload == _DONE:
+                    self.saw_done = True
+                else:
+                    self.events_ns.append(self.now)
+                    self.payloads.append(payload)
+        self.complete = True
+        self.keep_alive = self.parser.should_keep_alive()  # llhttp forgets it once this returns
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    # -- driving one request ---------------------------------------------------------------------
+    def begin(self, request: bytes, waiter: asyncio.Future) -> int:
+        """Send a prebuilt request; return the send time."""
+        self._reset()
+        self.used = True
+        self.waiter = waiter
+        self.parser = httptools.HttpResponseParser(self)
+        self.sse = SSEParser()
+        self.transport.write(request)
+        return perf_counter_ns()
+
+    def _fail(self, kind: str, message: str) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(_Failure(kind, message))
+
+    def abort(self, kind: str, message: str) -> None:
+        self._fail(kind, message)
+        if self.transport is not None:
+            self.transport.abort()
+        self.closed = True
+
+    @property
+    def reusable(self) -> bool:
+        return not self.closed and self.complete and self.keep_alive
+
+
+class Client:
+    """A pool of keep-alive connections to one endpoint and the request loop that measures them."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        timeout_s: float = 600.0,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        self.endpoint = endpoint
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = min(connect_timeout_s, timeout_s)
+        self._idle: list[_Conn] = []
+        self._all: set[_Conn] = set()
+        self._ssl = ssl.create_default_context() if endpoint.scheme == "https" else None
+        self.server_header: str | None = None
+
+    async def open(self, n: int) -> str | None:
+        """Open n connections ahead of the measured requests; the first failure's reason, or None."""
+        results = await asyncio.gather(*(self._connect() for _ in range(n)), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for r in results:
+            if isinstance(r, _Conn):
+                self._idle.append(r)
+        return str(errors[0]) if errors else None
+
+    async def _connect(self) -> _Conn:
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(
+                    _Conn, self.endpoint.host, self.endpoint.port, ssl=self._ssl,
+                    server_hostname=self.endpoint.host if self._ssl else None,
+                ),
+                self.connect_timeout_s,
+            )
+        except ConnectionRefusedError as e:
+            raise _Failure("connection_refused", f"connection refused by {self.endpoint.host}:{self.endpoint.port} ({e.strerror})") from None
+        except socket.gaierror as e:
+            raise _Failure("unresolvable_host", f"cannot resolve host {self.endpoint.host!r} ({e.strerror})") from None
+        except TimeoutError:
+            raise _Failure("connect_timeout", f"no connection to {self.endpoint.host}:{self.endpoint.port} within {self.connect_timeout_s:g}s") from None
+        except ssl.SSLError as e:
+            raise _Failure("tls_error", f"TLS handshake failed: {e}") from None
+        except OSError as e:
+            raise _Failure("unreachable", f"cannot reach {self.endpoint.host}:{self.endpoint.port} ({e.strerror or e})") from None
+        self._all.add(conn)
+        return conn
+
+    async def _acquire(self) -> _Conn:
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed and not conn.transport.is_closing():
+                return conn
+            self._all.discard(conn)
+        return await self._connect()
+
+    def _release(self, conn: _Conn) -> None:
+        if conn.reusable:
+            conn.waiter = None
+            self._idle.append(conn)
+        else:
+            if conn.transport is not None and not conn.transport.is_closing():
+                conn.transport.close()
+            self._all.discard(conn)
+
+    async def close(self) -> None:
+        for conn in list(self._all):
+            if conn.transport is not None:
+                conn.transport.close()
+        self._all.clear()
+        self._idle.clear()
+        await asyncio.sleep(0)
+
+    async def stream(self, rec: RequestRecord, body: bytes) -> RequestRecord:
+        """Send one streamed request; fill rec (times, chunks, tokens, or the failure). Never raises,
+        except CancelledError, after marking rec cancelled."""
+        request = http_request_bytes(self.endpoint, "POST", self.endpoint.stream_path, body)
+        conn: _Conn | None = None
+        try:
+            for attempt in (0, 1):
+                conn = await self._acquire()
+                reused = conn.used
+                try:
+                    await self._exchange(conn, rec, request)
+                    break
+                except _Failure as f:
+                    # A keep-alive connection the server had already closed: send again on a fresh one.
+                    if attempt == 0 and reused and f.kind == "closed_before_response":
+                        rec.retried = True
+                        continue
+                    raise
+        except _Failure as f:
+            rec.error_kind, rec.error = f.kind, str(f)
+            rec.end_ns = rec.end_ns or perf_counter_ns()
+        except asyncio.CancelledError:
+            if conn is not None:
+                conn.abort("cancelled", "cancelled")
+            rec.error_kind, rec.error = "cancelled", "cancelled before the response ended (run interrupted or stopped)"
+            rec.end_ns = perf_counter_ns()
+            raise
+        finally:
+            if conn is not None:
+                self._release(conn)
+        return rec
+
+    async def _exchange(self, conn: _Conn, rec: RequestRecord, request: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        rec.sent_ns = conn.begin(request, waiter)
+        timer = loop.call_later(
+            self.timeout_s, conn.abort, "timeout", f"no complete response within {self.timeout_s:g}s"
+        )
+        try:
+            await waiter
+        except _Failure:
+            rec.first_byte_ns = conn.first_byte_ns
+            rec.http_status = conn.status
+            rec.end_ns = perf_counter_ns()
+            if conn.payloads:  # keep what did arrive: its times are real
+                rec.raw_events_ns, rec.raw_payloads, rec.saw_done = conn.events_ns, conn.payloads, conn.saw_done
+            raise
+        finally:
+            timer.cancel()
+        rec.end_ns = conn.now
+        rec.first_byte_ns = conn.first_byte_ns
+        rec.http_status = conn.status
+        if self.server_header is None:
+            self.server_header = conn.headers.get(b"server", b"").decode("latin-1") or ""
+        if conn.status != 200:
+            raise _Failure(f"http_{conn.status}", _http_error_message(conn))
+        if not conn.streaming:
+            ctype = conn.headers.get(b"content-type", b"?").decode("latin-1")
+            raise _Failure("not_streaming", f"HTTP 200 with content-type {ctype!r}, not an event stream")
+        # decoded later, off the hot path (recorder.Recorder)
+        rec.raw_events_ns, rec.raw_payloads, rec.saw_done = conn.events_ns, conn.payloads, conn.saw_done
+
+
+def _http_error_message(conn: _Conn) -> str:
+    text = conn.err_body.decode("utf-8", "replace").strip().replace("\n", " ")
+    retry = conn.headers.get(b"retry-after")
+    extra = f" (Retry-After: {retry.decode('latin-1')})" if retry else ""
+    return f"HTTP {conn.status}{extra}: {text[:200]}"
+
+
+class _Fetch(asyncio.Protocol):
+    """A one-shot request (discovery, health checks): collects status, headers and body."""
+
+    def __init__(self, waiter: asyncio.Future) -> None:
+        self.waiter = waiter
+        self.parser = httptools.HttpResponseParser(self)
+        self.headers: dict[bytes, bytes] = {}
+        self.body = b""
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            if not self.waiter.done():
+                self.waiter.set_exception(_Failure("malformed_http", str(e)))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.waiter.done():
+            self.waiter.set_exception(_Failure("closed_before_response", f"connection closed ({exc or 'EOF'})"))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.lower()] = value
+
+    def on_body(self, body: bytes) -> None:
+        self.body += body
+
+    def on_message_complete(self) -> None:
+        if not self.waiter.done():
+            self.waiter.set_result((self.parser.get_status_code(), self.headers, self.body))
+
+
+async def fetch(endpoint: Endpoint, path: str, *, timeout_s: float = 5.0) -> tuple[int, dict[bytes, bytes], bytes]:
+    """GET path on its own connection: (status, headers, body); raises `FetchError` on any failure."""
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+    transport = None
+    try:
+        ssl_ctx = ssl.create_default_context() if endpoint.scheme == "https" else None
+        transport, _ = await asyncio.wait_for(
+            loop.create_connection(lambda: _Fetch(waiter), endpoint.host, endpoint.port, ssl=ssl_ctx,
+                                   server_hostname=endpoint.host if ssl_ctx else None),
+            timeout_s,
+        )
+        transport.write(http_request_bytes(endpoint, "GET", path, close=True))
+        return await asyncio.wait_for(waiter, timeout_s)
+    except _Failure as f:
+        raise FetchError(str(f)) from None
+    except TimeoutError:
+        raise FetchError(f"no answer from {endpoint.host}:{endpoint.port}{path} within {timeout_s:g}s") from None
+    except OSError as e:
+        raise FetchError(f"cannot connect to {endpoint.host}:{endpoint.port} ({e.strerror or e})") from None
+    finally:
+        if transport is not None:
+            transport.close()
+
+
+class FetchError(Exception):
+    """A discovery or health request that got no HTTP answer."""

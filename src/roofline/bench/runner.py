@@ -1,0 +1,276 @@
+"""One benchmark run from start to summary: discover the server, warm up, measure every scenario
+(in this process or several), and summarize what requests.jsonl holds.
+
+Ctrl-C (or SIGTERM) cancels the requests in flight; they are written as `cancelled`, the summary
+of what did end is still written, and the outcome says it was interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from time import perf_counter_ns
+from typing import Any
+
+from roofline.bench import load
+from roofline.bench.api import (
+    USAGE_LEVELS,
+    USAGE_PER_CHUNK,
+    choose_model,
+    model_ids,
+    parse_endpoint,
+    roofline_info,
+)
+from roofline.bench.client import Client, FetchError, fetch
+from roofline.bench.plan import BenchPlan, RequestSpec, Share, shares
+from roofline.bench.recorder import Recorder, finish
+from roofline.bench.records import PHASE_WARMUP, RequestRecord
+from roofline.bench.results import (
+    PROVENANCE,
+    SUMMARY_JSON,
+    RequestLog,
+    make_run_dir,
+    read_requests,
+    write_json,
+)
+from roofline.bench.summarize import summarize
+from roofline.bench.workloads import jobs
+
+
+class Progress:
+    """What the runner tells the user interface (the CLI draws a rich bar on stderr)."""
+
+    def start(self, name: str, total: int | None, duration_s: float | None) -> None: ...
+    def advance(self, ok: bool) -> None: ...
+    def note(self, text: str) -> None: ...
+    def stop(self) -> None: ...
+
+
+@dataclass
+class Outcome:
+    run_dir: Path
+    summary: dict
+    interrupted: bool = False
+
+
+async def discover(plan: BenchPlan) -> dict[str, Any]:
+    """What the server says about itself: models, the roofline extension, version. Never raises."""
+    ep = parse_endpoint(plan.url, api=plan.api, api_key=plan.api_key)
+    info: dict[str, Any] = {"models": [], "roofline": None, "version": None, "error": None}
+    try:
+        status, _, body = await fetch(ep, f"{ep.base_path}/models", timeout_s=min(10.0, plan.timeout_s))
+        if status == 200:
+            import json
+
+            models_json = json.loads(body)
+            info["models"] = model_ids(models_json)
+            info["served"] = plan.served_model or choose_model(info["models"], plan.model)
+            info["roofline"] = roofline_info(models_json, info["served"])
+        else:
+            info["error"] = f"GET {ep.base_path}/models answered HTTP {status}"
+        status, headers, body = await fetch(ep, f"{ep.root_path}/version", timeout_s=min(5.0, plan.timeout_s))
+        if status == 200:
+            info["version"] = body.decode("utf-8", "replace")[:200]
+        info["server_header"] = headers.get(b"server", b"").decode("latin-1") or None
+    except (FetchError, ValueError) as e:
+        info["error"] = str(e)
+    info.setdefault("served", plan.served_model or plan.model or (info["models"][0] if info["models"] else None))
+    return info
+
+
+def provenance(plan: BenchPlan, info: dict, spec: RequestSpec, origin_ns: int, ceiling_note: str | None) -> dict:
+    from roofline import __version__
+
+    hw = None
+    if plan.hardware == "local":
+        from roofline.hardware.profile import load_local_profile
+
+        p = load_local_profile()
+        hw = {k: p.get(k) for k in ("name", "cpu", "threads", "measured_at", "bandwidth_bytes_per_s")} if p else None
+    return {
+        "roofline_version": __version__,
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "origin_ns": origin_ns,
+        "endpoint": spec.endpoint.url,
+        "api": spec.endpoint.api,
+        "served_model": spec.model,
+        "model": plan.model,
+        "hardware": plan.hardware,
+        "hardware_profile": hw,
+        "server": {"models": info.get("models"), "version": info.get("version"), "header": info.get("server_header"),
+                   "roofline": info.get("roofline"), "discovery_error": info.get("error")},
+        "arguments": plan.argv,
+        "prompts": [{"id": p.id, "category": p.category} for p in plan.prompts],
+        "reps": plan.reps,
+        "max_tokens": plan.max_tokens,
+        "temperature": plan.temperature,
+        "ignore_eos": plan.ignore_eos,
+        "usage_requested": plan.usage,
+        "warmup": plan.warmup,
+        "timeout_s": plan.timeout_s,
+        "workers": plan.workers,
+        "tokenizer": plan.tokenizer,
+        "seed": plan.seed,
+        "scenarios": [s.to_dict() for s in plan.scenarios],
+        "ceiling_note": ceiling_note,
+        "client": {"python": sys.version.split()[0], "platform": platform.platform(), "pid": os.getpid()},
+        **plan.provenance_extra,
+    }
+
+
+async def negotiate_usage(client: Client, spec: RequestSpec, plan: BenchPlan, write: Callable, next_id: Callable, scenario: str) -> str:
+    """Ask for the richest token accounting the server accepts: fall back on 400/422 only."""
+    job = next(jobs(plan.prompts, 1))
+    for level in USAGE_LEVELS:
+        rec = RequestRecord(id=next_id(), scenario=scenario, phase=PHASE_WARMUP, prompt=job.prompt.id, rep=-1)
+        rec.intended_ns = perf_counter_ns()
+        try:
+            await client.stream(rec, replace(spec, usage=level).body(job))
+        finally:
+            write(finish(rec))
+        if rec.http_status not in (400, 422):
+            return level
+    return USAGE_PER_CHUNK
+
+
+async def measure_share(plan: BenchPlan, spec: RequestSpec, scenario: load.Scenario, share: Share, first_id: int,
+                        sink: Callable[[RequestRecord], None], *, worker: int = 0, tokenizer: Any = None,
+                        start_at: Callable[[], Any] | None = None) -> float:
+    """Run one process's share of a scenario's measured requests; return the CPU seconds it took.
+
+    Connections are opened first; `start_at`, when given, is awaited for the common start time
+    (worker processes start together); otherwise measuring starts at once."""
+    client = Client(spec.endpoint, timeout_s=plan.timeout_s)
+    recorder = Recorder(sink, tokenizer)
+    try:
+        await client.open(share.streams)
+        start_ns = await start_at() if start_at else perf_counter_ns()
+        cpu0 = time.process_time()
+        recorder.start()
+        if scenario.kind == "rate":
+            await load.open_loop(client, scenario, share.arrivals(plan, scenario, first_id), spec.body, recorder.submit,
+                                 start_ns=start_ns, worker=worker, max_concurrency=_cap(scenario, share))
+        else:
+            await load.closed_loop(client, scenario, share.streams, share.closed_jobs(plan, scenario, first_id),
+                                   spec.body, recorder.submit, start_ns=start_ns, worker=worker)
+        await recorder.drain()
+        return time.process_time() - cpu0
+    finally:
+        await recorder.close()  # on cancellation too: what ended (or was cancelled) is written
+        await client.close()
+
+
+def _cap(scenario: load.Scenario, share: Share) -> int | None:
+    if not scenario.max_concurrency:
+        return None
+    return max(1, scenario.max_concurrency // share.count + (share.index < scenario.max_concurrency % share.count))
+
+
+async def _scenario(plan: BenchPlan, spec: RequestSpec, scenario: load.Scenario, log: RequestLog,
+                    progress: Progress, ids: list[int], tokenizer: Any, negotiate: bool) -> tuple[RequestSpec, float]:
+    main = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGTERM, main.cancel)
+    except (NotImplementedError, RuntimeError, ValueError):
+        pass
+
+    def next_id() -> int:
+        ids[0] += 1
+        return ids[0] - 1
+
+    def write(rec: RequestRecord) -> None:
+        log.write(rec)
+        ids[1] = max(ids[1], rec.id)
+        if rec.phase != PHASE_WARMUP:
+            progress.advance(rec.ok)
+
+    client = Client(spec.endpoint, timeout_s=plan.timeout_s)
+    try:
+        if negotiate:
+            level = await negotiate_usage(client, spec, plan, write, next_id, scenario.name)
+            spec = replace(spec, usage=level)
+        for job in list(_take(jobs(plan.prompts, 1, cycle=True), plan.warmup)):
+            rec = RequestRecord(id=next_id(), scenario=scenario.name, phase=PHASE_WARMUP, prompt=job.prompt.id, rep=-1)
+            rec.intended_ns = perf_counter_ns()
+            try:
+                await client.stream(rec, spec.body(job))
+            finally:
+                write(finish(rec, tokenizer))
+    finally:
+        await client.close()
+    parts = shares(scenario, plan.workers, plan)
+    first_id = ids[0]
+    if len(parts) == 1:
+        cpu = await measure_share(plan, spec, scenario, parts[0], first_id, write, tokenizer=tokenizer)
+    else:
+        from roofline.bench.workers import run_workers
+
+        cpu, last_id = await run_workers(plan, spec, scenario, parts, first_id, log, progress)
+        ids[1] = max(ids[1], last_id)
+    ids[0] = max(ids[0], ids[1] + 1)
+    return spec, cpu
+
+
+def _take(it, n):
+    for _, x in zip(range(n), it):
+        yield x
+
+
+def run_bench(plan: BenchPlan, run_dir: Path, progress: Progress, *, ceiling: Any = None,
+              info: dict | None = None, ceiling_note: str | None = None) -> Outcome:
+    """Run every scenario, writing into run_dir; always returns the summary of what was measured."""
+    origin_ns = perf_counter_ns()
+    info = info if info is not None else asyncio.run(discover(plan))
+    usage = USAGE_PER_CHUNK if plan.usage == "auto" else plan.usage
+    spec = RequestSpec(parse_endpoint(plan.url, api=plan.api, api_key=plan.api_key), info.get("served") or "default",
+                       plan.max_tokens, plan.temperature, plan.ignore_eos, usage, plan.extra_body)
+    make_run_dir(run_dir)
+    prov = provenance(plan, info, spec, origin_ns, ceiling_note)
+    write_json(run_dir / PROVENANCE, prov)
+    tokenizer = None
+    if plan.tokenizer:
+        from roofline.bench.tokens import load_tokenizer
+
+        tokenizer = load_tokenizer(plan.tokenizer)
+    log = RequestLog(run_dir / "requests.jsonl", origin_ns)
+    cpu: dict[str, float] = {}
+    interrupted = False
+    ids = [0, -1]  # next id to give, highest id written
+    try:
+        for i, scenario in enumerate(plan.scenarios):
+            total = scenario.num_requests or (None if scenario.duration_s else
+                                              load.default_num_requests(scenario, len(plan.prompts), plan.reps))
+            progress.start(scenario.name, total, scenario.duration_s)
+            spec, cpu[scenario.name] = asyncio.run(
+                _scenario(plan, spec, scenario, log, progress, ids, tokenizer, negotiate=(i == 0 and plan.usage == "auto")))
+            prov["usage_used"] = spec.usage
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        interrupted = True
+    finally:
+        log.close()
+        progress.stop()
+    prov["interrupted"] = interrupted
+    write_json(run_dir / PROVENANCE, prov)
+    summary = summarize_run(run_dir, prov, ceiling=ceiling, slo_s=plan.slo_s, cpu_s=cpu)
+    return Outcome(run_dir, summary, interrupted)
+
+
+def summarize_run(run_dir: Path, prov: dict, *, ceiling: Any, slo_s: dict | None, cpu_s: dict[str, float] | None = None) -> dict:
+    lines, bad = read_requests(run_dir)
+    summary = summarize(lines, provenance=prov, ceiling=ceiling, slo_s=slo_s, unreadable_lines=bad)
+    for s in summary["scenarios"]:
+        c = (cpu_s or {}).get(s["scenario"]["name"])
+        if c is not None:
+            tokens = s["output_tokens"]
+            s["client_cpu_s"] = c
+            s["client_cpu_us_per_token"] = 1e6 * c / tokens if tokens else None
+    write_json(run_dir / SUMMARY_JSON, summary)
+    return summary

@@ -1,0 +1,315 @@
+"""`roofline bench`: measure an OpenAI-compatible endpoint and hold it against the ceiling.
+
+Only typer, rich and the standard library at module level; the benchmark code is imported inside
+the command.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import typer
+
+from roofline.errors import UserError
+
+HELP = """Measure what an engine really delivers: TTFT, TPOT, per-token ITL, chunk gaps, Output Speed,
+E2E, requests/s, tokens/s and goodput, each request written to a run folder as it ends.
+
+Default: the B200 study's method: one stream, the built-in four fixed prompts, greedy, 3 reps,
+median with the per-prompt spread. See docs/metrics.md for every definition."""
+
+
+def _rates(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UserError(f"--rate must be comma-separated numbers of requests per second, e.g. 2,4,8 (got {text!r})") from None
+    if not values or any(not (0 < v < float("inf")) for v in values):  # also rejects nan
+        raise UserError(f"--rate values must be positive requests per second (got {text!r})")
+    return values
+
+
+def _positive(name: str, value: float | None, *, allow_zero: bool = False) -> None:
+    if value is None:
+        return
+    if value < 0 or (value == 0 and not allow_zero):
+        raise UserError(f"{name} must be {'zero or more' if allow_zero else 'positive'} (got {value})")
+
+
+def _seconds(name: str, text: str | None) -> float | None:
+    if text is None:
+        return None
+    from roofline.units import parse_seconds
+
+    value = parse_seconds(text, what=name)
+    if not value > 0:
+        raise UserError(f"{name} must be a positive time, e.g. 60s (got {text!r})")
+    return value
+
+
+def _markdown(summary: dict, tables: list, title: str) -> str:
+    from roofline.cli.output import markdown_table
+
+    out = [f"# {title}", ""]
+    for name, headers, rows, notes in tables:
+        out += [f"## {name}", "", markdown_table(headers, rows), ""]
+        out += [f"- {n}" for n in notes]
+        if notes:
+            out.append("")
+    prov = summary.get("provenance", {})
+    out += ["## provenance", ""]
+    for key in ("time_utc", "roofline_version", "endpoint", "served_model", "model", "hardware", "usage_used"):
+        out.append(f"- {key}: {prov.get(key)}")
+    server = prov.get("server") or {}
+    out.append(f"- server: {server.get('header') or '?'} {server.get('version') or ''}".rstrip())
+    out.append(f"- arguments: `{' '.join(prov.get('arguments') or [])}`")
+    return "\n".join(out) + "\n"
+
+
+def _print(summary: dict, tables: list, *, as_json: bool, as_markdown: bool, title: str) -> None:
+    from roofline.cli import output
+
+    if as_json:
+        output.print_json(summary)
+        return
+    if as_markdown:
+        sys.stdout.write(_markdown(summary, tables, title))
+        return
+    for name, headers, rows, notes in tables:
+        output.emit_table(name, headers, rows, as_markdown=False, notes=notes)
+
+
+class _RichProgress:
+    """A rich progress bar on stderr, one task per scenario."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
+                          console=Console(stderr=True), refresh_per_second=4, transient=False)
+        self.task = None
+        self.failed = 0
+        self.p.start()
+
+    def start(self, name: str, total: int | None, duration_s: float | None) -> None:
+        self.failed = 0
+        label = f"{name} ({duration_s:g}s)" if duration_s else name
+        self.task = self.p.add_task(label, total=total, failed=0)
+
+    def advance(self, ok: bool) -> None:
+        if not ok:
+            self.failed += 1
+        self.p.update(self.task, advance=1, failed=self.failed)
+
+    def note(self, text: str) -> None:
+        self.p.console.print(text, highlight=False)
+
+    def stop(self) -> None:
+        self.p.stop()
+
+
+def _interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: stop cleanly, keep what was measured
+    raise KeyboardInterrupt
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("bench", help=HELP)
+    def bench(
+        url: str | None = typer.Argument(None, help="Server URL: http://HOST:PORT, .../v1, or .../v1/chat/completions."),
+        model: str | None = typer.Option(None, "--model", help="Model for the ceiling (catalogue name, config.json or folder); also the served name when the server lists it."),
+        hardware: str | None = typer.Option(None, "--hardware", help="Hardware for the ceiling: a catalogue name, 'local' (the profile from `roofline probe`) or a bandwidth like 8TB/s."),
+        gpus: int = typer.Option(1, "--gpus", help="GPUs the model is spread over, for the ceiling."),
+        served_model: str | None = typer.Option(None, "--served-model", help="Model name to send; default: found through GET /v1/models."),
+        api: str | None = typer.Option(None, "--api", help="chat (/v1/chat/completions, default) or completions (/v1/completions)."),
+        api_key: str | None = typer.Option(None, "--api-key", envvar="ROOFLINE_API_KEY", help="Bearer token (or set ROOFLINE_API_KEY)."),
+        prompts: Path | None = typer.Option(None, "--prompts", help="JSONL prompt file: {\"prompt\": ...} or {\"messages\": [...]} per line, optional id and max_tokens."),
+        synthetic: bool = typer.Option(False, "--synthetic", help="Random-word prompts of --input-len tokens asking for --output-len tokens (sets --ignore-eos)."),
+        input_len: str = typer.Option("1024", "--input-len", help="Synthetic prompt length: N, A-B (uniform) or MEAN~STD (normal)."),
+        output_len: str = typer.Option("256", "--output-len", help="Synthetic output length: N, A-B or MEAN~STD."),
+        max_tokens: int = typer.Option(256, "--max-tokens", help="Most tokens to generate per request (a prompt's own max_tokens wins)."),
+        ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Ask the server to keep generating past end-of-sequence (vLLM, SGLang, llama.cpp)."),
+        temperature: float = typer.Option(0.0, "--temperature", help="Sampling temperature; 0 is greedy (the default, for repeatable runs)."),
+        reps: int = typer.Option(3, "--reps", help="Times each prompt is sent; the summary shows the median and the spread."),
+        concurrency: str | None = typer.Option(None, "--concurrency", help="Closed loop: streams kept busy, a sweep like 1,4,16,64."),
+        rate: str | None = typer.Option(None, "--rate", help="Open loop: arrivals per second, a sweep like 2,4,8."),
+        arrivals: str = typer.Option("poisson", "--arrivals", help="Open-loop arrival process: poisson, gamma or constant."),
+        burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape for --arrivals gamma (below 1 burstier; 1 is Poisson)."),
+        max_concurrency: int | None = typer.Option(None, "--max-concurrency", help="Open loop: most requests in flight; later ones wait and the wait counts in TTFT."),
+        duration: str | None = typer.Option(None, "--duration", help="Run each scenario this long (e.g. 60s, 2m) instead of a request count."),
+        num_requests: int | None = typer.Option(None, "--num-requests", help="Measured requests per scenario (default: prompts x reps; 4 per stream; 20 s of arrivals)."),
+        warmup: int = typer.Option(1, "--warmup", help="Warm-up requests before each scenario, recorded but left out of the results."),
+        timeout: str = typer.Option("600s", "--timeout", help="Per-request timeout, e.g. 30s; a request past it fails as 'timeout'."),
+        slo: str | None = typer.Option(None, "--slo", help="Goodput limits, e.g. ttft=450ms,tpot=40ms (keys: ttft, tpot, e2e, itl)."),
+        workers: int = typer.Option(1, "--workers", help="Client processes; use more when one cannot keep up (see --calibrate)."),
+        tokenizer: str | None = typer.Option(None, "--tokenizer", help="Local tokenizer.json to count tokens when the server gives no per-chunk usage."),
+        usage: str = typer.Option("auto", "--usage", help="Token accounting to ask for: auto, per-chunk, final or none (auto falls back when refused)."),
+        seed: int = typer.Option(0, "--seed", help="Seed for arrivals and synthetic prompts."),
+        out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/<time>-<label>)."),
+        label: str | None = typer.Option(None, "--label", help="Name in the default run folder."),
+        calibrate: bool = typer.Option(False, "--calibrate", help="Measure this client against a built-in null server with an exact schedule."),
+        engine: str | None = typer.Option(None, "--engine", help="Start a local engine and benchmark it: 'embedded' (roofline serve)."),
+        engine_arg: list[str] = typer.Option([], "--engine-arg", help="Argument passed to the started engine (repeat), e.g. --engine-arg=--threads --engine-arg=2."),
+        engine_cmd: str | None = typer.Option(None, "--engine-cmd", help="Start this server command instead ({port}, {host}, {python} are filled in)."),
+        engine_timeout: str = typer.Option("300s", "--engine-timeout", help="How long a started engine may take to answer /health."),
+        as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+        as_markdown: bool = typer.Option(False, "--markdown", help="Print the summary as Markdown."),
+    ) -> None:
+        opts = dict(locals())
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            code = _run(opts)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        if code:
+            sys.exit(code)  # not typer.Exit: the app runs with standalone_mode=False, which swallows its code
+
+
+def _plan(o: dict):
+    """Check every option (UserError on the first bad one) and build the BenchPlan."""
+    from roofline.bench.api import CHAT, COMPLETIONS, USAGE_LEVELS
+    from roofline.bench.load import ARRIVALS, Scenario
+    from roofline.bench.metrics import parse_slo
+    from roofline.bench.plan import BenchPlan
+    from roofline.bench.workloads import (
+        builtin_prompts,
+        load_prompts_jsonl,
+        parse_length,
+        synthetic_prompts,
+    )
+    from roofline.units import parse_int_list
+
+    if not (o["url"] or o["engine"] or o["engine_cmd"]):
+        raise UserError("give a server URL, --engine embedded, --engine-cmd or --calibrate")
+    if o["engine"] not in (None, "embedded"):
+        raise UserError(f"unknown --engine {o['engine']!r}: the built-in one is 'embedded' (use --engine-cmd for others)")
+    if o["url"] and (o["engine"] or o["engine_cmd"]):
+        raise UserError("give either a URL or an engine to start, not both")
+    if o["api"] not in (None, CHAT, COMPLETIONS):
+        raise UserError(f"--api must be {CHAT} or {COMPLETIONS} (got {o['api']!r})")
+    if o["usage"] not in ("auto", *USAGE_LEVELS):
+        raise UserError(f"--usage must be auto, {', '.join(USAGE_LEVELS)} (got {o['usage']!r})")
+    if o["arrivals"] not in ARRIVALS:
+        raise UserError(f"--arrivals must be one of {', '.join(ARRIVALS)} (got {o['arrivals']!r})")
+    for name in ("max_tokens", "reps", "workers", "burstiness", "gpus", "max_concurrency", "num_requests"):
+        _positive("--" + name.replace("_", "-"), o[name])
+    _positive("--warmup", o["warmup"], allow_zero=True)
+    if o["synthetic"] and o["prompts"]:
+        raise UserError("give --prompts or --synthetic, not both")
+    duration = _seconds("--duration", o["duration"])
+    timeout = _seconds("--timeout", o["timeout"])
+    slo = parse_slo(o["slo"]) if o["slo"] is not None else None
+    tokenizer = None
+    if o["tokenizer"]:
+        from roofline.bench.tokens import load_tokenizer
+
+        tokenizer = load_tokenizer(o["tokenizer"])
+    ignore_eos = o["ignore_eos"]
+    if o["synthetic"]:
+        ins, outs = parse_length(o["input_len"], what="--input-len"), parse_length(o["output_len"], what="--output-len")
+        prompts = synthetic_prompts(o["num_requests"] or 64, ins, outs, seed=o["seed"], tokenizer=tokenizer)
+        ignore_eos = True
+    elif o["prompts"]:
+        prompts = load_prompts_jsonl(o["prompts"])
+    else:
+        prompts = builtin_prompts()
+    scenarios = []
+    if o["concurrency"]:
+        scenarios += [Scenario("concurrency", concurrency=c, num_requests=o["num_requests"], duration_s=duration)
+                      for c in parse_int_list(o["concurrency"], what="--concurrency")]
+    if o["rate"]:
+        scenarios += [Scenario("rate", rate_per_s=r, arrivals=o["arrivals"], burstiness=o["burstiness"],
+                               max_concurrency=o["max_concurrency"], num_requests=o["num_requests"], duration_s=duration)
+                      for r in _rates(o["rate"])]
+    if not scenarios:
+        scenarios = [Scenario("sequential", num_requests=o["num_requests"], duration_s=duration)]
+    label = o["label"] or ("embedded" if o["engine"] else "engine" if o["engine_cmd"] else _host_label(o["url"]))
+    return BenchPlan(
+        url=o["url"] or "", prompts=prompts, scenarios=scenarios, api=o["api"], api_key=o["api_key"],
+        served_model=o["served_model"], model=o["model"], hardware=o["hardware"], gpus=o["gpus"], reps=o["reps"],
+        max_tokens=o["max_tokens"], temperature=o["temperature"], ignore_eos=ignore_eos, usage=o["usage"],
+        warmup=o["warmup"], timeout_s=timeout, workers=o["workers"], tokenizer=o["tokenizer"], seed=o["seed"],
+        slo_s=slo, label=label, argv=list(sys.argv[1:]),
+    )
+
+
+def _host_label(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        return f"{parts.hostname}-{parts.port}" if parts.port else str(parts.hostname)
+    except ValueError:
+        return "bench"
+
+
+def _run(o: dict) -> int:
+    if o["calibrate"]:
+        return _calibrate(o)
+    from roofline.bench.launch import ServerDied
+    from roofline.bench.report import tables
+    from roofline.bench.results import SUMMARY_MD, default_run_dir
+    from roofline.bench.session import EngineSpec, run_session
+
+    plan = _plan(o)
+    engine = EngineSpec(o["engine"], tuple(o["engine_arg"]), o["engine_cmd"],
+                        _seconds("--engine-timeout", o["engine_timeout"]) or 300.0)
+    run_dir = o["out"] or default_run_dir(plan.label)
+    progress = _RichProgress()
+    try:
+        outcome = run_session(plan, run_dir, progress, engine)
+    except ServerDied as e:
+        progress.stop()
+        sys.stderr.write(f"--- last lines of the server's log ---\n{e.tail}\n---\n")
+        raise
+    finally:
+        progress.stop()
+    summary = outcome.summary
+    prov = summary["provenance"]
+    title = f"roofline bench: {prov.get('endpoint')} ({prov.get('served_model')})"
+    tbls = tables(summary)
+    (outcome.run_dir / SUMMARY_MD).write_text(_markdown(summary, tbls, title), encoding="utf-8")
+    _print(summary, tbls, as_json=o["as_json"], as_markdown=o["as_markdown"], title=title)
+    typer.echo(f"run folder: {outcome.run_dir}", err=True)
+    if outcome.interrupted:
+        typer.echo("interrupted: the summary covers the requests that ended", err=True)
+        return 130
+    ok = sum(s["requests"]["ok"] for s in summary["scenarios"])
+    if ok == 0:
+        typer.echo("no request succeeded (see the failure reasons above)", err=True)
+        return 1
+    return 0
+
+
+def _calibrate(o: dict) -> int:
+    from roofline.bench.calibrate import run_calibration, table_rows
+    from roofline.bench.results import default_run_dir, write_json
+    from roofline.cli import output
+
+    _positive("--workers", o["workers"])
+    run_dir = o["out"] or default_run_dir("calibrate")
+    progress = _RichProgress()
+    try:
+        results = run_calibration(workers=o["workers"], out_dir=run_dir, progress=progress)
+    finally:
+        progress.stop()
+    headers, rows, notes = table_rows(results)
+    data = [{"case": r.case.name, "concurrency": r.case.concurrency, "workers": r.case.workers,
+             "schedule": vars(r.case.schedule), "metrics": r.rows, **r.facts} for r in results]
+    write_json(Path(run_dir) / "calibration.json", data)
+    if o["as_json"]:
+        output.print_json(data)
+    else:
+        output.emit_table("client calibration against the null server (exact schedule)", headers, rows,
+                          as_markdown=o["as_markdown"], notes=notes)
+    typer.echo(f"run folder: {run_dir}", err=True)
+    return 0

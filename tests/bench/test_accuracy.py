@@ -1,0 +1,85 @@
+"""The client against the null server's exact schedule: every metric close to the truth.
+
+The machine is shared and noisy, so each check allows for scheduling noise in the right direction
+only (a client can be late, never early) and uses medians where one outlier could sit."""
+
+import statistics
+
+import pytest
+from bench_helpers import measured, nullserver, run
+
+from roofline.bench.load import Scenario
+from roofline.bench.results import read_requests
+from roofline.bench.schedule import Schedule
+
+MS = 1e-3
+SCHED = Schedule(ttft_s=0.030, gap_s=0.004, tokens=24, tokens_per_chunk=3)
+
+
+@pytest.fixture(scope="module")
+def url3():
+    with nullserver("--ttft", "30ms", "--gap", "4ms", "--tokens", "24", "--tokens-per-chunk", "3") as url:
+        yield url
+
+
+@pytest.mark.parametrize("scenario", [Scenario("sequential", num_requests=6), Scenario("concurrency", concurrency=4, num_requests=16)],
+                         ids=["sequential", "concurrency4"])
+def test_every_metric_against_the_schedule(url3, tmp_path, scenario):
+    outcome = run(url3, [scenario], tmp_path / "run", usage="per-chunk")
+    s = outcome.summary["scenarios"][0]
+    truth = SCHED.truth()
+    assert s["requests"]["ok"] == scenario.num_requests and s["requests"]["failed"] == 0
+    assert s["requests"]["warmup"] == 1  # recorded, not measured
+    lines = measured(read_requests(tmp_path / "run")[0])
+    for ln in lines:  # token counts are exact, chunk by chunk
+        assert ln["token_source"] == "usage_per_chunk"
+        assert ln["chunk_tokens"] == [3] * 8 and ln["output_tokens"] == 24
+    m = s["metrics"]
+    # a client can only be late: lower bounds are the truth itself (less a timer's rounding)
+    assert truth["ttft_s"] - 0.2 * MS <= m["ttft_s"]["p50"] <= truth["ttft_s"] + 3 * MS
+    assert truth["e2e_s"] - 0.2 * MS <= m["e2e_s"]["p50"] <= truth["e2e_s"] + 3 * MS
+    assert m["tpot_s"]["mean"] == pytest.approx(truth["tpot_s"], rel=0.03)
+    assert m["output_speed_tok_per_s"]["p50"] == pytest.approx(truth["output_speed_tok_per_s"], rel=0.03)
+    assert m["chunk_gap_s"]["p50"] == pytest.approx(3 * SCHED.gap_s, abs=1 * MS)
+    assert m["itl_s"]["p50"] == pytest.approx(SCHED.gap_s, abs=0.4 * MS)  # a 12 ms gap over 3 tokens
+    assert m["itl_s"]["mean"] == pytest.approx(m["tpot_s"]["mean"], rel=1e-9)  # by definition, same n each
+    assert m["tokens_per_chunk"]["mean"] == 3.0
+    assert s["output_tokens"] == 24 * scenario.num_requests
+
+
+def test_client_delay_against_server_send_stamps(url3, tmp_path):
+    """The server stamps each event with its send time on the shared monotonic clock: the client's
+    own delay (its timestamp minus the server's) is small and never negative."""
+    run(url3, [Scenario("sequential", num_requests=4)], tmp_path / "run", usage="per-chunk")
+    lines = measured(read_requests(tmp_path / "run")[0])
+    delays = [c - s for ln in lines for c, s in zip(ln["chunk_ns"], ln["server_chunk_ns"])]
+    assert len(delays) == 4 * 8
+    assert min(delays) > 0
+    assert statistics.median(delays) < 1_000_000  # ns
+
+
+def test_final_usage_only_on_the_completions_api(url3, tmp_path):
+    """Without per-chunk usage the total is shared by characters: exact here, all chunks alike."""
+    outcome = run(url3, [Scenario("sequential", num_requests=3)], tmp_path / "run", usage="final", api="completions")
+    s = outcome.summary["scenarios"][0]
+    assert s["token_sources"] == {"usage_total+chars": 3}
+    lines = measured(read_requests(tmp_path / "run")[0])
+    assert all(ln["chunk_tokens"] == [3] * 8 for ln in lines)
+    assert s["metrics"]["tpot_s"]["mean"] == pytest.approx(SCHED.truth()["tpot_s"], rel=0.03)
+
+
+def test_without_usage_each_chunk_counts_one_and_says_so(url3, tmp_path):
+    outcome = run(url3, [Scenario("sequential", num_requests=2)], tmp_path / "run", usage="none")
+    s = outcome.summary["scenarios"][0]
+    assert s["token_sources"] == {"chunks": 2}
+    assert s["output_tokens"] == 2 * 8  # undercounted, and labelled as such
+
+
+def test_auto_usage_falls_back_when_a_strict_server_refuses(tmp_path):
+    with nullserver("--strict", "--ttft", "5ms", "--gap", "1ms", "--tokens", "4") as url:
+        outcome = run(url, [Scenario("sequential", num_requests=2)], tmp_path / "run", usage="auto")
+    prov = outcome.summary["provenance"]
+    assert prov["usage_used"] == "final"
+    s = outcome.summary["scenarios"][0]
+    assert s["requests"]["ok"] == 2 and s["token_sources"] == {"usage_total": 2}
+    assert s["requests"]["warmup"] == 3  # the refused probe, the accepted probe, the warm-up

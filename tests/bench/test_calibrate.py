@@ -1,0 +1,16 @@
+from roofline.bench.calibrate import Case, run_calibration, table_rows
+from roofline.bench.schedule import Schedule
+
+
+def test_calibration_reports_small_errors_against_the_truth(tmp_path):
+    cases = [Case("2 streams, 2-token chunks", Schedule(0.03, 0.004, 12, 2), concurrency=2, requests=6)]
+    [r] = run_calibration(cases, out_dir=tmp_path)
+    errors = {row["key"]: row["error_pct"] for row in r.rows}
+    assert set(errors) == {"ttft_s", "tpot_s", "itl_s", "chunk_gap_s", "e2e_s", "output_speed_tok_per_s"}
+    # a late client inflates TTFT a little; the token rate stays within a few percent
+    assert -1 < errors["ttft_s"] < 15
+    assert abs(errors["tpot_s"]) < 5 and abs(errors["output_speed_tok_per_s"]) < 5
+    assert r.facts["requests_ok"] == 6 and r.facts["client_cpu_us_per_token"] > 0
+    assert 0 < r.facts["client_delay_p50_ms"] < 2
+    _, rows, notes = table_rows([r])
+    assert len(rows) == 6 and "µs/token" in notes[0]

@@ -1,0 +1,94 @@
+"""An interrupted or killed run keeps every request that ended, as valid JSONL."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from bench_helpers import nullserver
+
+
+def start_bench(url, out, *extra):
+    cmd = [sys.executable, "-m", "roofline", "bench", url, "--concurrency", "4", "--num-requests", "60",
+           "--warmup", "0", "--out", str(out), *extra]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_lines(path, n, proc, timeout_s=30):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_bytes().count(b"\n") >= n:
+            return
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.05)
+    raise AssertionError("the run wrote too few lines")
+
+
+def read_lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]  # every line must parse
+
+
+def children(pid):
+    out = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            out |= {int(x) for x in f.read().split()}
+    return out
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def slow_url():
+    with nullserver("--ttft", "10ms", "--gap", "25ms", "--tokens", "12") as url:  # ~0.3 s per request
+        yield url
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_sigkill_loses_nothing_that_ended(slow_url, tmp_path, workers):
+    proc = start_bench(slow_url, tmp_path / "run", "--workers", workers)
+    log = tmp_path / "run" / "requests.jsonl"
+    wait_for_lines(log, 6, proc)
+    kids = children(proc.pid)
+    proc.kill()
+    proc.wait()
+    lines = read_lines(log)
+    assert len(lines) >= 6
+    # workers outlive the parent by a moment: their parent-death signal makes them write what was
+    # in flight as cancelled; everything else ended complete
+    assert all((ln["ok"] and ln["output_tokens"] == 12) or ln["error_kind"] == "cancelled" for ln in lines)
+    assert sum(ln["ok"] for ln in lines) >= 6 - 4
+    assert len({ln["id"] for ln in lines}) == len(lines)
+    assert (tmp_path / "run" / "provenance.json").exists()
+    deadline = time.monotonic() + 5
+    while any(alive(k) for k in kids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(k) for k in kids), "worker processes outlived a killed bench"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupt_writes_cancelled_requests_and_a_summary(slow_url, tmp_path, sig):
+    proc = start_bench(slow_url, tmp_path / "run")
+    log = tmp_path / "run" / "requests.jsonl"
+    wait_for_lines(log, 4, proc)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    lines = read_lines(log)
+    done = [ln for ln in lines if ln["ok"] and ln["phase"] == "measured"]
+    cancelled = [ln for ln in lines if ln["error_kind"] == "cancelled"]
+    assert len(done) >= 4 and 1 <= len(cancelled) <= 4  # the ones in flight when it stopped
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    s = summary["scenarios"][0]
+    assert s["requests"]["ok"] == len(done) and s["requests"]["failures"]["cancelled"]["count"] == len(cancelled)
+    assert summary["provenance"]["interrupted"] is True
+    assert "latency" in out  # the partial summary is still printed

@@ -1,0 +1,158 @@
+"""Starting and stopping a local server: ready on /health, stopped always, no orphan left."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from roofline.bench.launch import (
+    LocalServer,
+    ServerDied,
+    command_from_template,
+    free_port,
+)
+from roofline.bench.load import Scenario
+from roofline.bench.plan import BenchPlan
+from roofline.bench.runner import Progress
+from roofline.bench.session import EngineSpec, run_session
+from roofline.bench.workloads import Prompt
+
+
+def processes_with(marker: str) -> list[int]:
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        with open(f"/proc/{pid}/stat") as s:
+                            if s.read().split(")")[-1].split()[0] != "Z":
+                                out.append(int(pid))
+            except OSError:
+                pass
+    return out
+
+
+def wait_gone(marker: str, timeout_s: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return processes_with(marker)
+
+
+def null_template(marker: str, *extra: str) -> str:
+    return ("{python} -m roofline.bench.nullserver --host {host} --port {port} --ttft 5ms --gap 1ms --tokens 4 "
+            f"--model {marker} " + " ".join(extra))
+
+
+def test_local_server_starts_answers_and_stops(tmp_path):
+    marker = f"m{uuid.uuid4().hex}"
+    port = free_port()
+    server = LocalServer(command_from_template(null_template(marker, "--workers", "2"), port, "127.0.0.1"),
+                         host="127.0.0.1", port=port, log_path=tmp_path / "server.log", ready_timeout_s=20)
+    with server:
+        assert server._healthy()
+        assert len(processes_with(marker)) == 2  # the server and its second worker, one group
+    assert wait_gone(marker) == []
+    assert server.proc.returncode is not None
+
+
+def test_server_that_dies_reports_its_log_tail(tmp_path):
+    argv = [sys.executable, "-c", "import sys; print('loading weights... failed: no such file'); sys.exit(3)"]
+    server = LocalServer(argv, host="127.0.0.1", port=free_port(), log_path=tmp_path / "server.log", ready_timeout_s=20)
+    with pytest.raises(ServerDied) as e, server:
+        pass
+    assert "code 3" in str(e.value) and "no such file" in e.value.tail
+
+
+def test_server_that_never_gets_ready_times_out_and_is_stopped(tmp_path):
+    marker = f"m{uuid.uuid4().hex}"
+    argv = [sys.executable, "-c", f"import time; time.sleep(60)  # {marker}"]
+    server = LocalServer(argv, host="127.0.0.1", port=free_port(), log_path=tmp_path / "s.log", ready_timeout_s=0.5)
+    with pytest.raises(ServerDied, match="did not answer"), server:
+        pass
+    assert wait_gone(marker) == []
+
+
+def test_cli_engine_cmd_with_server_reported_bytes_per_token(tmp_path):
+    marker = f"m{uuid.uuid4().hex}"
+    cmd = [sys.executable, "-m", "roofline", "bench", "--engine-cmd", null_template(marker, "--bytes-per-token", "1000000"),
+           "--hardware", "1GB/s", "--reps", "1", "--json", "--out", str(tmp_path / "run")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(p.stdout)
+    assert summary["ceiling"]["tok_per_s"] == pytest.approx(1000.0)  # 1 GB/s over 1 MB per token
+    v = summary["scenarios"][0]["vs_ceiling"]
+    assert v["percent_of_ceiling"] == pytest.approx(100 * v["measured_tok_per_s"] / 1000.0)
+    assert v["effective_bandwidth_bytes_per_s"] == pytest.approx(v["measured_tok_per_s"] * 1e6)
+    assert summary["provenance"]["served_model"] == marker
+    assert (tmp_path / "run" / "server.log").exists() and (tmp_path / "run" / "summary.md").exists()
+    assert wait_gone(marker) == []
+
+
+def test_sigterm_to_bench_stops_the_engine(tmp_path):
+    marker = f"m{uuid.uuid4().hex}"
+    template = null_template(marker).replace("--gap 1ms --tokens 4", "--gap 50ms --tokens 40")
+    cmd = [sys.executable, "-m", "roofline", "bench", "--engine-cmd", template, "--reps", "5", "--out", str(tmp_path / "run")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "run" / "requests.jsonl"
+    deadline = time.monotonic() + 30
+    while not (log.exists() and log.read_bytes().count(b"\n") >= 2) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.05)
+    assert processes_with(marker)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert wait_gone(marker) == []
+
+
+def test_embedded_engine_defaults_to_the_local_profile(tmp_path, monkeypatch):
+    """--engine embedded with no --hardware: the ceiling is the server's bytes over this machine's
+    measured read bandwidth (here a profile file written for the test)."""
+    monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path / "cache"))
+    from roofline.hardware.profile import profile_path
+
+    stats = {"median": 2e9, "min": 2e9, "max": 2e9, "runs": [2e9]}
+    profile_path().parent.mkdir(parents=True)
+    profile_path().write_text(json.dumps({"name": "local", "cpu": "test cpu", "threads": 2, "memory_bytes": 2**34,
+                                          "bandwidth_bytes_per_s": {"read": stats, "copy": stats, "triad": stats},
+                                          "flops": {}}))
+    marker = f"m{uuid.uuid4().hex}"
+    plan = BenchPlan(url="", prompts=[Prompt("p", "hi")], scenarios=[Scenario("sequential", num_requests=2)],
+                     warmup=0, usage="per-chunk", timeout_s=20)
+    engine = EngineSpec(kind="embedded", command=null_template(marker, "--bytes-per-token", "4000000"), ready_timeout_s=20)
+    outcome = run_session(plan, tmp_path / "run", Progress(), engine)
+    assert outcome.summary["ceiling"]["tok_per_s"] == pytest.approx(500.0)
+    assert outcome.summary["ceiling"]["hardware"] == "local"
+    assert outcome.summary["scenarios"][0]["requests"]["ok"] == 2
+    assert wait_gone(marker) == []
+
+
+def test_catalogue_model_and_hardware_give_the_ceiling(null_url, tmp_path):
+    from roofline.bounds.ceiling import ceiling_for
+
+    plan = BenchPlan(url=null_url, prompts=[Prompt("p", "hi")], scenarios=[Scenario("sequential", num_requests=2)],
+                     warmup=0, usage="per-chunk", timeout_s=20, model="openai/gpt-oss-120b", hardware="b200")
+    outcome = run_session(plan, tmp_path / "run", Progress())
+    expected = ceiling_for("openai/gpt-oss-120b", "b200")
+    c = outcome.summary["ceiling"]
+    assert c["tok_per_s"] == pytest.approx(expected.tok_per_s)
+    assert 1500 < c["tok_per_s"] < 1700  # the B200 study's worked example: about 1,610 tok/s
+    v = outcome.summary["scenarios"][0]["vs_ceiling"]
+    assert v["percent_of_ceiling"] == pytest.approx(100 * v["measured_tok_per_s"] / expected.tok_per_s)
+
+
+def test_unknown_hardware_is_a_user_error_before_anything_is_sent(null_url, tmp_path):
+    from roofline.errors import UserError
+
+    plan = BenchPlan(url=null_url, prompts=[Prompt("p", "hi")], scenarios=[Scenario("sequential", num_requests=2)],
+                     warmup=0, usage="per-chunk", model="openai/gpt-oss-120b", hardware="abacus")
+    with pytest.raises(UserError):
+        run_session(plan, tmp_path / "run", Progress())
+    assert not (tmp_path / "run" / "requests.jsonl").exists()

@@ -1,0 +1,32 @@
+from bench_helpers import measured, run
+
+from roofline.bench.load import Scenario
+from roofline.bench.plan import BenchPlan, shares
+from roofline.bench.results import read_requests
+from roofline.bench.workloads import Prompt
+
+
+def test_shares_split_streams_and_requests():
+    plan = BenchPlan(url="", prompts=[Prompt("a", "x"), Prompt("b", "y")], scenarios=[], reps=1)
+    sc = Scenario("concurrency", concurrency=5, num_requests=11)
+    parts = shares(sc, 2, plan)
+    assert [p.streams for p in parts] == [3, 2]
+    ids = [sorted(i for i, _ in p.closed_jobs(plan, sc, 100)) for p in parts]
+    assert sorted(ids[0] + ids[1]) == list(range(100, 111)) and not set(ids[0]) & set(ids[1])
+    rate = Scenario("rate", rate_per_s=10, num_requests=7)
+    arr = [p.arrivals(plan, rate, 0) for p in shares(rate, 3, plan)]
+    assert sorted(i for a in arr for _, i, _ in a) == list(range(7))
+
+
+def test_two_worker_processes_measure_like_one(null_url, tmp_path):
+    outcome = run(null_url, [Scenario("concurrency", concurrency=4, num_requests=16)], tmp_path / "run",
+                  workers=2, usage="per-chunk")
+    s = outcome.summary["scenarios"][0]
+    assert s["requests"]["ok"] == 16 and s["requests"]["failed"] == 0
+    lines = measured(read_requests(tmp_path / "run")[0])
+    assert {ln["worker"] for ln in lines} == {0, 1}
+    assert len({ln["id"] for ln in lines}) == 16
+    assert all(ln["chunk_tokens"] == [2, 2, 2, 2] for ln in lines)
+    # the null_url schedule: 20 ms to the first token
+    assert 0.020 <= s["metrics"]["ttft_s"]["p50"] < 0.030
+    assert s["client_cpu_s"] > 0 and s["client_cpu_us_per_token"] > 0
