@@ -23,6 +23,11 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _group() -> None:
+    """Keep `roofline` a command group even when only one sub-command is registered."""
+
+
 def _register() -> None:
     # Imported here, not at module top, so a broken optional module cannot hide the others' help.
     from roofline.cli import commands

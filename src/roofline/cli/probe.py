@@ -1,0 +1,120 @@
+"""`roofline probe`: measure this machine's memory bandwidth and matrix rates, and save the profile."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+
+QUICK_SIZE_BYTES = 128 << 20  # still beyond a typical last-level cache, a few seconds in all
+QUICK_REPEATS = 3
+QUICK_MATMUL_N = 1024
+QUICK_CUDA_MATMUL_N = 4096
+
+# (section in the profile, key, label, unit, divisor)
+_ROWS = [
+    ("bandwidth_bytes_per_s", "read", "read", "GB/s", 1e9),
+    ("bandwidth_bytes_per_s", "copy", "copy", "GB/s", 1e9),
+    ("bandwidth_bytes_per_s", "triad", "triad", "GB/s", 1e9),
+    ("bandwidth_bytes_per_s", "matvec_fp32", "matvec fp32", "GB/s", 1e9),
+    ("flops", "matvec_fp32", "matvec fp32", "GFLOP/s", 1e9),
+    ("flops", "matmul_fp32", "matmul fp32", "GFLOP/s", 1e9),
+    ("flops", "matmul_bf16", "matmul bf16", "GFLOP/s", 1e9),
+]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("probe")(probe)
+
+
+def probe(
+    size: Optional[str] = typer.Option(
+        None, "--size", help="Bytes each bandwidth kernel streams per pass, all its arrays together (e.g. 1GiB, "
+        "256MiB, 1e9). Keep it far above the last-level cache. Default 1GiB, or 128MiB with --quick."),
+    repeats: Optional[int] = typer.Option(
+        None, "--repeats", help="Timed passes per kernel, after 2 warm-up passes; the table shows their "
+        "median, min and max. Default 10, or 3 with --quick."),
+    threads: Optional[int] = typer.Option(
+        None, "--threads", help="Threads for the CPU kernels. Default: every CPU this process may use."),
+    quick: bool = typer.Option(
+        False, "--quick", help="A rough probe in a few seconds (smaller arrays and matrices, 3 passes)."),
+    save: bool = typer.Option(
+        True, "--save/--no-save", help="Save the profile to the user cache (read by --hardware local)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the whole profile as JSON."),
+    as_markdown: bool = typer.Option(False, "--markdown", help="Print the table as Markdown."),
+) -> None:
+    """Measure this machine: read, copy and triad bandwidth, and matvec / matmul rates; save the profile."""
+    from roofline.hardware import probe as hw
+    from roofline.units import parse_bytes
+
+    settings: dict[str, Any] = {
+        "size_bytes": parse_bytes(size, what="--size") if size is not None
+        else (QUICK_SIZE_BYTES if quick else hw.DEFAULT_SIZE_BYTES),
+        "repeats": repeats if repeats is not None else (QUICK_REPEATS if quick else hw.DEFAULT_REPEATS),
+        "threads": threads,
+        "matmul_n": QUICK_MATMUL_N if quick else hw.DEFAULT_MATMUL_N,
+        "cuda_matmul_n": QUICK_CUDA_MATMUL_N if quick else hw.CUDA_MATMUL_N,
+    }
+    # checked before the progress bar starts, so a mistake prints as one clean line
+    hw.check_settings(settings["size_bytes"], settings["repeats"], threads, matmul_n=settings["matmul_n"])
+    profile = _measure_with_progress(settings)
+    profile["settings"]["quick"] = quick
+
+    path = None
+    if save:
+        from roofline.hardware.profile import save_profile
+
+        path = save_profile(profile)
+    _print(profile, path, as_json=as_json, as_markdown=as_markdown)
+
+
+def _measure_with_progress(settings: dict[str, Any]) -> dict[str, Any]:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from roofline.hardware.probe import measure_profile
+
+    columns = (TextColumn("probe: {task.description:<26}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("starting", total=None)
+
+        def progress(what: str, done: int, total: int) -> None:
+            bar.update(task, description=what, completed=done, total=total)
+
+        return measure_profile(progress=progress, **settings)
+
+
+def _rows(results: dict[str, Any], backend_of: dict[str, str], prefix: str = "") -> list[list[str]]:
+    rows = []
+    for section, key, label, unit, divisor in _ROWS:
+        stats = results.get(section, {}).get(key)
+        if stats:
+            cells = [f"{stats[s] / divisor:,.1f}" for s in ("median", "min", "max")]
+            rows.append([prefix + label, *cells, unit, backend_of.get(key, "")])
+    return rows
+
+
+def _print(profile: dict[str, Any], path: Any, *, as_json: bool, as_markdown: bool) -> None:
+    if as_json:
+        from roofline.cli.output import print_json
+
+        print_json({**profile, "profile_path": str(path) if path else None})
+        return
+    from roofline.cli.output import emit_table
+
+    rows = _rows(profile, profile["backends"]["kernels"])
+    if "cuda" in profile:
+        gpu = profile["cuda"]
+        rows += _rows(gpu, {key: gpu["backend"] for *_, key, _, _, _ in _ROWS}, prefix=f"{gpu['device']}: ")
+    s = profile["settings"]
+    notes = [
+        f"{profile['cpu']}, threads: {profile['threads']}; {s['repeats']} timed passes per kernel after "
+        f"{s['warmup']} warm-up; {s['size_bytes'] / 2**20:,.0f} MiB per bandwidth kernel and matvec, "
+        f"{s['matmul_n']}² matmul.",
+        "Bytes counted as STREAM does (copy 2 arrays, triad 3); the CPU's write-allocate reads are not counted.",
+        f"Profile saved to {path}" if path else "Profile not saved (--no-save).",
+    ]
+    headers = ["kernel", "median", "min", "max", "unit", "backend"]
+    title = f"roofline probe, measured {profile['measured_at']}"
+    emit_table(title, headers, rows, as_markdown=as_markdown, notes=notes)

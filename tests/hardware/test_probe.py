@@ -1,0 +1,244 @@
+"""`roofline probe`: the kernels compute what they claim, the numbers are sane, the CLI keeps its contract."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from roofline.errors import UserError
+from roofline.hardware import probe
+
+SMALL = dict(size_bytes=4 << 20, repeats=2, warmup=1, matmul_n=64, use_cuda=False)
+
+
+def _assert_sane(stats: dict, repeats: int, low: float, high: float) -> None:
+    assert len(stats["runs"]) == repeats
+    assert all(r > 0 for r in stats["runs"])
+    assert stats["min"] <= stats["median"] <= stats["max"]
+    assert stats["min"] == min(stats["runs"]) and stats["max"] == max(stats["runs"])
+    assert low < stats["median"] < high, stats["median"]
+
+
+def test_rate_stats_is_amount_over_each_run_seconds():
+    s = probe.rate_stats(12.0, [1.0, 2.0, 4.0])
+    assert s["runs"] == [12.0, 6.0, 3.0]
+    assert (s["min"], s["median"], s["max"]) == (3.0, 6.0, 12.0)
+
+
+@pytest.mark.parametrize("n, parts", [(10, 3), (7, 7), (5, 8), (1 << 20, 2)])
+def test_slices_cover_the_array_exactly_once(n, parts):
+    covered = np.zeros(n, dtype=int)
+    for s in probe._slices(n, parts):
+        covered[s] += 1
+    assert (covered == 1).all()
+
+
+def test_blocked_triad_computes_b_plus_s_times_c_across_block_edges():
+    n = 2 * probe.TRIAD_BLOCK_ELEMS + 7
+    rng = np.random.default_rng(1)
+    b, c = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    a = np.zeros(n, dtype=np.float32)
+    for part in probe._slices(n, 3):
+        probe._triad_slice(a, b, c, np.float32(3.0), part)
+    np.testing.assert_array_equal(a, b + np.float32(3.0) * c)
+
+
+def test_matvec_shape_fits_the_size():
+    rows, cols = probe.matvec_shape(1 << 30)
+    assert cols == probe.MATVEC_COLS and rows * cols * 4 == 1 << 30
+    rows, cols = probe.matvec_shape(1 << 20)
+    assert rows >= 1 and rows * cols * 4 <= 1 << 20
+
+
+def test_quick_probe_gives_positive_sane_numbers_and_reports_progress():
+    seen = []
+    p = probe.measure_profile(threads=2, progress=lambda what, done, total: seen.append((done, total)), **SMALL)
+    for kernel in ("read", "copy", "triad", "matvec_fp32"):
+        # anything from a slow laptop to an HBM GPU: 100 MB/s .. 100 TB/s
+        _assert_sane(p["bandwidth_bytes_per_s"][kernel], 2, 1e8, 1e14)
+    for kernel in ("matvec_fp32", "matmul_fp32", "matmul_bf16"):
+        _assert_sane(p["flops"][kernel], 2, 1e6, 1e16)
+    # a matvec moves 4 bytes per 2 FLOPs: its two rates come from the same timings
+    ratio = p["bandwidth_bytes_per_s"]["matvec_fp32"]["median"] / p["flops"]["matvec_fp32"]["median"]
+    assert ratio == pytest.approx(2.0, rel=0.01)
+    assert p["threads"] == 2 and p["settings"]["repeats"] == 2 and p["memory_bytes"] > 0
+    assert p["backends"]["kernels"] == {"read": "numpy", "copy": "numpy", "triad": "numpy", "matvec_fp32": "numpy",
+                                        "matmul_fp32": "numpy", "matmul_bf16": "torch-cpu"}
+    assert [d for d, _ in seen] == list(range(len(seen))) and seen[-1][0] == seen[-1][1]
+    assert "cuda" not in p
+
+
+def test_probe_works_with_numpy_alone(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    assert probe.optional_torch() is None
+    p = probe.measure_profile(threads=1, **SMALL)
+    assert set(p["flops"]) == {"matvec_fp32", "matmul_fp32"}  # no bf16 without torch
+    assert p["backends"]["kernels"]["matmul_fp32"] == "numpy"
+    assert "torch" not in p["backends"]["versions"]
+    _assert_sane(p["flops"]["matmul_fp32"], 2, 1e6, 1e16)
+
+
+def test_torch_device_kernels_run_on_cpu():
+    # the CUDA block runs exactly these steps with device="cuda"; here they run on the CPU
+    import torch
+
+    results = {}
+    for _, _, step in probe.torch_device_steps(torch, "cpu", 3 << 20, 64, repeats=2, warmup=1):
+        results.update(step())
+    for kernel in ("read", "copy", "triad", "matvec_fp32"):
+        _assert_sane(results[("bandwidth_bytes_per_s", kernel)], 2, 1e8, 1e14)
+    for kernel in ("matmul_fp32", "matmul_bf16"):
+        _assert_sane(results[("flops", kernel)], 2, 1e6, 1e16)
+
+
+def test_cuda_block_has_the_same_sections(monkeypatch, capsys):
+    # no GPU in CI: pretend torch sees one, and run its steps on the CPU, to check how they are filed
+    import torch
+
+    real_steps = probe.torch_device_steps
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Fake GPU")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i=0: type("P", (), {"total_memory": 1 << 30}))
+    monkeypatch.setattr(probe, "torch_device_steps", lambda t, device, *a: real_steps(t, "cpu", *a))
+    p = probe.measure_profile(threads=1, **{**SMALL, "use_cuda": True, "cuda_matmul_n": 64})
+    gpu = p["cuda"]
+    assert gpu["device"] == "Fake GPU" and gpu["memory_bytes"] == 1 << 30 and gpu["settings"]["matmul_n"] == 64
+    assert set(gpu["bandwidth_bytes_per_s"]) == set(p["bandwidth_bytes_per_s"])
+    assert set(gpu["flops"]) == set(p["flops"])
+    assert p["backends"]["kernels"]["read"] == "numpy"  # GPU steps do not overwrite the CPU's backends
+    from roofline.cli.probe import _print
+
+    _print(p, None, as_json=False, as_markdown=True)
+    out = capsys.readouterr().out
+    assert "| Fake GPU: read |" in out and "| Fake GPU: matmul bf16 |" in out and "| torch-cuda |" in out
+
+
+class _FakeCuda:
+    """Stands in for torch.cuda: events read a clock that each pass advances by 1 microsecond."""
+
+    def __init__(self):
+        self.now_ms = 0.0
+        cuda = self
+
+        class Event:
+            def __init__(self, enable_timing):
+                self.t = None
+
+            def record(self):
+                self.t = cuda.now_ms
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, other):
+                return other.t - self.t
+
+        self.Event = Event
+
+    def synchronize(self):
+        pass
+
+
+def test_cuda_timer_batches_short_passes_and_reports_seconds_per_pass():
+    fake = type("FakeTorch", (), {})()
+    fake.cuda = _FakeCuda()
+    calls = []
+
+    def one_pass():
+        calls.append(1)
+        fake.cuda.now_ms += 1e-3  # 1 µs per pass, too short to time one at a time
+
+    seconds = probe.cuda_time_passes_seconds(fake, one_pass, repeats=3, warmup=2, min_run_seconds=1e-3)
+    assert seconds == pytest.approx([1e-6] * 3)
+    # one calibration pass, then batches of ~1000 passes (float rounding may make it 1001): one more
+    # warm-up and three timed runs
+    assert 1 + 4 * 1000 <= len(calls) <= 1 + 4 * 1001
+
+
+def test_probe_gives_back_the_thread_settings():
+    import torch
+    from threadpoolctl import threadpool_info
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    torch_before, blas_before = torch.get_num_threads(), blas_threads()
+    probe.measure_profile(threads=1, **SMALL)
+    assert torch.get_num_threads() == torch_before and blas_threads() == blas_before
+
+
+@pytest.mark.parametrize(
+    "kwargs, option",
+    [(dict(size_bytes=0), "--size"), (dict(size_bytes=1 << 60), "--size"), (dict(threads=-1), "--threads"),
+     (dict(repeats=0), "--repeats")],
+)
+def test_bad_settings_name_the_option(kwargs, option):
+    args = {"size_bytes": 4 << 20, "repeats": 2, "threads": 1, **kwargs}
+    with pytest.raises(UserError, match=option):
+        probe.check_settings(args["size_bytes"], args["repeats"], args["threads"])
+
+
+@pytest.mark.parametrize("text, nbytes", [("1GiB", 2**30), ("256MiB", 2**28), ("64 KiB", 2**16), ("1e9", 10**9),
+                                          ("1.5GB", 15 * 10**8), ("4096", 4096), ("2M", 2 * 10**6)])
+def test_size_option_reads_binary_and_decimal_units(text, nbytes):
+    from roofline.units import parse_bytes
+
+    assert parse_bytes(text) == nbytes
+
+
+@pytest.mark.parametrize("text", ["lots", "-1GiB", "1 GiBs", "GiB", ""])
+def test_size_option_rejects_nonsense(text):
+    from roofline.units import parse_bytes
+
+    with pytest.raises(UserError, match="1GiB"):
+        parse_bytes(text, what="--size")
+
+
+def _roofline(args: list[str], cache) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ROOFLINE_CACHE_DIR": str(cache)}
+    cmd = [sys.executable, "-m", "roofline", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_cli_quick_json_prints_the_profile_and_saves_it(tmp_path, monkeypatch):
+    r = _roofline(["probe", "--quick", "--json", "--size", "4MiB", "--repeats", "2", "--threads", "1"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    for key in ("name", "measured_at", "roofline_version", "cpu", "threads", "memory_bytes",
+                "bandwidth_bytes_per_s", "flops", "backends", "settings"):
+        assert key in out, key
+    assert set(out["bandwidth_bytes_per_s"]) >= {"read", "copy", "triad"}
+    assert set(out["flops"]) >= {"matvec_fp32", "matmul_fp32"}
+    assert out["settings"]["quick"] is True and out["settings"]["size_bytes"] == 4 << 20
+    saved = tmp_path / "hardware" / "local.json"
+    assert out["profile_path"] == str(saved)
+    from roofline.hardware.profile import load_local_profile
+
+    monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path))
+    assert load_local_profile()["bandwidth_bytes_per_s"] == out["bandwidth_bytes_per_s"]
+
+
+@pytest.mark.parametrize("args", [["--size", "0"], ["--threads", "-1"], ["--size", "lots"], ["--repeats", "0"]])
+def test_cli_bad_options_exit_2_with_one_line(tmp_path, args):
+    r = _roofline(["probe", "--no-save", *args], tmp_path)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), r.stderr
+    assert not (tmp_path / "hardware").exists()
+
+
+def test_cli_markdown_table_and_no_save(tmp_path, monkeypatch, capsys):
+    from roofline.cli.probe import probe as probe_command
+
+    monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path))
+    probe_command(size="4MiB", repeats=2, threads=1, quick=True, save=False, as_json=False, as_markdown=True)
+    out = capsys.readouterr().out
+    assert "| kernel | median | min | max | unit | backend |" in out
+    for label in ("| read |", "| copy |", "| triad |", "| matmul fp32 |"):
+        assert label in out
+    assert "not saved" in out and not (tmp_path / "hardware").exists()
