@@ -1,1 +1,18 @@
-"""The embedded engine: a compact decoder for the Llama family, its scheduler and its OpenAI-compatible server."""
+"""The embedded engine: a compact decoder for the Llama family, its scheduler and its OpenAI-compatible server.
+
+    from roofline.engine import load_runner, SamplingParams, generate
+    runner = load_runner()                      # the default model, fp32
+    ids = runner.tokenizer.encode("The capital of France is")
+    print("".join(generate(runner, ids, SamplingParams(max_tokens=20, temperature=0)).text()))
+
+Importing the package is light (numpy only): torch and numba load when a runner is built.
+"""
+
+from __future__ import annotations
+
+# `generate` names both a module and the function it defines; this import binds the function here.
+from roofline.engine.generate import generate
+from roofline.engine.runner import ModelRunner, load_runner
+from roofline.engine.sampling import SamplingParams
+
+__all__ = ["ModelRunner", "SamplingParams", "generate", "load_runner"]
