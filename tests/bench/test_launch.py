@@ -156,3 +156,26 @@ def test_unknown_hardware_is_a_user_error_before_anything_is_sent(null_url, tmp_
     with pytest.raises(UserError):
         run_session(plan, tmp_path / "run", Progress())
     assert not (tmp_path / "run" / "requests.jsonl").exists()
+
+
+def test_embedded_engine_measures_the_machine_when_no_profile_exists(tmp_path, monkeypatch):
+    """The main job on a fresh machine: no `roofline probe` yet, so bench measures (a small probe here),
+    saves the profile, and holds the result against it."""
+    monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path / "cache"))
+    import roofline.hardware.probe as probe
+    from roofline.hardware.profile import load_local_profile
+
+    real = probe.measure_profile
+    monkeypatch.setattr(probe, "measure_profile",
+                        lambda: real(size_bytes=8 * 2**20, repeats=2, warmup=1, matmul_n=64, use_cuda=False))
+    assert load_local_profile() is None
+    marker = f"m{uuid.uuid4().hex}"
+    plan = BenchPlan(url="", prompts=[Prompt("p", "hi")], scenarios=[Scenario("sequential", num_requests=1)],
+                     warmup=0, usage="per-chunk", timeout_s=20)
+    engine = EngineSpec(kind="embedded", command=null_template(marker, "--bytes-per-token", "4000000"), ready_timeout_s=20)
+    outcome = run_session(plan, tmp_path / "run", Progress(), engine)
+    profile = load_local_profile()
+    assert profile is not None
+    read = profile["bandwidth_bytes_per_s"]["read"]["median"]
+    assert outcome.summary["ceiling"]["tok_per_s"] == pytest.approx(read / 4e6)
+    assert wait_gone(marker) == []

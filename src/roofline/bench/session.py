@@ -41,6 +41,8 @@ def run_session(plan: BenchPlan, run_dir: Path, progress: Progress, engine: Engi
     """Run the plan (against a started engine when asked); the engine is stopped in every case."""
     if engine is None or not engine.wanted:
         return _measure(plan, run_dir, progress, default_local=False)
+    if engine.kind == "embedded" and plan.hardware in (None, "local"):
+        ensure_local_profile(progress)
     port = free_port(engine.host)
     server = LocalServer(engine.argv(port), host=engine.host, port=port, log_path=run_dir / "server.log",
                          ready_timeout_s=engine.ready_timeout_s)
@@ -69,3 +71,16 @@ def _measure(plan: BenchPlan, run_dir: Path, progress: Progress, *, default_loca
     if info.get("error"):
         progress.note(f"discovery: {info['error']}")
     return run_bench(plan, run_dir, progress, ceiling=ceiling, info=info, ceiling_note=note)
+
+
+def ensure_local_profile(progress: Progress) -> None:
+    """The embedded engine is held against this machine's measured bandwidth: measure it once if
+    `roofline probe` never ran here (before the server starts, so nothing else competes for memory)."""
+    from roofline.hardware.probe import measure_profile
+    from roofline.hardware.profile import load_local_profile, save_profile
+
+    if load_local_profile() is not None:
+        return
+    progress.note("no measured profile of this machine yet: running `roofline probe` first (about 20 s)")
+    path = save_profile(measure_profile())
+    progress.note(f"profile saved to {path}")
