@@ -1,1 +1,0 @@
-"""Charts and reports drawn from what bench and tune wrote."""
