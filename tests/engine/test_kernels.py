@@ -1,0 +1,166 @@
+"""The numba decode kernels against numpy/torch references, and the k-row == 1-row bit-identity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from roofline.engine import kernels, model, weights
+
+
+def bf16_bits(a: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bit patterns (round to nearest even, as torch does)."""
+    return torch.from_numpy(a).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+
+
+def test_int8_rows_round_to_the_nearest_step_of_their_scale(rng):
+    w = rng.standard_normal((6, 50), dtype=np.float32)
+    w[3] = 0.0  # an all-zero row gets scale 1, not a division by zero
+    q, scale = weights.matrix(torch.from_numpy(w), "int8")
+    assert q.dtype == np.int8 and np.abs(q).max() == 127
+    np.testing.assert_allclose(scale[[0, 1, 2, 4, 5]], np.abs(w[[0, 1, 2, 4, 5]]).max(axis=1) / 127, rtol=1e-6)
+    assert scale[3] == 1.0 and not q[3].any()
+    assert np.all(np.abs(q * scale[:, None] - w) <= scale[:, None] / 2 * (1 + 1e-5))
+
+
+def bits_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.fixture(scope="module")
+def rng():
+    return np.random.default_rng(1)
+
+
+def kernel_weights(w: np.ndarray, dtype: str):
+    """(matrix as the kernels store it, row scales, the float32 values it stands for)."""
+    scale, q = weights.matrix(torch.from_numpy(w), dtype)[::-1]
+    if dtype == "bf16":
+        return q, scale, bits_to_f32(q)
+    if dtype == "int8":
+        return q, scale, q.astype(np.float32) * scale[:, None]
+    return q, scale, w
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
+@pytest.mark.parametrize("n_out,n_in", [(37, 64), (130, 203), (5, 1536)])
+def test_matvec_matches_float64_reference(rng, dtype, n_out, n_in):
+    w = rng.standard_normal((n_out, n_in), dtype=np.float32)
+    x = rng.standard_normal((3, n_in), dtype=np.float32)
+    w_kernel, scale, w_exact = kernel_weights(w, dtype)
+    out = np.empty((3, n_out), np.float32)
+    kernels.matvec(w_kernel, scale, x, out)
+    ref = x.astype(np.float64) @ w_exact.astype(np.float64).T
+    # fp32 accumulation of n_in products: error ~ sqrt(n_in) * eps * |terms|
+    tol = 1e-5 * np.sqrt(n_in) * np.abs(x).max() * np.abs(w_exact).max() * 4
+    np.testing.assert_allclose(out, ref, rtol=0, atol=tol)
+    acc = np.ones((3, n_out), np.float32)
+    kernels.matvec_add(w_kernel, scale, x, acc)
+    np.testing.assert_allclose(acc, ref + 1.0, rtol=0, atol=tol)
+
+
+def test_bf16_widening_is_exact():
+    values = np.array([0.0, -0.0, 1.0, -2.5, 3.140625, 1e-30, 6.5e4, np.inf, -np.inf], np.float32)
+    bits = bf16_bits(values)
+    w = bits.reshape(-1, 1)
+    out = np.empty((1, values.size), np.float32)
+    kernels.matvec(w, np.ones(values.size, np.float32), np.ones((1, 1), np.float32), out)
+    np.testing.assert_array_equal(out[0], bits_to_f32(bits))
+    np.testing.assert_array_equal(out[0], torch.from_numpy(values).to(torch.bfloat16).float().numpy())
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
+def test_k_row_matvec_is_bit_identical_to_one_row(rng, dtype):
+    w, scale, _ = kernel_weights(rng.standard_normal((101, 577), dtype=np.float32), dtype)
+    x = rng.standard_normal((7, 577), dtype=np.float32)
+    many = np.empty((7, 101), np.float32)
+    kernels.matvec(w, scale, x, many)
+    for r in range(7):
+        one = np.empty((1, 101), np.float32)
+        kernels.matvec(w, scale, x[r : r + 1].copy(), one)
+        assert np.array_equal(one[0], many[r]), f"row {r} differs between the 1-row and 7-row kernels"
+
+
+def test_rms_norm_and_silu_match_torch(rng):
+    x = rng.standard_normal((4, 96), dtype=np.float32)
+    w = rng.standard_normal(96, dtype=np.float32)
+    out = np.empty_like(x)
+    kernels.rms_norm(x, w, np.float32(1e-5), out)
+    ref = model.rms_norm(torch.from_numpy(x), torch.from_numpy(w), 1e-5).numpy()
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+    gu = rng.standard_normal((4, 2 * 48), dtype=np.float32)
+    act = np.empty((4, 48), np.float32)
+    kernels.silu_mul(gu, act)
+    t = torch.from_numpy(gu)
+    np.testing.assert_allclose(act, (torch.nn.functional.silu(t[:, :48]) * t[:, 48:]).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_attention_over_cache_matches_torch(rng):
+    """Rows of different slots at different positions (one and several context chunks), GQA (4 q heads
+    share 2 kv heads); keys are stored transposed (d, S)."""
+    n_heads, n_kv, d, max_len = 4, 2, 16, 300
+    k_cache = rng.standard_normal((3, 2, n_kv, d, max_len), dtype=np.float32)
+    v_cache = rng.standard_normal((3, 2, n_kv, max_len, d), dtype=np.float32)
+    slots, positions, layer = np.array([2, 0, 1, 1]), np.array([260, 0, kernels.ATTN_CHUNK - 1, kernels.ATTN_CHUNK]), 1
+    qkv = rng.standard_normal((4, (n_heads + 2 * n_kv) * d), dtype=np.float32)
+    out = np.empty((4, n_heads * d), np.float32)
+    kernels.attention(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out)
+    for r in range(4):
+        n = positions[r] + 1
+        q = torch.from_numpy(qkv[r, : n_heads * d].reshape(1, n_heads, d))
+        k = torch.from_numpy(k_cache[slots[r], layer, :, :, :n].transpose(2, 0, 1).copy())
+        v = torch.from_numpy(v_cache[slots[r], layer, :, :n].transpose(1, 0, 2).copy())
+        ref = model.attention(q, k, v, start=positions[r]).numpy()[0]
+        np.testing.assert_allclose(out[r], ref, rtol=1e-5, atol=2e-6, err_msg=f"row {r}")
+        alone = np.empty((1, n_heads * d), np.float32)
+        kernels.attention(qkv[r : r + 1].copy(), n_heads, slots[r : r + 1], positions[r : r + 1], layer, k_cache, v_cache, alone)
+        assert np.array_equal(alone[0], out[r]), f"row {r}: batched attention differs from the row alone"
+
+
+def test_rope_and_cache_write_match_torch(rng):
+    from roofline.engine.config import ModelConfig
+
+    cfg = ModelConfig(arch="llama", name="t", n_layers=1, hidden=32, n_heads=2, n_kv_heads=1, head_dim=16, ffn=8,
+                      vocab_size=10, max_seq_len=16, rope_theta=10000.0, rms_eps=1e-5)
+    cos, sin = model.rope_tables(cfg, 16)
+    qkv = rng.standard_normal((1, 4 * 16), dtype=np.float32)
+    k_cache = np.zeros((1, 1, 1, 16, 16), np.float32)
+    v_cache = np.zeros_like(k_cache)
+    pos = 11
+    rotated = qkv.copy()
+    kernels.qkv_to_cache(rotated[0:1], np.zeros(64, np.float32), np.ones(16, np.float32), np.ones(16, np.float32), False,
+                         np.float32(1e-5), 2, cos.numpy(), sin.numpy(), np.array([0]), np.array([pos]), 0, k_cache, v_cache)
+    heads = torch.from_numpy(qkv[0, :48].reshape(1, 3, 16))
+    ref = model.apply_rope(heads, cos[pos : pos + 1], sin[pos : pos + 1]).numpy().reshape(-1)
+    np.testing.assert_allclose(rotated[0, :48], ref, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(k_cache[0, 0, 0, :, pos], rotated[0, 32:48])  # keys stored transposed
+    np.testing.assert_array_equal(v_cache[0, 0, 0, pos], qkv[0, 48:])
+
+
+def test_fast_exp_is_within_a_few_ulp_of_exp():
+    from numba import njit
+
+    @njit(fastmath=True, error_model="numpy")
+    def apply(x, out):
+        for i in range(x.shape[0]):
+            out[i] = kernels.exp_nonpos(x[i])
+
+    x = np.concatenate([-np.linspace(0, 87, 200001, dtype=np.float32), np.float32([-0.0, -1e-7, -0.6931472, -86.9])])
+    out = np.empty_like(x)
+    apply(x, out)
+    ref = np.exp(x.astype(np.float64))
+    assert np.max(np.abs(out - ref) / ref) < 4e-7  # fp32 ulp at 1 is 1.2e-7
+    assert out[0] == 1.0
+    apply(np.float32([-200.0, -np.inf]), out[:2])
+    assert np.all(out[:2] >= 0) and np.all(out[:2] < 1e-37)  # clamped, never negative or NaN
+
+
+def test_silu_does_not_overflow_at_large_inputs():
+    g = np.float32([[-1000.0, -90.0, -20.0, 0.0, 20.0, 90.0, 1000.0]])
+    gu = np.concatenate([g, np.ones_like(g)], axis=1)
+    out = np.empty_like(g)
+    kernels.silu_mul(gu, out)
+    ref = torch.nn.functional.silu(torch.from_numpy(g)).numpy()
+    assert np.all(np.isfinite(out))
+    np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-30)
