@@ -48,10 +48,13 @@ def serve(
     listen().close()  # fail in a second on a busy port, not after loading; the real bind follows the load,
     # so that connections are refused (not left hanging) until the server is ready
     from roofline.engine import load_runner
+    from roofline.engine.scheduler import Scheduler
 
     print(f"loading {model or 'the default model'} ({dtype}, max batch {max_batch}) ...", file=sys.stderr, flush=True)
-    runner = load_runner(model, dtype=dtype, threads=threads, max_batch=max_batch, max_seq_len=max_seq_len)
-    app = create_app(runner, served_model_name=served_model_name, api_key=api_key)
+    scheduler = Scheduler.loading(lambda: load_runner(model, dtype=dtype, threads=threads, max_batch=max_batch,
+                                                      max_seq_len=max_seq_len))
+    runner = scheduler.runner
+    app = create_app(scheduler=scheduler, served_model_name=served_model_name, api_key=api_key)
     with listen() as sock:
         name = app.state.roofline.model_name
         bound_host, bound_port = sock.getsockname()[:2]

@@ -163,11 +163,13 @@ async def _collect(request: Request, queue: asyncio.Queue, handle: RequestHandle
     return JSONResponse(builder.full("".join(parts), event.finish_reason, event.usage))
 
 
-def create_app(runner, *, served_model_name: str | None = None, api_key: str | None = None,
-               prefill_token_budget: int = DEFAULT_PREFILL_TOKEN_BUDGET) -> FastAPI:
-    """The ASGI app for one runner. Its lifespan starts the scheduler thread and stops it on shutdown."""
-    state = _ServerState(runner, Scheduler(runner, prefill_token_budget=prefill_token_budget),
-                         served_model_name, api_key)
+def create_app(runner=None, *, scheduler: Scheduler | None = None, served_model_name: str | None = None,
+               api_key: str | None = None, prefill_token_budget: int = DEFAULT_PREFILL_TOKEN_BUDGET) -> FastAPI:
+    """The ASGI app for one runner, or for a scheduler already stepping one (`Scheduler.loading`). Its
+    lifespan starts the scheduler thread (if not started yet) and stops it on shutdown."""
+    if scheduler is None:
+        scheduler = Scheduler(runner, prefill_token_budget=prefill_token_budget)
+    state = _ServerState(scheduler.runner, scheduler, served_model_name, api_key)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
