@@ -38,7 +38,8 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str
 def rich_table(title: str | None, headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
     t = Table(title=title, title_justify="left")
     for i, h in enumerate(headers):
-        t.add_column(h, justify="left" if i == 0 else "right")
+        # the first column names the row: never cut it; narrow terminals wrap the number headers instead
+        t.add_column(h, justify="left" if i == 0 else "right", no_wrap=i == 0)
     for r in rows:
         t.add_row(*(str(c) for c in r))
     return t

@@ -96,29 +96,31 @@ def _widen_overload(w):
     return None
 
 
+@njit(inline="always", **_JIT)
+def row_dot(w, o, x, r):
+    """sum_i w[o, i] * x[r, i] in float32, in one fixed order whatever the number of rows of x (so a
+    k-row verify pass gives each row bit for bit what a 1-row decode gives)."""
+    acc = np.float32(0.0)
+    for i in range(w.shape[1]):
+        acc += widen(w[o, i]) * x[r, i]
+    return acc
+
+
 @njit(parallel=True, **_JIT)
 def matvec(w, scale, x, out):
     """out[r, o] = scale[o] * sum_i w[o, i] * x[r, i] for every row r of x; w (n_out, n_in) fp32, bf16 bits
     or int8, scale (n_out,) float32 (ones unless int8: multiplying by 1 is exact)."""
-    n_out, n_in = w.shape
-    for o in prange(n_out):
+    for o in prange(w.shape[0]):
         for r in range(x.shape[0]):
-            acc = np.float32(0.0)
-            for i in range(n_in):
-                acc += widen(w[o, i]) * x[r, i]
-            out[r, o] = acc * scale[o]
+            out[r, o] = row_dot(w, o, x, r) * scale[o]
 
 
 @njit(parallel=True, **_JIT)
 def matvec_add(w, scale, x, out):
     """out[r, o] += scale[o] * sum_i w[o, i] * x[r, i]: a projection added into the residual stream."""
-    n_out, n_in = w.shape
-    for o in prange(n_out):
+    for o in prange(w.shape[0]):
         for r in range(x.shape[0]):
-            acc = np.float32(0.0)
-            for i in range(n_in):
-                acc += widen(w[o, i]) * x[r, i]
-            out[r, o] += acc * scale[o]
+            out[r, o] += row_dot(w, o, x, r) * scale[o]
 
 
 @njit(**_JIT)
