@@ -73,3 +73,18 @@ def test_log_is_appended_by_several_writers(tmp_path):
     lines, bad = read_requests(tmp_path)
     assert bad == 0 and sorted(ln["id"] for ln in lines) == list(range(30))
     assert os.path.getsize(path) > 0
+
+
+def test_a_rate_above_a_measured_ceiling_is_explained():
+    from roofline.bench.report import result_notes
+
+    def summary(hardware: str, percent: float) -> dict:
+        return {"ceiling": {"tok_per_s": 50.0, "bandwidth_bytes_per_s": 27e9, "bytes_per_token": 538e6,
+                            "hardware": hardware, "assumptions": []},
+                "scenarios": [{"scenario": {"name": "sequential"}, "metrics": {}, "token_sources": {},
+                               "vs_ceiling": {"measured_tok_per_s": percent / 2, "percent_of_ceiling": percent,
+                                              "effective_bandwidth_bytes_per_s": 27e9 * percent / 100}}]}
+
+    assert any("above 100%" in n for n in result_notes(summary("local", 107.8)))
+    assert not any("above 100%" in n for n in result_notes(summary("local", 95.0)))
+    assert not any("above 100%" in n for n in result_notes(summary("b200", 107.8)))

@@ -50,6 +50,11 @@ def rates_table(summary: Mapping[str, Any]) -> Table:
     return ("rates", headers, rows, result_notes(summary))
 
 
+def measured_locally(ceiling: Mapping[str, Any]) -> bool:
+    """The ceiling rests on this machine's measured bandwidth, not a catalogue figure."""
+    return ceiling.get("hardware") == "local"
+
+
 def result_notes(summary: Mapping[str, Any]) -> list[str]:
     notes = []
     c = summary.get("ceiling")
@@ -62,6 +67,9 @@ def result_notes(summary: Mapping[str, Any]) -> list[str]:
                 notes.append(f"{s['scenario']['name']}: decode {v['measured_tok_per_s']:.1f} tok/s = "
                              f"{v['percent_of_ceiling']:.1f}% of the ceiling, effective bandwidth "
                              f"{v['effective_bandwidth_bytes_per_s'] / 1e9:.2f} GB/s")
+                if v["percent_of_ceiling"] > 100 and measured_locally(c):
+                    notes.append("above 100%: the engine read memory faster than the probe's read kernel did when "
+                                 "it was measured (bandwidth drifts on a shared machine); re-run `roofline probe`")
         for a in c.get("assumptions") or ():
             notes.append(f"assumption: {a}")
     for s in summary["scenarios"]:
