@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from roofline.engine import kernels, model, weights
+from roofline.engine import kernels, kv_cache, model, weights
 
 
 def bf16_bits(a: np.ndarray) -> np.ndarray:
@@ -96,12 +96,25 @@ def test_rms_norm_and_silu_match_torch(rng):
     np.testing.assert_allclose(act, (torch.nn.functional.silu(t[:, :48]) * t[:, 48:]).numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_attention_over_cache_matches_torch(rng):
-    """Rows of different slots at different positions (one and several context chunks), GQA (4 q heads
-    share 2 kv heads); keys are stored transposed (d, S)."""
-    n_heads, n_kv, d, max_len = 4, 2, 16, 300
-    k_cache = rng.standard_normal((3, 2, n_kv, d, max_len), dtype=np.float32)
-    v_cache = rng.standard_normal((3, 2, n_kv, max_len, d), dtype=np.float32)
+def blocked_keys(keys: np.ndarray) -> np.ndarray:
+    """Keys (..., S, d) in the cache's layout (..., S / B, d, B), S padded to whole attention chunks."""
+    *lead, n, d = keys.shape
+    padded = -(-n // kv_cache.ATTN_CHUNK) * kv_cache.ATTN_CHUNK
+    full = np.zeros((*lead, padded, d), np.float32)
+    full[..., :n, :] = keys
+    b = kv_cache.KEY_BLOCK
+    return np.ascontiguousarray(np.swapaxes(full.reshape(*lead, padded // b, b, d), -1, -2))
+
+
+@pytest.mark.parametrize("n_heads,n_kv,d", [(4, 2, 16), (6, 2, 24), (3, 3, 80)])
+def test_attention_over_cache_matches_torch(rng, n_heads, n_kv, d):
+    """Rows of different slots at different positions (one and several context chunks), GQA (query heads
+    share kv heads, an odd number per group too), head dims a multiple of 16 or not; keys in blocks."""
+    max_len = 300
+    keys = rng.standard_normal((3, 2, n_kv, max_len, d), dtype=np.float32)
+    k_cache = blocked_keys(keys)
+    v_cache = np.zeros((3, 2, n_kv, k_cache.shape[3] * kv_cache.KEY_BLOCK, d), np.float32)
+    v_cache[:, :, :, :max_len] = rng.standard_normal((3, 2, n_kv, max_len, d), dtype=np.float32)
     slots, positions, layer = np.array([2, 0, 1, 1]), np.array([260, 0, kernels.ATTN_CHUNK - 1, kernels.ATTN_CHUNK]), 1
     qkv = rng.standard_normal((4, (n_heads + 2 * n_kv) * d), dtype=np.float32)
     out = np.empty((4, n_heads * d), np.float32)
@@ -109,7 +122,7 @@ def test_attention_over_cache_matches_torch(rng):
     for r in range(4):
         n = positions[r] + 1
         q = torch.from_numpy(qkv[r, : n_heads * d].reshape(1, n_heads, d))
-        k = torch.from_numpy(k_cache[slots[r], layer, :, :, :n].transpose(2, 0, 1).copy())
+        k = torch.from_numpy(keys[slots[r], layer, :, :n].transpose(1, 0, 2).copy())
         v = torch.from_numpy(v_cache[slots[r], layer, :, :n].transpose(1, 0, 2).copy())
         ref = model.attention(q, k, v, start=positions[r]).numpy()[0]
         np.testing.assert_allclose(out[r], ref, rtol=1e-5, atol=2e-6, err_msg=f"row {r}")
@@ -122,20 +135,22 @@ def test_rope_and_cache_write_match_torch(rng):
     from roofline.engine.config import ModelConfig
 
     cfg = ModelConfig(arch="llama", name="t", n_layers=1, hidden=32, n_heads=2, n_kv_heads=1, head_dim=16, ffn=8,
-                      vocab_size=10, max_seq_len=16, rope_theta=10000.0, rms_eps=1e-5)
-    cos, sin = model.rope_tables(cfg, 16)
+                      vocab_size=10, max_seq_len=40, rope_theta=10000.0, rms_eps=1e-5)
+    cos, sin = model.rope_tables(cfg, 40)
     qkv = rng.standard_normal((1, 4 * 16), dtype=np.float32)
-    k_cache = np.zeros((1, 1, 1, 16, 16), np.float32)
-    v_cache = np.zeros_like(k_cache)
-    pos = 11
+    cache = kv_cache.KVCache(cfg, 1, 40)
+    pos = 37
     rotated = qkv.copy()
     kernels.qkv_to_cache(rotated[0:1], np.zeros(64, np.float32), np.ones(16, np.float32), np.ones(16, np.float32), False,
-                         np.float32(1e-5), 2, cos.numpy(), sin.numpy(), np.array([0]), np.array([pos]), 0, k_cache, v_cache)
+                         np.float32(1e-5), 2, cos.numpy(), sin.numpy(), np.array([0]), np.array([pos]), 0, cache.k, cache.v)
     heads = torch.from_numpy(qkv[0, :48].reshape(1, 3, 16))
     ref = model.apply_rope(heads, cos[pos : pos + 1], sin[pos : pos + 1]).numpy().reshape(-1)
     np.testing.assert_allclose(rotated[0, :48], ref, rtol=1e-6, atol=1e-6)
-    np.testing.assert_array_equal(k_cache[0, 0, 0, :, pos], rotated[0, 32:48])  # keys stored transposed
-    np.testing.assert_array_equal(v_cache[0, 0, 0, pos], qkv[0, 48:])
+    b = kv_cache.KEY_BLOCK
+    np.testing.assert_array_equal(cache.k[0, 0, 0, pos // b, :, pos % b], rotated[0, 32:48])  # a key block is (d, B)
+    np.testing.assert_array_equal(cache.v[0, 0, 0, pos], qkv[0, 48:])
+    k_torch, _ = cache.torch_views(0)
+    np.testing.assert_array_equal(kv_cache.read_keys(k_torch[0], pos + 1)[pos, 0].numpy(), rotated[0, 32:48])
 
 
 def test_fast_exp_is_within_a_few_ulp_of_exp():

@@ -1,9 +1,9 @@
-"""Numba kernels for the decode hot path: one call runs every layer for a few token rows.
+"""Numba kernels for the decode hot path: the maths of one layer, piece by piece.
 
 Decoding one token at batch 1 reads every weight once, so the step is bound by memory bandwidth, and
 torch's eager CPU matrix-vector kernels stream only a third of it at this model size. Here each
-projection is a row-parallel dot product in fp32 (threads split the output rows; each row of W is
-streamed once and dotted with every input row while it sits in L1):
+projection is a set of row dot products in fp32 (each row of W is streamed once and dotted with every
+input row while it sits in L1):
 
     out[r, o] = scale[o] * sum_i W[o, i] * x[r, i]     (fp32 accumulation, W widened in-register)
 
@@ -11,10 +11,12 @@ W is fp32 (scale 1), bf16 stored as uint16 (scale 1) -- a bf16 is the top half o
 a shift by 16 and a bitcast (`_f32_from_bf16_bits`) and the memory stream is half as long -- or int8
 with one fp32 scale per output row (weight-only int8, a quarter of the fp32 stream).
 
-One kernel serves 1 and k rows with the same compiled loop for every row, so row r of a k-row call is
-bit-identical to a 1-row call on that row: a batched decode equals each sequence decoded alone, and a
-speculative verify pass over k drafted tokens equals k plain decode steps. The fused layouts (q|k|v rows
-in one matrix, gate|up rows in one matrix) halve the number of parallel regions per layer.
+Every float reduction (row dots, RMSNorm sums of squares, softmax sums) goes through `simd.dot` /
+`simd.vsum`, which fix the summation order in the emitted code: a row's result is the same whichever
+rows, slots, threads or compilation produced it, so row r of a k-row pass is bit-identical to a 1-row
+pass on that row (batched decode == each sequence alone; a speculative verify == plain decode steps).
+`decode.decode_rows` schedules these pieces over the worker threads; the parallel `matvec`,
+`matvec_add` and `attention` here are the same maths as standalone kernels.
 
 Per layer (x: residual stream, one row per token):
     h = RMSNorm(x);  [q|k|v] = Wqkv h (+ bias);  q, k = RoPE(qk-norm(q, k));  append k, v to the cache
@@ -30,8 +32,9 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic, overload
 
-# fastmath lets LLVM reassociate the dot-product sums into SIMD lanes; the order it picks is fixed by
-# the compiled code, so results are reproducible run to run and independent of the number of rows.
+from roofline.engine import kv_cache, simd
+
+# fastmath lets LLVM vectorise the element-wise loops; reductions take their order from `simd` instead.
 # error_model="numpy": float division without Python's zero check, which would block vectorisation.
 _JIT = dict(fastmath=True, cache=True, nogil=True, error_model="numpy")
 
@@ -96,31 +99,51 @@ def _widen_overload(w):
     return None
 
 
-@njit(inline="always", **_JIT)
-def row_dot(w, o, x, r):
-    """sum_i w[o, i] * x[r, i] in float32, in one fixed order whatever the number of rows of x (so a
-    k-row verify pass gives each row bit for bit what a 1-row decode gives)."""
-    acc = np.float32(0.0)
-    for i in range(w.shape[1]):
-        acc += widen(w[o, i]) * x[r, i]
-    return acc
+@njit(**_JIT)
+def _store(out, r, o, d, accumulate):
+    if accumulate:
+        out[r, o] += d
+    else:
+        out[r, o] = d
+
+
+@njit(**_JIT)
+def matvec_rows(w, scale, x, out, o0, o1, accumulate):
+    """out[r, o] = scale[o] * sum_i w[o, i] * x[r, i] (or += when accumulate) for rows o in [o0, o1) of w and
+    every row r of x; w (n_out, n_in) fp32, bf16 bits or int8, scale (n_out,) float32 (ones unless int8:
+    multiplying by 1 is exact). Each row of w is read once, for up to four rows of x at a time."""
+    n, stride, k = w.shape[1], x.shape[1], x.shape[0]
+    for o in range(o0, o1):
+        s, r = scale[o], 0
+        while r + 4 <= k:
+            d = simd.dot_rows(w, o * n, x, r * stride, stride, n, 4)
+            for i in range(4):
+                _store(out, r + i, o, d[i] * s, accumulate)
+            r += 4
+        if k - r == 3:
+            d3 = simd.dot_rows(w, o * n, x, r * stride, stride, n, 3)
+            for i in range(3):
+                _store(out, r + i, o, d3[i] * s, accumulate)
+        elif k - r == 2:
+            d2 = simd.dot_rows(w, o * n, x, r * stride, stride, n, 2)
+            for i in range(2):
+                _store(out, r + i, o, d2[i] * s, accumulate)
+        elif k - r == 1:
+            _store(out, r, o, simd.dot(w, o * n, x, r * stride, n) * s, accumulate)
 
 
 @njit(parallel=True, **_JIT)
 def matvec(w, scale, x, out):
-    """out[r, o] = scale[o] * sum_i w[o, i] * x[r, i] for every row r of x; w (n_out, n_in) fp32, bf16 bits
-    or int8, scale (n_out,) float32 (ones unless int8: multiplying by 1 is exact)."""
+    """out = x W^T row-scaled, threads splitting the output rows."""
     for o in prange(w.shape[0]):
-        for r in range(x.shape[0]):
-            out[r, o] = row_dot(w, o, x, r) * scale[o]
+        matvec_rows(w, scale, x, out, o, o + 1, False)
 
 
 @njit(parallel=True, **_JIT)
 def matvec_add(w, scale, x, out):
-    """out[r, o] += scale[o] * sum_i w[o, i] * x[r, i]: a projection added into the residual stream."""
+    """out += x W^T row-scaled: a projection added into the residual stream."""
     for o in prange(w.shape[0]):
-        for r in range(x.shape[0]):
-            out[r, o] += row_dot(w, o, x, r) * scale[o]
+        matvec_rows(w, scale, x, out, o, o + 1, True)
 
 
 @njit(**_JIT)
@@ -128,9 +151,7 @@ def rms_norm(x, weight, eps, out):
     """out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, row by row."""
     n = x.shape[1]
     for r in range(x.shape[0]):
-        ss = np.float32(0.0)
-        for i in range(n):
-            ss += x[r, i] * x[r, i]
+        ss = simd.dot(x, r * n, x, r * n, n)
         inv = np.float32(1.0) / np.sqrt(ss / np.float32(n) + np.float32(eps))
         for i in range(n):
             out[r, i] = x[r, i] * inv * widen(weight[i])
@@ -139,9 +160,7 @@ def rms_norm(x, weight, eps, out):
 @njit(**_JIT)
 def _head_rms_norm(v, start, width, weight, eps):
     """In place: RMSNorm of v[start:start+width] (one head) with a per-head-dim weight (Qwen3 q/k norm)."""
-    ss = np.float32(0.0)
-    for i in range(width):
-        ss += v[start + i] * v[start + i]
+    ss = simd.dot(v, start, v, start, width)
     inv = np.float32(1.0) / np.sqrt(ss / np.float32(width) + np.float32(eps))
     for i in range(width):
         v[start + i] = v[start + i] * inv * weight[i]
@@ -163,8 +182,10 @@ def _rope_head(v, start, cos_row, sin_row):
 def qkv_to_cache(qkv, bias, q_norm, k_norm, use_qk_norm, eps, n_heads, cos, sin, slots, positions, layer, k_cache, v_cache):
     """Per row: add bias, per-head q/k norm (Qwen3), RoPE on q and k heads, then write k and v at the row's
     position of its slot. qkv rows are [q (n_heads*d) | k (n_kv*d) | v (n_kv*d)]; q stays in qkv.
-    Cache layouts: k_cache (slots, L, n_kv, d, S) -- keys transposed --, v_cache (slots, L, n_kv, S, d)."""
+    Cache layouts (kv_cache.py): k_cache (slots, L, n_kv, S/B, d, B) -- keys transposed in blocks of B
+    positions --, v_cache (slots, L, n_kv, S, d)."""
     n_kv, head_dim = v_cache.shape[2], v_cache.shape[4]
+    block = k_cache.shape[5]
     q_dim = n_heads * head_dim
     kv_dim = n_kv * head_dim
     for r in range(qkv.shape[0]):
@@ -177,154 +198,148 @@ def qkv_to_cache(qkv, bias, q_norm, k_norm, use_qk_norm, eps, n_heads, cos, sin,
                 _head_rms_norm(row, h * head_dim, head_dim, q_norm if h < n_heads else k_norm, eps)
             _rope_head(row, h * head_dim, cos[p], sin[p])
         s = slots[r]
+        b, t = p // block, p % block
         for g in range(n_kv):
             for i in range(head_dim):
-                k_cache[s, layer, g, i, p] = row[q_dim + g * head_dim + i]
+                k_cache[s, layer, g, b, i, t] = row[q_dim + g * head_dim + i]
                 v_cache[s, layer, g, p, i] = row[q_dim + kv_dim + g * head_dim + i]
 
 
-# Attention work unit: one row, one kv head with its query heads, ATTN_CHUNK positions of context. Units
-# depend only on their own row's data and context length, so a row's result never depends on the batch.
-ATTN_CHUNK = 128
+# Attention work unit: one row, one kv head with its query heads, ATTN_CHUNK positions of context (a multiple
+# of the key block; the cache holds whole chunks). Units depend only on their own row's data and context
+# length, so a row's result never depends on the batch.
+ATTN_CHUNK = kv_cache.ATTN_CHUNK
+KEY_BLOCK = kv_cache.KEY_BLOCK
 
 
-@njit(**_JIT, inline="never")
-def _attend_chunk(q_row, q0, group, keys_t, values, t0, t1, scale, scores, part_out, part_max, part_sum):
-    """Partial softmax attention of `group` query heads (q_row[q0 : q0 + group*d]) over positions [t0, t1)
-    of one kv head: part_max[j] = max_t s_jt, part_sum[j] = sum_t exp(s_jt - max), part_out[j] = sum_t
-    exp(s_jt - max) v_t, with s_jt = q_j . k_t / sqrt(d). Keys are read once for all the group's heads.
-    scores: scratch of at least (group, t1 - t0)."""
-    head_dim = values.shape[1]
-    n = t1 - t0
-    scores[:, :n] = 0.0
-    for i in range(head_dim):  # s_jt = sum_i q_ji k_ti, vectorised over t (keys stored transposed)
-        key_i = keys_t[i, t0:t1]
-        for j in range(group):
-            qi = q_row[q0 + j * head_dim + i] * scale
-            sj = scores[j]
-            for t in range(n):
-                sj[t] += qi * key_i[t]
-    for j in range(group):
-        sj = scores[j]
-        best = np.float32(-np.inf)
-        for t in range(n):
-            best = max(best, sj[t])
-        total = np.float32(0.0)
-        for t in range(n):
-            e = exp_nonpos(sj[t] - best)
-            sj[t] = e
-            total += e
-        part_max[j] = best
-        part_sum[j] = total
-    part_out[:, :] = 0.0
-    for t in range(n):  # o_j = sum_t p_jt v_t, vectorised over d
-        v_t = values[t0 + t]
-        for j in range(group):
-            p = scores[j, t]
-            oj = part_out[j]
-            for i in range(head_dim):
-                oj[i] += p * v_t[i]
+@njit(**_JIT)
+def attention_units(positions, n_kv):
+    """(first_unit, n_chunks): row r owns units first_unit[r] .. first_unit[r+1]-1, n_chunks[r] =
+    ceil((pos_r + 1) / ATTN_CHUNK) chunks of n_kv units each: unit first_unit[r] + c * n_kv + g is chunk c of
+    kv head g (full chunks first, so that threads taking units in order finish close together)."""
+    n_chunks = (positions + ATTN_CHUNK) // ATTN_CHUNK
+    first_unit = np.zeros(positions.shape[0] + 1, dtype=np.int64)
+    for r in range(positions.shape[0]):
+        first_unit[r + 1] = first_unit[r] + n_kv * n_chunks[r]
+    return first_unit, n_chunks
 
 
-@njit(parallel=True, **_JIT)
-def attention(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out):
-    """Causal GQA attention of each row's q heads over its slot's cache up to and including its position:
-        out_h = sum_t softmax_t(q_h . k_t / sqrt(d)) v_t,   t = 0..pos,  kv head = h // (n_heads / n_kv)
-    split into chunks of ATTN_CHUNK positions (parallel units) and merged as in flash-decoding:
-        m = max_c m_c,   out_h = sum_c e^(m_c - m) o_c / sum_c e^(m_c - m) l_c"""
-    k = qkv.shape[0]
+@njit(**_JIT)
+def attend_unit(u, first_unit, n_chunks, qkv, n_heads, slots, positions, layer, k_cache, v_cache, scores, part_out,
+                part_max, part_sum):
+    """Unit u: partial softmax attention of the `group` query heads of one kv head g over one chunk
+    [t0, t0 + n) of one row's context:
+        part_max[u, j] = max_t s_jt,  part_sum[u, j] = sum_t exp(s_jt - max),  part_out[u, j] = sum_t exp(s_jt - max) v_t
+    with s_jt = q_j . k_t / sqrt(d) summed over d in order for each t, and o_j summed over t in order.
+    Query heads go in pairs (`simd.block_scores`, `simd.weighted_rows`; an odd one is paired with itself);
+    scores of a partial chunk are computed up to the end of its last key tile and ignored past n.
+    scores: scratch (units, group, ATTN_CHUNK)."""
+    r = 0
+    while first_unit[r + 1] <= u:
+        r += 1
+    c, g = divmod(u - first_unit[r], v_cache.shape[2])
     n_kv, head_dim = v_cache.shape[2], v_cache.shape[4]
     group = n_heads // n_kv
     scale = np.float32(1.0 / math.sqrt(head_dim))
-    n_chunks = (positions + ATTN_CHUNK) // ATTN_CHUNK  # ceil((pos + 1) / CHUNK)
-    first_unit = np.zeros(k + 1, dtype=np.int64)
-    for r in range(k):
-        first_unit[r + 1] = first_unit[r] + n_kv * n_chunks[r]
-    n_units = first_unit[k]
-    part_out = np.empty((n_units, group, head_dim), dtype=np.float32)
-    part_max = np.empty((n_units, group), dtype=np.float32)
-    part_sum = np.empty((n_units, group), dtype=np.float32)
-    scratch = np.empty((n_units, group, ATTN_CHUNK), dtype=np.float32)
-    for u in prange(n_units):
-        r = 0
-        while first_unit[r + 1] <= u:
-            r += 1
-        g, c = divmod(u - first_unit[r], n_chunks[r])
-        t0 = c * ATTN_CHUNK
-        t1 = min(t0 + ATTN_CHUNK, positions[r] + 1)
-        s = slots[r]
-        _attend_chunk(qkv[r], g * group * head_dim, group, k_cache[s, layer, g], v_cache[s, layer, g], t0, t1, scale,
-                      scratch[u], part_out[u], part_max[u], part_sum[u])
-    for r in range(k):
+    t0 = c * ATTN_CHUNK
+    n = min(ATTN_CHUNK, positions[r] + 1 - t0)
+    keys, values = k_cache[slots[r], layer, g], v_cache[slots[r], layer, g]
+    q0 = r * qkv.shape[1] + g * group * head_dim  # flat offset of the group's first query head
+    s0 = u * group * ATTN_CHUNK  # flat offset of the unit's scores
+    tile = simd.SCORE_TILE * KEY_BLOCK
+    for ja in range(0, group, 2):
+        jb = min(ja + 1, group - 1)
+        for p0 in range(0, n, tile):
+            simd.block_scores(keys, (t0 + p0) * head_dim, head_dim, qkv, q0 + ja * head_dim, q0 + jb * head_dim, scale,
+                              scores, s0 + ja * ATTN_CHUNK + p0, s0 + jb * ATTN_CHUNK + p0)
+    sc = scores[u]
+    for j in range(group):
+        best = np.float32(-np.inf)
+        for t in range(n):
+            best = max(best, sc[j, t])
+        for t in range(n):
+            sc[j, t] = exp_nonpos(sc[j, t] - best)
+        part_max[u, j] = best
+        part_sum[u, j] = simd.vsum(scores, s0 + j * ATTN_CHUNK, n)
+    for ja in range(0, group, 2):  # o_j = sum_t p_jt v_t
+        jb = min(ja + 1, group - 1)
+        simd.weighted_rows(values, t0 * head_dim, n, head_dim, scores, s0 + ja * ATTN_CHUNK, s0 + jb * ATTN_CHUNK, part_out,
+                           (u * group + ja) * head_dim, (u * group + jb) * head_dim)
+
+
+@njit(**_JIT)
+def merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out):
+    """Combine the chunks of each (row, head) as in flash-decoding:
+        m = max_c m_c,   out_h = sum_c e^(m_c - m) o_c / sum_c e^(m_c - m) l_c"""
+    group, head_dim = part_out.shape[1], part_out.shape[2]
+    for r in range(n_chunks.shape[0]):
+        n_kv = (first_unit[r + 1] - first_unit[r]) // n_chunks[r]
         for g in range(n_kv):
-            u0 = first_unit[r] + g * n_chunks[r]
+            u0 = first_unit[r] + g  # chunk c of this kv head is unit u0 + c * n_kv
             for j in range(group):
                 o0 = (g * group + j) * head_dim
                 m = part_max[u0, j]
                 for c in range(1, n_chunks[r]):
-                    m = max(m, part_max[u0 + c, j])
+                    m = max(m, part_max[u0 + c * n_kv, j])
                 denom = np.float32(0.0)
                 for i in range(head_dim):
                     out[r, o0 + i] = 0.0
                 for c in range(n_chunks[r]):
-                    w = exp_nonpos(part_max[u0 + c, j] - m)
-                    denom += w * part_sum[u0 + c, j]
+                    w = exp_nonpos(part_max[u0 + c * n_kv, j] - m)
+                    denom += w * part_sum[u0 + c * n_kv, j]
                     for i in range(head_dim):
-                        out[r, o0 + i] += w * part_out[u0 + c, j, i]
+                        out[r, o0 + i] += w * part_out[u0 + c * n_kv, j, i]
                 inv = np.float32(1.0) / denom
                 for i in range(head_dim):
                     out[r, o0 + i] *= inv
 
 
 @njit(**_JIT)
-def silu_mul(gate_up, out):
-    """out = SiLU(g) * u with [g | u] = gate_up rows; SiLU(g) = g sigmoid(g), and with e = exp(-|g|) <= 1
-    sigmoid(g) = 1 / (1 + e) for g >= 0 and e / (1 + e) for g < 0 (no overflow either way)."""
-    ffn = out.shape[1]
-    for r in range(out.shape[0]):
-        for j in range(ffn):
-            g = gate_up[r, j]
-            e = exp_nonpos(-abs(g))
-            sig = (np.float32(1.0) if g >= 0 else e) / (np.float32(1.0) + e)
-            out[r, j] = g * sig * gate_up[r, ffn + j]
+def attention_scratch(n_units, group, head_dim):
+    """(scores, part_out, part_max, part_sum) for n_units attention units."""
+    return (np.empty((n_units, group, ATTN_CHUNK), dtype=np.float32), np.empty((n_units, group, head_dim), dtype=np.float32),
+            np.empty((n_units, group), dtype=np.float32), np.empty((n_units, group), dtype=np.float32))
+
+
+@njit(parallel=True, **_JIT)
+def attention(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out):
+    """Causal GQA attention of each row's q heads over its slot's cache up to and including its position:
+        out_h = sum_t softmax_t(q_h . k_t / sqrt(d)) v_t,   t = 0..pos,  kv head = h // (n_heads / n_kv)
+    as parallel units (`attend_unit`) merged by `merge_attention`."""
+    n_kv, head_dim = v_cache.shape[2], v_cache.shape[4]
+    first_unit, n_chunks = attention_units(positions, n_kv)
+    scores, part_out, part_max, part_sum = attention_scratch(first_unit[-1], n_heads // n_kv, head_dim)
+    for u in prange(first_unit[-1]):
+        attend_unit(u, first_unit, n_chunks, qkv, n_heads, slots, positions, layer, k_cache, v_cache, scores, part_out,
+                    part_max, part_sum)
+    merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out)
 
 
 @njit(**_JIT)
-def decode_rows(
-    tokens, slots, positions, embed, embed_scale, attn_norm, wqkv, qkv_scale, bqkv, q_norm, k_norm, use_qk_norm,
-    wo, o_scale, mlp_norm, wgu, gu_scale, wd, d_scale, final_norm, lm_head, lm_scale, cos, sin, k_cache, v_cache,
-    n_heads, eps, logit_rows, logits,
-):
-    """Run all layers for k token rows, row r being token tokens[r] of slot slots[r] at position positions[r];
-    write each row's K/V into the cache, and the float32 logits of row logit_rows[j] into logits[j] (a
-    prefill needs only its last row's). Stacked weights: wqkv (L, q+2kv, hidden), wo (L, hidden, q),
-    wgu (L, 2 ffn, hidden), wd (L, hidden, ffn), each with per-output-row scales (L, rows)."""
-    k = tokens.shape[0]
-    n_layers, qkv_dim, hidden = wqkv.shape
-    ffn = wd.shape[2]
-    q_dim = wo.shape[2]
-    x = np.empty((k, hidden), dtype=np.float32)  # the residual stream
-    for r in range(k):
-        for i in range(hidden):
-            x[r, i] = widen(embed[tokens[r], i]) * embed_scale[tokens[r]]
-    h = np.empty((k, hidden), dtype=np.float32)
-    qkv = np.empty((k, qkv_dim), dtype=np.float32)
-    att = np.empty((k, q_dim), dtype=np.float32)
-    gu = np.empty((k, 2 * ffn), dtype=np.float32)
-    act = np.empty((k, ffn), dtype=np.float32)
-    for layer in range(n_layers):
-        rms_norm(x, attn_norm[layer], eps, h)
-        matvec(wqkv[layer], qkv_scale[layer], h, qkv)
-        qkv_to_cache(qkv, bqkv[layer], q_norm[layer], k_norm[layer], use_qk_norm, eps, n_heads, cos, sin,
-                     slots, positions, layer, k_cache, v_cache)
-        attention(qkv, n_heads, slots, positions, layer, k_cache, v_cache, att)
-        matvec_add(wo[layer], o_scale[layer], att, x)
-        rms_norm(x, mlp_norm[layer], eps, h)
-        matvec(wgu[layer], gu_scale[layer], h, gu)
-        silu_mul(gu, act)
-        matvec_add(wd[layer], d_scale[layer], act, x)
-    picked = np.empty((logit_rows.shape[0], hidden), dtype=np.float32)
-    for j in range(logit_rows.shape[0]):
-        picked[j] = x[logit_rows[j]]
-    rms_norm(picked, final_norm, eps, h[: logit_rows.shape[0]])
-    matvec(lm_head, lm_scale, h[: logit_rows.shape[0]], logits)
+def silu_mul(gate_up, out, j0=0, j1=-1, scratch=None):
+    """out[:, j] = SiLU(g) * u for columns j in [j0, j1) (all by default) with [g | u] = gate_up rows;
+    SiLU(g) = g sigmoid(g), and with e = exp(-|g|) <= 1 sigmoid(g) = 1 / (1 + e) for g >= 0 and e / (1 + e)
+    for g < 0 (no overflow either way). Sixteen columns at a time (`simd.silu_block`; a ragged end goes
+    through a padded copy), so a column's value never depends on the range it was computed in.
+    scratch: (4, 16) float32, allocated when not given."""
+    ffn = out.shape[1]
+    end = ffn if j1 < 0 else j1
+    lanes = 16
+    if scratch is None:
+        scratch = np.empty((4, lanes), dtype=np.float32)
+    e, pad, res = scratch[0], scratch[1:3], scratch[3]
+    for r in range(out.shape[0]):
+        for j in range(j0, end, lanes):
+            m = min(lanes, end - j)
+            if m == lanes:
+                for l in range(lanes):
+                    e[l] = exp_nonpos(-abs(gate_up[r, j + l]))
+                simd.silu_block(gate_up, r * 2 * ffn + j, r * 2 * ffn + ffn + j, e, out, r * ffn + j)
+            else:
+                for l in range(lanes):
+                    g = gate_up[r, j + l] if l < m else np.float32(0.0)
+                    pad[0, l], pad[1, l] = g, (gate_up[r, ffn + j + l] if l < m else np.float32(0.0))
+                    e[l] = exp_nonpos(-abs(g))
+                simd.silu_block(pad, 0, lanes, e, res, 0)
+                for l in range(m):
+                    out[r, j + l] = res[l]

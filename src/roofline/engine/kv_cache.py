@@ -1,9 +1,14 @@
 """The static KV cache: one preallocated region per slot (sequence), never resized on the hot path.
 
-Layouts, float32: keys (slots, layers, kv_heads, head_dim, max_seq_len) -- transposed, so that the scores
-q . k_t of consecutive positions t come from contiguous memory (vectorised over t) -- and values
-(slots, layers, kv_heads, max_seq_len, head_dim), so that sum_t p_t v_t is vectorised over head_dim.
-Bytes per cached token:
+Layouts, float32:
+    keys   (slots, layers, kv_heads, S / B, head_dim, B), B = KEY_BLOCK: transposed within blocks of B
+           positions, so that the scores q . k_t of B consecutive positions come from one contiguous row
+           (vectorised over t), a chunk of positions is one contiguous stretch of memory, and writing a
+           key touches one 4 KiB block (a fully transposed (head_dim, S) layout spreads it over head_dim
+           rows S * 4 bytes apart);
+    values (slots, layers, kv_heads, S, head_dim), so that sum_t p_t v_t is vectorised over head_dim.
+S is max_seq_len rounded up to a whole number of attention chunks (ATTN_CHUNK positions), so that the
+kernels may read any chunk whole. Bytes per cached token:
 
     kv_bytes_per_token = 2 (K and V) * layers * kv_heads * head_dim * 4
 
@@ -19,6 +24,8 @@ import numpy as np
 from roofline.engine.config import ModelConfig
 
 BYTES_PER_VALUE = 4  # float32
+KEY_BLOCK = 16  # positions per key block: one AVX-512 register of float32 scores
+ATTN_CHUNK = 128  # positions per attention work unit of the decode kernels (a multiple of KEY_BLOCK)
 
 
 def kv_bytes_per_token(config: ModelConfig) -> int:
@@ -32,8 +39,9 @@ class KVCache:
         if n_slots < 1 or max_seq_len < 1:
             raise ValueError(f"need at least one slot and one position (got {n_slots} slots, {max_seq_len} positions)")
         c = config
-        self.k = np.zeros((n_slots, c.n_layers, c.n_kv_heads, c.head_dim, max_seq_len), dtype=np.float32)
-        self.v = np.zeros((n_slots, c.n_layers, c.n_kv_heads, max_seq_len, c.head_dim), dtype=np.float32)
+        n_blocks = -(-max_seq_len // ATTN_CHUNK) * (ATTN_CHUNK // KEY_BLOCK)
+        self.k = np.zeros((n_slots, c.n_layers, c.n_kv_heads, n_blocks, c.head_dim, KEY_BLOCK), dtype=np.float32)
+        self.v = np.zeros((n_slots, c.n_layers, c.n_kv_heads, n_blocks * KEY_BLOCK, c.head_dim), dtype=np.float32)
         self.lengths = np.zeros(n_slots, dtype=np.int64)
         self.n_slots = n_slots
         self.max_seq_len = max_seq_len
@@ -52,8 +60,8 @@ class KVCache:
             )
 
     def torch_views(self, slot: int):
-        """(k, v) of one slot as torch tensors sharing this memory: k (layers, kv_heads, head_dim, max_seq_len),
-        v (layers, kv_heads, max_seq_len, head_dim)."""
+        """(k, v) of one slot as torch tensors sharing this memory: k (layers, kv_heads, S / B, head_dim, B),
+        v (layers, kv_heads, S, head_dim); `write_keys` / `read_keys` index the blocked keys by position."""
         import torch
 
         return torch.from_numpy(self.k[slot]), torch.from_numpy(self.v[slot])
@@ -66,3 +74,22 @@ class KVCache:
 
     def release(self, slot: int) -> None:
         self.lengths[slot] = 0
+
+
+def write_keys(k_blocks, start: int, keys) -> None:
+    """Store keys (T, kv_heads, head_dim) at positions start..start+T-1 of one layer's blocked key cache
+    k_blocks (kv_heads, S / B, head_dim, B) (torch tensors; position p lives at [:, p // B, :, p % B])."""
+    import torch
+
+    pos = torch.arange(start, start + keys.shape[0])
+    k_blocks.permute(1, 3, 0, 2)[pos // KEY_BLOCK, pos % KEY_BLOCK] = keys
+
+
+def read_keys(k_blocks, end: int):
+    """Keys of positions 0..end-1 of one layer's blocked key cache, as an (end, kv_heads, head_dim) view of a
+    (kv_heads, head_dim, end) tensor (the memory order of the transposed cache, which the attention GEMMs
+    were written against: the same strides give the same summation order)."""
+    blocks = -(-end // KEY_BLOCK)
+    g, _, d, b = k_blocks.shape
+    keys_t = k_blocks[:, :blocks].permute(0, 2, 1, 3).reshape(g, d, blocks * b)[:, :, :end]
+    return keys_t.permute(2, 0, 1)

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from roofline.engine.config import ModelConfig
+from roofline.engine.kv_cache import read_keys, write_keys
 from roofline.errors import UserError
 
 
@@ -117,8 +118,9 @@ def forward(
 ) -> torch.Tensor:
     """Logits (T, vocab) float32 for token_ids (T,) at positions start..start+T-1.
 
-    cache: (k, v) of one sequence, float32, k (n_layers, n_kv_heads, head_dim, max_seq_len) (keys transposed,
-    as the decode kernels read them), v (n_layers, n_kv_heads, max_seq_len, head_dim); this call writes its
+    cache: (k, v) of one sequence, float32, k (n_layers, n_kv_heads, S / B, head_dim, B) (keys transposed in
+    blocks of B positions, as the decode kernels read them; see kv_cache.py), v (n_layers, n_kv_heads, S,
+    head_dim); this call writes its
     K/V at positions start.. and attends over 0..start+T-1. Without a cache, start must be 0.
     rope: (cos, sin) tables from `rope_tables` covering the positions. last_only: logits of the last token only.
     """
@@ -141,10 +143,10 @@ def forward(
             k = rms_norm(k, w[p + "self_attn.k_norm.weight"], c.rms_eps)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
-            k_cache, v_cache = cache[0][i], cache[1][i]  # (G, d, S) and (G, S, d)
-            k_cache[:, :, start : start + T] = k.permute(1, 2, 0)
+            k_cache, v_cache = cache[0][i], cache[1][i]  # (G, S/B, d, B) and (G, S, d)
+            write_keys(k_cache, start, k)
             v_cache[:, start : start + T] = v.transpose(0, 1)
-            k, v = k_cache[:, :, : start + T].permute(2, 0, 1), v_cache[:, : start + T].transpose(0, 1)
+            k, v = read_keys(k_cache, start + T), v_cache[:, : start + T].transpose(0, 1)
         x = x + linear(attention(q, k, v, start), dense_weight(w, p + "self_attn.o_proj.weight"))
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], c.rms_eps)
         gate = linear(h, dense_weight(w, p + "mlp.gate_proj.weight"))

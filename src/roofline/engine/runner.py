@@ -3,7 +3,7 @@
 prefill(slot, ids): the prompt, K/V written from position 0 -- short prompts through the numba kernels,
     long ones through the torch reference forward (GEMMs).
 decode(slots, ids): one new token for each slot at that slot's own position, all rows in one call of the
-    numba kernels (`kernels.decode_rows`), which reads each weight once for the whole batch.
+    numba kernels (`decode.decode_rows`), which reads each weight once for the whole batch.
 extend(slot, ids): several tokens of one slot in one kernel pass (a speculative verify).
 
 The weights are packed once (`weights.pack_weights`: fused, stacked over layers, fp32 / bf16 / int8);
@@ -62,20 +62,28 @@ class ModelRunner:
         self._cos, self._sin = self._rope[0].numpy(), self._rope[1].numpy()
         self.cache = KVCache(self.config, self.max_batch, self.max_seq_len)
         self.bytes_per_token: int = weight_bytes_per_token(self.config, self.weights, dtype)
+        self.unit_bytes: int | None = None  # weight bytes per work unit of the decode threads; None: decode.UNIT_BYTES
 
-    def _use_threads(self) -> None:
-        # numba's thread count is per calling thread, so it is set on every call, from the calling thread.
+    def _use_threads(self, torch_too: bool = False) -> None:
+        # numba's thread count is per calling thread, so it is checked on every call, from the calling thread;
+        # torch's matters only for the torch prefill.
         import numba
-        import torch
 
-        numba.set_num_threads(self.threads)
-        if torch.get_num_threads() != self.threads:
-            torch.set_num_threads(self.threads)
+        if numba.get_num_threads() != self.threads:
+            numba.set_num_threads(self.threads)
+        if torch_too:
+            import torch
+
+            if torch.get_num_threads() != self.threads:
+                torch.set_num_threads(self.threads)
 
     def _check_ids(self, token_ids: Seq[int]) -> np.ndarray:
+        # Plain Python on the few ids of a decode step: a decode step follows a pass that streamed all the
+        # weights through the caches, and each numpy call on cold caches costs tens of microseconds.
         ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.config.vocab_size):
-            raise ValueError(f"token ids must be in [0, {self.config.vocab_size}), got {int(ids.min())}..{int(ids.max())}")
+        values = ids.tolist() if ids.size <= 64 else (int(ids.min()), int(ids.max()))
+        if values and (min(values) < 0 or max(values) >= self.config.vocab_size):
+            raise ValueError(f"token ids must be in [0, {self.config.vocab_size}), got {min(values)}..{max(values)}")
         return ids
 
     def position(self, slot: int) -> int:
@@ -107,7 +115,7 @@ class ModelRunner:
                                     last_only=True)
             self.cache.lengths[slot] = ids.size
             return logits[0]
-        self._use_threads()
+        self._use_threads(torch_too=True)
         with torch.inference_mode():
             logits = forward(self.config, self._torch_weights, torch.from_numpy(ids), rope=self._rope,
                              cache=self.cache.torch_views(slot), last_only=True)
@@ -115,7 +123,7 @@ class ModelRunner:
         return logits[0].numpy()
 
     def _run_rows(self, tokens: np.ndarray, slots: np.ndarray, positions: np.ndarray, *, last_only: bool = False) -> np.ndarray:
-        from roofline.engine.kernels import decode_rows
+        from roofline.engine.decode import UNIT_BYTES, decode_rows
 
         w, c = self.weights, self.config
         logit_rows = np.arange(tokens.shape[0] - 1 if last_only else 0, tokens.shape[0], dtype=np.int64)
@@ -124,22 +132,24 @@ class ModelRunner:
         decode_rows(tokens, slots, positions, w.embed, w.embed_scale, w.attn_norm, w.wqkv, w.qkv_scale, w.bqkv,
                     w.q_norm, w.k_norm, c.qk_norm, w.wo, w.o_scale, w.mlp_norm, w.wgu, w.gu_scale, w.wd, w.d_scale,
                     w.final_norm, w.lm_head, w.lm_scale, self._cos, self._sin, self.cache.k, self.cache.v,
-                    c.n_heads, np.float32(c.rms_eps), logit_rows, logits)
+                    c.n_heads, np.float32(c.rms_eps), logit_rows, logits, self.threads,
+                    self.unit_bytes or UNIT_BYTES)
         return logits
 
     def decode(self, slots: Seq[int], token_ids: Seq[int]) -> np.ndarray:
         """One token per slot, each at its slot's own position; float32 logits (len(slots), vocab)."""
-        slot_arr = np.asarray([self.cache.check_slot(s) for s in slots], dtype=np.int64)
+        slot_list = [self.cache.check_slot(s) for s in slots]
         ids = self._check_ids(token_ids)
-        if ids.size != slot_arr.size or ids.size == 0:
-            raise ValueError(f"decode needs one token per slot (got {slot_arr.size} slots, {ids.size} tokens)")
-        if np.unique(slot_arr).size != slot_arr.size:
-            raise ValueError(f"decode slots must be distinct, got {slot_arr.tolist()}")
-        for s in slot_arr:
+        if ids.size != len(slot_list) or ids.size == 0:
+            raise ValueError(f"decode needs one token per slot (got {len(slot_list)} slots, {ids.size} tokens)")
+        if len(set(slot_list)) != len(slot_list):
+            raise ValueError(f"decode slots must be distinct, got {slot_list}")
+        for s in slot_list:
             self.cache.check_room(s, 1)
-        positions = self.cache.lengths[slot_arr].copy()
-        logits = self._run_rows(ids, slot_arr, positions)
-        self.cache.lengths[slot_arr] += 1
+        slot_arr = np.array(slot_list, dtype=np.int64)
+        logits = self._run_rows(ids, slot_arr, self.cache.lengths[slot_arr])  # fancy indexing copies the positions
+        for s in slot_list:
+            self.cache.lengths[s] += 1
         return logits
 
     def extend(self, slot: int, token_ids: Seq[int]) -> np.ndarray:

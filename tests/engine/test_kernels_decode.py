@@ -1,0 +1,119 @@
+"""The decode pass's building blocks and scheduling: the fixed summation order of `simd`, SiLU blocks, and
+one pass giving the same bits whatever the thread count and the split of the work among threads."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+import torch
+from numba import njit
+from test_runner import FOLLOW, LONG_PROMPT, PROMPT, tiny_checkpoint
+
+from roofline.engine import decode, kernels, simd
+from roofline.engine.runner import ModelRunner, available_cores
+
+
+@njit(cache=False)
+def _vsum(a):
+    return simd.vsum(a, 0, a.shape[0])
+
+
+@njit(cache=False)
+def _dot(w, x):
+    return simd.dot(w, 0, x, 0, x.shape[0])
+
+
+def documented_order_sum(v: np.ndarray) -> np.float32:
+    """simd's order, in float32 numpy: 4 x 16 lanes over the 64-blocks, (a0 + a1) + (a2 + a3), halving folds;
+    then an 8-lane sum seeded with the running total over the 8-blocks; then one by one."""
+    f32 = np.float32
+
+    def fold(x):
+        while x.size > 1:
+            x = (x[: x.size // 2] + x[x.size // 2 :]).astype(f32)
+        return f32(x[0])
+
+    n = v.size
+    n64 = n - n % 64
+    lanes = [np.zeros(16, f32) for _ in range(4)]
+    for i in range(0, n64, 64):
+        for c in range(4):
+            lanes[c] = (lanes[c] + v[i + 16 * c : i + 16 * c + 16]).astype(f32)
+    total = fold(((lanes[0] + lanes[1]).astype(f32) + (lanes[2] + lanes[3]).astype(f32)).astype(f32))
+    n8 = n64 + (n - n64) // 8 * 8
+    if n8 > n64:
+        acc = np.zeros(8, f32)
+        acc[0] = total
+        for i in range(n64, n8, 8):
+            acc = (acc + v[i : i + 8]).astype(f32)
+        total = fold(acc)
+    for i in range(n8, n):
+        total = f32(total + v[i])
+    return total
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 15, 63, 64, 65, 100, 127, 128, 200, 576, 1536 + 13])
+def test_reductions_follow_the_documented_order_bit_for_bit(n):
+    rng = np.random.default_rng(n)
+    v = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)).astype(np.float32)  # wide range: order matters
+    assert _vsum(v) == documented_order_sum(v)
+    # fma(w, 1, s) is a plain add, so a dot with ones follows the same order
+    assert _dot(v[None], np.ones(n, np.float32)) == documented_order_sum(v)
+    bits = torch.from_numpy(v).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    widened = torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16).float().numpy()
+    assert _dot(bits[None], np.ones(n, np.float32)) == documented_order_sum(widened)
+
+
+def test_silu_of_a_column_does_not_depend_on_the_range_it_is_computed_in():
+    rng = np.random.default_rng(3)
+    ffn = 50
+    gu = (rng.standard_normal((2, 2 * ffn)) * 6).astype(np.float32)
+    whole = np.empty((2, ffn), np.float32)
+    kernels.silu_mul(gu, whole)
+    pieces = np.full((2, ffn), np.nan, np.float32)
+    for j0, j1 in [(0, 3), (3, 19), (19, 35), (35, 50)]:
+        kernels.silu_mul(gu, pieces, j0, j1)
+    assert np.array_equal(whole, pieces)
+    g, u = gu[:, :ffn].astype(np.float64), gu[:, ffn:].astype(np.float64)
+    np.testing.assert_allclose(whole, g / (1 + np.exp(-g)) * u, rtol=3e-6, atol=1e-30)
+
+
+def _pass(runner: ModelRunner) -> list[np.ndarray]:
+    """Prefill two slots (torch and kernel paths), extend one past an attention chunk, decode both."""
+    out = [runner.prefill(0, LONG_PROMPT), runner.prefill(1, PROMPT)]
+    out.append(runner.extend(0, (FOLLOW * 20)[:100]))  # positions 35..134: two chunks
+    out.append(runner.decode([1, 0], [7, 9]))
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_decode_is_bit_identical_whatever_the_threads_and_the_work_split(dtype):
+    """One thread; two threads with one-row units (every phase split fine, units taken over between
+    threads); two threads with the default units: the same logits, bit for bit."""
+    threads = min(2, available_cores())
+    results = []
+    for n_threads, unit_bytes in [(1, None), (threads, 1), (threads, None)]:
+        runner = ModelRunner(tiny_checkpoint("qwen3"), dtype=dtype, threads=n_threads, max_batch=2, max_seq_len=160)
+        runner.unit_bytes = unit_bytes
+        results.append(_pass(runner))
+    for other in results[1:]:
+        for a, b in zip(results[0], other, strict=True):
+            assert np.array_equal(a, b)
+
+
+def test_more_workers_than_threads_still_finish_with_the_same_result():
+    """Workers that never run concurrently (here: 3 workers on 1 thread) leave their units to the ones that
+    do: the pass completes (no worker waits for a unit nobody will take) and gives the same logits."""
+    runner = ModelRunner(tiny_checkpoint("llama"), dtype="fp32", threads=1, max_batch=1, max_seq_len=32)
+    runner.prefill(0, PROMPT)
+    want = runner.decode([0], [11])
+    runner.truncate(0, len(PROMPT))
+    w, c = runner.weights, runner.config
+    got = np.empty_like(want)
+    numba.set_num_threads(1)
+    decode.decode_rows(np.array([11]), np.array([0]), np.array([len(PROMPT)]), w.embed, w.embed_scale, w.attn_norm,
+                       w.wqkv, w.qkv_scale, w.bqkv, w.q_norm, w.k_norm, c.qk_norm, w.wo, w.o_scale, w.mlp_norm, w.wgu,
+                       w.gu_scale, w.wd, w.d_scale, w.final_norm, w.lm_head, w.lm_scale, runner._cos, runner._sin,
+                       runner.cache.k, runner.cache.v, c.n_heads, np.float32(c.rms_eps), np.array([0]), got, 3, 64)
+    assert np.array_equal(got, want)
