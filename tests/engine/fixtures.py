@@ -1,4 +1,5 @@
-"""Writers of tiny random Llama-family models, as GGUF files and as Hugging Face directories.
+"""Writers of tiny random Llama-family models, as GGUF files and as Hugging Face directories, and the
+check that loading a broken one fails with one clear line.
 
 Both writers draw the same weights for the same seed (`tiny_weights`), so a test can load one model in
 both formats and compare. The GGUF writer does what llama.cpp's converter does, independently of the
@@ -14,6 +15,10 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+from roofline.engine.loaders import load_checkpoint
+from roofline.errors import UserError
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2
 BOS_ID, EOS_ID = 1, 2
@@ -329,3 +334,14 @@ def write_tiny_hf_dir(
     (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
     (path / "generation_config.json").write_text(json.dumps({"bos_token_id": BOS_ID, "eos_token_id": EOS_ID}))
     return path
+
+
+def assert_load_fails(path, *fragments) -> str:
+    """Loading `path` raises a one-line UserError that contains every fragment; returns the message."""
+    with pytest.raises(UserError) as info:
+        load_checkpoint(path)
+    message = str(info.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message

@@ -6,13 +6,19 @@ import gguf
 import numpy as np
 import pytest
 import torch
-from fixtures import llamacpp_permute, tiny_shape, tiny_weights, write_tiny_gguf, write_tiny_hf_dir
+from fixtures import (
+    assert_load_fails,
+    llamacpp_permute,
+    tiny_shape,
+    tiny_weights,
+    write_tiny_gguf,
+    write_tiny_hf_dir,
+)
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize, quantize
 
 from roofline.engine.loaders import load_checkpoint
 from roofline.engine.loaders.gguf import display_name, unpermute_rope_rows
-from roofline.errors import UserError
 
 # Worst-case rounding error of each format relative to the largest |value| in a block of 32:
 # Q8_0 rounds to amax/127 steps, Q4_0 to amax/8 steps (error up to one step at the clipped end), Q4_1 to (max-min)/15.
@@ -140,7 +146,7 @@ def test_a_folder_with_one_gguf_file_loads_that_file(tmp_path):
     path = write_tiny_gguf(tmp_path / "one", tensor_type="Q8_0")
     assert load_checkpoint(path.parent).path == str(path)
     write_tiny_gguf(tmp_path / "one", tensor_type="F16")
-    _assert_user_error(path.parent, "several GGUF files", path.name)
+    assert_load_fails(path.parent, "several GGUF files", path.name)
 
 
 def test_display_name_drops_the_format_suffix(tmp_path):
@@ -150,18 +156,8 @@ def test_display_name_drops_the_format_suffix(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- errors
-def _assert_user_error(path, *fragments):
-    with pytest.raises(UserError) as info:
-        load_checkpoint(path)
-    message = str(info.value)
-    assert "\n" not in message
-    for fragment in fragments:
-        assert fragment in message, message
-    return message
-
-
 def test_missing_file(tmp_path):
-    _assert_user_error(tmp_path / "absent.gguf", "does not exist")
+    assert_load_fails(tmp_path / "absent.gguf", "does not exist")
 
 
 def test_truncated_gguf_at_several_cut_points(tmp_path, tiny_gguf):
@@ -169,16 +165,16 @@ def test_truncated_gguf_at_several_cut_points(tmp_path, tiny_gguf):
     for cut in (0, 3, 40, 2000, len(data) // 2, len(data) - 7):
         bad = tmp_path / f"cut{cut}.gguf"
         bad.write_bytes(data[:cut])
-        _assert_user_error(bad, str(bad))
+        assert_load_fails(bad, str(bad))
 
 
 def test_corrupt_gguf(tmp_path):
     bad = tmp_path / "noise.gguf"
     bad.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
-    _assert_user_error(bad, "not a readable GGUF")
+    assert_load_fails(bad, "not a readable GGUF")
     fake = tmp_path / "fake.gguf"
     fake.write_bytes(b"GGUF" + bytes(range(256)) * 4)
-    _assert_user_error(fake, "GGUF")
+    assert_load_fails(fake, "GGUF")
 
 
 def _write_minimal_gguf(path, arch: str, tensor=None, qtype=None) -> None:
@@ -197,13 +193,13 @@ def _write_minimal_gguf(path, arch: str, tensor=None, qtype=None) -> None:
 def test_unsupported_architecture_is_named(tmp_path):
     path = tmp_path / "gemma.gguf"
     _write_minimal_gguf(path, "gemma2")
-    _assert_user_error(path, "'gemma2' is not supported", "llama")
+    assert_load_fails(path, "'gemma2' is not supported", "llama")
 
 
 def test_unsupported_tensor_type_is_named(tmp_path):
     """A Q5_0 tensor in an otherwise complete file: the error names the tensor and its type."""
     path = write_tiny_gguf(tmp_path, type_overrides={"model.layers.0.mlp.up_proj.weight": "Q5_0"})
-    _assert_user_error(path, "Q5_0", "blk.0.ffn_up.weight")
+    assert_load_fails(path, "Q5_0", "blk.0.ffn_up.weight")
 
 
 def test_unknown_tensor_is_refused(tmp_path):
@@ -220,4 +216,4 @@ def test_unknown_tensor_is_refused(tmp_path):
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    _assert_user_error(path, "blk.0.ffn_gate_exps.weight", "not supported")
+    assert_load_fails(path, "blk.0.ffn_gate_exps.weight", "not supported")

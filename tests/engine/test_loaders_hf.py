@@ -8,11 +8,10 @@ from dataclasses import replace
 
 import pytest
 import torch
-from fixtures import tiny_weights, write_tiny_hf_dir
+from fixtures import assert_load_fails, tiny_weights, write_tiny_hf_dir
 
 from roofline.engine.loaders import load_checkpoint
 from roofline.engine.loaders.hf_config import config_from_hf
-from roofline.errors import UserError
 
 
 def test_loads_the_written_weights_exactly(tiny_hf_dir):
@@ -88,21 +87,12 @@ def test_config_parsing_rope_parameters_and_sliding_window(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- errors
-def _assert_user_error(path, *fragments):
-    with pytest.raises(UserError) as info:
-        load_checkpoint(path)
-    message = str(info.value)
-    assert "\n" not in message
-    for fragment in fragments:
-        assert fragment in message, message
-
-
 def test_unsupported_architecture_is_named(tmp_path):
     folder = write_tiny_hf_dir(tmp_path / "m")
     config = json.loads((folder / "config.json").read_text())
     config["architectures"] = ["GPT2LMHeadModel"]
     (folder / "config.json").write_text(json.dumps(config))
-    _assert_user_error(folder, "GPT2LMHeadModel", "not supported", "LlamaForCausalLM")
+    assert_load_fails(folder, "GPT2LMHeadModel", "not supported", "LlamaForCausalLM")
 
 
 def test_corrupt_and_truncated_safetensors(tmp_path):
@@ -110,32 +100,32 @@ def test_corrupt_and_truncated_safetensors(tmp_path):
     weights = folder / "model.safetensors"
     data = weights.read_bytes()
     weights.write_bytes(data[: len(data) // 2])
-    _assert_user_error(folder, "model.safetensors", "truncated or corrupt")
+    assert_load_fails(folder, "model.safetensors", "truncated or corrupt")
     weights.write_bytes(b"\xff" * 64)
-    _assert_user_error(folder, "model.safetensors")
+    assert_load_fails(folder, "model.safetensors")
 
 
 def test_missing_pieces(tmp_path):
     folder = write_tiny_hf_dir(tmp_path / "sharded", shards=2)
     shard = sorted(folder.glob("*.safetensors"))[1]
     shard.unlink()
-    _assert_user_error(folder, shard.name, "missing")
+    assert_load_fails(folder, shard.name, "missing")
 
     folder = write_tiny_hf_dir(tmp_path / "notok")
     (folder / "tokenizer.json").unlink()
-    _assert_user_error(folder, "tokenizer.json")
+    assert_load_fails(folder, "tokenizer.json")
 
     folder = write_tiny_hf_dir(tmp_path / "noweights")
     (folder / "model.safetensors").unlink()
-    _assert_user_error(folder, "safetensors")
+    assert_load_fails(folder, "safetensors")
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    _assert_user_error(empty, "config.json")
+    assert_load_fails(empty, "config.json")
 
     folder = write_tiny_hf_dir(tmp_path / "badjson")
     (folder / "config.json").write_text("{not json")
-    _assert_user_error(folder, "config.json", "not valid JSON")
+    assert_load_fails(folder, "config.json", "not valid JSON")
 
 
 def test_missing_tensor_and_wrong_shape(tmp_path):
@@ -145,17 +135,17 @@ def test_missing_tensor_and_wrong_shape(tmp_path):
     tensors = load_file(folder / "model.safetensors")
     del tensors["model.layers.1.mlp.up_proj.weight"]
     save_file(tensors, folder / "model.safetensors")
-    _assert_user_error(folder, "model.layers.1.mlp.up_proj.weight", "missing")
+    assert_load_fails(folder, "model.layers.1.mlp.up_proj.weight", "missing")
 
     shutil.rmtree(folder)
     folder = write_tiny_hf_dir(tmp_path / "m")
     config = json.loads((folder / "config.json").read_text())
     config["intermediate_size"] = 96
     (folder / "config.json").write_text(json.dumps(config))
-    _assert_user_error(folder, "shape")
+    assert_load_fails(folder, "shape")
 
 
 def test_neither_gguf_nor_directory(tmp_path):
     path = tmp_path / "weights.bin"
     path.write_bytes(b"PK\x03\x04 zip")
-    _assert_user_error(path, "neither a GGUF file nor a Hugging Face model directory")
+    assert_load_fails(path, "neither a GGUF file nor a Hugging Face model directory")
