@@ -6,22 +6,22 @@ import re
 
 from roofline.errors import UserError
 
+_NUMBER = r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*"  # an unsigned decimal, as group 1
 _SI = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
-_TIME = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_TIME = {"": 1.0, "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
 def parse_seconds(text: str, *, what: str = "duration") -> float:
     """'450ms' -> 0.45, '60s' -> 60.0, '2m' -> 120.0, '1.5' -> 1.5 (seconds)."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*([a-zµ]*)\s*", str(text))
-    if not m or m.group(2) not in _TIME and m.group(2) != "":
+    m = re.fullmatch(_NUMBER + r"([a-zµ]*)\s*", str(text))
+    if not m or m.group(2) not in _TIME:
         raise UserError(f"cannot read {what} {text!r}: write a number with a unit, e.g. 450ms, 60s, 2m")
-    value = float(m.group(1)) * (_TIME[m.group(2)] if m.group(2) else 1.0)
-    return value
+    return float(m.group(1)) * _TIME[m.group(2)]
 
 
 def parse_bytes_per_s(text: str) -> float:
     """'8TB/s' -> 8e12, '3.35e12' -> 3.35e12, '32.8 GB/s' -> 3.28e10."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*([kKMGTP]?)(?:B/s|B)?\s*", str(text))
+    m = re.fullmatch(_NUMBER + r"([kKMGTP]?)(?:B/s|B)?\s*", str(text))
     if not m:
         raise UserError(f"cannot read bandwidth {text!r}: write e.g. 8TB/s or 3.35e12")
     return float(m.group(1)) * _SI[m.group(2)]
@@ -32,7 +32,7 @@ _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
 
 def parse_bytes(text: str, *, what: str = "size") -> int:
     """'1GiB' -> 1073741824, '256MiB' -> 268435456, '1GB' -> 10**9, '4096' -> 4096 (bytes)."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*([kKMGTP]i?)?B?\s*", str(text))
+    m = re.fullmatch(_NUMBER + r"([kKMGTP]i?)?B?\s*", str(text))
     if not m:
         raise UserError(f"cannot read {what} {text!r}: write a number of bytes, e.g. 1GiB, 256MiB or 1e9")
     prefix = m.group(2) or ""

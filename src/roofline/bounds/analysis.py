@@ -23,7 +23,7 @@ from roofline.spec.catalogue import load_spec
 from roofline.spec.components import active_params, matmul_params_per_token, total_params
 from roofline.spec.formats import parse_format
 from roofline.spec.model import ModelSpec
-from roofline.spec.quant import parse_weight_overrides, resolve_formats
+from roofline.spec.quant import resolve_formats
 
 # Weight format -> the tensor-core dtypes that can run its matrix multiplies, best first.
 _COMPUTE_DTYPES = {
@@ -155,13 +155,8 @@ def analyse(r: CeilingRequest) -> tuple[Ceiling, dict]:
     check_request(r)
     spec = load_spec(r.model)
     formats = resolve_formats(spec, r.weights)
-    kv_fmt = parse_format(r.kv, what="KV-cache format") if r.kv else parse_format(spec.dtype)
+    kv_fmt = parse_format(r.kv, what="KV-cache format") if r.kv else None  # None: the checkpoint dtype
     budget = token_budget(spec, formats, context_tokens=r.context, kv_format=kv_fmt, all_tensors=r.all_tensors)
-    if r.weights and r.weights.strip():
-        present = {row.key for row in budget.rows}
-        missing = sorted(set(parse_weight_overrides(r.weights)[1]) - present)
-        if missing:
-            raise UserError(f"{spec.name} has no {', '.join(missing)} component; it has: {', '.join(sorted(present))}")
     hw = _hardware(r)
     bw_peak = r.bandwidth_bytes_per_s or hw.bandwidth_bytes_per_s
     bw = bw_peak * r.efficiency
@@ -211,7 +206,7 @@ def analyse(r: CeilingRequest) -> tuple[Ceiling, dict]:
              "bytes_stored": row.bytes_total, "counted": row.counted}
             for row in budget.rows
         ],
-        "kv": {"format": kv_fmt.name, "bytes_per_token": budget.kv_bytes_per_token,
+        "kv": {"format": budget.kv_format.name, "bytes_per_token": budget.kv_bytes_per_token,
                "bytes_per_sequence": budget.kv_bytes},
         "weight_bytes": budget.weight_bytes, "small_bytes": budget.small_bytes,
         "bytes_per_token": budget.bytes_per_token, "resident_weight_bytes": budget.resident_weight_bytes,

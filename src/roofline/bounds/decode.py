@@ -20,10 +20,6 @@ def decode_seconds_per_token(bytes_per_token: float, bandwidth_bytes_per_s: floa
     return bytes_per_token / bandwidth_bytes_per_s
 
 
-def decode_tok_per_s(bytes_per_token: float, bandwidth_bytes_per_s: float) -> float:
-    return 1.0 / decode_seconds_per_token(bytes_per_token, bandwidth_bytes_per_s)
-
-
 def fits_in_memory(resident_bytes: float, memory_bytes: float) -> bool:
     return resident_bytes <= memory_bytes
 

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from roofline.cli.output import emit_table, print_json
+from roofline.cli.output import console, emit_table, print_json
 
 _MODEL_HELP = "A catalogue name or alias (see `roofline models list`), a config.json, or a folder holding one."
 
@@ -74,8 +74,6 @@ def _line(text: str, *, as_markdown: bool) -> None:
     if as_markdown:
         typer.echo(text)
         return
-    from roofline.cli.output import console
-
     console().print(text, highlight=False, markup=False)
 
 

@@ -1,29 +1,13 @@
-"""The list of sub-command modules. Each exposes `register(app)`."""
+"""The sub-command modules, in the order `roofline --help` lists them. Each exposes `register(app)`."""
 
 from __future__ import annotations
 
-import importlib
+from roofline.cli import bench, ceiling, generate, probe, serve
 
-_MODULES = [
-    "roofline.cli.ceiling",  # ceiling, hardware list, models list
-    "roofline.cli.probe",  # probe
-    "roofline.cli.bench",  # bench
-    "roofline.cli.generate",  # generate
-    "roofline.cli.serve",  # serve
+REGISTRARS = [
+    ceiling.register,  # ceiling, hardware list, models list
+    probe.register,  # probe
+    bench.register,  # bench
+    generate.register,  # generate
+    serve.register,  # serve
 ]
-
-
-def _load():
-    out = []
-    for name in _MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:  # module not written yet
-                continue
-            raise
-        out.append(mod.register)
-    return out
-
-
-REGISTRARS = _load()

@@ -11,6 +11,7 @@ import sys
 
 import typer
 
+from roofline.cli import commands
 from roofline.errors import UserError
 
 app = typer.Typer(
@@ -28,17 +29,12 @@ def _group() -> None:
     """Keep `roofline` a command group even when only one sub-command is registered."""
 
 
-def _register() -> None:
-    # Imported here, not at module top, so a broken optional module cannot hide the others' help.
-    from roofline.cli import commands
-
-    for register in commands.REGISTRARS:
-        register(app)
+for _register in commands.REGISTRARS:
+    _register(app)
 
 
 def run() -> None:
     """Console-script entry point: one clear line and exit code 2 for any mistake the user can fix."""
-    _register()
     try:
         app(standalone_mode=False)
     except UserError as e:

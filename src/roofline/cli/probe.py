@@ -106,7 +106,7 @@ def _print(profile: dict[str, Any], path: Any, *, as_json: bool, as_markdown: bo
     rows = _rows(profile, profile["backends"]["kernels"])
     if "cuda" in profile:
         gpu = profile["cuda"]
-        rows += _rows(gpu, {key: gpu["backend"] for *_, key, _, _, _ in _ROWS}, prefix=f"{gpu['device']}: ")
+        rows += _rows(gpu, {key: gpu["backend"] for _, key, *_ in _ROWS}, prefix=f"{gpu['device']}: ")
     s = profile["settings"]
     notes = [
         f"{profile['cpu']}, threads: {profile['threads']}; {s['repeats']} timed passes per kernel after "

@@ -11,13 +11,9 @@ from typing import Any
 
 from roofline.errors import UserError
 from roofline.hardware.catalogue import Hardware
+from roofline.hardware.profile import positive_median
 
 _FLOPS_KERNELS = {"matmul_fp32": "fp32", "matmul_bf16": "bf16", "matmul_fp16": "fp16"}
-
-
-def _median(stats: Any) -> float | None:
-    v = stats.get("median") if isinstance(stats, dict) else None
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
 
 
 def _gb_per_s(v: Any) -> str:
@@ -28,15 +24,15 @@ def hardware_from_profile(profile: dict[str, Any]) -> Hardware:
     """Hardware built from a measured profile (the JSON that `roofline probe` writes)."""
     bw = profile.get("bandwidth_bytes_per_s")
     read = bw.get("read") if isinstance(bw, dict) else None
-    bandwidth = _median(read)
+    bandwidth = positive_median(read)
     if bandwidth is None:
         raise UserError("the measured profile has no positive read bandwidth; re-run `roofline probe`")
     memory = profile.get("memory_bytes")
     if isinstance(memory, bool) or not isinstance(memory, (int, float)) or not memory > 0:
         raise UserError("the measured profile has no memory size; re-run `roofline probe`")
     flops_in = profile.get("flops") if isinstance(profile.get("flops"), dict) else {}
-    flops = {dtype: m for kernel, dtype in _FLOPS_KERNELS.items() if (m := _median(flops_in.get(kernel)))}
-    runs = read.get("runs") if isinstance(read, dict) else None
+    flops = {dtype: m for kernel, dtype in _FLOPS_KERNELS.items() if (m := positive_median(flops_in.get(kernel)))}
+    runs = read.get("runs")
     n = f", {len(runs)} runs" if isinstance(runs, list) else ""
     spread = f"min {_gb_per_s(read.get('min'))}, max {_gb_per_s(read.get('max'))} GB/s{n}"
     when = str(profile.get("measured_at", "?"))

@@ -96,8 +96,12 @@ def profile_problem(d: Any) -> str | None:
         if not isinstance(d.get(section), dict):
             return f"missing {section!r}"
     for kernel in ("read", "copy", "triad"):
-        stats = d["bandwidth_bytes_per_s"].get(kernel)
-        median = stats.get("median") if isinstance(stats, dict) else None
-        if isinstance(median, bool) or not isinstance(median, (int, float)) or not median > 0:
+        if positive_median(d["bandwidth_bytes_per_s"].get(kernel)) is None:
             return f"no positive median for bandwidth {kernel!r}"
     return None
+
+
+def positive_median(stats: Any) -> float | None:
+    """The median of one kernel's STATS when it is a positive number, else None."""
+    v = stats.get("median") if isinstance(stats, dict) else None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None

@@ -75,6 +75,7 @@ def components(spec: ModelSpec) -> list[Component]:
     n_dense = L - n_moe
     out: list[Component] = []
     small = 0.0  # norms, biases, sinks: stored == read
+    small_stored = small_read = 0.0  # routed experts' biases: all stored, top-k read
 
     attn, attn_norms = _attention_matrices(spec)
     label = "attention (MLA)" if spec.mla else "attention (q,k,v,o)"
@@ -99,10 +100,6 @@ def components(spec: ModelSpec) -> list[Component]:
         if moe.expert_bias:
             small_stored = n_moe * moe.num_experts * bias
             small_read = n_moe * moe.top_k * bias
-        else:
-            small_stored = small_read = 0.0
-    else:
-        small_stored = small_read = 0.0
 
     head_label = "lm_head (tied to embeddings)" if spec.tie_word_embeddings else "lm_head"
     out.append(Component("lm_head", head_label, 0.0 if spec.tie_word_embeddings else V * h, V * h))

@@ -69,8 +69,6 @@ def _flatten(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
         merged = {k: v for k, v in cfg.items() if k in ("quantization_config", "torch_dtype", "dtype",
                                                          "tie_word_embeddings")}
         merged.update(text)
-        if "quantization_config" in cfg and "quantization_config" not in text:
-            merged["quantization_config"] = cfg["quantization_config"]
         mt = text.get("model_type") or _TEXT_OF.get(str(top_type), top_type)
         return merged, str(mt) if mt is not None else ""
     if text is not None:
@@ -98,7 +96,7 @@ def _int_list(cfg: dict, key: str) -> list[int]:
     return v
 
 
-def _moe(cfg: dict, mt: str, num_layers: int, hidden: int, traits: dict) -> MoESpec | None:
+def _moe(cfg: dict, mt: str, num_layers: int, traits: dict) -> MoESpec | None:
     n_experts = None
     for key in ("num_local_experts", "n_routed_experts", "num_experts"):
         if cfg.get(key) is not None:
@@ -191,7 +189,7 @@ def spec_from_config(cfg: Any, name: str = "model") -> ModelSpec:
         head_dim = hidden // heads
     vocab = _int(cfg, "vocab_size", maximum=10**8)
     mla = _mla(cfg)
-    moe = _moe(cfg, mt, num_layers, hidden, traits)
+    moe = _moe(cfg, mt, num_layers, traits)
     dense_layers = num_layers - (len(moe.moe_layers) if moe else 0)
     inter = _int(cfg, "intermediate_size", default=0 if dense_layers == 0 else ..., minimum=0)
 

@@ -17,6 +17,7 @@ import re
 from typing import Any, Mapping
 
 from roofline.errors import UserError
+from roofline.spec.components import components
 from roofline.spec.formats import (
     FORMATS,
     WeightFormat,
@@ -160,7 +161,8 @@ def parse_weight_overrides(text: str) -> tuple[WeightFormat | None, dict[str, We
 
 
 def resolve_formats(spec: ModelSpec, weights: str | None) -> dict[str, WeightFormat]:
-    """The format of every component: the checkpoint's defaults, then --weights on top."""
+    """The format of every component: the checkpoint's defaults, then --weights on top (which may name
+    only components the model has)."""
     defaults: Mapping[str, WeightFormat] | None = spec.default_formats
     if not weights or not str(weights).strip():
         if defaults is None:
@@ -169,6 +171,10 @@ def resolve_formats(spec: ModelSpec, weights: str | None) -> dict[str, WeightFor
     bare, named = parse_weight_overrides(weights)
     if defaults is None and bare is None:
         raise UserError(f"{spec.name}: {spec.quant_note}; add a format for everything, e.g. --weights bf16,{weights}")
+    present = {c.key for c in components(spec)}
+    missing = sorted(set(named) - present)
+    if missing:
+        raise UserError(f"{spec.name} has no {', '.join(missing)} component; it has: {', '.join(sorted(present))}")
     out = dict(defaults) if defaults is not None else {}
     if bare is not None:
         norm_fmt = out.get("norms", parse_format(spec.dtype))
