@@ -53,14 +53,17 @@ def _worker_main(plan: BenchPlan, spec: RequestSpec, scenario: Scenario, share: 
         return await measure_share(plan, spec, scenario, share, first_id, sink, worker=share.index,
                                    tokenizer=tokenizer, start_at=start_at)
 
+    # CPU seconds as one process counts them (measure_share: from the common start to the last record);
+    # only a cancelled share falls back to the whole run's, set-up included.
     cpu0 = time.process_time()
+    cpu = None
     try:
-        asyncio.run(main())
+        cpu = asyncio.run(main())
     except (asyncio.CancelledError, KeyboardInterrupt):
         pass
     finally:
         log.close()
-        q.put(("cpu", share.index, time.process_time() - cpu0))
+        q.put(("cpu", share.index, cpu if cpu is not None else time.process_time() - cpu0))
 
 
 async def run_workers(plan: BenchPlan, spec: RequestSpec, scenario: Scenario, parts: list[Share], first_id: int,
