@@ -122,25 +122,27 @@ def http_request_bytes(endpoint: Endpoint, method: str, path: str, body: bytes |
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
 
 
+def _entries(models_json: Any) -> list[dict]:
+    """The model objects of a GET /v1/models answer (anything else in `data` is skipped)."""
+    data = models_json.get("data") if isinstance(models_json, dict) else None
+    return [m for m in data or () if isinstance(m, dict)]
+
+
 def model_ids(models_json: Any) -> list[str]:
     """Model names listed by GET /v1/models."""
-    data = models_json.get("data") if isinstance(models_json, dict) else None
-    return [m["id"] for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    return [m["id"] for m in _entries(models_json) if isinstance(m.get("id"), str)]
 
 
 def roofline_info(models_json: Any, model: str) -> dict | None:
     """The `roofline` extension of a listed model ({"bytes_per_token", "dtype", "path"}), if present."""
-    data = models_json.get("data") if isinstance(models_json, dict) else None
-    for m in data or ():
-        if isinstance(m, dict) and m.get("id") == model and isinstance(m.get("roofline"), dict):
+    for m in _entries(models_json):
+        if m.get("id") == model and isinstance(m.get("roofline"), dict):
             return m["roofline"]
     return None
 
 
 def choose_model(listed: list[str], wanted: str | None) -> str | None:
-    """The served model name: the one asked for if listed, else the only one listed, else the first."""
-    if wanted and (wanted in listed or not listed):
-        return wanted
-    if listed:
+    """The served model name: the one asked for if listed (or if nothing is listed), else the first listed."""
+    if listed and wanted not in listed:
         return listed[0]
     return wanted

@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,8 @@ from roofline.bench import metrics
 from roofline.bench.launch import LocalServer, free_port
 from roofline.bench.load import Scenario
 from roofline.bench.plan import BenchPlan
+from roofline.bench.records import PHASE_MEASURED
+from roofline.bench.report import num
 from roofline.bench.results import read_requests
 from roofline.bench.runner import Progress, run_bench
 from roofline.bench.schedule import Schedule
@@ -92,7 +94,7 @@ def compare(case: Case, summary: dict, run_dir: Path) -> CaseResult:
     res = CaseResult(case)
     truth = truth_means(case.schedule)
     lines, _ = read_requests(run_dir)
-    ok = [ln for ln in lines if ln.get("ok") and ln.get("phase") == "measured"]
+    ok = [ln for ln in lines if ln.get("ok") and ln.get("phase") == PHASE_MEASURED]
     # What the server actually did: the same metrics from its own send stamps (same clock, same
     # intended start). reported - this = the client's own error, whatever the server's lateness.
     server_view = summarize_scenario([dict(ln, chunk_ns=ln["server_chunk_ns"]) for ln in ok if ln.get("server_chunk_ns")])
@@ -105,7 +107,7 @@ def compare(case: Case, summary: dict, run_dir: Path) -> CaseResult:
         res.rows.append({"metric": label, "key": key, "truth": truth[key], "reported": reported,
                          "reported_p99": d["p99"] if d else None, "error_pct": err,
                          "server_sent": sv["mean"] if sv else None, "client_error_pct": client_err})
-    delay = [c - s for ln in ok for c, s in zip(ln["chunk_ns"], ln.get("server_chunk_ns") or ())]
+    delay = metrics.distribution(c - s for ln in ok for c, s in zip(ln["chunk_ns"], ln.get("server_chunk_ns") or ()))
     first_late = [ln["server_chunk_ns"][0] / 1e9 - case.schedule.ttft_s for ln in ok if ln.get("server_chunk_ns")]
     res.facts = {
         "requests_ok": scen["requests"]["ok"],
@@ -113,8 +115,8 @@ def compare(case: Case, summary: dict, run_dir: Path) -> CaseResult:
         "output_tok_per_s": scen["output_tok_per_s"],
         "offered_tok_per_s": case.concurrency / (truth["e2e_s"] / case.schedule.tokens) if case.concurrency else None,
         "client_cpu_us_per_token": scen.get("client_cpu_us_per_token"),
-        "client_delay_p50_ms": _pct(delay, 50) / 1e6 if delay else None,
-        "client_delay_p99_ms": _pct(delay, 99) / 1e6 if delay else None,
+        "client_delay_p50_ms": delay["p50"] / 1e6 if delay else None,
+        "client_delay_p99_ms": delay["p99"] / 1e6 if delay else None,
         "server_first_token_late_p50_ms": 1e3 * statistics.median(first_late) if first_late else None,
         "send_lag_p99_ms": 1e3 * scen["metrics"]["send_lag_s"]["p99"] if scen["metrics"].get("send_lag_s") else None,
         "ttft_p99_ms": 1e3 * scen["metrics"]["ttft_s"]["p99"] if scen["metrics"].get("ttft_s") else None,
@@ -123,18 +125,13 @@ def compare(case: Case, summary: dict, run_dir: Path) -> CaseResult:
     return res
 
 
-def _pct(values: list[int], q: float) -> float:
-    d = metrics.distribution(values)
-    return d[f"p{int(q)}"]
-
-
 def run_calibration(cases=DEFAULT_CASES, *, workers: int = 1, out_dir: Path | None = None,
                     progress: Progress | None = None) -> list[CaseResult]:
     root = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="roofline-calibrate-"))
     results = []
     for i, case in enumerate(cases):
         if workers != case.workers and case.concurrency > 1:
-            case = Case(case.name, case.schedule, case.concurrency, case.requests, workers, case.server_workers)
+            case = replace(case, workers=workers)
         results.append(run_case(case, root / f"case{i}", progress))
     return results
 
@@ -149,25 +146,17 @@ def table_rows(results: list[CaseResult]) -> tuple[list[str], list[list[str]], l
             def fmt(x: float | None, scale: float = scale, unit: str = unit) -> str:
                 return "-" if x is None else f"{x * scale:.3f} {unit}"
 
-            rows.append([r.case.name, row["metric"], fmt(row["truth"]), fmt(row["reported"]), _pc(row["error_pct"]),
-                         fmt(row["server_sent"]), _pc(row["client_error_pct"])])
+            rows.append([r.case.name, row["metric"], fmt(row["truth"]), fmt(row["reported"]), num(row["error_pct"], "{:+.2f}%"),
+                         fmt(row["server_sent"]), num(row["client_error_pct"], "{:+.2f}%")])
         f = r.facts
         sc = r.case.schedule
         notes.append(
             f"{r.case.name}: {r.case.concurrency} streams, TTFT {1e3 * sc.ttft_s:g} ms, {sc.tokens} tokens "
             f"{1e3 * sc.gap_s:g} ms apart, {sc.tokens_per_chunk} per chunk; {f['requests_ok']} ok / {f['requests_failed']} failed; "
-            f"{_f(f['output_tok_per_s'], '.0f')} tok/s reached; client CPU {_f(f['client_cpu_us_per_token'], '.1f')} µs/token "
+            f"{num(f['output_tok_per_s'], '{:.0f}')} tok/s reached; client CPU {num(f['client_cpu_us_per_token'])} µs/token "
             f"({r.case.workers} client process{'es' if r.case.workers > 1 else ''}); client delay per chunk "
-            f"p50 {_f(f['client_delay_p50_ms'], '.3f')} ms, p99 {_f(f['client_delay_p99_ms'], '.3f')} ms; "
-            f"first token sent {_f(f['server_first_token_late_p50_ms'], '.3f')} ms after schedule (p50, server "
+            f"p50 {num(f['client_delay_p50_ms'], '{:.3f}')} ms, p99 {num(f['client_delay_p99_ms'], '{:.3f}')} ms; "
+            f"first token sent {num(f['server_first_token_late_p50_ms'], '{:.3f}')} ms after schedule (p50, server "
             f"lateness and request transit); "
-            f"send lag p99 {_f(f['send_lag_p99_ms'], '.3f')} ms")
+            f"send lag p99 {num(f['send_lag_p99_ms'], '{:.3f}')} ms")
     return headers, rows, notes
-
-
-def _pc(x: float | None) -> str:
-    return "-" if x is None else f"{x:+.2f}%"
-
-
-def _f(x: float | None, spec: str) -> str:
-    return "-" if x is None else format(x, spec)

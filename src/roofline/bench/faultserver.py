@@ -21,7 +21,6 @@ from typing import Any
 FAULTS = ("ok", "http_400", "http_429", "http_500", "http_503", "hang", "cut", "malformed",
           "stream_error", "no_done", "empty")
 _DIRECTIVE = re.compile(r"\[fault:([a-z_0-9]+)\]")
-_END = b"0\r\n\r\n"
 
 
 def fault_for(req: dict, faults: list[str], index: int) -> str | None:
@@ -53,7 +52,7 @@ def respond_at_once(fault: str, conn: Any) -> bool:
 
 def alter_plan(fault: str, plan: list[tuple], conn: Any) -> list[tuple]:
     """Change a normal stream plan [(due_ns, fn, args)]: head first, the [DONE]+end write last."""
-    from roofline.bench.nullserver import sse_frame
+    from roofline.bench.nullserver import DONE_AND_END, END_CHUNKED, sse_frame
 
     head, events, done = plan[0], plan[1:-1], plan[-1]
     if fault == "cut":
@@ -63,10 +62,10 @@ def alter_plan(fault: str, plan: list[tuple], conn: Any) -> list[tuple]:
         bad = (events[2][0], conn.send, (sse_frame(b"{this is not json"),))
         return [head, *events[:3], bad, *events[3:], done]
     if fault == "stream_error":
-        err = sse_frame(b'{"error":{"message":"injected error mid-stream","code":500}}') + sse_frame(b"[DONE]") + _END
+        err = sse_frame(b'{"error":{"message":"injected error mid-stream","code":500}}') + DONE_AND_END
         return [head, *events[:3], (events[2][0], conn.send, (err,))]
     if fault == "no_done":
-        return [head, *events[:-2], (events[-2][0], conn.send, (_END,))]
+        return [head, *events[:-2], (events[-2][0], conn.send, (END_CHUNKED,))]
     if fault == "empty":
-        return [head, (head[0], conn.send, (sse_frame(b"[DONE]") + _END,))]
+        return [head, (head[0], conn.send, (DONE_AND_END,))]
     return plan

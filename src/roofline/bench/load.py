@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from time import perf_counter_ns
 
 from roofline.bench.client import Client
-from roofline.bench.records import PHASE_MEASURED, RequestRecord
+from roofline.bench.metrics import NS_PER_S
+from roofline.bench.records import RequestRecord
 from roofline.bench.workloads import Job
 
-NS_PER_S = 1_000_000_000
 ARRIVALS = ("poisson", "gamma", "constant")
 
 
@@ -69,6 +69,12 @@ def default_num_requests(s: Scenario, prompts: int, reps: int) -> int:
     return base
 
 
+def planned_requests(s: Scenario, prompts: int, reps: int) -> int | None:
+    """The measured requests a scenario sends: its own count, else the default, or None when only
+    its duration bounds it."""
+    return s.num_requests or (None if s.duration_s else default_num_requests(s, prompts, reps))
+
+
 def arrival_offsets_s(rate_per_s: float, arrivals: str, burstiness: float, *, count: int | None,
                       duration_s: float | None, seed: int) -> list[float]:
     """Arrival times in seconds from the start: `count` of them, or all that fall inside duration_s."""
@@ -98,8 +104,8 @@ async def _one(client: Client, rec: RequestRecord, body: bytes, sink: Sink) -> N
         sink(rec)
 
 
-def _record(job_id: int, job: Job, scenario: Scenario, worker: int, phase: str = PHASE_MEASURED) -> RequestRecord:
-    return RequestRecord(id=job_id, scenario=scenario.name, phase=phase, prompt=job.prompt.id, rep=job.rep, worker=worker)
+def _record(job_id: int, job: Job, scenario: Scenario, worker: int) -> RequestRecord:
+    return RequestRecord(id=job_id, scenario=scenario.name, prompt=job.prompt.id, rep=job.rep, worker=worker)
 
 
 async def closed_loop(client: Client, scenario: Scenario, streams: int, jobs: Iterator[tuple[int, Job]],
@@ -161,9 +167,7 @@ async def open_loop(client: Client, scenario: Scenario, arrivals: Iterable[tuple
                 tasks = [t for t in tasks if not t.done()]
         await _gather_or_cancel(tasks)
     except asyncio.CancelledError:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await _cancel_all(tasks)
         raise
 
 
@@ -172,10 +176,15 @@ async def _gather_or_cancel(aws: list) -> None:
     try:
         await asyncio.gather(*tasks)
     except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await _cancel_all(tasks)
         raise
+
+
+async def _cancel_all(tasks: list[asyncio.Future]) -> None:
+    """Cancel the tasks and wait until each has ended (and written its record)."""
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def numbered(jobs: Iterator[Job], first_id: int, *, share: tuple[int, int] = (0, 1),

@@ -40,11 +40,14 @@ _HEAD_SSE = (
 TOKEN_TEXT = " tok"  # every token is this word (one token for a whitespace word-level tokenizer)
 
 
-def sse_frame(obj: dict | bytes) -> bytes:
+def sse_frame(data: bytes) -> bytes:
     """One SSE event as one HTTP chunk."""
-    data = obj if isinstance(obj, bytes) else json.dumps(obj, separators=(",", ":")).encode()
     payload = b"data: " + data + b"\n\n"
     return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+END_CHUNKED = b"0\r\n\r\n"  # the last chunk of a chunked body
+DONE_AND_END = sse_frame(b"[DONE]") + END_CHUNKED
 
 
 def http_response(status: int, body: bytes, ctype: bytes = b"application/json", extra: bytes = b"") -> bytes:
@@ -208,7 +211,7 @@ class NullServer:
         if events is None:  # the same for every request with these options: built once
             events = self.templates[key] = self.stream_events(*key)
         plan = [(conn.recv_ns, conn.send, (_HEAD_SSE,))] + [(conn.recv_ns + off, conn.send_event, (tpl,)) for off, tpl in events]
-        plan.append((plan[-1][0], conn.send, (sse_frame(b"[DONE]") + b"0\r\n\r\n",)))
+        plan.append((plan[-1][0], conn.send, (DONE_AND_END,)))
         if fault:
             plan = faultserver.alter_plan(fault, plan, conn)
         self.emitter.play(plan)

@@ -5,16 +5,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from roofline.bench.api import USAGE_PER_CHUNK, Endpoint, request_body
-from roofline.bench.load import (
-    Scenario,
-    arrival_offsets_s,
-    default_num_requests,
-    numbered,
-)
+from roofline.bench.load import Scenario, arrival_offsets_s, numbered, planned_requests
 from roofline.bench.workloads import Job, Prompt, jobs
 
 
@@ -58,7 +52,6 @@ class BenchPlan:
     workers: int = 1
     tokenizer: str | None = None
     seed: int = 0
-    out_dir: Path = Path("runs")
     slo_s: dict[str, float] | None = None
     label: str = "bench"
     extra_body: dict | None = None
@@ -75,8 +68,7 @@ class Share:
     streams: int = 1  # closed loop: slots in this process; open loop: connections to pre-open
 
     def closed_jobs(self, plan: BenchPlan, scenario: Scenario, first_id: int) -> Iterator[tuple[int, Job]]:
-        limit = scenario.num_requests or (None if scenario.duration_s else
-                                          default_num_requests(scenario, len(plan.prompts), plan.reps))
+        limit = planned_requests(scenario, len(plan.prompts), plan.reps)
         cycle = scenario.duration_s is not None or (limit is not None and limit > len(plan.prompts) * plan.reps)
         return numbered(jobs(plan.prompts, plan.reps, cycle=cycle), first_id, share=(self.index, self.count), limit=limit)
 
@@ -85,13 +77,22 @@ class Share:
         all_jobs = zip(offsets, itertools.count(first_id), jobs(plan.prompts, plan.reps, cycle=True))
         return [a for i, a in enumerate(all_jobs) if i % self.count == self.index]
 
+    def max_in_flight(self, scenario: Scenario) -> int | None:
+        """Open loop: this process's part of --max-concurrency (None: no limit)."""
+        if not scenario.max_concurrency:
+            return None
+        return max(1, _part(scenario.max_concurrency, self.index, self.count))
+
+
+def _part(total: int, index: int, count: int) -> int:
+    """Part `index` of `total` dealt as evenly as it goes over `count` parts."""
+    return total // count + (index < total % count)
+
 
 def open_loop_offsets_s(plan: BenchPlan, scenario: Scenario) -> list[float]:
-    count = scenario.num_requests
-    if count is None and scenario.duration_s is None:
-        count = default_num_requests(scenario, len(plan.prompts), plan.reps)
     return arrival_offsets_s(scenario.rate_per_s, scenario.arrivals, scenario.burstiness,
-                             count=count, duration_s=scenario.duration_s, seed=plan.seed)
+                             count=planned_requests(scenario, len(plan.prompts), plan.reps),
+                             duration_s=scenario.duration_s, seed=plan.seed)
 
 
 def shares(scenario: Scenario, workers: int, plan: BenchPlan) -> list[Share]:
@@ -103,4 +104,4 @@ def shares(scenario: Scenario, workers: int, plan: BenchPlan) -> list[Share]:
         return [Share(i, workers, max(1, min(cap // workers, 64))) for i in range(workers)]
     streams = scenario.concurrency if scenario.kind == "concurrency" else 1
     workers = max(1, min(workers, streams))
-    return [Share(i, workers, streams // workers + (i < streams % workers)) for i in range(workers)]
+    return [Share(i, workers, _part(streams, i, workers)) for i in range(workers)]

@@ -78,8 +78,6 @@ class Recorder:
             self.task = None
         self.flush_now()
 
-    drain = close
-
     def flush_now(self) -> None:
         if self.current is not None:  # interrupted in the middle of it
             rec, self.current = self.current, None

@@ -12,7 +12,8 @@ def _ms(d: Mapping | None, stat: str) -> str:
     return "-" if not d else f"{1e3 * d[stat]:.1f}"
 
 
-def _num(x: float | None, fmt: str = "{:.1f}") -> str:
+def num(x: float | None, fmt: str = "{:.1f}") -> str:
+    """x formatted, or "-" when there is none."""
     return "-" if x is None else fmt.format(x)
 
 
@@ -24,7 +25,7 @@ def latency_table(summary: Mapping[str, Any]) -> Table:
         m = s["metrics"]
         rows.append([s["scenario"]["name"], str(s["requests"]["ok"]), str(s["requests"]["failed"]),
                      _ms(m["ttft_s"], "p50"), _ms(m["ttft_s"], "p99"), _ms(m["tpot_s"], "p50"), _ms(m["tpot_s"], "p99"),
-                     _ms(m["itl_s"], "p99"), _ms(m["chunk_gap_s"], "p99"), _num(m["e2e_s"] and m["e2e_s"]["p50"], "{:.2f}")])
+                     _ms(m["itl_s"], "p99"), _ms(m["chunk_gap_s"], "p99"), num(m["e2e_s"] and m["e2e_s"]["p50"], "{:.2f}")])
     return ("latency", headers, rows, [])
 
 
@@ -39,13 +40,13 @@ def rates_table(summary: Mapping[str, Any]) -> Table:
     rows = []
     for s in summary["scenarios"]:
         speed = s["metrics"]["output_speed_tok_per_s"] or {}
-        row = [s["scenario"]["name"], _num(speed.get("p50")), _num(speed.get("min")), _num(speed.get("max")),
-               _num(s["requests_per_s"], "{:.2f}"), _num(s["output_tok_per_s"])]
+        row = [s["scenario"]["name"], num(speed.get("p50")), num(speed.get("min")), num(speed.get("max")),
+               num(s["requests_per_s"], "{:.2f}"), num(s["output_tok_per_s"])]
         if has_slo:
             g = s.get("goodput") or {}
-            row += [_num(g.get("requests_per_s"), "{:.2f}"), _num(g.get("output_tok_per_s"))]
+            row += [num(g.get("requests_per_s"), "{:.2f}"), num(g.get("output_tok_per_s"))]
         if has_ceiling:
-            row.append(_num((s.get("vs_ceiling") or {}).get("percent_of_ceiling"), "{:.1f}%"))
+            row.append(num((s.get("vs_ceiling") or {}).get("percent_of_ceiling"), "{:.1f}%"))
         rows.append(row)
     return ("rates", headers, rows, result_notes(summary))
 
@@ -83,7 +84,7 @@ def result_notes(summary: Mapping[str, Any]) -> list[str]:
         p = s.get("passes")
         if p and p.get("tokens_per_pass"):
             notes.append(f"{name}: {p['tokens_per_pass']:.2f} tokens per weight pass, "
-                         f"{_num(p.get('passes_per_s'))} passes/s (server-reported)")
+                         f"{num(p.get('passes_per_s'))} passes/s (server-reported)")
         tpc = s["metrics"].get("tokens_per_chunk")
         if tpc and tpc["mean"] > 1.01:
             notes.append(f"{name}: {tpc['mean']:.2f} tokens per chunk on average (speculation or "
@@ -102,9 +103,9 @@ def prompts_table(summary: Mapping[str, Any]) -> Table | None:
     for s in summary["scenarios"]:
         for p in s.get("prompts") or ():
             rows.append([s["scenario"]["name"], p["prompt"], str(p["reps"]),
-                         _num(p["output_speed_median_tok_per_s"]), _num(p["output_speed_min_tok_per_s"]),
-                         _num(p["output_speed_max_tok_per_s"]), _num(p["spread_pct"], "{:.1f}%"),
-                         _ms({"x": p["ttft_median_s"]}, "x")])
+                         num(p["output_speed_median_tok_per_s"]), num(p["output_speed_min_tok_per_s"]),
+                         num(p["output_speed_max_tok_per_s"]), num(p["spread_pct"], "{:.1f}%"),
+                         num(1e3 * p["ttft_median_s"])])
     if not rows:
         return None
     headers = ["scenario", "prompt", "reps", "median tok/s", "min", "max", "spread", "TTFT median ms"]

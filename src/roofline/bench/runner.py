@@ -8,6 +8,8 @@ of what did end is still written, and the outcome says it was interrupted.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import os
 import platform
 import signal
@@ -41,7 +43,8 @@ from roofline.bench.results import (
     write_json,
 )
 from roofline.bench.summarize import summarize
-from roofline.bench.workloads import jobs
+from roofline.bench.tokens import load_tokenizer
+from roofline.bench.workloads import Job, jobs
 
 
 class Progress:
@@ -67,8 +70,6 @@ async def discover(plan: BenchPlan) -> dict[str, Any]:
     try:
         status, _, body = await fetch(ep, f"{ep.base_path}/models", timeout_s=min(10.0, plan.timeout_s))
         if status == 200:
-            import json
-
             models_json = json.loads(body)
             info["models"] = model_ids(models_json)
             info["served"] = plan.served_model or choose_model(info["models"], plan.model)
@@ -125,16 +126,23 @@ def provenance(plan: BenchPlan, info: dict, spec: RequestSpec, origin_ns: int, c
     }
 
 
+async def _warmup_request(client: Client, body: bytes, job: Job, rec_id: int, scenario: str, write: Callable,
+                         tokenizer: Any = None) -> RequestRecord:
+    """Send one warm-up request and write it (phase warmup, rep -1): recorded, never measured."""
+    rec = RequestRecord(id=rec_id, scenario=scenario, phase=PHASE_WARMUP, prompt=job.prompt.id, rep=-1)
+    rec.intended_ns = perf_counter_ns()
+    try:
+        await client.stream(rec, body)
+    finally:
+        write(finish(rec, tokenizer))
+    return rec
+
+
 async def negotiate_usage(client: Client, spec: RequestSpec, plan: BenchPlan, write: Callable, next_id: Callable, scenario: str) -> str:
     """Ask for the richest token accounting the server accepts: fall back on 400/422 only."""
     job = next(jobs(plan.prompts, 1))
     for level in USAGE_LEVELS:
-        rec = RequestRecord(id=next_id(), scenario=scenario, phase=PHASE_WARMUP, prompt=job.prompt.id, rep=-1)
-        rec.intended_ns = perf_counter_ns()
-        try:
-            await client.stream(rec, replace(spec, usage=level).body(job))
-        finally:
-            write(finish(rec))
+        rec = await _warmup_request(client, replace(spec, usage=level).body(job), job, next_id(), scenario, write)
         if rec.http_status not in (400, 422):
             return level
     return USAGE_PER_CHUNK
@@ -156,21 +164,15 @@ async def measure_share(plan: BenchPlan, spec: RequestSpec, scenario: load.Scena
         recorder.start()
         if scenario.kind == "rate":
             await load.open_loop(client, scenario, share.arrivals(plan, scenario, first_id), spec.body, recorder.submit,
-                                 start_ns=start_ns, worker=worker, max_concurrency=_cap(scenario, share))
+                                 start_ns=start_ns, worker=worker, max_concurrency=share.max_in_flight(scenario))
         else:
             await load.closed_loop(client, scenario, share.streams, share.closed_jobs(plan, scenario, first_id),
                                    spec.body, recorder.submit, start_ns=start_ns, worker=worker)
-        await recorder.drain()
+        await recorder.close()  # decoding what is left counts in the CPU time
         return time.process_time() - cpu0
     finally:
         await recorder.close()  # on cancellation too: what ended (or was cancelled) is written
         await client.close()
-
-
-def _cap(scenario: load.Scenario, share: Share) -> int | None:
-    if not scenario.max_concurrency:
-        return None
-    return max(1, scenario.max_concurrency // share.count + (share.index < scenario.max_concurrency % share.count))
 
 
 async def _scenario(plan: BenchPlan, spec: RequestSpec, scenario: load.Scenario, log: RequestLog,
@@ -197,13 +199,8 @@ async def _scenario(plan: BenchPlan, spec: RequestSpec, scenario: load.Scenario,
         if negotiate:
             level = await negotiate_usage(client, spec, plan, write, next_id, scenario.name)
             spec = replace(spec, usage=level)
-        for job in list(_take(jobs(plan.prompts, 1, cycle=True), plan.warmup)):
-            rec = RequestRecord(id=next_id(), scenario=scenario.name, phase=PHASE_WARMUP, prompt=job.prompt.id, rep=-1)
-            rec.intended_ns = perf_counter_ns()
-            try:
-                await client.stream(rec, spec.body(job))
-            finally:
-                write(finish(rec, tokenizer))
+        for job in itertools.islice(jobs(plan.prompts, 1, cycle=True), plan.warmup):
+            await _warmup_request(client, spec.body(job), job, next_id(), scenario.name, write, tokenizer)
     finally:
         await client.close()
     parts = shares(scenario, plan.workers, plan)
@@ -219,11 +216,6 @@ async def _scenario(plan: BenchPlan, spec: RequestSpec, scenario: load.Scenario,
     return spec, cpu
 
 
-def _take(it, n):
-    for _, x in zip(range(n), it):
-        yield x
-
-
 def run_bench(plan: BenchPlan, run_dir: Path, progress: Progress, *, ceiling: Any = None,
               info: dict | None = None, ceiling_note: str | None = None) -> Outcome:
     """Run every scenario, writing into run_dir; always returns the summary of what was measured."""
@@ -235,20 +227,15 @@ def run_bench(plan: BenchPlan, run_dir: Path, progress: Progress, *, ceiling: An
     make_run_dir(run_dir)
     prov = provenance(plan, info, spec, origin_ns, ceiling_note)
     write_json(run_dir / PROVENANCE, prov)
-    tokenizer = None
-    if plan.tokenizer:
-        from roofline.bench.tokens import load_tokenizer
-
-        tokenizer = load_tokenizer(plan.tokenizer)
+    tokenizer = load_tokenizer(plan.tokenizer) if plan.tokenizer else None
     log = RequestLog(run_dir / "requests.jsonl", origin_ns)
     cpu: dict[str, float] = {}
     interrupted = False
     ids = [0, -1]  # next id to give, highest id written
     try:
         for i, scenario in enumerate(plan.scenarios):
-            total = scenario.num_requests or (None if scenario.duration_s else
-                                              load.default_num_requests(scenario, len(plan.prompts), plan.reps))
-            progress.start(scenario.name, total, scenario.duration_s)
+            progress.start(scenario.name, load.planned_requests(scenario, len(plan.prompts), plan.reps),
+                           scenario.duration_s)
             spec, cpu[scenario.name] = asyncio.run(
                 _scenario(plan, spec, scenario, log, progress, ids, tokenizer, negotiate=(i == 0 and plan.usage == "auto")))
             prov["usage_used"] = spec.usage

@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from roofline.bench import metrics
-
-NS_PER_S = 1_000_000_000
+from roofline.bench.metrics import NS_PER_S
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ comes from the best source the server allows, and the record says which one was 
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -192,8 +193,6 @@ def tokens_per_text_piece(tokenizer: Any, texts: Sequence[str]) -> list[int]:
     for t in texts:
         pos += len(t)
         ends.append(pos)
-    import bisect
-
     for start, _end in tokenizer.encode(joined, add_special_tokens=False).offsets:
         counts[min(bisect.bisect_right(ends, start), len(texts) - 1)] += 1
     return counts

@@ -27,14 +27,11 @@ def _worker_main(plan: BenchPlan, spec: RequestSpec, scenario: Scenario, share: 
                  log_path: str, origin_ns: int, q: Any, start: Any, go: Any) -> None:
     from roofline.bench.launch import die_with_parent
     from roofline.bench.runner import measure_share
+    from roofline.bench.tokens import load_tokenizer
 
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop (it sends SIGTERM)
-    tokenizer = None
-    if plan.tokenizer:
-        from roofline.bench.tokens import load_tokenizer
-
-        tokenizer = load_tokenizer(plan.tokenizer)
+    tokenizer = load_tokenizer(plan.tokenizer) if plan.tokenizer else None
     log = RequestLog(log_path, origin_ns)
 
     def sink(rec) -> None:
