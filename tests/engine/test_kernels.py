@@ -14,6 +14,15 @@ def bf16_bits(a: np.ndarray) -> np.ndarray:
     return torch.from_numpy(a).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
 
 
+def bits_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.fixture(scope="module")
+def rng():
+    return np.random.default_rng(1)
+
+
 def test_int8_rows_round_to_the_nearest_step_of_their_scale(rng):
     w = rng.standard_normal((6, 50), dtype=np.float32)
     w[3] = 0.0  # an all-zero row gets scale 1, not a division by zero
@@ -24,18 +33,9 @@ def test_int8_rows_round_to_the_nearest_step_of_their_scale(rng):
     assert np.all(np.abs(q * scale[:, None] - w) <= scale[:, None] / 2 * (1 + 1e-5))
 
 
-def bits_to_f32(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-@pytest.fixture(scope="module")
-def rng():
-    return np.random.default_rng(1)
-
-
 def kernel_weights(w: np.ndarray, dtype: str):
     """(matrix as the kernels store it, row scales, the float32 values it stands for)."""
-    scale, q = weights.matrix(torch.from_numpy(w), dtype)[::-1]
+    q, scale = weights.matrix(torch.from_numpy(w), dtype)
     if dtype == "bf16":
         return q, scale, bits_to_f32(q)
     if dtype == "int8":
@@ -50,13 +50,13 @@ def test_matvec_matches_float64_reference(rng, dtype, n_out, n_in):
     x = rng.standard_normal((3, n_in), dtype=np.float32)
     w_kernel, scale, w_exact = kernel_weights(w, dtype)
     out = np.empty((3, n_out), np.float32)
-    kernels.matvec(w_kernel, scale, x, out)
+    kernels.matvec_rows(w_kernel, scale, x, out, 0, n_out, False)
     ref = x.astype(np.float64) @ w_exact.astype(np.float64).T
     # fp32 accumulation of n_in products: error ~ sqrt(n_in) * eps * |terms|
     tol = 1e-5 * np.sqrt(n_in) * np.abs(x).max() * np.abs(w_exact).max() * 4
     np.testing.assert_allclose(out, ref, rtol=0, atol=tol)
     acc = np.ones((3, n_out), np.float32)
-    kernels.matvec_add(w_kernel, scale, x, acc)
+    kernels.matvec_rows(w_kernel, scale, x, acc, 0, n_out, True)
     np.testing.assert_allclose(acc, ref + 1.0, rtol=0, atol=tol)
 
 
@@ -65,7 +65,7 @@ def test_bf16_widening_is_exact():
     bits = bf16_bits(values)
     w = bits.reshape(-1, 1)
     out = np.empty((1, values.size), np.float32)
-    kernels.matvec(w, np.ones(values.size, np.float32), np.ones((1, 1), np.float32), out)
+    kernels.matvec_rows(w, np.ones(values.size, np.float32), np.ones((1, 1), np.float32), out, 0, values.size, False)
     np.testing.assert_array_equal(out[0], bits_to_f32(bits))
     np.testing.assert_array_equal(out[0], torch.from_numpy(values).to(torch.bfloat16).float().numpy())
 
@@ -75,10 +75,10 @@ def test_k_row_matvec_is_bit_identical_to_one_row(rng, dtype):
     w, scale, _ = kernel_weights(rng.standard_normal((101, 577), dtype=np.float32), dtype)
     x = rng.standard_normal((7, 577), dtype=np.float32)
     many = np.empty((7, 101), np.float32)
-    kernels.matvec(w, scale, x, many)
+    kernels.matvec_rows(w, scale, x, many, 0, 101, False)
     for r in range(7):
         one = np.empty((1, 101), np.float32)
-        kernels.matvec(w, scale, x[r : r + 1].copy(), one)
+        kernels.matvec_rows(w, scale, x[r : r + 1].copy(), one, 0, 101, False)
         assert np.array_equal(one[0], many[r]), f"row {r} differs between the 1-row and 7-row kernels"
 
 
@@ -106,6 +106,17 @@ def blocked_keys(keys: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.swapaxes(full.reshape(*lead, padded // b, b, d), -1, -2))
 
 
+def attention(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out):
+    """The decode pass's attention: every unit (`attend_unit`), here in order on one thread, then the merge."""
+    n_kv = v_cache.shape[2]
+    first_unit, n_chunks = kernels.attention_units(positions, n_kv)
+    scores, part_out, part_max, part_sum = kernels.attention_scratch(first_unit[-1], n_heads // n_kv, v_cache.shape[4])
+    for u in range(first_unit[-1]):
+        kernels.attend_unit(u, first_unit, qkv, n_heads, slots, positions, layer, k_cache, v_cache, scores, part_out,
+                            part_max, part_sum)
+    kernels.merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out)
+
+
 @pytest.mark.parametrize("n_heads,n_kv,d", [(4, 2, 16), (6, 2, 24), (3, 3, 80)])
 def test_attention_over_cache_matches_torch(rng, n_heads, n_kv, d):
     """Rows of different slots at different positions (one and several context chunks), GQA (query heads
@@ -118,7 +129,7 @@ def test_attention_over_cache_matches_torch(rng, n_heads, n_kv, d):
     slots, positions, layer = np.array([2, 0, 1, 1]), np.array([260, 0, kernels.ATTN_CHUNK - 1, kernels.ATTN_CHUNK]), 1
     qkv = rng.standard_normal((4, (n_heads + 2 * n_kv) * d), dtype=np.float32)
     out = np.empty((4, n_heads * d), np.float32)
-    kernels.attention(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out)
+    attention(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out)
     for r in range(4):
         n = positions[r] + 1
         q = torch.from_numpy(qkv[r, : n_heads * d].reshape(1, n_heads, d))
@@ -127,7 +138,7 @@ def test_attention_over_cache_matches_torch(rng, n_heads, n_kv, d):
         ref = model.attention(q, k, v, start=positions[r]).numpy()[0]
         np.testing.assert_allclose(out[r], ref, rtol=1e-5, atol=2e-6, err_msg=f"row {r}")
         alone = np.empty((1, n_heads * d), np.float32)
-        kernels.attention(qkv[r : r + 1].copy(), n_heads, slots[r : r + 1], positions[r : r + 1], layer, k_cache, v_cache, alone)
+        attention(qkv[r : r + 1].copy(), n_heads, slots[r : r + 1], positions[r : r + 1], layer, k_cache, v_cache, alone)
         assert np.array_equal(alone[0], out[r]), f"row {r}: batched attention differs from the row alone"
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 import pytest
-import torch
 from numba import njit
+from test_kernels import bf16_bits, bits_to_f32
 from test_runner import FOLLOW, LONG_PROMPT, PROMPT, tiny_checkpoint
 
 from roofline.engine import decode, kernels, simd
@@ -60,9 +60,8 @@ def test_reductions_follow_the_documented_order_bit_for_bit(n):
     assert _vsum(v) == documented_order_sum(v)
     # fma(w, 1, s) is a plain add, so a dot with ones follows the same order
     assert _dot(v[None], np.ones(n, np.float32)) == documented_order_sum(v)
-    bits = torch.from_numpy(v).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-    widened = torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16).float().numpy()
-    assert _dot(bits[None], np.ones(n, np.float32)) == documented_order_sum(widened)
+    bits = bf16_bits(v)
+    assert _dot(bits[None], np.ones(n, np.float32)) == documented_order_sum(bits_to_f32(bits))
 
 
 def test_silu_of_a_column_does_not_depend_on_the_range_it_is_computed_in():

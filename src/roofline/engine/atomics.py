@@ -25,6 +25,11 @@ def _element_pointer(context, builder, aryty, ary, index_ty, index):
     return cgutils.get_item_pointer(context, builder, aryty, arr, [i])
 
 
+def _pause(builder) -> None:
+    fn = builder.module.declare_intrinsic("llvm.x86.sse2.pause", fnty=ir.FunctionType(ir.VoidType(), []))
+    builder.call(fn, [])
+
+
 def _is_counter_array(a) -> bool:
     return isinstance(a, types.Array) and a.ndim == 1 and a.dtype == types.int64
 
@@ -63,8 +68,7 @@ def spin_pause(typingctx):
 
     def codegen(context, builder, sig, args):
         if _X86:
-            fn = builder.module.declare_intrinsic("llvm.x86.sse2.pause", fnty=ir.FunctionType(ir.VoidType(), []))
-            builder.call(fn, [])
+            _pause(builder)
         return context.get_dummy_value()
 
     return types.none(), codegen
@@ -84,8 +88,7 @@ def nap(typingctx, microseconds):
             fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [i32]), "usleep")
             builder.call(fn, [builder.trunc(context.cast(builder, args[0], sig.args[0], types.int64), i32)])
         elif _X86:
-            fn = builder.module.declare_intrinsic("llvm.x86.sse2.pause", fnty=ir.FunctionType(ir.VoidType(), []))
-            builder.call(fn, [])
+            _pause(builder)
         return context.get_dummy_value()
 
     return types.none(microseconds), codegen

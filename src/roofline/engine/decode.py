@@ -148,12 +148,11 @@ def _worker(tid, n_threads, counters, rows, layers, head, cache, buffers, attn, 
         rms_norm(x, attn_norm[layer], eps, h)
         _matvec_phase(counters, phase, tid, n_threads, wqkv[layer], qkv_scale[layer], h, qkv, False, unit_bytes)
         phase += 1
-        if _claim(counters, phase, tid, n_threads, 1)[1] == 1:
+        mine = _claim(counters, phase, tid, n_threads, 1)[1]  # one unit: the thread that claims it does it
+        if mine:
             qkv_to_cache(qkv, bqkv[layer], q_norm[layer], k_norm[layer], use_qk_norm, eps, n_heads, cos, sin, slots,
                          positions, layer, k_cache, v_cache)
-            _finish(counters, phase, n_threads, 1, 1)
-        else:
-            _finish(counters, phase, n_threads, 1, 0)
+        _finish(counters, phase, n_threads, 1, mine)
         phase += 1
         done = 0
         while True:
@@ -161,8 +160,8 @@ def _worker(tid, n_threads, counters, rows, layers, head, cache, buffers, attn, 
             if count == 0:
                 break
             for v in range(u, u + count):
-                attend_unit(v, first_unit, n_chunks, qkv, n_heads, slots, positions, layer, k_cache, v_cache, scores,
-                            part_out, part_max, part_sum)
+                attend_unit(v, first_unit, qkv, n_heads, slots, positions, layer, k_cache, v_cache, scores, part_out,
+                            part_max, part_sum)
             done += count
         _finish(counters, phase, n_threads, n_units_attn, done)
         phase += 1

@@ -15,8 +15,7 @@ Every float reduction (row dots, RMSNorm sums of squares, softmax sums) goes thr
 `simd.vsum`, which fix the summation order in the emitted code: a row's result is the same whichever
 rows, slots, threads or compilation produced it, so row r of a k-row pass is bit-identical to a 1-row
 pass on that row (batched decode == each sequence alone; a speculative verify == plain decode steps).
-`decode.decode_rows` schedules these pieces over the worker threads; the parallel `matvec`,
-`matvec_add` and `attention` here are the same maths as standalone kernels.
+`decode.decode_rows` schedules these pieces over the worker threads.
 
 Per layer (x: residual stream, one row per token):
     h = RMSNorm(x);  [q|k|v] = Wqkv h (+ bias);  q, k = RoPE(qk-norm(q, k));  append k, v to the cache
@@ -29,7 +28,7 @@ import math
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import intrinsic, overload
 
 from roofline.engine import kv_cache, simd
@@ -132,20 +131,6 @@ def matvec_rows(w, scale, x, out, o0, o1, accumulate):
             _store(out, r, o, simd.dot(w, o * n, x, r * stride, n) * s, accumulate)
 
 
-@njit(parallel=True, **_JIT)
-def matvec(w, scale, x, out):
-    """out = x W^T row-scaled, threads splitting the output rows."""
-    for o in prange(w.shape[0]):
-        matvec_rows(w, scale, x, out, o, o + 1, False)
-
-
-@njit(parallel=True, **_JIT)
-def matvec_add(w, scale, x, out):
-    """out += x W^T row-scaled: a projection added into the residual stream."""
-    for o in prange(w.shape[0]):
-        matvec_rows(w, scale, x, out, o, o + 1, True)
-
-
 @njit(**_JIT)
 def rms_norm(x, weight, eps, out):
     """out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, row by row."""
@@ -205,9 +190,12 @@ def qkv_to_cache(qkv, bias, q_norm, k_norm, use_qk_norm, eps, n_heads, cos, sin,
                 v_cache[s, layer, g, p, i] = row[q_dim + kv_dim + g * head_dim + i]
 
 
-# Attention work unit: one row, one kv head with its query heads, ATTN_CHUNK positions of context (a multiple
-# of the key block; the cache holds whole chunks). Units depend only on their own row's data and context
-# length, so a row's result never depends on the batch.
+# Causal GQA attention of each row's q heads over its slot's cache up to and including its position:
+#     out_h = sum_t softmax_t(q_h . k_t / sqrt(d)) v_t,   t = 0..pos,  kv head = h // (n_heads / n_kv)
+# in work units (`attend_unit`) whose partial results `merge_attention` combines. A unit: one row, one kv head
+# with its query heads, ATTN_CHUNK positions of context (a multiple of the key block; the cache holds whole
+# chunks). Units depend only on their own row's data and context length, so a row's result never depends on
+# the batch.
 ATTN_CHUNK = kv_cache.ATTN_CHUNK
 KEY_BLOCK = kv_cache.KEY_BLOCK
 
@@ -225,8 +213,8 @@ def attention_units(positions, n_kv):
 
 
 @njit(**_JIT)
-def attend_unit(u, first_unit, n_chunks, qkv, n_heads, slots, positions, layer, k_cache, v_cache, scores, part_out,
-                part_max, part_sum):
+def attend_unit(u, first_unit, qkv, n_heads, slots, positions, layer, k_cache, v_cache, scores, part_out, part_max,
+                part_sum):
     """Unit u: partial softmax attention of the `group` query heads of one kv head g over one chunk
     [t0, t0 + n) of one row's context:
         part_max[u, j] = max_t s_jt,  part_sum[u, j] = sum_t exp(s_jt - max),  part_out[u, j] = sum_t exp(s_jt - max) v_t
@@ -237,8 +225,8 @@ def attend_unit(u, first_unit, n_chunks, qkv, n_heads, slots, positions, layer, 
     r = 0
     while first_unit[r + 1] <= u:
         r += 1
-    c, g = divmod(u - first_unit[r], v_cache.shape[2])
     n_kv, head_dim = v_cache.shape[2], v_cache.shape[4]
+    c, g = divmod(u - first_unit[r], n_kv)
     group = n_heads // n_kv
     scale = np.float32(1.0 / math.sqrt(head_dim))
     t0 = c * ATTN_CHUNK
@@ -299,20 +287,6 @@ def attention_scratch(n_units, group, head_dim):
     """(scores, part_out, part_max, part_sum) for n_units attention units."""
     return (np.empty((n_units, group, ATTN_CHUNK), dtype=np.float32), np.empty((n_units, group, head_dim), dtype=np.float32),
             np.empty((n_units, group), dtype=np.float32), np.empty((n_units, group), dtype=np.float32))
-
-
-@njit(parallel=True, **_JIT)
-def attention(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out):
-    """Causal GQA attention of each row's q heads over its slot's cache up to and including its position:
-        out_h = sum_t softmax_t(q_h . k_t / sqrt(d)) v_t,   t = 0..pos,  kv head = h // (n_heads / n_kv)
-    as parallel units (`attend_unit`) merged by `merge_attention`."""
-    n_kv, head_dim = v_cache.shape[2], v_cache.shape[4]
-    first_unit, n_chunks = attention_units(positions, n_kv)
-    scores, part_out, part_max, part_sum = attention_scratch(first_unit[-1], n_heads // n_kv, head_dim)
-    for u in prange(first_unit[-1]):
-        attend_unit(u, first_unit, n_chunks, qkv, n_heads, slots, positions, layer, k_cache, v_cache, scores, part_out,
-                    part_max, part_sum)
-    merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out)
 
 
 @njit(**_JIT)

@@ -8,9 +8,7 @@ Layouts, float32:
            rows S * 4 bytes apart);
     values (slots, layers, kv_heads, S, head_dim), so that sum_t p_t v_t is vectorised over head_dim.
 S is max_seq_len rounded up to a whole number of attention chunks (ATTN_CHUNK positions), so that the
-kernels may read any chunk whole. Bytes per cached token:
-
-    kv_bytes_per_token = 2 (K and V) * layers * kv_heads * head_dim * 4
+kernels may read any chunk whole. Bytes per cached token: 2 (K and V) * layers * kv_heads * head_dim * 4.
 
 The arrays come from np.zeros, which maps untouched pages lazily: a long max_seq_len costs address space,
 not memory, until positions are written. `lengths[slot]` is the number of positions written (the next
@@ -23,13 +21,8 @@ import numpy as np
 
 from roofline.engine.config import ModelConfig
 
-BYTES_PER_VALUE = 4  # float32
 KEY_BLOCK = 16  # positions per key block: one AVX-512 register of float32 scores
 ATTN_CHUNK = 128  # positions per attention work unit of the decode kernels (a multiple of KEY_BLOCK)
-
-
-def kv_bytes_per_token(config: ModelConfig) -> int:
-    return 2 * config.n_layers * config.n_kv_heads * config.head_dim * BYTES_PER_VALUE
 
 
 class KVCache:

@@ -42,6 +42,9 @@ def _vec(n: int, t=_F32) -> ir.VectorType:
     return ir.VectorType(t, n)
 
 
+_ZERO16 = ir.Constant(_vec(_WIDTH), [0.0] * _WIDTH)
+
+
 def _fma(builder, a, b, c):
     """a * b + c with one rounding (llvm.fma on a float32 scalar or vector)."""
     name = f"llvm.fma.v{a.type.count}f32" if isinstance(a.type, ir.VectorType) else "llvm.fma.f32"
@@ -91,13 +94,11 @@ def _emit_sums(builder, n, load_a, loads_b):
     """[sum_i a_i * b_i for each b in loads_b] (or [sum_i a_i] when loads_b is [None]) over i < n, each in the
     module docstring's order; a is loaded once per step for all the sums (independent chains: several rows
     keep the FMA units busy where one row would wait on its four accumulators)."""
-    zero16 = ir.Constant(_vec(_WIDTH), [0.0] * _WIDTH)
-
     def step(acc, a, load_b, j, lanes):
         old = builder.load(acc)
         builder.store(builder.fadd(old, a, flags=_KEEP) if load_b is None else _fma(builder, a, load_b(j, lanes), old), acc)
 
-    accs = [[cgutils.alloca_once_value(builder, zero16) for _ in range(4)] for _ in loads_b]
+    accs = [[cgutils.alloca_once_value(builder, _ZERO16) for _ in range(4)] for _ in loads_b]
     n64 = builder.and_(n, ir.Constant(_I64, ~63))
     with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), n64, ir.Constant(_I64, 64)) as (i, _):
         for c in range(4):
@@ -211,6 +212,15 @@ def _host_has(feature: str) -> bool:
 _AVX512 = _X86 and _host_has("avx512f")
 
 
+def _vload16(builder, ptr):
+    return builder.load(builder.bitcast(ptr, _vec(_WIDTH).as_pointer()), align=4)
+
+
+def _splat16(builder, x):
+    v = builder.insert_element(ir.Constant(_vec(_WIDTH), ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(v, v, ir.Constant(_vec(_WIDTH, ir.IntType(32)), [0] * _WIDTH))
+
+
 @intrinsic
 def silu_block(typingctx, gate_up, ig, iu, e, out, io):
     """out.flat[io + l] = SiLU(g_l) * u_l for 16 lanes l, g_l = gate_up.flat[ig + l], u_l = gate_up.flat[iu + l],
@@ -225,22 +235,18 @@ def silu_block(typingctx, gate_up, ig, iu, e, out, io):
     def codegen(context, builder, sig, args):
         ga_ty, ig_ty, iu_ty, e_ty, out_ty, io_ty = sig.args
         v16 = _vec(_WIDTH)
-
-        def vload(ty, arr, idx_ty, idx):
-            return builder.load(builder.bitcast(_flat_pointer(context, builder, ty, arr, idx_ty, idx), v16.as_pointer()), align=4)
-
-        g = vload(ga_ty, args[0], ig_ty, args[1])
-        u = vload(ga_ty, args[0], iu_ty, args[2])
-        ex = vload(e_ty, args[3], types.intp, context.get_constant(types.intp, 0))
+        g = _vload16(builder, _flat_pointer(context, builder, ga_ty, args[0], ig_ty, args[1]))
+        u = _vload16(builder, _flat_pointer(context, builder, ga_ty, args[0], iu_ty, args[2]))
+        e0 = context.get_constant(types.intp, 0)
+        ex = _vload16(builder, _flat_pointer(context, builder, e_ty, args[3], types.intp, e0))
         one = ir.Constant(v16, [1.0] * _WIDTH)
         gu = builder.fmul(g, u, flags=_KEEP)
         d = builder.fadd(ex, one, flags=_KEEP)
-        num = builder.select(builder.fcmp_ordered(">=", g, ir.Constant(v16, [0.0] * _WIDTH)), gu,
-                             builder.fmul(gu, ex, flags=_KEEP))
+        num = builder.select(builder.fcmp_ordered(">=", g, _ZERO16), gu, builder.fmul(gu, ex, flags=_KEEP))
         if _AVX512:
             fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16, v16, ir.IntType(16)]),
                                                 "llvm.x86.avx512.rcp14.ps.512")
-            r = builder.call(fn, [d, ir.Constant(v16, [0.0] * _WIDTH), ir.Constant(ir.IntType(16), -1)])
+            r = builder.call(fn, [d, _ZERO16, ir.Constant(ir.IntType(16), -1)])
             q0 = builder.fmul(num, r, flags=_KEEP)
             t = _fma(builder, q0, d, builder.fneg(num, flags=_KEEP))
             q = _fma(builder, builder.fneg(r, flags=_KEEP), t, q0)
@@ -251,15 +257,6 @@ def silu_block(typingctx, gate_up, ig, iu, e, out, io):
         return context.get_dummy_value()
 
     return types.none(gate_up, ig, iu, e, out, io), codegen
-
-
-def _vload16(builder, ptr):
-    return builder.load(builder.bitcast(ptr, _vec(_WIDTH).as_pointer()), align=4)
-
-
-def _splat16(builder, x):
-    v = builder.insert_element(ir.Constant(_vec(_WIDTH), ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
-    return builder.shuffle_vector(v, v, ir.Constant(_vec(_WIDTH, ir.IntType(32)), [0] * _WIDTH))
 
 
 SCORE_TILE = 4  # key blocks (of 16 positions) per `block_scores` call
@@ -282,8 +279,7 @@ def block_scores(typingctx, keys, k_off, head_dim, q, q_a, q_b, scale, out, o_a,
         qa = _flat_pointer(context, builder, q_ty, args[3], qa_ty, args[4])
         qb = _flat_pointer(context, builder, q_ty, args[3], qb_ty, args[5])
         scale = context.cast(builder, args[6], sc_ty, types.float32)
-        zero = ir.Constant(_vec(_WIDTH), [0.0] * _WIDTH)
-        accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(SCORE_TILE)] for _ in range(2)]
+        accs = [[cgutils.alloca_once_value(builder, _ZERO16) for _ in range(SCORE_TILE)] for _ in range(2)]
         with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), hd, ir.Constant(_I64, 1)) as (i, _):
             qs = [_splat16(builder, builder.fmul(builder.load(builder.gep(p, [i])), scale, flags=_KEEP)) for p in (qa, qb)]
             for m in range(SCORE_TILE):
@@ -316,11 +312,10 @@ def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_a, p_b, out, o_a, 
         hd = context.cast(builder, args[3], hd_ty, types.intp)
         ps = [_flat_pointer(context, builder, p_ty, args[4], t, a) for t, a in ((pa_ty, args[5]), (pb_ty, args[6]))]
         outs = [_flat_pointer(context, builder, out_ty, args[7], t, a) for t, a in ((oa_ty, args[8]), (ob_ty, args[9]))]
-        zero = ir.Constant(_vec(_WIDTH), [0.0] * _WIDTH)
 
         def columns(c0, width, lanes):
             """Columns [c0, c0 + lanes width) of both heads (lanes 16, or 1 for scalars)."""
-            init = zero if lanes > 1 else ir.Constant(_F32, 0.0)
+            init = _ZERO16 if lanes > 1 else ir.Constant(_F32, 0.0)
             accs = [[cgutils.alloca_once_value(builder, init) for _ in range(width)] for _ in range(2)]
             with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), n_v, ir.Constant(_I64, 1)) as (t, _):
                 pt = [builder.load(builder.gep(base, [t])) for base in ps]
