@@ -1,5 +1,5 @@
-"""Writers of tiny random Llama-family models, as GGUF files and as Hugging Face directories, and the
-check that loading a broken one fails with one clear line.
+"""Writers of tiny random Llama-family models, as GGUF files and as Hugging Face directories, the check
+that loading a broken one fails with one clear line, and plain greedy decoding by hand on a runner.
 
 Both writers draw the same weights for the same seed (`tiny_weights`), so a test can load one model in
 both formats and compare. The GGUF writer does what llama.cpp's converter does, independently of the
@@ -345,3 +345,13 @@ def assert_load_fails(path, *fragments) -> str:
     for fragment in fragments:
         assert fragment in message, message
     return message
+
+
+def greedy_ids(runner, prompt_ids: list[int], n: int, slot: int = 0) -> list[int]:
+    """Plain one-sequence greedy decoding by hand: prefill, then argmax and decode until n tokens; the slot
+    is released afterwards."""
+    out = [int(np.argmax(runner.prefill(slot, prompt_ids)))]
+    while len(out) < n:
+        out.append(int(np.argmax(runner.decode([slot], [out[-1]])[0])))
+    runner.release(slot)
+    return out

@@ -7,8 +7,8 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import pytest
+from fixtures import greedy_ids
 
 from roofline.engine import SamplingParams, generate, load_runner
 
@@ -22,10 +22,7 @@ def test_greedy_generation_equals_prefill_and_decode_by_hand(runner):
     ids = runner.tokenizer.encode("The quick brown fox")
     gen = generate(runner, ids, SamplingParams(max_tokens=12, temperature=0, ignore_eos=True))
     got = list(gen)
-    want = [int(np.argmax(runner.prefill(1, ids)))]
-    for _ in range(11):
-        want.append(int(np.argmax(runner.decode([1], [want[-1]])[0])))
-    assert got == want
+    assert got == greedy_ids(runner, ids, 12, slot=1)
     assert gen.sequence.finish_reason == "length" and gen.sequence.output_ids == got
     t = gen.timings
     assert t.prompt_tokens == len(ids) and t.generated_tokens == 12 and t.decode_tokens == 11

@@ -50,6 +50,12 @@ def tiny_hf_model(arch="llama", head_dim=16, rope_scaling=None, rope_theta=10000
     return hf, config, weights
 
 
+def rope_config(rope_theta: float = 1e4, rope_scaling: dict | None = None) -> ModelConfig:
+    """A one-layer config for the RoPE tests: head_dim 16, the given theta and scaling."""
+    return ModelConfig(arch="llama", name="t", n_layers=1, hidden=64, n_heads=4, n_kv_heads=2, head_dim=16, ffn=8,
+                       vocab_size=10, max_seq_len=64, rope_theta=rope_theta, rms_eps=1e-5, rope_scaling=rope_scaling)
+
+
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_forward_matches_transformers(variant):
     hf, config, weights = tiny_hf_model(**VARIANTS[variant])
@@ -82,30 +88,25 @@ def test_llama3_gguf_freq_factors_equal_the_hf_rule():
     """A GGUF carries llama3 scaling as per-frequency divisors; both routes give the same frequencies."""
     from roofline.engine.loaders.rope_scaling import llama3_freq_factors
 
-    base = dict(arch="llama", name="t", n_layers=1, hidden=64, n_heads=4, n_kv_heads=2, head_dim=16, ffn=8,
-                vocab_size=10, max_seq_len=64, rope_theta=500000.0, rms_eps=1e-5)
-    hf_rule = model.rope_inv_freq(ModelConfig(**base, rope_scaling=LLAMA3_SCALING))
+    hf_rule = model.rope_inv_freq(rope_config(rope_theta=500000.0, rope_scaling=LLAMA3_SCALING))
     factors = llama3_freq_factors(16, 500000.0, 8.0, 1.0, 4.0, 32)
-    from_gguf = model.rope_inv_freq(ModelConfig(**base, rope_scaling={"rope_type": "llama3", "freq_factors": factors.tolist()}))
+    from_gguf = model.rope_inv_freq(rope_config(rope_theta=500000.0,
+                                                rope_scaling={"rope_type": "llama3", "freq_factors": factors.tolist()}))
     torch.testing.assert_close(from_gguf, hf_rule, rtol=1e-6, atol=0)
-    plain = model.rope_inv_freq(ModelConfig(**base))
+    plain = model.rope_inv_freq(rope_config(rope_theta=500000.0))
     assert plain[0] == hf_rule[0] and hf_rule[-1] < plain[-1]  # high frequency kept, low one stretched
 
 
 def test_unsupported_rope_scaling_is_a_user_error():
     from roofline.errors import UserError
 
-    cfg = ModelConfig(arch="llama", name="t", n_layers=1, hidden=64, n_heads=4, n_kv_heads=2, head_dim=16, ffn=8,
-                      vocab_size=10, max_seq_len=64, rope_theta=1e4, rms_eps=1e-5,
-                      rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    cfg = rope_config(rope_scaling={"rope_type": "dynamic", "factor": 2.0})
     with pytest.raises(UserError, match="dynamic"):
         model.rope_inv_freq(cfg)
 
 
 def test_rope_tables_are_cos_sin_of_position_times_frequency():
-    cfg = ModelConfig(arch="llama", name="t", n_layers=1, hidden=64, n_heads=4, n_kv_heads=2, head_dim=16, ffn=8,
-                      vocab_size=10, max_seq_len=64, rope_theta=1e4, rms_eps=1e-5)
-    cos, sin = model.rope_tables(cfg, 64)
+    cos, sin = model.rope_tables(rope_config(), 64)
     assert cos.shape == (64, 8)
     angle = 37 * 1e4 ** (-2 * 3 / 16)
     assert math.isclose(cos[37, 3].item(), math.cos(angle), rel_tol=1e-5)

@@ -17,14 +17,8 @@ import numpy as np
 import pytest
 
 from roofline.engine.sampling import SamplingParams
-from roofline.engine.scheduler import (
-    ContextLengthError,
-    Event,
-    Histogram,
-    Scheduler,
-    asyncio_sink,
-    context_error,
-)
+from roofline.engine.scheduler import Event, Histogram, Scheduler, asyncio_sink
+from roofline.engine.sequence import ContextLengthError, context_error
 
 SCRIPT = "the quick brown fox jumps over the lazy dog. "
 
@@ -283,7 +277,6 @@ def test_one_long_prefill_per_step_keeps_decodes_going():
         for c in collectors:
             c.wait()
     kinds = [e[0] for e in runner.log if e[0] != "release"]
-    # step 1: the first long prompt alone (over budget, but first), then its decode; step 2: the next.
     # step 1: the first long prompt alone (over the budget, but first) and a decode; step 2: the second
     # long prompt (the short one does not fit what it left) and a decode; step 3: the short one.
     assert kinds[:6] == ["prefill", "decode", "prefill", "decode", "prefill", "decode"], kinds

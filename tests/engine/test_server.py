@@ -10,17 +10,14 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from test_scheduler import FakeRunner, fake_greedy_ids
 
 from roofline.engine.server import bind_socket, create_app, uvicorn_server
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_scheduler import FakeRunner, fake_greedy_ids
 
 
 @contextlib.contextmanager

@@ -10,27 +10,14 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
-import numpy as np
 import openai
 import pytest
-
-from roofline.engine import load_runner
-
-sys.path.insert(0, str(Path(__file__).parent))
+from fixtures import greedy_ids
 from test_server import metrics, sdk, serving
 
-
-def greedy_ids(runner, prompt_ids: list[int], n: int) -> list[int]:
-    """Plain one-sequence greedy decoding on slot 0: prefill, then argmax and decode, n times."""
-    logits, out = runner.prefill(0, prompt_ids), []
-    for _ in range(n):
-        out.append(int(np.argmax(logits)))
-        logits = runner.decode([0], [out[-1]])[0]
-    runner.release(0)
-    return out
+from roofline.engine import load_runner
 
 
 PROMPTS = ["The capital of France is", "Once upon a time", "1, 2, 3, 4,", "def fib(n):", "Hello"]

@@ -43,6 +43,7 @@ def generate(
 
     from roofline.engine import SamplingParams, load_runner
     from roofline.engine import generate as run_generation
+    from roofline.engine.sequence import ContextLengthError
 
     err = Console(stderr=True)
     with err.status(f"loading {model or 'the default model'} ({dtype}) and compiling the kernels ..."):
@@ -53,11 +54,12 @@ def generate(
         ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": prompt}]), add_special_tokens=False)
     else:
         ids = tok.encode(prompt)
-    if len(ids) >= runner.max_seq_len:
-        raise UserError(f"the prompt has {len(ids)} tokens; the model's context holds {runner.max_seq_len}")
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                             stop=tuple(stop), ignore_eos=ignore_eos)
-    gen = run_generation(runner, ids, params)
+    try:
+        gen = run_generation(runner, ids, params)
+    except ContextLengthError as e:
+        raise UserError(str(e)) from None
     pieces = []
     for piece in gen.text():
         pieces.append(piece)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from roofline.engine.sampling import SamplingParams, sample
-from roofline.engine.sequence import Sequence
+from roofline.engine.sequence import Sequence, fit_to_context
 
 
 @dataclass
@@ -51,15 +51,9 @@ class Generation:
     loop runs once; afterwards `sequence` holds the ids and finish reason, `timings` the timings."""
 
     def __init__(self, runner, prompt_ids: Seq[int], params: SamplingParams, *, slot: int = 0) -> None:
-        if not prompt_ids:
-            raise ValueError("the prompt has no tokens")
-        room = runner.max_seq_len - len(prompt_ids)
-        if room < 1:
-            raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the context holds {runner.max_seq_len}")
         self.runner = runner
         self.slot = slot
-        # The last sampled token is never fed back, so prompt + max_tokens may reach max_seq_len exactly.
-        self.params = params if params.max_tokens <= room else _with_max_tokens(params, room)
+        self.params = fit_to_context(len(prompt_ids), params, runner.max_seq_len)  # ContextLengthError if no room
         self.sequence = Sequence(prompt_ids, self.params, runner.tokenizer)
         self.timings = GenerationTimings(prompt_tokens=len(prompt_ids))
         self._started = False
@@ -96,12 +90,6 @@ class Generation:
         for _, text in self._steps():
             if text:
                 yield text
-
-
-def _with_max_tokens(params: SamplingParams, max_tokens: int) -> SamplingParams:
-    from dataclasses import replace
-
-    return replace(params, max_tokens=max_tokens)
 
 
 def generate(runner, prompt_ids: Seq[int], params: SamplingParams | None = None, *, slot: int = 0) -> Generation:

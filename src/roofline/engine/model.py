@@ -134,8 +134,8 @@ def forward(
     for i in range(c.n_layers):
         p = f"model.layers.{i}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], c.rms_eps)
-        q, k, v = (linear(h, dense_weight(w, p + f"self_attn.{x}_proj.weight"), w.get(p + f"self_attn.{x}_proj.bias"))
-                   for x in "qkv")
+        q, k, v = (linear(h, dense_weight(w, p + f"self_attn.{n}_proj.weight"), w.get(p + f"self_attn.{n}_proj.bias"))
+                   for n in "qkv")
         q = q.view(T, c.n_heads, c.head_dim)
         k, v = k.view(T, c.n_kv_heads, c.head_dim), v.view(T, c.n_kv_heads, c.head_dim)
         if c.qk_norm:  # Qwen3: RMSNorm over each head's d values, before RoPE

@@ -15,7 +15,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from roofline.engine.sampling import SamplingParams
-from roofline.engine.scheduler import Usage, context_error
+from roofline.engine.scheduler import Usage
+from roofline.engine.sequence import context_error
 
 
 class APIError(Exception):

@@ -26,19 +26,13 @@ from roofline.engine.weights import (
     weight_bytes_per_token,
 )
 from roofline.errors import UserError
+from roofline.hardware.probe import usable_cpu_count as available_cores
 
 __all__ = ["DTYPES", "KERNEL_PREFILL_MAX_TOKENS", "ModelRunner", "available_cores", "load_runner"]
 
 # Prompts up to this length prefill through the decode kernels: below it they beat torch's small-M GEMMs
 # here (measured: 4 tokens 25 vs 69 ms, 16 tokens 92 vs 127 ms, 32 tokens about even, fp32, 2 threads).
 KERNEL_PREFILL_MAX_TOKENS = 24
-
-
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 class ModelRunner:

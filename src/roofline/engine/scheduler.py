@@ -5,11 +5,8 @@ slots by prefilling them -- a prompt-token budget per step keeps one long prefil
 decodes behind it -- and (3) runs one batched `runner.decode(slots, last_tokens)` for all running
 sequences, samples each row and feeds the token to the request's `Sequence`. Every token becomes an
 `Event` handed to the request's sink; `asyncio_sink` turns that into an `asyncio.Queue` on the
-caller's event loop. Nothing here is global: a server owns one `Scheduler`.
-
-Context limit: a request needs `prompt_tokens + max_tokens <= max_seq_len` KV positions (the last
-sampled token is never written back), so `submit` refuses prompts that leave no room and trims
-`max_tokens` to what is left; the `Sequence` then ends with "length" exactly at the limit.
+caller's event loop. Nothing here is global: a server owns one `Scheduler`. `submit` fits each
+request to the context (`sequence.fit_to_context`).
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 
 from roofline.engine.sampling import SamplingParams, sample
-from roofline.engine.sequence import Sequence
+from roofline.engine.sequence import Sequence, fit_to_context
 
 # Step-time buckets (seconds): a decode step of the default model is ~10-40 ms; a long prefill seconds.
 STEP_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24)
@@ -60,28 +57,6 @@ class Event:
 
 
 Sink = Callable[[Event], None]
-
-
-def context_error(prompt_tokens: int, max_tokens: int | None, max_seq_len: int) -> str | None:
-    """Why a request cannot fit the context (None when it fits). At least one new token must fit."""
-    if prompt_tokens < 1:
-        return "the prompt is empty after tokenization; send at least one token"
-    if prompt_tokens >= max_seq_len:
-        return (
-            f"this model's maximum context length is {max_seq_len} tokens, but the prompt has "
-            f"{prompt_tokens} tokens, which leaves no room to generate; shorten the prompt"
-        )
-    if max_tokens is not None and prompt_tokens + max_tokens > max_seq_len:
-        return (
-            f"this model's maximum context length is {max_seq_len} tokens, but {prompt_tokens + max_tokens} "
-            f"were requested ({prompt_tokens} in the prompt, {max_tokens} to generate); "
-            f"lower max_tokens to at most {max_seq_len - prompt_tokens} or shorten the prompt"
-        )
-    return None
-
-
-class ContextLengthError(ValueError):
-    """The prompt (plus max_tokens) does not fit the runner's context."""
 
 
 class Histogram:
@@ -154,7 +129,6 @@ class RequestHandle:
 class _Work:
     handle: RequestHandle
     seq: Sequence
-    params: SamplingParams
     sink: Sink
     slot: int | None = None
 
@@ -248,20 +222,15 @@ class Scheduler:
     def submit(self, prompt_ids: Seq[int], params: SamplingParams, sink: Sink) -> RequestHandle:
         """Queue one request; `max_tokens` is trimmed to the context left after the prompt.
 
-        Raises ContextLengthError when the prompt leaves no room, RuntimeError after close()."""
+        Raises sequence.ContextLengthError when the prompt leaves no room, RuntimeError after close()."""
         prompt_ids = list(prompt_ids)
-        err = context_error(len(prompt_ids), None, self.max_seq_len)
-        if err:
-            raise ContextLengthError(err)
-        room = self.max_seq_len - len(prompt_ids)
-        if params.max_tokens > room:
-            params = dataclasses.replace(params, max_tokens=room)
+        params = fit_to_context(len(prompt_ids), params, self.max_seq_len)
         seq = Sequence(prompt_ids, params, self.runner.tokenizer)
         with self._cv:
             if self._stopping:
                 raise RuntimeError("the scheduler is shut down")
             handle = RequestHandle(next(self._ids), self._wake)
-            self._inbox.append(_Work(handle, seq, params, sink))
+            self._inbox.append(_Work(handle, seq, sink))
             self._stats.requests_total += 1
             self._stats.queued += 1
             self._cv.notify_all()
@@ -366,7 +335,7 @@ class Scheduler:
     def _accept(self, w: _Work, logits) -> None:
         """Sample the next token from this request's logits row and emit what became final."""
         try:
-            token = int(sample(logits, w.params, w.seq.rng))
+            token = int(sample(logits, w.seq.params, w.seq.rng))
             text = w.seq.append(token)
             if w.seq.done:
                 text += w.seq.flush()

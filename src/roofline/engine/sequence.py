@@ -4,16 +4,52 @@ Text is released incrementally and only when it can no longer change:
 - bytes of a UTF-8 character split across tokens wait until the character is complete;
 - text that could be the beginning of a stop string waits until it cannot be (and a stop string, once
   seen, is cut off together with everything after it).
+
+Context limit: a request needs `prompt_tokens + max_tokens <= max_seq_len` KV positions (the last sampled
+token is never written back), so `fit_to_context` refuses prompts that leave no room and trims `max_tokens`
+to what is left; the `Sequence` then ends with "length" exactly at the limit.
 """
 
 from __future__ import annotations
 
 import codecs
+import dataclasses
 from collections.abc import Sequence as Seq
 
 import numpy as np
 
 from roofline.engine.sampling import SamplingParams
+
+
+def context_error(prompt_tokens: int, max_tokens: int | None, max_seq_len: int) -> str | None:
+    """Why a request cannot fit the context (None when it fits). At least one new token must fit."""
+    if prompt_tokens < 1:
+        return "the prompt is empty after tokenization; send at least one token"
+    if prompt_tokens >= max_seq_len:
+        return (
+            f"this model's maximum context length is {max_seq_len} tokens, but the prompt has "
+            f"{prompt_tokens} tokens, which leaves no room to generate; shorten the prompt"
+        )
+    if max_tokens is not None and prompt_tokens + max_tokens > max_seq_len:
+        return (
+            f"this model's maximum context length is {max_seq_len} tokens, but {prompt_tokens + max_tokens} "
+            f"were requested ({prompt_tokens} in the prompt, {max_tokens} to generate); "
+            f"lower max_tokens to at most {max_seq_len - prompt_tokens} or shorten the prompt"
+        )
+    return None
+
+
+class ContextLengthError(ValueError):
+    """The prompt (plus max_tokens) does not fit the runner's context."""
+
+
+def fit_to_context(prompt_tokens: int, params: SamplingParams, max_seq_len: int) -> SamplingParams:
+    """`params` with max_tokens trimmed to the context the prompt leaves; ContextLengthError when it leaves none."""
+    err = context_error(prompt_tokens, None, max_seq_len)
+    if err:
+        raise ContextLengthError(err)
+    room = max_seq_len - prompt_tokens
+    return params if params.max_tokens <= room else dataclasses.replace(params, max_tokens=room)
 
 
 def _held_back_chars(text: str, stops: tuple[str, ...]) -> int:
@@ -48,11 +84,6 @@ class Sequence:
     @property
     def done(self) -> bool:
         return self.finish_reason is not None
-
-    @property
-    def n_tokens(self) -> int:
-        """Prompt plus generated tokens."""
-        return len(self.prompt_ids) + len(self.output_ids)
 
     def append(self, token_id: int) -> str:
         """Record a sampled token; return the text that became final with it."""

@@ -36,7 +36,7 @@ from roofline.engine.protocol import (
     sampling_params,
     sse,
 )
-from roofline.engine.scheduler import DEFAULT_PREFILL_TOKEN_BUDGET, Event, RequestHandle, Scheduler, asyncio_sink
+from roofline.engine.scheduler import Event, RequestHandle, Scheduler, asyncio_sink
 from roofline.engine.server_metrics import SchedulerCollector
 
 _DISCONNECTED = object()  # put into a request's queue when its client goes away
@@ -45,10 +45,10 @@ _DISCONNECTED = object()  # put into a request's queue when its client goes away
 class _ServerState:
     """What the routes share: the runner's facts, the scheduler, the key. One per app."""
 
-    def __init__(self, runner, scheduler: Scheduler, served_model_name: str | None, api_key: str | None):
-        self.runner = runner
+    def __init__(self, scheduler: Scheduler, served_model_name: str | None, api_key: str | None):
+        self.runner = scheduler.runner
         self.scheduler = scheduler
-        self.model_name = served_model_name or runner.name
+        self.model_name = served_model_name or self.runner.name
         self.api_key = api_key
         self.created = int(time.time())
         self.registry = CollectorRegistry(auto_describe=False)
@@ -164,12 +164,12 @@ async def _collect(request: Request, queue: asyncio.Queue, handle: RequestHandle
 
 
 def create_app(runner=None, *, scheduler: Scheduler | None = None, served_model_name: str | None = None,
-               api_key: str | None = None, prefill_token_budget: int = DEFAULT_PREFILL_TOKEN_BUDGET) -> FastAPI:
+               api_key: str | None = None) -> FastAPI:
     """The ASGI app for one runner, or for a scheduler already stepping one (`Scheduler.loading`). Its
     lifespan starts the scheduler thread (if not started yet) and stops it on shutdown."""
     if scheduler is None:
-        scheduler = Scheduler(runner, prefill_token_budget=prefill_token_budget)
-    state = _ServerState(scheduler.runner, scheduler, served_model_name, api_key)
+        scheduler = Scheduler(runner)
+    state = _ServerState(scheduler, served_model_name, api_key)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

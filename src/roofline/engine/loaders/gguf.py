@@ -191,14 +191,15 @@ def load_gguf(path: str | os.PathLike) -> Checkpoint:
         raise UserError(
             f"{path}: tensors {unknown[:4]} are not part of a {config.arch} decoder; this model is not supported"
         )
-    wanted = [(hf_name(n), t) for n, t in by_name.items() if n not in NON_WEIGHT_TENSORS]
-    # Serial on purpose: a 2-thread pool measured slower here (gguf's dequantize is many small numpy steps).
-    converted = [_convert(tensor, hf, config, path) for hf, tensor in wanted]
     tensors, stored, raw = {}, {}, {}
-    for (hf, _), (value, fmt, blocks) in zip(wanted, converted):
-        tensors[hf], stored[hf] = value, fmt
+    # Serial on purpose: a 2-thread pool measured slower here (gguf's dequantize is many small numpy steps).
+    for name, tensor in by_name.items():
+        if name in NON_WEIGHT_TENSORS:
+            continue
+        hf = hf_name(name)
+        tensors[hf], stored[hf], blocks = _convert(tensor, hf, config, path)
         if blocks is not None:
-            raw[hf] = (fmt, blocks)
+            raw[hf] = (stored[hf], blocks)
     check_tensors(tensors, config, str(path))
     tokenizer = tokenizer_from_gguf(meta, path)
     return Checkpoint(
