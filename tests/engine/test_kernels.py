@@ -111,9 +111,11 @@ def attention(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out):
     n_kv = v_cache.shape[2]
     first_unit, n_chunks = kernels.attention_units(positions, n_kv)
     scores, part_out, part_max, part_sum = kernels.attention_scratch(first_unit[-1], n_heads // n_kv, v_cache.shape[4])
+    g_k, g_v, g_s = kernels.gather_scratch(1, 1, v_cache.shape[4])
+    no_tree = np.zeros((positions.shape[0], 1), dtype=np.int64)
     for u in range(first_unit[-1]):
-        kernels.attend_unit(u, first_unit, qkv, n_heads, slots, positions, layer, k_cache, v_cache, scores, part_out,
-                            part_max, part_sum)
+        kernels.attend_unit(u, first_unit, qkv, n_heads, slots, positions, positions + 1, no_tree, layer, k_cache,
+                            v_cache, scores, part_out, part_max, part_sum, g_k[0], g_v[0], g_s[0])
     kernels.merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out)
 
 
@@ -153,7 +155,8 @@ def test_rope_and_cache_write_match_torch(rng):
     pos = 37
     rotated = qkv.copy()
     kernels.qkv_to_cache(rotated[0:1], np.zeros(64, np.float32), np.ones(16, np.float32), np.ones(16, np.float32), False,
-                         np.float32(1e-5), 2, cos.numpy(), sin.numpy(), np.array([0]), np.array([pos]), 0, cache.k, cache.v)
+                         np.float32(1e-5), 2, cos.numpy(), sin.numpy(), np.array([0]), np.array([pos]), np.array([pos]), 0,
+                         cache.k, cache.v)
     heads = torch.from_numpy(qkv[0, :48].reshape(1, 3, 16))
     ref = model.apply_rope(heads, cos[pos : pos + 1], sin[pos : pos + 1]).numpy().reshape(-1)
     np.testing.assert_allclose(rotated[0, :48], ref, rtol=1e-6, atol=1e-6)

@@ -40,6 +40,7 @@ from roofline.engine.kernels import (
     attend_unit,
     attention_scratch,
     attention_units,
+    gather_scratch,
     matvec_rows,
     merge_attention,
     qkv_to_cache,
@@ -134,13 +135,14 @@ def _gate_up_phase(counters, phase, tid, n_threads, w, scale, x, gu, act, scratc
 @njit(**_JIT)
 def _worker(tid, n_threads, counters, rows, layers, head, cache, buffers, attn, unit_bytes):
     """Thread tid's walk through the phases (module docstring). Arguments come in tuples (see decode_rows)."""
-    slots, positions, logit_rows, n_heads, eps, use_qk_norm = rows
+    slots, positions, cache_positions, tree_base, tree_path, logit_rows, n_heads, eps, use_qk_norm = rows
     attn_norm, wqkv, qkv_scale, bqkv, q_norm, k_norm, wo, o_scale, mlp_norm, wgu, gu_scale, wd, d_scale = layers
     final_norm, lm_head, lm_scale = head
     cos, sin, k_cache, v_cache = cache
     x, h_all, att_all, picked_all, qkv, gu, act, logits = buffers
-    first_unit, n_chunks, scores, part_out, part_max, part_sum = attn
+    first_unit, n_chunks, scores, part_out, part_max, part_sum, gather_k, gather_v, gather_s = attn
     h, att, picked = h_all[tid], att_all[tid], picked_all[tid]
+    g_k, g_v, g_s = gather_k[tid], gather_v[tid], gather_s[tid]
     silu_scratch = np.empty((4, 16), dtype=np.float32)
     n_units_attn = first_unit[-1]
     phase = 0
@@ -151,7 +153,7 @@ def _worker(tid, n_threads, counters, rows, layers, head, cache, buffers, attn, 
         mine = _claim(counters, phase, tid, n_threads, 1)[1]  # one unit: the thread that claims it does it
         if mine:
             qkv_to_cache(qkv, bqkv[layer], q_norm[layer], k_norm[layer], use_qk_norm, eps, n_heads, cos, sin, slots,
-                         positions, layer, k_cache, v_cache)
+                         positions, cache_positions, layer, k_cache, v_cache)
         _finish(counters, phase, n_threads, 1, mine)
         phase += 1
         done = 0
@@ -160,8 +162,8 @@ def _worker(tid, n_threads, counters, rows, layers, head, cache, buffers, attn, 
             if count == 0:
                 break
             for v in range(u, u + count):
-                attend_unit(v, first_unit, qkv, n_heads, slots, positions, layer, k_cache, v_cache, scores, part_out,
-                            part_max, part_sum)
+                attend_unit(v, first_unit, qkv, n_heads, slots, positions, tree_base, tree_path, layer, k_cache, v_cache,
+                            scores, part_out, part_max, part_sum, g_k, g_v, g_s)
             done += count
         _finish(counters, phase, n_threads, n_units_attn, done)
         phase += 1
@@ -187,12 +189,13 @@ def _run_workers(n_threads, counters, rows, layers, head, cache, buffers, attn, 
 
 @njit(**_JIT)
 def decode_rows(
-    tokens, slots, positions, embed, embed_scale, attn_norm, wqkv, qkv_scale, bqkv, q_norm, k_norm, use_qk_norm,
+    tokens, slots, positions, cache_positions, tree_base, tree_path, embed, embed_scale, attn_norm, wqkv, qkv_scale, bqkv, q_norm, k_norm, use_qk_norm,
     wo, o_scale, mlp_norm, wgu, gu_scale, wd, d_scale, final_norm, lm_head, lm_scale, cos, sin, k_cache, v_cache,
     n_heads, eps, logit_rows, logits, n_threads, unit_bytes=UNIT_BYTES,
 ):
     """Run all layers for k token rows, row r being token tokens[r] of slot slots[r] at position positions[r];
-    write each row's K/V into the cache, and the float32 logits of row logit_rows[j] into logits[j] (a
+    write each row's K/V into the cache at cache_positions[r] (= positions[r] except for draft-tree nodes; see
+    `kernels.attend_unit` for tree_base and tree_path, which give each row's context), and the float32 logits of row logit_rows[j] into logits[j] (a
     prefill needs only its last row's). Stacked weights: wqkv (L, q+2kv, hidden), wo (L, hidden, q),
     wgu (L, 2 ffn, hidden), wd (L, hidden, ffn), each with per-output-row scales (L, rows). n_threads: the
     workers to start (numba's thread count for this calling thread); unit_bytes: weight bytes per matrix unit."""
@@ -206,13 +209,15 @@ def decode_rows(
             x[r, i] = widen(embed[tokens[r], i]) * embed_scale[tokens[r]]
     first_unit, n_chunks = attention_units(positions, n_kv)
     scores, part_out, part_max, part_sum = attention_scratch(first_unit[-1], n_heads // n_kv, head_dim)
+    gather_k, gather_v, gather_s = gather_scratch(n_threads, tree_path.shape[1], head_dim)
     n_phases = n_layers * PHASES_PER_LAYER + 1
     counters = np.zeros(n_phases * (n_threads + 1) * LINE, dtype=np.int64)
     buffers = (x, np.empty((n_threads, k, hidden), dtype=np.float32), np.empty((n_threads, k, q_dim), dtype=np.float32),
                np.empty((n_threads, logit_rows.shape[0], hidden), dtype=np.float32),
                np.empty((k, qkv_dim), dtype=np.float32), np.empty((k, 2 * ffn), dtype=np.float32),
                np.empty((k, ffn), dtype=np.float32), logits)
-    _run_workers(n_threads, counters, (slots, positions, logit_rows, n_heads, eps, use_qk_norm),
+    _run_workers(n_threads, counters, (slots, positions, cache_positions, tree_base, tree_path, logit_rows, n_heads, eps,
+                                       use_qk_norm),
                  (attn_norm, wqkv, qkv_scale, bqkv, q_norm, k_norm, wo, o_scale, mlp_norm, wgu, gu_scale, wd, d_scale),
                  (final_norm, lm_head, lm_scale), (cos, sin, k_cache, v_cache), buffers,
-                 (first_unit, n_chunks, scores, part_out, part_max, part_sum), unit_bytes)
+                 (first_unit, n_chunks, scores, part_out, part_max, part_sum, gather_k, gather_v, gather_s), unit_bytes)

@@ -164,9 +164,12 @@ def _rope_head(v, start, cos_row, sin_row):
 
 
 @njit(**_JIT)
-def qkv_to_cache(qkv, bias, q_norm, k_norm, use_qk_norm, eps, n_heads, cos, sin, slots, positions, layer, k_cache, v_cache):
-    """Per row: add bias, per-head q/k norm (Qwen3), RoPE on q and k heads, then write k and v at the row's
-    position of its slot. qkv rows are [q (n_heads*d) | k (n_kv*d) | v (n_kv*d)]; q stays in qkv.
+def qkv_to_cache(qkv, bias, q_norm, k_norm, use_qk_norm, eps, n_heads, cos, sin, slots, positions, cache_positions,
+                 layer, k_cache, v_cache):
+    """Per row: add bias, per-head q/k norm (Qwen3), RoPE on q and k heads at the row's position, then write k
+    and v at the row's cache position of its slot (the same position, except for the nodes of a draft tree:
+    a node at depth d sits at a later cache position, but turns by its position in the sequence).
+    qkv rows are [q (n_heads*d) | k (n_kv*d) | v (n_kv*d)]; q stays in qkv.
     Cache layouts (kv_cache.py): k_cache (slots, L, n_kv, S/B, d, B) -- keys transposed in blocks of B
     positions --, v_cache (slots, L, n_kv, S, d)."""
     n_kv, head_dim = v_cache.shape[2], v_cache.shape[4]
@@ -183,6 +186,7 @@ def qkv_to_cache(qkv, bias, q_norm, k_norm, use_qk_norm, eps, n_heads, cos, sin,
                 _head_rms_norm(row, h * head_dim, head_dim, q_norm if h < n_heads else k_norm, eps)
             _rope_head(row, h * head_dim, cos[p], sin[p])
         s = slots[r]
+        p = cache_positions[r]
         b, t = p // block, p % block
         for g in range(n_kv):
             for i in range(head_dim):
@@ -213,15 +217,24 @@ def attention_units(positions, n_kv):
 
 
 @njit(**_JIT)
-def attend_unit(u, first_unit, qkv, n_heads, slots, positions, layer, k_cache, v_cache, scores, part_out, part_max,
-                part_sum):
+def attend_unit(u, first_unit, qkv, n_heads, slots, positions, tree_base, tree_path, layer, k_cache, v_cache, scores,
+                part_out, part_max, part_sum, gather_k, gather_v, gather_s):
     """Unit u: partial softmax attention of the `group` query heads of one kv head g over one chunk
     [t0, t0 + n) of one row's context:
         part_max[u, j] = max_t s_jt,  part_sum[u, j] = sum_t exp(s_jt - max),  part_out[u, j] = sum_t exp(s_jt - max) v_t
     with s_jt = q_j . k_t / sqrt(d) summed over d in order for each t, and o_j summed over t in order.
     Query heads go in pairs (`simd.block_scores`, `simd.weighted_rows`; an odd one is paired with itself);
     scores of a partial chunk are computed up to the end of its last key tile and ignored past n.
-    scores: scratch (units, group, ATTN_CHUNK)."""
+    scores: scratch (units, group, ATTN_CHUNK).
+
+    Draft trees (tree attention): the context of row r is positions t < tree_base[r], which sit at their own
+    place in the cache, then positions tree_base[r] .. positions[r], which are the row's ancestors in a draft
+    tree and sit at cache positions tree_path[r, t - tree_base[r]] (tree_base[r] > positions[r] for a plain
+    row). Those few keys and values are first gathered, in sequence order, into the thread's scratch
+    (gather_k laid out as the cache's key blocks, gather_v, gather_s for a pair of heads' scores), and go
+    through the same two inner loops: each score is the same dot over d, and the value sum continues the
+    same FMA chain over t (`weighted_rows(..., accumulate)`). So a tree node's attention is bit-identical to
+    the attention of the same token decoded alone at that position -- a tree mask without a mask matrix."""
     r = 0
     while first_unit[r + 1] <= u:
         r += 1
@@ -231,16 +244,36 @@ def attend_unit(u, first_unit, qkv, n_heads, slots, positions, layer, k_cache, v
     scale = np.float32(1.0 / math.sqrt(head_dim))
     t0 = c * ATTN_CHUNK
     n = min(ATTN_CHUNK, positions[r] + 1 - t0)
+    n_direct = min(n, max(0, tree_base[r] - t0))  # positions read in place; the other n - n_direct are gathered
+    n_tree = n - n_direct
     keys, values = k_cache[slots[r], layer, g], v_cache[slots[r], layer, g]
     q0 = r * qkv.shape[1] + g * group * head_dim  # flat offset of the group's first query head
     s0 = u * group * ATTN_CHUNK  # flat offset of the unit's scores
     tile = simd.SCORE_TILE * KEY_BLOCK
+    sc = scores[u]
     for ja in range(0, group, 2):
         jb = min(ja + 1, group - 1)
-        for p0 in range(0, n, tile):
+        for p0 in range(0, n_direct, tile):
             simd.block_scores(keys, (t0 + p0) * head_dim, head_dim, qkv, q0 + ja * head_dim, q0 + jb * head_dim, scale,
                               scores, s0 + ja * ATTN_CHUNK + p0, s0 + jb * ATTN_CHUNK + p0)
-    sc = scores[u]
+    if n_tree > 0:
+        first = t0 + n_direct - tree_base[r]  # index in tree_path[r] of the first gathered position
+        for i in range(n_tree):
+            ph = tree_path[r, first + i]
+            kb, kt = ph // KEY_BLOCK, ph % KEY_BLOCK
+            o = (i // KEY_BLOCK) * head_dim * KEY_BLOCK + i % KEY_BLOCK
+            for d in range(head_dim):
+                gather_k[o + d * KEY_BLOCK] = keys[kb, d, kt]
+                gather_v[i, d] = values[ph, d]
+        width = gather_s.shape[0] // 2
+        for ja in range(0, group, 2):
+            jb = min(ja + 1, group - 1)
+            for p0 in range(0, n_tree, tile):
+                simd.block_scores(gather_k, p0 * head_dim, head_dim, qkv, q0 + ja * head_dim, q0 + jb * head_dim, scale,
+                                  gather_s, p0, width + p0)
+            for i in range(n_tree):
+                sc[ja, n_direct + i] = gather_s[i]
+                sc[jb, n_direct + i] = gather_s[width + i]
     for j in range(group):
         best = np.float32(-np.inf)
         for t in range(n):
@@ -251,8 +284,24 @@ def attend_unit(u, first_unit, qkv, n_heads, slots, positions, layer, k_cache, v
         part_sum[u, j] = simd.vsum(scores, s0 + j * ATTN_CHUNK, n)
     for ja in range(0, group, 2):  # o_j = sum_t p_jt v_t
         jb = min(ja + 1, group - 1)
-        simd.weighted_rows(values, t0 * head_dim, n, head_dim, scores, s0 + ja * ATTN_CHUNK, s0 + jb * ATTN_CHUNK, part_out,
-                           (u * group + ja) * head_dim, (u * group + jb) * head_dim)
+        oa, ob = (u * group + ja) * head_dim, (u * group + jb) * head_dim
+        if n_direct > 0:
+            simd.weighted_rows(values, t0 * head_dim, n_direct, head_dim, scores, s0 + ja * ATTN_CHUNK,
+                               s0 + jb * ATTN_CHUNK, part_out, oa, ob, False)
+        if n_tree > 0:
+            simd.weighted_rows(gather_v, 0, n_tree, head_dim, scores, s0 + ja * ATTN_CHUNK + n_direct,
+                               s0 + jb * ATTN_CHUNK + n_direct, part_out, oa, ob, n_direct > 0)
+
+
+@njit(**_JIT)
+def gather_scratch(n_threads, path_len, head_dim):
+    """(gather_k, gather_v, gather_s) per thread for draft-tree rows whose ancestor paths hold up to path_len
+    positions: keys in whole score tiles of key blocks, values, and a pair of heads' scores."""
+    tile = simd.SCORE_TILE * KEY_BLOCK
+    padded = max(1, (path_len + tile - 1) // tile) * tile
+    return (np.zeros((n_threads, padded * head_dim), dtype=np.float32),
+            np.zeros((n_threads, padded, head_dim), dtype=np.float32),
+            np.zeros((n_threads, 2 * padded), dtype=np.float32))
 
 
 @njit(**_JIT)

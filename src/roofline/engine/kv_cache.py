@@ -60,10 +60,27 @@ class KVCache:
         return torch.from_numpy(self.k[slot]), torch.from_numpy(self.v[slot])
 
     def truncate(self, slot: int, length: int) -> None:
-        """Forget positions >= length (e.g. rejected speculative tokens); their values are overwritten later."""
-        if not 0 <= length <= self.lengths[slot]:
-            raise ValueError(f"cannot truncate slot {slot} of length {int(self.lengths[slot])} to {length}")
+        """Forget positions >= length (e.g. rejected speculative tokens). Nothing reads a position before it is
+        written again, but they are zeroed too, so that the slot is exactly as if they had never been written."""
+        end = int(self.lengths[slot])
+        if not 0 <= length <= end:
+            raise ValueError(f"cannot truncate slot {slot} of length {end} to {length}")
+        if length < end:
+            pos = np.arange(length, end)
+            self.k[slot][:, :, pos // KEY_BLOCK, :, pos % KEY_BLOCK] = 0.0
+            self.v[slot][:, :, length:end] = 0.0
         self.lengths[slot] = length
+
+    def move(self, slot: int, sources, first: int) -> None:
+        """Copy the K/V of positions `sources` (increasing) to first, first + 1, ... (an accepted path of a
+        draft tree becomes contiguous). Every source is >= its destination, and all are read before any write."""
+        src = np.asarray(sources, dtype=np.int64)
+        dst = np.arange(first, first + src.size)
+        if src.size and (np.any(src < dst) or src[-1] >= self.lengths[slot]):
+            raise ValueError(f"cannot move positions {src.tolist()} of slot {slot} to {first}..")
+        k, v = self.k[slot], self.v[slot]
+        k[:, :, dst // KEY_BLOCK, :, dst % KEY_BLOCK] = k[:, :, src // KEY_BLOCK, :, src % KEY_BLOCK]
+        v[:, :, dst] = v[:, :, src]
 
     def release(self, slot: int) -> None:
         self.lengths[slot] = 0

@@ -116,49 +116,89 @@ class ModelRunner:
         self.cache.lengths[slot] = ids.size
         return logits[0].numpy()
 
-    def _run_rows(self, tokens: np.ndarray, slots: np.ndarray, positions: np.ndarray, *, last_only: bool = False) -> np.ndarray:
+    def _run_rows(self, tokens: np.ndarray, slots: np.ndarray, positions: np.ndarray, *, last_only: bool = False,
+                  cache_positions: np.ndarray | None = None, tree_base: np.ndarray | None = None,
+                  tree_path: np.ndarray | None = None) -> np.ndarray:
         from roofline.engine.decode import UNIT_BYTES, decode_rows
 
         w, c = self.weights, self.config
-        logit_rows = np.arange(tokens.shape[0] - 1 if last_only else 0, tokens.shape[0], dtype=np.int64)
+        n = tokens.shape[0]
+        if tree_base is None:  # no draft tree: every row's context is its slot's positions 0..position
+            cache_positions, tree_base, tree_path = positions, positions + 1, np.zeros((n, 1), dtype=np.int64)
+        logit_rows = np.arange(n - 1 if last_only else 0, n, dtype=np.int64)
         logits = np.empty((logit_rows.shape[0], c.vocab_size), dtype=np.float32)
         self._use_threads()
-        decode_rows(tokens, slots, positions, w.embed, w.embed_scale, w.attn_norm, w.wqkv, w.qkv_scale, w.bqkv,
-                    w.q_norm, w.k_norm, c.qk_norm, w.wo, w.o_scale, w.mlp_norm, w.wgu, w.gu_scale, w.wd, w.d_scale,
-                    w.final_norm, w.lm_head, w.lm_scale, self._cos, self._sin, self.cache.k, self.cache.v,
-                    c.n_heads, np.float32(c.rms_eps), logit_rows, logits, self.threads,
+        decode_rows(tokens, slots, positions, cache_positions, tree_base, tree_path, w.embed, w.embed_scale,
+                    w.attn_norm, w.wqkv, w.qkv_scale, w.bqkv, w.q_norm, w.k_norm, c.qk_norm, w.wo, w.o_scale, w.mlp_norm,
+                    w.wgu, w.gu_scale, w.wd, w.d_scale, w.final_norm, w.lm_head, w.lm_scale, self._cos, self._sin,
+                    self.cache.k, self.cache.v, c.n_heads, np.float32(c.rms_eps), logit_rows, logits, self.threads,
                     self.unit_bytes or UNIT_BYTES)
         return logits
 
     def decode(self, slots: Seq[int], token_ids: Seq[int]) -> np.ndarray:
         """One token per slot, each at its slot's own position; float32 logits (len(slots), vocab)."""
-        slot_list = [self.cache.check_slot(s) for s in slots]
         ids = self._check_ids(token_ids)
-        if ids.size != len(slot_list) or ids.size == 0:
-            raise ValueError(f"decode needs one token per slot (got {len(slot_list)} slots, {ids.size} tokens)")
-        if len(set(slot_list)) != len(slot_list):
-            raise ValueError(f"decode slots must be distinct, got {slot_list}")
-        for s in slot_list:
-            self.cache.check_room(s, 1)
-        slot_arr = np.array(slot_list, dtype=np.int64)
-        logits = self._run_rows(ids, slot_arr, self.cache.lengths[slot_arr])  # fancy indexing copies the positions
-        for s in slot_list:
-            self.cache.lengths[s] += 1
-        return logits
+        if ids.size != len(slots) or ids.size == 0:
+            raise ValueError(f"decode needs one token per slot (got {len(slots)} slots, {ids.size} tokens)")
+        return np.concatenate(self.step([(s, [int(t)], None) for s, t in zip(slots, ids.tolist())]))
 
     def extend(self, slot: int, token_ids: Seq[int]) -> np.ndarray:
-        """Several tokens for one slot at consecutive positions in one pass (a speculative verify); logits
-        (len(token_ids), vocab), each row bit-identical to what decoding the tokens one by one gives."""
-        slot = self.cache.check_slot(slot)
-        ids = self._check_ids(token_ids)
-        if ids.size == 0:
+        """Several tokens for one slot at consecutive positions in one pass (a speculative verify of a chain);
+        logits (len(token_ids), vocab), each row bit-identical to what decoding the tokens one by one gives."""
+        if len(token_ids) == 0:
             raise ValueError("extend needs at least one token")
-        self.cache.check_room(slot, ids.size)
-        start = int(self.cache.lengths[slot])
-        positions = np.arange(start, start + ids.size, dtype=np.int64)
-        logits = self._run_rows(ids, np.full(ids.size, slot, dtype=np.int64), positions)
-        self.cache.lengths[slot] = start + ids.size
-        return logits
+        return self.step([(slot, token_ids, None)])[0]
+
+    def step(self, batch: Seq[tuple[int, Seq[int], Seq[int] | None]]) -> list[np.ndarray]:
+        """One weight pass for several slots, each with its rows: (slot, tokens, parents).
+
+        tokens[0] is the slot's next token, at position L = the slot's length; tokens[1:] are draft nodes.
+        parents[i] is the row that row i follows (parents[0] = -1; None = a chain, row i follows row i - 1).
+        Row i is written to the cache at L + i and turns (RoPE) by its position in the sequence, L + depth(i);
+        it attends to positions < L and to its ancestors (tree attention, `kernels.attend_unit`). Returns
+        float32 logits (len(tokens), vocab) per slot: row i's are bit-identical to decoding the path to it
+        one token at a time. Every row stays in the cache: `keep` then keeps an accepted path."""
+        slot_list = [self.cache.check_slot(s) for s, _, _ in batch]
+        if len(set(slot_list)) != len(slot_list):
+            raise ValueError(f"decode slots must be distinct, got {slot_list}")
+        tokens, slots, positions, cache_pos, bases, paths, sizes = [], [], [], [], [], [], []
+        for slot, (_, ids, parents) in zip(slot_list, batch):
+            ids = self._check_ids(ids).tolist()
+            if not ids:
+                raise ValueError(f"slot {slot}: a step needs at least one token")
+            if parents is not None and len(parents) != len(ids):
+                raise ValueError(f"slot {slot}: {len(ids)} tokens but {len(parents)} parents")
+            self.cache.check_room(slot, len(ids))
+            start = int(self.cache.lengths[slot])
+            for i, path in enumerate(_ancestor_rows(parents, len(ids))):
+                plain = len(path) - 1 == path[-1]  # ancestors are rows 0..i-1: in place, nothing to gather
+                lead = len(path) if plain else next(j for j, row in enumerate(path) if row != j)
+                tokens.append(ids[i])
+                slots.append(slot)
+                positions.append(start + len(path) - 1)
+                cache_pos.append(start + i)
+                bases.append(start + lead)
+                paths.append([start + row for row in path[lead:]])
+            sizes.append(len(ids))
+        width = max(1, max(len(p) for p in paths))
+        tree_path = np.zeros((len(paths), width), dtype=np.int64)
+        for r, p in enumerate(paths):
+            tree_path[r, : len(p)] = p
+        logits = self._run_rows(np.array(tokens, dtype=np.int64), np.array(slots, dtype=np.int64),
+                                np.array(positions, dtype=np.int64), cache_positions=np.array(cache_pos, dtype=np.int64),
+                                tree_base=np.array(bases, dtype=np.int64), tree_path=tree_path)
+        for slot, n in zip(slot_list, sizes):
+            self.cache.lengths[slot] += n
+        return np.split(logits, np.cumsum(sizes)[:-1])
+
+    def keep(self, slot: int, start: int, rows: Seq[int]) -> None:
+        """After a step from length `start`: keep rows `rows` (an accepted path: 0, then each row's child) as
+        positions start, start + 1, ... and drop every other row of that step (rejected drafts)."""
+        slot = self.cache.check_slot(slot)
+        rows = [int(r) for r in rows]
+        if rows != list(range(len(rows))):
+            self.cache.move(slot, [start + r for r in rows], start)
+        self.cache.truncate(slot, start + len(rows))
 
     def warmup(self) -> None:
         """Compile (or load from numba's cache) the decode kernels, run torch's prefill path once (its first
@@ -168,6 +208,18 @@ class ModelRunner:
             self.prefill(0, [0] * n)
         self.decode([0], [0])
         self.release(0)
+
+
+def _ancestor_rows(parents: Seq[int] | None, n: int) -> list[list[int]]:
+    """For each row i, the rows from row 0 down to i along parent links (a chain: 0..i)."""
+    if parents is None:
+        return [list(range(i + 1)) for i in range(n)]
+    paths: list[list[int]] = []
+    for i, p in enumerate(parents):
+        if (i == 0) != (p == -1) or not -1 <= p < i:
+            raise ValueError(f"parents must start with -1 and point to earlier rows, got {list(parents)}")
+        paths.append([0] if i == 0 else paths[p] + [i])
+    return paths
 
 
 def load_runner(model: str | os.PathLike | None = None, *, dtype: str = "fp32", threads: int | None = None,

@@ -298,15 +298,18 @@ def block_scores(typingctx, keys, k_off, head_dim, q, q_a, q_b, scale, out, o_a,
 
 
 @intrinsic
-def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_a, p_b, out, o_a, o_b):
+def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_a, p_b, out, o_a, o_b, accumulate):
     """For two heads h = a, b: out.flat[o_h + i] = sum_{t < n} p.flat[p_h + t] * values.flat[v_off + t head_dim + i],
     i < head_dim, summed over t in order from 0 (fused) -- sum_t p_t v_t over a run of value rows (t, head_dim).
-    Columns in slices of 64 (or 16, or 1 at the end): up to eight independent 16-lane sums."""
+    Columns in slices of 64 (or 16, or 1 at the end): up to eight independent 16-lane sums.
+    accumulate: the sums start from out's current values instead of 0, so that a run split in two calls
+    (t < m, then t >= m) gives exactly the one-call result -- each sum is one FMA chain over t either way."""
     if not _float32_arrays(values, p, out):
         return None
 
     def codegen(context, builder, sig, args):
-        (v_ty, voff_ty, n_ty, hd_ty, p_ty, pa_ty, pb_ty, out_ty, oa_ty, ob_ty) = sig.args
+        (v_ty, voff_ty, n_ty, hd_ty, p_ty, pa_ty, pb_ty, out_ty, oa_ty, ob_ty, acc_ty) = sig.args
+        resume = context.cast(builder, args[10], acc_ty, types.boolean)
         vbase = _flat_pointer(context, builder, v_ty, args[0], voff_ty, args[1])
         n_v = context.cast(builder, args[2], n_ty, types.intp)
         hd = context.cast(builder, args[3], hd_ty, types.intp)
@@ -315,8 +318,17 @@ def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_a, p_b, out, o_a, 
 
         def columns(c0, width, lanes):
             """Columns [c0, c0 + lanes width) of both heads (lanes 16, or 1 for scalars)."""
-            init = _ZERO16 if lanes > 1 else ir.Constant(_F32, 0.0)
-            accs = [[cgutils.alloca_once_value(builder, init) for _ in range(width)] for _ in range(2)]
+            zero = _ZERO16 if lanes > 1 else ir.Constant(_F32, 0.0)
+
+            def start(h, c):
+                src = builder.gep(outs[h], [builder.add(c0, ir.Constant(_I64, c * lanes))])
+                src = builder.bitcast(src, _vec(_WIDTH).as_pointer()) if lanes > 1 else src
+                slot = cgutils.alloca_once_value(builder, zero)
+                with builder.if_then(resume):
+                    builder.store(builder.load(src, align=4), slot)
+                return slot
+
+            accs = [[start(h, c) for c in range(width)] for h in range(2)]
             with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), n_v, ir.Constant(_I64, 1)) as (t, _):
                 pt = [builder.load(builder.gep(base, [t])) for base in ps]
                 pt = [_splat16(builder, x) for x in pt] if lanes > 1 else pt
@@ -342,4 +354,4 @@ def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_a, p_b, out, o_a, 
             columns(c0, 1, 1)
         return context.get_dummy_value()
 
-    return types.none(values, v_off, n, head_dim, p, p_a, p_b, out, o_a, o_b), codegen
+    return types.none(values, v_off, n, head_dim, p, p_a, p_b, out, o_a, o_b, accumulate), codegen
