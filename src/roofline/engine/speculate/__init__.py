@@ -1,0 +1,65 @@
+"""Speculative decoding: draft proposers and draft trees.
+
+A proposer guesses the next tokens of a request (`DraftTree`: a chain or a tree of guesses after the
+last chosen token); the target model verifies them in one pass. `PROPOSERS` is the one registry: method
+name -> `ProposerFactory` ((SpecOptions, target runner) -> maker of one proposer per request). Adding a
+proposer is one entry here plus its module; an entry whose module is heavy imports it when called.
+
+    ngram  prompt lookup, vLLM-style: a chain copied from the earliest earlier occurrence of the longest
+           suffix n-gram (prompt_lookup.py)
+    trie   suffix-trie n-grams, SGLang-style: a draft tree from counted n-grams, per request or shared
+           across requests (trie.py)
+    draft  a cheaper model drafts a chain (draft_model.py)
+
+    make = proposer_factory(SpecOptions(method="trie"), runner)  # None for method "none"
+    proposer = make()                                            # one per request
+    tree = proposer.propose(context, max_tokens)                 # context[-1] is the root
+    proposer.accepted(new_context)                               # after the verify step
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import MappingProxyType
+
+from roofline.engine.speculate.base import Proposer, ProposerFactory, SpecOptions
+from roofline.engine.speculate.prompt_lookup import PromptLookupProposer
+from roofline.engine.speculate.tree import DraftTree, ancestor_positions, tree_mask
+from roofline.engine.speculate.trie import TrieProposer, bfs_breadth
+
+
+def _draft_model(options: SpecOptions, target: object) -> Callable[[], Proposer]:
+    from roofline.engine.speculate.draft_model import draft_factory  # loads a runner: only when asked for
+
+    return draft_factory(options, target)
+
+
+PROPOSERS: MappingProxyType[str, ProposerFactory] = MappingProxyType({
+    "ngram": PromptLookupProposer.factory,
+    "trie": TrieProposer.factory,
+    "draft": _draft_model,
+})
+
+
+def proposer_factory(options: SpecOptions, target: object = None) -> Callable[[], Proposer] | None:
+    """A maker of one proposer per request for `options.method`; None for "none". `target` is the target
+    model's runner (the n-gram proposers ignore it). Proposers from one returned maker share what the
+    method shares (the trie, under trie_scope "shared")."""
+    if options.method == "none":
+        return None
+    return PROPOSERS[options.method](options, target)
+
+
+__all__ = [
+    "PROPOSERS",
+    "DraftTree",
+    "PromptLookupProposer",
+    "Proposer",
+    "ProposerFactory",
+    "SpecOptions",
+    "TrieProposer",
+    "ancestor_positions",
+    "bfs_breadth",
+    "proposer_factory",
+    "tree_mask",
+]

@@ -1,0 +1,86 @@
+"""Prompt lookup (vLLM's `ngram` method): guess that the text repeats itself.
+
+Let a[0..L-1] be the context (prompt + output so far). Find the largest n in [min_n, max_n] such that the
+suffix a[L-n..L-1] also occurs earlier, ending at some j <= L-2; draft the (up to) k tokens that followed
+that occurrence, a[j+1 .. j+k] (cut at the end of the context). No such n -> no draft.
+
+Which occurrence: the EARLIEST one, as vLLM does (vllm/v1/spec_decode/ngram_proposer.py keeps, among the
+longest matches, "the earliest position in the original tokens"). Besides matching vLLM, the earliest
+occurrence leaves the most tokens before the end of the context, so in a periodic context it can draft
+all k tokens where the most recent occurrence (one period back) may run into the end.
+
+Search, O(L) numpy work then work proportional to the surviving candidates:
+    cand_1 = { j <= L-2 : a[j] == a[L-1] }                      (occurrences matching 1 token)
+    cand_{m+1} = { j in cand_m : j >= m and a[j-m] == a[L-1-m] } (matching m+1 tokens)
+The longest match is the last non-empty cand_m with m <= max_n; j = min(cand_m) is its earliest end.
+`PromptLookupProposer` keeps the context in a growing int64 buffer so each step converts only the new
+tokens (contexts grow between calls; a context that does not extend the buffer rebuilds it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from roofline.engine.speculate.base import SpecOptions
+from roofline.engine.speculate.tree import DraftTree
+
+
+def lookup_continuation(tokens: np.ndarray, min_n: int, max_n: int, k: int) -> np.ndarray:
+    """The (up to) k tokens after the earliest earlier occurrence of the longest suffix n-gram of
+    `tokens` with min_n <= n <= max_n; an empty array when there is none (or k <= 0)."""
+    length = len(tokens)
+    if k <= 0 or length < min_n + 1:  # an earlier occurrence of an n-gram needs n + 1 tokens
+        return tokens[:0]
+    cand = np.flatnonzero(tokens[: length - 1] == tokens[length - 1])
+    best_end = -1
+    m = 1
+    while cand.size:
+        if m >= min_n:
+            best_end = int(cand[0])
+        if m == max_n:
+            break
+        cand = cand[cand >= m]
+        cand = cand[tokens[cand - m] == tokens[length - 1 - m]]
+        m += 1
+    if best_end < 0:
+        return tokens[:0]
+    return tokens[best_end + 1 : best_end + 1 + k]
+
+
+class PromptLookupProposer:
+    """vLLM-style n-gram (prompt lookup) proposer for one request: drafts a chain of up to k tokens."""
+
+    def __init__(self, options: SpecOptions) -> None:
+        self.min_n = options.prompt_lookup_min
+        self.max_n = options.prompt_lookup_max
+        self.k = options.k
+        self._buf = np.zeros(256, dtype=np.int64)
+        self._len = 0
+
+    @classmethod
+    def factory(cls, options: SpecOptions, target: object = None) -> Callable[[], PromptLookupProposer]:
+        """The registry entry: a maker of one proposer per request (`target`, the runner, is unused)."""
+        return lambda: cls(options)
+
+    def propose(self, context: Sequence[int], max_tokens: int) -> DraftTree:
+        self._sync(context)
+        draft = lookup_continuation(self._buf[: self._len], self.min_n, self.max_n, min(self.k, max_tokens))
+        return DraftTree.chain(draft.tolist())
+
+    def accepted(self, context: Sequence[int]) -> None:
+        """Nothing to learn: the next `propose` reads the context it is given."""
+
+    def _sync(self, context: Sequence[int]) -> None:
+        """Make the buffer equal the context, converting only what is new when the context extends it."""
+        n = len(context)
+        extends = self._len <= n and (self._len == 0 or int(context[self._len - 1]) == self._buf[self._len - 1])
+        start = self._len if extends else 0
+        if n > len(self._buf):
+            grown = np.zeros(max(n, 2 * len(self._buf)), dtype=np.int64)
+            grown[:start] = self._buf[:start]
+            self._buf = grown
+        if n > start:
+            self._buf[start:n] = np.asarray(context[start:n], dtype=np.int64)
+        self._len = n

@@ -1,0 +1,338 @@
+"""Suffix-trie n-gram proposer (SGLang's `ngram` method, written afresh): a draft TREE from a token trie.
+
+The trie. Every n-gram of the inserted text with n <= D (D = max_trie_depth) is a path from the root;
+count[node] is how often that n-gram occurred, tick[node] when it was last used (a clock that advances
+once per inserted token). Inserting token t at the end of a text whose suffixes of length 0..D-1 sit at
+nodes s_0 = root, s_1, ..., s_{D-1} (the "tails") adds the n-grams that end at t: child t of every s_m,
+created with count 1 or incremented. The children are the new tails, the one of length D dropped. So
+extending a text costs O(D) dictionary steps per new token, and `accepted()` inserts only new tokens.
+
+Eviction. The pool holds at most `capacity` nodes besides the root. Creating a node in a full pool first
+evicts the least recently used LEAF (smallest tick; a min-heap of leaves with lazy re-keying: an entry
+whose node was touched since is pushed again with its new tick). Before a step, the tails are touched
+with the new tick, and a leaf touched in the current step is never evicted; the nodes one step touches
+span at most 1 + 2 + ... + D = D(D+1)/2, the smallest capacity SpecOptions accepts, so a leaf to evict
+always exists. A request whose tails were evicted by another request (shared scope) rebuilds them.
+Nodes are indices into flat int64 arrays (no per-node Python objects, nothing for the garbage collector
+to walk): about 210 bytes and 2 us per new node here, so a novel 8k-token prompt (~143k nodes at D = 18)
+costs ~30 MB and ~0.3 s once; each later token costs O(D).
+
+Matching. The tails of the context, s_1 .. s_{D-1}, are the anchors: every suffix of the context that
+is in the trie (they are, just inserted). Their children are the tokens that followed earlier occurrences
+of that suffix. Long anchors go first: a long match is confident.
+
+Building the draft tree. For each anchor with children, longest first, BFS from it with a breadth
+b = bfs_breadth(m) set by its match length m (see `bfs_breadth`). A frontier entry is (draft node,
+trie node, p), p an estimate of the path's probability: p(child) = p(parent) * count[child] /
+count[parent] (the share of the parent's occurrences that went on with that token). Per level, every
+frontier node offers its best b children (count, then recency); the level keeps the b most probable
+offers overall and adds them grouped by parent in frontier order, best child first, so a node's first
+child is its most likely one and `DraftTree.best_path()` is the chain guess. Anchors merge into one
+tree: a token already under the same draft parent is reused, not repeated. A long anchor reaches only
+D - m levels below it, so shorter anchors extend the tree deeper (and, being wider, add alternatives).
+Stops at min(num_draft_tokens, max_tokens) nodes. Chain mode (tree=False) grows with breadth 1, so the
+whole budget goes to depth, and returns best_path().
+
+Scope. Default "request": each request has its own trie over its prompt + output. It needs no locking,
+its memory ends with the request, its statistics are the request's own, and it behaves the same however
+many requests run. ("shared" is SGLang's way: one global cache.) "shared": one trie for all
+requests made by one factory (one server), so prompts and outputs of past requests feed later ones
+(repeated system prompts, templated answers). Leakage of token patterns across requests never changes an
+output (verification keeps it exact), but the shared trie holds memory for the server's lifetime (up to
+trie_capacity nodes) and, unlocked, is safe only from the single scheduler thread.
+"""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+from collections.abc import Callable, Sequence
+
+from roofline.engine.speculate.base import SpecOptions
+from roofline.engine.speculate.tree import DraftTree
+
+
+def bfs_breadth(match_len: int, max_trie_depth: int, min_bfs_breadth: int, max_bfs_breadth: int) -> int:
+    """Tokens kept per BFS level for an anchor that matched `match_len` tokens.
+
+    Linear in the match length m over its range [1, D-1] (D = max_trie_depth), rounded half up:
+
+        breadth(m) = max_bfs_breadth - (max_bfs_breadth - min_bfs_breadth) * (m - 1) / (D - 2)
+
+    so a one-token match (little evidence) gets max_bfs_breadth and a (D-1)-token match min_bfs_breadth;
+    m outside [1, D-1] is clamped, and D = 2 (only m = 1) gives max_bfs_breadth. Defaults (D 18, 1..10):
+    m = 1 -> 10, 9 -> 5, 17 -> 1. SGLang (trie_cache.cpp, buildRecency) starts each anchor's BFS at
+    min + (max_window - m) * (max - min) / (max_window - min_window + 1), applies it per expanded node
+    (truncated, at least 1), and lowers it by that same step at every level deeper.
+    """
+    if max_trie_depth <= 2:
+        return max_bfs_breadth
+    m = min(max(match_len, 1), max_trie_depth - 1)
+    span = max_bfs_breadth - min_bfs_breadth
+    steps = max_trie_depth - 2
+    return max_bfs_breadth - (2 * span * (m - 1) + steps) // (2 * steps)
+
+
+STRIDE = 1 << 32  # edge key = parent * STRIDE + token; tokens are in [0, STRIDE)
+ROOT = 0
+
+
+class TokenTrie:
+    """Counts of all n-grams (n <= max_depth) of the inserted token streams, in a pool of `capacity` nodes
+    (besides the root) with least-recently-used leaf eviction. Streams are inserted token by token
+    through their tails (`extend`). Nodes are ints indexing flat arrays; an evicted node's index is
+    reused, so holders of node ids keep the node's serial to tell (`alive`)."""
+
+    def __init__(self, capacity: int, max_depth: int) -> None:
+        self.capacity = capacity
+        self.max_depth = max_depth
+        self.size = 0
+        self.clock = 0
+        self._edges: dict[int, int] = {}  # parent * STRIDE + token -> child
+        self.token = array("q", [-1])
+        self.parent = array("q", [-1])
+        self.count = array("q", [0])
+        self.tick = array("q", [0])
+        self.serial = array("q", [0])  # creation number; -1 once evicted
+        self._first = array("q", [-1])  # first child (the newest), next/previous sibling
+        self._next = array("q", [-1])
+        self._prev = array("q", [-1])
+        self._in_heap = bytearray(1)
+        self._free: list[int] = []  # evicted indices, reused first
+        self._used = 1  # indices below this have been handed out (0 is the root)
+        self._leaves: list[int] = []  # heap of tick * STRIDE + node, lazily re-keyed
+        self._serials = 0
+
+    def extend(self, tails: list[int], token: int) -> list[int]:
+        """Insert `token` after a stream whose suffix nodes of length 0.. are `tails`; the new tails."""
+        if not 0 <= token < STRIDE:
+            raise ValueError(f"token ids must be in [0, 2**32); got {token}")
+        self.clock += 1
+        for node in tails:  # pin: nothing touched in this step is evicted in it
+            self.tick[node] = self.clock
+        new_tails = [ROOT]
+        for node in tails[: self.max_depth - 1]:
+            new_tails.append(self._step(node, token, count=True))
+        if len(tails) == self.max_depth:  # the n-gram of length max_depth: counted, not a tail
+            self._step(tails[-1], token, count=True)
+        return new_tails
+
+    def tails_of(self, tokens: Sequence[int]) -> list[int]:
+        """The nodes of the suffixes of length 0..max_depth-1 of `tokens`, re-creating (count 1) any
+        missing ones; existing counts are left alone."""
+        self.clock += 1
+        window = [int(t) for t in tokens[max(0, len(tokens) - self.max_depth + 1) :]]
+        tails = [ROOT]
+        for m in range(1, len(window) + 1):
+            node = ROOT
+            for token in window[len(window) - m :]:
+                node = self._step(node, token, count=False)
+            tails.append(node)
+        return tails
+
+    def insert(self, tokens: Sequence[int]) -> list[int]:
+        """Insert a whole stream; its final tails."""
+        tails = [ROOT]
+        for token in tokens:
+            tails = self.extend(tails, int(token))
+        return tails
+
+    def alive(self, node: int, serial: int) -> bool:
+        return self.serial[node] == serial
+
+    def find(self, ngram: Sequence[int]) -> int | None:
+        """The node of `ngram`, or None if it is not in the trie."""
+        node: int | None = ROOT
+        for token in ngram:
+            node = self._edges.get(node * STRIDE + int(token))
+            if node is None:
+                return None
+        return node
+
+    def children(self, node: int) -> list[int]:
+        """The children of `node`, newest first."""
+        out = []
+        child = self._first[node]
+        while child >= 0:
+            out.append(child)
+            child = self._next[child]
+        return out
+
+    def ranked_children(self, node: int, limit: int) -> list[int]:
+        """The `limit` best children of `node`: highest count first, ties to the most recent."""
+        count, tick = self.count, self.tick
+        return heapq.nsmallest(limit, self.children(node), key=lambda c: (-count[c], -tick[c]))
+
+    def _step(self, node: int, token: int, *, count: bool) -> int:
+        child = self._edges.get(node * STRIDE + token)
+        if child is None:
+            return self._new_node(node, token)
+        if count:
+            self.count[child] += 1
+        self.tick[child] = self.clock
+        return child
+
+    def _new_node(self, parent: int, token: int) -> int:
+        if self.size >= self.capacity:
+            self._evict_one()
+        node = self._free.pop() if self._free else self._fresh_index()
+        self._serials += 1
+        self.token[node] = token
+        self.parent[node] = parent
+        self.count[node] = 1
+        self.tick[node] = self.clock
+        self.serial[node] = self._serials
+        self._first[node] = -1
+        self._prev[node] = -1
+        sibling = self._next[node] = self._first[parent]
+        if sibling >= 0:
+            self._prev[sibling] = node
+        self._first[parent] = node
+        self._edges[parent * STRIDE + token] = node
+        self.size += 1
+        self._push_leaf(node)
+        return node
+
+    def _fresh_index(self) -> int:
+        """The next never-used index, growing the columns (geometrically, up to capacity + 1) if needed."""
+        node = self._used
+        if node == len(self.token):
+            grow = min(max(node, 1024), self.capacity + 1 - node)
+            for column in (self.token, self.parent, self.count, self.tick, self.serial,
+                           self._first, self._next, self._prev):
+                column.frombytes(bytes(column.itemsize * grow))
+            self._in_heap.extend(bytes(grow))
+        self._used += 1
+        return node
+
+    def _push_leaf(self, node: int) -> None:
+        heapq.heappush(self._leaves, self.tick[node] * STRIDE + node)
+        self._in_heap[node] = 1
+
+    def _evict_one(self) -> None:
+        """Remove the least recently used leaf not touched in the current step. Every node has at most one
+        heap entry and an evicted node none, so an index can be reused at once."""
+        leaves = self._leaves
+        while leaves:
+            tick, node = divmod(leaves[0], STRIDE)
+            if self._first[node] >= 0:  # no longer a leaf: dropped, pushed again when it is one
+                heapq.heappop(leaves)
+                self._in_heap[node] = 0
+            elif tick < self.tick[node]:  # touched since it was pushed
+                heapq.heapreplace(leaves, self.tick[node] * STRIDE + node)
+            elif tick >= self.clock:
+                break
+            else:
+                heapq.heappop(leaves)
+                self._remove(node)
+                return
+        raise RuntimeError(f"trie pool of {self.capacity} nodes has no leaf to evict (capacity too small)")
+
+    def _remove(self, node: int) -> None:
+        parent, before, after = self.parent[node], self._prev[node], self._next[node]
+        if before >= 0:
+            self._next[before] = after
+        else:
+            self._first[parent] = after
+        if after >= 0:
+            self._prev[after] = before
+        del self._edges[parent * STRIDE + self.token[node]]
+        self.serial[node] = -1
+        self._in_heap[node] = 0
+        self._free.append(node)
+        self.size -= 1
+        if parent != ROOT and self._first[parent] < 0 and not self._in_heap[parent]:
+            self._push_leaf(parent)
+
+
+def grow_draft_tree(
+    trie: TokenTrie,
+    anchors: Sequence[tuple[int, int]],
+    max_nodes: int,
+    breadth: Callable[[int], int],
+) -> DraftTree:
+    """BFS from each (match length, anchor node) in turn into one draft tree of at most max_nodes nodes;
+    `breadth(match_len)` tokens are kept per level (module docstring)."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    index: dict[tuple[int, int], int] = {}  # (draft parent, token) -> draft node
+    for match_len, anchor in anchors:
+        if len(tokens) >= max_nodes:
+            break
+        width = breadth(match_len)
+        frontier: list[tuple[int, int, float]] = [(-1, anchor, 1.0)]  # (draft node, trie node, p)
+        while frontier and len(tokens) < max_nodes:
+            offers = []  # (-p, frontier order, rank, draft parent, trie child)
+            for order, (draft_parent, node, p) in enumerate(frontier):
+                total = trie.count[node]
+                for rank, child in enumerate(trie.ranked_children(node, width)):
+                    share = trie.count[child] / max(total, trie.count[child])
+                    offers.append((-p * share, order, rank, draft_parent, child))
+            kept = sorted(offers, key=lambda o: o[:3])[:width]
+            kept.sort(key=lambda o: o[1:3])
+            frontier = []
+            for neg_p, _, _, draft_parent, child in kept:
+                key = (draft_parent, trie.token[child])
+                node_index = index.get(key)
+                if node_index is None:
+                    if len(tokens) >= max_nodes:
+                        break
+                    node_index = index[key] = len(tokens)
+                    tokens.append(trie.token[child])
+                    parents.append(draft_parent)
+                frontier.append((node_index, child, -neg_p))
+    return DraftTree(tuple(tokens), tuple(parents))
+
+
+class TrieProposer:
+    """SGLang-style n-gram proposer for one request: a draft tree (or its best path) from a suffix trie,
+    its own or one shared by all proposers of a factory."""
+
+    def __init__(self, options: SpecOptions, trie: TokenTrie | None = None) -> None:
+        self.options = options
+        self.trie = trie if trie is not None else TokenTrie(options.trie_capacity, options.max_trie_depth)
+        self._tails = [ROOT]  # nodes of the context's suffixes of length 0..max_trie_depth-1
+        self._serials = [0]
+        self._len = 0  # context tokens inserted
+        self._last = -1  # the last of them
+
+    @classmethod
+    def factory(cls, options: SpecOptions, target: object = None) -> Callable[[], TrieProposer]:
+        """The registry entry: a maker of one proposer per request (`target`, the runner, is unused)."""
+        if options.trie_scope == "shared":
+            shared = TokenTrie(options.trie_capacity, options.max_trie_depth)
+            return lambda: cls(options, shared)
+        return lambda: cls(options)
+
+    def propose(self, context: Sequence[int], max_tokens: int) -> DraftTree:
+        self._sync(context)
+        opts = self.options
+        max_nodes = min(max_tokens, opts.num_draft_tokens)
+        if max_nodes <= 0:
+            return DraftTree.empty()
+        tails = self._tails
+        anchors = [(m, tails[m]) for m in range(len(tails) - 1, 0, -1) if self.trie.children(tails[m])]
+        if not opts.tree:
+            return grow_draft_tree(self.trie, anchors, max_nodes, lambda m: 1).best_path()
+        return grow_draft_tree(
+            self.trie, anchors, max_nodes,
+            lambda m: bfs_breadth(m, opts.max_trie_depth, opts.min_bfs_breadth, opts.max_bfs_breadth),
+        )
+
+    def accepted(self, context: Sequence[int]) -> None:
+        """Insert the tokens of `context` not inserted yet."""
+        self._sync(context)
+
+    def _sync(self, context: Sequence[int]) -> None:
+        trie = self.trie
+        n = len(context)
+        if n < self._len or (self._len and int(context[self._len - 1]) != self._last):
+            self._tails, self._len = [ROOT], 0  # not an extension of what we saw: start over
+        elif not all(map(trie.alive, self._tails, self._serials)):  # evicted by another request
+            self._tails = trie.tails_of(context[: self._len])
+        for i in range(self._len, n):
+            self._tails = trie.extend(self._tails, int(context[i]))
+        self._serials = [trie.serial[node] for node in self._tails]
+        self._len = n
+        if n:
+            self._last = int(context[n - 1])

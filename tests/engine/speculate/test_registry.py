@@ -1,0 +1,69 @@
+"""SpecOptions validation and the proposer registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from roofline.engine.speculate import PROPOSERS, DraftTree, SpecOptions, proposer_factory
+
+REPEATING = [5, 6, 7, 8, 9, 10, 11, 12] * 4 + [5, 6, 7]
+
+
+def test_defaults_are_valid():
+    options = SpecOptions()
+    assert options.method == "none"
+    assert (options.max_bfs_breadth, options.min_bfs_breadth, options.max_trie_depth) == (10, 1, 18)
+    assert options.num_draft_tokens == 12 and options.trie_scope == "request" and options.tree
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("method", "bogus", "method must be one of none, ngram, trie, draft"),
+    ("k", 0, "k must be >= 1"),
+    ("k", True, "k must be an int"),
+    ("k", 2.0, "k must be an int"),
+    ("prompt_lookup_min", 0, "prompt_lookup_min must be >= 1"),
+    ("prompt_lookup_max", 1, "prompt_lookup_min must be <= prompt_lookup_max"),
+    ("min_bfs_breadth", 0, "min_bfs_breadth must be >= 1"),
+    ("max_bfs_breadth", 0, "min_bfs_breadth must be <= max_bfs_breadth"),
+    ("max_trie_depth", 1, "max_trie_depth must be >= 2"),
+    ("num_draft_tokens", 0, "num_draft_tokens must be >= 1"),
+    ("trie_capacity", 170, "trie_capacity must be >= .* = 171"),
+    ("trie_scope", "global", "trie_scope must be one of request, shared"),
+    ("tree", 1, "tree must be a bool"),
+    ("adaptive", None, "adaptive must be a bool"),
+    ("draft_dtype", "fp16", "draft_dtype must be one of fp32, bf16, int8"),
+    ("draft_model", "", "draft_model must be None or a non-empty string"),
+])
+def test_invalid_options_name_the_option(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        SpecOptions(**{field: value})
+
+
+def test_related_limits_accept_equal_values():
+    SpecOptions(prompt_lookup_min=3, prompt_lookup_max=3, min_bfs_breadth=4, max_bfs_breadth=4,
+                max_trie_depth=2, trie_capacity=3, draft_model="some/dir")
+
+
+def test_none_makes_no_proposer():
+    assert proposer_factory(SpecOptions()) is None
+
+
+def test_registry_names():
+    assert set(PROPOSERS) == {"ngram", "trie", "draft"}
+    assert SpecOptions(method="draft").method == "draft"
+    with pytest.raises(TypeError):
+        PROPOSERS["other"] = PROPOSERS["ngram"]  # entries are added in the package's one literal
+
+
+# "draft" needs a target model to load; its own tests cover it.
+@pytest.mark.parametrize("method", sorted(set(PROPOSERS) - {"draft"}))
+def test_every_registered_proposer_works(method):
+    make = proposer_factory(SpecOptions(method=method, prompt_lookup_min=1), None)
+    proposer = make()
+    tree = proposer.propose(REPEATING, 3)
+    assert isinstance(tree, DraftTree)
+    assert 1 <= len(tree) <= 3
+    assert tree.best_path().tokens[0] == 8
+    proposer.accepted(REPEATING + [8, 9])
+    assert proposer.propose(REPEATING + [8, 9], 0) == DraftTree.empty()
+    assert len(make().propose([1], 4)) == 0
