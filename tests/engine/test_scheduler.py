@@ -119,6 +119,24 @@ class FakeRunner:
             rows.append(self._logits(s))
         return np.stack(rows)
 
+    def step(self, batch):
+        """Chains only (what the scheduler sends a runner without tree proposers): row i sees rows 0..i."""
+        assert all(parents is None for _, _, parents in batch)
+        if all(len(ids) == 1 for _, ids, _ in batch):
+            return list(self.decode([s for s, _, _ in batch], [ids[0] for _, ids, _ in batch])[:, None, :])
+        out = []
+        for s, ids, _ in batch:
+            rows = []
+            for t in ids:
+                self.ctx[s].append(int(t))
+                rows.append(self._logits(s))
+            out.append(np.stack(rows))
+        return out
+
+    def keep(self, slot, start, rows):
+        assert list(rows) == list(range(len(rows))), "a chain keeps a prefix"
+        del self.ctx[slot][start + len(rows):]
+
     def position(self, slot):
         return len(self.ctx.get(slot, ()))
 

@@ -6,6 +6,22 @@ import sys
 
 import typer
 
+from roofline.cli.spec_flags import (
+    Adaptive,
+    DraftDtype,
+    DraftModel,
+    DraftTokens,
+    LookupMax,
+    LookupMin,
+    MaxBreadth,
+    MinBreadth,
+    Spec,
+    SpecK,
+    SpecTree,
+    TrieDepth,
+    TrieScope,
+    spec_options,
+)
 from roofline.errors import UserError
 
 DTYPES = ("fp32", "bf16", "int8")  # = roofline.engine.weights.DTYPES (kept here: this module stays light)
@@ -30,6 +46,10 @@ def generate(
                                     "(useful to time a fixed number of tokens)."),
     chat: bool | None = typer.Option(None, "--chat/--no-chat", help="Wrap the prompt in the model's chat template "
                                      "(default: when the checkpoint carries one)."),
+    spec: Spec = "none", spec_k: SpecK = 4, prompt_lookup_min: LookupMin = 2, prompt_lookup_max: LookupMax = 5,
+    max_bfs_breadth: MaxBreadth = 10, min_bfs_breadth: MinBreadth = 1, max_trie_depth: TrieDepth = 18,
+    num_draft_tokens: DraftTokens = 12, trie_scope: TrieScope = "request", spec_tree: SpecTree = True,
+    draft_dtype: DraftDtype = "int8", draft_model: DraftModel = None, adaptive: Adaptive = True,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text and timings) instead of streaming."),
     as_markdown: bool = typer.Option(False, "--markdown", help="Print the timings as a Markdown table."),
 ) -> None:
@@ -38,16 +58,20 @@ def generate(
         raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if top_p <= 0:
         raise UserError("--top-p must be greater than 0 (1 turns it off)")
+    options = spec_options(spec, spec_k, prompt_lookup_min, prompt_lookup_max, max_bfs_breadth, min_bfs_breadth,
+                           max_trie_depth, num_draft_tokens, trie_scope, spec_tree, draft_dtype, draft_model, adaptive)
 
     from rich.console import Console
 
     from roofline.engine import SamplingParams, load_runner
     from roofline.engine import generate as run_generation
     from roofline.engine.sequence import ContextLengthError
+    from roofline.engine.speculate.step import speculation_factory
 
     err = Console(stderr=True)
     with err.status(f"loading {model or 'the default model'} ({dtype}) and compiling the kernels ..."):
         runner = load_runner(model, dtype=dtype, threads=threads)
+        make_speculation = speculation_factory(options, runner)
     tok = runner.tokenizer
     use_chat = bool(tok.chat_template) if chat is None else chat
     if use_chat:
@@ -57,7 +81,7 @@ def generate(
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                             stop=tuple(stop), ignore_eos=ignore_eos)
     try:
-        gen = run_generation(runner, ids, params)
+        gen = run_generation(runner, ids, params, speculation=make_speculation() if make_speculation else None)
     except ContextLengthError as e:
         raise UserError(str(e)) from None
     pieces = []
@@ -83,6 +107,7 @@ def _print_timings(runner, gen, text: str, *, as_json: bool, as_markdown: bool, 
         "finish_reason": gen.sequence.finish_reason, "ttft_seconds": t.prefill_seconds,
         "prefill_tok_per_s": t.prefill_tok_per_s, "decode_tok_per_s": tok_per_s,
         "bytes_per_token": runner.bytes_per_token, "effective_bytes_per_s": gb_per_s * 1e9,
+        "weight_passes": t.passes, "spec": gen.speculation.stats.to_json() if gen.speculation else None,
     }
     if as_json:
         print_json({"text": text, **result})
@@ -93,11 +118,19 @@ def _print_timings(runner, gen, text: str, *, as_json: bool, as_markdown: bool, 
         ("generated tokens", f"{t.generated_tokens} ({gen.sequence.finish_reason})"),
         ("TTFT (prefill + first token)", f"{t.prefill_seconds * 1e3:.1f} ms ({t.prefill_tok_per_s:.0f} tok/s)"),
         ("decode", f"{tok_per_s:.1f} tok/s" if t.decode_tokens else "n/a (one token)"),
+        ("weight passes", f"{t.passes} ({t.generated_tokens / t.passes:.2f} tokens per pass)" if t.passes else "0"),
         ("weight bytes / token", f"{runner.bytes_per_token / 1e6:.1f} MB"),
         ("effective read bandwidth", f"{gb_per_s:.1f} GB/s"),
     ]
     notes = ["decode tok/s counts tokens from decode steps only; effective bandwidth = weight bytes/token x decode tok/s "
              "(the KV cache read adds to it at long contexts)"]
+    if gen.speculation is not None:
+        st = gen.speculation.stats
+        rate = f"{100 * st.acceptance_rate:.0f}%" if st.acceptance_rate is not None else "n/a"
+        rows.append(("speculation", f"{st.drafted} drafted, {st.accepted} accepted ({rate}), "
+                                    f"{st.steps_with_draft} of {t.passes - 1} decode steps drafted"))
+        notes.append("with speculation one weight pass can yield several tokens: the effective bandwidth counts "
+                     "tokens, not passes, and may exceed what the memory delivers")
     emit_table("roofline generate", ["metric", "value"], rows, as_markdown=as_markdown, notes=notes)
 
 

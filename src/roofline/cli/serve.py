@@ -8,7 +8,23 @@ import typer
 
 from roofline.errors import UserError
 
-DTYPES = ("fp32", "bf16")
+from roofline.cli.generate import DTYPES
+from roofline.cli.spec_flags import (
+    Adaptive,
+    DraftDtype,
+    DraftModel,
+    DraftTokens,
+    LookupMax,
+    LookupMin,
+    MaxBreadth,
+    MinBreadth,
+    Spec,
+    SpecK,
+    SpecTree,
+    TrieDepth,
+    TrieScope,
+    spec_options,
+)
 
 
 def serve(
@@ -18,8 +34,8 @@ def serve(
     port: int = typer.Option(8000, "--port", help="TCP port to listen on (0 = any free port; the chosen one is printed)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind. The default accepts local "
                              "connections only; 0.0.0.0 exposes the server to the network (set --api-key)."),
-    dtype: str = typer.Option("fp32", "--dtype", help="Weight and compute precision: fp32 (exact reference) or bf16 "
-                              "(half the bytes per token)."),
+    dtype: str = typer.Option("fp32", "--dtype", help="Weight precision: fp32 (exact reference), bf16 (half the "
+                              "bytes per token) or int8 (weight-only, a quarter; lossy: its output differs from fp32)."),
     threads: int | None = typer.Option(None, "--threads", min=1, help="CPU threads for the model (default: all cores)."),
     max_batch: int = typer.Option(4, "--max-batch", min=1, help="Sequences decoded together at most (KV-cache slots); "
                                   "further requests wait in a queue."),
@@ -30,12 +46,18 @@ def serve(
     served_model_name: str | None = typer.Option(None, "--served-model-name", help="The model id clients send "
                                                     "and /v1/models lists (default: the model's own name)."),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level (debug, info, warning, error)."),
+    spec: Spec = "none", spec_k: SpecK = 4, prompt_lookup_min: LookupMin = 2, prompt_lookup_max: LookupMax = 5,
+    max_bfs_breadth: MaxBreadth = 10, min_bfs_breadth: MinBreadth = 1, max_trie_depth: TrieDepth = 18,
+    num_draft_tokens: DraftTokens = 12, trie_scope: TrieScope = "request", spec_tree: SpecTree = True,
+    draft_dtype: DraftDtype = "int8", draft_model: DraftModel = None, adaptive: Adaptive = True,
 ) -> None:
     """Serve a model with continuous batching: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics."""
     if dtype not in DTYPES:
         raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if port < 0 or port > 65535:
         raise UserError(f"--port must lie in 0..65535, got {port}")
+    options = spec_options(spec, spec_k, prompt_lookup_min, prompt_lookup_max, max_bfs_breadth, min_bfs_breadth,
+                           max_trie_depth, num_draft_tokens, trie_scope, spec_tree, draft_dtype, draft_model, adaptive)
 
     from roofline.engine.server import bind_socket, create_app, uvicorn_server
 
@@ -50,9 +72,13 @@ def serve(
     from roofline.engine import load_runner
     from roofline.engine.scheduler import Scheduler
 
-    print(f"loading {model or 'the default model'} ({dtype}, max batch {max_batch}) ...", file=sys.stderr, flush=True)
+    from roofline.engine.speculate.step import speculation_factory
+
+    print(f"loading {model or 'the default model'} ({dtype}, max batch {max_batch}, speculation {spec}) ...",
+          file=sys.stderr, flush=True)
     scheduler = Scheduler.loading(lambda: load_runner(model, dtype=dtype, threads=threads, max_batch=max_batch,
-                                                      max_seq_len=max_seq_len))
+                                                      max_seq_len=max_seq_len),
+                                  speculation=lambda runner: speculation_factory(options, runner))
     runner = scheduler.runner
     app = create_app(scheduler=scheduler, served_model_name=served_model_name, api_key=api_key)
     with listen() as sock:
@@ -60,7 +86,7 @@ def serve(
         bound_host, bound_port = sock.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         print(f"roofline serve: {name!r} ({runner.path}, {runner.dtype}, max batch {runner.max_batch}, "
-              f"context {runner.max_seq_len}) listening on http://{shown}:{bound_port}/v1 "
+              f"context {runner.max_seq_len}, speculation {spec}) listening on http://{shown}:{bound_port}/v1 "
               f"(auth {'on' if api_key else 'off'}); Ctrl-C stops", flush=True)
         try:
             uvicorn_server(app, log_level=log_level).run(sockets=[sock])

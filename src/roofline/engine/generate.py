@@ -1,6 +1,9 @@
-"""One sequence, start to finish, gpt-fast style: prefill the prompt, then decode_one_token until done.
+"""One sequence, start to finish, gpt-fast style: prefill the prompt, then decode steps until done.
 
     first = sample(prefill(prompt));  then repeatedly  next = sample(decode(last))
+
+With speculation a decode step verifies a draft in the same pass and may yield several tokens
+(`speculative_decode`; speculate/step.py): tokens = accepted drafts + the target's own next token.
 
 Timings: TTFT here is the prefill plus the first sample (the engine's share of time to first token);
 decode tok/s counts only the tokens that came out of decode steps, over the time those steps took.
@@ -17,6 +20,8 @@ import numpy as np
 
 from roofline.engine.sampling import SamplingParams, sample
 from roofline.engine.sequence import Sequence, fit_to_context
+from roofline.engine.speculate.step import RequestSpeculation, room_for_draft, settle, verify_rows
+from roofline.engine.speculate.tree import DraftTree
 
 
 @dataclass
@@ -25,6 +30,7 @@ class GenerationTimings:
     generated_tokens: int = 0
     prefill_seconds: float = 0.0  # prefill + first sample = time to first token inside the engine
     decode_seconds: float = 0.0  # all decode steps (forward + sample)
+    passes: int = 0  # weight passes: the prefill and every decode step (a verify pass is one)
 
     @property
     def decode_tokens(self) -> int:
@@ -46,13 +52,28 @@ def decode_one_token(runner, slot: int, token: int, params: SamplingParams, rng:
     return sample(logits, params, rng)
 
 
+def speculative_decode(runner, slot: int, token: int, seq: Sequence,
+                       speculation: RequestSpeculation | None) -> tuple[list[int], str]:
+    """One pass: `token` plus whatever the proposer drafts after it; the sequence takes the accepted drafts and
+    the target's own next token (stopping when it is done). Returns those tokens and the text made final."""
+    tree = DraftTree.empty()
+    if speculation is not None:
+        tree = speculation.draft(seq.prompt_ids + seq.output_ids, room_for_draft(seq, runner, slot))
+    start = runner.position(slot)
+    rows, parents = verify_rows(token, tree)
+    logits = runner.step([(slot, rows, parents)])[0]
+    return settle(runner, slot, start, tree, logits, seq, speculation)
+
+
 class Generation:
     """Iterating yields token ids; `text()` yields the text as it becomes final instead. Either way the
     loop runs once; afterwards `sequence` holds the ids and finish reason, `timings` the timings."""
 
-    def __init__(self, runner, prompt_ids: Seq[int], params: SamplingParams, *, slot: int = 0) -> None:
+    def __init__(self, runner, prompt_ids: Seq[int], params: SamplingParams, *, slot: int = 0,
+                 speculation: RequestSpeculation | None = None) -> None:
         self.runner = runner
         self.slot = slot
+        self.speculation = speculation
         self.params = fit_to_context(len(prompt_ids), params, runner.max_seq_len)  # ContextLengthError if no room
         self.sequence = Sequence(prompt_ids, self.params, runner.tokenizer)
         self.timings = GenerationTimings(prompt_tokens=len(prompt_ids))
@@ -68,19 +89,25 @@ class Generation:
         start = time.perf_counter()
         token = sample(runner.prefill(self.slot, seq.prompt_ids), params, seq.rng)
         self.timings.prefill_seconds = time.perf_counter() - start
+        self.timings.passes = 1
         try:
-            while True:
-                text = seq.append(token)
-                self.timings.generated_tokens += 1
-                if seq.done:
-                    yield token, text + seq.flush()
-                    return
-                yield token, text
+            text = seq.append(token)
+            self.timings.generated_tokens += 1
+            if seq.done:
+                text += seq.flush()
+            yield token, text
+            while not seq.done:
                 start = time.perf_counter()
-                token = decode_one_token(runner, self.slot, token, params, seq.rng)
+                tokens, text = speculative_decode(runner, self.slot, token, seq, self.speculation)
                 self.timings.decode_seconds += time.perf_counter() - start
+                self.timings.passes += 1
+                self.timings.generated_tokens += len(tokens)
+                for i, token in enumerate(tokens):
+                    yield token, text if i == len(tokens) - 1 else ""
         finally:
             runner.release(self.slot)
+            if self.speculation is not None:
+                self.speculation.close()
 
     def __iter__(self) -> Iterator[int]:
         for token, _ in self._steps():
@@ -92,6 +119,8 @@ class Generation:
                 yield text
 
 
-def generate(runner, prompt_ids: Seq[int], params: SamplingParams | None = None, *, slot: int = 0) -> Generation:
-    """Decode one sequence: `for token in generate(...)`, or `.text()` for streamed text; then `.timings`."""
-    return Generation(runner, list(prompt_ids), params or SamplingParams(), slot=slot)
+def generate(runner, prompt_ids: Seq[int], params: SamplingParams | None = None, *, slot: int = 0,
+             speculation: RequestSpeculation | None = None) -> Generation:
+    """Decode one sequence: `for token in generate(...)`, or `.text()` for streamed text; then `.timings`.
+    speculation: one request's proposer (`speculate.step.speculation_factory(options, runner)()`)."""
+    return Generation(runner, list(prompt_ids), params or SamplingParams(), slot=slot, speculation=speculation)

@@ -50,6 +50,8 @@ class _SamplingFields(_Strict):
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None  # vLLM extension
     ignore_eos: bool = False  # vLLM extension
+    return_token_ids: bool = False  # vLLM extension: each choice (each chunk) carries its output token ids
+    speculative: bool = True  # roofline extension: false = decode this request without drafts
     n: int = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -195,7 +197,10 @@ class ResponseBuilder:
     def _head(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def full(self, text: str, finish_reason: str, usage: Usage) -> dict[str, Any]:
+    def full(self, text: str, finish_reason: str, usage: Usage, *, token_ids: list[int] | None = None,
+             stats: dict[str, int] | None = None) -> dict[str, Any]:
+        """The whole response; token_ids when the request asked for them; stats = the request's weight passes
+        and draft counts (`"roofline"`: passes, drafted_tokens, accepted_tokens)."""
         if self.chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
                       "finish_reason": finish_reason, "logprobs": None}
@@ -203,10 +208,16 @@ class ResponseBuilder:
         else:
             choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
             obj = "text_completion"
-        return {**self._head(obj), "choices": [choice], "usage": usage_dict(usage)}
+        if token_ids is not None:
+            choice["token_ids"] = token_ids
+        out = {**self._head(obj), "choices": [choice], "usage": usage_dict(usage)}
+        if stats is not None:
+            out["roofline"] = stats
+        return out
 
     def chunk(self, *, text: str | None = None, role: bool = False, finish_reason: str | None = None,
-              with_usage_field: bool = False) -> dict[str, Any]:
+              with_usage_field: bool = False, token_ids: list[int] | None = None,
+              stats: dict[str, int] | None = None) -> dict[str, Any]:
         if self.chat:
             delta: dict[str, Any] = {}
             if role:
@@ -218,13 +229,20 @@ class ResponseBuilder:
         else:
             choice = {"index": 0, "text": text or "", "finish_reason": finish_reason, "logprobs": None}
             out = {**self._head("text_completion"), "choices": [choice]}
+        if token_ids is not None:
+            choice["token_ids"] = token_ids
+        if stats is not None:
+            out["roofline"] = stats
         if with_usage_field:  # OpenAI sends "usage": null on every chunk but the last when asked for usage
             out["usage"] = None
         return out
 
-    def usage_chunk(self, usage: Usage) -> dict[str, Any]:
+    def usage_chunk(self, usage: Usage, stats: dict[str, int] | None = None) -> dict[str, Any]:
         obj = "chat.completion.chunk" if self.chat else "text_completion"
-        return {**self._head(obj), "choices": [], "usage": usage_dict(usage)}
+        out = {**self._head(obj), "choices": [], "usage": usage_dict(usage)}
+        if stats is not None:
+            out["roofline"] = stats
+        return out
 
 
 def sse(data: dict[str, Any] | str) -> bytes:

@@ -33,6 +33,7 @@ __all__ = ["DTYPES", "KERNEL_PREFILL_MAX_TOKENS", "ModelRunner", "available_core
 # Prompts up to this length prefill through the decode kernels: below it they beat torch's small-M GEMMs
 # here (measured: 4 tokens 25 vs 69 ms, 16 tokens 92 vs 127 ms, 32 tokens about even, fp32, 2 threads).
 KERNEL_PREFILL_MAX_TOKENS = 24
+PASS_COST_ROWS = (1, 2, 3, 5, 9, 13, 17, 25)  # row counts timed for the speculation cost model
 
 
 class ModelRunner:
@@ -57,6 +58,7 @@ class ModelRunner:
         self.cache = KVCache(self.config, self.max_batch, self.max_seq_len)
         self.bytes_per_token: int = weight_bytes_per_token(self.config, self.weights, dtype)
         self.unit_bytes: int | None = None  # weight bytes per work unit of the decode threads; None: decode.UNIT_BYTES
+        self._pass_costs: dict[int, float] | None = None  # rows -> time relative to one row (measure_pass_costs)
 
     def _use_threads(self, torch_too: bool = False) -> None:
         # numba's thread count is per calling thread, so it is checked on every call, from the calling thread;
@@ -199,6 +201,43 @@ class ModelRunner:
         if rows != list(range(len(rows))):
             self.cache.move(slot, [start + r for r in rows], start)
         self.cache.truncate(slot, start + len(rows))
+
+    def measure_pass_costs(self, rows: Seq[int] = PASS_COST_ROWS, reps: int = 3) -> None:
+        """Time weight passes over several row counts of one slot (median of reps each), relative to a one-row
+        pass: what a speculative verify of k drafted tokens costs (`pass_cost`). Once per runner."""
+        import time
+
+        if self._pass_costs is not None:
+            return
+        n = max(rows)
+        if self.max_seq_len < n + 2:
+            self._pass_costs = {1: 1.0}
+            return
+        self.prefill(0, [0])
+        seconds = {}
+        for r in rows:
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                self.step([(0, [0] * r, None)])
+                times.append(time.perf_counter() - t0)
+                self.truncate(0, 1)
+            seconds[r] = sorted(times)[len(times) // 2]
+        self.release(0)
+        self._pass_costs = {r: seconds[r] / seconds[1] for r in rows}
+
+    def pass_cost(self, rows: int) -> float:
+        """Time of a pass over `rows` rows of one slot relative to one row (linear between measured counts,
+        extrapolated past the last); 1 + 0.1 per extra row before `measure_pass_costs` ran."""
+        table = self._pass_costs
+        if not table or len(table) < 2:
+            return 1.0 + 0.1 * (rows - 1)
+        points = sorted(table.items())
+        for (r0, c0), (r1, c1) in zip(points, points[1:]):
+            if rows <= r1:
+                return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
+        (r0, c0), (r1, c1) = points[-2], points[-1]
+        return c1 + (c1 - c0) * (rows - r1) / (r1 - r0)
 
     def warmup(self) -> None:
         """Compile (or load from numba's cache) the decode kernels, run torch's prefill path once (its first

@@ -93,3 +93,29 @@ def sample(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator)
     cdf = np.cumsum(weights)
     pick = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
     return int(order[min(pick, order.shape[0] - 1)])
+
+
+def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """The distribution `sample` draws from, as a dense float64 vector (vocab,): temperature, then top-k, then
+    top-p over what top-k kept, renormalised; greedy is a point mass on the argmax. Speculative sampling needs
+    the probabilities themselves (accept a draft token x with probability p(x))."""
+    vocab = logits.shape[0]
+    p = np.zeros(vocab, dtype=np.float64)
+    if params.greedy:
+        p[greedy_token(logits)] = 1.0
+        return p
+    scaled = logits.astype(np.float64) / params.temperature
+    k = params.top_k if 0 < params.top_k < vocab else vocab
+    order = _candidates(scaled, k)
+    weights = np.exp(scaled[order] - scaled.max())
+    if params.top_p < 1.0:
+        keep = int(np.searchsorted(np.cumsum(weights), params.top_p * weights.sum(), side="left")) + 1
+        order, weights = order[:keep], weights[:keep]
+    p[order] = weights / weights.sum()
+    return p
+
+
+def sample_from(p: np.ndarray, rng: np.random.Generator) -> int:
+    """A token drawn from a probability vector (inverse CDF)."""
+    cdf = np.cumsum(p)
+    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), p.shape[0] - 1))

@@ -3,8 +3,10 @@
 Each step (1) drops cancelled requests and frees their slots, (2) admits waiting requests into free
 slots by prefilling them -- a prompt-token budget per step keeps one long prefill from stalling the
 decodes behind it -- and (3) runs one batched `runner.decode(slots, last_tokens)` for all running
-sequences, samples each row and feeds the token to the request's `Sequence`. Every token becomes an
-`Event` handed to the request's sink; `asyncio_sink` turns that into an `asyncio.Queue` on the
+sequences, samples each row and feeds the token to the request's `Sequence`. With speculation a request's
+rows in that pass are its last token plus its draft (speculate/step.py): the pass verifies every draft at
+once, each request keeps its accepted path (its own slot's KV only), and may get several tokens. What a
+step produced becomes an `Event` handed to the request's sink; `asyncio_sink` turns that into an `asyncio.Queue` on the
 caller's event loop. Nothing here is global: a server owns one `Scheduler`. `submit` fits each
 request to the context (`sequence.fit_to_context`).
 """
@@ -24,6 +26,9 @@ from dataclasses import dataclass, field
 
 from roofline.engine.sampling import SamplingParams, sample
 from roofline.engine.sequence import Sequence, fit_to_context
+from roofline.engine.speculate.adaptive import SpecStats
+from roofline.engine.speculate.step import RequestSpeculation, room_for_draft, settle, verify_rows
+from roofline.engine.speculate.tree import DraftTree
 
 # Step-time buckets (seconds): a decode step of the default model is ~10-40 ms; a long prefill seconds.
 STEP_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24)
@@ -50,6 +55,7 @@ class Event:
     finish_reason: str | None = None  # "stop" | "length" | "abort" (cancelled) | "error"
     usage: Usage | None = None  # on the last event
     error: str | None = None  # with finish_reason "error"
+    spec: SpecStats | None = None  # on the last event: weight passes, drafted and accepted tokens
 
     @property
     def final(self) -> bool:
@@ -97,6 +103,8 @@ class SchedulerStats:
     prefill_seconds: Histogram = field(default_factory=Histogram)
     decode_batch_total: int = 0  # sum over decode steps of the batch size: mean batch = this / decode steps
     decode_steps: int = 0
+    decode_rows_total: int = 0  # rows of all decode passes (batch + draft nodes)
+    spec: SpecStats = field(default_factory=SpecStats)  # summed over finished requests (passes of all; drafts of those that speculated)
 
     def copy(self) -> SchedulerStats:
         return dataclasses.replace(
@@ -104,6 +112,7 @@ class SchedulerStats:
             finished=dict(self.finished),
             step_seconds=self.step_seconds.copy(),
             prefill_seconds=self.prefill_seconds.copy(),
+            spec=dataclasses.replace(self.spec),
         )
 
 
@@ -131,6 +140,8 @@ class _Work:
     seq: Sequence
     sink: Sink
     slot: int | None = None
+    spec: RequestSpeculation | None = None
+    passes: int = 0
 
 
 def asyncio_sink(loop: asyncio.AbstractEventLoop) -> tuple[Sink, asyncio.Queue[Event]]:
@@ -150,8 +161,10 @@ class Scheduler:
     """Continuous batching over one runner. Use as a context manager, or `start()` then `close()`."""
 
     def __init__(self, runner, *, prefill_token_budget: int = DEFAULT_PREFILL_TOKEN_BUDGET,
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter,
+                 speculation: Callable[[], RequestSpeculation] | None = None):
         self.runner = runner
+        self.speculation = speculation  # maker of one request's speculation (None: the server never drafts)
         self.max_batch = int(runner.max_batch)
         self.max_seq_len = int(runner.max_seq_len)
         self.prefill_token_budget = prefill_token_budget
@@ -167,9 +180,11 @@ class Scheduler:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def loading(cls, load: Callable[[], object], **kwargs) -> Scheduler:
-        """Load the runner on the scheduler's own thread, then step there; returns once it is loaded
-        (re-raising whatever the load raised).
+    def loading(cls, load: Callable[[], object], speculation: Callable[[object], object] | None = None,
+                **kwargs) -> Scheduler:
+        """Load the runner on the scheduler's own thread (and `speculation(runner)`, the maker of each request's
+        speculation: it may load a draft runner and times verify passes), then step there; returns once it is
+        loaded (re-raising whatever the load raised).
 
         Why: torch and numba each keep an OpenMP thread team per calling thread. When the weights were
         loaded (torch ops) on one thread and the decode kernels ran on another, the kernels ran at the
@@ -180,7 +195,8 @@ class Scheduler:
 
         def boot() -> None:
             try:
-                scheduler = cls(load(), **kwargs)
+                runner = load()
+                scheduler = cls(runner, speculation=speculation(runner) if speculation else None, **kwargs)
                 scheduler._thread = threading.current_thread()
                 box["scheduler"] = scheduler
             except BaseException as e:  # handed to the caller, which re-raises it
@@ -219,8 +235,9 @@ class Scheduler:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def submit(self, prompt_ids: Seq[int], params: SamplingParams, sink: Sink) -> RequestHandle:
-        """Queue one request; `max_tokens` is trimmed to the context left after the prompt.
+    def submit(self, prompt_ids: Seq[int], params: SamplingParams, sink: Sink, *, speculate: bool = True) -> RequestHandle:
+        """Queue one request; `max_tokens` is trimmed to the context left after the prompt. speculate=False:
+        this request decodes without drafts even when the server speculates.
 
         Raises sequence.ContextLengthError when the prompt leaves no room, RuntimeError after close()."""
         prompt_ids = list(prompt_ids)
@@ -230,7 +247,7 @@ class Scheduler:
             if self._stopping:
                 raise RuntimeError("the scheduler is shut down")
             handle = RequestHandle(next(self._ids), self._wake)
-            self._inbox.append(_Work(handle, seq, sink))
+            self._inbox.append(_Work(handle, seq, sink, spec=self.speculation() if speculate and self.speculation else None))
             self._stats.requests_total += 1
             self._stats.queued += 1
             self._cv.notify_all()
@@ -316,11 +333,18 @@ class Scheduler:
         self._accept(w, logits)
 
     def _decode(self) -> None:
+        """One pass for every running request: its last token, plus its draft when it speculates."""
         batch = list(self._running)
-        slots = [w.slot for w in batch]
-        last_tokens = [w.seq.output_ids[-1] for w in batch]
+        trees, rows, starts = [], [], []
         try:
-            logits = self.runner.decode(slots, last_tokens)
+            for w in batch:
+                seq = w.seq
+                tree = w.spec.draft(seq.prompt_ids + seq.output_ids, room_for_draft(seq, self.runner, w.slot)) \
+                    if w.spec is not None else DraftTree.empty()
+                trees.append(tree)
+                rows.append((w.slot, *verify_rows(seq.output_ids[-1], tree)))
+                starts.append(self.runner.position(w.slot))
+            logits = self.runner.step(rows)
         except Exception as e:
             _log.exception("batched decode of %d requests failed", len(batch))
             for w in batch:
@@ -329,11 +353,20 @@ class Scheduler:
         with self._cv:
             self._stats.decode_steps += 1
             self._stats.decode_batch_total += len(batch)
-        for w, row in zip(batch, logits):
-            self._accept(w, row)
+            self._stats.decode_rows_total += sum(len(r[1]) for r in rows)
+        for w, tree, start, row_logits in zip(batch, trees, starts, logits):
+            w.passes += 1
+            try:
+                tokens, text = settle(self.runner, w.slot, start, tree, row_logits, w.seq, w.spec)
+            except Exception as e:
+                _log.exception("request %d failed", w.handle.request_id)
+                self._finish(w, "error", error=f"verification failed: {type(e).__name__}: {e}")
+                continue
+            self._emit_tokens(w, tuple(tokens), text)
 
     def _accept(self, w: _Work, logits) -> None:
-        """Sample the next token from this request's logits row and emit what became final."""
+        """Sample the first token from the prefill's logits and emit what became final."""
+        w.passes += 1
         try:
             token = int(sample(logits, w.seq.params, w.seq.rng))
             text = w.seq.append(token)
@@ -343,12 +376,15 @@ class Scheduler:
             _log.exception("request %d failed", w.handle.request_id)
             self._finish(w, "error", error=f"sampling failed: {type(e).__name__}: {e}")
             return
+        self._emit_tokens(w, (token,), text)
+
+    def _emit_tokens(self, w: _Work, tokens: tuple[int, ...], text: str) -> None:
         with self._cv:
-            self._stats.generation_tokens_total += 1
+            self._stats.generation_tokens_total += len(tokens)
         if w.seq.done:
-            self._finish(w, w.seq.finish_reason or "stop", text=text, token_ids=(token,))
+            self._finish(w, w.seq.finish_reason or "stop", text=text, token_ids=tokens)
         else:
-            self._emit(w, Event(text, (token,)))
+            self._emit(w, Event(text, tokens))
 
     def _finish(self, w: _Work, reason: str, *, text: str = "", token_ids: tuple[int, ...] = (),
                 error: str | None = None) -> None:
@@ -360,7 +396,12 @@ class Scheduler:
                 w.slot = None
         if w in self._running:
             self._running.remove(w)
+        stats = SpecStats(passes=w.passes)
+        if w.spec is not None:
+            w.spec.close()
+            stats = dataclasses.replace(w.spec.stats, passes=w.passes)
         with self._cv:
+            self._stats.spec.add(stats)
             if reason == "abort":
                 self._stats.cancelled += 1
             elif reason == "error":
@@ -368,7 +409,7 @@ class Scheduler:
             else:
                 self._stats.finished[reason] = self._stats.finished.get(reason, 0) + 1
         usage = Usage(len(w.seq.prompt_ids), len(w.seq.output_ids))
-        self._emit(w, Event(text, token_ids, reason, usage, error))
+        self._emit(w, Event(text, token_ids, reason, usage, error, stats))
 
     @staticmethod
     def _emit(w: _Work, event: Event) -> None:

@@ -117,9 +117,16 @@ def _error_event_body(event: Event) -> dict[str, Any]:
     return APIError(500, event.error or "generation failed", type="server_error", code="engine_error").body()
 
 
-async def _stream_events(queue: asyncio.Queue, builder: ResponseBuilder, include_usage: bool) -> AsyncIterator[bytes]:
-    """SSE chunks: (chat) a role chunk, one chunk per event that carries text, a finish chunk, the usage
-    chunk with empty choices when asked for, then [DONE]."""
+def _stats(event: Event) -> dict[str, int] | None:
+    return event.spec.to_json() if event.spec is not None else None
+
+
+async def _stream_events(queue: asyncio.Queue, builder: ResponseBuilder, include_usage: bool,
+                         token_ids: bool = False) -> AsyncIterator[bytes]:
+    """SSE chunks: (chat) a role chunk, one chunk per event that carries text (an event may carry several
+    tokens: a verify step that accepted drafts), a finish chunk with the request's pass and draft counts
+    (`"roofline"`), the usage chunk with empty choices when asked for, then [DONE]. token_ids: every chunk
+    carries the ids of its tokens (then an event with ids but no text yet gets a chunk too)."""
     if builder.chat:
         yield sse(builder.chunk(text="", role=True, with_usage_field=include_usage))
     while True:
@@ -127,17 +134,20 @@ async def _stream_events(queue: asyncio.Queue, builder: ResponseBuilder, include
         if event.finish_reason == "error":
             yield sse(_error_event_body(event))
             break
-        if event.text:
-            yield sse(builder.chunk(text=event.text, with_usage_field=include_usage))
+        if event.text or (token_ids and event.token_ids):
+            yield sse(builder.chunk(text=event.text, with_usage_field=include_usage,
+                                    token_ids=list(event.token_ids) if token_ids else None))
         if event.final:
-            yield sse(builder.chunk(finish_reason=event.finish_reason, with_usage_field=include_usage))
+            yield sse(builder.chunk(finish_reason=event.finish_reason, with_usage_field=include_usage,
+                                    stats=_stats(event), token_ids=[] if token_ids else None))
             if include_usage and event.usage is not None:
-                yield sse(builder.usage_chunk(event.usage))
+                yield sse(builder.usage_chunk(event.usage, _stats(event)))
             break
     yield sse("[DONE]")
 
 
-async def _collect(request: Request, queue: asyncio.Queue, handle: RequestHandle, builder: ResponseBuilder) -> Response:
+async def _collect(request: Request, queue: asyncio.Queue, handle: RequestHandle, builder: ResponseBuilder,
+                   token_ids: bool = False) -> Response:
     """Wait for the whole completion; a client that hangs up meanwhile cancels its request."""
 
     async def watch_disconnect() -> None:
@@ -147,12 +157,14 @@ async def _collect(request: Request, queue: asyncio.Queue, handle: RequestHandle
 
     watcher = asyncio.create_task(watch_disconnect())
     parts: list[str] = []
+    ids: list[int] = []
     try:
         while True:
             event = await queue.get()
             if event is _DISCONNECTED:
                 return Response(status_code=499)  # nobody reads it; the slot is freed below
             parts.append(event.text)
+            ids.extend(event.token_ids)
             if event.final:
                 break
     finally:
@@ -160,7 +172,8 @@ async def _collect(request: Request, queue: asyncio.Queue, handle: RequestHandle
         handle.cancel()
     if event.finish_reason == "error":
         return JSONResponse(_error_event_body(event), status_code=500)
-    return JSONResponse(builder.full("".join(parts), event.finish_reason, event.usage))
+    return JSONResponse(builder.full("".join(parts), event.finish_reason, event.usage,
+                                     token_ids=ids if token_ids else None, stats=_stats(event)))
 
 
 def create_app(runner=None, *, scheduler: Scheduler | None = None, served_model_name: str | None = None,
@@ -221,13 +234,13 @@ def create_app(runner=None, *, scheduler: Scheduler | None = None, served_model_
         params = sampling_params(req, len(prompt_ids), state.scheduler.max_seq_len)
         sink, queue = asyncio_sink(asyncio.get_running_loop())
         try:
-            handle = state.scheduler.submit(prompt_ids, params, sink)
+            handle = state.scheduler.submit(prompt_ids, params, sink, speculate=req.speculative)
         except RuntimeError as e:
             raise APIError(503, f"{e}; retry later", type="server_error", code="unavailable") from None
         builder = ResponseBuilder(state.model_name, chat=chat)
         if req.stream:
-            return _CancellingStream(_stream_events(queue, builder, req.include_usage()), handle)
-        return await _collect(request, queue, handle, builder)
+            return _CancellingStream(_stream_events(queue, builder, req.include_usage(), req.return_token_ids), handle)
+        return await _collect(request, queue, handle, builder, req.return_token_ids)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:

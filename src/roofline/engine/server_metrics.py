@@ -3,7 +3,8 @@
 Names follow Prometheus conventions (`_total` counters, `_seconds` histograms):
 requests accepted / finished (by reason) / cancelled / failed, prompt and generated tokens, requests
 running and queued, the wall time of each scheduler step (one batched decode plus any prefills it
-admitted) and of each prefill, and decode steps with the tokens they produced (mean batch = ratio).
+admitted) and of each prefill, and decode steps with the tokens they produced (mean batch = ratio);
+speculation: weight passes per request, draft tokens verified and accepted (acceptance rate).
 """
 
 from __future__ import annotations
@@ -50,3 +51,14 @@ class SchedulerCollector:
         yield CounterMetricFamily(f"{p}_decode_steps", "Batched decode calls.", value=s.decode_steps)
         yield CounterMetricFamily(f"{p}_decode_batch_tokens", "Sequences decoded, summed over decode calls "
                                   "(divide by decode_steps for the mean batch).", value=s.decode_batch_total)
+        yield CounterMetricFamily(f"{p}_decode_rows", "Rows of all decode passes: one per sequence plus its "
+                                  "draft tokens when it speculates.", value=s.decode_rows_total)
+        yield CounterMetricFamily(f"{p}_request_weight_passes", "Weight passes of finished requests (prefill and "
+                                  "decode steps; divide generated tokens by it for tokens per pass).", value=s.spec.passes)
+        yield CounterMetricFamily(f"{p}_spec_draft_tokens", "Draft tokens verified (finished requests).",
+                                  value=s.spec.drafted)
+        yield CounterMetricFamily(f"{p}_spec_accepted_tokens", "Draft tokens accepted (finished requests); "
+                                  "acceptance rate = accepted / draft.", value=s.spec.accepted)
+        rate = s.spec.acceptance_rate
+        yield GaugeMetricFamily(f"{p}_spec_acceptance_rate", "Accepted / drafted tokens so far (NaN before any "
+                                "draft).", value=float("nan") if rate is None else rate)

@@ -1,0 +1,118 @@
+"""How much to draft: expected tokens per unit of cost, from the measured acceptance and the measured
+cost of a verify pass, so that text nobody can predict is not decoded slower than without speculation.
+
+With per-token acceptance alpha and a draft whose accepted path can be d levels deep, a verify step yields
+
+    E(d) = 1 + alpha + ... + alpha^d = (1 - alpha^(d + 1)) / (1 - alpha)      tokens (the +1 is the target's own)
+
+and costs, in units of one plain one-row decode pass,
+
+    cost(n) = pass(1 + n) / pass(1) + n_draft_passes * c_draft
+
+where pass(rows) is the measured time of a weight pass over that many rows (`ModelRunner.pass_cost`) and a
+draft model adds its own passes. The draft is cut to the size n (a prefix of the proposer's tree: the best
+guesses come first) that maximises E(depth(n)) / cost(n); when no size beats plain decoding (ratio 1) by a
+margin, nothing is drafted. alpha is a running average per request (it starts from PRIOR_ALPHA); after
+PROBE_EVERY steps without drafting, one small draft is tried anyway so that alpha can recover when the text
+turns predictable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from roofline.engine.speculate.tree import DraftTree
+
+PRIOR_ALPHA = 0.6
+ALPHA_WEIGHT = 0.3  # weight of the newest step in the running average
+MARGIN = 1.02  # drafting must promise at least this speed-up over one plain pass
+PROBE_EVERY = 8
+PROBE_NODES = 2
+
+
+def expected_tokens(alpha: float, depth: int) -> float:
+    """E(d) = sum_{i=0..d} alpha^i: tokens a verify step yields when the accepted path can be depth deep."""
+    if alpha >= 1.0:
+        return float(depth + 1)
+    return (1.0 - alpha ** (depth + 1)) / (1.0 - alpha)
+
+
+@dataclass
+class SpecStats:
+    """Per request (and summed per server): weight passes, drafted and accepted tokens."""
+
+    passes: int = 0  # weight passes the request took part in, prefill included
+    drafted: int = 0  # draft nodes verified
+    accepted: int = 0  # draft nodes accepted (every accepted node is one output token)
+    steps_with_draft: int = 0
+
+    def add(self, other: SpecStats) -> None:
+        self.passes += other.passes
+        self.drafted += other.drafted
+        self.accepted += other.accepted
+        self.steps_with_draft += other.steps_with_draft
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    def to_json(self) -> dict:
+        return {"passes": self.passes, "drafted_tokens": self.drafted, "accepted_tokens": self.accepted}
+
+
+@dataclass
+class DraftBudget:
+    """The adaptive controller of one request. pass_cost(rows) -> time relative to a one-row pass;
+    draft_pass_cost: cost of one draft-model pass (0 for proposers that read no weights)."""
+
+    pass_cost: object  # Callable[[int], float]
+    draft_pass_cost: float = 0.0
+    adaptive: bool = True
+    alpha: float = PRIOR_ALPHA
+    idle_steps: int = 0
+    stats: SpecStats = field(default_factory=SpecStats)
+
+    def cut(self, tree: DraftTree) -> DraftTree:
+        """The prefix of `tree` worth verifying (possibly empty), for proposers whose drafting is free."""
+        if not self.adaptive or len(tree) == 0:
+            return tree
+        return tree.truncated(self._size(tree.depths()))
+
+    def chain_length(self, k: int) -> int:
+        """How many tokens a draft model should draft (each costs a draft pass), at most k."""
+        if not self.adaptive or k <= 0:
+            return max(k, 0)
+        return self._size(tuple(range(1, k + 1)))
+
+    def _size(self, depths: tuple[int, ...]) -> int:
+        """The n maximising E(deepest of the first n nodes) / cost(n); 0 when nothing beats MARGIN, except
+        for a small probe every PROBE_EVERY idle steps."""
+        best_n, best_ratio, deepest = 0, MARGIN, 0
+        for n in range(1, len(depths) + 1):
+            deepest = max(deepest, depths[n - 1])
+            cost = self.pass_cost(1 + n) + deepest * self.draft_pass_cost
+            ratio = expected_tokens(self.alpha, deepest) / cost
+            if ratio > best_ratio:
+                best_n, best_ratio = n, ratio
+        if best_n == 0:
+            self.idle_steps += 1
+            if self.idle_steps < PROBE_EVERY:
+                return 0
+            best_n = min(PROBE_NODES, len(depths))
+        self.idle_steps = 0
+        return best_n
+
+    def record(self, tree: DraftTree, accepted: int) -> None:
+        """After a verify step: `accepted` nodes of `tree` were kept."""
+        self.stats.passes += 1
+        if len(tree) == 0:
+            return
+        self.stats.drafted += len(tree)
+        self.stats.accepted += accepted
+        self.stats.steps_with_draft += 1
+        # alpha per level: the accepted depth out of the levels offered, each level one Bernoulli trial
+        # until the first miss (a chain of d levels with a accepted: a successes, min(a + 1, d) trials)
+        depth = max(tree.depths())
+        trials = min(accepted + 1, depth)
+        step_alpha = accepted / trials if trials else self.alpha
+        self.alpha = (1 - ALPHA_WEIGHT) * self.alpha + ALPHA_WEIGHT * step_alpha

@@ -1,0 +1,104 @@
+"""One speculative decode step of one request, shared by `generate` (one sequence) and the scheduler (a batch).
+
+    tree   = speculation.draft(context)                       propose, cut to what pays (adaptive.py)
+    rows   = [last token, *tree tokens]                       one pass scores them all (ModelRunner.step)
+    kept, tokens = accept(tree, logits)                       verify.py
+    runner.keep(slot, start, kept)                            the accepted path stays in the KV cache, the rest goes
+    for t in tokens: sequence.append(t) until it is done      EOS, stop strings, max_tokens: as without a draft
+
+A request without speculation is the same step with an empty tree: one row, one token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from roofline.engine.speculate.adaptive import DraftBudget, SpecStats
+from roofline.engine.speculate.base import SpecOptions
+from roofline.engine.speculate.tree import DraftTree
+from roofline.engine.speculate.verify import accept
+
+
+class RequestSpeculation:
+    """A request's proposer and its adaptive budget."""
+
+    def __init__(self, proposer, budget: DraftBudget, chain_cost_first: bool) -> None:
+        self.proposer = proposer
+        self.budget = budget
+        self.chain_cost_first = chain_cost_first  # a draft model pays per drafted token: size before drafting
+
+    @property
+    def stats(self) -> SpecStats:
+        return self.budget.stats
+
+    def draft(self, context: list[int], room: int) -> DraftTree:
+        if room <= 0:
+            return DraftTree.empty()
+        if self.chain_cost_first:
+            n = self.budget.chain_length(min(room, self.proposer.k))
+            return self.proposer.propose(context, n) if n else DraftTree.empty()
+        return self.budget.cut(self.proposer.propose(context, room))
+
+    def verified(self, context: list[int], tree: DraftTree, accepted: int) -> None:
+        self.budget.record(tree, accepted)
+        self.proposer.accepted(context)
+
+    def close(self) -> None:
+        close = getattr(self.proposer, "close", None)
+        if close is not None:
+            close()
+
+
+def speculation_factory(options: SpecOptions, runner) -> Callable[[], RequestSpeculation] | None:
+    """A maker of one RequestSpeculation per request (None when options.method is "none"). Measures the
+    runner's pass costs once (the adaptive budget's unit) and, for "draft", loads the draft runner."""
+    from roofline.engine.speculate import proposer_factory
+
+    make_proposer = proposer_factory(options, runner)
+    if make_proposer is None:
+        return None
+    if options.adaptive:
+        runner.measure_pass_costs()
+    draft_runner = getattr(make_proposer, "runner", None)
+    draft_cost = draft_runner.bytes_per_token / runner.bytes_per_token if draft_runner is not None else 0.0
+
+    def make() -> RequestSpeculation:
+        budget = DraftBudget(runner.pass_cost, draft_pass_cost=draft_cost, adaptive=options.adaptive)
+        return RequestSpeculation(make_proposer(), budget, chain_cost_first=draft_runner is not None)
+
+    return make
+
+
+def verify_rows(last_token: int, tree: DraftTree) -> tuple[list[int], list[int] | None]:
+    """The rows of a verify pass: (tokens, parents) -- the root, then the nodes (parents None for a chain)."""
+    tokens = [int(last_token), *tree.tokens]
+    if tree.is_chain:
+        return tokens, None
+    return tokens, [-1, *(p + 1 for p in tree.parents)]
+
+
+def room_for_draft(sequence, runner, slot: int) -> int:
+    """Draft nodes a step may verify: the accepted path plus the target's token must stay within max_tokens,
+    and every row of the pass must fit the slot's context."""
+    left = sequence.params.max_tokens - len(sequence.output_ids) - 1
+    return max(0, min(left, runner.max_seq_len - runner.position(slot) - 1))
+
+
+def settle(runner, slot: int, start: int, tree: DraftTree, logits: np.ndarray, sequence,
+           speculation: RequestSpeculation | None) -> tuple[list[int], str]:
+    """After the pass: accept, keep the accepted path in the cache, feed the sequence. Returns the tokens
+    the sequence took (it stops taking them when it is done) and the text that became final."""
+    rows, tokens = accept(tree, logits, sequence.params, sequence.rng)
+    runner.keep(slot, start, rows)
+    taken, text = [], ""
+    for token in tokens:
+        text += sequence.append(token)
+        taken.append(token)
+        if sequence.done:
+            text += sequence.flush()
+            break
+    if speculation is not None:
+        speculation.verified(sequence.prompt_ids + sequence.output_ids, tree, len(rows) - 1)
+    return taken, text
