@@ -19,7 +19,13 @@ BAD = [
     (["http://127.0.0.1:9", "--prompts", "/nonexistent/prompts.jsonl"], "prompt file"),
     (["ftp://127.0.0.1:9"], "URL"),
     ([], "give a server URL"),
-    (["--engine", "turbo"], "--engine"),
+    (["--engine", "turbo"], "unknown engine 'turbo'; the known ones: embedded, llamacpp, vllm, sglang, command"),
+    (["--engine", "embedded", "--engine-arg", "dtype=fp64"], "knob 'dtype' of engine embedded must be one of"),
+    (["--engine", "embedded", "--engine-arg", "thread=2"], "no knob 'thread'"),
+    (["--engine", "vllm", "--engine-arg", "num_speculative_tokens=4"], "needs speculative_method"),
+    (["--engine", "vllm", "--engine-cmd", "{python} -m x"], "--engine-cmd starts the command engine"),
+    (["--engine", "command"], "needs --engine-cmd"),
+    (["http://127.0.0.1:9", "--engine-arg", "threads=2"], "--engine-arg goes with"),
 ]
 
 

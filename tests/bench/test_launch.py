@@ -7,9 +7,11 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import replace
 
 import pytest
 
+from roofline.bench.engines import LAUNCHERS
 from roofline.bench.launch import (
     LocalServer,
     ServerDied,
@@ -21,6 +23,10 @@ from roofline.bench.plan import BenchPlan
 from roofline.bench.runner import Progress
 from roofline.bench.session import EngineSpec, run_session
 from roofline.bench.workloads import Prompt
+
+# The command launcher under the embedded engine's name: bench treats it as the embedded engine
+# (held against this machine's profile) while it runs a null server.
+EMBEDDED_STAND_IN = replace(LAUNCHERS["command"], name="embedded")
 
 
 def processes_with(marker: str) -> list[int]:
@@ -126,7 +132,7 @@ def test_embedded_engine_defaults_to_the_local_profile(tmp_path, monkeypatch):
     marker = f"m{uuid.uuid4().hex}"
     plan = BenchPlan(url="", prompts=[Prompt("p", "hi")], scenarios=[Scenario("sequential", num_requests=2)],
                      warmup=0, usage="per-chunk", timeout_s=20)
-    engine = EngineSpec(kind="embedded", command=null_template(marker, "--bytes-per-token", "4000000"), ready_timeout_s=20)
+    engine = EngineSpec(EMBEDDED_STAND_IN, template=null_template(marker, "--bytes-per-token", "4000000"), ready_timeout_s=20)
     outcome = run_session(plan, tmp_path / "run", Progress(), engine)
     assert outcome.summary["ceiling"]["tok_per_s"] == pytest.approx(500.0)
     assert outcome.summary["ceiling"]["hardware"] == "local"
@@ -172,7 +178,7 @@ def test_embedded_engine_measures_the_machine_when_no_profile_exists(tmp_path, m
     marker = f"m{uuid.uuid4().hex}"
     plan = BenchPlan(url="", prompts=[Prompt("p", "hi")], scenarios=[Scenario("sequential", num_requests=1)],
                      warmup=0, usage="per-chunk", timeout_s=20)
-    engine = EngineSpec(kind="embedded", command=null_template(marker, "--bytes-per-token", "4000000"), ready_timeout_s=20)
+    engine = EngineSpec(EMBEDDED_STAND_IN, template=null_template(marker, "--bytes-per-token", "4000000"), ready_timeout_s=20)
     outcome = run_session(plan, tmp_path / "run", Progress(), engine)
     profile = load_local_profile()
     assert profile is not None

@@ -1,9 +1,11 @@
-"""Start a local server for the benchmark, wait until it answers, and always stop it.
+"""Start a local server, wait until it answers, and always stop it (the registry of engines in
+`bench.engines` builds the argument list; this module only runs it).
 
-`--engine embedded` runs `python -m roofline serve --port P --host 127.0.0.1 [engine args]`;
-`--engine-cmd` runs any command, with {port}, {host} and {python} filled in. The server gets its own
-process group (so Ctrl-C in the terminal reaches only roofline, which then stops the whole group)
-and, on Linux, a parent-death signal, so even a killed `roofline bench` leaves no server behind.
+The server gets its own process group (so Ctrl-C in the terminal reaches only roofline, which then
+stops the whole group) and, on Linux, a parent-death signal, so even a killed `roofline bench` leaves
+no server behind. Its environment carries a random token: a descendant that left the group (a
+worker started in a new session, or a child orphaned when the server crashed) still carries it, and
+`stop` ends every process that does (Linux, through /proc).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import http.client
 import os
+import secrets
 import shlex
 import signal
 import socket
@@ -40,15 +43,40 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def embedded_command(port: int, host: str, engine_args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "roofline", "serve", "--port", str(port), "--host", host, *engine_args]
-
-
-def command_from_template(template: str, port: int, host: str) -> list[str]:
+def command_from_template(template: str, port: int, host: str, model: str | None = None) -> list[str]:
+    """A command line written by the user, split like a shell would (never run by one), with
+    {port}, {host}, {python} and {model} filled in."""
+    if "{model}" in template and model is None:
+        raise UserError(f"the engine command {template!r} uses {{model}}: give --model")
     try:
-        return shlex.split(template.format(port=port, host=host, python=shlex.quote(sys.executable)))
+        return shlex.split(template.format(port=port, host=host, python=shlex.quote(sys.executable),
+                                           model=shlex.quote(model or "")))
     except (KeyError, IndexError, ValueError) as e:
-        raise UserError(f"cannot read --engine-cmd {template!r} ({e}); use the placeholders {{port}}, {{host}}, {{python}}") from None
+        raise UserError(f"cannot read --engine-cmd {template!r} ({e}); use the placeholders "
+                        "{port}, {host}, {python}, {model}") from None
+
+
+TOKEN_VARIABLE = "ROOFLINE_SERVER_TOKEN"
+
+
+def processes_with_token(token: str) -> list[int]:
+    """Processes whose environment holds TOKEN_VARIABLE=token (Linux /proc; empty elsewhere)."""
+    needle = f"{TOKEN_VARIABLE}={token}".encode()
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(name))
+        except OSError:  # gone meanwhile, or not ours
+            pass
+    return found
 
 
 class ServerDied(UserError):
@@ -63,13 +91,16 @@ class LocalServer:
     """A server process: `with LocalServer(argv, ...) as s:` starts it, waits for health, stops it."""
 
     def __init__(self, argv: list[str], *, host: str, port: int, log_path: Path, ready_timeout_s: float = 300.0,
-                 health_path: str = "/health") -> None:
+                 health_path: str = "/health", env: dict[str, str] | None = None, stop_grace_s: float = 10.0) -> None:
         self.argv = argv
         self.host = host
         self.port = port
         self.log_path = log_path
         self.ready_timeout_s = ready_timeout_s
         self.health_path = health_path
+        self.env = dict(env or {})  # on top of this process's environment
+        self.stop_grace_s = stop_grace_s  # SIGTERM to SIGKILL
+        self.token = secrets.token_hex(8)
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -91,9 +122,10 @@ class LocalServer:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
+        env = {**os.environ, **self.env, TOKEN_VARIABLE: self.token}
         try:
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True, preexec_fn=die_with_parent)
+                                         env=env, start_new_session=True, preexec_fn=die_with_parent)
         except OSError as e:
             raise UserError(f"cannot start the server {self.argv[0]!r} ({e.strerror})") from None
         finally:
@@ -106,19 +138,19 @@ class LocalServer:
             if code is not None:
                 raise ServerDied(f"the server exited with code {code} before {self.health_path} answered; "
                                  f"its log is {self.log_path}", self.tail())
-            if self._healthy():
+            if self._healthy(timeout_s=min(2.0, max(0.1, deadline - time.monotonic()))):
                 return
             if time.monotonic() > deadline:
                 raise ServerDied(f"the server did not answer {self.health_path} within {self.ready_timeout_s:g}s; "
                                  f"its log is {self.log_path}", self.tail())
             time.sleep(0.1)
 
-    def _healthy(self) -> bool:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=2)
+    def _healthy(self, timeout_s: float = 2.0) -> bool:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
         try:
             conn.request("GET", self.health_path)
             return conn.getresponse().status == 200
-        except OSError:
+        except (OSError, http.client.HTTPException):  # not listening yet, or not speaking HTTP
             return False
         finally:
             conn.close()
@@ -130,22 +162,35 @@ class LocalServer:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def stop(self, grace_s: float = 10.0) -> None:
-        """SIGTERM to the server's process group, SIGKILL after grace_s; waits for the exit."""
+    def stop(self, grace_s: float | None = None) -> None:
+        """SIGTERM to the server's process group, SIGKILL after grace_s (default: stop_grace_s); waits
+        for the exit. What the server left behind is killed even when the server itself already exited:
+        the rest of its group, and every process carrying its token."""
         p = self.proc
-        if p is None or p.returncode is not None:
+        if p is None:
             return
-        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(p.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                p.wait(wait_s)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        try:  # children the server left in its group
-            os.killpg(p.pid, signal.SIGKILL)
+        grace_s = self.stop_grace_s if grace_s is None else grace_s
+        if p.poll() is None:
+            for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+                self._signal_all(sig)
+                try:
+                    p.wait(wait_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        self._signal_all(signal.SIGKILL)
+
+    def _signal_all(self, sig: int) -> None:
+        """`sig` to the server's process group, and to every process outside it carrying its token
+        (once each: a second SIGTERM can interrupt a server's own orderly shutdown)."""
+        group = self.proc.pid
+        try:
+            os.killpg(group, sig)
         except (ProcessLookupError, PermissionError):
             pass
+        for pid in processes_with_token(self.token):
+            try:
+                if os.getpgid(pid) != group:
+                    os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass

@@ -4,16 +4,13 @@ run the plan, and always stop what was started."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from roofline.bench.against import resolve_ceiling
-from roofline.bench.launch import (
-    LocalServer,
-    command_from_template,
-    embedded_command,
-    free_port,
-)
+from roofline.bench.engines import Launcher, start_engine
 from roofline.bench.plan import BenchPlan
 from roofline.bench.runner import Outcome, Progress, discover, run_bench
 from roofline.errors import UserError
@@ -21,37 +18,41 @@ from roofline.errors import UserError
 
 @dataclass(frozen=True)
 class EngineSpec:
-    kind: str | None = None  # "embedded" or None
-    args: tuple[str, ...] = ()
-    command: str | None = None  # a template with {port}, {host}, {python}
+    """An engine to start for the session: a launcher from `bench.engines.LAUNCHERS` and what it gets."""
+
+    launcher: Launcher | None = None  # None: measure the URL in the plan, start nothing
+    config: Mapping[str, Any] = field(default_factory=dict)  # the launcher's knobs
+    args: tuple[str, ...] = ()  # passed to the engine as they are, after the knobs
+    template: str | None = None  # the command launcher's {port} {host} {python} {model} template
+    model: str | None = None  # what the engine serves (its own --model)
     ready_timeout_s: float = 300.0
     host: str = "127.0.0.1"
 
     @property
     def wanted(self) -> bool:
-        return bool(self.kind or self.command)
-
-    def argv(self, port: int) -> list[str]:
-        if self.command:
-            return command_from_template(self.command, port, self.host)
-        return embedded_command(port, self.host, list(self.args))
+        return self.launcher is not None
 
 
 def run_session(plan: BenchPlan, run_dir: Path, progress: Progress, engine: EngineSpec | None = None) -> Outcome:
-    """Run the plan (against a started engine when asked); the engine is stopped in every case."""
+    """Run the plan (against a started engine when asked); the engine is stopped in every case.
+
+    The embedded engine runs on this machine and reports its bytes per token, so it is held against
+    this machine's measured profile unless --hardware says otherwise (measured first if need be)."""
     if engine is None or not engine.wanted:
         return _measure(plan, run_dir, progress, default_local=False)
-    if engine.kind == "embedded" and plan.hardware in (None, "local"):
+    launcher = engine.launcher
+    embedded = launcher.name == "embedded"
+    if embedded and plan.hardware in (None, "local"):
         ensure_local_profile(progress)
-    port = free_port(engine.host)
-    server = LocalServer(engine.argv(port), host=engine.host, port=port, log_path=run_dir / "server.log",
-                         ready_timeout_s=engine.ready_timeout_s)
-    progress.note(f"starting {' '.join(server.argv)}")
-    with server:
+    with start_engine(launcher, model=engine.model, config=engine.config, log_path=run_dir / "server.log",
+                      extra_args=engine.args, template=engine.template, host=engine.host,
+                      ready_timeout_s=engine.ready_timeout_s,
+                      on_start=lambda s: progress.note(f"starting {' '.join(s.argv)}")) as server:
         progress.note(f"server ready at {server.url}")
-        plan = replace(plan, url=server.url,
-                       provenance_extra={**plan.provenance_extra, "engine": {"argv": server.argv, "log": str(server.log_path)}})
-        return _measure(plan, run_dir, progress, default_local=engine.kind == "embedded")
+        started = {"name": launcher.name, "version": launcher.version(), "config": dict(engine.config),
+                   "argv": server.argv, "log": str(server.log_path)}
+        plan = replace(plan, url=server.url, provenance_extra={**plan.provenance_extra, "engine": started})
+        return _measure(plan, run_dir, progress, default_local=embedded)
 
 
 def _measure(plan: BenchPlan, run_dir: Path, progress: Progress, *, default_local: bool) -> Outcome:

@@ -157,10 +157,10 @@ def register(app: typer.Typer) -> None:
         out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/<time>-<label>)."),
         label: str | None = typer.Option(None, "--label", help="Name in the default run folder."),
         calibrate: bool = typer.Option(False, "--calibrate", help="Measure this client against a built-in null server with an exact schedule."),
-        engine: str | None = typer.Option(None, "--engine", help="Start a local engine and benchmark it: 'embedded' (roofline serve)."),
-        engine_arg: list[str] = typer.Option([], "--engine-arg", help="Argument passed to the started engine (repeat), e.g. --engine-arg=--threads --engine-arg=2."),
-        engine_cmd: str | None = typer.Option(None, "--engine-cmd", help="Start this server command instead ({port}, {host}, {python} are filled in)."),
-        engine_timeout: str = typer.Option("300s", "--engine-timeout", help="How long a started engine may take to answer /health."),
+        engine: str | None = typer.Option(None, "--engine", help="Start a local engine and benchmark it: embedded (roofline serve), llamacpp, vllm, sglang, or command (with --engine-cmd); --model says what it serves."),
+        engine_arg: list[str] = typer.Option([], "--engine-arg", help="Engine setting (repeat): a knob as name=value (e.g. threads=2), or an argument passed as it is (e.g. --engine-arg=--max-seq-len --engine-arg=512)."),
+        engine_cmd: str | None = typer.Option(None, "--engine-cmd", help="Start this server command ({port}, {host}, {python}, {model} are filled in; never run by a shell)."),
+        engine_timeout: str = typer.Option("300s", "--engine-timeout", help="How long a started engine may take to become ready (answer its health route)."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
         as_markdown: bool = typer.Option(False, "--markdown", help="Print the summary as Markdown."),
     ) -> None:
@@ -189,11 +189,7 @@ def _plan(o: dict):
     from roofline.units import parse_int_list
 
     if not (o["url"] or o["engine"] or o["engine_cmd"]):
-        raise UserError("give a server URL, --engine embedded, --engine-cmd or --calibrate")
-    if o["engine"] not in (None, "embedded"):
-        raise UserError(f"unknown --engine {o['engine']!r}: the built-in one is 'embedded' (use --engine-cmd for others)")
-    if o["url"] and (o["engine"] or o["engine_cmd"]):
-        raise UserError("give either a URL or an engine to start, not both")
+        raise UserError("give a server URL, --engine NAME, --engine-cmd or --calibrate")
     if o["api"] not in (None, CHAT, COMPLETIONS):
         raise UserError(f"--api must be {CHAT} or {COMPLETIONS} (got {o['api']!r})")
     if o["usage"] not in ("auto", *USAGE_LEVELS):
@@ -232,7 +228,8 @@ def _plan(o: dict):
                       for r in _rates(o["rate"])]
     if not scenarios:
         scenarios = [Scenario("sequential", num_requests=o["num_requests"], duration_s=duration)]
-    label = o["label"] or ("embedded" if o["engine"] else "engine" if o["engine_cmd"] else _host_label(o["url"]))
+    started = o["engine"] or ("command" if o["engine_cmd"] else None)
+    label = o["label"] or (_host_label(o["url"]) if started is None else "engine" if started == "command" else started)
     return BenchPlan(
         url=o["url"] or "", prompts=prompts, scenarios=scenarios, api=o["api"], api_key=o["api_key"],
         served_model=o["served_model"], model=o["model"], hardware=o["hardware"], gpus=o["gpus"], reps=o["reps"],
@@ -240,6 +237,33 @@ def _plan(o: dict):
         warmup=o["warmup"], timeout_s=timeout, workers=o["workers"], tokenizer=o["tokenizer"], seed=o["seed"],
         slo_s=slo, label=label, argv=list(sys.argv[1:]),
     )
+
+
+def _engine(o: dict):
+    """The engine to start (None when a URL is measured): a launcher from the registry, its knobs
+    checked before anything starts."""
+    from roofline.bench.engines import check_config, get_launcher, parse_engine_args
+    from roofline.bench.session import EngineSpec
+
+    name, template = o["engine"], o["engine_cmd"]
+    if not (name or template):
+        if o["engine_arg"]:
+            raise UserError("--engine-arg goes with --engine or --engine-cmd")
+        return None
+    if o["url"]:
+        raise UserError("give either a URL or an engine to start, not both")
+    if template and name not in (None, "command"):
+        raise UserError(f"--engine-cmd starts the command engine; drop --engine {name} or --engine-cmd")
+    launcher = get_launcher(name or "command")
+    if launcher.name == "command" and not template:
+        raise UserError("--engine command needs --engine-cmd TEMPLATE")
+    config, extra = parse_engine_args(launcher, o["engine_arg"])
+    check_config(launcher, config)
+    reason = launcher.unavailable()
+    if reason:
+        raise UserError(reason)
+    return EngineSpec(launcher, config, tuple(extra), template, o["model"],
+                      _seconds("--engine-timeout", o["engine_timeout"]) or 300.0)
 
 
 def _host_label(url: str) -> str:
@@ -258,11 +282,10 @@ def _run(o: dict) -> int:
     from roofline.bench.launch import ServerDied
     from roofline.bench.report import tables
     from roofline.bench.results import SUMMARY_MD, default_run_dir
-    from roofline.bench.session import EngineSpec, run_session
+    from roofline.bench.session import run_session
 
+    engine = _engine(o)
     plan = _plan(o)
-    engine = EngineSpec(o["engine"], tuple(o["engine_arg"]), o["engine_cmd"],
-                        _seconds("--engine-timeout", o["engine_timeout"]) or 300.0)
     run_dir = o["out"] or default_run_dir(plan.label)
     progress = _RichProgress()
     try:

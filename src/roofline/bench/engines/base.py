@@ -1,0 +1,180 @@
+"""What every engine launcher is: a name, the knobs it understands, and how it turns a configuration
+into an argument list, an environment, a version and greedy outputs.
+
+A knob is a setting a user (or a tuner's search space) may change: `threads`, `max_num_seqs`,
+`speculative_ngram_max_bfs_breadth`. It is named in snake_case, the same way in spaces, in
+`--engine-arg name=value` and in results. Every launcher refuses what it does not know before
+anything starts, naming the knob: an engine that takes two minutes to load should not be the one
+that says a flag is misspelt.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from roofline.errors import UserError
+
+if TYPE_CHECKING:
+    from roofline.bench.engines.greedy import GreedyOutput
+    from roofline.bench.workloads import Prompt
+
+KINDS = ("int", "float", "bool", "choice", "str")
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+_KNOB_ARG = re.compile(r"([a-z][a-z0-9_]*)=(.*)", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str  # as written in spaces and --engine-arg form, snake_case, e.g. "spec_k", "max_num_seqs"
+    kind: str  # "int" | "float" | "bool" | "choice" | "str"
+    choices: tuple = ()  # for "choice"
+    help: str = ""
+    minimum: float | None = None  # the smallest value an "int" or "float" knob takes
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` cannot be this knob's value (None when it can)."""
+        if self.kind == "bool":
+            ok, want = isinstance(value, bool), "true or false"
+        elif self.kind == "int":
+            ok, want = isinstance(value, int) and not isinstance(value, bool), "a whole number"
+        elif self.kind == "float":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            want = "a number"
+        elif self.kind == "choice":
+            ok, want = value in self.choices, f"one of {', '.join(map(str, self.choices))}"
+        else:
+            ok, want = isinstance(value, str) and value != "", "a non-empty string"
+        if not ok:
+            return f"must be {want} (got {value!r})"
+        if self.minimum is not None and self.kind in ("int", "float") and value < self.minimum:
+            return f"must be at least {self.minimum:g} (got {value!r})"
+        return None
+
+    def parse(self, text: str) -> Any:
+        """The value of `--engine-arg name=TEXT`, in this knob's type (checked later by check_config)."""
+        try:
+            if self.kind == "int":
+                return int(text)
+            if self.kind == "float":
+                return float(text)
+        except ValueError:
+            raise UserError(f"knob {self.name!r} must be {'a whole number' if self.kind == 'int' else 'a number'} "
+                            f"(got {text!r})") from None
+        if self.kind == "bool":
+            if text.lower() in _TRUE:
+                return True
+            if text.lower() in _FALSE:
+                return False
+            raise UserError(f"knob {self.name!r} must be true or false (got {text!r})")
+        return text
+
+
+def knob_table(*knobs: Knob) -> Mapping[str, Knob]:
+    """A read-only name -> Knob mapping, in the order given (which is also the order of the flags)."""
+    return MappingProxyType({k.name: k for k in knobs})
+
+
+def flag(name: str) -> str:
+    """The usual command-line spelling of a snake_case knob: max_num_seqs -> --max-num-seqs."""
+    return "--" + name.replace("_", "-")
+
+
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """One engine roofline can start. Subclasses fill in argv (and, where the engine has them, env,
+    version, availability and a better way to read greedy token ids)."""
+
+    name: str  # "embedded" | "llamacpp" | "vllm" | "sglang" | "command"
+    knobs: Mapping[str, Knob] = field(default_factory=knob_table, compare=False)
+    health_path: str = "/health"  # what LocalServer polls until it answers 200
+    help: str = ""
+
+    def argv(self, *, model: str | None, port: int, host: str, config: Mapping[str, Any],
+             extra_args: Sequence[str] = (), template: str | None = None) -> list[str]:
+        """The server's argument list (never a shell string): knobs in the table's order, then extra_args."""
+        raise NotImplementedError
+
+    def env(self, config: Mapping[str, Any]) -> dict[str, str]:
+        """Extra environment for the server (on top of this process's)."""
+        return {}
+
+    def version(self) -> str | None:
+        """The engine's version, found without starting a server; None when it is not installed."""
+        return None
+
+    def unavailable(self) -> str | None:
+        """Why the engine cannot start on this machine (not installed: what to install), else None."""
+        return None
+
+    def check(self, config: Mapping[str, Any]) -> None:
+        """Rules between knobs (each knob's own value is already checked): UserError naming the knob."""
+
+    async def greedy_outputs(self, url: str, model_id: str | None, prompts: Sequence[Prompt],
+                             max_tokens: int) -> list[GreedyOutput]:
+        """Temperature 0, one request at a time: token ids where the engine gives them, text otherwise."""
+        from roofline.bench.engines.greedy import openai_greedy
+
+        return await openai_greedy(url, model_id, prompts, max_tokens)
+
+    # -- helpers for subclasses ---------------------------------------------------------------------
+    def settings(self, config: Mapping[str, Any]) -> list[tuple[Knob, Any]]:
+        """(knob, value) for every knob set in config, in the table's order; None means "not set"."""
+        return [(k, config[name]) for name, k in self.knobs.items() if config.get(name) is not None]
+
+    def needs(self, config: Mapping[str, Any], knobs: Sequence[str], condition: bool, what: str) -> None:
+        """Refuse the first of `knobs` set in config unless `condition` holds (`what` says what it needs)."""
+        if condition:
+            return
+        for name in knobs:
+            if config.get(name) is not None:
+                raise UserError(f"knob {name!r} of engine {self.name} needs {what}")
+
+    def ordered(self, config: Mapping[str, Any], low: str, high: str) -> None:
+        """Refuse low > high when both are set."""
+        a, b = config.get(low), config.get(high)
+        if a is not None and b is not None and a > b:
+            raise UserError(f"knob {low!r} of engine {self.name} must not exceed {high!r} (got {a} > {b})")
+
+
+def check_config(launcher: Launcher, config: Mapping[str, Any]) -> None:
+    """UserError naming the first unknown knob or bad value; then the launcher's rules between knobs."""
+    for name, value in config.items():
+        knob = launcher.knobs.get(name)
+        if knob is None:
+            known = ", ".join(launcher.knobs) or "none (pass its own flags with --engine-arg=--flag)"
+            raise UserError(f"engine {launcher.name} has no knob {name!r}; its knobs: {known}")
+        if value is None:
+            continue
+        why = knob.problem(value)
+        if why:
+            raise UserError(f"knob {name!r} of engine {launcher.name} {why}")
+    launcher.check(config)
+
+
+def parse_engine_args(launcher: Launcher, args: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """Split `--engine-arg` values into knobs (`name=value`, snake_case name) and arguments passed to
+    the engine as they are (anything else, e.g. `--engine-arg=--threads --engine-arg=2`).
+
+    An engine without knobs (`command`) takes every value as it is."""
+    config: dict[str, Any] = {}
+    extra: list[str] = []
+    for arg in args:
+        m = _KNOB_ARG.fullmatch(arg) if launcher.knobs else None
+        if m is None:
+            extra.append(arg)
+            continue
+        name, text = m.groups()
+        knob = launcher.knobs.get(name)
+        if knob is None:
+            raise UserError(f"engine {launcher.name} has no knob {name!r} (from --engine-arg {arg!r}); its knobs: "
+                            f"{', '.join(launcher.knobs)}; pass the engine's own flags as --engine-arg=--flag")
+        config[name] = knob.parse(text)
+    return config, extra
