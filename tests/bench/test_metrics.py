@@ -109,3 +109,18 @@ def test_schedule_truth_by_hand():
     assert t["itl_mean_s"] == pytest.approx(t["tpot_s"])
     assert math.isclose(t["output_speed_tok_per_s"], 99 / 0.49)
     assert s.chunk_tokens(7) == [2, 2, 2, 1]
+
+
+def test_speculation_holds_weight_passes_not_tokens_against_the_ceiling():
+    """100 MB/token at 10 GB/s: ceiling 100 tok/s. A speculating server at 150 tok/s with 2.5 tokens per pass
+    ran 60 passes/s: 60% of the ceiling (not 150%); without speculation tokens are the basis."""
+    from roofline.bench.summarize import vs_ceiling
+    from roofline.bounds.ceiling import Ceiling
+
+    c = Ceiling(bytes_per_token=100e6, bandwidth_bytes_per_s=10e9)
+    spec = vs_ceiling(c, {"p50": 150.0}, {"tokens_per_pass": 2.5, "passes_per_s": 60.0, "requests": 3})
+    assert spec["basis"] == "passes" and spec["percent_of_ceiling"] == pytest.approx(60.0)
+    assert spec["tokens_percent_of_one_token_ceiling"] == pytest.approx(150.0)
+    assert spec["effective_bandwidth_bytes_per_s"] == pytest.approx(6e9)
+    plain = vs_ceiling(c, {"p50": 80.0}, {"tokens_per_pass": 1.0, "passes_per_s": 80.0, "requests": 3})
+    assert plain["basis"] == "tokens" and plain["percent_of_ceiling"] == pytest.approx(80.0)

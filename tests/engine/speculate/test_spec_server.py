@@ -101,12 +101,14 @@ def default_runner(request):
 def test_default_model_real_prompts_identical(default_runner):
     runner, tok = default_runner, default_runner.tokenizer
     prompts = ["List the first six even numbers, then repeat that list twice.", "Why is the sky blue?"]
+    makers = [speculation_factory(options, runner) for options in (
+        SpecOptions("ngram", k=6, adaptive=False), SpecOptions("trie", adaptive=False), SpecOptions("draft", k=4))]
     for text in prompts:
         ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]), add_special_tokens=False)
         params = SamplingParams(max_tokens=40, temperature=0)
         want = list(generate(runner, ids, params))
-        for options in (SpecOptions("ngram", k=6, adaptive=False), SpecOptions("trie", adaptive=False),
-                        SpecOptions("draft", k=4)):
-            got = list(generate(runner, ids, params, speculation=speculation_factory(options, runner)()))
+        for make in makers:
+            options = make().proposer
+            got = list(generate(runner, ids, params, speculation=make()))
             i = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), None)
-            assert got == want, f"{options.method} at {runner.dtype}: first divergent position {i}"
+            assert got == want, f"{type(options).__name__} at {runner.dtype}: first divergent position {i}"
