@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from roofline.engine.sampling import SamplingParams
-from roofline.engine.scheduler import Event, Histogram, Scheduler, asyncio_sink
+from roofline.engine.scheduler import Event, Scheduler, asyncio_sink
+from roofline.engine.scheduler_stats import Histogram
 from roofline.engine.sequence import ContextLengthError, context_error
 
 SCRIPT = "the quick brown fox jumps over the lazy dog. "

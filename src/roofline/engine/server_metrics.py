@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from roofline.engine.scheduler import Histogram, Scheduler
+from roofline.engine.scheduler import Scheduler
+from roofline.engine.scheduler_stats import Histogram
 
 
 def _histogram(name: str, doc: str, h: Histogram) -> HistogramMetricFamily:

@@ -15,7 +15,6 @@ from test_server import metrics, sdk, serving
 from roofline.engine import SamplingParams, generate, load_runner
 from roofline.engine.sampling import probabilities
 from roofline.engine.scheduler import Scheduler
-from roofline.engine.server import create_app
 from roofline.engine.speculate.base import SpecOptions
 from roofline.engine.speculate.step import speculation_factory
 from roofline.engine.speculate.tree import DraftTree

@@ -1,0 +1,63 @@
+"""What the scheduler counts: a Prometheus-style histogram and the counters `/metrics` exposes."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field
+
+from roofline.engine.speculate.adaptive import SpecStats
+
+# Step-time buckets (seconds): a decode step of the default model is ~10-40 ms; a long prefill seconds.
+STEP_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24)
+
+
+class Histogram:
+    """Cumulative-bucket histogram (Prometheus semantics): counts[i] = observations <= bounds[i]."""
+
+    def __init__(self, bounds: Seq[float] = STEP_BUCKETS_SECONDS):
+        self.bounds = tuple(bounds)
+        self.counts = [0] * len(self.bounds)
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.count += 1
+        self.sum += value
+        for i, b in enumerate(self.bounds):
+            if value <= b:
+                self.counts[i] += 1
+
+    def copy(self) -> Histogram:
+        h = Histogram(self.bounds)
+        h.counts, h.count, h.sum = list(self.counts), self.count, self.sum
+        return h
+
+
+@dataclass
+class SchedulerStats:
+    """Counters since start plus the gauges of the last step; `Scheduler.stats()` returns a copy."""
+
+    requests_total: int = 0  # accepted by submit
+    finished: dict[str, int] = field(default_factory=dict)  # by finish reason ("stop", "length")
+    cancelled: int = 0
+    failed: int = 0
+    prompt_tokens_total: int = 0  # of admitted (prefilled) requests
+    generation_tokens_total: int = 0
+    running: int = 0
+    queued: int = 0
+    step_seconds: Histogram = field(default_factory=Histogram)
+    prefill_seconds: Histogram = field(default_factory=Histogram)
+    decode_batch_total: int = 0  # sum over decode steps of the batch size: mean batch = this / decode steps
+    decode_steps: int = 0
+    decode_rows_total: int = 0  # rows of all decode passes (batch + draft nodes)
+    spec: SpecStats = field(default_factory=SpecStats)  # summed over finished requests (passes of all; drafts of those that speculated)
+
+    def copy(self) -> SchedulerStats:
+        return dataclasses.replace(
+            self,
+            finished=dict(self.finished),
+            step_seconds=self.step_seconds.copy(),
+            prefill_seconds=self.prefill_seconds.copy(),
+            spec=dataclasses.replace(self.spec),
+        )
