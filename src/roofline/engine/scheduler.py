@@ -28,8 +28,7 @@ from roofline.engine.sampling import SamplingParams, sample
 from roofline.engine.sequence import Sequence, fit_to_context
 from roofline.engine.scheduler_stats import SchedulerStats
 from roofline.engine.speculate.adaptive import SpecStats
-from roofline.engine.speculate.step import RequestSpeculation, room_for_draft, settle, verify_rows
-from roofline.engine.speculate.tree import DraftTree
+from roofline.engine.speculate.step import RequestSpeculation, draft_all, room_for_draft, settle, verify_rows
 
 DEFAULT_PREFILL_TOKEN_BUDGET = 512
 _log = logging.getLogger(__name__)
@@ -283,15 +282,11 @@ class Scheduler:
     def _decode(self) -> None:
         """One pass for every running request: its last token, plus its draft when it speculates."""
         batch = list(self._running)
-        trees, rows, starts = [], [], []
         try:
-            for w in batch:
-                seq = w.seq
-                tree = w.spec.draft(seq.prompt_ids + seq.output_ids, room_for_draft(seq, self.runner, w.slot)) \
-                    if w.spec is not None else DraftTree.empty()
-                trees.append(tree)
-                rows.append((w.slot, *verify_rows(seq.output_ids[-1], tree)))
-                starts.append(self.runner.position(w.slot))
+            trees = draft_all([(w.spec, w.seq.prompt_ids + w.seq.output_ids, room_for_draft(w.seq, self.runner, w.slot))
+                               for w in batch])
+            rows = [(w.slot, *verify_rows(w.seq.output_ids[-1], tree)) for w, tree in zip(batch, trees)]
+            starts = [self.runner.position(w.slot) for w in batch]
             logits = self.runner.step(rows)
         except Exception as e:
             _log.exception("batched decode of %d requests failed", len(batch))

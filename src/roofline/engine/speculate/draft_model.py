@@ -42,33 +42,21 @@ class DraftModelProposer:
         return 1  # one draft pass per drafted token (for the adaptive budget)
 
     def propose(self, context: Sequence[int], max_tokens: int) -> DraftTree:
-        n = min(self.k, max_tokens, self.runner.max_seq_len - len(context))
-        if n <= 0 or not context:
-            return DraftTree.empty()
-        if self.slot is None:
-            if not self._free:
-                return DraftTree.empty()  # more requests than draft slots: this one decodes plainly
-            self.slot = self._free.pop()
-        context = [int(t) for t in context]
+        return draft_together([self], [context], [max_tokens])[0]
+
+    def _sync(self, context: list[int]) -> list[int] | None:
+        """Roll the draft slot back to the longest prefix it shares with `context` and return the tokens still
+        to feed (at least the root, whose logits give the first guess); None when the slot must be prefilled."""
         shared = 0
         for a, b in zip(self.cached, context):
             if a != b:
                 break
             shared += 1
-        shared = min(shared, len(context) - 1)  # feed at least the root, to get the logits after it
+        shared = min(shared, len(context) - 1)
         if shared == 0:
-            logits = self.runner.prefill(self.slot, context)
-        else:
-            self.runner.truncate(self.slot, shared)
-            logits = self.runner.extend(self.slot, context[shared:])[-1]
-        self.passes += 1
-        guesses = [int(np.argmax(logits))]
-        while len(guesses) < n:
-            logits = self.runner.decode([self.slot], [guesses[-1]])[0]
-            self.passes += 1
-            guesses.append(int(np.argmax(logits)))
-        self.cached = context + guesses[:-1]
-        return DraftTree.chain(guesses)
+            return None
+        self.runner.truncate(self.slot, shared)
+        return context[shared:]
 
     def accepted(self, context: Sequence[int]) -> None:
         """Nothing to do: the next proposal rolls the draft cache back to what the context confirms."""
@@ -80,6 +68,51 @@ class DraftModelProposer:
             self._free.append(self.slot)
             self.slot = None
             self.cached = []
+
+
+def draft_together(proposers: list[DraftModelProposer], contexts: Sequence[Sequence[int]],
+                   max_tokens: Sequence[int]) -> list[DraftTree]:
+    """Draft for several requests that share one draft runner, their passes batched: the catch-up rows of
+    every request in one pass (`ModelRunner.step`), then one batched one-token pass per further guess."""
+    trees = [DraftTree.empty()] * len(proposers)
+    runner, live, guesses, wanted = None, [], {}, {}
+    feeds = []
+    for i, (p, context, m) in enumerate(zip(proposers, contexts, max_tokens)):
+        n = min(p.k, m, p.runner.max_seq_len - len(context))
+        if n <= 0 or not context:
+            continue
+        if p.slot is None:
+            if not p._free:
+                continue  # more requests than draft slots: this one decodes plainly
+            p.slot = p._free.pop()
+        runner = p.runner
+        context = [int(t) for t in context]
+        feed = p._sync(context)
+        if feed is None:  # a new request (or nothing shared): prefill its whole context
+            guesses[i] = [int(np.argmax(runner.prefill(p.slot, context)))]
+            p.passes += 1
+        else:
+            feeds.append((i, feed))
+        live.append(i)
+        wanted[i] = n
+        p.cached = context
+    if feeds:
+        rows = runner.step([(proposers[i].slot, feed, None) for i, feed in feeds])
+        for (i, _), logits in zip(feeds, rows):
+            guesses[i] = [int(np.argmax(logits[-1]))]
+            proposers[i].passes += 1
+    while True:
+        more = [i for i in live if len(guesses[i]) < wanted[i]]
+        if not more:
+            break
+        logits = runner.decode([proposers[i].slot for i in more], [guesses[i][-1] for i in more])
+        for i, row in zip(more, logits):
+            guesses[i].append(int(np.argmax(row)))
+            proposers[i].passes += 1
+    for i in live:
+        proposers[i].cached = proposers[i].cached + guesses[i][:-1]
+        trees[i] = DraftTree.chain(guesses[i])
+    return trees
 
 
 def draft_factory(options: SpecOptions, target) -> Callable[[], DraftModelProposer]:

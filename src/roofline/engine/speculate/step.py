@@ -71,6 +71,30 @@ def speculation_factory(options: SpecOptions, runner) -> Callable[[], RequestSpe
     return make
 
 
+def draft_all(items: list[tuple[RequestSpeculation | None, list[int], int]]) -> list[DraftTree]:
+    """Each request's draft for one batched step: (speculation or None, context, room) -> tree. Requests that
+    draft with a draft model share its passes (`draft_model.draft_together`); the others draft alone."""
+    from roofline.engine.speculate.draft_model import draft_together
+
+    trees = [DraftTree.empty()] * len(items)
+    together = []
+    for i, (spec, context, room) in enumerate(items):
+        if spec is None or room <= 0:
+            continue
+        if spec.chain_cost_first:
+            n = spec.budget.chain_length(min(room, spec.proposer.k))
+            if n:
+                together.append((i, spec.proposer, context, n))
+        else:
+            trees[i] = spec.draft(context, room)
+    if together:
+        drafted = draft_together([p for _, p, _, _ in together], [c for _, _, c, _ in together],
+                                 [n for _, _, _, n in together])
+        for (i, *_), tree in zip(together, drafted):
+            trees[i] = tree
+    return trees
+
+
 def verify_rows(last_token: int, tree: DraftTree) -> tuple[list[int], list[int] | None]:
     """The rows of a verify pass: (tokens, parents) -- the root, then the nodes (parents None for a chain)."""
     tokens = [int(last_token), *tree.tokens]
