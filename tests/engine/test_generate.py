@@ -70,3 +70,20 @@ def test_cli_generate_json(tiny_gguf):
     bad = subprocess.run([sys.executable, "-m", "roofline", "generate", "x", "--dtype", "fp8"], capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "dtype" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_cli_generate_with_speculation_gives_the_same_text_in_fewer_passes(tiny_gguf):
+    base = [sys.executable, "-m", "roofline", "generate", "a b c a b c a b c a b", "--model", str(tiny_gguf),
+            "--max-tokens", "24", "--no-chat", "--ignore-eos", "--json", "--threads", "1"]
+    plain = subprocess.run(base, capture_output=True, text=True, timeout=300)
+    spec = subprocess.run(base + ["--spec", "ngram", "--spec-k", "6", "--prompt-lookup-min", "1", "--no-adaptive"],
+                          capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0 and spec.returncode == 0, plain.stderr + spec.stderr
+    p, s = json.loads(plain.stdout), json.loads(spec.stdout)
+    assert s["text"] == p["text"] and s["generated_tokens"] == p["generated_tokens"] == 24
+    assert p["spec"] is None and p["weight_passes"] == 24
+    assert s["spec"]["drafted_tokens"] > 0
+    assert s["weight_passes"] == s["spec"]["passes"] == 24 - s["spec"]["accepted_tokens"]
+    bad = subprocess.run(base + ["--spec", "ngram", "--prompt-lookup-min", "4", "--prompt-lookup-max", "2"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--prompt-lookup" in bad.stderr and "Traceback" not in bad.stderr

@@ -6,22 +6,7 @@ import sys
 
 import typer
 
-from roofline.cli.spec_flags import (
-    Adaptive,
-    DraftDtype,
-    DraftModel,
-    DraftTokens,
-    LookupMax,
-    LookupMin,
-    MaxBreadth,
-    MinBreadth,
-    Spec,
-    SpecK,
-    SpecTree,
-    TrieDepth,
-    TrieScope,
-    spec_options,
-)
+from roofline.cli import spec_flags as sf
 from roofline.errors import UserError
 
 DTYPES = ("fp32", "bf16", "int8")  # = roofline.engine.weights.DTYPES (kept here: this module stays light)
@@ -46,10 +31,11 @@ def generate(
                                     "(useful to time a fixed number of tokens)."),
     chat: bool | None = typer.Option(None, "--chat/--no-chat", help="Wrap the prompt in the model's chat template "
                                      "(default: when the checkpoint carries one)."),
-    spec: Spec = "none", spec_k: SpecK = 4, prompt_lookup_min: LookupMin = 2, prompt_lookup_max: LookupMax = 5,
-    max_bfs_breadth: MaxBreadth = 10, min_bfs_breadth: MinBreadth = 1, max_trie_depth: TrieDepth = 18,
-    num_draft_tokens: DraftTokens = 12, trie_scope: TrieScope = "request", spec_tree: SpecTree = True,
-    draft_dtype: DraftDtype = "int8", draft_model: DraftModel = None, adaptive: Adaptive = True,
+    spec: sf.Spec = "none", spec_k: sf.SpecK = 4, prompt_lookup_min: sf.LookupMin = 2,
+    prompt_lookup_max: sf.LookupMax = 5, max_bfs_breadth: sf.MaxBreadth = 10, min_bfs_breadth: sf.MinBreadth = 1,
+    max_trie_depth: sf.TrieDepth = 18, num_draft_tokens: sf.DraftTokens = 12, trie_scope: sf.TrieScope = "request",
+    spec_tree: sf.SpecTree = True, draft_dtype: sf.DraftDtype = "int8", draft_model: sf.DraftModel = None,
+    adaptive: sf.Adaptive = True,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text and timings) instead of streaming."),
     as_markdown: bool = typer.Option(False, "--markdown", help="Print the timings as a Markdown table."),
 ) -> None:
@@ -58,7 +44,7 @@ def generate(
         raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if top_p <= 0:
         raise UserError("--top-p must be greater than 0 (1 turns it off)")
-    options = spec_options(spec, spec_k, prompt_lookup_min, prompt_lookup_max, max_bfs_breadth, min_bfs_breadth,
+    options = sf.spec_options(spec, spec_k, prompt_lookup_min, prompt_lookup_max, max_bfs_breadth, min_bfs_breadth,
                            max_trie_depth, num_draft_tokens, trie_scope, spec_tree, draft_dtype, draft_model, adaptive)
 
     from rich.console import Console
@@ -107,7 +93,7 @@ def _print_timings(runner, gen, text: str, *, as_json: bool, as_markdown: bool, 
         "finish_reason": gen.sequence.finish_reason, "ttft_seconds": t.prefill_seconds,
         "prefill_tok_per_s": t.prefill_tok_per_s, "decode_tok_per_s": tok_per_s,
         "bytes_per_token": runner.bytes_per_token, "effective_bytes_per_s": gb_per_s * 1e9,
-        "weight_passes": t.passes, "spec": gen.speculation.stats.to_json() if gen.speculation else None,
+        "weight_passes": t.passes, "spec": {**gen.speculation.stats.to_json(), "passes": t.passes} if gen.speculation else None,
     }
     if as_json:
         print_json({"text": text, **result})

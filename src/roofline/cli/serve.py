@@ -9,22 +9,7 @@ import typer
 from roofline.errors import UserError
 
 from roofline.cli.generate import DTYPES
-from roofline.cli.spec_flags import (
-    Adaptive,
-    DraftDtype,
-    DraftModel,
-    DraftTokens,
-    LookupMax,
-    LookupMin,
-    MaxBreadth,
-    MinBreadth,
-    Spec,
-    SpecK,
-    SpecTree,
-    TrieDepth,
-    TrieScope,
-    spec_options,
-)
+from roofline.cli import spec_flags as sf
 
 
 def serve(
@@ -46,17 +31,18 @@ def serve(
     served_model_name: str | None = typer.Option(None, "--served-model-name", help="The model id clients send "
                                                     "and /v1/models lists (default: the model's own name)."),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level (debug, info, warning, error)."),
-    spec: Spec = "none", spec_k: SpecK = 4, prompt_lookup_min: LookupMin = 2, prompt_lookup_max: LookupMax = 5,
-    max_bfs_breadth: MaxBreadth = 10, min_bfs_breadth: MinBreadth = 1, max_trie_depth: TrieDepth = 18,
-    num_draft_tokens: DraftTokens = 12, trie_scope: TrieScope = "request", spec_tree: SpecTree = True,
-    draft_dtype: DraftDtype = "int8", draft_model: DraftModel = None, adaptive: Adaptive = True,
+    spec: sf.Spec = "none", spec_k: sf.SpecK = 4, prompt_lookup_min: sf.LookupMin = 2,
+    prompt_lookup_max: sf.LookupMax = 5, max_bfs_breadth: sf.MaxBreadth = 10, min_bfs_breadth: sf.MinBreadth = 1,
+    max_trie_depth: sf.TrieDepth = 18, num_draft_tokens: sf.DraftTokens = 12, trie_scope: sf.TrieScope = "request",
+    spec_tree: sf.SpecTree = True, draft_dtype: sf.DraftDtype = "int8", draft_model: sf.DraftModel = None,
+    adaptive: sf.Adaptive = True,
 ) -> None:
     """Serve a model with continuous batching: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics."""
     if dtype not in DTYPES:
         raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if port < 0 or port > 65535:
         raise UserError(f"--port must lie in 0..65535, got {port}")
-    options = spec_options(spec, spec_k, prompt_lookup_min, prompt_lookup_max, max_bfs_breadth, min_bfs_breadth,
+    options = sf.spec_options(spec, spec_k, prompt_lookup_min, prompt_lookup_max, max_bfs_breadth, min_bfs_breadth,
                            max_trie_depth, num_draft_tokens, trie_scope, spec_tree, draft_dtype, draft_model, adaptive)
 
     from roofline.engine.server import bind_socket, create_app, uvicorn_server
