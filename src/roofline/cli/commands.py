@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from roofline.cli import bench, ceiling, generate, probe, serve
+from roofline.cli import bench, ceiling, generate, probe, serve, tune
 
 REGISTRARS = [
     ceiling.register,  # ceiling, hardware list, models list
@@ -10,4 +10,5 @@ REGISTRARS = [
     bench.register,  # bench
     generate.register,  # generate
     serve.register,  # serve
+    tune.register,  # tune
 ]

@@ -1,0 +1,194 @@
+"""`roofline tune`: launch an engine with one configuration after another, measure each, keep the exact ones.
+
+Only typer and the standard library at module level; the tuner (and Optuna) are imported inside.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import typer
+
+from roofline.errors import UserError
+
+HELP = """Close the gap: start an engine with one configuration after another, measure each with `roofline bench`, refuse any whose greedy outputs differ from the baseline's, and show what each setting bought.
+
+Default: the embedded engine on the default model, the `embedded` preset (precision, speculative proposer and its knobs, threads), the ladder strategy (the B200 study's method: one knob at a time, keep a value only when it beats the spread across repetitions), single-stream Output Speed on the four built-in prompts. Measures this machine first if `roofline probe` never ran here.
+
+Results go to a run folder (printed): tune.json (for `roofline report`), trials.jsonl, one folder per trial with the engine's log, and the study (study.db) that --resume continues after Ctrl-C or a kill. With --storage postgresql://... --study NAME, the same command on several machines shares one study: each worker claims different trials and records the machine it ran on."""
+
+
+def _interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: stop the engine, keep the study
+    raise KeyboardInterrupt
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("tune", help=HELP)
+    def tune(
+        engine: str = typer.Option("embedded", "--engine", help="Engine to start: embedded, llamacpp, vllm, sglang or command (with --engine-cmd)."),
+        model: str | None = typer.Option(None, "--model", help="Model to serve (embedded: a .gguf file or folder; default SmolLM2-135M-Instruct)."),
+        space: Path | None = typer.Option(None, "--space", help="Search space TOML file (knobs, ranges or choices, conditions)."),
+        preset: str | None = typer.Option(None, "--preset", help="Built-in space: embedded, vllm-ngram, llamacpp, b200-ladder (default: the engine's own)."),
+        strategy: str = typer.Option("ladder", "--strategy", help="ladder (one knob at a time, the study's method), grid (every combination) or tpe (Optuna)."),
+        trials: int | None = typer.Option(None, "--trials", help="Most trials to run, baseline included (default: the whole ladder or grid; 20 for tpe)."),
+        objective: str = typer.Option("speed", "--objective", help="speed (single-stream Output Speed), goodput (tok/s meeting --slo) or cost ($/Mtok, --price-per-hour)."),
+        reps: int = typer.Option(2, "--reps", help="Times each prompt is sent per trial; the spread across reps is the noise a gain must beat."),
+        max_tokens: int = typer.Option(96, "--max-tokens", help="Tokens generated per request (and compared by the exactness gate)."),
+        prompts: Path | None = typer.Option(None, "--prompts", help="JSONL prompt file instead of the four built-in prompts."),
+        hardware: str | None = typer.Option(None, "--hardware", help="Hardware for the ceiling: a catalogue name (b200), 'local', or a bandwidth like 8TB/s (embedded: local)."),
+        storage: str | None = typer.Option(None, "--storage", help="Study storage URL, e.g. postgresql://user@host/db to share one study between machines (default: SQLite in the run folder)."),
+        study: str = typer.Option("tune", "--study", help="Study name in the storage (workers with the same name share it)."),
+        resume: Path | None = typer.Option(None, "--resume", help="Continue the run in this folder: interrupted trials run again, finished ones are kept."),
+        allow_inexact: bool = typer.Option(False, "--allow-inexact", help="Let a configuration whose greedy outputs differ from the baseline's be chosen as best."),
+        runs: Path = typer.Option(Path("runs"), "--runs", help="Folder the run folder is made in."),
+        engine_arg: list[str] = typer.Option([], "--engine-arg", help="knob=value fixes a knob for the baseline and every trial; anything else is passed to the engine as is (repeat)."),
+        engine_cmd: str | None = typer.Option(None, "--engine-cmd", help="Command template for --engine command ({port}, {host}, {python}, {model})."),
+        slo: str | None = typer.Option(None, "--slo", help="goodput: limits like ttft=2s,tpot=100ms."),
+        concurrency: int = typer.Option(4, "--concurrency", help="goodput and cost: streams kept busy."),
+        price_per_hour: float | None = typer.Option(None, "--price-per-hour", help="cost: the machine's price in dollars per hour."),
+        engine_timeout: str = typer.Option("300s", "--engine-timeout", help="How long an engine may take to answer its health check."),
+        timeout: str = typer.Option("300s", "--timeout", help="Per-request timeout; a request past it fails."),
+        seed: int = typer.Option(0, "--seed", help="Seed for TPE's draws."),
+        as_json: bool = typer.Option(False, "--json", help="Print tune.json's content."),
+        as_markdown: bool = typer.Option(False, "--markdown", help="Print the result as Markdown."),
+    ) -> None:
+        opts = dict(locals())
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            code = _run(opts)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        if code:
+            sys.exit(code)
+
+
+def _seconds(name: str, text: str) -> float:
+    from roofline.units import parse_seconds
+
+    value = parse_seconds(text, what=name)
+    if not value > 0:
+        raise UserError(f"{name} must be a positive time, e.g. 60s (got {text!r})")
+    return value
+
+
+def _positive(name: str, value: int | float | None) -> None:
+    if value is not None and not value > 0:
+        raise UserError(f"{name} must be positive (got {value})")
+
+
+def _new_options(o: dict):
+    """Check every option (UserError on the first bad one) and build the TuneOptions."""
+    from roofline.bench.engines import check_config, get_launcher, parse_engine_args
+    from roofline.bench.metrics import parse_slo
+    from roofline.tune.objectives import ObjectiveSettings, get_objective
+    from roofline.tune.search import get_strategy
+    from roofline.tune.space import default_preset, load_preset, load_space_file
+    from roofline.tune.tuner import TuneOptions
+
+    launcher = get_launcher(o["engine"])
+    why = launcher.unavailable()
+    if why:
+        raise UserError(why)
+    get_strategy(o["strategy"])
+    for name in ("trials", "reps", "max_tokens", "concurrency"):
+        _positive("--" + name.replace("_", "-"), o[name])
+    get_objective(o["objective"], ObjectiveSettings(o["concurrency"], parse_slo(o["slo"]) if o["slo"] else None,
+                                                    o["price_per_hour"]))
+    if o["space"] and o["preset"]:
+        raise UserError("give --space or --preset, not both")
+    if o["space"]:
+        sp = load_space_file(o["space"], launcher)
+    else:
+        sp = load_preset(o["preset"] or default_preset(launcher.name), launcher)
+    fixed, extra = parse_engine_args(launcher, o["engine_arg"])
+    if fixed:
+        sp = sp.with_baseline(fixed)
+        check_config(launcher, sp.baseline)
+    if o["engine"] == "embedded" and not o["model"]:
+        from roofline.engine.default_model import default_model_path
+
+        default_model_path()  # a missing default model is a one-line error now, not a failed baseline
+    hardware = o["hardware"] or ("local" if o["engine"] == "embedded" else None)
+    if hardware and hardware != "local" and o["engine"] != "embedded" and o["model"]:
+        from roofline.bench.against import resolve_ceiling
+
+        resolve_ceiling(model=o["model"], hardware=hardware, served=None, server_info=None)  # fail before launching
+    if o["prompts"]:
+        from roofline.bench.workloads import load_prompts_jsonl
+
+        load_prompts_jsonl(o["prompts"])
+    return TuneOptions(
+        engine=o["engine"], model=o["model"], space=sp.to_json(), strategy=o["strategy"], objective=o["objective"],
+        trials=o["trials"], reps=o["reps"], max_tokens=o["max_tokens"],
+        prompts=str(o["prompts"].resolve()) if o["prompts"] else None, hardware=hardware, storage=o["storage"],
+        study=o["study"], allow_inexact=o["allow_inexact"], concurrency=o["concurrency"], slo=o["slo"],
+        price_per_hour=o["price_per_hour"], extra_args=tuple(extra), template=o["engine_cmd"],
+        ready_timeout_s=_seconds("--engine-timeout", o["engine_timeout"]),
+        request_timeout_s=_seconds("--timeout", o["timeout"]), seed=o["seed"])
+
+
+def _run(o: dict) -> int:
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from roofline.bench.results import default_run_dir
+    from roofline.tune.study import BaselineFailed
+    from roofline.tune.tuner import read_options, run_tune, write_options
+
+    if o["resume"]:
+        run_dir = o["resume"]
+        options = read_options(run_dir)
+        if o["trials"] is not None:
+            _positive("--trials", o["trials"])
+            options = replace(options, trials=o["trials"])
+    else:
+        options = _new_options(o)
+        run_dir = default_run_dir(f"tune-{options.engine}", o["runs"])
+    write_options(run_dir, options)
+    display = _display(options)
+    try:
+        if options.hardware == "local":
+            from roofline.bench.session import ensure_local_profile
+
+            ensure_local_profile(SimpleNamespace(note=display.note))
+        result = run_tune(options, run_dir, display)
+    except KeyboardInterrupt:
+        display.stop()
+        typer.echo(f"interrupted: the engine was stopped and the study kept; continue with\n"
+                   f"  roofline tune --resume {run_dir}", err=True)
+        return 130
+    except BaselineFailed as e:
+        display.stop()
+        typer.echo(f"error: {e}\nrun folder: {run_dir}", err=True)
+        return 1
+    finally:
+        display.stop()
+    _print(result, as_json=o["as_json"], as_markdown=o["as_markdown"])
+    typer.echo(f"run folder: {run_dir} (tune.json, trials.jsonl, trials/*/server.log)", err=True)
+    return 0 if result.best is not None else 1
+
+
+def _display(options):
+    from roofline.tune.output import RichDisplay, planned_total
+    from roofline.tune.objectives import OBJECTIVES
+    from roofline.tune.search import get_strategy
+    from roofline.tune.space import Space
+    from roofline.tune.tuner import budget
+
+    strategy = get_strategy(options.strategy)
+    plan = strategy.plan(Space.from_json(options.space))
+    return RichDisplay(planned_total(plan, budget(options), strategy.open_ended), OBJECTIVES[options.objective].unit)
+
+
+def _print(result, *, as_json: bool, as_markdown: bool) -> None:
+    from roofline.cli import output
+    from roofline.tune.output import markdown, print_rich
+
+    if as_json:
+        output.print_json(result.to_json())
+    elif as_markdown:
+        sys.stdout.write(markdown(result))
+    else:
+        print_rich(result)

@@ -1,0 +1,118 @@
+"""What a tuner optimizes, measured by `roofline bench` on each trial.
+
+- **speed** (default): single-stream Output Speed, the B200 study's headline: the built-in fixed
+  prompts, greedy, one request at a time, each repeated `reps` times; the value is the median over
+  all requests. Higher is better.
+- **goodput**: output tokens per second from the requests that meet every SLO (`--slo`, bench's
+  definition), with `--concurrency` streams busy. Higher is better.
+- **cost**: dollars per million output tokens at the throughput `--concurrency` streams reach, from
+  `--price-per-hour` (`roofline.bounds.cost`). Lower is better.
+
+Each objective is one function from the measured request lines to a number. The same function on
+each repetition's requests alone gives the per-repetition values whose range is the trial's
+*spread*: what the ladder must beat before it believes a gain.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from roofline.bench import metrics
+from roofline.bench.load import Scenario
+from roofline.errors import UserError
+
+
+@dataclass(frozen=True)
+class ObjectiveSettings:
+    concurrency: int = 4  # goodput and cost: streams kept busy
+    slo_s: Mapping[str, float] | None = None  # goodput: bench's --slo, in seconds
+    price_per_hour: float | None = None  # cost: dollars per hour of the machine
+
+
+def _ok_metrics(lines: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [metrics.request_metrics(ln) for ln in lines if ln.get("ok")]
+
+
+def speed_value(lines: Sequence[Mapping[str, Any]], settings: ObjectiveSettings) -> float | None:
+    """Median Output Speed (tok/s after the first token) over the successful requests."""
+    speeds = [m["output_speed_tok_per_s"] for m in _ok_metrics(lines) if m["output_speed_tok_per_s"] is not None]
+    return statistics.median(speeds) if speeds else None
+
+
+def goodput_value(lines: Sequence[Mapping[str, Any]], settings: ObjectiveSettings) -> float | None:
+    """Output tok/s of the requests meeting every SLO, over the measuring window."""
+    per = _ok_metrics(lines)
+    if not per:
+        return None
+    return metrics.goodput(per, settings.slo_s or {}, metrics.window_seconds(lines))["output_tok_per_s"]
+
+
+def cost_value(lines: Sequence[Mapping[str, Any]], settings: ObjectiveSettings) -> float | None:
+    """Dollars per million output tokens at the measured output tok/s."""
+    from roofline.bounds.cost import dollars_per_million_tokens
+
+    tokens = sum(m["output_tokens"] for m in _ok_metrics(lines))
+    rate = metrics.rate_per_s(tokens, metrics.window_seconds(lines))
+    if not rate:
+        return None
+    return dollars_per_million_tokens(settings.price_per_hour or 0.0, rate)
+
+
+@dataclass(frozen=True)
+class Objective:
+    name: str
+    direction: str  # "maximize" | "minimize"
+    unit: str
+    label: str
+    value: Callable[[Sequence[Mapping[str, Any]], ObjectiveSettings], float | None]
+    concurrent: bool = False  # measured with --concurrency streams (else one stream)
+
+    def scenario(self, settings: ObjectiveSettings) -> Scenario:
+        if self.concurrent:
+            return Scenario("concurrency", concurrency=settings.concurrency)
+        return Scenario("sequential")
+
+
+OBJECTIVES: dict[str, Objective] = {
+    "speed": Objective("speed", "maximize", "tok/s", "Output Speed (single stream, median)", speed_value),
+    "goodput": Objective("goodput", "maximize", "tok/s", "goodput (output tok/s meeting the SLOs)", goodput_value,
+                         concurrent=True),
+    "cost": Objective("cost", "minimize", "$/Mtok", "cost per million output tokens", cost_value, concurrent=True),
+}
+
+
+def get_objective(name: str, settings: ObjectiveSettings) -> Objective:
+    """The objective, after checking it has what it needs (UserError otherwise)."""
+    if name not in OBJECTIVES:
+        raise UserError(f"unknown objective {name!r}; choose {', '.join(OBJECTIVES)}")
+    if name == "goodput" and not settings.slo_s:
+        raise UserError("--objective goodput needs --slo, e.g. --slo ttft=2s,tpot=100ms")
+    if name == "cost" and settings.price_per_hour is None:
+        raise UserError("--objective cost needs --price-per-hour (the machine's price in dollars per hour)")
+    if settings.concurrency < 1:
+        raise UserError(f"--concurrency must be at least 1 (got {settings.concurrency})")
+    return OBJECTIVES[name]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    value: float | None
+    rep_values: tuple[float, ...] = ()
+    spread: float | None = None  # max - min of rep_values (None with fewer than two)
+
+
+def measure(objective: Objective, lines: Sequence[Mapping[str, Any]], settings: ObjectiveSettings) -> Measurement:
+    """The objective over the measured (non-warm-up) lines, and its value on each repetition alone."""
+    measured = [ln for ln in lines if ln.get("phase") != "warmup"]
+    value = objective.value(measured, settings)
+    reps = sorted({ln.get("rep", 0) for ln in measured})
+    rep_values = []
+    for r in reps:
+        v = objective.value([ln for ln in measured if ln.get("rep", 0) == r], settings)
+        if v is not None:
+            rep_values.append(v)
+    spread = max(rep_values) - min(rep_values) if len(rep_values) >= 2 else None
+    return Measurement(value, tuple(rep_values), spread)

@@ -1,0 +1,251 @@
+"""A tuning result for people: the ceiling, the baseline, the ladder, every trial, the best command
+line (rich tables, or Markdown), and the live progress display (rich, on stderr)."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from roofline.tune.result import TuneResult
+from roofline.tune.trial import TrialResult
+from roofline.tune.tuner import Display
+
+Table = tuple[str, list[str], list[list[str]], list[str]]
+
+
+def fmt(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    text = f"{value:,.2f}" if unit.startswith("$") or abs(value) < 10 else f"{value:,.1f}"
+    return f"{text} {unit}".rstrip()
+
+
+def config_text(config: Mapping[str, Any], baseline: Mapping[str, Any] | None = None) -> str:
+    """The knobs that differ from the baseline, as k=v; "(baseline)" when none do."""
+    base = baseline or {}
+    diff = [f"{k}={v}" for k, v in config.items() if base.get(k) != v]
+    gone = [f"{k}=default" for k in base if k not in config]
+    return " ".join(diff + gone) or "(baseline)"
+
+
+def status_note(r: TrialResult, full: bool = False) -> str:
+    """Why a trial is not ok, in a few words (full: with the diverging pieces)."""
+    if r.status == "inexact" and r.exactness:
+        e = r.exactness
+        unit = "token" if e.get("basis") == "token_ids" else "char"
+        short = f"differs at prompt {e.get('first_prompt')!r} {unit} {e.get('first_position')}"
+        return short + (f": {e.get('baseline_piece')!r} vs {e.get('candidate_piece')!r}" if full else "")
+    if r.status in ("failed", "skipped") and r.error:
+        first = printable(r.error.splitlines()[0])
+        return first if full else first[:80]
+    return ""
+
+
+def printable(text: str) -> str:
+    """Text safe for a terminal: control and undecodable characters shown as '?'."""
+    return "".join(c if c.isprintable() or c in "\n\t" else "?" for c in text)
+
+
+def percent(r: TrialResult | None) -> str:
+    p = r.metrics.get("percent_of_ceiling") if r else None
+    return "-" if p is None else f"{p:.1f}%"
+
+
+def header_notes(t: TuneResult) -> list[str]:
+    unit = t.objective["unit"]
+    notes = [f"engine {t.engine}, model {t.model or 'default'}; objective: {t.objective['label']} "
+             f"({t.objective['direction']}); strategy {t.strategy}; study {t.study.get('name')!r}"]
+    machines = sorted({(r.machine.get("hostname"), r.machine.get("read_bandwidth_bytes_per_s")) for r in t.trials
+                       if r.machine.get("hostname")}, key=str)
+    for host, bw in machines:
+        notes.append(f"machine {host}" + (f": measured read bandwidth {bw / 1e9:.1f} GB/s" if bw else ""))
+    c = t.ceiling
+    if c:
+        notes.append(f"ceiling: {c['tok_per_s']:.1f} tok/s = {c['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s / "
+                     f"{c['bytes_per_token'] / 1e6:.1f} MB per token ({c.get('hardware') or 'hardware'}, batch 1; "
+                     "each trial's % of ceiling uses its own bytes per token)")
+    else:
+        notes.append("no ceiling: give --model and --hardware (the embedded engine reports its own bytes per token)")
+    if t.baseline:
+        b = t.baseline
+        notes.append(f"baseline: {fmt(b.value, unit)} (spread {fmt(b.spread, unit)} across reps, "
+                     f"{percent(b)} of ceiling)")
+    return notes
+
+
+def ladder_table(t: TuneResult) -> Table | None:
+    if not t.ladder:
+        return None
+    unit = t.objective["unit"]
+    headers = ["step", "setting", unit, "min-max", "gain", "spread", "kept", "values tried"]
+    rows = []
+    if t.baseline:
+        b = t.baseline
+        rows.append(["0", "baseline", fmt(b.value), _range(b), "-", fmt(b.spread), "-", ""])
+    for s in t.ladder:
+        best = next((p for p in s["tried"] if p["objective"] == s["best_objective"]), None)
+        tried = ", ".join(f"{p['value']}: {fmt(p['objective'])}" + ("" if p["status"] == "ok" else f" ({p['status']})")
+                          for p in s["tried"])
+        gain = "-"
+        if s["best_objective"] is not None and s["before"] and s["before"]["objective"]:
+            g = s["best_objective"] - s["before"]["objective"]
+            if t.objective["direction"] == "minimize":
+                g = -g
+            gain = f"{g:+.1f} ({100 * g / s['before']['objective']:+.0f}%)"
+        rows.append([str(s["round"]), f"{s['knob']}={s['best_value']}" if s["best_value"] is not None else s["knob"],
+                     fmt(s["best_objective"]), _point_range(best), gain, fmt(s["spread"]),
+                     "yes" if s["kept"] else "no", tried])
+    notes = ["a value is kept only when its gain beats the spread across repetitions (the larger of the two "
+             "configurations'); inexact values are never kept" + (" (here allowed: --allow-inexact)" if t.allow_inexact else "")]
+    return ("ladder (each step tries one knob on top of the best so far)", headers, rows, notes)
+
+
+def _range(r: TrialResult) -> str:
+    return f"{min(r.rep_values):.1f}-{max(r.rep_values):.1f}" if r.rep_values else "-"
+
+
+def _point_range(p: Mapping[str, Any] | None) -> str:
+    return f"{p['min']:.1f}-{p['max']:.1f}" if p and p.get("min") is not None else "-"
+
+
+def trials_table(t: TuneResult) -> Table:
+    unit = t.objective["unit"]
+    base = t.baseline.config if t.baseline else {}
+    headers = ["#", "kind", "configuration", "status", unit, "spread", "% ceil", "s", "note"]
+    rows = []
+    for r in t.trials:
+        kind = r.slot.kind + (f" {r.slot.round}" if r.slot.kind == "ladder" else "")
+        rows.append([str(r.number), kind, config_text(r.config, base) if r.status != "skipped" else f"{r.slot.knob}={r.slot.value}",
+                     r.status, fmt(r.value), fmt(r.spread), percent(r), fmt(r.seconds), status_note(r)])
+    counts: dict[str, int] = {}
+    for r in t.trials:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    notes = [", ".join(f"{n} {s}" for s, n in counts.items())]
+    notes += [f"trial {r.number}: {status_note(r, full=True)}" for r in t.trials if r.status == "inexact"]
+    waiting = t.study.get("trials", {}).get("waiting")
+    if waiting:
+        notes.append(f"{waiting} planned trial(s) not run yet (budget reached or interrupted): --resume continues")
+    return ("trials", headers, rows, notes)
+
+
+def failures(t: TuneResult, lines: int = 8) -> list[str]:
+    out = []
+    for r in t.trials:
+        if r.status == "failed":
+            tail = printable("\n".join((r.log_tail or "").splitlines()[-lines:]))
+            out.append(f"trial {r.number} ({config_text(r.config)}) failed: {printable(r.error or '')}"
+                       + (f"\n{tail}" if tail else ""))
+    return out
+
+
+def best_lines(t: TuneResult) -> list[str]:
+    unit = t.objective["unit"]
+    b = t.best
+    if b is None:
+        return ["no configuration gave an exact result"]
+    what = "exact" if b.status == "ok" else "INEXACT (allowed by --allow-inexact)"
+    gain = f", {t.gain:.2f}x the baseline" if t.gain else ""
+    return [f"best {what}: trial {b.number}, {config_text(b.config, t.baseline.config if t.baseline else {})}: "
+            f"{fmt(b.value, unit)}{gain}, {percent(b)} of ceiling",
+            f"command: {shlex.join(b.argv)}"]
+
+
+def tables(t: TuneResult) -> list[Table]:
+    return [x for x in (ladder_table(t), trials_table(t)) if x]
+
+
+def print_rich(t: TuneResult) -> None:
+    from roofline.cli.output import console, rich_table
+
+    c = console()
+    for n in header_notes(t):
+        c.print(n, highlight=False)
+    for title, headers, rows, notes in tables(t):
+        c.print(rich_table(title, headers, rows))
+        for n in notes:
+            c.print(f"  {n}", highlight=False)
+    for f in failures(t):
+        c.print(f, highlight=False, markup=False)
+    for line in best_lines(t):
+        c.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def markdown(t: TuneResult) -> str:
+    from roofline.cli.output import markdown_table
+
+    out = ["# roofline tune", ""] + [f"- {n}" for n in header_notes(t)] + [""]
+    for title, headers, rows, notes in tables(t):
+        out += [f"## {title}", "", markdown_table(headers, rows), ""] + [f"- {n}" for n in notes] + [""]
+    fails = failures(t)
+    if fails:
+        out += ["## failures", ""] + [f"```\n{f}\n```" for f in fails] + [""]
+    b = best_lines(t)
+    out += ["## best", "", b[0], ""] + ([f"```\n{shlex.join(t.best.argv)}\n```", ""] if t.best else [])
+    return "\n".join(out)
+
+
+class _BenchProgress:
+    """bench's Progress interface, drawn as the display's request counter (its stop() is not ours)."""
+
+    def __init__(self, display: RichDisplay) -> None:
+        self.d = display
+
+    def start(self, name: str, total: int | None, duration_s: float | None) -> None:
+        self.d.p.update(self.d.requests, description=f"  requests ({name})", total=total, completed=0, visible=True)
+
+    def advance(self, ok: bool) -> None:
+        self.d.p.advance(self.d.requests)
+
+    def note(self, text: str) -> None:
+        pass  # bench's own notes (ceiling, discovery) are in each trial's bench folder
+
+    def stop(self) -> None:
+        pass
+
+
+class RichDisplay(Display):
+    """Live on stderr: the trial running, its configuration, the best so far; a line per finished trial."""
+
+    def __init__(self, total: int | None, unit: str, baseline: Mapping[str, Any] | None = None) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.unit = unit
+        self.baseline = dict(baseline or {})
+        self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          TextColumn("{task.fields[best]}"), console=Console(stderr=True), refresh_per_second=4)
+        self.trials = self.p.add_task("trials", total=total, best="")
+        self.requests = self.p.add_task("  requests", total=None, visible=False, best="")
+        self.p.start()
+
+    def bench_progress(self) -> Any:
+        return _BenchProgress(self)
+
+    def trial_started(self, number: int, slot: Any, config: Mapping[str, Any]) -> None:
+        self.p.update(self.trials, description=f"trial {number} ({slot.kind}): {config_text(config, self.baseline)}")
+
+    def trial_ended(self, result: TrialResult, best: TrialResult | None) -> None:
+        if result.slot.kind == "baseline" and result.status == "ok":
+            self.baseline = dict(result.config)
+        line = f"trial {result.number} {result.status}: {config_text(result.config, self.baseline)}"
+        if result.value is not None:
+            line += f" -> {fmt(result.value, self.unit)} (spread {fmt(result.spread)}, {percent(result)} of ceiling)"
+        note = status_note(result)
+        self.p.console.print(line + (f"; {note}" if note else ""), highlight=False, markup=False)
+        best_text = f"best: {fmt(best.value, self.unit)} (trial {best.number})" if best else ""
+        self.p.update(self.trials, advance=1, best=best_text)
+        self.p.update(self.requests, visible=False)
+
+    def note(self, text: str) -> None:
+        self.p.console.print(text, highlight=False, markup=False)
+
+    def stop(self) -> None:
+        self.p.stop()
+
+
+def planned_total(plan: Sequence[Any], budget: int | None, open_ended: bool) -> int | None:
+    """Trials the progress bar counts to: the plan (an upper bound: the ladder skips some), or the budget."""
+    if open_ended or budget is not None and budget < len(plan):
+        return budget
+    return len(plan)

@@ -1,0 +1,295 @@
+"""Search strategies: which configuration a tuner runs next.
+
+Every strategy starts from the baseline (trial 0), whose greedy outputs every other trial must match.
+Each strategy is two small functions in `STRATEGIES`:
+
+- `plan(space)`: the slots enqueued when the study is created. A slot is a configuration to run (or,
+  for the ladder, a knob value to try on top of whatever is best when its turn comes). Enqueuing
+  everything up front is what lets several workers share one study: each claims a waiting slot
+  through Optuna's trial states (see `roofline.tune.study`), so no slot runs twice.
+- `configure(space, slot, view, trial)`: when a worker holds a slot, the configuration to launch,
+  or "skip" (the slot cannot apply: its knob's condition does not hold), or "wait" (it depends on
+  slots still running elsewhere).
+
+The strategies:
+
+- **ladder**, the B200 study's method: start from the baseline; take one knob at a time (in the
+  space's order) and try each of its values on top of the current best configuration; keep the best
+  value only if it beats the current best by more than the measured spread (the larger of the two
+  configurations' spreads across repetitions: the same configuration varied 17% between runs in the
+  study, so a smaller gain is noise); then move to the next knob. The steps it climbs are the ladder
+  table. Cheap (the sum of the knobs' value counts), readable, blind to interactions between knobs.
+- **grid**: every combination of the space's values (conditions respected). Exhaustive; the
+  reference the others are measured against, affordable only for small spaces.
+- **tpe**: Optuna's Tree-structured Parzen Estimator. After a few random trials it models which
+  regions of the space gave good results and samples there; conditional knobs are asked for only
+  when their condition holds (define-by-run), so a proposer's knobs are learned only from trials that
+  used that proposer. Inexact trials are reported to it as violated constraints, so it learns to
+  avoid them without their speed counting as a success (`Trial.set_constraint`). For spaces too big for a grid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from roofline.tune.space import Space
+
+TUNED = ("ok", "inexact")  # statuses that carry a measured value
+
+
+@dataclass(frozen=True)
+class Slot:
+    """What a claimed trial is for: the baseline, one ladder step's value, a grid point, or a TPE draw."""
+
+    kind: str  # "baseline" | "ladder" | "grid" | "tpe"
+    round: int = 0  # baseline 0; the ladder's step (1 = first knob); grid and tpe 1
+    knob: str | None = None
+    value: Any = None
+    config: Mapping[str, Any] | None = None  # fixed configurations (baseline, grid)
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "round": self.round, "knob": self.knob, "value": self.value,
+                "config": None if self.config is None else dict(self.config)}
+
+    @classmethod
+    def from_json(cls, d: Mapping | None) -> Slot:
+        if not d:
+            return cls("tpe", 1)
+        return cls(d["kind"], int(d.get("round", 0)), d.get("knob"), d.get("value"),
+                   None if d.get("config") is None else dict(d["config"]))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How results compare: the objective's direction, and whether inexact trials may win."""
+
+    direction: str = "maximize"  # or "minimize"
+    allow_inexact: bool = False
+
+    def eligible(self, r: Any) -> bool:
+        return r.value is not None and (r.status == "ok" or (r.status == "inexact" and self.allow_inexact))
+
+    def gain(self, new: float, old: float) -> float:
+        """How much better new is than old, in the objective's unit (positive = better)."""
+        return new - old if self.direction == "maximize" else old - new
+
+    def best(self, results: Sequence[Any]) -> Any | None:
+        ok = [r for r in results if self.eligible(r)]
+        if not ok:
+            return None
+        return max(ok, key=lambda r: r.value) if self.direction == "maximize" else min(ok, key=lambda r: r.value)
+
+
+@dataclass(frozen=True)
+class View:
+    """What a worker knows when it configures a slot: finished results, and slots not yet finished."""
+
+    results: Sequence[Any]  # TrialResult-like: number, slot, config, status, value, spread
+    unfinished: Sequence[Slot] = ()
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # "run" | "skip" | "wait"
+    config: Mapping[str, Any] | None = None
+    reason: str = ""
+
+
+# -- the ladder ----------------------------------------------------------------------------------------
+
+def ladder_plan(space: Space) -> list[Slot]:
+    """The baseline, then for each knob in order each value other than the one the baseline runs."""
+    slots = [Slot("baseline", 0, config=dict(space.baseline))]
+    base = space.effective(space.baseline)
+    for i, d in enumerate(space.dimensions, 1):
+        slots += [Slot("ladder", i, d.name, v) for v in d.values() if v != base.get(d.name)]
+    return slots
+
+
+@dataclass(frozen=True)
+class Step:
+    """One rung of the ladder: a knob, what its values gave, and whether the best one was kept."""
+
+    round: int
+    knob: str
+    before: Any  # the best result when the step started
+    tried: tuple  # results of this step, in trial order
+    kept: Any | None  # the result that became the new best, or None
+    gain: float | None  # kept.value - before.value in the objective's direction (None when not kept)
+    note: str
+
+
+def ladder_steps(space: Space, results: Sequence[Any], rule: Rule) -> tuple[Any | None, list[Step]]:
+    """Replay the ladder over finished results: (the baseline result, the steps taken so far).
+
+    A step is complete when none of its slots is unfinished; the caller passes only finished results,
+    and steps with no results yet are left out."""
+    by_round: dict[int, list] = {}
+    for r in sorted(results, key=lambda r: r.number):
+        by_round.setdefault(r.slot.round, []).append(r)
+    baseline = rule.best([r for r in by_round.get(0, []) if r.slot.kind == "baseline"])
+    current = baseline
+    steps = []
+    for i, d in enumerate(space.dimensions, 1):
+        tried = tuple(r for r in by_round.get(i, []) if r.status != "skipped")
+        if not tried:
+            continue
+        cand = rule.best(tried)
+        kept, gain, note = None, None, ""
+        if current is None:
+            note = "no baseline to compare with"
+        elif cand is None:
+            note = "no eligible value (failed or inexact)"
+        else:
+            margin = max(current.spread or 0.0, cand.spread or 0.0)
+            g = rule.gain(cand.value, current.value)
+            if g > margin:
+                kept, gain = cand, g
+                note = f"kept {d.name}={cand.config.get(d.name)}: gain {g:.3g} > spread {margin:.3g}"
+            else:
+                note = f"not kept: best {d.name}={cand.config.get(d.name)} gains {g:.3g}, within spread {margin:.3g}"
+        steps.append(Step(i, d.name, current, tried, kept, gain, note))
+        if kept is not None:
+            current = kept
+    return baseline, steps
+
+
+def ladder_current(space: Space, results: Sequence[Any], rule: Rule, before_round: int) -> Any | None:
+    """The best result after the steps before `before_round` (the configuration the next step builds on)."""
+    baseline, steps = ladder_steps(space, [r for r in results if r.slot.round < before_round], rule)
+    current = baseline
+    for s in steps:
+        if s.kept is not None:
+            current = s.kept
+    return current
+
+
+def ladder_configure(space: Space, slot: Slot, view: View, rule: Rule, trial: Any = None) -> Decision:
+    if slot.kind == "baseline":
+        return Decision("run", dict(slot.config or {}))
+    if any(u.round < slot.round for u in view.unfinished):
+        return Decision("wait", reason=f"step {slot.round} waits for earlier steps")
+    current = ladder_current(space, view.results, rule, slot.round)
+    if current is None:
+        return Decision("skip", reason="the baseline did not give a result")
+    config = space.resolve({**current.config, slot.knob: slot.value})
+    if slot.knob not in config:
+        cond = " and ".join(c.describe() for c in space.dimension(slot.knob).conditions)
+        return Decision("skip", reason=f"{slot.knob} is inactive on the current best ({cond} does not hold)")
+    if space.effective(config) == space.effective(current.config):
+        return Decision("skip", reason=f"{slot.knob}={slot.value} is what the current best runs")
+    return Decision("run", config)
+
+
+# -- the grid ------------------------------------------------------------------------------------------
+
+def grid_configs(space: Space) -> list[dict[str, Any]]:
+    """Every combination of the space's values on top of the baseline; a knob whose condition does not
+    hold is left out (so it does not multiply the grid)."""
+    out: list[dict[str, Any]] = []
+
+    def walk(i: int, config: dict[str, Any]) -> None:
+        if i == len(space.dimensions):
+            out.append(config)
+            return
+        d = space.dimensions[i]
+        if not d.active(space.effective(config)):
+            rest = dict(config)
+            rest.pop(d.name, None)
+            walk(i + 1, rest)
+            return
+        for v in d.values():
+            walk(i + 1, {**config, d.name: v})
+
+    walk(0, dict(space.baseline))
+    return out
+
+
+def grid_plan(space: Space) -> list[Slot]:
+    base = space.effective(space.baseline)
+    slots = [Slot("baseline", 0, config=dict(space.baseline))]
+    slots += [Slot("grid", 1, config=c) for c in grid_configs(space) if space.effective(c) != base]
+    return slots
+
+
+def fixed_configure(space: Space, slot: Slot, view: View, rule: Rule, trial: Any = None) -> Decision:
+    return Decision("run", dict(slot.config or {}))
+
+
+# -- TPE -------------------------------------------------------------------------------------------------
+
+def tpe_plan(space: Space) -> list[Slot]:
+    return [Slot("baseline", 0, config=dict(space.baseline))]
+
+
+def suggest_config(trial: Any, space: Space) -> dict[str, Any]:
+    """Define-by-run: ask the trial for each knob whose conditions hold, in the space's order."""
+    config = dict(space.baseline)
+    for d in space.dimensions:
+        if not d.active(space.effective(config)):
+            config.pop(d.name, None)
+            continue
+        if d.kind == "choice":
+            config[d.name] = trial.suggest_categorical(d.name, list(d.choices))
+        elif d.kind == "int":
+            config[d.name] = trial.suggest_int(d.name, int(d.low), int(d.high), step=int(d.step or 1), log=d.log)
+        else:
+            config[d.name] = trial.suggest_float(d.name, float(d.low), float(d.high), step=d.step, log=d.log)
+    return config
+
+
+def tpe_configure(space: Space, slot: Slot, view: View, rule: Rule, trial: Any = None) -> Decision:
+    if slot.kind == "baseline":
+        return Decision("run", dict(slot.config or {}))
+    return Decision("run", suggest_config(trial, space))
+
+
+def tpe_sampler(seed: int | None) -> Any:
+    import warnings
+
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=8)
+
+
+def plain_sampler(seed: int | None) -> Any:
+    """Ladder and grid never ask Optuna for values; any sampler will do."""
+    import optuna
+
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    help: str
+    plan: Callable[[Space], list[Slot]]
+    configure: Callable[..., Decision]
+    sampler: Callable[[int | None], Any]
+    open_ended: bool  # asks Optuna for new trials beyond the plan (until the budget)
+
+
+STRATEGIES: dict[str, Strategy] = {
+    "ladder": Strategy("ladder", "one knob at a time, keep what beats the spread (the B200 study's method)",
+                       ladder_plan, ladder_configure, plain_sampler, False),
+    "grid": Strategy("grid", "every combination of the space's values", grid_plan, fixed_configure, plain_sampler, False),
+    "tpe": Strategy("tpe", "Optuna's TPE sampler: models good regions, for spaces too big for a grid",
+                    tpe_plan, tpe_configure, tpe_sampler, True),
+}
+
+
+def get_strategy(name: str) -> Strategy:
+    from roofline.errors import UserError
+
+    if name not in STRATEGIES:
+        raise UserError(f"unknown strategy {name!r}; choose {', '.join(STRATEGIES)}")
+    return STRATEGIES[name]
+
+
+def grid_size(space: Space) -> int:
+    return len(grid_plan(space))
+

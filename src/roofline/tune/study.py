@@ -1,0 +1,358 @@
+"""Where a tuning study lives, and how workers share it without running a trial twice.
+
+Storage is Optuna's RDB storage: SQLite in the run folder by default (`RUN/study.db`), or any URL
+given with `--storage` (PostgreSQL for several machines, `--study NAME` naming the shared study).
+
+**Claiming.** When a study is created, the strategy's whole plan is enqueued at once as WAITING
+trials (the baseline, the ladder's knob values, the grid's points; each slot in the trial's user
+attributes). A worker claims a trial by moving it from WAITING to RUNNING with
+`storage.set_trial_state_values`, which (in one transaction, the row locked) answers False when
+another worker moved it first: exactly one worker wins each slot, the others try the next. This is
+what Optuna's own `ask()` does with enqueued trials; TPE then asks Optuna for fresh trials once the
+plan is used up. Only the worker that created the study enqueues, and it marks the study "planned"
+when it has, so a worker that joins early waits instead of seeing an empty queue.
+
+**Creating.** Two processes creating the same study (or the tables) at the same moment race: the
+loser gets an integrity error. The study is created once with a retry, and joining workers load
+it; `tests/tune` create it before starting workers, as ENVIRONMENT.md advises.
+
+**Resuming.** A killed worker leaves its trial RUNNING. Each trial records its worker (host, pid and
+the process's start time); when a worker starts it fails every RUNNING trial of its own host whose
+process is gone (and, in a private SQLite study, any RUNNING trial without a worker) and enqueues
+the same slot again, so the interrupted configuration is re-run and finished ones are not.
+A worker on another machine that dies is only noticed there, by its own next start.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from roofline.errors import UserError
+from roofline.tune.search import Rule, Slot, Strategy, View
+from roofline.tune.space import Space
+from roofline.tune.trial import TrialResult
+
+STUDY_DB = "study.db"
+DEFAULT_STUDY = "tune"
+_POLL_S = 1.0
+
+
+def storage_url(run_dir: Path, storage: str | None) -> str:
+    return storage or f"sqlite:///{(run_dir / STUDY_DB).resolve()}"
+
+
+def shown_url(url: str) -> str:
+    """The URL without its password, for printing and for tune.json."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+def with_driver(url: str) -> str:
+    """`postgresql://` names no driver, and SQLAlchemy 2.1 then wants psycopg 3: use psycopg2 when
+    that is the one installed (psycopg2-binary is what the `tune` extra installs)."""
+    import importlib.util
+
+    if url.startswith("postgresql://") and importlib.util.find_spec("psycopg") is None \
+            and importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2://" + url[len("postgresql://"):]
+    return url
+
+
+def open_storage(url: str, attempts: int = 6) -> Any:
+    """Optuna's RDBStorage on `url`; creating its tables is retried (concurrent creation races)."""
+    import optuna
+
+    url = with_driver(url)
+    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        except ImportError as e:
+            raise UserError(f"the storage {shown_url(url)} needs a database driver ({e}); for PostgreSQL: "
+                            "pip install psycopg2-binary") from None
+        except Exception as e:  # sqlalchemy errors: a race on table creation, or a bad URL / server
+            if attempt == attempts - 1:
+                raise UserError(f"cannot open the study storage {shown_url(url)} ({type(e).__name__}: "
+                                f"{str(e).splitlines()[0] if str(e) else e})") from None
+            time.sleep(0.2 + 0.5 * random.random())
+    raise AssertionError("unreachable")
+
+
+def open_study(storage: Any, name: str, strategy: Strategy, space: Space, fingerprint: Mapping[str, Any],
+               direction: str, seed: int | None) -> tuple[Any, bool]:
+    """(the study, True when this call created it). The creator enqueues the strategy's plan; a joiner
+    waits for it and refuses a study set up for another engine, space, strategy or objective."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = strategy.sampler(seed)
+    try:
+        study = optuna.create_study(storage=storage, study_name=name, direction=direction, sampler=sampler)
+        created = True
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+        created = False
+    if created:
+        study.set_user_attr("tune", dict(fingerprint))
+        plan = strategy.plan(space)
+        for slot in plan:
+            study.enqueue_trial({}, user_attrs={"slot": slot.to_json()})
+        study.set_user_attr("planned", len(plan))
+        return study, True
+    deadline = time.monotonic() + 120
+    while "planned" not in study.user_attrs:
+        if time.monotonic() > deadline:
+            raise UserError(f"study {name!r} exists but its plan was never written (its creator died?); "
+                            "use another --study name")
+        time.sleep(_POLL_S)
+    theirs = study.user_attrs.get("tune") or {}
+    for key in ("engine", "space", "strategy", "objective"):
+        if theirs.get(key) != fingerprint.get(key):
+            raise UserError(f"study {name!r} was set up with another {key} ({_short(theirs.get(key))}); "
+                            f"join it with the same settings or use another --study name")
+    return study, False
+
+
+def _short(value: Any) -> str:
+    text = value.get("name", "") if isinstance(value, dict) else str(value)
+    return text[:60]
+
+
+# -- who runs a trial ------------------------------------------------------------------------------------
+
+def _start_ticks(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), to tell a live pid from a reused one."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def worker_id() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_ticks(os.getpid())}
+
+
+def _worker_gone(worker: Mapping[str, Any] | None, private: bool) -> bool:
+    if not worker:
+        return private  # killed between the claim and the label: only a private study can be sure
+    if worker.get("host") != socket.gethostname():
+        return False
+    start = _start_ticks(int(worker.get("pid", -1)))
+    return start is None or (worker.get("start") is not None and start != worker.get("start"))
+
+
+def requeue(study: Any, number: int, reason: str) -> None:
+    """Fail an interrupted trial and enqueue its slot again (same fixed params for TPE's draws)."""
+    from optuna.trial import TrialState
+
+    storage = study._storage
+    tid = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    frozen = storage.get_trial(tid)
+    if frozen.state != TrialState.RUNNING:  # recorded already (or another worker's recovery was first)
+        return
+    try:
+        storage.set_trial_user_attr(tid, "interrupted", reason)
+        storage.set_trial_state_values(tid, TrialState.FAIL)
+    except Exception:  # finished meanwhile: nothing to redo
+        return
+    study.enqueue_trial(dict(frozen.params), user_attrs={"slot": frozen.user_attrs.get("slot"),
+                                                         "requeued_from": number})
+
+
+def recover(study: Any, private: bool) -> list[int]:
+    """Requeue the RUNNING trials whose worker is gone; their numbers. A baseline that failed (the
+    study stopped there) is queued again too: the failure may have been the machine's, not the
+    configuration's, and nothing can be compared without it."""
+    from optuna.trial import TrialState
+
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if _worker_gone(t.user_attrs.get("worker"), private):
+            requeue(study, t.number, "its worker stopped before the trial ended")
+            out.append(t.number)
+    baselines = [t for t in study.get_trials(deepcopy=False) if _slot(t).kind == "baseline"]
+    if baselines and all(t.state in (TrialState.FAIL, TrialState.PRUNED) for t in baselines):
+        last = baselines[-1]
+        study.enqueue_trial({}, user_attrs={"slot": last.user_attrs.get("slot"), "requeued_from": last.number})
+        out.append(last.number)
+    return out
+
+
+# -- claiming, recording, the view -------------------------------------------------------------------
+
+def _slot(frozen: Any) -> Slot:
+    return Slot.from_json(frozen.user_attrs.get("slot"))
+
+
+def _counts(frozen: Any) -> bool:
+    """Does this trial use up the budget? Skipped and interrupted ones do not."""
+    from optuna.trial import TrialState
+
+    return (frozen.state != TrialState.WAITING and "skipped" not in frozen.user_attrs
+            and "interrupted" not in frozen.user_attrs)
+
+
+def claim(study: Any, strategy: Strategy, budget: int | None) -> Any | None:
+    """A trial this worker now holds (RUNNING), or None when the plan is done or the budget spent."""
+    import optuna
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    if budget is not None and sum(map(_counts, trials)) >= budget:
+        return None
+    storage = study._storage
+    waiting = sorted((t for t in trials if t.state == TrialState.WAITING), key=lambda t: (_slot(t).round, t.number))
+    for t in waiting:
+        tid = storage.get_trial_id_from_study_id_trial_number(study._study_id, t.number)
+        try:
+            if not storage.set_trial_state_values(tid, TrialState.RUNNING):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+        trial = optuna.trial.Trial(study, tid)
+        break
+    else:
+        if not strategy.open_ended:
+            return None
+        trial = study.ask()
+    trial.set_user_attr("worker", worker_id())
+    return trial
+
+
+def results(study: Any) -> list[TrialResult]:
+    """Every finished trial's result (interrupted ones as failed), in trial order."""
+    from optuna.trial import TrialState
+
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        if "result" in t.user_attrs:
+            out.append(TrialResult.from_json(t.user_attrs["result"]))
+        elif t.state == TrialState.FAIL:
+            out.append(TrialResult(t.number, _slot(t), dict(t.user_attrs.get("config") or {}), "failed",
+                                   error=f"interrupted: {t.user_attrs.get('interrupted', 'no result recorded')}",
+                                   machine=t.user_attrs.get("worker") or {}))
+    return sorted(out, key=lambda r: r.number)
+
+
+def view(study: Any, exclude: int | None = None) -> View:
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    unfinished = [_slot(t) for t in trials if t.state in (TrialState.WAITING, TrialState.RUNNING) and t.number != exclude]
+    return View(results(study), unfinished)
+
+
+def record(study: Any, trial: Any, result: TrialResult, rule: Rule, outputs: list[Any] | None = None) -> None:
+    """Store the result on the trial and finish it: COMPLETE with the value (inexact ones carry a
+    violated constraint, which TPE avoids), PRUNED for skipped slots, FAIL for failures."""
+    from optuna.trial import TrialState
+
+    trial.set_user_attr("config", dict(result.config))
+    if outputs is not None and result.slot.kind == "baseline" and result.status in ("ok", "inexact"):
+        trial.set_user_attr("greedy", [o.to_json() for o in outputs])
+    trial.set_user_attr("result", result.to_json())
+    if result.status in ("ok", "inexact") and result.value is not None:
+        trial.set_constraint("exact", 0.0 if rule.eligible(result) else 1.0)
+        study.tell(trial, result.value)
+    elif result.status == "skipped":
+        trial.set_user_attr("skipped", result.error or "")
+        study.tell(trial, state=TrialState.PRUNED)
+    else:
+        study.tell(trial, state=TrialState.FAIL)
+
+
+def baseline_outputs(study: Any) -> list[dict] | None:
+    """The reference greedy outputs (JSON) of the finished baseline trial, if there is one."""
+    from optuna.trial import TrialState
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if _slot(t).kind == "baseline" and "greedy" in t.user_attrs:
+            return t.user_attrs["greedy"]
+    return None
+
+
+# -- the worker loop -----------------------------------------------------------------------------------
+
+@dataclass
+class Worker:
+    study: Any
+    strategy: Strategy
+    space: Space
+    rule: Rule
+    budget: int | None = None
+    objective: str = "speed"
+    poll_s: float = _POLL_S
+
+
+Evaluate = Callable[[int, Slot, dict, list[dict] | None], tuple[TrialResult, list[Any] | None]]
+
+
+class BaselineFailed(UserError):
+    """The baseline configuration gave no result: there is nothing to hold other trials against."""
+
+
+def run_worker(w: Worker, evaluate: Evaluate, *, on_start: Callable[[int, Slot, dict], None] = lambda *a: None,
+               on_result: Callable[[TrialResult], None] = lambda r: None) -> int:
+    """Claim, configure, evaluate and record trials until none is left; the number this worker ran.
+
+    `evaluate(number, slot, config, baseline_outputs)` runs one trial (baseline_outputs None for the
+    baseline itself). Ctrl-C fails the running trial and enqueues it again, then re-raises."""
+    ran = 0
+    while True:
+        trial = claim(w.study, w.strategy, w.budget)
+        if trial is None:
+            return ran
+        try:
+            slot = Slot.from_json(trial.user_attrs.get("slot"))
+            decision, reference = _configure(w, trial, slot)
+            if decision.action == "skip":
+                from roofline.tune.trial import skipped
+
+                result = skipped(trial.number, slot, decision.reason, w.objective)
+                record(w.study, trial, result, w.rule)
+                on_result(result)
+                continue
+            config = dict(decision.config or {})
+            trial.set_user_attr("config", config)
+            on_start(trial.number, slot, config)
+            result, outputs = evaluate(trial.number, slot, config, reference)
+        except BaseException as e:  # Ctrl-C, or no baseline to compare with: the slot goes back in the queue
+            requeue(w.study, trial.number, "interrupted" if isinstance(e, KeyboardInterrupt) else str(e)[:200])
+            raise
+        record(w.study, trial, result, w.rule, outputs)
+        ran += 1
+        on_result(result)
+        if slot.kind == "baseline" and result.status not in ("ok", "inexact"):
+            raise BaselineFailed(f"the baseline configuration failed: {result.error}")
+
+
+def _configure(w: Worker, trial: Any, slot: Slot) -> tuple[Any, list[dict] | None]:
+    """The strategy's decision for this slot, waiting while it depends on unfinished trials, and the
+    baseline's greedy outputs (None for the baseline itself)."""
+    while True:
+        v = view(w.study, exclude=trial.number)
+        if slot.kind == "baseline":
+            return w.strategy.configure(w.space, slot, v, w.rule, trial), None
+        if not any(u.kind == "baseline" for u in v.unfinished):
+            reference = baseline_outputs(w.study)
+            if reference is None:
+                failed = [r for r in v.results if r.slot.kind == "baseline"]
+                why = failed[-1].error if failed else "no baseline trial"
+                raise BaselineFailed(f"the baseline configuration gave no result ({why})")
+            decision = w.strategy.configure(w.space, slot, v, w.rule, trial)
+            if decision.action != "wait":
+                return decision, reference
+        time.sleep(w.poll_s)

@@ -1,0 +1,270 @@
+"""One trial: start the engine with one configuration, warm it up, measure it, check it is exact, stop it.
+
+    start_engine(config)                     the launcher's argv, its own process group, /health
+    greedy outputs on the fixed prompt set   temperature 0, one at a time: the exactness evidence,
+                                             and the warm-up (first requests pay for compilation)
+    roofline bench                           the objective's workload (bench's own run folder)
+    exactness gate                           the greedy outputs against the baseline's
+    stop the engine                          whatever happened (no orphan processes)
+
+A configuration whose greedy outputs differ from the baseline's is *inexact*: it is recorded with its
+speed and the first prompt and position where it diverged, and never chosen as best unless the user
+passes --allow-inexact. A configuration that does not start, crashes, hangs or answers nonsense is
+*failed*, with its log tail; the study goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from roofline.bench.runner import Progress
+from roofline.bench.workloads import Prompt
+from roofline.tune.objectives import Objective, ObjectiveSettings, measure
+from roofline.tune.search import Slot
+
+STATUSES = ("ok", "inexact", "failed", "skipped")
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    number: int
+    slot: Slot
+    config: Mapping[str, Any]
+    status: str  # ok | inexact | failed | skipped
+    objective: str = "speed"
+    value: float | None = None
+    spread: float | None = None  # max - min of the per-repetition values
+    rep_values: tuple[float, ...] = ()
+    metrics: Mapping[str, Any] = field(default_factory=dict)  # Output Speed median/min/max, % of ceiling, ...
+    exactness: Mapping[str, Any] | None = None  # bench.engines.Exactness.to_json()
+    machine: Mapping[str, Any] = field(default_factory=dict)  # hostname, worker pid, measured bandwidth
+    engine: str = ""
+    engine_version: str | None = None
+    argv: tuple[str, ...] = ()  # the exact engine command line
+    error: str | None = None
+    log_tail: str | None = None
+    folder: str | None = None  # the trial's folder, relative to the run folder
+    started_utc: str | None = None
+    seconds: float | None = None
+
+    def to_json(self) -> dict:
+        return {"number": self.number, "slot": self.slot.to_json(), "config": dict(self.config),
+                "status": self.status, "objective": self.objective, "value": self.value, "spread": self.spread,
+                "rep_values": list(self.rep_values), "metrics": dict(self.metrics),
+                "exactness": None if self.exactness is None else dict(self.exactness), "machine": dict(self.machine),
+                "engine": self.engine, "engine_version": self.engine_version, "argv": list(self.argv),
+                "error": self.error, "log_tail": self.log_tail, "folder": self.folder,
+                "started_utc": self.started_utc, "seconds": self.seconds}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TrialResult:
+        return cls(number=int(d["number"]), slot=Slot.from_json(d.get("slot")), config=dict(d.get("config") or {}),
+                   status=d["status"], objective=d.get("objective", "speed"), value=d.get("value"),
+                   spread=d.get("spread"), rep_values=tuple(d.get("rep_values") or ()), metrics=dict(d.get("metrics") or {}),
+                   exactness=d.get("exactness"), machine=dict(d.get("machine") or {}), engine=d.get("engine", ""),
+                   engine_version=d.get("engine_version"), argv=tuple(d.get("argv") or ()), error=d.get("error"),
+                   log_tail=d.get("log_tail"), folder=d.get("folder"), started_utc=d.get("started_utc"),
+                   seconds=d.get("seconds"))
+
+
+@dataclass(frozen=True)
+class TrialSettings:
+    """What every trial of a study shares."""
+
+    launcher: Any  # roofline.bench.engines.Launcher
+    model: str | None
+    objective: Objective
+    objective_settings: ObjectiveSettings
+    prompts: Sequence[Prompt]
+    reps: int = 2
+    max_tokens: int = 128
+    hardware: str | None = None  # for the ceiling: "local", a catalogue name or a bandwidth
+    ceiling_model: str | None = None  # model for the ceiling when the server does not report its bytes
+    extra_args: tuple[str, ...] = ()
+    template: str | None = None  # the command launcher's template
+    ready_timeout_s: float = 300.0
+    request_timeout_s: float = 300.0
+    stop_grace_s: float = 10.0  # SIGTERM -> SIGKILL when the engine ignores it
+    usage: str = "auto"  # bench's token accounting; "per-chunk" skips the negotiation request
+
+
+def machine() -> dict[str, Any]:
+    """Where this trial runs: host name, process, and this machine's measured read bandwidth if known."""
+    d: dict[str, Any] = {"hostname": socket.gethostname(), "pid": os.getpid()}
+    try:
+        from roofline.hardware.profile import load_local_profile
+
+        p = load_local_profile()
+    except Exception:  # a damaged profile must not fail a trial
+        p = None
+    if p:
+        d["read_bandwidth_bytes_per_s"] = ((p.get("bandwidth_bytes_per_s") or {}).get("read") or {}).get("median")
+        d["cpu"] = p.get("cpu")
+    return d
+
+
+def skipped(number: int, slot: Slot, reason: str, objective: str) -> TrialResult:
+    return TrialResult(number, slot, {}, "skipped", objective, error=reason, machine=machine())
+
+
+def run_trial(settings: TrialSettings, number: int, slot: Slot, config: Mapping[str, Any], folder: Path,
+              baseline: Sequence[Any] | None, progress: Progress, *, run_dir: Path | None = None
+              ) -> tuple[TrialResult, list[Any] | None]:
+    """Run one configuration; (its result, its greedy outputs or None when it failed).
+
+    With `baseline` None this trial is the baseline: its outputs become the reference. KeyboardInterrupt
+    passes through after the engine is stopped; every other error makes a failed result."""
+    from roofline.bench.engines import compare_outputs, start_engine
+    from roofline.bench.launch import ServerDied
+
+    launcher = settings.launcher
+    t0 = time.monotonic()
+    common = dict(number=number, slot=slot, config=dict(config), objective=settings.objective.name,
+                  machine=machine(), engine=launcher.name, engine_version=_version(launcher),
+                  folder=str(folder.relative_to(run_dir)) if run_dir else str(folder),
+                  started_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    folder.mkdir(parents=True, exist_ok=True)
+    log_path = folder / "server.log"
+    argv: list[str] = []
+    try:
+        with start_engine(launcher, model=settings.model, config=config, log_path=log_path,
+                          extra_args=settings.extra_args, template=settings.template,
+                          ready_timeout_s=settings.ready_timeout_s, stop_grace_s=settings.stop_grace_s,
+                          on_start=lambda s: argv.extend(s.argv)) as server:
+            progress.note(f"trial {number}: engine ready ({' '.join(argv)})")
+            outputs = _greedy(launcher, server.url, settings)
+            summary, lines = _bench(settings, server.url, folder / "bench", progress)
+    except KeyboardInterrupt:
+        raise
+    except ServerDied as e:
+        return TrialResult(status="failed", error=str(e), log_tail=e.tail, argv=tuple(argv),
+                           seconds=time.monotonic() - t0, **common), None
+    except Exception as e:  # a crash, a hang past its timeout, nonsense answers: the study goes on
+        detail = f"{type(e).__name__}: {e}" if str(e) else "".join(traceback.format_exception_only(e)).strip()
+        return TrialResult(status="failed", error=detail, log_tail=_tail(log_path), argv=tuple(argv),
+                           seconds=time.monotonic() - t0, **common), None
+    _write_outputs(folder / "greedy.json", outputs)
+    m = measure(settings.objective, lines, settings.objective_settings)
+    found = _metrics(summary)
+    if m.value is None:
+        return TrialResult(status="failed", error=f"no request succeeded ({_failure_reasons(summary)})",
+                           log_tail=_tail(log_path), argv=tuple(argv), metrics=found,
+                           seconds=time.monotonic() - t0, **common), outputs
+    if baseline is None:
+        from roofline.bench.engines import Exactness
+
+        basis = "token_ids" if all(o.token_ids is not None for o in outputs) else "text"
+        exact = Exactness(True, len(outputs), basis)
+    else:
+        exact = compare_outputs(baseline, outputs)
+    return TrialResult(status="ok" if exact.exact else "inexact", value=m.value, spread=m.spread,
+                       rep_values=m.rep_values, metrics=found, exactness=exact.to_json(), argv=tuple(argv),
+                       seconds=time.monotonic() - t0, **common), outputs
+
+
+def _version(launcher: Any) -> str | None:
+    try:
+        return launcher.version()
+    except Exception:
+        return None
+
+
+def _greedy(launcher: Any, url: str, settings: TrialSettings) -> list[Any]:
+    from roofline.bench.plan import BenchPlan
+    from roofline.bench.runner import discover
+
+    info = asyncio.run(discover(BenchPlan(url=url, prompts=list(settings.prompts), scenarios=[],
+                                          model=settings.ceiling_model, timeout_s=30.0)))
+    timeout = settings.request_timeout_s * max(1, len(settings.prompts))
+
+    async def go() -> list[Any]:
+        return await asyncio.wait_for(
+            launcher.greedy_outputs(url, info.get("served"), list(settings.prompts), settings.max_tokens), timeout)
+
+    outputs = asyncio.run(go())
+    if len(outputs) != len(settings.prompts):
+        raise RuntimeError(f"the engine gave {len(outputs)} greedy outputs for {len(settings.prompts)} prompts")
+    return outputs
+
+
+def _bench(settings: TrialSettings, url: str, out: Path, progress: Progress) -> tuple[dict, list[dict]]:
+    from roofline.bench.plan import BenchPlan
+    from roofline.bench.results import read_requests
+    from roofline.bench.session import run_session
+
+    os_ = settings.objective_settings
+    plan = BenchPlan(url=url, prompts=list(settings.prompts), scenarios=[settings.objective.scenario(os_)],
+                     model=settings.ceiling_model, hardware=settings.hardware, reps=settings.reps,
+                     max_tokens=settings.max_tokens, temperature=0.0, warmup=0,  # the greedy pass warmed it up
+                     usage=settings.usage,
+                     timeout_s=settings.request_timeout_s,
+                     slo_s=dict(os_.slo_s) if os_.slo_s else None, label="tune-trial")
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        outcome = run_session(plan, out, progress)
+    finally:  # bench's event loop resets SIGTERM to the default (death) when it closes: put ours back
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
+    if outcome.interrupted:
+        raise KeyboardInterrupt
+    lines, _ = read_requests(outcome.run_dir)
+    return outcome.summary, lines
+
+
+def _metrics(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """What the trial tables show, read from bench's summary (first scenario)."""
+    out: dict[str, Any] = {}
+    if not summary.get("scenarios"):
+        return out
+    s = summary["scenarios"][0]
+    speed = s["metrics"].get("output_speed_tok_per_s") or {}
+    ttft = s["metrics"].get("ttft_s") or {}
+    out.update(output_speed_median_tok_per_s=speed.get("p50"), output_speed_min_tok_per_s=speed.get("min"),
+               output_speed_max_tok_per_s=speed.get("max"), ttft_median_s=ttft.get("p50"),
+               output_tok_per_s=s.get("output_tok_per_s"), requests_ok=s["requests"]["ok"],
+               requests_failed=s["requests"]["failed"])
+    v = s.get("vs_ceiling") or {}
+    if v:
+        out.update(percent_of_ceiling=v.get("percent_of_ceiling"), ceiling_tok_per_s=v.get("ceiling_tok_per_s"),
+                   bytes_per_token=v.get("bytes_per_token"))
+    if s.get("goodput"):
+        out["goodput_tok_per_s"] = s["goodput"].get("output_tok_per_s")
+    if s.get("passes"):
+        out["tokens_per_pass"] = s["passes"].get("tokens_per_pass")
+    out["prompts"] = [{"prompt": p["prompt"], "median_tok_per_s": p["output_speed_median_tok_per_s"],
+                       "spread_pct": p["spread_pct"]} for p in s.get("prompts") or ()]
+    if summary.get("ceiling"):
+        out["ceiling"] = summary["ceiling"]
+    return out
+
+
+def _failure_reasons(summary: Mapping[str, Any]) -> str:
+    reasons = []
+    for s in summary.get("scenarios") or ():
+        for kind, f in s["requests"]["failures"].items():
+            reasons.append(f"{f['count']} {kind}: {f['example'][:120]}")
+    return "; ".join(reasons) or "no requests"
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        text = path.read_bytes()[-8192:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _write_outputs(path: Path, outputs: Sequence[Any]) -> None:
+    from roofline.bench.results import write_json
+
+    write_json(path, [o.to_json() for o in outputs])

@@ -1,0 +1,205 @@
+"""A tuning run from options to result: the run folder, the study, the worker loop with real trials.
+
+    RUN_DIR/
+        tune-config.json      the options, written first (what --resume reads back)
+        study.db              the Optuna study (SQLite; absent with --storage)
+        trials/NNN/           one folder per trial: server.log, greedy.json, bench/ (bench's run folder)
+        trials.jsonl          one TrialResult per line, appended as each trial ends
+        tune.json             the TuneResult, rewritten after every trial (so a kill loses nothing)
+
+Nothing is kept only in memory: each trial's result goes to the study and to trials.jsonl the moment
+it ends, and tune.json is rebuilt from the study each time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from roofline.errors import UserError
+
+CONFIG = "tune-config.json"
+TRIALS = "trials.jsonl"
+RESULT = "tune.json"
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """Everything that defines a tuning run; saved in the run folder so --resume needs nothing else."""
+
+    engine: str = "embedded"
+    model: str | None = None
+    space: Mapping[str, Any] = field(default_factory=dict)  # Space.to_json(), resolved when the run started
+    strategy: str = "ladder"
+    objective: str = "speed"
+    trials: int | None = None  # budget; None = the strategy's whole plan (TPE: 20)
+    reps: int = 2
+    max_tokens: int = 96
+    prompts: str | None = None  # a JSONL prompt file; None = the built-in four
+    hardware: str | None = None
+    storage: str | None = None  # None = RUN_DIR/study.db
+    study: str = "tune"
+    allow_inexact: bool = False
+    concurrency: int = 4
+    slo: str | None = None
+    price_per_hour: float | None = None
+    extra_args: tuple[str, ...] = ()
+    template: str | None = None
+    ready_timeout_s: float = 300.0
+    request_timeout_s: float = 300.0
+    stop_grace_s: float = 10.0
+    seed: int = 0
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["space"] = dict(self.space)
+        d["extra_args"] = list(self.extra_args)
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TuneOptions:
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        kw["extra_args"] = tuple(kw.get("extra_args") or ())
+        return cls(**kw)
+
+    def fingerprint(self) -> dict:
+        """What workers sharing one study must agree on."""
+        return {"engine": self.engine, "space": dict(self.space), "strategy": self.strategy, "objective": self.objective}
+
+
+def write_options(run_dir: Path, options: TuneOptions) -> None:
+    from roofline.bench.results import write_json
+
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create the run folder {str(run_dir)!r} ({e.strerror}); pass --runs DIR") from None
+    write_json(run_dir / CONFIG, options.to_json())
+
+
+def read_options(run_dir: Path) -> TuneOptions:
+    try:
+        return TuneOptions.from_json(json.loads((run_dir / CONFIG).read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise UserError(f"{str(run_dir)!r} is not a tune run folder (no {CONFIG}); pass the folder a "
+                        "`roofline tune` run printed") from None
+    except (ValueError, TypeError, KeyError) as e:
+        raise UserError(f"cannot read {run_dir / CONFIG} ({e})") from None
+
+
+def trial_settings(options: TuneOptions) -> Any:
+    from roofline.bench.engines import get_launcher
+    from roofline.bench.metrics import parse_slo
+    from roofline.bench.workloads import builtin_prompts, load_prompts_jsonl
+    from roofline.tune.objectives import ObjectiveSettings, get_objective
+    from roofline.tune.trial import TrialSettings
+
+    osettings = ObjectiveSettings(concurrency=options.concurrency,
+                                  slo_s=parse_slo(options.slo) if options.slo else None,
+                                  price_per_hour=options.price_per_hour)
+    return TrialSettings(
+        launcher=get_launcher(options.engine), model=options.model,
+        objective=get_objective(options.objective, osettings), objective_settings=osettings,
+        prompts=load_prompts_jsonl(options.prompts) if options.prompts else builtin_prompts(),
+        reps=options.reps, max_tokens=options.max_tokens, hardware=options.hardware,
+        ceiling_model=None if options.engine == "embedded" else options.model,
+        extra_args=tuple(options.extra_args), template=options.template, ready_timeout_s=options.ready_timeout_s,
+        request_timeout_s=options.request_timeout_s, stop_grace_s=options.stop_grace_s,
+        usage="per-chunk" if options.engine == "embedded" else "auto")  # roofline serve counts tokens per chunk
+
+
+def budget(options: TuneOptions) -> int | None:
+    if options.trials is not None:
+        return options.trials
+    return 20 if options.strategy == "tpe" else None
+
+
+class Display:
+    """What the run tells the user interface (the CLI draws it with rich); every method may be a no-op."""
+
+    def bench_progress(self) -> Any:
+        from roofline.bench.runner import Progress
+
+        return Progress()
+
+    def trial_started(self, number: int, slot: Any, config: Mapping[str, Any]) -> None: ...
+    def trial_ended(self, result: Any, best: Any) -> None: ...
+    def note(self, text: str) -> None: ...
+    def stop(self) -> None: ...
+
+
+def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
+    """Run (or continue) the study in run_dir as one worker; the TuneResult. Ctrl-C stops the running
+    engine, puts its trial back in the queue, writes tune.json, and re-raises."""
+    from roofline.bench.engines import GreedyOutput
+    from roofline.tune import study as st
+    from roofline.tune.result import build_result
+    from roofline.tune.search import Rule, get_strategy
+    from roofline.tune.space import Space
+    from roofline.tune.trial import run_trial
+
+    t0 = time.monotonic()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    settings = trial_settings(options)
+    space = Space.from_json(options.space)
+    strategy = get_strategy(options.strategy)
+    rule = Rule(settings.objective.direction, options.allow_inexact)
+    url = st.storage_url(run_dir, options.storage)
+    storage = st.open_storage(url)
+    seed = options.seed if options.storage is None else options.seed + os.getpid()  # workers draw differently
+    study, created = st.open_study(storage, options.study, strategy, space, options.fingerprint(),
+                                   settings.objective.direction, seed)
+    redo = st.recover(study, private=options.storage is None)
+    if redo:
+        display.note(f"re-running interrupted trial(s) {', '.join(map(str, redo))}")
+    display.note(f"study {options.study!r} in {st.shown_url(url)} ({'created' if created else 'joined'})")
+    progress = display.bench_progress()
+
+    def write_result(interrupted: bool = False) -> Any:
+        from roofline.bench.results import write_json
+
+        result = build_result(options, space, run_dir, st.results(study), study_state(study),
+                              interrupted=interrupted, wall_s=time.monotonic() - t0, storage=st.shown_url(url))
+        write_json(run_dir / RESULT, result.to_json())
+        return result
+
+    def evaluate(number: int, slot: Any, config: dict, reference: list[dict] | None):
+        baseline = None if reference is None else [GreedyOutput.from_json(o) for o in reference]
+        return run_trial(settings, number, slot, config, run_dir / "trials" / f"{number:03d}", baseline, progress,
+                         run_dir=run_dir)
+
+    def on_result(result: Any) -> None:
+        _append_line(run_dir / TRIALS, result.to_json())
+        tune = write_result()
+        display.trial_ended(result, tune.best)
+
+    worker = st.Worker(study, strategy, space, rule, budget=budget(options), objective=options.objective)
+    try:
+        st.run_worker(worker, evaluate, on_start=display.trial_started, on_result=on_result)
+    except KeyboardInterrupt:
+        write_result(interrupted=True)
+        raise
+    return write_result()
+
+
+def study_state(study: Any) -> dict[str, int]:
+    """How many trials are in each Optuna state (WAITING ones are the plan not yet run)."""
+    counts: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
+    return counts
+
+
+def _append_line(path: Path, obj: Any) -> None:
+    data = (json.dumps(obj, separators=(",", ":"), default=str) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)

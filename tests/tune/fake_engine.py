@@ -1,0 +1,124 @@
+"""A fake OpenAI-compatible engine for the tuner's tests (stdlib only, run as a script).
+
+    python fake_engine.py --host H --port P --mode MODE --speed TOK_PER_S --shift N [anything else]
+
+Modes: ok (serve), crash (exit at start with an error), crash_mid (serve /health, die on the first
+completion), hang (never listen, ignore SIGTERM), garbage (print bytes, answer completions with
+nonsense), ignore_term (serve, ignore SIGTERM). Greedy answers carry `token_ids` derived from the
+prompt; --shift N changes every token from the fourth on and doubles the speed (an inexact
+configuration that is faster, like lossy int8 weights). Unknown
+arguments (a marker for the process table) are ignored.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--host", default="127.0.0.1")
+ap.add_argument("--port", type=int, required=True)
+ap.add_argument("--mode", default="ok")
+ap.add_argument("--speed", type=float, default=500.0)
+ap.add_argument("--shift", type=int, default=0)
+args, _ = ap.parse_known_args()
+if args.shift:
+    args.speed *= 2
+
+print(f"fake engine: {args.mode} at {args.speed:g} tok/s on {args.host}:{args.port}", flush=True)
+if args.mode == "crash":
+    print("loading weights... RuntimeError: out of memory", flush=True)
+    sys.exit(3)
+if args.mode in ("hang", "ignore_term"):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if args.mode == "hang":
+    while True:
+        time.sleep(1)
+if args.mode == "garbage":
+    sys.stdout.buffer.write(bytes(range(256)) + b"\n")
+    sys.stdout.flush()
+
+
+def token_ids(body: dict) -> list[int]:
+    text = json.dumps(body.get("messages") or body.get("prompt"), sort_keys=True)
+    h = int(hashlib.sha256(text.encode()).hexdigest()[:6], 16)
+    n = int(body.get("max_tokens") or 16)
+    return [(h + 7 * i) % 1000 + (args.shift if i >= 3 else 0) for i in range(n)]
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def setup(self):
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # one token, one packet
+
+    def log_message(self, *a):
+        pass
+
+    def reply(self, status: int, obj) -> None:
+        data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path == "/health":
+            self.reply(200, b"ok")
+        elif self.path == "/v1/models":
+            self.reply(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
+        else:
+            self.reply(404, {"error": {"message": "not found"}})
+
+    def chunk(self, obj) -> None:
+        payload = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+        self.wfile.flush()
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        if args.mode == "crash_mid":
+            print("segmentation fault (core dumped)", flush=True)
+            os._exit(139)
+        if args.mode == "garbage":
+            self.reply(200, b"\x00\x01 GARBAGE {{{")
+            return
+        ids = token_ids(body)
+        text = "".join(f" t{t}" for t in ids)
+        usage = {"prompt_tokens": 8, "completion_tokens": len(ids), "total_tokens": 8 + len(ids)}
+        if not body.get("stream"):
+            time.sleep(len(ids) / args.speed)
+            self.reply(200, {"id": "x", "object": "chat.completion", "model": "fake", "usage": usage,
+                             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                          "finish_reason": "length", "token_ids": ids}]})
+            return
+        opts = body.get("stream_options") or {}
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        head = {"id": "x", "object": "chat.completion.chunk", "model": "fake"}
+        self.chunk({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+        for i, t in enumerate(ids):
+            time.sleep(1.0 / args.speed)
+            ev = {**head, "choices": [{"index": 0, "delta": {"content": f" t{t}"},
+                                       "finish_reason": "length" if i == len(ids) - 1 else None}]}
+            if opts.get("continuous_usage_stats"):
+                ev["usage"] = {"prompt_tokens": 8, "completion_tokens": i + 1, "total_tokens": 9 + i}
+            self.chunk(ev)
+        if opts.get("include_usage"):
+            self.chunk({**head, "choices": [], "usage": usage})
+        self.chunk(b"[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+ThreadingHTTPServer.daemon_threads = True
+ThreadingHTTPServer((args.host, args.port), Handler).serve_forever()

@@ -1,0 +1,72 @@
+"""A short real ladder: `roofline tune` launches `roofline serve` on the default model through the
+launcher registry, and the exactness gate refuses int8 weights (lossy) while an exact change is kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tune_helpers import marker, wait_gone, write_profile, write_space
+
+from roofline.tune.result import build_result
+from roofline.tune.search import Rule
+from roofline.tune.space import Space
+from roofline.tune.trial import TrialResult
+from roofline.tune.tuner import TuneOptions
+
+SPACE = """
+[knobs.dtype]
+choices = ["fp32", "int8"]
+default = "fp32"
+[knobs.max_batch]
+choices = [1]
+"""
+
+
+def test_short_real_ladder_rejects_int8_and_keeps_only_exact_steps(tmp_path):
+    cache = tmp_path / "cache"
+    write_profile(cache, 30e9)  # a measured machine, so the tuner needs no probe
+    mark = marker()
+    space = write_space(tmp_path, SPACE)
+    # one thread: two spin at a barrier and crawl when a neighbour takes a core (ENVIRONMENT.md), and
+    # a test checks correctness, not speed
+    cmd = [sys.executable, "-m", "roofline", "tune", "--space", str(space), "--max-tokens", "24", "--reps", "2",
+           "--runs", str(tmp_path / "runs"), "--engine-arg", "threads=1", f"--engine-arg=--served-model-name={mark}",
+           "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "ROOFLINE_CACHE_DIR": str(cache)})
+    assert p.returncode == 0, p.stderr[-3000:]
+    result = json.loads(p.stdout)
+    trials = {(t["slot"]["kind"], t["slot"]["knob"]): TrialResult.from_json(t) for t in result["trials"]}
+    assert set(trials) == {("baseline", None), ("ladder", "dtype"), ("ladder", "max_batch")}
+    base, int8, one = trials[("baseline", None)], trials[("ladder", "dtype")], trials[("ladder", "max_batch")]
+
+    assert base.status == "ok" and base.exactness["basis"] == "token_ids" and base.exactness["compared"] == 4
+    assert base.argv[1:4] == ("-m", "roofline", "serve") and f"--served-model-name={mark}" in base.argv
+    assert base.config == {"threads": 1} and "--threads" in base.argv  # --engine-arg knob=value: every trial
+    # int8 weights decode other tokens: recorded with where they diverge, never chosen
+    assert int8.config == {"threads": 1, "dtype": "int8"} and int8.status == "inexact"
+    assert int8.exactness["first_prompt"] in ("reasoning", "code", "table", "prose")
+    assert 0 <= int8.exactness["first_position"] < 24
+    assert "--dtype" in int8.argv and "int8" in int8.argv
+    # a one-sequence batch changes nothing in the arithmetic: the same tokens
+    assert one.status == "ok" and one.exactness["exact"] is True and "--max-batch" in one.argv
+
+    best = TrialResult.from_json(result["best"])
+    assert best.status == "ok" and best.number in (base.number, one.number)
+    assert result["best_command"] == list(best.argv)
+    # every trial is held against the ceiling: the server's bytes per token over the profile's bandwidth
+    assert result["ceiling"]["bandwidth_bytes_per_s"] == 30e9
+    assert all(t.metrics.get("percent_of_ceiling") for t in (base, int8, one))
+    assert int8.metrics["bytes_per_token"] < base.metrics["bytes_per_token"]
+    assert [s["knob"] for s in result["ladder"]] == ["dtype", "max_batch"]
+    assert result["ladder"][0]["kept"] is False
+
+    # the same trials, had the user passed --allow-inexact: int8 becomes eligible (it is faster)
+    all_trials = [TrialResult.from_json(t) for t in result["trials"]]
+    options = TuneOptions(space=result["space"], allow_inexact=True)
+    allowed = build_result(options, Space.from_json(result["space"]), tmp_path, all_trials, {})
+    assert allowed.best == Rule(allow_inexact=True).best(all_trials)
+    assert int8.value > base.value and allowed.best.status in ("inexact", "ok")
+    assert wait_gone(mark) == []

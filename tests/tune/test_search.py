@@ -1,0 +1,220 @@
+"""The strategies on a fake objective (a pure function of the configuration, no engine), through the
+same study and worker loop the real tuner uses."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from roofline.bench.engines.base import Knob, Launcher, knob_table
+from roofline.tune import study as st
+from roofline.tune.search import STRATEGIES, Rule, grid_configs, grid_plan, ladder_plan, ladder_steps
+from roofline.tune.space import parse_space
+from roofline.tune.trial import TrialResult
+
+LAUNCHER = Launcher("fake", knob_table(
+    Knob("dtype", "choice", ("fp32", "bf16")), Knob("spec", "choice", ("none", "ngram", "trie")),
+    Knob("breadth", "int", minimum=1), Knob("depth", "int", minimum=1), Knob("threads", "int", minimum=1)))
+
+SPACE = parse_space("""
+source = "test"
+date = "2026-12-02"
+[knobs.dtype]
+choices = ["fp32", "bf16"]
+default = "fp32"
+[knobs.spec]
+choices = ["none", "ngram", "trie"]
+default = "none"
+[knobs.breadth]
+low = 2
+high = 48
+step = 2
+default = 10
+unless = { spec = "none" }
+[knobs.depth]
+low = 4
+high = 32
+step = 4
+default = 16
+unless = { spec = "none" }
+[knobs.threads]
+choices = [1, 2]
+default = 2
+""", LAUNCHER, name="synthetic")
+# the same knobs, coarser: a grid of 196 points instead of 772, for the tests that run the whole grid
+COARSE = parse_space("""
+source = "test"
+date = "2026-12-02"
+[knobs.dtype]
+choices = ["fp32", "bf16"]
+default = "fp32"
+[knobs.spec]
+choices = ["none", "ngram", "trie"]
+default = "none"
+[knobs.breadth]
+low = 2
+high = 48
+step = 8
+default = 10
+unless = { spec = "none" }
+[knobs.depth]
+low = 4
+high = 32
+step = 8
+default = 16
+unless = { spec = "none" }
+[knobs.threads]
+choices = [1, 2]
+default = 2
+""", LAUNCHER, name="coarse")
+
+
+class Out:
+    """A greedy output stand-in (the worker stores the baseline's for the exactness gate)."""
+
+    def to_json(self) -> dict:
+        return {"prompt_id": "p", "text": "x", "token_ids": [1]}
+
+
+def landscape(config: dict) -> float:
+    """tok/s: speculation pays with a sharp peak at breadth 24 (like the B200 study's sweep), depth
+    helps a little near 16, bf16 a bit; trie beats ngram."""
+    c = SPACE.effective(config)
+    v = 100.0 * (1.15 if c["dtype"] == "bf16" else 1.0) * (0.97 if c["threads"] == 1 else 1.0)
+    if c["spec"] != "none":
+        peak = math.exp(-(((c["breadth"] - 24) / 9) ** 2))
+        v *= (1.0 + (1.8 if c["spec"] == "trie" else 1.3) * peak) * (1 + 0.1 * math.exp(-(((c["depth"] - 16) / 8) ** 2)))
+    return v
+
+
+def evaluate_with(fn, spread: float = 1.0, inexact=lambda c: False):
+    def evaluate(number, slot, config, reference):
+        status = "inexact" if inexact(config) else "ok"
+        return TrialResult(number, slot, config, status, value=fn(config), spread=spread,
+                           rep_values=(fn(config) - spread / 2, fn(config) + spread / 2)), [Out()]
+    return evaluate
+
+
+def run(strategy: str, evaluate, *, budget=None, seed=1, rule=Rule(), space=SPACE):
+    import optuna
+
+    s = STRATEGIES[strategy]
+    study, created = st.open_study(optuna.storages.InMemoryStorage(), "t", s, space, {"engine": "fake"},
+                                   rule.direction, seed)
+    assert created
+    ran = st.run_worker(st.Worker(study, s, space, rule, budget=budget), evaluate)
+    return study, st.results(study), ran
+
+
+def test_ladder_climbs_one_knob_at_a_time_and_keeps_only_gains_beyond_the_spread():
+    study, results, ran = run("ladder", evaluate_with(landscape, spread=5.0))
+    baseline, steps = ladder_steps(SPACE, results, Rule())
+    assert baseline.config == {} and baseline.value == pytest.approx(100.0)
+    kept = {s.knob: s.kept.config.get(s.knob) for s in steps if s.kept}
+    # bf16 (+15 > spread 5) is kept; then trie at the default breadth 10 (x1.16) is kept;
+    # breadth 24 then climbs the peak; depth 16 is the default; threads=1 loses
+    assert kept == {"dtype": "bf16", "spec": "trie", "breadth": 24}
+    assert [s.knob for s in steps] == ["dtype", "spec", "breadth", "depth", "threads"]
+    best = Rule().best(results)
+    assert best.config == {"dtype": "bf16", "spec": "trie", "breadth": 24}
+    # every step's values ran once: 1 + 2 (spec) + 23 (breadth) + 7 (depth) + 1 (threads) + baseline
+    assert ran == len(results) == 1 + 1 + 2 + 23 + 7 + 1
+    configs = [tuple(sorted(r.config.items())) for r in results]
+    assert len(configs) == len(set(configs))
+
+
+def test_a_gain_within_the_spread_is_not_kept():
+    flat = evaluate_with(lambda c: 100.0 + (3.0 if SPACE.effective(c)["dtype"] == "bf16" else 0.0), spread=5.0)
+    _, results, _ = run("ladder", flat)
+    _, steps = ladder_steps(SPACE, results, Rule())
+    assert steps[0].knob == "dtype" and steps[0].kept is None and "within spread" in steps[0].note
+    assert Rule().best(results).value == pytest.approx(103.0)  # still the fastest measured, but not climbed
+
+
+def test_ladder_skips_knobs_whose_condition_does_not_hold():
+    no_spec = evaluate_with(lambda c: 50.0 if SPACE.effective(c)["spec"] != "none" else 100.0)
+    study, results, ran = run("ladder", no_spec)
+    skipped = [r for r in results if r.status == "skipped"]
+    assert {r.slot.knob for r in skipped} == {"breadth", "depth"}
+    assert all("inactive" in r.error for r in skipped)
+    assert ran == 1 + 1 + 2 + 1  # baseline, dtype, spec x2, threads
+    assert len(skipped) == len(ladder_plan(SPACE)) - 5
+
+
+def test_inexact_configurations_are_never_best_unless_allowed():
+    fast_but_wrong = evaluate_with(landscape, inexact=lambda c: SPACE.effective(c)["dtype"] == "bf16")
+    _, results, _ = run("ladder", fast_but_wrong)
+    assert any(r.status == "inexact" for r in results)
+    best = Rule().best(results)
+    assert best.status == "ok" and SPACE.effective(best.config)["dtype"] == "fp32"
+    _, results, _ = run("ladder", fast_but_wrong, rule=Rule(allow_inexact=True))
+    assert Rule(allow_inexact=True).best(results).status == "inexact"
+
+
+def test_grid_runs_every_combination_once():
+    assert len(grid_configs(SPACE)) == 2 * 2 * (1 + 2 * 24 * 8)  # conditions: spec none has no breadth/depth
+    configs = grid_configs(COARSE)
+    assert len(configs) == 2 * 2 * (1 + 2 * 6 * 4)
+    study, results, ran = run("grid", evaluate_with(landscape), space=COARSE)
+    assert ran == len(grid_plan(COARSE)) == len(configs)  # the baseline is one of the grid's points
+    assert len({tuple(sorted(COARSE.effective(r.config).items())) for r in results}) == ran
+    best = Rule().best(results)
+    assert best.value == pytest.approx(max(landscape(c) for c in configs))
+
+
+def test_budget_stops_the_plan_and_the_rest_waits():
+    study, results, ran = run("grid", evaluate_with(landscape), budget=5, space=COARSE)
+    assert ran == 5
+    from optuna.trial import TrialState
+
+    assert len(study.get_trials(states=(TrialState.WAITING,))) == len(grid_plan(COARSE)) - 5
+
+
+def test_tpe_reaches_within_10_percent_of_the_grid_best_in_a_third_of_its_trials():
+    grid_best = max(landscape(c) for c in grid_configs(SPACE))
+    budget = len(grid_plan(SPACE)) // 3
+    _, results, ran = run("tpe", evaluate_with(landscape), budget=budget, seed=7)
+    assert ran == budget
+    tpe_best = Rule().best(results).value
+    assert tpe_best >= 0.9 * grid_best, (tpe_best, grid_best)
+
+
+def test_minimize_picks_the_smallest():
+    _, results, _ = run("grid", evaluate_with(lambda c: 1000.0 / landscape(c)), rule=Rule("minimize"), space=COARSE)
+    best = Rule("minimize").best(results)
+    assert best.value == pytest.approx(min(1000.0 / landscape(c) for c in grid_configs(COARSE)))
+
+
+def test_a_failed_baseline_stops_the_study():
+    def evaluate(number, slot, config, reference):
+        return TrialResult(number, slot, config, "failed", error="engine crashed"), None
+
+    with pytest.raises(st.BaselineFailed, match="engine crashed"):
+        run("ladder", evaluate)
+
+
+def test_interrupted_trial_is_failed_and_its_slot_queued_again():
+    import optuna
+
+    calls = []
+
+    def evaluate(number, slot, config, reference):
+        calls.append(number)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return evaluate_with(landscape)(number, slot, config, reference)
+
+    s = STRATEGIES["grid"]
+    small = parse_space('source = "t"\ndate = "d"\n[knobs.dtype]\nchoices = ["fp32", "bf16"]\ndefault = "fp32"\n'
+                        '[knobs.threads]\nchoices = [1, 2]\ndefault = 2\n', LAUNCHER)
+    study, _ = st.open_study(optuna.storages.InMemoryStorage(), "t", s, small, {}, "maximize", 0)
+    w = st.Worker(study, s, small, Rule())
+    with pytest.raises(KeyboardInterrupt):
+        st.run_worker(w, evaluate)
+    interrupted = [t for t in study.get_trials() if "interrupted" in t.user_attrs]
+    assert len(interrupted) == 1 and interrupted[0].state.name == "FAIL"
+    st.run_worker(w, evaluate)
+    done = [r for r in st.results(study) if r.status == "ok"]
+    assert sorted(str(sorted(small.effective(r.config).items())) for r in done) == sorted(
+        str(sorted(small.effective(c).items())) for c in grid_configs(small))  # each point once, the interrupted one re-run

@@ -1,0 +1,78 @@
+"""Trials against fake engine commands: crashes, hangs, garbage and inexact answers are recorded with
+their reasons and log tails, the study goes on, and no engine process is left behind."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tune_helpers import FAKE, marker, register_fake, wait_gone, write_space
+
+from roofline.tune.result import TuneResult
+from roofline.tune.space import load_space_file
+from roofline.tune.tuner import RESULT, TRIALS, Display, TuneOptions, run_tune
+
+
+def options(space, mark: str, **kw) -> TuneOptions:
+    kw.setdefault("reps", 2)
+    return TuneOptions(engine="fake", space=space.to_json(), max_tokens=12, extra_args=(mark,), ready_timeout_s=3,
+                       request_timeout_s=5, stop_grace_s=1, **kw)
+
+
+def by_mode(result: TuneResult) -> dict:
+    return {r.config.get("mode", "ok"): r for r in result.trials}
+
+
+def test_crash_hang_garbage_fail_with_log_tails_and_the_study_goes_on(tmp_path, monkeypatch):
+    register_fake(monkeypatch)
+    space = load_space_file(write_space(tmp_path, """
+[baseline]
+speed = 400
+[knobs.mode]
+choices = ["ok", "crash", "crash_mid", "hang", "garbage", "ignore_term"]
+default = "ok"
+"""), FAKE)
+    mark = marker()
+    result = run_tune(options(space, mark), tmp_path / "run", Display())
+    trials = by_mode(result)
+    assert set(trials) == {"ok", "crash", "crash_mid", "hang", "garbage", "ignore_term"}
+    assert trials["ok"].status == "ok" and trials["ok"].value > 0 and trials["ok"].slot.kind == "baseline"
+    crash = trials["crash"]
+    assert crash.status == "failed" and "code 3" in crash.error and "out of memory" in crash.log_tail
+    assert trials["crash_mid"].status == "failed" and "segmentation fault" in trials["crash_mid"].log_tail
+    assert trials["hang"].status == "failed" and "did not answer /health within 3s" in trials["hang"].error
+    assert trials["garbage"].status == "failed" and "GARBAGE" in trials["garbage"].error
+    assert trials["ignore_term"].status == "ok"  # it measures fine; stopping it needed SIGKILL
+    for r in result.trials:
+        assert r.argv and r.argv[-1] == mark and r.machine["hostname"]
+        assert r.engine == "fake" and r.engine_version == "fake 1.0"
+    assert result.best in (trials["ok"], trials["ignore_term"])
+    assert wait_gone(mark) == []
+    # everything was written as it ended: one line per trial, and tune.json reads back
+    lines = (tmp_path / "run" / TRIALS).read_text().splitlines()
+    assert len(lines) == 6
+    saved = TuneResult.from_json(json.loads((tmp_path / "run" / RESULT).read_text()))
+    assert saved.to_json() == json.loads(json.dumps(result.to_json()))
+    assert (tmp_path / "run" / "trials" / "001" / "server.log").exists()
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_the_exactness_gate_rejects_a_faster_inexact_configuration(tmp_path, monkeypatch, allow):
+    register_fake(monkeypatch)
+    space = load_space_file(write_space(tmp_path, """
+[baseline]
+speed = 300
+[knobs.shift]
+choices = [0, 5]
+default = 0
+"""), FAKE)
+    mark = marker()
+    result = run_tune(options(space, mark, allow_inexact=allow, reps=1), tmp_path / "run", Display())
+    inexact = [r for r in result.trials if r.status == "inexact"]
+    assert len(inexact) == 1
+    e = inexact[0].exactness
+    assert e["exact"] is False and e["basis"] == "token_ids" and e["first_position"] == 3
+    assert e["first_prompt"] == "reasoning"  # the first of the built-in prompts
+    assert inexact[0].value > 1.5 * result.baseline.value  # twice as fast, but wrong
+    assert result.best == (inexact[0] if allow else result.baseline)
+    assert wait_gone(mark) == []

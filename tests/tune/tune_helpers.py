@@ -1,0 +1,91 @@
+"""Shared by the tuner's tests: a fake launcher around fake_engine.py, spaces, process-table checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from roofline.bench.engines.base import Knob, Launcher, flag, knob_table
+
+FAKE_ENGINE = Path(__file__).with_name("fake_engine.py")
+FAKE_TUNE = Path(__file__).with_name("fake_tune.py")
+
+
+@dataclass(frozen=True)
+class FakeLauncher(Launcher):
+    """Starts fake_engine.py; knob k=v -> --k v."""
+
+    def argv(self, *, model, port, host, config, extra_args=(), template=None) -> list[str]:
+        out = [sys.executable, str(FAKE_ENGINE), "--host", host, "--port", str(port)]
+        for knob, value in self.settings(config):
+            out += [flag(knob.name), str(value)]
+        return out + list(extra_args)
+
+    def version(self) -> str | None:
+        return "fake 1.0"
+
+
+FAKE = FakeLauncher(name="fake", knobs=knob_table(
+    Knob("mode", "choice", ("ok", "crash", "crash_mid", "hang", "garbage", "ignore_term")),
+    Knob("speed", "int", minimum=1),
+    Knob("shift", "int"),
+))
+
+
+def register_fake(monkeypatch) -> None:
+    from roofline.bench import engines
+
+    monkeypatch.setitem(engines.LAUNCHERS, "fake", FAKE)
+
+
+def write_space(folder: Path, body: str, name: str = "space.toml") -> Path:
+    path = folder / name
+    path.write_text('source = "test"\ndate = "2026-12-02"\n' + body, encoding="utf-8")
+    return path
+
+
+def write_profile(cache: Path, read_bytes_per_s: float = 30e9) -> None:
+    """A measured-machine profile, so tests on the embedded engine skip the probe."""
+    stats = {"median": read_bytes_per_s, "min": read_bytes_per_s, "max": read_bytes_per_s, "runs": [read_bytes_per_s]}
+    path = cache / "hardware" / "local.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"name": "local", "cpu": "test cpu", "threads": 2, "memory_bytes": 2**34,
+                                "bandwidth_bytes_per_s": {"read": stats, "copy": stats, "triad": stats}, "flops": {}}))
+
+
+def marker() -> str:
+    return f"m{uuid.uuid4().hex}"
+
+
+def processes_with(text: str) -> list[int]:
+    """Live (not zombie) processes whose command line contains text."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/stat") as s:
+                if s.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    out.append(int(pid))
+        except OSError:
+            pass
+    return out
+
+
+def wait_gone(text: str, timeout_s: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while processes_with(text) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return processes_with(text)
+
+
+def fake_tune_argv(*args: str) -> list[str]:
+    return [sys.executable, str(FAKE_TUNE), "tune", "--engine", "fake", *args]
