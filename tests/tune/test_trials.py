@@ -76,3 +76,32 @@ default = 0
     assert inexact[0].value > 1.5 * result.baseline.value  # twice as fast, but wrong
     assert result.best == (inexact[0] if allow else result.baseline)
     assert wait_gone(mark) == []
+
+
+@pytest.mark.parametrize("objective, extra", [
+    ("goodput", {"slo": "ttft=5s,tpot=1s", "concurrency": 2}),
+    ("cost", {"price_per_hour": 3.6, "concurrency": 2}),
+])
+def test_goodput_and_cost_objectives(tmp_path, monkeypatch, objective, extra):
+    register_fake(monkeypatch)
+    space = load_space_file(write_space(tmp_path, "[knobs.speed]\nchoices = [200, 800]\n"), FAKE)
+    result = run_tune(options(space, marker(), objective=objective, reps=1, **extra), tmp_path / "run", Display())
+    assert [r.status for r in result.trials] == ["ok", "ok", "ok"]
+    for r in result.trials:
+        tok_per_s = r.metrics["output_tok_per_s"]
+        if objective == "cost":  # $3.60/h at tok/s: 3.6 / (3600 * tok/s) * 1e6 dollars per million tokens
+            assert r.value == pytest.approx(1e3 / tok_per_s)
+        else:  # every request meets these loose SLOs: goodput is the whole output rate
+            assert r.value == pytest.approx(tok_per_s)
+    fastest = max(result.trials, key=lambda r: r.metrics["output_tok_per_s"])
+    assert result.best.number == fastest.number and result.objective["direction"] == (
+        "minimize" if objective == "cost" else "maximize")
+
+
+def test_tpe_through_the_tuner(tmp_path, monkeypatch):
+    register_fake(monkeypatch)
+    space = load_space_file(write_space(tmp_path, "[knobs.speed]\nlow = 100\nhigh = 900\nstep = 100\n"), FAKE)
+    result = run_tune(options(space, marker(), strategy="tpe", trials=4, reps=1), tmp_path / "run", Display())
+    assert len(result.trials) == 4 and result.trials[0].slot.kind == "baseline"
+    assert all(r.status == "ok" and 100 <= r.config.get("speed", 100) <= 900 for r in result.trials)
+    assert set(result.sweeps) == {"speed"}

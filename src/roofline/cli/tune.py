@@ -27,7 +27,7 @@ def _interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: stop the engine, 
 def register(app: typer.Typer) -> None:
     @app.command("tune", help=HELP)
     def tune(
-        engine: str = typer.Option("embedded", "--engine", help="Engine to start: embedded, llamacpp, vllm, sglang or command (with --engine-cmd)."),
+        engine: str = typer.Option("embedded", "--engine", help="Engine to start: embedded, llamacpp, vllm or sglang."),
         model: str | None = typer.Option(None, "--model", help="Model to serve (embedded: a .gguf file or folder; default SmolLM2-135M-Instruct)."),
         space: Path | None = typer.Option(None, "--space", help="Search space TOML file (knobs, ranges or choices, conditions)."),
         preset: str | None = typer.Option(None, "--preset", help="Built-in space: embedded, vllm-ngram, llamacpp, b200-ladder (default: the engine's own)."),
@@ -44,7 +44,6 @@ def register(app: typer.Typer) -> None:
         allow_inexact: bool = typer.Option(False, "--allow-inexact", help="Let a configuration whose greedy outputs differ from the baseline's be chosen as best."),
         runs: Path = typer.Option(Path("runs"), "--runs", help="Folder the run folder is made in."),
         engine_arg: list[str] = typer.Option([], "--engine-arg", help="knob=value fixes a knob for the baseline and every trial; anything else is passed to the engine as is (repeat)."),
-        engine_cmd: str | None = typer.Option(None, "--engine-cmd", help="Command template for --engine command ({port}, {host}, {python}, {model})."),
         slo: str | None = typer.Option(None, "--slo", help="goodput: limits like ttft=2s,tpot=100ms."),
         concurrency: int = typer.Option(4, "--concurrency", help="goodput and cost: streams kept busy."),
         price_per_hour: float | None = typer.Option(None, "--price-per-hour", help="cost: the machine's price in dollars per hour."),
@@ -80,7 +79,7 @@ def _positive(name: str, value: int | float | None) -> None:
 
 def _new_options(o: dict):
     """Check every option (UserError on the first bad one) and build the TuneOptions."""
-    from roofline.bench.engines import check_config, get_launcher, parse_engine_args
+    from roofline.bench.engines import LAUNCHERS, check_config, get_launcher, parse_engine_args
     from roofline.bench.metrics import parse_slo
     from roofline.tune.objectives import ObjectiveSettings, get_objective
     from roofline.tune.search import get_strategy
@@ -88,6 +87,9 @@ def _new_options(o: dict):
     from roofline.tune.tuner import TuneOptions
 
     launcher = get_launcher(o["engine"])
+    if not launcher.knobs:
+        tunable = ", ".join(name for name, la in LAUNCHERS.items() if la.knobs)
+        raise UserError(f"engine {launcher.name} has no knobs to tune; tune one of: {tunable}")
     why = launcher.unavailable()
     if why:
         raise UserError(why)
@@ -124,7 +126,7 @@ def _new_options(o: dict):
         trials=o["trials"], reps=o["reps"], max_tokens=o["max_tokens"],
         prompts=str(o["prompts"].resolve()) if o["prompts"] else None, hardware=hardware, storage=o["storage"],
         study=o["study"], allow_inexact=o["allow_inexact"], concurrency=o["concurrency"], slo=o["slo"],
-        price_per_hour=o["price_per_hour"], extra_args=tuple(extra), template=o["engine_cmd"],
+        price_per_hour=o["price_per_hour"], extra_args=tuple(extra),
         ready_timeout_s=_seconds("--engine-timeout", o["engine_timeout"]),
         request_timeout_s=_seconds("--timeout", o["timeout"]), seed=o["seed"])
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import socket
 import threading
 import time
@@ -91,7 +90,6 @@ class TrialSettings:
     hardware: str | None = None  # for the ceiling: "local", a catalogue name or a bandwidth
     ceiling_model: str | None = None  # model for the ceiling when the server does not report its bytes
     extra_args: tuple[str, ...] = ()
-    template: str | None = None  # the command launcher's template
     ready_timeout_s: float = 300.0
     request_timeout_s: float = 300.0
     stop_grace_s: float = 10.0  # SIGTERM -> SIGKILL when the engine ignores it
@@ -138,7 +136,7 @@ def run_trial(settings: TrialSettings, number: int, slot: Slot, config: Mapping[
     argv: list[str] = []
     try:
         with start_engine(launcher, model=settings.model, config=config, log_path=log_path,
-                          extra_args=settings.extra_args, template=settings.template,
+                          extra_args=settings.extra_args,
                           ready_timeout_s=settings.ready_timeout_s, stop_grace_s=settings.stop_grace_s,
                           on_start=lambda s: argv.extend(s.argv)) as server:
             progress.note(f"trial {number}: engine ready ({' '.join(argv)})")
@@ -209,16 +207,33 @@ def _bench(settings: TrialSettings, url: str, out: Path, progress: Progress) -> 
                      usage=settings.usage,
                      timeout_s=settings.request_timeout_s,
                      slo_s=dict(os_.slo_s) if os_.slo_s else None, label="tune-trial")
-    previous = signal.getsignal(signal.SIGTERM)
-    try:
-        outcome = run_session(plan, out, progress)
-    finally:  # bench's event loop resets SIGTERM to the default (death) when it closes: put ours back
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, previous)
+    outcome = _in_thread(lambda: run_session(plan, out, progress))
     if outcome.interrupted:
         raise KeyboardInterrupt
     lines, _ = read_requests(outcome.run_dir)
     return outcome.summary, lines
+
+
+def _in_thread(fn: Any) -> Any:
+    """fn() run in a thread, waited for here. In the main thread bench would take SIGTERM over for its
+    event loop and leave it at the default when the loop closes, so a SIGTERM a moment later would kill
+    the tuner outright (the study not told). In a thread bench leaves signals alone, and Ctrl-C or
+    SIGTERM interrupt this wait at once: the caller stops the engine, and the thread's requests fail fast."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed to the waiting thread
+            box["error"] = e
+
+    t = threading.Thread(target=run, name="tune-bench", daemon=True)
+    t.start()
+    while t.is_alive():
+        t.join(0.2)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _metrics(summary: Mapping[str, Any]) -> dict[str, Any]:

@@ -48,8 +48,7 @@ class TuneOptions:
     concurrency: int = 4
     slo: str | None = None
     price_per_hour: float | None = None
-    extra_args: tuple[str, ...] = ()
-    template: str | None = None
+    extra_args: tuple[str, ...] = ()  # passed to the engine as they are
     ready_timeout_s: float = 300.0
     request_timeout_s: float = 300.0
     stop_grace_s: float = 10.0
@@ -109,7 +108,7 @@ def trial_settings(options: TuneOptions) -> Any:
         prompts=load_prompts_jsonl(options.prompts) if options.prompts else builtin_prompts(),
         reps=options.reps, max_tokens=options.max_tokens, hardware=options.hardware,
         ceiling_model=None if options.engine == "embedded" else options.model,
-        extra_args=tuple(options.extra_args), template=options.template, ready_timeout_s=options.ready_timeout_s,
+        extra_args=tuple(options.extra_args), ready_timeout_s=options.ready_timeout_s,
         request_timeout_s=options.request_timeout_s, stop_grace_s=options.stop_grace_s,
         usage="per-chunk" if options.engine == "embedded" else "auto")  # roofline serve counts tokens per chunk
 
