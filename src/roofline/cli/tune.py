@@ -108,6 +108,7 @@ def _new_options(o: dict):
     if fixed:
         sp = sp.with_baseline(fixed)
         check_config(launcher, sp.baseline)
+    launcher.argv(model=o["model"], port=1, host="127.0.0.1", config=sp.baseline, extra_args=extra)  # e.g. no --model
     if o["engine"] == "embedded" and not o["model"]:
         from roofline.engine.default_model import default_model_path
 

@@ -71,6 +71,9 @@ def header_notes(t: TuneResult) -> list[str]:
         b = t.baseline
         notes.append(f"baseline: {fmt(b.value, unit)} (spread {fmt(b.spread, unit)} across reps, "
                      f"{percent(b)} of ceiling)")
+    if c and c.get("hardware") == "local" and any((r.metrics.get("percent_of_ceiling") or 0) > 100 for r in t.trials):
+        notes.append("above 100% of the ceiling: the engine read memory faster than the probe did when it measured "
+                     "this machine (bandwidth drifts on a shared machine); re-run `roofline probe` when it is quiet")
     return notes
 
 
@@ -78,13 +81,12 @@ def ladder_table(t: TuneResult) -> Table | None:
     if not t.ladder:
         return None
     unit = t.objective["unit"]
-    headers = ["step", "setting", unit, "min-max", "gain", "spread", "kept", "values tried"]
+    headers = ["step", "setting", unit, "gain", "spread", "kept", "values tried"]
     rows = []
     if t.baseline:
         b = t.baseline
-        rows.append(["0", "baseline", fmt(b.value), _range(b), "-", fmt(b.spread), "-", ""])
-    for s in t.ladder:
-        best = next((p for p in s["tried"] if p["objective"] == s["best_objective"]), None)
+        rows.append(["0", "baseline", fmt(b.value), "-", fmt(b.spread), "-", ""])
+    for step, s in enumerate(t.ladder, 1):
         tried = ", ".join(f"{p['value']}: {fmt(p['objective'])}" + ("" if p["status"] == "ok" else f" ({p['status']})")
                           for p in s["tried"])
         gain = "-"
@@ -93,35 +95,30 @@ def ladder_table(t: TuneResult) -> Table | None:
             if t.objective["direction"] == "minimize":
                 g = -g
             gain = f"{g:+.1f} ({100 * g / s['before']['objective']:+.0f}%)"
-        rows.append([str(s["round"]), f"{s['knob']}={s['best_value']}" if s["best_value"] is not None else s["knob"],
-                     fmt(s["best_objective"]), _point_range(best), gain, fmt(s["spread"]),
+        rows.append([str(step), f"{s['knob']}={s['best_value']}" if s["best_value"] is not None else s["knob"],
+                     fmt(s["best_objective"]), gain, fmt(s["spread"]),
                      "yes" if s["kept"] else "no", tried])
     notes = ["a value is kept only when its gain beats the spread across repetitions (the larger of the two "
              "configurations'); inexact values are never kept" + (" (here allowed: --allow-inexact)" if t.allow_inexact else "")]
     return ("ladder (each step tries one knob on top of the best so far)", headers, rows, notes)
 
 
-def _range(r: TrialResult) -> str:
-    return f"{min(r.rep_values):.1f}-{max(r.rep_values):.1f}" if r.rep_values else "-"
-
-
-def _point_range(p: Mapping[str, Any] | None) -> str:
-    return f"{p['min']:.1f}-{p['max']:.1f}" if p and p.get("min") is not None else "-"
-
-
 def trials_table(t: TuneResult) -> Table:
     unit = t.objective["unit"]
     base = t.baseline.config if t.baseline else {}
-    headers = ["#", "kind", "configuration", "status", unit, "spread", "% ceil", "s", "note"]
+    headers = ["#", "configuration", "status", unit, "spread", "% ceil", "note"]
     rows = []
     for r in t.trials:
-        kind = r.slot.kind + (f" {r.slot.round}" if r.slot.kind == "ladder" else "")
-        rows.append([str(r.number), kind, config_text(r.config, base) if r.status != "skipped" else f"{r.slot.knob}={r.slot.value}",
-                     r.status, fmt(r.value), fmt(r.spread), percent(r), fmt(r.seconds), status_note(r)])
+        if r.status != "skipped":
+            rows.append([str(r.number), config_text(r.config, base), r.status, fmt(r.value), fmt(r.spread),
+                         percent(r), status_note(r)])
     counts: dict[str, int] = {}
     for r in t.trials:
         counts[r.status] = counts.get(r.status, 0) + 1
     notes = [", ".join(f"{n} {s}" for s, n in counts.items())]
+    skipped = [f"{r.slot.knob}={r.slot.value}" for r in t.trials if r.status == "skipped"]
+    if skipped:
+        notes.append(f"skipped (their condition does not hold on the best configuration): {', '.join(skipped)}")
     notes += [f"trial {r.number}: {status_note(r, full=True)}" for r in t.trials if r.status == "inexact"]
     waiting = t.study.get("trials", {}).get("waiting")
     if waiting:
