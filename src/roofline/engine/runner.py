@@ -95,7 +95,8 @@ class ModelRunner:
 
     def prefill(self, slot: int, token_ids: Seq[int]) -> np.ndarray:
         """Reset the slot, run the prompt from position 0; float32 logits (vocab,) of its last token.
-        Short prompts take the decode kernels (one weight read, k dots per row); longer ones torch GEMMs."""
+        Short prompts take the decode kernels (one weight read, k dots per row); longer ones torch GEMMs,
+        except at int8, which takes the kernels in chunks of KERNEL_PREFILL_MAX_TOKENS rows."""
         import torch
 
         from roofline.engine.model import forward
@@ -106,10 +107,14 @@ class ModelRunner:
             raise ValueError("prefill needs at least one token")
         self.cache.release(slot)
         self.cache.check_room(slot, ids.size)
-        if ids.size <= KERNEL_PREFILL_MAX_TOKENS:
-            logits = self._run_rows(ids, np.full(ids.size, slot, dtype=np.int64), np.arange(ids.size, dtype=np.int64),
-                                    last_only=True)
-            self.cache.lengths[slot] = ids.size
+        if ids.size <= KERNEL_PREFILL_MAX_TOKENS or self.dtype == "int8":
+            # int8 weights have no fast torch GEMM here (they would be widened to float on every call:
+            # measured ~4 s for a 40-token prompt), so long int8 prompts go through the kernels in chunks
+            for first in range(0, ids.size, KERNEL_PREFILL_MAX_TOKENS):
+                chunk = ids[first : first + KERNEL_PREFILL_MAX_TOKENS]
+                logits = self._run_rows(chunk, np.full(chunk.size, slot, dtype=np.int64),
+                                        np.arange(first, first + chunk.size, dtype=np.int64), last_only=True)
+                self.cache.lengths[slot] = first + chunk.size
             return logits[0]
         self._use_threads(torch_too=True)
         with torch.inference_mode():
