@@ -6,10 +6,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tune_helpers import FAKE  # noqa: E402
+from tune_helpers import FAKE
 
-from roofline.bench import engines  # noqa: E402
-from roofline.cli.main import run  # noqa: E402
+from roofline.bench import engines
+from roofline.cli.main import run
 
 engines.LAUNCHERS["fake"] = FAKE
 run()

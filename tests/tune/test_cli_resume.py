@@ -89,7 +89,7 @@ def test_ctrl_c_stops_the_engine_keeps_the_study_and_says_how_to_resume(tmp_path
     while not processes_with(mark) and time.monotonic() < deadline:
         time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)  # what Ctrl-C does, without a terminal
-    out, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     run_dir = next((tmp_path / "runs").glob("*"))
     assert f"roofline tune --resume {run_dir}" in err

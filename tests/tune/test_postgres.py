@@ -52,7 +52,7 @@ def postgres_url():
     if os.geteuid() == 0:
         shutil.chown(folder, "postgres", "postgres")
     data, port = folder / "data", free_port()
-    run = dict(capture_output=True, text=True, timeout=120, check=True)
+    run = {"capture_output": True, "text": True, "timeout": 120, "check": True}
     try:
         subprocess.run(as_postgres([initdb, "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"]), **run)
         subprocess.run(as_postgres([pg_ctl, "-D", str(data), "-l", str(folder / "log"), "-w", "-o",

@@ -9,7 +9,14 @@ import pytest
 
 from roofline.bench.engines.base import Knob, Launcher, knob_table
 from roofline.tune import study as st
-from roofline.tune.search import STRATEGIES, Rule, grid_configs, grid_plan, ladder_plan, ladder_steps
+from roofline.tune.search import (
+    STRATEGIES,
+    Rule,
+    grid_configs,
+    grid_plan,
+    ladder_plan,
+    ladder_steps,
+)
 from roofline.tune.space import parse_space
 from roofline.tune.trial import TrialResult
 
@@ -96,10 +103,10 @@ def evaluate_with(fn, spread: float = 1.0, inexact=lambda c: False):
     return evaluate
 
 
-def run(strategy: str, evaluate, *, budget=None, seed=1, rule=Rule(), space=SPACE):
+def run(strategy: str, evaluate, *, budget=None, seed=1, rule=None, space=SPACE):
     import optuna
 
-    s = STRATEGIES[strategy]
+    s, rule = STRATEGIES[strategy], rule or Rule()
     study, created = st.open_study(optuna.storages.InMemoryStorage(), "t", s, space, {"engine": "fake"},
                                    rule.direction, seed)
     assert created
@@ -108,7 +115,7 @@ def run(strategy: str, evaluate, *, budget=None, seed=1, rule=Rule(), space=SPAC
 
 
 def test_ladder_climbs_one_knob_at_a_time_and_keeps_only_gains_beyond_the_spread():
-    study, results, ran = run("ladder", evaluate_with(landscape, spread=5.0))
+    _, results, ran = run("ladder", evaluate_with(landscape, spread=5.0))
     baseline, steps = ladder_steps(SPACE, results, Rule())
     assert baseline.config == {} and baseline.value == pytest.approx(100.0)
     kept = {s.knob: s.kept.config.get(s.knob) for s in steps if s.kept}
@@ -134,7 +141,7 @@ def test_a_gain_within_the_spread_is_not_kept():
 
 def test_ladder_skips_knobs_whose_condition_does_not_hold():
     no_spec = evaluate_with(lambda c: 50.0 if SPACE.effective(c)["spec"] != "none" else 100.0)
-    study, results, ran = run("ladder", no_spec)
+    _, results, ran = run("ladder", no_spec)
     skipped = [r for r in results if r.status == "skipped"]
     assert {r.slot.knob for r in skipped} == {"breadth", "depth"}
     assert all("inactive" in r.error for r in skipped)
@@ -156,7 +163,7 @@ def test_grid_runs_every_combination_once():
     assert len(grid_configs(SPACE)) == 2 * 2 * (1 + 2 * 24 * 8)  # conditions: spec none has no breadth/depth
     configs = grid_configs(COARSE)
     assert len(configs) == 2 * 2 * (1 + 2 * 6 * 4)
-    study, results, ran = run("grid", evaluate_with(landscape), space=COARSE)
+    _, results, ran = run("grid", evaluate_with(landscape), space=COARSE)
     assert ran == len(grid_plan(COARSE)) == len(configs)  # the baseline is one of the grid's points
     assert len({tuple(sorted(COARSE.effective(r.config).items())) for r in results}) == ran
     best = Rule().best(results)
@@ -164,7 +171,7 @@ def test_grid_runs_every_combination_once():
 
 
 def test_budget_stops_the_plan_and_the_rest_waits():
-    study, results, ran = run("grid", evaluate_with(landscape), budget=5, space=COARSE)
+    study, _, ran = run("grid", evaluate_with(landscape), budget=5, space=COARSE)
     assert ran == 5
     from optuna.trial import TrialState
 

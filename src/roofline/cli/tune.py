@@ -72,14 +72,19 @@ def _seconds(name: str, text: str) -> float:
     return value
 
 
-def _positive(name: str, value: int | float | None) -> None:
+def _positive(name: str, value: float | None) -> None:
     if value is not None and not value > 0:
         raise UserError(f"{name} must be positive (got {value})")
 
 
 def _new_options(o: dict):
     """Check every option (UserError on the first bad one) and build the TuneOptions."""
-    from roofline.bench.engines import LAUNCHERS, check_config, get_launcher, parse_engine_args
+    from roofline.bench.engines import (
+        LAUNCHERS,
+        check_config,
+        get_launcher,
+        parse_engine_args,
+    )
     from roofline.bench.metrics import parse_slo
     from roofline.tune.objectives import ObjectiveSettings, get_objective
     from roofline.tune.search import get_strategy
@@ -174,8 +179,8 @@ def _run(o: dict) -> int:
 
 
 def _display(options):
-    from roofline.tune.output import RichDisplay, planned_total
     from roofline.tune.objectives import OBJECTIVES
+    from roofline.tune.output import RichDisplay, planned_total
     from roofline.tune.search import get_strategy
     from roofline.tune.space import Space
     from roofline.tune.tuner import budget

@@ -54,8 +54,8 @@ def percent(r: TrialResult | None) -> str:
 
 def header_notes(t: TuneResult) -> list[str]:
     unit = t.objective["unit"]
-    notes = [f"engine {t.engine}, model {t.model or 'default'}; objective: {t.objective['label']} "
-             f"({t.objective['direction']}); strategy {t.strategy}; study {t.study.get('name')!r}"]
+    notes = [(f"engine {t.engine}, model {t.model or 'default'}; objective: {t.objective['label']} "
+              f"({t.objective['direction']}); strategy {t.strategy}; study {t.study.get('name')!r}")]
     machines = sorted({(r.machine.get("hostname"), r.machine.get("read_bandwidth_bytes_per_s")) for r in t.trials
                        if r.machine.get("hostname")}, key=str)
     for host, bw in machines:
@@ -143,9 +143,15 @@ def best_lines(t: TuneResult) -> list[str]:
         return ["no configuration gave an exact result"]
     what = "exact" if b.status == "ok" else "INEXACT (allowed by --allow-inexact)"
     gain = f", {t.gain:.2f}x the baseline" if t.gain else ""
-    return [f"best {what}: trial {b.number}, {config_text(b.config, t.baseline.config if t.baseline else {})}: "
-            f"{fmt(b.value, unit)}{gain}, {percent(b)} of ceiling",
-            f"command: {shlex.join(b.argv)}"]
+    base = t.baseline.config if t.baseline else {}
+    lines = [f"best {what}: trial {b.number}, {config_text(b.config, base)}: {fmt(b.value, unit)}{gain}, "
+             f"{percent(b)} of ceiling"]
+    f = t.fastest
+    if f is not None and f.number != b.number:
+        lines.append(f"fastest measured: trial {f.number}, {config_text(f.config, base)}: {fmt(f.value, unit)}, "
+                     "within the spread of the ladder's steps (not a proven gain: more --reps, or a quieter machine, "
+                     "would tell)")
+    return [*lines, f"command: {shlex.join(b.argv)}"]
 
 
 def tables(t: TuneResult) -> list[Table]:
@@ -178,7 +184,8 @@ def markdown(t: TuneResult) -> str:
     if fails:
         out += ["## failures", ""] + [f"```\n{f}\n```" for f in fails] + [""]
     b = best_lines(t)
-    out += ["## best", "", b[0], ""] + ([f"```\n{shlex.join(t.best.argv)}\n```", ""] if t.best else [])
+    out += ["## best", ""] + [f"- {line}" for line in b if not line.startswith("command: ")] + [""]
+    out += [f"```\n{shlex.join(t.best.argv)}\n```", ""] if t.best else []
     return "\n".join(out)
 
 
@@ -206,7 +213,13 @@ class RichDisplay(Display):
 
     def __init__(self, total: int | None, unit: str, baseline: Mapping[str, Any] | None = None) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self.unit = unit
         self.baseline = dict(baseline or {})

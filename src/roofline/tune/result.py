@@ -7,7 +7,9 @@
     sweeps     per knob, the objective at each value tried (the breadth sweep of the B200 study)
     trials     every trial with its status (ok / inexact / failed / skipped), log tail on failure
     best       the best exact configuration (inexact ones only with --allow-inexact), and the exact
-               engine command line that runs it
+               engine command line that runs it. For the ladder, where its climb ended: a faster
+               measurement within the spread is noise until more repetitions show otherwise
+    fastest    the fastest eligible trial measured (the same as best for grid and TPE)
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from roofline.tune.search import Rule, ladder_steps
+from roofline.tune.search import Rule, ladder_current, ladder_steps
 from roofline.tune.space import Space
 from roofline.tune.trial import TrialResult
 
@@ -35,6 +37,7 @@ class TuneResult:
     ceiling: Mapping[str, Any] | None = None
     baseline: TrialResult | None = None
     best: TrialResult | None = None
+    fastest: TrialResult | None = None
     ladder: tuple[Mapping[str, Any], ...] = ()
     sweeps: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     trials: tuple[TrialResult, ...] = ()
@@ -60,6 +63,7 @@ class TuneResult:
                 "ceiling": None if self.ceiling is None else dict(self.ceiling),
                 "baseline": self.baseline.to_json() if self.baseline else None,
                 "best": self.best.to_json() if self.best else None, "best_command": self.best_command,
+                "fastest": self.fastest.to_json() if self.fastest else None,
                 "gain": self.gain, "ladder": [dict(s) for s in self.ladder],
                 "sweeps": {k: [dict(p) for p in v] for k, v in self.sweeps.items()},
                 "trials": [t.to_json() for t in self.trials], "interrupted": self.interrupted, "wall_s": self.wall_s}
@@ -72,7 +76,7 @@ class TuneResult:
         return cls(engine=d["engine"], model=d.get("model"), strategy=d["strategy"], objective=dict(d["objective"]),
                    space=dict(d.get("space") or {}), study=dict(d.get("study") or {}), run_dir=d.get("run_dir", ""),
                    allow_inexact=bool(d.get("allow_inexact", False)), ceiling=d.get("ceiling"),
-                   baseline=trial(d.get("baseline")), best=trial(d.get("best")),
+                   baseline=trial(d.get("baseline")), best=trial(d.get("best")), fastest=trial(d.get("fastest")),
                    ladder=tuple(d.get("ladder") or ()), sweeps=dict(d.get("sweeps") or {}),
                    trials=tuple(TrialResult.from_json(t) for t in d.get("trials") or ()),
                    interrupted=bool(d.get("interrupted", False)), wall_s=d.get("wall_s"))
@@ -94,7 +98,8 @@ def build_result(options: Any, space: Space, run_dir: Path, results: Sequence[Tr
         objective={"name": obj.name, "direction": obj.direction, "unit": obj.unit, "label": obj.label},
         space=space.to_json(), study={"name": options.study, "storage": storage, "trials": dict(states)},
         run_dir=str(run_dir), allow_inexact=options.allow_inexact, ceiling=ceiling, baseline=baseline,
-        best=rule.best(results), ladder=tuple(ladder), sweeps=sweeps(space, results, rule),
+        best=ladder_current(space, results, rule, len(space.dimensions) + 1) if options.strategy == "ladder"
+        else rule.best(results), fastest=rule.best(results), ladder=tuple(ladder), sweeps=sweeps(space, results, rule),
         trials=tuple(results), interrupted=interrupted, wall_s=wall_s)
 
 

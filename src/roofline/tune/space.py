@@ -98,7 +98,7 @@ class Dimension:
             return self.choices
         lo, hi = self.low, self.high
         if self.step is not None:
-            n = int(math.floor((hi - lo) / self.step + 1e-9)) + 1
+            n = math.floor((hi - lo) / self.step + 1e-9) + 1
             vals = [lo + i * self.step for i in range(n)]
         elif self.kind == "int" and not self.log and hi - lo + 1 <= max(self.points or 0, _ALL_INTS_UP_TO):
             vals = list(range(int(lo), int(hi) + 1))
@@ -109,7 +109,7 @@ class Dimension:
             else:
                 vals = [lo + (hi - lo) * i / (n - 1) for i in range(n)]
         if self.kind == "int":
-            vals = [int(round(v)) for v in vals]
+            vals = [round(v) for v in vals]
         else:
             vals = [round(float(v), 12) for v in vals]
         return tuple(dict.fromkeys(vals))  # rounding may repeat a value

@@ -127,10 +127,10 @@ def run_trial(settings: TrialSettings, number: int, slot: Slot, config: Mapping[
 
     launcher = settings.launcher
     t0 = time.monotonic()
-    common = dict(number=number, slot=slot, config=dict(config), objective=settings.objective.name,
-                  machine=machine(), engine=launcher.name, engine_version=_version(launcher),
-                  folder=str(folder.relative_to(run_dir)) if run_dir else str(folder),
-                  started_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    common = {"number": number, "slot": slot, "config": dict(config), "objective": settings.objective.name,
+              "machine": machine(), "engine": launcher.name, "engine_version": _version(launcher),
+              "folder": str(folder.relative_to(run_dir)) if run_dir else str(folder),
+              "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / "server.log"
     argv: list[str] = []
