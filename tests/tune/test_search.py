@@ -24,7 +24,9 @@ LAUNCHER = Launcher("fake", knob_table(
     Knob("dtype", "choice", ("fp32", "bf16")), Knob("spec", "choice", ("none", "ngram", "trie")),
     Knob("breadth", "int", minimum=1), Knob("depth", "int", minimum=1), Knob("threads", "int", minimum=1)))
 
-SPACE = parse_space("""
+
+def synthetic_space(name: str, breadth_step: int, depth_step: int):
+    return parse_space(f"""
 source = "test"
 date = "2026-12-02"
 [knobs.dtype]
@@ -36,45 +38,24 @@ default = "none"
 [knobs.breadth]
 low = 2
 high = 48
-step = 2
+step = {breadth_step}
 default = 10
-unless = { spec = "none" }
+unless = {{ spec = "none" }}
 [knobs.depth]
 low = 4
 high = 32
-step = 4
+step = {depth_step}
 default = 16
-unless = { spec = "none" }
+unless = {{ spec = "none" }}
 [knobs.threads]
 choices = [1, 2]
 default = 2
-""", LAUNCHER, name="synthetic")
+""", LAUNCHER, name=name)
+
+
+SPACE = synthetic_space("synthetic", 2, 4)
 # the same knobs, coarser: a grid of 196 points instead of 772, for the tests that run the whole grid
-COARSE = parse_space("""
-source = "test"
-date = "2026-12-02"
-[knobs.dtype]
-choices = ["fp32", "bf16"]
-default = "fp32"
-[knobs.spec]
-choices = ["none", "ngram", "trie"]
-default = "none"
-[knobs.breadth]
-low = 2
-high = 48
-step = 8
-default = 10
-unless = { spec = "none" }
-[knobs.depth]
-low = 4
-high = 32
-step = 8
-default = 16
-unless = { spec = "none" }
-[knobs.threads]
-choices = [1, 2]
-default = 2
-""", LAUNCHER, name="coarse")
+COARSE = synthetic_space("coarse", 8, 8)
 
 
 class Out:

@@ -6,12 +6,12 @@ the command.
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
 
 import typer
 
+from roofline.cli.output import run_until_signal
 from roofline.errors import UserError
 
 HELP = """Measure what an engine really delivers: TTFT, TPOT, per-token ITL, chunk gaps, Output Speed,
@@ -118,10 +118,6 @@ class _RichProgress:
         self.p.stop()
 
 
-def _interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: stop cleanly, keep what was measured
-    raise KeyboardInterrupt
-
-
 def register(app: typer.Typer) -> None:
     @app.command("bench", help=HELP)
     def bench(
@@ -164,14 +160,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
         as_markdown: bool = typer.Option(False, "--markdown", help="Print the summary as Markdown."),
     ) -> None:
-        opts = dict(locals())
-        previous = signal.signal(signal.SIGTERM, _interrupt)
-        try:
-            code = _run(opts)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-        if code:
-            sys.exit(code)  # not typer.Exit: the app runs with standalone_mode=False, which swallows its code
+        run_until_signal(_run, dict(locals()))
 
 
 def _plan(o: dict):

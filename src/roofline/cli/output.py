@@ -66,3 +66,21 @@ def emit_table(
     c.print(rich_table(title, headers, rows))
     for n in notes:
         c.print(f"  {n}", highlight=False)
+
+
+def _sigterm_as_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def run_until_signal(run, opts) -> None:
+    """Run a long command with SIGTERM treated like Ctrl-C (stop what was started, keep what was measured),
+    then exit with its code. Not typer.Exit: the app runs with standalone_mode=False, which swallows codes."""
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        code = run(opts)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if code:
+        sys.exit(code)

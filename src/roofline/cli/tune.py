@@ -1,16 +1,16 @@
 """`roofline tune`: launch an engine with one configuration after another, measure each, keep the exact ones.
 
-Only typer and the standard library at module level; the tuner (and Optuna) are imported inside.
+Only typer, rich and the standard library at module level; the tuner (and Optuna) are imported inside.
 """
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
 
 import typer
 
+from roofline.cli.output import run_until_signal
 from roofline.errors import UserError
 
 HELP = """Close the gap: start an engine with one configuration after another, measure each with `roofline bench`, refuse any whose greedy outputs differ from the baseline's, and show what each setting bought.
@@ -18,10 +18,6 @@ HELP = """Close the gap: start an engine with one configuration after another, m
 Default: the embedded engine on the default model, the `embedded` preset (precision, speculative proposer and its knobs, threads), the ladder strategy (the B200 study's method: one knob at a time, keep a value only when it beats the spread across repetitions), single-stream Output Speed on the four built-in prompts. Measures this machine first if `roofline probe` never ran here.
 
 Results go to a run folder (printed): tune.json (for `roofline report`), trials.jsonl, one folder per trial with the engine's log, and the study (study.db) that --resume continues after Ctrl-C or a kill. With --storage postgresql://... --study NAME, the same command on several machines shares one study: each worker claims different trials and records the machine it ran on."""
-
-
-def _interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: stop the engine, keep the study
-    raise KeyboardInterrupt
 
 
 def register(app: typer.Typer) -> None:
@@ -53,14 +49,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print tune.json's content."),
         as_markdown: bool = typer.Option(False, "--markdown", help="Print the result as Markdown."),
     ) -> None:
-        opts = dict(locals())
-        previous = signal.signal(signal.SIGTERM, _interrupt)
-        try:
-            code = _run(opts)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-        if code:
-            sys.exit(code)
+        run_until_signal(_run, dict(locals()))
 
 
 def _seconds(name: str, text: str) -> float:
