@@ -68,7 +68,21 @@ def emit_table(
         c.print(f"  {n}", highlight=False)
 
 
+# Functions Python runs around os.fork (subprocess starts engines) whose exceptions it prints and ignores:
+# a KeyboardInterrupt raised while one of them runs would be lost, so the signal is delivered again later.
+_AT_FORK = {"_acquireLock", "_releaseLock", "_after_fork", "_at_fork_reinit", "_prepareFork", "_afterFork"}
+
+
 def _sigterm_as_interrupt(signum, frame):
+    f = frame
+    while f is not None:
+        if f.f_code.co_name in _AT_FORK:
+            import os
+            import threading
+
+            threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
+            return
+        f = f.f_back
     raise KeyboardInterrupt
 
 
