@@ -10,7 +10,8 @@ from numba import njit
 from test_kernels import bf16_bits, bits_to_f32
 from test_runner import FOLLOW, LONG_PROMPT, PROMPT, tiny_checkpoint
 
-from roofline.engine import decode, kernels, simd
+from roofline import simd
+from roofline.engine import decode, kernels
 from roofline.engine.runner import ModelRunner, available_cores
 
 

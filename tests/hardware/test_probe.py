@@ -67,7 +67,7 @@ def test_quick_probe_gives_positive_sane_numbers_and_reports_progress():
     ratio = p["bandwidth_bytes_per_s"]["matvec_fp32"]["median"] / p["flops"]["matvec_fp32"]["median"]
     assert ratio == pytest.approx(2.0, rel=0.01)
     assert p["threads"] == 2 and p["settings"]["repeats"] == 2 and p["memory_bytes"] > 0
-    assert p["backends"]["kernels"] == {"read": "numpy", "copy": "numpy", "triad": "numpy", "matvec_fp32": "numpy",
+    assert p["backends"]["kernels"] == {"read": "numba-simd", "copy": "numpy", "triad": "numpy", "matvec_fp32": "numpy",
                                         "matmul_fp32": "numpy", "matmul_bf16": "torch-cpu"}
     assert [d for d, _ in seen] == list(range(len(seen))) and seen[-1][0] == seen[-1][1]
     assert "cuda" not in p
@@ -75,8 +75,10 @@ def test_quick_probe_gives_positive_sane_numbers_and_reports_progress():
 
 def test_probe_works_with_numpy_alone(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
-    assert probe.optional_torch() is None
+    monkeypatch.setitem(sys.modules, "numba", None)
+    assert probe.optional_torch() is None and probe.simd_read_kernel() is None
     p = probe.measure_profile(threads=1, **SMALL)
+    assert p["backends"]["kernels"]["read"] == "numpy"
     assert set(p["flops"]) == {"matvec_fp32", "matmul_fp32"}  # no bf16 without torch
     assert p["backends"]["kernels"]["matmul_fp32"] == "numpy"
     assert "torch" not in p["backends"]["versions"]
@@ -110,7 +112,7 @@ def test_cuda_block_has_the_same_sections(monkeypatch, capsys):
     assert gpu["device"] == "Fake GPU" and gpu["memory_bytes"] == 1 << 30 and gpu["settings"]["matmul_n"] == 64
     assert set(gpu["bandwidth_bytes_per_s"]) == set(p["bandwidth_bytes_per_s"])
     assert set(gpu["flops"]) == set(p["flops"])
-    assert p["backends"]["kernels"]["read"] == "numpy"  # GPU steps do not overwrite the CPU's backends
+    assert p["backends"]["kernels"]["read"] == "numba-simd"  # GPU steps do not overwrite the CPU's backends
     from roofline.cli.probe import _print
 
     _print(p, None, as_json=False, as_markdown=True)
@@ -242,3 +244,12 @@ def test_cli_markdown_table_and_no_save(tmp_path, monkeypatch, capsys):
     for label in ("| read |", "| copy |", "| triad |", "| matmul fp32 |"):
         assert label in out
     assert "not saved" in out and not (tmp_path / "hardware").exists()
+
+
+def test_simd_read_kernel_sums_exactly_what_it_reads():
+    import numpy as np
+
+    reader = probe.simd_read_kernel()
+    a = np.arange(1000, dtype=np.float32) % 7
+    assert reader(a, 0, 1000) == a.sum() and reader(a, 100, 77) == a[100:177].sum()
+

@@ -31,7 +31,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
-from roofline.engine import kv_cache, simd
+from roofline import simd
+from roofline.engine import kv_cache
 
 # fastmath lets LLVM vectorise the element-wise loops; reductions take their order from `simd` instead.
 # error_model="numpy": float division without Python's zero check, which would block vectorisation.
