@@ -253,3 +253,8 @@ def test_simd_read_kernel_sums_exactly_what_it_reads():
     a = np.arange(1000, dtype=np.float32) % 7
     assert reader(a, 0, 1000) == a.sum() and reader(a, 100, 77) == a[100:177].sum()
 
+
+
+def test_read_bandwidth_now_is_the_probe_read_kernel_alone():
+    bw = probe.read_bandwidth_now_bytes_per_s(size_bytes=8 << 20, repeats=2, warmup=1, threads=2)
+    assert 1e8 < bw < 1e14

@@ -187,6 +187,17 @@ def numpy_stream_steps(
             ("triad", "numpy", triad)]
 
 
+def read_bandwidth_now_bytes_per_s(size_bytes: int = 1 << 29, repeats: int = 3, warmup: int = 1,
+                                   threads: int | None = None) -> float:
+    """The probe's read kernel alone over 512 MiB (twice the largest last-level cache seen here), median of
+    `repeats` passes, a few seconds: the bandwidth of these minutes, to hold a measurement taken now against
+    (a shared host drifts from minute to minute)."""
+    threads = usable_cpu_count() if threads is None else threads
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="probe") as pool:
+        _, _, read = numpy_stream_steps(size_bytes, repeats, warmup, threads, pool)[0]
+        return read()[("bandwidth_bytes_per_s", "read")]["median"]
+
+
 def simd_read_kernel() -> Callable | None:
     """sum of a[lo:lo+n] through `roofline.simd.vsum` (four 16-lane partial sums, compiled with numba, GIL
     released), or None without numba. Why not numpy's sum: on some CPUs it is compute-bound below the memory

@@ -201,8 +201,14 @@ def _bench(settings: TrialSettings, url: str, out: Path, progress: Progress) -> 
     from roofline.bench.session import run_session
 
     os_ = settings.objective_settings
+    hardware = settings.hardware
+    if hardware == "local":  # the bandwidth of these minutes, not the profile's: a shared host drifts
+        from roofline.hardware.probe import read_bandwidth_now_bytes_per_s
+
+        hardware = f"{read_bandwidth_now_bytes_per_s() / 1e9:.3f}GB/s"
+        progress.note(f"read bandwidth now: {hardware} (the ceiling of this trial)")
     plan = BenchPlan(url=url, prompts=list(settings.prompts), scenarios=[settings.objective.scenario(os_)],
-                     model=settings.ceiling_model, hardware=settings.hardware, reps=settings.reps,
+                     model=settings.ceiling_model, hardware=hardware, reps=settings.reps,
                      max_tokens=settings.max_tokens, temperature=0.0, warmup=0,  # the greedy pass warmed it up
                      usage=settings.usage,
                      timeout_s=settings.request_timeout_s,
