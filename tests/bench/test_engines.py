@@ -116,6 +116,7 @@ def test_vllm_argv_and_environment(monkeypatch):
         "--no-enable-prefix-caching", "--speculative-config",
         '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":2,"prompt_lookup_max":4}']
     assert argv(VLLM, {"enable_prefix_caching": True, "speculative_method": "none"})[9:] == ["--enable-prefix-caching"]
+    assert argv(VLLM, {"gpu_memory_utilization": 0.3})[9:] == ["--gpu-memory-utilization", "0.3"]
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
     monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
     monkeypatch.setattr(engines.launchers.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})

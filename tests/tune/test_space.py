@@ -130,3 +130,11 @@ def test_presets_cover_the_issue():
     assert min(breadth) == 2 and max(breadth) == 48 and 24 in breadth
     with pytest.raises(UserError, match="unknown preset"):
         load_preset("nope", EMBEDDED)
+
+
+def test_a_fixed_knob_is_set_in_every_trial_and_no_longer_searched():
+    space = load_preset("embedded", get_launcher("embedded"))
+    fixed = space.with_baseline({"threads": 1})
+    assert fixed.baseline["threads"] == 1
+    assert [d.name for d in fixed.dimensions] == [d.name for d in space.dimensions if d.name != "threads"]
+

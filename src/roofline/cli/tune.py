@@ -108,10 +108,14 @@ def _new_options(o: dict):
 
         default_model_path()  # a missing default model is a one-line error now, not a failed baseline
     hardware = o["hardware"] or ("local" if o["engine"] == "embedded" else None)
-    if hardware and hardware != "local" and o["engine"] != "embedded" and o["model"]:
+    if hardware and o["engine"] != "embedded" and o["model"]:  # fail before launching, not after every trial
         from roofline.bench.against import resolve_ceiling
+        from roofline.spec.catalogue import load_spec
 
-        resolve_ceiling(model=o["model"], hardware=hardware, served=None, server_info=None)  # fail before launching
+        if hardware == "local":  # the bandwidth is measured per trial; the bytes need the model's config
+            load_spec(o["model"])
+        else:
+            resolve_ceiling(model=o["model"], hardware=hardware, served=None, server_info=None)
     if o["prompts"]:
         from roofline.bench.workloads import load_prompts_jsonl
 

@@ -176,9 +176,11 @@ class Space:
         return out
 
     def with_baseline(self, overrides: Mapping[str, Any]) -> Space:
+        """The space with these knobs fixed: set in the baseline (so in every trial) and no longer searched."""
         from dataclasses import replace
 
-        return replace(self, baseline={**self.baseline, **overrides})
+        return replace(self, baseline={**self.baseline, **overrides},
+                       dimensions=tuple(d for d in self.dimensions if d.name not in overrides))
 
     def to_json(self) -> dict:
         return {"name": self.name, "engine": self.engine, "source": self.source, "date": self.date,

@@ -126,7 +126,7 @@ class VllmLauncher(Launcher):
         model = need_model(self.name, model, "a Hugging Face id or model folder")
         out = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", host,
                "--port", str(port)]
-        for name in ("dtype", "max_num_seqs", "max_model_len"):
+        for name in ("dtype", "max_num_seqs", "max_model_len", "gpu_memory_utilization"):
             if config.get(name) is not None:
                 out += [flag(name), str(config[name])]
         if config.get("enable_prefix_caching") is not None:
@@ -174,6 +174,8 @@ VLLM = VllmLauncher(
         Knob("dtype", "choice", ("auto", "bfloat16", "float16", "float32", "half", "float"), "weights and compute"),
         Knob("max_num_seqs", "int", help="sequences scheduled together at most", minimum=1),
         Knob("max_model_len", "int", help="context length in tokens", minimum=1),
+        Knob("gpu_memory_utilization", "float", help="share of the device's memory to take (on the CPU build: of "
+             "the NUMA node's; its 0.92 default refuses to start beside other processes)", minimum=0),
         Knob("enable_prefix_caching", "bool", help="reuse the KV cache of shared prefixes"),
         Knob("speculative_method", "choice", ("none", "ngram"), "speculative decoding method"),
         Knob("num_speculative_tokens", "int", help="tokens drafted per step", minimum=1),
