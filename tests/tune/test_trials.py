@@ -61,7 +61,7 @@ def test_the_exactness_gate_rejects_a_faster_inexact_configuration(tmp_path, mon
     register_fake(monkeypatch)
     space = load_space_file(write_space(tmp_path, """
 [baseline]
-speed = 300
+speed = 100
 [knobs.shift]
 choices = [0, 5]
 default = 0
