@@ -37,7 +37,8 @@ def run_session(plan: BenchPlan, run_dir: Path, progress: Progress, engine: Engi
     """Run the plan (against a started engine when asked); the engine is stopped in every case.
 
     The embedded engine runs on this machine and reports its bytes per token, so it is held against
-    this machine's measured profile unless --hardware says otherwise (measured first if need be)."""
+    this machine's read bandwidth measured right before the run (the profile is measured first if it is
+    missing), unless --hardware says otherwise."""
     if engine is None or not engine.wanted:
         return _measure(plan, run_dir, progress, default_local=False)
     launcher = engine.launcher
@@ -52,6 +53,12 @@ def run_session(plan: BenchPlan, run_dir: Path, progress: Progress, engine: Engi
         started = {"name": launcher.name, "version": launcher.version(), "config": dict(engine.config),
                    "argv": server.argv, "log": str(server.log_path)}
         plan = replace(plan, url=server.url, provenance_extra={**plan.provenance_extra, "engine": started})
+        if embedded and plan.hardware in (None, "local"):
+            # hold the run against the bandwidth of these minutes, not the profile's: a shared host drifts
+            from roofline.hardware.probe import read_bandwidth_now_bytes_per_s
+
+            plan = replace(plan, hardware=f"{read_bandwidth_now_bytes_per_s() / 1e9:.3f}GB/s")
+            progress.note(f"read bandwidth now: {plan.hardware} (the ceiling of this run)")
         return _measure(plan, run_dir, progress, default_local=embedded)
 
 
