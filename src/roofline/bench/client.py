@@ -8,7 +8,13 @@ Built so the client is not what is measured:
 - JSON decoding and token counting wait until the stream has ended and run one record per loop
   turn in the background (`recorder.Recorder`), so a burst of streams ending together does not
   delay the timestamps of the streams still running;
-- every time is `perf_counter_ns()`, the monotonic clock shared by all processes of the machine.
+- every time is `perf_counter_ns()`, the monotonic clock shared by all processes of the machine;
+- every body framing of RFC 9112 section 6.3 ends a response (`http1`): Content-Length, chunked
+  (extensions, trailers), and a body delimited by the server closing the connection (HTTP/1.1 with
+  `Connection: close` and no length, HTTP/1.0); interim 1xx responses are skipped. None of this adds
+  work per read: the rules are applied once per response, at its headers and at its end;
+- a server that ignores `"stream": true` and answers one JSON completion is measured as one event
+  (first token = last token = the end of the body), not failed.
 
 Every way a request can go wrong ends as a record with `error_kind` and a reason, never as an
 exception that stops the run.
@@ -25,24 +31,24 @@ from typing import Any
 import httptools
 
 from roofline.bench.api import Endpoint, http_request_bytes
+from roofline.bench.http1 import Failure as _Failure
+from roofline.bench.http1 import (
+    FetchError,
+    clean_close,
+    ends_at_close,
+    fetch,
+    is_interim,
+    response_parser,
+    reuse_forbidden,
+    set_nodelay,
+)
 from roofline.bench.records import RequestRecord
 from roofline.bench.sse import SSEParser
 
+__all__ = ["Client", "FetchError", "fetch", "set_nodelay"]
+
 _ERR_BODY_LIMIT = 4096
 _DONE = b"[DONE]"
-
-
-def set_nodelay(transport: asyncio.BaseTransport) -> None:
-    """Send small writes at once (no Nagle): with delayed ACKs a held request or SSE event waits ~40 ms."""
-    sock = transport.get_extra_info("socket")
-    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-class _Failure(Exception):
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
 
 
 class _Conn(asyncio.Protocol):
@@ -57,6 +63,9 @@ class _Conn(asyncio.Protocol):
     def _reset(self) -> None:
         self.waiter: asyncio.Future | None = None
         self.parser: Any = None
+        self.method = "POST"
+        self.until_close = False  # the body ends when the server closes the connection
+        self.no_reuse = False
         self.sse: SSEParser | None = None
         self.now = 0
         self.first_byte_ns = 0
@@ -67,6 +76,7 @@ class _Conn(asyncio.Protocol):
         self.payloads: list[bytes] = []
         self.saw_done = False
         self.err_body = b""
+        self.whole_json = False  # a 200 JSON answer (the server did not stream): kept whole, one event
         self.complete = False
         self.keep_alive = False
 
@@ -93,7 +103,10 @@ class _Conn(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self.waiter is not None and not self.waiter.done():
-            if not self.first_byte_ns:
+            if self.until_close and clean_close(exc):  # a close-delimited body: the close is its end
+                self.now = perf_counter_ns()
+                self._complete(keep_alive=False)
+            elif not self.first_byte_ns:
                 self._fail("closed_before_response", f"connection closed before any response ({exc or 'EOF'})")
             elif self.streaming and self.status == 200:
                 self._fail("stream_cut", f"connection closed mid-stream after {len(self.payloads)} events ({exc or 'EOF'})")
@@ -102,16 +115,27 @@ class _Conn(asyncio.Protocol):
 
     # -- httptools callbacks ---------------------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers[name.lower()] = value
+        if not self.status:  # trailer fields do not replace header fields
+            self.headers[name.lower()] = value
 
     def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
+        status = self.parser.get_status_code()
+        if is_interim(status):  # 100 Continue, 103 Early Hints: the final response follows
+            return
+        self.status = status
         ctype = self.headers.get(b"content-type", b"")
-        self.streaming = self.status == 200 and b"event-stream" in ctype
+        self.streaming = status == 200 and b"event-stream" in ctype
+        self.whole_json = status == 200 and not self.streaming and b"json" in ctype
+        self.until_close = ends_at_close(status, self.method, self.headers)
+        self.no_reuse = reuse_forbidden(self.headers)
+        if self.method == "HEAD":  # no body, whatever the headers announce
+            self._complete(keep_alive=self.parser.should_keep_alive() and not self.no_reuse)
 
     def on_body(self, body: bytes) -> None:
         if not self.streaming:
-            if len(self.err_body) < _ERR_BODY_LIMIT:
+            if self.whole_json:
+                self.err_body += body
+            elif len(self.err_body) < _ERR_BODY_LIMIT:
                 self.err_body += body[: _ERR_BODY_LIMIT - len(self.err_body)]
             return
         now = self.now
@@ -123,6 +147,15 @@ class _Conn(asyncio.Protocol):
                 self.payloads.append(payload)
 
     def on_message_complete(self) -> None:
+        if not self.status:  # the end of an interim response
+            self.headers = {}
+            return
+        # llhttp forgets keep-alive once this callback returns
+        self._complete(keep_alive=self.parser.should_keep_alive() and not self.no_reuse)
+
+    def _complete(self, keep_alive: bool) -> None:
+        if self.complete:
+            return
         if self.streaming:
             for payload in self.sse.close():  # an event the server did not close with a blank line
                 if payload == _DONE:
@@ -131,17 +164,18 @@ class _Conn(asyncio.Protocol):
                     self.events_ns.append(self.now)
                     self.payloads.append(payload)
         self.complete = True
-        self.keep_alive = self.parser.should_keep_alive()  # llhttp forgets it once this returns
+        self.keep_alive = keep_alive
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result(None)
 
     # -- driving one request ---------------------------------------------------------------------
-    def begin(self, request: bytes, waiter: asyncio.Future) -> int:
+    def begin(self, request: bytes, waiter: asyncio.Future, method: str = "POST") -> int:
         """Send a prebuilt request; return the send time."""
         self._reset()
         self.used = True
+        self.method = method
         self.waiter = waiter
-        self.parser = httptools.HttpResponseParser(self)
+        self.parser = response_parser(self)
         self.sse = SSEParser()
         self.transport.write(request)
         return perf_counter_ns()
@@ -293,6 +327,11 @@ class Client:
             self.server_header = conn.headers.get(b"server", b"").decode("latin-1") or ""
         if conn.status != 200:
             raise _Failure(f"http_{conn.status}", _http_error_message(conn))
+        if conn.whole_json:
+            # A server that answers the whole completion at once: one event, at the time the body ended
+            # (TTFT = E2E, as the user of such a server sees it); decoded like a stream event.
+            rec.raw_events_ns, rec.raw_payloads, rec.saw_done = [conn.now], [conn.err_body], True
+            return
         if not conn.streaming:
             ctype = conn.headers.get(b"content-type", b"?").decode("latin-1")
             raise _Failure("not_streaming", f"HTTP 200 with content-type {ctype!r}, not an event stream")
@@ -305,63 +344,3 @@ def _http_error_message(conn: _Conn) -> str:
     retry = conn.headers.get(b"retry-after")
     extra = f" (Retry-After: {retry.decode('latin-1')})" if retry else ""
     return f"HTTP {conn.status}{extra}: {text[:200]}"
-
-
-class _Fetch(asyncio.Protocol):
-    """A one-shot request (discovery, health checks): collects status, headers and body."""
-
-    def __init__(self, waiter: asyncio.Future) -> None:
-        self.waiter = waiter
-        self.parser = httptools.HttpResponseParser(self)
-        self.headers: dict[bytes, bytes] = {}
-        self.body = b""
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as e:
-            if not self.waiter.done():
-                self.waiter.set_exception(_Failure("malformed_http", str(e)))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.waiter.done():
-            self.waiter.set_exception(_Failure("closed_before_response", f"connection closed ({exc or 'EOF'})"))
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers[name.lower()] = value
-
-    def on_body(self, body: bytes) -> None:
-        self.body += body
-
-    def on_message_complete(self) -> None:
-        if not self.waiter.done():
-            self.waiter.set_result((self.parser.get_status_code(), self.headers, self.body))
-
-
-async def fetch(endpoint: Endpoint, path: str, *, timeout_s: float = 5.0) -> tuple[int, dict[bytes, bytes], bytes]:
-    """GET path on its own connection: (status, headers, body); raises `FetchError` on any failure."""
-    loop = asyncio.get_running_loop()
-    waiter = loop.create_future()
-    transport = None
-    try:
-        ssl_ctx = ssl.create_default_context() if endpoint.scheme == "https" else None
-        transport, _ = await asyncio.wait_for(
-            loop.create_connection(lambda: _Fetch(waiter), endpoint.host, endpoint.port, ssl=ssl_ctx,
-                                   server_hostname=endpoint.host if ssl_ctx else None),
-            timeout_s,
-        )
-        transport.write(http_request_bytes(endpoint, "GET", path, close=True))
-        return await asyncio.wait_for(waiter, timeout_s)
-    except _Failure as f:
-        raise FetchError(str(f)) from None
-    except TimeoutError:
-        raise FetchError(f"no answer from {endpoint.host}:{endpoint.port}{path} within {timeout_s:g}s") from None
-    except OSError as e:
-        raise FetchError(f"cannot connect to {endpoint.host}:{endpoint.port} ({e.strerror or e})") from None
-    finally:
-        if transport is not None:
-            transport.close()
-
-
-class FetchError(Exception):
-    """A discovery or health request that got no HTTP answer."""

@@ -12,6 +12,13 @@ comes from the best source the server allows, and the record says which one was 
 - `usage_total`: only the final total; if it equals the number of text-bearing events, 1 each,
   otherwise the total is shared out in proportion to each event's characters (`usage_total+chars`).
 - `chunks`: nothing better: 1 token per text-bearing event (undercounts multi-token chunks).
+
+A foreign server can put anything inside well-framed events. Every field read here is checked for
+type and range (a count is an int from 0 to 2**31 - 1, a server stamp an int from 0 to 2**63 - 1);
+an event whose fields have the wrong shape (`{"choices": 5}`, `"tool_calls": 5`, a 400-digit
+`completion_tokens`) fails its own request as `malformed_event` with the reason, and the run goes
+on. An event that is not a JSON object (or not JSON, or nested deeper than can be read) is
+`malformed_sse`. Fields not read here are ignored, whatever they hold.
 """
 
 from __future__ import annotations
@@ -24,6 +31,12 @@ from typing import Any
 from roofline.bench.records import RequestRecord
 
 _TEXT_KEYS = ("content", "reasoning_content", "reasoning")
+_MAX_COUNT = 2**31 - 1  # a token or pass count beyond this is nonsense (and overflows float arithmetic)
+_MAX_STAMP_NS = 2**63 - 1  # a perf_counter_ns() stamp
+
+
+class MalformedEvent(ValueError):
+    """An event that is a JSON object but not of the shape an OpenAI-compatible stream sends."""
 
 
 def apportion(total: int, weights: Sequence[float]) -> list[int]:
@@ -44,18 +57,62 @@ def decode_events(payloads: Sequence[bytes]) -> list[dict] | str:
     """All events' JSON objects, parsed in one call; or why one of them is unusable."""
     try:
         objs = json.loads(b"[" + b",".join(payloads) + b"]")
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
         objs = None  # find the culprit below
     if objs is not None and len(objs) == len(payloads) and all(o.__class__ is dict for o in objs):
         return objs
     for i, payload in enumerate(payloads):
         try:
             obj = json.loads(payload)
-        except ValueError:
-            return f"event {i} is not JSON: {payload[:80]!r}"
-        if not isinstance(obj, dict):
+        except (ValueError, RecursionError) as e:
+            return f"event {i} is not JSON ({_reason(e)}): {payload[:80]!r}"
+        if obj.__class__ is not dict:
             return f"event {i} is not a JSON object: {payload[:80]!r}"
     return "events could not be decoded together"  # e.g. an event holding two JSON values
+
+
+def _reason(e: BaseException) -> str:
+    return "nested too deep" if isinstance(e, RecursionError) else str(e).split(":")[0][:80]
+
+
+def describe(value: object, limit: int = 60) -> str:
+    """A short description of any JSON value for an error message; never raises (huge ints, deep nesting)."""
+    if value.__class__ is int and value.bit_length() > 40:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    try:
+        text = json.dumps(value, allow_nan=True)
+    except (ValueError, TypeError, RecursionError):
+        return f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _count(value: object, what: str) -> int | None:
+    """A count field: None when absent or null, the int when in range; MalformedEvent otherwise."""
+    if value is None:
+        return None
+    if value.__class__ is int and 0 <= value <= _MAX_COUNT:
+        return value
+    raise MalformedEvent(f"{what} is {describe(value)}, not a count from 0 to {_MAX_COUNT}")
+
+
+def _text(value: object, what: str) -> str:
+    if value is None or value.__class__ is str:
+        return value or ""
+    raise MalformedEvent(f"{what} is {describe(value)}, not a string")
+
+
+def _obj(value: object, what: str) -> dict | None:
+    if value is None or value.__class__ is dict:
+        return value
+    raise MalformedEvent(f"{what} is {describe(value)}, not an object")
+
+
+def _list(value: object, what: str) -> list:
+    if value is None:
+        return []
+    if value.__class__ is list:
+        return value
+    raise MalformedEvent(f"{what} is {describe(value)}, not a list")
 
 
 def _event_text(obj: dict) -> tuple[str, str | None]:
@@ -67,37 +124,53 @@ def _event_text(obj: dict) -> tuple[str, str | None]:
         delta = choice.get("delta")
         if delta.__class__ is dict and len(delta) == 1 and delta.get("content").__class__ is str:
             finish = choice.get("finish_reason")
-            return delta["content"], str(finish) if finish else None
+            if finish is None or finish.__class__ is str:
+                return delta["content"], finish or None
     text = ""
     finish = None
-    for choice in obj.get("choices") or ():
-        if not isinstance(choice, dict):
-            continue
-        delta = choice.get("delta")
-        if isinstance(delta, dict):
+    for choice in _list(choices, "choices"):
+        if choice.__class__ is not dict:
+            raise MalformedEvent(f"a choice is {describe(choice)}, not an object")
+        delta = _obj(choice.get("delta"), "delta")
+        if delta is None:  # a whole (non-streamed) answer carries a message instead
+            delta = _obj(choice.get("message"), "message")
+        if delta is not None:
             for key in _TEXT_KEYS:
-                piece = delta.get(key)
-                if isinstance(piece, str):
-                    text += piece
-            for call in delta.get("tool_calls") or ():
-                fn = call.get("function") if isinstance(call, dict) else None
-                if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
-                    text += fn["arguments"]
-        elif isinstance(choice.get("text"), str):
-            text += choice["text"]
-        if choice.get("finish_reason"):
-            finish = str(choice["finish_reason"])
+                text += _text(delta.get(key), f"delta.{key}")
+            for call in _list(delta.get("tool_calls"), "delta.tool_calls"):
+                if call.__class__ is not dict:
+                    raise MalformedEvent(f"a tool call is {describe(call)}, not an object")
+                fn = _obj(call.get("function"), "tool_calls[].function")
+                if fn is not None:
+                    text += _text(fn.get("arguments"), "tool_calls[].function.arguments")
+        text += _text(choice.get("text"), "text")
+        reason = _text(choice.get("finish_reason"), "finish_reason")
+        if reason:
+            finish = reason
     return text, finish
 
 
 def _passes(obj: dict) -> int | None:
     """Weight passes (verify steps) when a server reports them: SGLang's `spec_verify_ct`, or ours."""
     for holder in (obj.get("usage"), obj.get("meta_info"), obj.get("roofline")):
-        if isinstance(holder, dict):
+        if holder.__class__ is dict:
             for key in ("spec_verify_ct", "passes"):
-                if isinstance(holder.get(key), int):
-                    return holder[key]
+                passes = _count(holder.get(key), key)
+                if passes is not None:
+                    return passes
     return None
+
+
+def _stamp(value: object) -> int | None:
+    """A server's send stamp (`roofline_t_ns`), or None when absent."""
+    if value is None or (value.__class__ is int and 0 <= value <= _MAX_STAMP_NS):
+        return value
+    raise MalformedEvent(f"roofline_t_ns is {describe(value)}, not a clock reading in ns")
+
+
+def _error_message(err: object) -> str:
+    msg = err.get("message", err) if err.__class__ is dict else err
+    return msg[:200] if msg.__class__ is str else describe(msg, 200)
 
 
 def finalize(
@@ -107,7 +180,23 @@ def finalize(
     saw_done: bool,
     tokenizer: Any = None,
 ) -> None:
-    """Fill rec's chunks, token counts, text and finish reason; mark it failed if the stream was bad."""
+    """Fill rec's chunks, token counts, text and finish reason; mark it failed if the stream was bad.
+    Never raises: whatever the server sent, the outcome is this one request's record."""
+    try:
+        _finalize(rec, events_ns, payloads, saw_done, tokenizer)
+    except MalformedEvent as e:
+        _fail(rec, "malformed_event", str(e))
+    except Exception as e:  # noqa: BLE001 -- last line of defence: one request lost, never the run
+        _fail(rec, "malformed_event", f"events could not be decoded ({type(e).__name__}: {describe(str(e), 160)})")
+
+
+def _fail(rec: RequestRecord, kind: str, reason: str) -> None:
+    rec.error_kind, rec.error = kind, reason
+    rec.chunk_ns, rec.chunk_tokens, rec.output_tokens, rec.server_chunk_ns = [], [], 0, None
+
+
+def _finalize(rec: RequestRecord, events_ns: Sequence[int], payloads: Sequence[bytes], saw_done: bool,
+              tokenizer: Any) -> None:
     objs = decode_events(payloads)
     if isinstance(objs, str):
         rec.error_kind, rec.error = "malformed_sse", objs
@@ -116,40 +205,51 @@ def finalize(
     cum: list[int | None] = []  # cumulative completion_tokens per event, when given
     stamps: list[int | None] = []
     final_usage: dict | None = None
+    finish_reason = rec.finish_reason
+    passes = None
     for i, obj in enumerate(objs):
-        if "error" in obj and obj["error"] is not None:
-            err = obj["error"]
-            msg = err.get("message", err) if isinstance(err, dict) else err
-            rec.error_kind = "stream_error"
-            rec.error = f"server error in stream after {i} events: {str(msg)[:200]}"
-            return
-        text, finish = _event_text(obj)
-        if finish:
-            rec.finish_reason = finish
-        usage = obj.get("usage")
-        if usage.__class__ is dict and usage.get("completion_tokens").__class__ is int:
-            final_usage = usage
-            cum.append(usage["completion_tokens"])
-            if ("spec_verify_ct" in usage or "passes" in usage) and (passes := _passes(obj)) is not None:
-                rec.passes = passes
-        else:
-            cum.append(None)
-        if "meta_info" in obj or "roofline" in obj:
-            if (passes := _passes(obj)) is not None:
-                rec.passes = passes
-        stamp = obj.get("roofline_t_ns")
-        stamps.append(stamp if stamp.__class__ is int else None)
+        try:
+            if obj.get("error") is not None:
+                rec.error_kind = "stream_error"
+                rec.error = f"server error in stream after {i} events: {_error_message(obj['error'])}"
+                return
+            text, finish = _event_text(obj)
+            if finish:
+                finish_reason = finish
+            usage = obj.get("usage")
+            if usage.__class__ is dict:
+                done = usage.get("completion_tokens")
+                if not (done.__class__ is int and 0 <= done <= _MAX_COUNT):
+                    done = _count(done, "usage.completion_tokens")
+                cum.append(done)
+                if done is not None:
+                    final_usage = usage
+            elif usage is None:
+                cum.append(None)
+            else:
+                raise MalformedEvent(f"usage is {describe(usage)}, not an object")
+            if "meta_info" in obj or "roofline" in obj or (usage is not None and ("spec_verify_ct" in usage or "passes" in usage)):
+                found = _passes(obj)
+                if found is not None:
+                    passes = found
+            stamps.append(_stamp(obj.get("roofline_t_ns")))
+        except MalformedEvent as e:
+            raise MalformedEvent(f"event {i}: {e}") from None
         texts.append(text)
+    prompt_tokens = _count(final_usage.get("prompt_tokens"), "usage.prompt_tokens") if final_usage else None
 
     counts, source = _counts(texts, cum, final_usage, tokenizer)
     keep = [i for i, k in enumerate(counts) if k > 0]
+    rec.finish_reason = finish_reason
+    if passes is not None:
+        rec.passes = passes
     rec.chunk_ns = [events_ns[i] for i in keep]
     rec.chunk_tokens = [counts[i] for i in keep]
     rec.output_tokens = sum(rec.chunk_tokens)
     rec.token_source = source
     rec.text = "".join(texts)
-    if final_usage is not None and isinstance(final_usage.get("prompt_tokens"), int):
-        rec.prompt_tokens = final_usage["prompt_tokens"]
+    if prompt_tokens is not None:
+        rec.prompt_tokens = prompt_tokens
     if any(stamps[i] is not None for i in keep):
         rec.server_chunk_ns = [stamps[i] or 0 for i in keep]
     if not saw_done and rec.finish_reason is None:
@@ -208,5 +308,5 @@ def load_tokenizer(path: str) -> Any:
         raise UserError("--tokenizer needs the `tokenizers` package: pip install tokenizers") from None
     try:
         return Tokenizer.from_file(path)
-    except Exception as e:  # tokenizers raises plain Exception subclasses
+    except Exception as e:  # noqa: BLE001 -- tokenizers raises plain Exception subclasses
         raise UserError(f"cannot load tokenizer {path!r} ({e}); give a local tokenizer.json") from None
