@@ -93,7 +93,8 @@ def test_explicit_head_dim_differs_from_hidden_over_heads() -> None:
     assert q == 64 * (5120 * 64 * 128 * 2 + 5120 * 8 * 128 * 2)
     cfg = _config("Qwen/Qwen3-32B")
     del cfg["head_dim"]
-    assert spec_from_config(cfg).head_dim == 80  # the fallback only when the config is silent
+    assert spec_from_config(cfg).head_dim == 128  # Qwen3Config's own default, not hidden / heads
+    assert spec_from_config(_llama(hidden_size=96, num_attention_heads=4)).head_dim == 24  # LlamaConfig derives it
 
 
 def test_gpt_oss_sliding_window_caps_kv() -> None:

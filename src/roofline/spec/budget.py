@@ -7,8 +7,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from roofline.errors import UserError
 from roofline.spec.components import components
@@ -88,4 +88,16 @@ def token_budget(
         kv_bytes=kv_bytes_at_context(spec, context_tokens, kv_fmt),
         kv_bytes_per_token=kv_bytes_per_token(spec, kv_fmt),
         all_tensors=all_tensors,
+    )
+
+
+def context_warning(spec: ModelSpec, context_tokens: int) -> str | None:
+    """One line when the context is longer than the model was built for (its max_position_embeddings):
+    the bound is still computed, but no checkpoint of this shape decodes that far."""
+    limit = spec.max_position_embeddings
+    if limit is None or context_tokens <= limit:
+        return None
+    return (
+        f"warning: --context {context_tokens:,} is beyond {spec.name}'s max_position_embeddings ({limit:,}); "
+        "the bound assumes the KV cache keeps growing as if it could"
     )

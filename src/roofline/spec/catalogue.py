@@ -70,6 +70,10 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         raise UserError(f"{path} is not valid JSON (line {e.lineno}: {e.msg}); fix the file") from None
     except RecursionError:
         raise UserError(f"{path} nests too deeply to be a config.json") from None
+    except ValueError:  # an integer past Python's int-from-string limit (4,300 digits by default)
+        raise UserError(
+            f"{path} holds a number thousands of digits long, which no config.json needs; fix the file"
+        ) from None
     if not isinstance(data, dict):
         raise UserError(f"{path} must hold a JSON object (a Hugging Face config.json)")
     return data

@@ -6,8 +6,8 @@ downstream (components, KV bytes, FLOPs) is a pure function of this record.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from roofline.spec.formats import WeightFormat
 
@@ -79,7 +79,7 @@ class ModelSpec:
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3, Gemma 3)
     norms_per_layer: int = 2  # hidden-sized norms per layer (Gemma 2/3 have 4)
     attention_sinks: bool = False  # gpt-oss: one learned logit per head per layer
-    layer_windows: tuple[int | None, ...] = ()  # per layer: sliding-window length, None = full
+    layer_windows: tuple[int | None, ...] = ()  # per layer: window or chunk length in tokens, None = full
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     explicit: ExplicitParams | None = None
@@ -87,6 +87,7 @@ class ModelSpec:
     default_formats: Mapping[str, WeightFormat] | None = field(default=None, compare=False)
     quant_note: str = ""  # how default_formats were derived (or why they could not be)
     mtp_layers: int = 0  # multi-token-prediction layers shipped with the checkpoint (not in decode)
+    max_position_embeddings: int | None = None  # the longest context the model was built for, when known
     notes: tuple[str, ...] = ()
 
     @property

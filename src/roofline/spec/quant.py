@@ -14,7 +14,8 @@ Overrides (`--weights`): one format for every component (`fp8`), per component
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from roofline.errors import UserError
 from roofline.spec.components import components

@@ -1,0 +1,115 @@
+"""The family registry: per `model_type`, what its config leaves unsaid.
+
+Two kinds of knowledge, both per family and both here:
+
+- traits of the modeling code that no config key states (Qwen2's q/k/v biases, Gemma's four norms
+  per layer, gpt-oss's attention sinks, which layers slide, how MoE layers are laid out);
+- the values a config may leave out, which transformers fills from its configuration class
+  (Gemma 3: head_dim 256, vocab_size 262,208; DeepSeek-V2: kv_lora_rank 512, q_lora_rank 1536).
+  Those live as data in `roofline/data/family_defaults.json`, with the transformers version they
+  were read from, and `with_defaults` applies them exactly as transformers does: a key the config
+  leaves out takes the default; a key it sets (even to null) keeps the config's value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache, lru_cache
+from importlib import resources
+from typing import Any
+
+# Which layers slide, per family (see windows.py for what each rule means).
+WINDOW_RULES = ("all", "after_max_window", "qwen2_moe", "alternate", "pattern", "chunked")
+
+
+@dataclass(frozen=True)
+class Family:
+    model_type: str
+    attention_bias: str = ""  # "" none, "qkv" (Qwen2), "qkvo" (gpt-oss, Llama with attention_bias)
+    qk_norm: bool = False  # per-head RMSNorm weights on q and k (Qwen3, Gemma 3)
+    norms_per_layer: int = 2  # hidden-sized norms per layer (Gemma 2/3 have 4)
+    gated: bool = True  # SwiGLU-style gate+up+down (3 matrices) vs up+down (2)
+    mlp_bias: bool = False
+    sinks: bool = False  # gpt-oss: one learned logit per head per layer
+    expert_bias: bool = False  # gpt-oss experts carry biases
+    router_bias: bool = False  # gpt-oss router bias; DeepSeek-V3 score-correction bias
+    mla: bool = False  # multi-head latent attention: kv_lora_rank is required, never GQA
+    window_rule: str = "all"
+    moe_layout: str = "default"  # "llama4": shared expert of intermediate_size, dense layers intermediate_size_mlp
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # transformers' values for keys left out
+    defaults_source: str = ""  # where `defaults` were read: file, class and transformers version
+
+
+# model_type -> traits. Families without a transformers configuration class (remote code) get no
+# defaults: a key their config leaves out is refused rather than guessed.
+_TRAITS: dict[str, dict[str, Any]] = {
+    "llama": {}, "mistral": {}, "mixtral": {}, "granite": {}, "smollm3": {}, "phi3": {},
+    "olmo": {}, "olmo2": {}, "cohere": {}, "internlm2": {}, "yi": {},
+    "qwen2": {"attention_bias": "qkv", "window_rule": "after_max_window"},
+    "qwen2_moe": {"attention_bias": "qkv", "window_rule": "qwen2_moe"},
+    "qwen3": {"qk_norm": True, "window_rule": "after_max_window"},
+    "qwen3_moe": {"qk_norm": True},
+    "gemma": {},
+    "gemma2": {"norms_per_layer": 4, "window_rule": "alternate"},
+    "gemma3_text": {"norms_per_layer": 4, "qk_norm": True, "window_rule": "pattern"},
+    "starcoder2": {"gated": False, "attention_bias": "qkvo", "mlp_bias": True},
+    "gpt_oss": {"sinks": True, "expert_bias": True, "router_bias": True, "attention_bias": "qkvo",
+                "window_rule": "alternate"},
+    "deepseek_v2": {"mla": True}, "deepseek_v3": {"mla": True, "router_bias": True},
+    "kimi_k2": {"mla": True, "router_bias": True},
+    # Llama 4: q/k get a weightless L2 norm (no parameters), so no qk_norm here.
+    "llama4_text": {"window_rule": "chunked", "moe_layout": "llama4"},
+    "roofline_shape": {},  # a shape given by parameter counts (data/models/guide-*.json)
+}
+
+# Multimodal wrappers: the language model's own type when text_config does not name it.
+TEXT_OF = {"gemma3": "gemma3_text", "mistral3": "mistral", "llava": "llama", "llava_next": "llama",
+           "qwen2_5_vl": "qwen2", "qwen2_vl": "qwen2", "paligemma": "gemma", "llama4": "llama4_text"}
+
+
+@lru_cache(maxsize=1)
+def _defaults_data() -> dict[str, Any]:
+    path = resources.files("roofline") / "data" / "family_defaults.json"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@cache
+def _families() -> dict[str, Family]:
+    data = _defaults_data()
+    version = data["transformers_version"]
+    out = {}
+    for mt, traits in _TRAITS.items():
+        entry = data["families"].get(mt, {})
+        source = f"{entry['source']}, transformers {version}" if entry else ""
+        out[mt] = Family(model_type=mt, defaults=dict(entry.get("defaults", {})), defaults_source=source, **traits)
+    return out
+
+
+def known_types() -> list[str]:
+    return sorted(_families())
+
+
+def get_family(model_type: str) -> Family | None:
+    return _families().get(model_type)
+
+
+def with_defaults(cfg: Mapping[str, Any], family: Family) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The config with the family's defaults filled in for the keys it leaves out, and which those were."""
+    merged = dict(cfg)
+    filled = []
+    for key, value in family.defaults.items():
+        if key not in merged:
+            merged[key] = value
+            filled.append(key)
+    return merged, tuple(filled)
+
+
+def defaults_note(family: Family, filled: tuple[str, ...], shown: tuple[str, ...]) -> str | None:
+    """A line for the assumptions: which of the keys that matter took transformers' defaults."""
+    named = [k for k in filled if k in shown]
+    if not named:
+        return None
+    values = ", ".join(f"{k}={family.defaults[k]}" for k in named)
+    return f"config leaves {values} to the {family.model_type} defaults ({family.defaults_source})"
