@@ -44,14 +44,21 @@ def fmt_params(n: float) -> str:
 
 
 def fmt_seconds(s: float) -> str:
-    """0.000622 -> '0.622 ms'; 0.083 -> '82.8 ms'; 2.587 -> '2,587 ms'; 1e-5 -> '10.0 µs'."""
+    """A duration in the unit its size calls for: 1e-5 -> '10.0 µs'; 0.000622 -> '0.622 ms'; 0.083 -> '83.0 ms';
+    2.587 -> '2.59 s'; 184.124 -> '3.1 min'; 7200 -> '2.0 h'."""
     if s < 1e-4:
         return f"{s * 1e6:.1f} µs"
     if s < 0.01:
         return f"{s * 1e3:.3f} ms"
     if s < 1:
         return f"{s * 1e3:.1f} ms"
-    return f"{s * 1e3:,.0f} ms"
+    if s < 10:
+        return f"{s:.2f} s"
+    if s < 60:
+        return f"{s:.1f} s"
+    if s < 3600:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:,.1f} h"
 
 
 def fmt_rate(tok_per_s: float) -> str:

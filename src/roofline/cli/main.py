@@ -51,6 +51,9 @@ def run() -> None:
     except Exception as e:  # click usage errors arrive here in non-standalone mode
         # typer >= 0.2x vendors its own click, so test for the interface, not for click's class
         if callable(getattr(e, "format_message", None)) and isinstance(getattr(e, "exit_code", None), int):
+            if not e.format_message().strip():
+                # `roofline` (or `roofline hardware`) alone: click printed the help, and has nothing to add
+                sys.exit(e.exit_code)
             ctx = getattr(e, "ctx", None)
             where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
             typer.echo(f"error: {e.format_message()}{where}", err=True)

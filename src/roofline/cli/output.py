@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
+
+from roofline.cli.layout import FitTable, wrap_words
 
 
 def console() -> Console:
@@ -35,14 +38,9 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str
     return "\n".join(lines)
 
 
-def rich_table(title: str | None, headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    t = Table(title=title, title_justify="left")
-    for i, h in enumerate(headers):
-        # the first column names the row: never cut it; narrow terminals wrap the number headers instead
-        t.add_column(h, justify="left" if i == 0 else "right", no_wrap=i == 0)
-    for r in rows:
-        t.add_row(*(str(c) for c in r))
-    return t
+def rich_table(title: str | None, headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> FitTable:
+    """A table for people that never cuts a number, whatever the width (see FitTable)."""
+    return FitTable(title, headers, rows)
 
 
 def emit_table(
@@ -63,9 +61,16 @@ def emit_table(
         sys.stdout.write("\n" if notes else "")
         return
     c = console()
-    c.print(rich_table(title, headers, rows))
+    c.print(rich_table(title, headers, rows), crop=False)
     for n in notes:
-        c.print(f"  {n}", highlight=False)
+        print_wrapped(c, n, indent="  ")
+
+
+def print_wrapped(c: Console, text: str, *, indent: str = "", hanging: str = "  ") -> None:
+    """Print text wrapped at spaces to the console's width, never inside a word (a number, a path, a URL):
+    a word longer than the line stands on a line of its own. Continuation lines are indented by `hanging`."""
+    for line in wrap_words(text, c.width, indent=indent, hanging=indent + hanging):
+        c.print(Text(line), soft_wrap=True)  # wrapped already: rich must neither fold nor crop a long word
 
 
 # Functions Python runs around os.fork (subprocess starts engines) whose exceptions it prints and ignores:

@@ -1,0 +1,173 @@
+"""Fitting a table to the width at hand without ever cutting a number.
+
+rich shrinks a table that is too wide by cutting cells (`344…`) or folding them mid-number. Here each
+column gets a floor it never goes below: a numeric column (every cell a number, perhaps with a unit) is as
+wide as its widest cell and never wraps; a text column may wrap at spaces but is at least as wide as its
+longest word. Whatever room is left goes to the text columns. When even the floors do not fit (a pipe at
+40 columns, a table with many columns), the table is printed as one block per row: the row's first cell,
+then one `header: value` line per other cell, wrapped at spaces only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.segment import Segment
+from rich.table import Table
+from rich.text import Text
+
+# one vertical border per column (plus the closing one) and one space of padding on either side
+BORDER_AND_PADDING_PER_COLUMN = 3
+# a number first (after a sign, currency, approximation or comparison mark), a few words at most: "3.35 TB/s",
+# "+2.05%", "$1.20/M", "1,609/user, 12,874 total", "2026-11-29"
+_NUMERIC_CELL = re.compile(r"^[-+~≈<>=≤≥$(]*\s?\d")
+_MAX_NUMERIC_WORDS = 3
+
+
+def is_numeric_cell(cell: str) -> bool:
+    return bool(_NUMERIC_CELL.match(cell)) and len(cell.split()) <= _MAX_NUMERIC_WORDS
+
+
+def _is_placeholder(cell: str) -> bool:
+    """An empty cell or a short mark with no digit in it ('-', 'n/a', '?'): no say in the column's kind."""
+    return len(cell.strip()) <= 3 and not any(ch.isdigit() for ch in cell)
+
+
+def numeric_columns(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[bool]:
+    """Whether each column holds numbers only (placeholders aside), never the first column (it names the row)."""
+    kinds = []
+    for i in range(len(headers)):
+        cells = [r[i] for r in rows if i < len(r) and not _is_placeholder(r[i])]
+        kinds.append(i > 0 and bool(cells) and all(is_numeric_cell(c) for c in cells))
+    return kinds
+
+
+def _widest_line(text: str) -> int:
+    return max((cell_len(line) for line in text.splitlines()), default=0)
+
+
+def _widest_word(text: str) -> int:
+    return max((cell_len(w) for w in text.split()), default=0)
+
+
+def column_widths(headers: Sequence[str], rows: Sequence[Sequence[str]], total_width: int) -> list[int] | None:
+    """Content widths of the columns so that the table fits in total_width characters, or None when it cannot
+    without cutting a number (or a word)."""
+    numeric = numeric_columns(headers, rows)
+    desired, floor = [], []
+    for i, h in enumerate(headers):
+        cells = [r[i] for r in rows if i < len(r)]
+        widest = max([_widest_line(h), *(_widest_line(c) for c in cells)], default=1)
+        words = max([_widest_word(h), *(_widest_word(c) for c in cells)], default=1)
+        desired.append(max(widest, 1))
+        floor.append(max(widest if numeric[i] else words, _widest_word(h), 1))
+    room = total_width - BORDER_AND_PADDING_PER_COLUMN * len(headers) - 1
+    if sum(desired) <= room:
+        return desired
+    if sum(floor) > room:
+        return None
+    widths = list(floor)
+    spare = room - sum(widths)
+    # whole columns first, the cheapest first (each one unwrapped is a column read at a glance), then the rest of
+    # the room to the column furthest from its natural width, one character at a time
+    for gap, i in sorted((desired[i] - widths[i], i) for i in range(len(widths))):
+        if 0 < gap <= spare:
+            widths[i] += gap
+            spare -= gap
+    while spare > 0:
+        gap, i = max((desired[i] - widths[i], i) for i in range(len(widths)))
+        if gap <= 0:
+            break
+        widths[i] += 1
+        spare -= 1
+    return widths
+
+
+def wrap_words(text: str, width: int, *, indent: str = "", hanging: str = "") -> list[str]:
+    """Wrap at spaces only: a word longer than the line stays whole on a line of its own."""
+    lines: list[str] = []
+    for paragraph in text.splitlines() or [""]:
+        line, prefix = "", indent
+        for word in paragraph.split():
+            candidate = f"{line} {word}" if line else word
+            if line and cell_len(prefix) + cell_len(candidate) > width:
+                lines.append(prefix + line)
+                line, prefix = word, hanging
+            else:
+                line = candidate
+        lines.append(prefix + line)
+    return lines
+
+
+def pack_items(items: Sequence[str], width: int, *, indent: str, hanging: str, sep: str = "  ") -> list[str]:
+    """Items side by side on lines of at most `width` (an item never split across lines unless it alone is
+    wider than a line; then it wraps at spaces)."""
+    lines: list[str] = []
+    line = ""
+    for item in items:
+        candidate = f"{line}{sep}{item}" if line else item
+        if cell_len(indent) + cell_len(candidate) <= width:
+            line = candidate
+            continue
+        if line:
+            lines.append(indent + line)
+        if cell_len(indent) + cell_len(item) <= width:
+            line = item
+        else:
+            lines += wrap_words(item, width, indent=indent, hanging=hanging)
+            line = ""
+    if line:
+        lines.append(indent + line)
+    return lines
+
+
+class FitTable:
+    """A table that picks its layout when printed, for the width of the console it is printed on."""
+
+    def __init__(self, title: str | None, headers: Sequence[Any], rows: Iterable[Sequence[Any]]) -> None:
+        self.title = title
+        self.headers = [str(h) for h in headers]
+        self.rows = [["" if c is None else str(c) for c in r] for r in rows]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        widths = column_widths(self.headers, self.rows, options.max_width)
+        if self.title and widths is not None:
+            # on a line of its own rather than as the table's title, which rich pads with spaces to the table's width
+            for line in wrap_words(self.title, options.max_width):
+                yield Segment(line)
+                yield Segment.line()
+        if widths is None:
+            yield from self.blocks(options.max_width)
+        else:
+            yield self.table(widths)
+
+    def table(self, widths: Sequence[int]) -> Table:
+        numeric = numeric_columns(self.headers, self.rows)
+        t = Table()
+        for h, w, num in zip(self.headers, widths, numeric):
+            t.add_column(h, justify="right" if num else "left", width=w, no_wrap=num, overflow="fold")
+        for r in self.rows:
+            t.add_row(*(Text(c) for c in r))
+        return t
+
+    def block_lines(self, width: int) -> Iterator[str]:
+        """One block per row: its first cell, then `header: value` items packed on indented lines."""
+        if self.title:
+            yield from wrap_words(self.title, width)
+        for r in self.rows:
+            if not r:
+                continue
+            yield from wrap_words(r[0] or "-", width, hanging="  ")
+            items = [f"{h}: {c}" for h, c in zip(self.headers[1:], r[1:]) if c.strip()]
+            yield from pack_items(items, width, indent="  ", hanging="    ")
+
+    def blocks(self, width: int) -> Iterator[Segment]:
+        # segments, not Text: rich would fold a word longer than the line (a URL, a path) that wrap_words kept whole;
+        # print with crop=False so that such a line is not cut at the edge either
+        for line in self.block_lines(width):
+            yield Segment(line)
+            yield Segment.line()
