@@ -41,11 +41,12 @@ def parse_bytes(text: str, *, what: str = "size") -> int:
 
 
 def parse_int_list(text: str, *, what: str) -> list[int]:
-    """'1,8,32' -> [1, 8, 32]; every value must be a positive integer."""
-    try:
-        values = [int(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise UserError(f"{what} must be comma-separated whole numbers, e.g. 1,8,32 (got {text!r})") from None
-    if not values or any(v <= 0 for v in values):
-        raise UserError(f"{what} must be positive whole numbers (got {text!r})")
+    """'1,8,32' -> [1, 8, 32]; every item a positive whole number up to 10^9 (no empty items: '1,,2' and
+    '1,8,' are refused, not read as 1,2 and 1,8)."""
+    items = [v.strip() for v in str(text).split(",")]
+    if any(not re.fullmatch(r"[0-9]{1,12}", v) for v in items):
+        raise UserError(f"{what} must be comma-separated whole numbers, e.g. 1,8,32 (got {str(text)[:60]!r})")
+    values = [int(v) for v in items]
+    if any(not 0 < v <= 10**9 for v in values):
+        raise UserError(f"{what} must be whole numbers from 1 to 1,000,000,000 (got {str(text)[:60]!r})")
     return values
