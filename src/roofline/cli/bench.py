@@ -89,14 +89,16 @@ class _RichProgress:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
-            Progress,
             TextColumn,
             TimeElapsedColumn,
         )
 
-        self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
-                          console=Console(stderr=True), refresh_per_second=4, transient=False)
+        from roofline.cli.progress import live_progress
+
+        # a live bar on a terminal, one plain line per scenario in a pipe or a file
+        self.p = live_progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                               TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
+                               console=Console(stderr=True), refresh_per_second=4, transient=False)
         self.task = None
         self.failed = 0
         self.p.start()

@@ -60,7 +60,7 @@ def _bounds(result: dict) -> list[list[str]]:
                      fmt_rate(t["tok_per_s"]), f"{t['scaling_efficiency']:.0%} streaming bytes"])
     p = result["prefill"]
     if p:
-        rows.append([f"prefill {p['prompt_tokens']:,} tokens", f"TTFT >= {fmt_seconds(p['ttft_seconds'])}", "",
+        rows.append([f"prefill {p['prompt_tokens']:,} tokens (TTFT)", f">= {fmt_seconds(p['ttft_seconds'])}", "",
                      f"{p['mfu']:.0%} MFU, {p['dtype']} peak"])
     s = result["speculative"]
     if s:
@@ -68,6 +68,11 @@ def _bounds(result: dict) -> list[list[str]]:
                      f"{fmt_rate(s['tok_per_s'])} ({s['speedup']:.2f}x)",
                      f"{s['tokens_per_pass']:.2f} tok/pass; best g={s['best_gamma']}: {s['best_speedup']:.2f}x"])
     return rows
+
+
+_SPECULATIVE_LEGEND = ("speculative row: a = the chance that each drafted token is accepted (--alpha), g = tokens "
+                       "drafted before one verify pass (--gamma), c = what one draft pass costs, in passes of the "
+                       "target model (--draft-cost; 0.05: a draft model reading 1/20 of the target's bytes)")
 
 
 def _line(text: str, *, as_markdown: bool) -> None:
@@ -93,19 +98,11 @@ def _print(result: dict, *, as_markdown: bool) -> None:
                notes=notes)
     _line("", as_markdown=as_markdown)
     assumptions = ["assumptions:"] + [f"- {a}" for a in result["assumptions"]]
+    if result["speculative"]:
+        assumptions.append(f"- {_SPECULATIVE_LEGEND}")
     if as_markdown:
-        assumptions = ["**assumptions**"] + result["assumptions"]
+        assumptions = ["**assumptions**", *result["assumptions"], *([_SPECULATIVE_LEGEND] if result["speculative"] else [])]
     emit_table(None, ["bound", "time", "tok/s", "notes"], _bounds(result), as_markdown=as_markdown, notes=assumptions)
-
-
-def _warn_about_context(model: str, context: int) -> None:
-    """One line on stderr when --context is past what the model was built for; the run goes on."""
-    from roofline.spec.budget import context_warning
-    from roofline.spec.catalogue import load_spec
-
-    line = context_warning(load_spec(model), context)
-    if line:
-        typer.echo(line, err=True)
 
 
 def ceiling(
@@ -145,7 +142,6 @@ def ceiling(
         price_per_hour=price_per_hour, alpha=alpha, gamma=gamma, draft_cost=draft_cost,
     )
     _, result = analyse(request)
-    _warn_about_context(model, context)
     if as_json:
         print_json(result)
     else:
@@ -168,11 +164,13 @@ def hardware_list(
         return
     rows = [[h.key, h.name, str(h.devices), fmt_bandwidth(h.bandwidth_bytes_per_s), fmt_bytes(h.memory_bytes),
              ", ".join(f"{k} {fmt_flops(v)}" for k, v in h.flops.items() if k in ("bf16", "fp8", "fp4")),
-             "vendor" if h.vendor_claim else "measured"] for h in entries]
+             "vendor" if h.vendor_claim else "measured", h.read or "?"] for h in entries]
     notes = ["dense (no sparsity) peaks; figures cover all devices of an entry; --gpus N scales them",
-             "local: this machine, from `roofline probe`"]
-    emit_table("hardware", ["name", "what", "devices", "bandwidth", "memory", "dense FLOP/s", "figures"], rows,
-               as_markdown=as_markdown, notes=notes)
+             "local: this machine, from `roofline probe`",
+             "sources (taken down on the date in the 'read' column):",
+             *(f"{h.key}: {h.source or 'no source recorded'}" for h in entries)]
+    emit_table("hardware", ["name", "what", "devices", "bandwidth", "memory", "dense FLOP/s", "figures", "read"],
+               rows, as_markdown=as_markdown, notes=notes)
 
 
 def models_list(
@@ -194,10 +192,11 @@ def models_list(
     if as_json:
         print_json(entries)
         return
-    rows = [[e["id"], ", ".join(e["aliases"]), e["architecture"], fmt_params(e["params_total"]),
-             fmt_params(e["params_active"]), e["retrieved"]] for e in entries]
+    # the short aliases; the other repository names an entry answers to are in --json
+    rows = [[e["id"], ", ".join(a for a in e["aliases"] if "/" not in a), e["architecture"],
+             fmt_params(e["params_total"]), fmt_params(e["params_active"]), e["retrieved"]] for e in entries]
     emit_table("models", ["id", "aliases", "architecture", "params", "active", "read"], rows, as_markdown=as_markdown,
-               notes=["sources: `roofline models list --json`"])
+               notes=["sources and every alias: `roofline models list --json`"])
 
 
 def register(app: typer.Typer) -> None:

@@ -70,13 +70,14 @@ def probe(
 
 def _measure_with_progress(settings: dict[str, Any]) -> dict[str, Any]:
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
+    from roofline.cli.progress import live_progress
     from roofline.hardware.probe import measure_profile
 
     columns = (TextColumn("probe: {task.description:<26}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+    with live_progress(*columns, console=Console(stderr=True), transient=True, label="probe: ") as bar:
         task = bar.add_task("starting", total=None)
 
         def progress(what: str, done: int, total: int) -> None:

@@ -216,15 +216,17 @@ class RichDisplay(Display):
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
-            Progress,
             TextColumn,
             TimeElapsedColumn,
         )
 
+        from roofline.cli.progress import live_progress
+
         self.unit = unit
         self.baseline = dict(baseline or {})
-        self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          TextColumn("{task.fields[best]}"), console=Console(stderr=True), refresh_per_second=4)
+        # a live bar on a terminal, plain lines in a pipe or a file
+        self.p = live_progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                               TextColumn("{task.fields[best]}"), console=Console(stderr=True), refresh_per_second=4)
         self.trials = self.p.add_task("trials", total=total, best="")
         self.requests = self.p.add_task("  requests", total=None, visible=False, best="")
         self.p.start()
