@@ -105,6 +105,16 @@ def _print(result: dict, *, as_markdown: bool) -> None:
     emit_table(None, ["bound", "time", "tok/s", "notes"], _bounds(result), as_markdown=as_markdown, notes=assumptions)
 
 
+def _warn_about_context(model: str, context: int) -> None:
+    """One line on stderr when --context is past what the model was built for; the run goes on."""
+    from roofline.spec.budget import context_warning
+    from roofline.spec.catalogue import load_spec
+
+    line = context_warning(load_spec(model), context)
+    if line:
+        typer.echo(line, err=True)
+
+
 def ceiling(
     model: str = typer.Argument(..., help=_MODEL_HELP),
     hardware: str = typer.Option("local", "--hardware", "-H", help="Catalogue name (see `roofline hardware list`), "
@@ -142,6 +152,7 @@ def ceiling(
         price_per_hour=price_per_hour, alpha=alpha, gamma=gamma, draft_cost=draft_cost,
     )
     _, result = analyse(request)
+    _warn_about_context(model, context)
     if as_json:
         print_json(result)
     else:
