@@ -66,12 +66,16 @@ def test_cli_exit_codes(tmp_path):
     port = free_port()
     cmd = [sys.executable, "-m", "roofline", "bench", f"http://127.0.0.1:{port}", "--reps", "1", "--warmup", "0",
            "--out", str(tmp_path / "a")]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    assert p.returncode == 1, p.stderr  # nothing succeeded
-    assert "connection_refused" in p.stdout
+    p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr  # no server there: one line before the run (bench.preflight)
+    assert "connection refused" in p.stderr and not (tmp_path / "a").exists()
+    with nullserver("--ttft", "2ms", "--gap", "1ms", "--tokens", "3", "--faults", "http_500") as url:
+        p = subprocess.run([*cmd[:4], url, *cmd[5:-1], str(tmp_path / "c")], check=False, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1, p.stderr  # a server, but nothing succeeded
+    assert "http_500" in p.stdout
     with nullserver("--ttft", "2ms", "--gap", "1ms", "--tokens", "3", "--faults", "ok,http_500") as url:
         p = subprocess.run([sys.executable, "-m", "roofline", "bench", url, "--reps", "1", "--warmup", "0",
-                            "--out", str(tmp_path / "b"), "--json"], capture_output=True, text=True, timeout=60)
+                            "--out", str(tmp_path / "b"), "--json"], check=False, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr  # some succeeded, some failed
     import json
 

@@ -157,6 +157,12 @@ async def fetch(endpoint: Endpoint, path: str, *, timeout_s: float = 5.0,
         raise FetchError(str(f)) from None
     except TimeoutError:
         raise FetchError(f"no answer from {endpoint.host}:{endpoint.port}{path} within {timeout_s:g}s") from None
+    except ConnectionRefusedError:
+        raise FetchError(f"connection refused by {endpoint.host}:{endpoint.port}") from None
+    except socket.gaierror as e:
+        raise FetchError(f"cannot resolve host {endpoint.host!r} ({e.strerror})") from None
+    except ssl.SSLError as e:
+        raise FetchError(f"TLS handshake with {endpoint.host}:{endpoint.port} failed ({e.reason or e})") from None
     except OSError as e:
         raise FetchError(f"cannot connect to {endpoint.host}:{endpoint.port} ({e.strerror or e})") from None
     finally:

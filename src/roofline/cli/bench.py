@@ -277,6 +277,10 @@ def _run(o: dict) -> int:
 
     engine = _engine(o)
     plan = _plan(o)
+    if engine is None:  # a URL: one line and exit 2 when no server answers; its bytes per token set the ceiling
+        from roofline.bench.preflight import preflight
+
+        plan = preflight(plan, lambda text: typer.echo(text, err=True))
     run_dir = o["out"] or default_run_dir(plan.label)
     progress = _RichProgress()
     try:
