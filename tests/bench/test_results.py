@@ -7,6 +7,7 @@ from roofline.bench.records import RequestRecord
 from roofline.bench.report import tables
 from roofline.bench.results import RequestLog, read_requests
 from roofline.bench.summarize import summarize
+from roofline.bench.summary import RunSummary
 from roofline.bounds.ceiling import Ceiling
 
 MS = 1_000_000
@@ -57,9 +58,12 @@ def test_summary_with_ceiling_prompt_spread_and_failures():
     assert v["percent_of_ceiling"] == pytest.approx(25.0)
     assert v["effective_bandwidth_bytes_per_s"] == pytest.approx(100e9)
     assert s["goodput"]["requests_meeting_slo"] == 2  # the 20 ms/token one misses TPOT
-    names = [t[0] for t in tables(summary)]
+    typed = RunSummary.from_json(summary)
+    assert RunSummary.from_json(json.loads(json.dumps(typed.to_json()))) == typed  # one to_json/from_json
+    assert typed.scenarios[0].vs_ceiling.percent_of_ceiling == pytest.approx(25.0)
+    names = [t[0] for t in tables(typed)]
     assert names == ["latency", "rates", "per prompt (Output Speed over reps)", "failed requests"]
-    notes = " ".join(tables(summary)[1][3])
+    notes = " ".join(tables(typed)[1][3])
     assert "25.0% of the ceiling" in notes and "effective bandwidth 100.00 GB/s" in notes
 
 
@@ -78,12 +82,12 @@ def test_log_is_appended_by_several_writers(tmp_path):
 def test_a_rate_above_a_measured_ceiling_is_explained():
     from roofline.bench.report import result_notes
 
-    def summary(hardware: str, percent: float) -> dict:
-        return {"ceiling": {"tok_per_s": 50.0, "bandwidth_bytes_per_s": 27e9, "bytes_per_token": 538e6,
+    def summary(hardware: str, percent: float) -> RunSummary:
+        return RunSummary.from_json({"ceiling": {"tok_per_s": 50.0, "bandwidth_bytes_per_s": 27e9, "bytes_per_token": 538e6,
                             "hardware": hardware, "assumptions": []},
                 "scenarios": [{"scenario": {"name": "sequential"}, "metrics": {}, "token_sources": {},
                                "vs_ceiling": {"measured_tok_per_s": percent / 2, "percent_of_ceiling": percent,
-                                              "effective_bandwidth_bytes_per_s": 27e9 * percent / 100}}]}
+                                              "effective_bandwidth_bytes_per_s": 27e9 * percent / 100}}]})
 
     assert any("above 100%" in n for n in result_notes(summary("local", 107.8)))
     assert not any("above 100%" in n for n in result_notes(summary("local", 95.0)))

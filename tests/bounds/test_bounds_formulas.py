@@ -128,13 +128,13 @@ def test_ceiling_for_local(monkeypatch) -> None:
 def test_all_tensors_adds_the_small_ones() -> None:
     _, lean = analyse(CeilingRequest(model="gpt-oss-120b", hardware="b200"))
     _, full = analyse(CeilingRequest(model="gpt-oss-120b", hardware="b200", all_tensors=True))
-    assert full["bytes_per_token"] == pytest.approx(lean["bytes_per_token"] + lean["small_bytes"])
-    assert full["small_bytes"] == 0
+    assert full.bytes_per_token == pytest.approx(lean.bytes_per_token + lean.small_bytes)
+    assert full.small_bytes == 0
 
 
 def test_overrides_must_name_components_the_model_has() -> None:
     with pytest.raises(UserError, match="no experts component"):
         analyse(CeilingRequest(model="llama-3.1-8b", hardware="h100", weights="experts=mxfp4"))
     _, d = analyse(CeilingRequest(model="llama-3.1-8b", hardware="h100", weights="mlp=int4,lm_head=q8_0"))
-    fmts = {c["key"]: c["format"] for c in d["components"]}
+    fmts = {c.key: c.format for c in d.components}
     assert (fmts["mlp"], fmts["lm_head"], fmts["attention"]) == ("int4", "q8_0", "bf16")

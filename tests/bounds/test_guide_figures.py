@@ -48,7 +48,7 @@ def test_decode_table_fits(shape: str) -> None:
         r = CeilingRequest(model=shape, hardware=hw, gpus=None if gpus == 1 else gpus, context=8192,
                            weights="fp8", kv="fp8")
         _, result = analyse(r)
-        assert result["batches"][0]["fits"] is ((shape, col) not in DOES_NOT_FIT), (shape, hw, gpus)
+        assert result.batches[0].fits is ((shape, col) not in DOES_NOT_FIT), (shape, hw, gpus)
 
 
 def test_kv_bytes_of_the_shapes() -> None:
@@ -95,8 +95,8 @@ def test_prefill_ttft() -> None:
     for shape, ms in (("guide-1t-moe", 83), ("guide-1t-dense", 2587)):
         _, result = analyse(CeilingRequest(model=shape, hardware="h100-sxm", gpus=8, weights="fp8",
                                            prompt_tokens=8192, mfu=0.4))
-        assert result["prefill"]["dtype"] == "fp8" and result["prefill"]["peak_flops"] == hw.flops["fp8"]
-        assert round(result["prefill"]["ttft_seconds"] * 1e3) == ms
+        assert result.prefill.dtype == "fp8" and result.prefill.peak_flops == hw.flops["fp8"]
+        assert round(result.prefill.ttft_seconds * 1e3) == ms
     assert round(prefill_seconds_lower_bound(flops_per_token=2 * 32e9, prompt_tokens=8192,
                                              peak_flops=8 * 1979e12, mfu=0.4) * 1e3) == 83
 
@@ -111,7 +111,7 @@ def test_tensor_parallel_954_and_541() -> None:
     for us, tok in ((5, 954), (10, 541)):
         _, result = analyse(CeilingRequest(model="guide-100b", hardware="gb200-nvl72", weights="fp8", tp=72,
                                            allreduce_us=us, efficiency=0.7))
-        assert round(result["tensor_parallel"]["tok_per_s"]) == tok
+        assert round(result.tensor_parallel.tok_per_s) == tok
         t = tensor_parallel(bytes_per_token=100e9, tp=72, per_device_bandwidth_bytes_per_s=8e12, efficiency=0.7,
                             num_layers=80, allreduce_seconds=us * 1e-6)
         assert round(t.tok_per_s) == tok
@@ -123,13 +123,13 @@ def test_batch_and_cost_on_8xh100_at_half_bandwidth() -> None:
     _, result = analyse(CeilingRequest(model="guide-100b", hardware="h100-sxm", gpus=8, context=8192,
                                        batches=(1, 32), weights="fp8", kv="fp8", efficiency=0.5,
                                        price_per_hour=98.32))
-    one, many = result["batches"]
-    assert round(one["tok_per_s_per_user"]) == 132 and round(many["tok_per_s_per_user"]) == 94
-    assert round(one["dollars_per_million_tokens"], 2) == 206.55
+    one, many = result.batches
+    assert round(one.tok_per_s_per_user) == 132 and round(many.tok_per_s_per_user) == 94
+    assert round(one.dollars_per_million_tokens, 2) == 206.55
     # The guide's $9.11 prices 32 x 93.7 tok/s (the per-user rate rounded first); unrounded it is $9.105.
-    assert many["dollars_per_million_tokens"] == pytest.approx(9.11, rel=1e-3)
+    assert many.dollars_per_million_tokens == pytest.approx(9.11, rel=1e-3)
     assert round(98.32 / (3600 * 32 * 93.7) * 1e6, 2) == 9.11
-    assert one["limited_by"] == many["limited_by"] == "memory bandwidth"
+    assert one.limited_by == many.limited_by == "memory bandwidth"
 
 
 def test_batch_formula_directly() -> None:

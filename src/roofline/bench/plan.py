@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,13 @@ class BenchPlan:
     extra_body: dict | None = None
     argv: list[str] = field(default_factory=list)
     provenance_extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> BenchPlan:
+        """The plan of `roofline bench`'s options, each checked (bench.options; UserError on the first bad one)."""
+        from roofline.bench.options import plan_from_options
+
+        return plan_from_options(options)
 
 
 @dataclass(frozen=True)

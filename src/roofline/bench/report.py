@@ -1,15 +1,35 @@
-"""The summary as tables (title, headers, rows, notes) for the terminal and for summary.md."""
+"""The summary as tables (title, headers, rows, notes) for the terminal, and summary.md for people.
+
+Everything here reads the typed `RunSummary` (bench.summary), never summary.json's keys.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Sequence
+from pathlib import Path
+
+from roofline.bench.summary import Distribution, RunSummary, ScenarioSummary
 
 Table = tuple[str, list[str], list[list[str]], list[str]]
 
+# What counted each request's output tokens, in words (bench.tokens names the sources).
+TOKEN_SOURCE_WORDS = {
+    "usage_per_chunk": "the server's running usage count in every chunk",
+    "tokenizer": "the local tokenizer (--tokenizer)",
+    "usage_total+tokenizer": "the local tokenizer, scaled to the server's final usage total",
+    "usage_total": "the server's final usage total (it matched one token per text chunk)",
+    "usage_total+chars": "the server's final usage total, shared over the chunks by their characters",
+    "chunks": "one token per text chunk (the server reported no usage; multi-token chunks undercount)",
+}
 
-def _ms(d: Mapping | None, stat: str) -> str:
-    return "-" if not d else f"{1e3 * d[stat]:.1f}"
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """'1 stream', '4 streams'."""
+    return f"{n} {word if n == 1 else (words or word + 's')}"
+
+
+def _ms(d: Distribution | None, stat: str) -> str:
+    return "-" if not d else f"{1e3 * getattr(d, stat):.1f}"
 
 
 def num(x: float | None, fmt: str = "{:.1f}") -> str:
@@ -17,118 +37,185 @@ def num(x: float | None, fmt: str = "{:.1f}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
-def latency_table(summary: Mapping[str, Any]) -> Table:
+def latency_table(summary: RunSummary) -> Table:
     headers = ["scenario", "ok", "failed", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms",
                "ITL p99 ms", "chunk gap p99 ms", "E2E p50 s"]
     rows = []
-    for s in summary["scenarios"]:
-        m = s["metrics"]
-        rows.append([s["scenario"]["name"], str(s["requests"]["ok"]), str(s["requests"]["failed"]),
-                     _ms(m["ttft_s"], "p50"), _ms(m["ttft_s"], "p99"), _ms(m["tpot_s"], "p50"), _ms(m["tpot_s"], "p99"),
-                     _ms(m["itl_s"], "p99"), _ms(m["chunk_gap_s"], "p99"), num(m["e2e_s"] and m["e2e_s"]["p50"], "{:.2f}")])
+    for s in summary.scenarios:
+        m = s.metric
+        e2e = m("e2e_s")
+        rows.append([s.name, str(s.requests.ok), str(s.requests.failed),
+                     _ms(m("ttft_s"), "p50"), _ms(m("ttft_s"), "p99"), _ms(m("tpot_s"), "p50"), _ms(m("tpot_s"), "p99"),
+                     _ms(m("itl_s"), "p99"), _ms(m("chunk_gap_s"), "p99"), num(e2e and e2e.p50, "{:.2f}")])
     return ("latency", headers, rows, [])
 
 
-def rates_table(summary: Mapping[str, Any]) -> Table:
-    has_slo = bool(summary.get("slo_s"))
-    has_ceiling = summary.get("ceiling") is not None
+def rates_table(summary: RunSummary) -> Table:
+    has_slo = bool(summary.slo_s)
+    has_ceiling = summary.ceiling is not None
     headers = ["scenario", "Output Speed p50 tok/s", "min", "max", "req/s", "output tok/s"]
     if has_slo:
         headers += ["goodput req/s", "goodput tok/s"]
     if has_ceiling:
         headers.append("% of ceiling")
     rows = []
-    for s in summary["scenarios"]:
-        speed = s["metrics"]["output_speed_tok_per_s"] or {}
-        row = [s["scenario"]["name"], num(speed.get("p50")), num(speed.get("min")), num(speed.get("max")),
-               num(s["requests_per_s"], "{:.2f}"), num(s["output_tok_per_s"])]
+    for s in summary.scenarios:
+        speed = s.metric("output_speed_tok_per_s")
+        row = [s.name, num(speed and speed.p50), num(speed and speed.min), num(speed and speed.max),
+               num(s.requests_per_s, "{:.2f}"), num(s.output_tok_per_s)]
         if has_slo:
-            g = s.get("goodput") or {}
-            row += [num(g.get("requests_per_s"), "{:.2f}"), num(g.get("output_tok_per_s"))]
+            g = s.goodput
+            row += [num(g and g.requests_per_s, "{:.2f}"), num(g and g.output_tok_per_s)]
         if has_ceiling:
-            row.append(num((s.get("vs_ceiling") or {}).get("percent_of_ceiling"), "{:.1f}%"))
+            row.append(num(s.vs_ceiling and s.vs_ceiling.percent_of_ceiling, "{:.1f}%"))
         rows.append(row)
     return ("rates", headers, rows, result_notes(summary))
 
 
-def measured_locally(ceiling: Mapping[str, Any]) -> bool:
+def measured_locally(summary: RunSummary) -> bool:
     """The ceiling rests on this machine's measured bandwidth, not a catalogue figure."""
-    return ceiling.get("hardware") == "local"
+    return summary.ceiling is not None and summary.ceiling.hardware == "local"
 
 
-def result_notes(summary: Mapping[str, Any]) -> list[str]:
-    notes = []
-    c = summary.get("ceiling")
-    if c:
-        notes.append(f"ceiling: {c['tok_per_s']:.1f} tok/s = {c['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s / "
-                     f"{c['bytes_per_token'] / 1e6:.1f} MB per token ({c['hardware'] or 'hardware'}, batch 1)")
-        for s in summary["scenarios"]:
-            v = s.get("vs_ceiling") or {}
-            if v.get("basis") == "passes":
-                notes.append(f"{s['scenario']['name']}: decode {v['measured_tok_per_s']:.1f} tok/s = "
-                             f"{v['passes_per_s']:.1f} weight passes/s x {v['tokens_per_pass']:.2f} tokens/pass; "
-                             f"passes/s = {v['percent_of_ceiling']:.1f}% of the ceiling (effective bandwidth "
-                             f"{v['effective_bandwidth_bytes_per_s'] / 1e9:.2f} GB/s). Speculation verifies several "
-                             f"tokens per pass, so tokens/s may pass the one-token ceiling "
-                             f"({v['tokens_percent_of_one_token_ceiling']:.1f}% of it) while every pass still reads "
-                             f"all the weights")
-            elif "measured_tok_per_s" in v:
-                notes.append(f"{s['scenario']['name']}: decode {v['measured_tok_per_s']:.1f} tok/s = "
-                             f"{v['percent_of_ceiling']:.1f}% of the ceiling, effective bandwidth "
-                             f"{v['effective_bandwidth_bytes_per_s'] / 1e9:.2f} GB/s")
-                if v["percent_of_ceiling"] > 100 and measured_locally(c):
-                    notes.append("above 100%: the engine read memory faster than the probe's read kernel did when "
-                                 "it was measured (bandwidth drifts on a shared machine); re-run `roofline probe`")
-        for a in c.get("assumptions") or ():
-            notes.append(f"assumption: {a}")
-    for s in summary["scenarios"]:
-        name = s["scenario"]["name"]
-        lag = s["metrics"].get("send_lag_s")
-        if lag:
-            notes.append(f"{name}: send lag p50 {1e3 * lag['p50']:.2f} ms, max {1e3 * lag['max']:.2f} ms (counted in TTFT)")
-        if s["token_sources"]:
-            src = ", ".join(f"{k} ({v})" for k, v in s["token_sources"].items())
-            notes.append(f"{name}: tokens counted by {src}")
-        p = s.get("passes")
-        if p and p.get("tokens_per_pass"):
-            notes.append(f"{name}: {p['tokens_per_pass']:.2f} tokens per weight pass, "
-                         f"{num(p.get('passes_per_s'))} passes/s (server-reported)")
-        tpc = s["metrics"].get("tokens_per_chunk")
-        if tpc and tpc["mean"] > 1.01:
-            notes.append(f"{name}: {tpc['mean']:.2f} tokens per chunk on average (speculation or "
-                         f"stream interval > 1): ITL spreads each chunk gap over its tokens")
-        g = s.get("goodput")
-        if g:
-            notes.append(f"{name}: {g['requests_meeting_slo']} of {s['requests']['ok']} requests met every SLO; "
-                         f"p99 within limits: {s.get('slo_percentiles_met')}")
-    if summary.get("unreadable_lines"):
-        notes.append(f"{summary['unreadable_lines']} unreadable line(s) in requests.jsonl were skipped")
+def _ceiling_notes(summary: RunSummary) -> list[str]:
+    c = summary.ceiling
+    if c is None:
+        return []
+    notes = [(f"ceiling: {c.tok_per_s:.1f} tok/s = {c.bandwidth_bytes_per_s / 1e9:.1f} GB/s / "
+              f"{c.bytes_per_token / 1e6:.1f} MB per token ({c.hardware or 'hardware'}, batch 1)")]
+    for s in summary.scenarios:
+        v = s.vs_ceiling
+        if v is None or v.measured_tok_per_s is None:
+            continue
+        if v.basis == "passes":
+            notes.append(f"{s.name}: decode {v.measured_tok_per_s:.1f} tok/s = "
+                         f"{v.passes_per_s:.1f} weight passes/s x {v.tokens_per_pass:.2f} tokens/pass; "
+                         f"passes/s = {v.percent_of_ceiling:.1f}% of the ceiling (effective bandwidth "
+                         f"{v.effective_bandwidth_bytes_per_s / 1e9:.2f} GB/s). Speculation verifies several "
+                         f"tokens per pass, so tokens/s may pass the one-token ceiling "
+                         f"({v.tokens_percent_of_one_token_ceiling:.1f}% of it) while every pass still reads "
+                         f"all the weights")
+            continue
+        notes.append(f"{s.name}: decode {v.measured_tok_per_s:.1f} tok/s = {v.percent_of_ceiling:.1f}% of the "
+                     f"ceiling, effective bandwidth {v.effective_bandwidth_bytes_per_s / 1e9:.2f} GB/s")
+        if v.percent_of_ceiling > 100 and measured_locally(summary):
+            notes.append("above 100%: the engine read memory faster than the probe's read kernel did when "
+                         "it was measured (bandwidth drifts on a shared machine); re-run `roofline probe`")
+    notes += [f"assumption: {a}" for a in c.assumptions]
     return notes
 
 
-def prompts_table(summary: Mapping[str, Any]) -> Table | None:
+def token_source_note(s: ScenarioSummary) -> str | None:
+    """'sequential: output tokens counted by the server's running usage count in every chunk (12 requests)'."""
+    if not s.token_sources:
+        return None
+    parts = [f"{TOKEN_SOURCE_WORDS.get(k, k)} ({plural(n, 'request')})" for k, n in s.token_sources.items()]
+    return f"{s.name}: output tokens counted by " + "; ".join(parts)
+
+
+def result_notes(summary: RunSummary) -> list[str]:
+    notes = _ceiling_notes(summary)
+    for s in summary.scenarios:
+        lag = s.metric("send_lag_s")
+        if lag:
+            notes.append(f"{s.name}: send lag p50 {1e3 * lag.p50:.2f} ms, max {1e3 * lag.max:.2f} ms (counted in TTFT)")
+        src = token_source_note(s)
+        if src:
+            notes.append(src)
+        p = s.passes
+        if p and p.tokens_per_pass:
+            notes.append(f"{s.name}: {p.tokens_per_pass:.2f} tokens per weight pass, "
+                         f"{num(p.passes_per_s)} passes/s (server-reported)")
+        tpc = s.metric("tokens_per_chunk")
+        if tpc and tpc.mean > 1.01:
+            notes.append(f"{s.name}: {tpc.mean:.2f} tokens per chunk on average (speculation or "
+                         f"stream interval > 1): ITL spreads each chunk gap over its tokens")
+        g = s.goodput
+        if g:
+            notes.append(f"{s.name}: {g.requests_meeting_slo} of {s.requests.ok} requests met every SLO; "
+                         f"p99 within limits: {dict(s.slo_percentiles_met or {})}")
+    if summary.unreadable_lines:
+        notes.append(f"{plural(summary.unreadable_lines, 'unreadable line')} in requests.jsonl skipped "
+                     "(a line cut by an interrupted run)")
+    return notes
+
+
+def prompts_table(summary: RunSummary) -> Table | None:
     rows = []
-    for s in summary["scenarios"]:
-        for p in s.get("prompts") or ():
-            rows.append([s["scenario"]["name"], p["prompt"], str(p["reps"]),
-                         num(p["output_speed_median_tok_per_s"]), num(p["output_speed_min_tok_per_s"]),
-                         num(p["output_speed_max_tok_per_s"]), num(p["spread_pct"], "{:.1f}%"),
-                         num(1e3 * p["ttft_median_s"])])
+    for s in summary.scenarios:
+        for p in s.prompts:
+            rows.append([s.name, p.prompt, str(p.reps), num(p.output_speed_median_tok_per_s),
+                         num(p.output_speed_min_tok_per_s), num(p.output_speed_max_tok_per_s),
+                         num(p.spread_pct, "{:.1f}%"), num(None if p.ttft_median_s is None else 1e3 * p.ttft_median_s)])
     if not rows:
         return None
     headers = ["scenario", "prompt", "reps", "median tok/s", "min", "max", "spread", "TTFT median ms"]
     return ("per prompt (Output Speed over reps)", headers, rows, [])
 
 
-def failures_table(summary: Mapping[str, Any]) -> Table | None:
+def failures_table(summary: RunSummary) -> Table | None:
     rows = []
-    for s in summary["scenarios"]:
-        for kind, f in s["requests"]["failures"].items():
-            rows.append([s["scenario"]["name"], kind, str(f["count"]), f["example"][:100]])
+    for s in summary.scenarios:
+        for kind, f in s.requests.failures.items():
+            rows.append([s.name, kind, str(f.count), f.example[:100]])
     if not rows:
         return None
     return ("failed requests", ["scenario", "reason", "count", "example"], rows, [])
 
 
-def tables(summary: Mapping[str, Any]) -> list[Table]:
+def tables(summary: RunSummary) -> list[Table]:
     return [t for t in (latency_table(summary), rates_table(summary), prompts_table(summary), failures_table(summary)) if t]
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def title(summary: RunSummary) -> str:
+    """'roofline bench: http://127.0.0.1:8000/v1/chat/completions (smollm2)'; the model only when known."""
+    endpoint = summary.provenance.get("endpoint") or "?"
+    model = summary.model_label
+    return f"roofline bench: {endpoint}" + (f" ({model})" if model else "")
+
+
+def provenance_lines(summary: RunSummary) -> list[str]:
+    """What ran, where and when; a key the run did not record is left out, not printed as None."""
+    prov = summary.provenance
+    out = []
+    for key in ("time_utc", "roofline_version", "endpoint", "served_model", "model", "hardware", "usage_used"):
+        if prov.get(key) not in (None, ""):
+            out.append(f"{key}: {prov[key]}")
+    server = prov.get("server") or {}
+    name = " ".join(str(x) for x in (server.get("header"), server.get("version")) if x)
+    if name:
+        out.append(f"server: {name}")
+    engine = prov.get("engine") or {}
+    if engine.get("name"):
+        out.append(f"engine: {engine['name']} {engine.get('version') or ''}".rstrip())
+    if prov.get("arguments"):
+        out.append(f"arguments: `{' '.join(prov['arguments'])}`")
+    if prov.get("interrupted"):
+        out.append("interrupted: yes (the summary covers the requests that ended)")
+    return out
+
+
+def markdown(summary: RunSummary) -> str:
+    """summary.md: every table with its notes, then the provenance."""
+    out = [f"# {title(summary)}", ""]
+    for name, headers, rows, notes in tables(summary):
+        out += [f"## {name}", "", markdown_table(headers, rows), ""]
+        out += [f"- {n}" for n in notes]
+        if notes:
+            out.append("")
+    out += ["## provenance", ""] + [f"- {line}" for line in provenance_lines(summary)]
+    return "\n".join(out) + "\n"
+
+
+def write_markdown(run_dir: Path, summary: RunSummary) -> Path:
+    from roofline.bench.results import SUMMARY_MD
+
+    path = Path(run_dir) / SUMMARY_MD
+    path.write_text(markdown(summary), encoding="utf-8")
+    return path

@@ -15,12 +15,28 @@ from roofline.bounds.decode import batch_decode
 from roofline.bounds.humanize import fmt_bandwidth, fmt_bytes, fmt_flops
 from roofline.bounds.parallel import tensor_parallel
 from roofline.bounds.prefill import prefill_seconds_lower_bound
+from roofline.bounds.result import (
+    BatchBound,
+    CeilingAnalysis,
+    ComponentBytes,
+    DecodeBound,
+    HardwareFigures,
+    KvFigures,
+    ModelFigures,
+    PrefillBound,
+    SpeculativeBound,
+    TensorParallelBound,
+)
 from roofline.bounds.speculative import best_gamma, expected_tokens_per_pass, speedup
 from roofline.errors import UserError
 from roofline.hardware.catalogue import Hardware, get_hardware
 from roofline.spec.budget import TokenBudget, token_budget
 from roofline.spec.catalogue import load_spec
-from roofline.spec.components import active_params, matmul_params_per_token, total_params
+from roofline.spec.components import (
+    active_params,
+    matmul_params_per_token,
+    total_params,
+)
 from roofline.spec.formats import parse_format
 from roofline.spec.model import ModelSpec
 from roofline.spec.quant import resolve_formats
@@ -150,8 +166,8 @@ def _assumptions(r: CeilingRequest, spec: ModelSpec, hw: Hardware, budget: Token
     return out
 
 
-def analyse(r: CeilingRequest) -> tuple[Ceiling, dict]:
-    """The batch-1 Ceiling, and a JSON-ready dict of every number the command prints."""
+def analyse(r: CeilingRequest) -> tuple[Ceiling, CeilingAnalysis]:
+    """The batch-1 Ceiling, and every number the command prints (`CeilingAnalysis.to_json` for --json)."""
     check_request(r)
     spec = load_spec(r.model)
     formats = resolve_formats(spec, r.weights)
@@ -178,45 +194,17 @@ def analyse(r: CeilingRequest) -> tuple[Ceiling, dict]:
             num_experts=moe.num_experts if moe else 0, top_k=moe.top_k if moe else 0,
             flops_per_token=flops_per_token, peak_flops=peak,
         )
-        batches.append({
-            "batch": b, "seconds_per_step": step.seconds_per_step, "tok_per_s_per_user": step.tok_per_s_per_user,
-            "tok_per_s_total": step.tok_per_s_total, "bytes_per_step": step.bytes_per_step,
-            "resident_bytes": step.resident_bytes, "fits": step.fits, "limited_by": step.limited_by,
-            "experts_per_layer": step.experts_per_layer,
-            "dollars_per_million_tokens": (
+        batches.append(BatchBound(
+            batch=b, seconds_per_step=step.seconds_per_step, tok_per_s_per_user=step.tok_per_s_per_user,
+            tok_per_s_total=step.tok_per_s_total, bytes_per_step=step.bytes_per_step,
+            resident_bytes=step.resident_bytes, fits=step.fits, limited_by=step.limited_by,
+            experts_per_layer=step.experts_per_layer,
+            dollars_per_million_tokens=(
                 dollars_per_million_tokens(r.price_per_hour, step.tok_per_s_total)
                 if r.price_per_hour is not None else None),
-        })
+        ))
 
-    result: dict = {
-        "model": {
-            "name": spec.name, "architecture": spec.architecture, "params_total": total_params(spec),
-            "params_active": active_params(spec), "flops_per_token": flops_per_token, "layers": spec.num_layers,
-            "kv_bytes_per_token": budget.kv_bytes_per_token,
-        },
-        "hardware": {
-            "key": hw.key, "name": hw.name, "label": hw.label(), "devices": hw.devices, "bandwidth_bytes_per_s": hw.bandwidth_bytes_per_s,
-            "memory_bytes": hw.memory_bytes, "flops": dict(hw.flops), "interconnect": hw.interconnect,
-            "source": hw.source, "read": hw.read, "vendor_claim": hw.vendor_claim, "measured": hw.measured,
-        },
-        "context_tokens": r.context, "efficiency": r.efficiency, "bandwidth_bytes_per_s": bw,
-        "components": [
-            {"key": row.key, "label": row.label, "params": row.params_active, "params_stored": row.params_total,
-             "format": row.fmt.name, "format_label": row.fmt.label(), "bits_per_weight": row.fmt.bits_per_weight, "bytes": row.bytes_active,
-             "bytes_stored": row.bytes_total, "counted": row.counted}
-            for row in budget.rows
-        ],
-        "kv": {"format": budget.kv_format.name, "bytes_per_token": budget.kv_bytes_per_token,
-               "bytes_per_sequence": budget.kv_bytes},
-        "weight_bytes": budget.weight_bytes, "small_bytes": budget.small_bytes,
-        "bytes_per_token": budget.bytes_per_token, "resident_weight_bytes": budget.resident_weight_bytes,
-        "decode": {"seconds_per_token": ceiling.seconds_per_token, "tok_per_s": ceiling.tok_per_s},
-        "batches": batches,
-        "compute_dtype": dtype, "peak_flops": peak,
-        "tensor_parallel": None, "prefill": None, "speculative": None,
-        "assumptions": assumptions,
-    }
-
+    tp_bound = prefill = spec_bound = None
     if r.tp is not None or r.allreduce_us is not None:
         tp = r.tp or hw.devices
         t = tensor_parallel(
@@ -224,11 +212,10 @@ def analyse(r: CeilingRequest) -> tuple[Ceiling, dict]:
             per_device_bandwidth_bytes_per_s=bw_peak / hw.devices, efficiency=r.efficiency,
             num_layers=spec.num_layers, allreduce_seconds=(r.allreduce_us or 0.0) * 1e-6,
         )
-        result["tensor_parallel"] = {
-            "tp": tp, "allreduce_us": r.allreduce_us or 0.0, "seconds_per_token": t.seconds_per_token,
-            "tok_per_s": t.tok_per_s, "stream_seconds": t.stream_seconds, "allreduce_seconds": t.allreduce_seconds,
-            "scaling_efficiency": t.scaling_efficiency,
-        }
+        tp_bound = TensorParallelBound(
+            tp=tp, allreduce_us=r.allreduce_us or 0.0, seconds_per_token=t.seconds_per_token,
+            tok_per_s=t.tok_per_s, stream_seconds=t.stream_seconds, allreduce_seconds=t.allreduce_seconds,
+            scaling_efficiency=t.scaling_efficiency)
         latency = f"{r.allreduce_us:g} µs" if r.allreduce_us is not None else "0 µs (not given: pass --allreduce-us)"
         assumptions.append(f"tensor parallel {tp}: 2 all-reduces per layer x {spec.num_layers} layers x {latency}")
 
@@ -237,8 +224,8 @@ def analyse(r: CeilingRequest) -> tuple[Ceiling, dict]:
             raise UserError(f"{hw.key} lists no FLOP/s figure, so there is no prefill bound; drop --prompt-tokens")
         seconds = prefill_seconds_lower_bound(
             flops_per_token=flops_per_token, prompt_tokens=r.prompt_tokens, peak_flops=peak, mfu=r.mfu)
-        result["prefill"] = {"prompt_tokens": r.prompt_tokens, "mfu": r.mfu, "dtype": dtype,
-                             "peak_flops": peak, "ttft_seconds": seconds}
+        prefill = PrefillBound(prompt_tokens=r.prompt_tokens, mfu=r.mfu, dtype=dtype, peak_flops=peak,
+                               ttft_seconds=seconds)
         assumptions.append(
             f"prefill: 2 x {active_or_matmul(spec)} params x tokens at {r.mfu:.0%} of the {dtype} dense peak "
             f"({fmt_flops(peak)}); attention-score FLOPs not counted"
@@ -248,12 +235,36 @@ def analyse(r: CeilingRequest) -> tuple[Ceiling, dict]:
         g_best, s_best = best_gamma(r.alpha, r.draft_cost)
         gamma = r.gamma or g_best
         s = speedup(r.alpha, gamma, r.draft_cost)
-        result["speculative"] = {
-            "alpha": r.alpha, "gamma": gamma, "draft_cost": r.draft_cost,
-            "tokens_per_pass": expected_tokens_per_pass(r.alpha, gamma), "speedup": s,
-            "tok_per_s": ceiling.tok_per_s * s, "best_gamma": g_best, "best_speedup": s_best,
-        }
+        spec_bound = SpeculativeBound(
+            alpha=r.alpha, gamma=gamma, draft_cost=r.draft_cost,
+            tokens_per_pass=expected_tokens_per_pass(r.alpha, gamma), speedup=s,
+            tok_per_s=ceiling.tok_per_s * s, best_gamma=g_best, best_speedup=s_best)
         assumptions.append("speculative: a verify pass of gamma + 1 tokens costs one plain pass (memory-bound)")
+
+    result = CeilingAnalysis(
+        model=ModelFigures(
+            name=spec.name, architecture=spec.architecture, params_total=total_params(spec),
+            params_active=active_params(spec), flops_per_token=flops_per_token, layers=spec.num_layers,
+            kv_bytes_per_token=budget.kv_bytes_per_token),
+        hardware=HardwareFigures(
+            key=hw.key, name=hw.name, label=hw.label(), devices=hw.devices,
+            bandwidth_bytes_per_s=hw.bandwidth_bytes_per_s, memory_bytes=hw.memory_bytes, flops=dict(hw.flops),
+            interconnect=hw.interconnect, source=hw.source, read=hw.read, vendor_claim=hw.vendor_claim,
+            measured=hw.measured),
+        context_tokens=r.context, efficiency=r.efficiency, bandwidth_bytes_per_s=bw,
+        components=tuple(
+            ComponentBytes(key=row.key, label=row.label, params=row.params_active, params_stored=row.params_total,
+                           format=row.fmt.name, format_label=row.fmt.label(), bits_per_weight=row.fmt.bits_per_weight,
+                           bytes=row.bytes_active, bytes_stored=row.bytes_total, counted=row.counted)
+            for row in budget.rows),
+        kv=KvFigures(format=budget.kv_format.name, bytes_per_token=budget.kv_bytes_per_token,
+                     bytes_per_sequence=budget.kv_bytes),
+        weight_bytes=budget.weight_bytes, small_bytes=budget.small_bytes,
+        bytes_per_token=budget.bytes_per_token, resident_weight_bytes=budget.resident_weight_bytes,
+        decode=DecodeBound(seconds_per_token=ceiling.seconds_per_token, tok_per_s=ceiling.tok_per_s),
+        batches=tuple(batches), compute_dtype=dtype, peak_flops=peak,
+        tensor_parallel=tp_bound, prefill=prefill, speculative=spec_bound, assumptions=tuple(assumptions),
+    )
     return ceiling, result
 
 

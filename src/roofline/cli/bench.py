@@ -12,7 +12,6 @@ from pathlib import Path
 import typer
 
 from roofline.cli.output import run_until_signal
-from roofline.errors import UserError
 
 HELP = """Measure what an engine really delivers: TTFT, TPOT, per-token ITL, chunk gaps, Output Speed,
 E2E, requests/s, tokens/s and goodput, each request written to a run folder as it ends.
@@ -21,61 +20,12 @@ Default: the B200 study's method: one stream, the built-in four fixed prompts, g
 median with the per-prompt spread. See docs/metrics.md for every definition."""
 
 
-def _rates(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise UserError(f"--rate must be comma-separated numbers of requests per second, e.g. 2,4,8 (got {text!r})") from None
-    if not values or any(not (0 < v < float("inf")) for v in values):  # also rejects nan
-        raise UserError(f"--rate values must be positive requests per second (got {text!r})")
-    return values
-
-
-def _positive(name: str, value: float | None, *, allow_zero: bool = False) -> None:
-    if value is None:
-        return
-    if value < 0 or (value == 0 and not allow_zero):
-        raise UserError(f"{name} must be {'zero or more' if allow_zero else 'positive'} (got {value})")
-
-
-def _seconds(name: str, text: str | None) -> float | None:
-    if text is None:
-        return None
-    from roofline.units import parse_seconds
-
-    value = parse_seconds(text, what=name)
-    if not value > 0:
-        raise UserError(f"{name} must be a positive time, e.g. 60s (got {text!r})")
-    return value
-
-
-def _markdown(summary: dict, tables: list, title: str) -> str:
-    from roofline.cli.output import markdown_table
-
-    out = [f"# {title}", ""]
-    for name, headers, rows, notes in tables:
-        out += [f"## {name}", "", markdown_table(headers, rows), ""]
-        out += [f"- {n}" for n in notes]
-        if notes:
-            out.append("")
-    prov = summary.get("provenance", {})
-    out += ["## provenance", ""]
-    for key in ("time_utc", "roofline_version", "endpoint", "served_model", "model", "hardware", "usage_used"):
-        out.append(f"- {key}: {prov.get(key)}")
-    server = prov.get("server") or {}
-    out.append(f"- server: {server.get('header') or '?'} {server.get('version') or ''}".rstrip())
-    out.append(f"- arguments: `{' '.join(prov.get('arguments') or [])}`")
-    return "\n".join(out) + "\n"
-
-
-def _print(summary: dict, tables: list, *, as_json: bool, as_markdown: bool, title: str) -> None:
+def _print(summary, tables: list, *, as_markdown: bool) -> None:
+    from roofline.bench.report import markdown
     from roofline.cli import output
 
-    if as_json:
-        output.print_json(summary)
-        return
     if as_markdown:
-        sys.stdout.write(_markdown(summary, tables, title))
+        sys.stdout.write(markdown(summary))
         return
     for name, headers, rows, notes in tables:
         output.emit_table(name, headers, rows, as_markdown=False, notes=notes)
@@ -161,122 +111,24 @@ def register(app: typer.Typer) -> None:
         engine_timeout: str = typer.Option("300s", "--engine-timeout", help="How long a started engine may take to become ready (answer its health route)."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
         as_markdown: bool = typer.Option(False, "--markdown", help="Print the summary as Markdown."),
+        no_report: bool = typer.Option(False, "--no-report", help="Skip report.html (charts) at the end; summary.md is still written."),
     ) -> None:
         run_until_signal(_run, dict(locals()))
-
-
-def _plan(o: dict):
-    """Check every option (UserError on the first bad one) and build the BenchPlan."""
-    from roofline.bench.api import CHAT, COMPLETIONS, USAGE_LEVELS
-    from roofline.bench.load import ARRIVALS, Scenario
-    from roofline.bench.metrics import parse_slo
-    from roofline.bench.plan import BenchPlan
-    from roofline.bench.workloads import (
-        builtin_prompts,
-        load_prompts_jsonl,
-        parse_length,
-        synthetic_prompts,
-    )
-    from roofline.units import parse_int_list
-
-    if not (o["url"] or o["engine"] or o["engine_cmd"]):
-        raise UserError("give a server URL, --engine NAME, --engine-cmd or --calibrate")
-    if o["api"] not in (None, CHAT, COMPLETIONS):
-        raise UserError(f"--api must be {CHAT} or {COMPLETIONS} (got {o['api']!r})")
-    if o["usage"] not in ("auto", *USAGE_LEVELS):
-        raise UserError(f"--usage must be auto, {', '.join(USAGE_LEVELS)} (got {o['usage']!r})")
-    if o["arrivals"] not in ARRIVALS:
-        raise UserError(f"--arrivals must be one of {', '.join(ARRIVALS)} (got {o['arrivals']!r})")
-    for name in ("max_tokens", "reps", "workers", "burstiness", "gpus", "max_concurrency", "num_requests"):
-        _positive("--" + name.replace("_", "-"), o[name])
-    _positive("--warmup", o["warmup"], allow_zero=True)
-    if o["synthetic"] and o["prompts"]:
-        raise UserError("give --prompts or --synthetic, not both")
-    duration = _seconds("--duration", o["duration"])
-    timeout = _seconds("--timeout", o["timeout"])
-    slo = parse_slo(o["slo"]) if o["slo"] is not None else None
-    tokenizer = None
-    if o["tokenizer"]:
-        from roofline.bench.tokens import load_tokenizer
-
-        tokenizer = load_tokenizer(o["tokenizer"])
-    ignore_eos = o["ignore_eos"]
-    if o["synthetic"]:
-        ins, outs = parse_length(o["input_len"], what="--input-len"), parse_length(o["output_len"], what="--output-len")
-        prompts = synthetic_prompts(o["num_requests"] or 64, ins, outs, seed=o["seed"], tokenizer=tokenizer)
-        ignore_eos = True
-    elif o["prompts"]:
-        prompts = load_prompts_jsonl(o["prompts"])
-    else:
-        prompts = builtin_prompts()
-    scenarios = []
-    if o["concurrency"]:
-        scenarios += [Scenario("concurrency", concurrency=c, num_requests=o["num_requests"], duration_s=duration)
-                      for c in parse_int_list(o["concurrency"], what="--concurrency")]
-    if o["rate"]:
-        scenarios += [Scenario("rate", rate_per_s=r, arrivals=o["arrivals"], burstiness=o["burstiness"],
-                               max_concurrency=o["max_concurrency"], num_requests=o["num_requests"], duration_s=duration)
-                      for r in _rates(o["rate"])]
-    if not scenarios:
-        scenarios = [Scenario("sequential", num_requests=o["num_requests"], duration_s=duration)]
-    started = o["engine"] or ("command" if o["engine_cmd"] else None)
-    label = o["label"] or (_host_label(o["url"]) if started is None else "engine" if started == "command" else started)
-    return BenchPlan(
-        url=o["url"] or "", prompts=prompts, scenarios=scenarios, api=o["api"], api_key=o["api_key"],
-        served_model=o["served_model"], model=o["model"], hardware=o["hardware"], gpus=o["gpus"], reps=o["reps"],
-        max_tokens=o["max_tokens"], temperature=o["temperature"], ignore_eos=ignore_eos, usage=o["usage"],
-        warmup=o["warmup"], timeout_s=timeout, workers=o["workers"], tokenizer=o["tokenizer"], seed=o["seed"],
-        slo_s=slo, label=label, argv=list(sys.argv[1:]),
-    )
-
-
-def _engine(o: dict):
-    """The engine to start (None when a URL is measured): a launcher from the registry, its knobs
-    checked before anything starts."""
-    from roofline.bench.engines import check_config, get_launcher, parse_engine_args
-    from roofline.bench.session import EngineSpec
-
-    name, template = o["engine"], o["engine_cmd"]
-    if not (name or template):
-        if o["engine_arg"]:
-            raise UserError("--engine-arg goes with --engine or --engine-cmd")
-        return None
-    if o["url"]:
-        raise UserError("give either a URL or an engine to start, not both")
-    if template and name not in (None, "command"):
-        raise UserError(f"--engine-cmd starts the command engine; drop --engine {name} or --engine-cmd")
-    launcher = get_launcher(name or "command")
-    if launcher.name == "command" and not template:
-        raise UserError("--engine command needs --engine-cmd TEMPLATE")
-    config, extra = parse_engine_args(launcher, o["engine_arg"])
-    check_config(launcher, config)
-    reason = launcher.unavailable()
-    if reason:
-        raise UserError(reason)
-    return EngineSpec(launcher, config, tuple(extra), template, o["model"],
-                      _seconds("--engine-timeout", o["engine_timeout"]) or 300.0)
-
-
-def _host_label(url: str) -> str:
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url if "://" in url else f"http://{url}")
-        return f"{parts.hostname}-{parts.port}" if parts.port else str(parts.hostname)
-    except ValueError:
-        return "bench"
 
 
 def _run(o: dict) -> int:
     if o["calibrate"]:
         return _calibrate(o)
     from roofline.bench.launch import ServerDied
-    from roofline.bench.report import tables
-    from roofline.bench.results import SUMMARY_MD, default_run_dir
+    from roofline.bench.options import engine_from_options
+    from roofline.bench.plan import BenchPlan
+    from roofline.bench.report import tables, write_markdown
+    from roofline.bench.results import default_run_dir
     from roofline.bench.session import run_session
+    from roofline.bench.summary import RunSummary
 
-    engine = _engine(o)
-    plan = _plan(o)
+    engine = engine_from_options(o)
+    plan = BenchPlan.from_options(o)
     if engine is None:  # a URL: one line and exit 2 when no server answers; its bytes per token set the ceiling
         from roofline.bench.preflight import preflight
 
@@ -291,18 +143,23 @@ def _run(o: dict) -> int:
         raise
     finally:
         progress.stop()
-    summary = outcome.summary
-    prov = summary["provenance"]
-    title = f"roofline bench: {prov.get('endpoint')} ({prov.get('served_model')})"
-    tbls = tables(summary)
-    (outcome.run_dir / SUMMARY_MD).write_text(_markdown(summary, tbls, title), encoding="utf-8")
-    _print(summary, tbls, as_json=o["as_json"], as_markdown=o["as_markdown"], title=title)
+    summary = RunSummary.from_json(outcome.summary)
+    write_markdown(outcome.run_dir, summary)
+    if o["as_json"]:
+        from roofline.cli import output
+
+        output.print_json(outcome.summary)
+    else:
+        _print(summary, tables(summary), as_markdown=o["as_markdown"])
     typer.echo(f"run folder: {outcome.run_dir}", err=True)
+    if not o["no_report"]:
+        from roofline.cli.report import write_report_after_run
+
+        write_report_after_run(outcome.run_dir)
     if outcome.interrupted:
         typer.echo("interrupted: the summary covers the requests that ended", err=True)
         return 130
-    ok = sum(s["requests"]["ok"] for s in summary["scenarios"])
-    if ok == 0:
+    if summary.requests_ok == 0:
         typer.echo("no request succeeded (see the failure reasons above)", err=True)
         return 1
     return 0
@@ -310,10 +167,11 @@ def _run(o: dict) -> int:
 
 def _calibrate(o: dict) -> int:
     from roofline.bench.calibrate import run_calibration, table_rows
+    from roofline.bench.options import check_positive
     from roofline.bench.results import default_run_dir, write_json
     from roofline.cli import output
 
-    _positive("--workers", o["workers"])
+    check_positive("--workers", o["workers"])
     run_dir = o["out"] or default_run_dir("calibrate")
     progress = _RichProgress()
     try:

@@ -6,67 +6,67 @@ Imports stay light (no torch, numba, aiohttp, numpy): this command must answer i
 
 from __future__ import annotations
 
-from typing import Optional
+from pathlib import Path
 
 import typer
 
-from roofline.cli.output import console, emit_table, print_json
+from roofline.cli.output import console, emit_table, print_json, print_wrapped
 
 _MODEL_HELP = "A catalogue name or alias (see `roofline models list`), a config.json, or a folder holding one."
 
 
-def _breakdown(result: dict) -> tuple[list[list[str]], list[str]]:
+def _breakdown(result) -> tuple[list[list[str]], list[str]]:
     from roofline.bounds.humanize import fmt_bytes, fmt_params
 
     # One unit for the whole column: GB (two decimals, as the guide quotes them), MB for small models.
-    scale, unit = (1e9, "GB") if result["bytes_per_token"] >= 1e9 else (1e6, "MB")
-    size = lambda n: f"{n / scale:,.2f} {unit}"  # noqa: E731
+    scale, unit = (1e9, "GB") if result.bytes_per_token >= 1e9 else (1e6, "MB")
+    size = lambda n: f"{n / scale:,.2f} {unit}"
     rows, left_out = [], []
-    for c in result["components"]:
-        if c["counted"]:
-            rows.append([c["label"], fmt_params(c["params"]), c["format_label"], size(c["bytes"])])
+    for c in result.components:
+        if c.counted:
+            rows.append([c.label, fmt_params(c.params), c.format_label, size(c.bytes)])
         else:
-            left_out.append(f"{c['label']} {fmt_bytes(c['bytes'])}")
-    kv = result["kv"]
-    if result["context_tokens"]:
-        rows.append([f"KV cache ({result['context_tokens']:,} tokens)", "", kv["format"], size(kv["bytes_per_sequence"])])
-    rows.append(["total", fmt_params(sum(c["params"] for c in result["components"] if c["counted"])), "",
-                 size(result["bytes_per_token"])])
+            left_out.append(f"{c.label} {fmt_bytes(c.bytes)}")
+    kv = result.kv
+    if result.context_tokens:
+        rows.append([f"KV cache ({result.context_tokens:,} tokens)", "", kv.format, size(kv.bytes_per_sequence)])
+    rows.append(["total", fmt_params(sum(c.params for c in result.components if c.counted)), "",
+                 size(result.bytes_per_token)])
     notes = [f"not counted (small tensors): {'; '.join(left_out)}"] if left_out else []
     return rows, notes
 
 
-def _bounds(result: dict) -> list[list[str]]:
+def _bounds(result) -> list[list[str]]:
     from roofline.bounds.humanize import fmt_bytes, fmt_dollars, fmt_rate, fmt_seconds
 
-    mem = result["hardware"]["memory_bytes"]
+    mem = result.hardware.memory_bytes
     rows = []
-    for b in result["batches"]:
-        fits = "fits" if b["fits"] else "DOES NOT FIT"
-        notes = [f"{fits} ({fmt_bytes(b['resident_bytes'], 1)} of {fmt_bytes(mem, 1)})"]
-        if b["experts_per_layer"] is not None and b["batch"] > 1:
-            notes.append(f"{b['experts_per_layer']:.1f} experts/layer")
-        if b["limited_by"] == "compute":
+    for b in result.batches:
+        fits = "fits" if b.fits else "DOES NOT FIT"
+        notes = [f"{fits} ({fmt_bytes(b.resident_bytes, 1)} of {fmt_bytes(mem, 1)})"]
+        if b.experts_per_layer is not None and b.batch > 1:
+            notes.append(f"{b.experts_per_layer:.1f} experts/layer")
+        if b.limited_by == "compute":
             notes.append("compute-bound")
-        if b["dollars_per_million_tokens"] is not None:
-            notes.append(f"{fmt_dollars(b['dollars_per_million_tokens'])}/M tokens")
-        rate = fmt_rate(b["tok_per_s_per_user"])
-        if b["batch"] > 1:
-            rate = f"{rate}/user, {fmt_rate(b['tok_per_s_total'])} total"
-        rows.append([f"decode batch {b['batch']}", fmt_seconds(b["seconds_per_step"]), rate, "; ".join(notes)])
-    t = result["tensor_parallel"]
+        if b.dollars_per_million_tokens is not None:
+            notes.append(f"{fmt_dollars(b.dollars_per_million_tokens)}/M tokens")
+        rate = fmt_rate(b.tok_per_s_per_user)
+        if b.batch > 1:
+            rate = f"{rate}/user, {fmt_rate(b.tok_per_s_total)} total"
+        rows.append([f"decode batch {b.batch}", fmt_seconds(b.seconds_per_step), rate, "; ".join(notes)])
+    t = result.tensor_parallel
     if t:
-        rows.append([f"TP {t['tp']}, {t['allreduce_us']:g} µs all-reduce", fmt_seconds(t["seconds_per_token"]),
-                     fmt_rate(t["tok_per_s"]), f"{t['scaling_efficiency']:.0%} streaming bytes"])
-    p = result["prefill"]
+        rows.append([f"TP {t.tp}, {t.allreduce_us:g} µs all-reduce", fmt_seconds(t.seconds_per_token),
+                     fmt_rate(t.tok_per_s), f"{t.scaling_efficiency:.0%} streaming bytes"])
+    p = result.prefill
     if p:
-        rows.append([f"prefill {p['prompt_tokens']:,} tokens (TTFT)", f">= {fmt_seconds(p['ttft_seconds'])}", "",
-                     f"{p['mfu']:.0%} MFU, {p['dtype']} peak"])
-    s = result["speculative"]
+        rows.append([f"prefill {p.prompt_tokens:,} tokens (TTFT)", f">= {fmt_seconds(p.ttft_seconds)}", "",
+                     f"{p.mfu:.0%} MFU, {p.dtype} peak"])
+    s = result.speculative
     if s:
-        rows.append([f"speculative a={s['alpha']:g} g={s['gamma']} c={s['draft_cost']:g}", fmt_seconds(1 / s["tok_per_s"]),
-                     f"{fmt_rate(s['tok_per_s'])} ({s['speedup']:.2f}x)",
-                     f"{s['tokens_per_pass']:.2f} tok/pass; best g={s['best_gamma']}: {s['best_speedup']:.2f}x"])
+        rows.append([f"speculative a={s.alpha:g} g={s.gamma} c={s.draft_cost:g}", fmt_seconds(1 / s.tok_per_s),
+                     f"{fmt_rate(s.tok_per_s)} ({s.speedup:.2f}x)",
+                     f"{s.tokens_per_pass:.2f} tok/pass; best g={s.best_gamma}: {s.best_speedup:.2f}x"])
     return rows
 
 
@@ -79,29 +79,29 @@ def _line(text: str, *, as_markdown: bool) -> None:
     if as_markdown:
         typer.echo(text)
         return
-    console().print(text, highlight=False, markup=False)
+    print_wrapped(console(), text, hanging="")
 
 
-def _print(result: dict, *, as_markdown: bool) -> None:
+def _print(result, *, as_markdown: bool) -> None:
     from roofline.bounds.humanize import fmt_bandwidth, fmt_bytes, fmt_params
 
-    m, hw = result["model"], result["hardware"]
+    m, hw = result.model, result.hardware
     head = "## " if as_markdown else ""
-    _line(f"{head}{m['name']} on {hw['label']}", as_markdown=as_markdown)
+    _line(f"{head}{m.name} on {hw.label}", as_markdown=as_markdown)
     _line("", as_markdown=as_markdown)
-    _line(f"{fmt_params(m['params_total'])} params, {fmt_params(m['params_active'])} active ({m['architecture']}); "
-          f"{fmt_bandwidth(result['bandwidth_bytes_per_s'])} usable bandwidth, {fmt_bytes(hw['memory_bytes'], 1)} memory",
+    _line(f"{fmt_params(m.params_total)} params, {fmt_params(m.params_active)} active ({m.architecture}); "
+          f"{fmt_bandwidth(result.bandwidth_bytes_per_s)} usable bandwidth, {fmt_bytes(hw.memory_bytes, 1)} memory",
           as_markdown=as_markdown)
     _line("", as_markdown=as_markdown)
     rows, notes = _breakdown(result)
     emit_table(None, ["bytes per decoded token", "params", "format", "bytes"], rows, as_markdown=as_markdown,
                notes=notes)
     _line("", as_markdown=as_markdown)
-    assumptions = ["assumptions:"] + [f"- {a}" for a in result["assumptions"]]
-    if result["speculative"]:
+    assumptions = ["assumptions:"] + [f"- {a}" for a in result.assumptions]
+    if result.speculative:
         assumptions.append(f"- {_SPECULATIVE_LEGEND}")
     if as_markdown:
-        assumptions = ["**assumptions**", *result["assumptions"], *([_SPECULATIVE_LEGEND] if result["speculative"] else [])]
+        assumptions = ["**assumptions**", *result.assumptions, *([_SPECULATIVE_LEGEND] if result.speculative else [])]
     emit_table(None, ["bound", "time", "tok/s", "notes"], _bounds(result), as_markdown=as_markdown, notes=assumptions)
 
 
@@ -119,26 +119,29 @@ def ceiling(
     model: str = typer.Argument(..., help=_MODEL_HELP),
     hardware: str = typer.Option("local", "--hardware", "-H", help="Catalogue name (see `roofline hardware list`), "
                                  "'8xh100' for eight, or 'local' for the profile `roofline probe` measured."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="Number of devices; bandwidth, memory and FLOP/s add up."),
+    gpus: int | None = typer.Option(None, "--gpus", help="Number of devices; bandwidth, memory and FLOP/s add up."),
     context: int = typer.Option(0, "--context", help="Tokens already in the context: adds their KV cache to every step."),
     batch: str = typer.Option("1", "--batch", help="Batch sizes to bound, comma-separated, e.g. 1,8,32."),
-    weights: Optional[str] = typer.Option(None, "--weights", help="Weight format for everything (fp8, mxfp4, nvfp4, "
+    weights: str | None = typer.Option(None, "--weights", help="Weight format for everything (fp8, mxfp4, nvfp4, "
                                           "int4, q4_0...) and/or per component: experts=mxfp4,attention=bf16."),
-    kv: Optional[str] = typer.Option(None, "--kv", help="KV-cache format (bf16, fp8...); default: the checkpoint dtype."),
+    kv: str | None = typer.Option(None, "--kv", help="KV-cache format (bf16, fp8...); default: the checkpoint dtype."),
     efficiency: float = typer.Option(1.0, "--efficiency", help="Share of the bandwidth an engine reaches, in (0, 1]."),
-    bandwidth: Optional[str] = typer.Option(None, "--bandwidth", help="Use this bandwidth instead, e.g. 32.8GB/s."),
+    bandwidth: str | None = typer.Option(None, "--bandwidth", help="Use this bandwidth instead, e.g. 32.8GB/s."),
     all_tensors: bool = typer.Option(False, "--all-tensors", help="Also count router, norms, biases and the embedding row."),
-    tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel degree: adds 2 all-reduces per layer."),
-    allreduce_us: Optional[float] = typer.Option(None, "--allreduce-us", help="Latency of one all-reduce, microseconds."),
-    prompt_tokens: Optional[int] = typer.Option(None, "--prompt-tokens", help="Bound the prefill (TTFT) of a prompt this long."),
+    tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel degree: adds 2 all-reduces per layer."),
+    allreduce_us: float | None = typer.Option(None, "--allreduce-us", help="Latency of one all-reduce, microseconds."),
+    prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", help="Bound the prefill (TTFT) of a prompt this long."),
     mfu: float = typer.Option(0.4, "--mfu", help="Model FLOPs utilisation assumed for prefill, in (0, 1]."),
-    price_per_hour: Optional[float] = typer.Option(None, "--price-per-hour", help="Dollars per hour for all the devices: "
+    price_per_hour: float | None = typer.Option(None, "--price-per-hour", help="Dollars per hour for all the devices: "
                                                    "adds cost per million output tokens."),
-    alpha: Optional[float] = typer.Option(None, "--alpha", help="Speculative decoding: per-token acceptance rate."),
-    gamma: Optional[int] = typer.Option(None, "--gamma", help="Speculative decoding: draft length (default: the best)."),
+    alpha: float | None = typer.Option(None, "--alpha", help="Speculative decoding: per-token acceptance rate."),
+    gamma: int | None = typer.Option(None, "--gamma", help="Speculative decoding: draft length (default: the best)."),
     draft_cost: float = typer.Option(0.05, "--draft-cost", help="Speculative decoding: one draft pass in target passes."),
     as_json: bool = typer.Option(False, "--json", help="Print every number as JSON."),
     as_markdown: bool = typer.Option(False, "--markdown", help="Print Markdown tables."),
+    plot: Path | None = typer.Option(None, "--plot", help="Also write the roofline chart (intensity against "
+                                        "FLOP/s: the decode points at each --batch, the prefill point) to this "
+                                        ".html, .svg or .png file."),
 ) -> None:
     """How fast can this model decode on this machine: bytes per token / bandwidth, and the bounds around it."""
     from roofline.bounds.analysis import CeilingRequest, analyse
@@ -154,9 +157,16 @@ def ceiling(
     _, result = analyse(request)
     _warn_about_context(model, context)
     if as_json:
-        print_json(result)
+        print_json(result.to_json())
     else:
         _print(result, as_markdown=as_markdown)
+    if plot is not None:
+        from roofline.report.build import (
+            write_ceiling_plot,  # matplotlib only when asked for
+        )
+
+        path = write_ceiling_plot(result, plot)
+        typer.echo(f"roofline chart: {path}", err=True)
 
 
 def hardware_list(

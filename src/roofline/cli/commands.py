@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from roofline.cli import bench, ceiling, generate, probe, serve, tune
+from roofline.cli import bench, ceiling, generate, probe, report, serve, tune
 
 REGISTRARS = [
     ceiling.register,  # ceiling, hardware list, models list
@@ -11,4 +11,5 @@ REGISTRARS = [
     generate.register,  # generate
     serve.register,  # serve
     tune.register,  # tune
+    report.register,  # report
 ]

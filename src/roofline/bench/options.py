@@ -1,0 +1,144 @@
+"""`roofline bench`'s options, checked: the `BenchPlan` and the engine to start, or one UserError.
+
+The CLI hands over its options as a mapping (option name without dashes -> value); everything a user
+can get wrong is caught here, before anything is started or measured.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from roofline.errors import UserError
+
+
+def rates_per_s(text: str) -> list[float]:
+    """'2,4,8' -> [2.0, 4.0, 8.0] arrivals per second."""
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UserError(f"--rate must be comma-separated numbers of requests per second, e.g. 2,4,8 (got {text!r})") from None
+    if not values or any(not (0 < v < float("inf")) for v in values):  # also rejects nan
+        raise UserError(f"--rate values must be positive requests per second (got {text!r})")
+    return values
+
+
+def check_positive(name: str, value: float | None, *, allow_zero: bool = False) -> None:
+    if value is None:
+        return
+    if value < 0 or (value == 0 and not allow_zero):
+        raise UserError(f"{name} must be {'zero or more' if allow_zero else 'positive'} (got {value})")
+
+
+def seconds(name: str, text: str | None) -> float | None:
+    if text is None:
+        return None
+    from roofline.units import parse_seconds
+
+    value = parse_seconds(text, what=name)
+    if not value > 0:
+        raise UserError(f"{name} must be a positive time, e.g. 60s (got {text!r})")
+    return value
+
+
+def host_label(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        return f"{parts.hostname}-{parts.port}" if parts.port else str(parts.hostname)
+    except ValueError:
+        return "bench"
+
+
+def plan_from_options(o: Mapping[str, Any]):
+    """Check every option (UserError on the first bad one) and build the BenchPlan."""
+    from roofline.bench.api import CHAT, COMPLETIONS, USAGE_LEVELS
+    from roofline.bench.load import ARRIVALS, Scenario
+    from roofline.bench.metrics import parse_slo
+    from roofline.bench.plan import BenchPlan
+    from roofline.bench.workloads import (
+        builtin_prompts,
+        load_prompts_jsonl,
+        parse_length,
+        synthetic_prompts,
+    )
+    from roofline.units import parse_int_list
+
+    if not (o["url"] or o["engine"] or o["engine_cmd"]):
+        raise UserError("give a server URL, --engine NAME, --engine-cmd or --calibrate")
+    if o["api"] not in (None, CHAT, COMPLETIONS):
+        raise UserError(f"--api must be {CHAT} or {COMPLETIONS} (got {o['api']!r})")
+    if o["usage"] not in ("auto", *USAGE_LEVELS):
+        raise UserError(f"--usage must be auto, {', '.join(USAGE_LEVELS)} (got {o['usage']!r})")
+    if o["arrivals"] not in ARRIVALS:
+        raise UserError(f"--arrivals must be one of {', '.join(ARRIVALS)} (got {o['arrivals']!r})")
+    for name in ("max_tokens", "reps", "workers", "burstiness", "gpus", "max_concurrency", "num_requests"):
+        check_positive("--" + name.replace("_", "-"), o[name])
+    check_positive("--warmup", o["warmup"], allow_zero=True)
+    if o["synthetic"] and o["prompts"]:
+        raise UserError("give --prompts or --synthetic, not both")
+    duration = seconds("--duration", o["duration"])
+    timeout = seconds("--timeout", o["timeout"])
+    slo = parse_slo(o["slo"]) if o["slo"] is not None else None
+    tokenizer = None
+    if o["tokenizer"]:
+        from roofline.bench.tokens import load_tokenizer
+
+        tokenizer = load_tokenizer(o["tokenizer"])
+    ignore_eos = o["ignore_eos"]
+    if o["synthetic"]:
+        ins, outs = parse_length(o["input_len"], what="--input-len"), parse_length(o["output_len"], what="--output-len")
+        prompts = synthetic_prompts(o["num_requests"] or 64, ins, outs, seed=o["seed"], tokenizer=tokenizer)
+        ignore_eos = True
+    elif o["prompts"]:
+        prompts = load_prompts_jsonl(o["prompts"])
+    else:
+        prompts = builtin_prompts()
+    scenarios = []
+    if o["concurrency"]:
+        scenarios += [Scenario("concurrency", concurrency=c, num_requests=o["num_requests"], duration_s=duration)
+                      for c in parse_int_list(o["concurrency"], what="--concurrency")]
+    if o["rate"]:
+        scenarios += [Scenario("rate", rate_per_s=r, arrivals=o["arrivals"], burstiness=o["burstiness"],
+                               max_concurrency=o["max_concurrency"], num_requests=o["num_requests"], duration_s=duration)
+                      for r in rates_per_s(o["rate"])]
+    if not scenarios:
+        scenarios = [Scenario("sequential", num_requests=o["num_requests"], duration_s=duration)]
+    started = o["engine"] or ("command" if o["engine_cmd"] else None)
+    label = o["label"] or (host_label(o["url"]) if started is None else "engine" if started == "command" else started)
+    return BenchPlan(
+        url=o["url"] or "", prompts=prompts, scenarios=scenarios, api=o["api"], api_key=o["api_key"],
+        served_model=o["served_model"], model=o["model"], hardware=o["hardware"], gpus=o["gpus"], reps=o["reps"],
+        max_tokens=o["max_tokens"], temperature=o["temperature"], ignore_eos=ignore_eos, usage=o["usage"],
+        warmup=o["warmup"], timeout_s=timeout, workers=o["workers"], tokenizer=o["tokenizer"], seed=o["seed"],
+        slo_s=slo, label=label, argv=list(sys.argv[1:]),
+    )
+
+
+def engine_from_options(o: Mapping[str, Any]):
+    """The engine to start (None when a URL is measured): a launcher from the registry, its knobs
+    checked before anything starts."""
+    from roofline.bench.engines import check_config, get_launcher, parse_engine_args
+    from roofline.bench.session import EngineSpec
+
+    name, template = o["engine"], o["engine_cmd"]
+    if not (name or template):
+        if o["engine_arg"]:
+            raise UserError("--engine-arg goes with --engine or --engine-cmd")
+        return None
+    if o["url"]:
+        raise UserError("give either a URL or an engine to start, not both")
+    if template and name not in (None, "command"):
+        raise UserError(f"--engine-cmd starts the command engine; drop --engine {name} or --engine-cmd")
+    launcher = get_launcher(name or "command")
+    if launcher.name == "command" and not template:
+        raise UserError("--engine command needs --engine-cmd TEMPLATE")
+    config, extra = parse_engine_args(launcher, o["engine_arg"])
+    check_config(launcher, config)
+    reason = launcher.unavailable()
+    if reason:
+        raise UserError(reason)
+    return EngineSpec(launcher, config, tuple(extra), template, o["model"],
+                      seconds("--engine-timeout", o["engine_timeout"]) or 300.0)

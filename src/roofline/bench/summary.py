@@ -1,0 +1,260 @@
+"""A bench run's summary as types: `RunSummary` of `ScenarioSummary`s, with one `to_json`/`from_json`.
+
+`summarize.py` computes the JSON that `summary.json` holds; these types read it back (the Markdown and
+terminal tables, `roofline report`). Field names are the JSON keys. Keys a type does not know (older or
+newer run folders, figures added later) are kept in `extra` and written back by `to_json`, so a run
+folder written by another version still loads and round-trips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+def _split(cls: type, d: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    names = {f.name for f in fields(cls)} - {"extra"}
+    d = dict(d or {})
+    return {k: v for k, v in d.items() if k in names}, {k: v for k, v in d.items() if k not in names}
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    """A typed part back to its JSON: its fields (nested parts too), then its extra keys."""
+    out: dict[str, Any] = {}
+    for f in fields(obj):
+        if f.name == "extra":
+            continue
+        out[f.name] = _value(getattr(obj, f.name))
+    out.update(getattr(obj, "extra", {}) or {})
+    return out
+
+
+def _value(v: Any) -> Any:
+    if hasattr(v, "__dataclass_fields__"):
+        return _plain(v)
+    if isinstance(v, Mapping):
+        return {k: _value(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_value(x) for x in v]
+    return v
+
+
+@dataclass(frozen=True)
+class Distribution:
+    n: int
+    mean: float
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+    min: float
+    max: float
+    std: float = 0.0
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> Distribution | None:
+        if not d:
+            return None
+        known, _ = _split(cls, d)
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class Failure:
+    count: int
+    example: str = ""
+
+
+@dataclass(frozen=True)
+class RequestCounts:
+    measured: int = 0
+    ok: int = 0
+    failed: int = 0
+    warmup: int = 0
+    failures: Mapping[str, Failure] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> RequestCounts:
+        known, _ = _split(cls, d)
+        fails = {k: Failure(int(v.get("count", 0)), str(v.get("example") or "")) for k, v in (known.pop("failures", None) or {}).items()}
+        return cls(failures=fails, **known)
+
+
+@dataclass(frozen=True)
+class ScenarioInfo:
+    """What the scenario was asked to do (bench.load.Scenario.to_dict)."""
+
+    name: str
+    kind: str = "sequential"
+    num_requests: int | None = None
+    duration_s: float | None = None
+    concurrency: int | None = None
+    rate_per_s: float | None = None
+    arrivals: str | None = None
+    burstiness: float | None = None
+    max_concurrency: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def streams(self) -> int:
+        """Requests kept in flight at once (1 for sequential; the concurrency of a closed loop)."""
+        return int(self.concurrency or 1) if self.kind == "concurrency" else 1
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> ScenarioInfo:
+        known, extra = _split(cls, d)
+        known.setdefault("name", "?")
+        return cls(extra=extra, **known)
+
+
+@dataclass(frozen=True)
+class PromptSpread:
+    prompt: str
+    reps: int
+    output_speed_median_tok_per_s: float | None
+    output_speed_min_tok_per_s: float | None
+    output_speed_max_tok_per_s: float | None
+    spread_pct: float | None
+    ttft_median_s: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Goodput:
+    slo_s: Mapping[str, float]
+    requests_meeting_slo: int
+    fraction: float | None
+    requests_per_s: float | None
+    output_tok_per_s: float | None
+
+
+@dataclass(frozen=True)
+class Passes:
+    requests: int
+    tokens_per_pass: float | None
+    passes_per_s: float | None
+
+
+@dataclass(frozen=True)
+class VsCeiling:
+    """The median per-request decode rate held against the batch-1 ceiling (see summarize.vs_ceiling)."""
+
+    ceiling_tok_per_s: float | None = None
+    bytes_per_token: float | None = None
+    bandwidth_bytes_per_s: float | None = None
+    basis: str = "tokens"  # tokens, or passes (speculation: several tokens per weight pass)
+    measured_tok_per_s: float | None = None
+    percent_of_ceiling: float | None = None
+    effective_bandwidth_bytes_per_s: float | None = None
+    passes_per_s: float | None = None
+    tokens_per_pass: float | None = None
+    tokens_percent_of_one_token_ceiling: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _typed(cls: type, d: Mapping[str, Any] | None) -> Any:
+    if not d:
+        return None
+    known, extra = _split(cls, d)
+    return cls(extra=extra, **known) if "extra" in {f.name for f in fields(cls)} else cls(**known)
+
+
+@dataclass(frozen=True)
+class ScenarioSummary:
+    scenario: ScenarioInfo
+    requests: RequestCounts
+    window_s: float = 0.0
+    output_tokens: int = 0
+    requests_per_s: float | None = None
+    output_tok_per_s: float | None = None
+    metrics: Mapping[str, Distribution | None] = field(default_factory=dict)
+    token_sources: Mapping[str, int] = field(default_factory=dict)
+    prompts: tuple[PromptSpread, ...] = ()
+    goodput: Goodput | None = None
+    slo_percentiles_met: Mapping[str, bool | None] | None = None
+    passes: Passes | None = None
+    vs_ceiling: VsCeiling | None = None
+    client_cpu_s: float | None = None
+    client_cpu_us_per_token: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.scenario.name
+
+    def metric(self, key: str) -> Distribution | None:
+        return self.metrics.get(key)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ScenarioSummary:
+        known, extra = _split(cls, d)
+        return cls(
+            scenario=ScenarioInfo.from_json(known.pop("scenario", None)),
+            requests=RequestCounts.from_json(known.pop("requests", None)),
+            metrics={k: Distribution.from_json(v) for k, v in (known.pop("metrics", None) or {}).items()},
+            token_sources=dict(known.pop("token_sources", None) or {}),
+            prompts=tuple(_typed(PromptSpread, p) for p in known.pop("prompts", None) or ()),
+            goodput=_typed(Goodput, known.pop("goodput", None)),
+            passes=_typed(Passes, known.pop("passes", None)),
+            vs_ceiling=_typed(VsCeiling, known.pop("vs_ceiling", None)),
+            extra=extra, **known,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return _plain(self)
+
+
+@dataclass(frozen=True)
+class CeilingFigures:
+    """The batch-1 ceiling the run was held against (bounds.ceiling.Ceiling.to_dict)."""
+
+    bytes_per_token: float
+    bandwidth_bytes_per_s: float
+    tok_per_s: float
+    seconds_per_token: float | None = None
+    model: str = ""
+    hardware: str = ""
+    assumptions: tuple[str, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> CeilingFigures | None:
+        if not d:
+            return None
+        known, extra = _split(cls, d)
+        known["assumptions"] = tuple(known.get("assumptions") or ())
+        return cls(extra=extra, **known)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    provenance: Mapping[str, Any]  # provenance.json as written (see bench.runner.provenance)
+    scenarios: tuple[ScenarioSummary, ...] = ()
+    ceiling: CeilingFigures | None = None
+    slo_s: Mapping[str, float] | None = None
+    unreadable_lines: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def requests_ok(self) -> int:
+        return sum(s.requests.ok for s in self.scenarios)
+
+    @property
+    def model_label(self) -> str | None:
+        """The model as far as it is known: served name, else --model, else the ceiling's; None if none."""
+        p = self.provenance
+        return p.get("served_model") or p.get("model") or (self.ceiling.model if self.ceiling else None) or None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RunSummary:
+        known, extra = _split(cls, d)
+        return cls(
+            provenance=dict(known.get("provenance") or {}),
+            scenarios=tuple(ScenarioSummary.from_json(s) for s in known.get("scenarios") or ()),
+            ceiling=CeilingFigures.from_json(known.get("ceiling")),
+            slo_s=known.get("slo_s"), unreadable_lines=int(known.get("unreadable_lines") or 0), extra=extra,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return _plain(self)

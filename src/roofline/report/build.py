@@ -1,0 +1,136 @@
+"""Build and write a report: `RUN/report.html` (self-contained), `RUN/report.md`, and each chart as
+`RUN/report/<chart>.svg` and `.png`. Also the roofline page of `roofline ceiling --plot`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from roofline.errors import UserError
+from roofline.report.html import page_html
+from roofline.report.load import LoadedRun, load_runs
+from roofline.report.markdown import page_markdown
+from roofline.report.page import Page, Section, Table
+
+REPORT_HTML = "report.html"
+REPORT_MD = "report.md"
+CHARTS_DIR = "report"
+
+
+@dataclass(frozen=True)
+class Written:
+    html: Path
+    markdown: Path
+    files: tuple[Path, ...]  # the charts' SVG and PNG files
+    page: Page
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self.page.warnings
+
+
+def _provenance(run: LoadedRun) -> list[str]:
+    if run.kind == "tune":
+        from roofline.report.sections import tune_provenance
+
+        return tune_provenance(run)
+    from roofline.bench.report import provenance_lines
+
+    lines = provenance_lines(run.summary)
+    hp = run.provenance.get("hardware_profile") or {}
+    if hp:
+        lines.append(f"hardware profile: {hp.get('cpu') or hp.get('name')}, measured {hp.get('measured_at') or '?'}")
+    return lines
+
+
+def page_of_runs(runs: Sequence[LoadedRun], warnings: Sequence[str] = ()) -> Page:
+    from roofline.report.sections import bench_sections, tune_sections
+
+    sections: list[Section] = []
+    many = len(runs) > 1
+    if many:
+        from roofline.report.compare import comparison_section
+
+        sections.append(comparison_section(runs))
+    prov: list[str] = []
+    for i, run in enumerate(runs):
+        key = f"{chr(97 + i)}_" if many else ""
+        title = f"{chr(65 + i)} ({run.name}): " if many else ""
+        sections += (bench_sections if run.kind == "bench" else tune_sections)(run, key, title)
+        prov += [f"{title}{p}" for p in _provenance(run)]
+    if many:
+        title = "roofline report: " + " vs ".join(r.name for r in runs)
+    else:
+        r = runs[0]
+        title = f"roofline report: {'tune' if r.kind == 'tune' else 'bench'} run {r.name}"
+    return Page(title, tuple(sections), tuple(warnings), tuple(prov))
+
+
+def write_page(page: Page, out_dir: Path) -> Written:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    charts_dir = out_dir / CHARTS_DIR
+    files = []
+    if page.charts:
+        charts_dir.mkdir(exist_ok=True)
+    for c in page.charts:
+        svg, png = charts_dir / f"{c.key}.svg", charts_dir / f"{c.key}.png"
+        svg.write_text('<?xml version="1.0" encoding="utf-8" standalone="no"?>\n' + c.svg, encoding="utf-8")
+        png.write_bytes(c.png)
+        files += [svg, png]
+    html, md = out_dir / REPORT_HTML, out_dir / REPORT_MD
+    html.write_text(page_html(page), encoding="utf-8")
+    md.write_text(page_markdown(page), encoding="utf-8")
+    return Written(html, md, tuple(files), page)
+
+
+def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = None) -> Written:
+    """The report of one run (written into its folder) or of several side by side (into out_dir)."""
+    if not run_dirs:
+        raise UserError("give one or more run folders")
+    loaded = load_runs(list(run_dirs))
+    if out_dir is None:
+        if len(run_dirs) > 1:
+            raise UserError("several runs: say where the comparison goes with --out FOLDER")
+        out_dir = run_dirs[0]
+    return write_page(page_of_runs(loaded.runs, loaded.warnings), Path(out_dir))
+
+
+def ceiling_page(analysis) -> Page:
+    """The roofline chart of a CeilingAnalysis with its breakdown and bounds tables."""
+    from roofline.report.roofline_chart import draw_roofline, roofline_from_analysis
+
+    a = analysis
+    chart = draw_roofline(roofline_from_analysis(a))
+    rows = [(c.label, f"{c.params / 1e6:,.1f} M", c.format_label, f"{c.bytes / 1e6:,.2f} MB")
+            for c in a.components if c.counted]
+    if a.context_tokens:
+        rows.append((f"KV cache ({a.context_tokens:,} tokens)", "", a.kv.format, f"{a.kv.bytes_per_sequence / 1e6:,.2f} MB"))
+    rows.append(("total", "", "", f"{a.bytes_per_token / 1e6:,.2f} MB"))
+    breakdown = Table("bytes per decoded token", ("component", "params", "format", "bytes"), tuple(rows))
+    bounds = Table("decode bounds", ("batch", "ms per step", "tok/s per user", "tok/s total", "limited by", "fits"),
+                   tuple((str(b.batch), f"{1e3 * b.seconds_per_step:.3f}", f"{b.tok_per_s_per_user:,.1f}",
+                          f"{b.tok_per_s_total:,.1f}", b.limited_by, "yes" if b.fits else "NO") for b in a.batches))
+    section = Section("roofline", (chart,), (breakdown, bounds), tuple(f"assumption: {x}" for x in a.assumptions))
+    return Page(f"roofline: {a.model.name} on {a.hardware.label}", (section,))
+
+
+def write_ceiling_plot(analysis, path: str | Path) -> Path:
+    """`roofline ceiling --plot FILE`: .html (self-contained page), .svg or .png (the chart alone)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".html", ".htm", ".svg", ".png"):
+        raise UserError(f"--plot writes .html, .svg or .png (got {str(path)!r})")
+    page = ceiling_page(analysis)
+    chart = page.charts[0]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if suffix == ".svg":
+            path.write_text('<?xml version="1.0" encoding="utf-8" standalone="no"?>\n' + chart.svg, encoding="utf-8")
+        elif suffix == ".png":
+            path.write_bytes(chart.png)
+        else:
+            path.write_text(page_html(page, exports=False), encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"cannot write {str(path)!r} ({e.strerror})") from None
+    return path

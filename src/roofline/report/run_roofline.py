@@ -1,0 +1,118 @@
+"""The roofline of measured runs: where each bench scenario or tune trial sits, and the hardware's roofs.
+
+A run knows its bytes per token and bandwidth (its ceiling). FLOPs per token come from the model's
+config when the model is in the catalogue (2 x matmul params), else they are estimated from the bytes
+and the weight dtype the server reported (2 FLOPs per weight read), and the chart says which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from roofline.errors import UserError
+from roofline.report.roofline_chart import RooflineData, RooflinePoint, model_points
+
+_BYTES_PER_WEIGHT = {"fp32": 4.0, "float32": 4.0, "bf16": 2.0, "bfloat16": 2.0, "fp16": 2.0, "float16": 2.0,
+                     "fp8": 1.0, "int8": 1.0, "q8_0": 1.0625, "int4": 0.5, "q4_0": 0.5625}
+
+
+def flops_per_token(models: Sequence[str | None], bytes_per_token: float, dtype: str | None) -> tuple[float, str]:
+    """(FLOPs per decoded token, how it was found)."""
+    for m in models:
+        spec = _spec(m)
+        if spec is not None:
+            from roofline.spec.components import matmul_params_per_token
+
+            return 2.0 * matmul_params_per_token(spec), f"2 x matmul params of {m}'s config"
+    per = _BYTES_PER_WEIGHT.get((dtype or "").lower(), 2.0)
+    how = f"estimated: 2 FLOPs per weight, {per:g} bytes per weight ({dtype or 'dtype unknown, bf16 assumed'})"
+    return 2.0 * bytes_per_token / per, how
+
+
+def _spec(model: str | None) -> Any:
+    """The model's spec when it names a catalogue entry or a config on this machine, else None."""
+    if not model:
+        return None
+    from roofline.spec.catalogue import load_spec
+
+    try:
+        return load_spec(model)
+    except (UserError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _hardware(name: str) -> Any:
+    from roofline.hardware.catalogue import get_hardware
+
+    try:
+        return get_hardware(name)
+    except (UserError, OSError, ValueError, KeyError, TypeError):  # unknown name, or no probe profile here
+        return None
+
+
+def compute_roof(hardware: str | None) -> tuple[float | None, str]:
+    """(dense FLOP/s, label): a catalogue entry's bf16 (or best listed) figure, else this machine's probe."""
+    names = [hardware] if hardware and "B/s" not in hardware else []
+    names.append("local")
+    for name in names:
+        hw = _hardware(name)
+        if hw is not None and hw.flops:
+            dtype = next((d for d in ("bf16", "fp16", "fp32") if d in hw.flops), max(hw.flops, key=hw.flops.get))
+            where = "this machine's probe" if name == "local" else hw.label()
+            return hw.flops[dtype], f"{where}, {dtype}"
+    return None, "no FLOP/s figure"
+
+
+def _bench_points(run: Any, flops: float, prefix: str | None) -> list[RooflinePoint]:
+    out = []
+    s_ceiling = run.summary.ceiling
+    for s in run.summary.scenarios:
+        speed = s.metric("output_speed_tok_per_s")
+        if speed is None:
+            continue
+        streams = s.scenario.streams
+        out.append(RooflinePoint(f"{prefix}: {s.name}" if prefix else s.name, "measured",
+                                 streams * flops / s_ceiling.bytes_per_token, streams * speed.p50 * flops))
+    return out
+
+
+def _trial_points(tune: Any, flops: float, bytes_per_token: float) -> list[RooflinePoint]:
+    out = []
+    for t in tune.trials:
+        speed = (t.metrics or {}).get("output_speed_median_tok_per_s")
+        if t.status not in ("ok", "inexact") or not speed:
+            continue
+        b = (t.metrics or {}).get("bytes_per_token") or bytes_per_token
+        out.append(RooflinePoint(f"trial {t.number}", "measured", flops / b, speed * flops))
+    return out
+
+
+def roofline_of_run(run: Any, prefix: str | None = None) -> RooflineData | None:
+    """The chart data of one loaded run (None when it has no ceiling to place it against)."""
+    if run.kind == "bench":
+        c = run.summary.ceiling if run.summary else None
+        if c is None:
+            return None
+        prov = run.provenance
+        info = (prov.get("server") or {}).get("roofline") or {}
+        models, bpt, bw, hardware = [prov.get("model"), prov.get("served_model")], c.bytes_per_token, c.bandwidth_bytes_per_s, prov.get("hardware") or c.hardware
+        label = run.summary.model_label or c.model or "model"
+        dtype = info.get("dtype")
+    else:
+        ceiling: Mapping[str, Any] | None = run.tune.ceiling
+        if not ceiling:
+            return None
+        bpt, bw = float(ceiling["bytes_per_token"]), float(ceiling["bandwidth_bytes_per_s"])
+        models, hardware, label = [run.tune.model, ceiling.get("model")], ceiling.get("hardware"), run.tune.model or ceiling.get("model") or "model"
+        dtype = next((str(t.config.get("dtype") or t.config.get("precision")) for t in run.tune.trials
+                      if t.slot.kind == "baseline" and (t.config.get("dtype") or t.config.get("precision"))), None)
+    flops, how = flops_per_token(models, bpt, dtype)
+    peak, where = compute_roof(hardware)
+    data = RooflineData(bw, peak, str(hardware or "hardware"), str(label), ())
+    measured = _bench_points(run, flops, prefix) if run.kind == "bench" else _trial_points(run.tune, flops, bpt)
+    notes = ((f"FLOPs per token: {flops / 1e6:.4g} MFLOP ({how}); bytes per token {bpt / 1e6:.4g} MB; "
+              f"bandwidth {bw / 1e9:.4g} GB/s (the run's ceiling); compute roof: {where}."),
+             "Measured points: median Output Speed x streams x FLOPs per token, at streams x FLOPs / bytes per token.")
+    return RooflineData(bw, peak, data.hardware_label, data.model_label,
+                        tuple(model_points(flops, bpt, data) + measured), notes)

@@ -1,0 +1,80 @@
+"""Time per token, one bar per configuration: the weight-read floor (bytes per token / bandwidth) in red,
+everything else the step spent in grey, and the share of the ceiling reached written on the bar."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from roofline.report.charts import FLOOR, OTHER, Chart, pyplot, render
+
+
+@dataclass(frozen=True)
+class TimeBar:
+    label: str
+    floor_s_per_token: float  # the weight-read floor: bytes per token / bandwidth
+    measured_s_per_token: float  # 1 / median Output Speed
+
+    @property
+    def other_s_per_token(self) -> float:
+        return max(self.measured_s_per_token - self.floor_s_per_token, 0.0)
+
+    @property
+    def percent_of_ceiling(self) -> float:
+        return 100.0 * self.floor_s_per_token / self.measured_s_per_token
+
+
+def bars_of_bench(run: Any, prefix: str | None = None) -> list[TimeBar]:
+    out = []
+    for s in run.summary.scenarios:
+        v = s.vs_ceiling
+        if v is None or not v.measured_tok_per_s or not v.ceiling_tok_per_s:
+            continue
+        label = f"{prefix}: {s.name}" if prefix else s.name
+        out.append(TimeBar(label, 1.0 / v.ceiling_tok_per_s, 1.0 / v.measured_tok_per_s))
+    return out
+
+
+def config_label(config: dict, baseline: dict) -> str:
+    """What a trial changed from the baseline, e.g. 'dtype=bf16 threads=2' ('baseline' when nothing)."""
+    diff = [f"{k}={v}" for k, v in config.items() if baseline.get(k) != v]
+    return " ".join(diff) or "baseline"
+
+
+def bars_of_tune(run: Any) -> list[TimeBar]:
+    tune = run.tune
+    base = dict(tune.baseline.config) if tune.baseline else {}
+    out = []
+    for t in tune.trials:
+        m = t.metrics or {}
+        speed, ceiling = m.get("output_speed_median_tok_per_s"), m.get("ceiling_tok_per_s")
+        if t.status not in ("ok", "inexact") or not speed or not ceiling:
+            continue
+        mark = " (inexact)" if t.status == "inexact" else ""
+        out.append(TimeBar(f"#{t.number} {config_label(dict(t.config), base)}{mark}", 1.0 / ceiling, 1.0 / speed))
+    return out
+
+
+def draw_time_bars(bars: Sequence[TimeBar], *, key: str = "time_per_token") -> Chart:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.42 * len(bars)))
+    ys = list(range(len(bars)))[::-1]
+    floor_ms = [1e3 * b.floor_s_per_token for b in bars]
+    other_ms = [1e3 * b.other_s_per_token for b in bars]
+    floor = ax.barh(ys, floor_ms, color=FLOOR, label="weight-read floor (bytes / bandwidth)")
+    other = ax.barh(ys, other_ms, left=floor_ms, color=OTHER, label="everything else")
+    for i, (pf, po) in enumerate(zip(floor.patches, other.patches)):
+        pf.set_gid(f"floor-{i}")
+        po.set_gid(f"other-{i}")
+    for y, b, f, o in zip(ys, bars, floor_ms, other_ms):
+        ax.text(f + o, y, f"  {b.percent_of_ceiling:.0f}% of ceiling", va="center", fontsize=8)
+    ax.set_yticks(ys, [b.label for b in bars], fontsize=8)
+    ax.set_xlabel("ms per token (median request)")
+    ax.set_xlim(0, max(f + o for f, o in zip(floor_ms, other_ms)) * 1.35)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.5 / max(len(bars), 1) - 0.25), ncol=2, fontsize=8,
+              frameon=False)
+    ax.set_title("time per token: the weight-read floor and everything else")
+    caption = ("Red: the time the weights take to stream from memory once (the ceiling). Grey: the rest of "
+               "the measured time per token. The % is the ceiling's share of the measured time.")
+    return render(fig, key, "Time per token", caption, list(bars))
