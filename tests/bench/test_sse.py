@@ -61,3 +61,13 @@ def test_unterminated_last_event_is_returned_by_close():
 
 def test_empty_data_line_gives_empty_payload():
     assert SSEParser().feed(b"data:\n\n") == [b""]
+
+
+def test_a_byte_order_mark_at_the_start_is_dropped_wherever_the_reads_split():
+    data = b"\xef\xbb\xbf" + STREAM
+    for i in range(8):
+        for j in range(i, 8):
+            assert feed_in_pieces(data, [i, j]) == EXPECTED, (i, j)
+    assert feed_in_pieces(b"\xef\xbb", []) == []  # only part of a mark: nothing
+    # only at the very start: later the same bytes are data
+    assert SSEParser().feed(b"data: a\n\ndata: \xef\xbb\xbfb\n\n") == [b"a", b"\xef\xbb\xbfb"]

@@ -10,22 +10,26 @@ by the new bytes. Rules followed:
   `data:` lines in one event are joined with LF;
 - a blank line ends the event; an event with no `data` line dispatches nothing;
 - other fields (`event`, `id`, `retry`) are recorded only as the event name, which OpenAI-style
-  streams do not use but some servers send `event: error` with.
+  streams do not use but some servers send `event: error` with;
+- one byte order mark (EF BB BF) at the very start of the stream is dropped.
 
 Payloads are returned as bytes: decoding JSON is left to the caller, after the timestamp is taken.
 """
 
 from __future__ import annotations
 
+_BOM = b"\xef\xbb\xbf"
+
 
 class SSEParser:
-    __slots__ = ("_data", "_event", "_tail", "events_named")
+    __slots__ = ("_data", "_event", "_started", "_tail", "events_named")
 
     def __init__(self) -> None:
         self._tail = b""  # bytes after the last complete line
         self._data: list[bytes] | None = None  # data lines of the event being read
         self._event = b""  # the `event:` field of the event being read
         self.events_named: list[bytes] = []  # names of events that carried an `event:` field
+        self._started = False  # a byte other than a byte order mark was seen (set on the slow path only)
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Add bytes; return the data payloads of the events they complete, in order."""
@@ -33,6 +37,12 @@ class SSEParser:
                 and chunk.count(b"\n") == 2 and b"\r" not in chunk):
             return [chunk[6:-2]]  # the usual case: exactly one whole one-line event
         buf = self._tail + chunk if self._tail else chunk
+        if not self._started:
+            if _BOM.startswith(buf):  # the stream so far is (part of) a byte order mark: wait for more
+                self._tail = buf
+                return []
+            self._started = True
+            buf = buf.removeprefix(_BOM)
         if b"\r" in buf:
             # Hold back a trailing CR: it may be the first half of a CR LF pair.
             held = b"\r" if buf.endswith(b"\r") else b""
@@ -71,6 +81,8 @@ class SSEParser:
     def close(self) -> list[bytes]:
         """End of stream. An event not closed by a blank line is still returned (lenient servers end
         with `data: [DONE]` and no blank line); the caller decides whether that was complete."""
+        if not self._started and _BOM.startswith(self._tail):
+            self._tail = b""  # nothing but (part of) a byte order mark
         out = self.feed(b"\n\n") if (self._tail or self._data is not None) else []
         self._tail = b""
         return out
