@@ -75,7 +75,7 @@ def parse_format(text: str, *, what: str = "weight format") -> WeightFormat:
     key = _ALIASES.get(key, key)
     if key in FORMATS:
         return FORMATS[key]
-    m = re.fullmatch(r"int4_g(\d+)", key)
+    m = re.fullmatch(r"int4_g(\d{1,6})", key)
     if m and int(m.group(1)) > 0:
         group = int(m.group(1))
         return WeightFormat(f"int4-g{group}", 4.0 + 16.0 / group, f"group-{group}, fp16 scale")
@@ -86,9 +86,9 @@ def fp8_block_format(block_size: list | tuple | None) -> WeightFormat:
     """fp8 with one fp32 scale per block (DeepSeek-V3's 128x128): 8 + 32 / (b0 * b1) bits."""
     try:
         b0, b1 = (int(v) for v in block_size)  # type: ignore[union-attr]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return FORMATS["fp8"]
-    if b0 <= 0 or b1 <= 0:
+    if not (0 < b0 <= 2**20 and 0 < b1 <= 2**20):  # past that the scale costs nothing measurable
         return FORMATS["fp8"]
     return WeightFormat("fp8", 8.0 + 32.0 / (b0 * b1), f"e4m3 + fp32 scale per {b0}x{b1} block")
 
@@ -96,7 +96,8 @@ def fp8_block_format(block_size: list | tuple | None) -> WeightFormat:
 def group_int_format(bits: int, group_size: int | None) -> WeightFormat:
     """GPTQ/AWQ-style integer weights: `bits` per weight + one fp16 scale per group (-1/None: per channel)."""
     if bits not in (2, 3, 4, 8):
-        raise UserError(f"unsupported quantized weight width {bits} bit; pass --weights")
-    if not group_size or group_size <= 0:
+        shown = bits if isinstance(bits, int) and abs(bits) < 10**6 else "an unreadable number of"
+        raise UserError(f"unsupported quantized weight width {shown} bit; pass --weights")
+    if not group_size or not 0 < group_size <= 2**20:  # a group past any row's length is per channel
         return WeightFormat(f"int{bits}", float(bits), "per-channel scale")
     return WeightFormat(f"int{bits}-g{group_size}", bits + 16.0 / group_size, f"group-{group_size}, fp16 scale")

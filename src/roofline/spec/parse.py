@@ -33,22 +33,29 @@ _QUIET = {"max_position_embeddings", "attention_bias", "mlp_bias", "use_sliding_
           "attention_chunk_size"}
 
 
+def _model_type(value: Any, where: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise UserError(f"config's {where} is {shown(value)}; it must be a name such as \"llama\"")
+    return value
+
+
 def _flatten(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The language-model part of the config, and its model_type."""
-    top_type = cfg.get("model_type")
+    top_type = _model_type(cfg.get("model_type"), "model_type")
     text = cfg.get("text_config")
     if isinstance(text, dict):
         merged = {k: v for k, v in cfg.items() if k in ("quantization_config", "torch_dtype", "dtype",
                                                          "tie_word_embeddings")}
         merged.update(text)
-        mt = text.get("model_type") or TEXT_OF.get(str(top_type), top_type)
+        mt = _model_type(text.get("model_type"), "text_config.model_type") or TEXT_OF.get(top_type, top_type)
         if mt == "llama4":  # some Llama 4 text_configs repeat the wrapper's type
             mt = "llama4_text"
-        return merged, str(mt) if mt is not None else ""
+        return merged, mt
     if text is not None:
         raise UserError("config's text_config must be an object; fix the config")
-    mt = TEXT_OF.get(str(top_type), top_type) if top_type is not None else ""
-    return cfg, str(mt)
+    return cfg, TEXT_OF.get(top_type, top_type)
 
 
 def _dtype(cfg: dict[str, Any]) -> str:

@@ -42,6 +42,11 @@ _KEY_ALIASES = {
 }
 
 
+def _text(value: Any, default: str = "") -> str:
+    """A config string, or the default for anything else (a number there may be too long to print)."""
+    return value if isinstance(value, str) else default
+
+
 def _components_named_by(pattern: str) -> set[str]:
     """Which components a module-name pattern such as 'model.layers.*.self_attn' or 're:.*mlp.gate$' covers."""
     p = pattern.lower()
@@ -80,7 +85,7 @@ def _method_format(qc: dict[str, Any], method: str) -> tuple[WeightFormat, tuple
             return WeightFormat("nf4", 4.0 + 8.0 / 64, "bitsandbytes NF4"), LINEAR
         return FORMATS["int8"], LINEAR
     if method == "modelopt":
-        algo = str(qc.get("quant_algo", "")).lower()
+        algo = _text(qc.get("quant_algo")).lower()
         if "nvfp4" in algo:
             return FORMATS["nvfp4"], LINEAR
         if "fp8" in algo:
@@ -92,7 +97,7 @@ def _method_format(qc: dict[str, Any], method: str) -> tuple[WeightFormat, tuple
         w = first.get("weights") if isinstance(first, dict) else None
         if not isinstance(w, dict):
             return None
-        bits, kind, group = w.get("num_bits"), str(w.get("type", "int")), w.get("group_size")
+        bits, kind, group = w.get("num_bits"), _text(w.get("type"), "int"), w.get("group_size")
         if bits == 8 and kind == "float":
             return FORMATS["fp8"], LINEAR
         if bits == 4 and kind == "float":
@@ -117,7 +122,7 @@ def default_formats(
         return formats, f"{base.name} checkpoint"
     if not isinstance(quantization_config, dict):
         raise UserError("config's quantization_config must be an object; fix the config or pass --weights")
-    method = str(quantization_config.get("quant_method", "")).lower()
+    method = _text(quantization_config.get("quant_method")).lower()
     found = _method_format(quantization_config, method)
     if found is None:
         return None, f"quantization method {method or '(none)'!r} is not one roofline reads"

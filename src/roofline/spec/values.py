@@ -17,7 +17,10 @@ def shown(v: Any) -> str:
     if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10**30:
         digits = int(abs(v).bit_length() * math.log10(2)) + 1
         return f"a {'-' if v < 0 else ''}{digits:,}-digit number"
-    text = repr(v)
+    try:
+        text = repr(v)
+    except ValueError:  # a list or object holding such an int
+        return f"a {type(v).__name__} holding a number thousands of digits long"
     return text if len(text) <= 80 else text[:77] + "..."
 
 
