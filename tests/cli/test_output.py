@@ -49,11 +49,12 @@ def _assert_whole(narrow: str, wide: str, width: int) -> None:
 
 
 ROWS = [
-    ["deepseek-ai/DeepSeek-V3", "deepseek_v3", "671,026,419,712", "36.63 B", "2026-11-29", "a long note that may wrap"],
-    ["HuggingFaceTB/SmolLM2-135M-Instruct", "llama", "134,515,008", "134.5 M", "2026-11-29", ""],
-    ["guide/1t-moe", "roofline_shape", "1,000,000,000,000", "32.00 B", "2026-11-29", "1,609/user, 12,874 total"],
+    ["deepseek-ai/DeepSeek-V3", "deepseek_v3", "671,026,419,712", "36.63 B", "2026-11-29", "a long note that may wrap",
+     "23.4"],
+    ["HuggingFaceTB/SmolLM2-135M-Instruct", "llama", "134,515,008", "134.5 M", "2026-11-29", "", "1,204.5"],
+    ["guide/1t-moe", "roofline_shape", "1,000,000,000,000", "32.00 B", "2026-11-29", "1,609/user, 12,874 total", "-"],
 ]
-HEADERS = ["id", "architecture", "params", "active", "read", "notes"]
+HEADERS = ["id", "architecture", "params", "active", "read", "notes", "TTFT p50 ms"]  # headers wrap, whole words
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -75,7 +76,7 @@ def test_table_layouts_by_width() -> None:
     table = FitTable("models", HEADERS, ROWS)
     assert "┃" not in _render(table, 40)  # one block per row: too narrow for the columns' floors
     assert "  params: 671,026,419,712" in _render(table, 40)
-    assert "┃" in _render(table, 120)  # a table, text wrapped, numbers whole
+    assert "┃" in _render(table, 140)  # a table, text wrapped, numbers whole
     assert "┃" in _render(table, WIDE) and all(len(line) < 200 for line in _render(table, WIDE).splitlines())
 
 
@@ -174,8 +175,12 @@ def test_line_progress_writes_one_line_per_finished_task_and_no_empty_ones() -> 
     a = p.add_task("concurrency=1", total=3, failed=0)
     for _ in range(3):
         p.update(a, advance=1, failed=1)
-    b = p.add_task("rate=2 (60s)", total=None, failed=0)  # a duration: no total, a line at the end
+    b = p.add_task("rate=2 (60s)", total=None, failed=0)  # a duration: no total, a line when the next one starts
     p.advance(b)
+    d = p.add_task("rate=4 (60s)", total=None, failed=0)  # or at the end
+    p.update(d, advance=2, failed=1)
+    p.stop()
+    p = live_progress(console=Console(file=buf, width=80, force_terminal=False))
     c = p.add_task("  requests", total=2, best="")
     p.update(c, completed=2, best="best: 41 tok/s (trial 1)")
     p.update(c, completed=0)  # the next trial's requests
@@ -185,9 +190,10 @@ def test_line_progress_writes_one_line_per_finished_task_and_no_empty_ones() -> 
     lines = buf.getvalue().splitlines()
     assert all(line.strip() for line in lines), lines
     assert lines[0].startswith("concurrency=1: 3/3, failed 1 (")
-    assert lines[1].startswith("  requests: 2/2, best: 41 tok/s (trial 1) (")
-    assert lines[2].startswith("  requests: 2/2") and lines[3] == "a note"
-    assert lines[4].startswith("rate=2 (60s): 1, failed 0 (") and len(lines) == 5
+    assert lines[1].startswith("rate=2 (60s): 1, failed 0 (")
+    assert lines[2].startswith("rate=4 (60s): 2, failed 1 (")
+    assert lines[3].startswith("  requests: 2/2, best: 41 tok/s (trial 1) (")
+    assert lines[4].startswith("  requests: 2/2") and lines[5] == "a note" and len(lines) == 6
 
 
 def test_terminal_gets_the_live_bar() -> None:

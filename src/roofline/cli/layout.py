@@ -23,9 +23,9 @@ from rich.text import Text
 # one vertical border per column (plus the closing one) and one space of padding on either side
 BORDER_AND_PADDING_PER_COLUMN = 3
 # a number first (after a sign, currency, approximation or comparison mark), a few words at most: "3.35 TB/s",
-# "+2.05%", "$1.20/M", "1,609/user, 12,874 total", "2026-11-29"
+# "+2.05%", "$1.20/M", "2026-11-29" (a longer cell such as "1,609/user, 12,874 total" wraps between its words)
 _NUMERIC_CELL = re.compile(r"^[-+~≈<>=≤≥$(]*\s?\d")
-_MAX_NUMERIC_WORDS = 3
+_MAX_NUMERIC_WORDS = 2
 
 
 def is_numeric_cell(cell: str) -> bool:
@@ -37,12 +37,16 @@ def _is_placeholder(cell: str) -> bool:
     return len(cell.strip()) <= 3 and not any(ch.isdigit() for ch in cell)
 
 
-def numeric_columns(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[bool]:
-    """Whether each column holds numbers only (placeholders aside), never the first column (it names the row)."""
+def numeric_columns(headers: Sequence[str], rows: Sequence[Sequence[str]], *, leading: bool = False) -> list[bool]:
+    """Whether each column holds numbers only (placeholders aside), never the first column (it names the row).
+    leading=True: whether every cell starts with a number (such a column is right-aligned, even where it wraps)."""
+    def fits(cell: str) -> bool:
+        return bool(_NUMERIC_CELL.match(cell)) if leading else is_numeric_cell(cell)
+
     kinds = []
     for i in range(len(headers)):
         cells = [r[i] for r in rows if i < len(r) and not _is_placeholder(r[i])]
-        kinds.append(i > 0 and bool(cells) and all(is_numeric_cell(c) for c in cells))
+        kinds.append(i > 0 and bool(cells) and all(fits(c) for c in cells))
     return kinds
 
 
@@ -61,10 +65,11 @@ def column_widths(headers: Sequence[str], rows: Sequence[Sequence[str]], total_w
     desired, floor = [], []
     for i, h in enumerate(headers):
         cells = [r[i] for r in rows if i < len(r)]
-        widest = max([_widest_line(h), *(_widest_line(c) for c in cells)], default=1)
-        words = max([_widest_word(h), *(_widest_word(c) for c in cells)], default=1)
-        desired.append(max(widest, 1))
-        floor.append(max(widest if numeric[i] else words, _widest_word(h), 1))
+        widest_cell = max((_widest_line(c) for c in cells), default=0)
+        widest_word = max((_widest_word(c) for c in cells), default=0)
+        desired.append(max(widest_cell, _widest_line(h), 1))
+        # a number column never wraps its cells, a text column wraps at spaces; headers wrap at spaces in both
+        floor.append(max(widest_cell if numeric[i] else widest_word, _widest_word(h), 1))
     room = total_width - BORDER_AND_PADDING_PER_COLUMN * len(headers) - 1
     if sum(desired) <= room:
         return desired
@@ -147,9 +152,12 @@ class FitTable:
 
     def table(self, widths: Sequence[int]) -> Table:
         numeric = numeric_columns(self.headers, self.rows)
+        right = numeric_columns(self.headers, self.rows, leading=True)
         t = Table()
-        for h, w, num in zip(self.headers, widths, numeric):
-            t.add_column(h, justify="right" if num else "left", width=w, no_wrap=num, overflow="fold")
+        for h, w, num, r in zip(self.headers, widths, numeric, right, strict=True):
+            # the header wraps at spaces even over a column that does not ('TTFT p50 ms' on three lines)
+            t.add_column(Text(h, no_wrap=False, overflow="fold"), justify="right" if r else "left", width=w,
+                         no_wrap=num, overflow="fold")
         for r in self.rows:
             t.add_row(*(Text(c) for c in r))
         return t

@@ -35,6 +35,7 @@ class _Task:
     visible: bool = True
     fields: dict[str, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
+    last: float = field(default_factory=time.monotonic)  # the last update: a finished task's time
     reported: bool = False
 
 
@@ -67,6 +68,10 @@ class LineProgress:
 
     def add_task(self, description: str, start: bool = True, total: float | None = 100.0, completed: float = 0,
                  visible: bool = True, **fields: Any) -> int:
+        # a task without a total (a scenario run for a duration) ends when the next one starts
+        for task in self._tasks.values():
+            if task.total is None and task.visible and not task.reported and task.completed:
+                self._report(task)
         task_id = len(self._tasks)
         self._tasks[task_id] = _Task(description, total, completed, visible, dict(fields))
         return task_id
@@ -75,8 +80,9 @@ class LineProgress:
                advance: float | None = None, description: str | None = None, visible: bool | None = None,
                refresh: bool = False, **fields: Any) -> None:
         task = self._tasks[task_id]
+        task.last = time.monotonic()
         if completed is not None and completed < task.completed:
-            task.reported, task.started = False, time.monotonic()  # the task starts over (the next trial's requests)
+            task.reported, task.started = False, task.last  # the task starts over (the next trial's requests)
         if description is not None:
             task.description = description
         if total is not None:
@@ -103,6 +109,6 @@ class LineProgress:
                 continue
             text = str(value)
             extra.append(text if text.startswith(key) else f"{key} {text}")
-        elapsed = time.monotonic() - task.started
+        elapsed = task.last - task.started
         line = f"{self.label}{task.description.rstrip(': ')}: {', '.join([done, *extra])} ({elapsed:.1f} s)"
         self.console.print(Text(line, no_wrap=True, overflow="ignore"))
