@@ -48,6 +48,7 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="Seed for TPE's draws."),
         as_json: bool = typer.Option(False, "--json", help="Print tune.json's content."),
         as_markdown: bool = typer.Option(False, "--markdown", help="Print the result as Markdown."),
+        no_report: bool = typer.Option(False, "--no-report", help="Skip report.html (ladder, sweeps, roofline charts) at the end."),
     ) -> None:
         run_until_signal(_run, dict(locals()))
 
@@ -168,6 +169,10 @@ def _run(o: dict) -> int:
         display.stop()
     _print(result, as_json=o["as_json"], as_markdown=o["as_markdown"])
     typer.echo(f"run folder: {run_dir} (tune.json, trials.jsonl, trials/*/server.log)", err=True)
+    if not o["no_report"]:
+        from roofline.cli.report import write_report_after_run
+
+        write_report_after_run(run_dir)
     return 0 if result.best is not None else 1
 
 

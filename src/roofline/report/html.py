@@ -3,6 +3,7 @@ anything outside the file (no fonts, images or stylesheets to fetch), so it open
 
 from __future__ import annotations
 
+import re
 from html import escape
 
 from roofline.report.page import Page, Section, Table
@@ -34,12 +35,21 @@ def _table(t: Table) -> str:
     return "\n".join(out)
 
 
+_ID = re.compile(r'(\bid=")([^"]+)"')
+_REF = re.compile(r'(url\(#|href="#)([^)"]+)')
+
+
+def scoped_svg(svg: str, key: str) -> str:
+    """The chart's element ids prefixed with its key: several SVGs share one page, and ids must not clash."""
+    return _REF.sub(lambda m: f"{m.group(1)}{key}-{m.group(2)}", _ID.sub(lambda m: f'{m.group(1)}{key}-{m.group(2)}"', svg))
+
+
 def _section(s: Section, exports: bool) -> str:
     out = [f"<section><h2>{escape(s.title)}</h2>"]
     for c in s.charts:
         files = (f"<div class='exports'>files: report/{escape(c.key)}.svg, report/{escape(c.key)}.png</div>"
                  if exports else "")
-        out.append(f"<figure id='chart-{escape(c.key)}'>{c.svg}<figcaption><strong>{escape(c.title)}.</strong> "
+        out.append(f"<figure id='chart-{escape(c.key)}'>{scoped_svg(c.svg, c.key)}<figcaption><strong>{escape(c.title)}.</strong> "
                    f"{escape(c.caption)}</figcaption>{files}</figure>")
     out += [_table(t) for t in s.tables]
     if s.notes:
