@@ -133,7 +133,9 @@ def result_notes(summary: RunSummary) -> list[str]:
         g = s.goodput
         if g:
             notes.append(f"{s.name}: {g.requests_meeting_slo} of {s.requests.ok} requests met every SLO; "
-                         f"p99 within limits: {dict(s.slo_percentiles_met or {})}")
+                         "p99 within its limit: "
+                         + (", ".join(f"{k} {'yes' if ok else 'no'}" for k, ok in (s.slo_percentiles_met or {}).items())
+                            or "-"))
     if summary.unreadable_lines:
         notes.append(f"{plural(summary.unreadable_lines, 'unreadable line')} in requests.jsonl skipped "
                      "(a line cut by an interrupted run)")
