@@ -210,3 +210,16 @@ def test_q_lora_rank_left_out_is_compressed_but_null_is_not() -> None:
 def test_kv_at_context_uses_each_layers_cap() -> None:
     spec = spec_from_config(GEMMA_3_12B_IT)
     assert kv_bytes_at_context(spec, 1000, BF16) == 393_216 * 1000  # below the window every layer reads all
+
+
+@pytest.mark.parametrize("model_id", ["deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1"])
+def test_deepseek_v3_rank_missing_or_null(model_id: str) -> None:
+    from roofline.spec.catalogue import find_model
+
+    cfg = json.loads(json.dumps(find_model(model_id).config))
+    written = spec_from_config(cfg)
+    del cfg["kv_lora_rank"]
+    assert spec_from_config(cfg).mla == written.mla  # DeepseekV3Config's 512 is what the checkpoint states
+    assert kv_bytes_per_token(spec_from_config(cfg), BF16) == 61 * (512 + 64) * 2
+    with pytest.raises(UserError, match="kv_lora_rank=null"):
+        spec_from_config({**cfg, "kv_lora_rank": None})
