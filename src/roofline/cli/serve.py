@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import ipaddress
 import sys
 
 import typer
 
-from roofline.errors import UserError
-
-from roofline.cli.generate import DTYPES
 from roofline.cli import spec_flags as sf
+from roofline.cli.generate import DTYPES
+from roofline.errors import UserError
 
 
 def serve(
@@ -31,6 +31,15 @@ def serve(
     served_model_name: str | None = typer.Option(None, "--served-model-name", help="The model id clients send "
                                                     "and /v1/models lists (default: the model's own name)."),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level (debug, info, warning, error)."),
+    max_body_bytes: int = typer.Option(4 * 1024 * 1024, "--max-body-bytes", min=1024, help="Largest request body "
+                                       "accepted (larger: 413). The default holds a 128k-token prompt with room."),
+    body_timeout: float = typer.Option(30.0, "--body-timeout", min=0.1, help="Seconds a client may take to send "
+                                       "a request body (slower: 408)."),
+    grace_seconds: float = typer.Option(10.0, "--grace-seconds", min=0.0, help="On SIGTERM/Ctrl-C: how long "
+                                        "running requests may take to finish before each is ended with an error "
+                                        "event."),
+    metrics_require_key: bool = typer.Option(False, "--metrics-require-key", help="Require the --api-key on "
+                                             "/metrics too (by default scrapers need no secret)."),
     spec: sf.Spec = "none", spec_k: sf.SpecK = 4, prompt_lookup_min: sf.LookupMin = 2,
     prompt_lookup_max: sf.LookupMax = 5, max_bfs_breadth: sf.MaxBreadth = 10, min_bfs_breadth: sf.MinBreadth = 1,
     max_trie_depth: sf.TrieDepth = 18, num_draft_tokens: sf.DraftTokens = 12, trie_scope: sf.TrieScope = "request",
@@ -42,9 +51,15 @@ def serve(
         raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if port < 0 or port > 65535:
         raise UserError(f"--port must lie in 0..65535, got {port}")
+    if metrics_require_key and not api_key:
+        raise UserError("--metrics-require-key needs an --api-key")
+    if not api_key and not _is_loopback(host):
+        print(f"roofline serve: warning: --host {host} accepts connections from other machines and no --api-key "
+              "is set: anyone who can reach this port can use the model", file=sys.stderr, flush=True)
     options = sf.spec_options(spec, spec_k, prompt_lookup_min, prompt_lookup_max, max_bfs_breadth, min_bfs_breadth,
                            max_trie_depth, num_draft_tokens, trie_scope, spec_tree, draft_dtype, draft_model, adaptive)
 
+    from roofline.engine.http_limits import Limits
     from roofline.engine.server import bind_socket, create_app, uvicorn_server
 
     def listen():
@@ -57,7 +72,6 @@ def serve(
     # so that connections are refused (not left hanging) until the server is ready
     from roofline.engine import load_runner
     from roofline.engine.scheduler import Scheduler
-
     from roofline.engine.speculate.step import speculation_factory
 
     print(f"loading {model or 'the default model'} ({dtype}, max batch {max_batch}, speculation {spec}) ...",
@@ -66,7 +80,9 @@ def serve(
                                                       max_seq_len=max_seq_len),
                                   speculation=lambda runner: speculation_factory(options, runner))
     runner = scheduler.runner
-    app = create_app(scheduler=scheduler, served_model_name=served_model_name, api_key=api_key)
+    app = create_app(scheduler=scheduler, served_model_name=served_model_name, api_key=api_key,
+                     limits=Limits(max_body_bytes=max_body_bytes, body_timeout_s=body_timeout),
+                     grace_s=grace_seconds, metrics_require_key=metrics_require_key)
     with listen() as sock:
         name = app.state.roofline.model_name
         bound_host, bound_port = sock.getsockname()[:2]
@@ -74,11 +90,19 @@ def serve(
         print(f"roofline serve: {name!r} ({runner.path}, {runner.dtype}, max batch {runner.max_batch}, "
               f"context {runner.max_seq_len}, speculation {spec}) listening on http://{shown}:{bound_port}/v1 "
               f"(auth {'on' if api_key else 'off'}); Ctrl-C stops", flush=True)
-        try:
-            uvicorn_server(app, log_level=log_level).run(sockets=[sock])
-        except KeyboardInterrupt:  # uvicorn shut down gracefully, then re-raised the Ctrl-C it caught
-            pass
-    print("roofline serve: stopped", file=sys.stderr, flush=True)
+        uvicorn_server(app, log_level=log_level).run(sockets=[sock])  # returns after SIGINT/SIGTERM
+    drain = app.state.roofline.drain
+    early = f"; {drain.ended_early} request(s) ended early after the {grace_seconds:g} s grace" if drain.ended_early else ""
+    print(f"roofline serve: stopped{early}", file=sys.stderr, flush=True)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve anywhere
+        return False
 
 
 def register(app: typer.Typer) -> None:

@@ -8,6 +8,7 @@ leaves the server as OpenAI does: `{"error": {"message", "type", "param", "code"
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from typing import Any, ClassVar, Literal
@@ -46,7 +47,7 @@ class _SamplingFields(_Strict):
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=-1)  # 0 or -1 (vLLM's spelling) = off
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0)
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None  # vLLM extension
     ignore_eos: bool = False  # vLLM extension
@@ -120,11 +121,86 @@ class CompletionRequest(_SamplingFields):
         return self.prompt
 
 
+MAX_JSON_DEPTH = 64  # a request body nests 5 levels; anything this deep is an attack or a bug
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
 def parse_json_body(raw: bytes) -> Any:
+    """The body as JSON; a 400 for bad JSON, nesting deeper than MAX_JSON_DEPTH (naming the top-level field
+    that nests) and strings with a lone UTF-16 surrogate (`"\\ud800"`, which no tokenizer can take)."""
     try:
-        return json.loads(raw)
+        data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise APIError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
+    except RecursionError:
+        data = None
+    where = _too_deep(data) if data is not None else _too_deep_raw(raw)
+    if where is not None:
+        raise APIError(400, f"{where or 'the request body'}: JSON nested deeper than {MAX_JSON_DEPTH} levels",
+                       param=where or None, code="invalid_json")
+    where = _lone_surrogate_path(data)
+    if where is not None:
+        raise APIError(400, f"{where or 'the request body'}: a string holds a lone UTF-16 surrogate, which is not "
+                       "text; send valid Unicode", param=where or None, code="invalid_value")
+    return data
+
+
+def _too_deep(data: Any) -> str | None:
+    """The top-level key (or "" for the body itself) under which `data` nests deeper than MAX_JSON_DEPTH."""
+    stack = [(data, 1, "")]
+    while stack:
+        node, depth, top = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return top
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1, top if depth > 1 else str(k)) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1, top) for v in node)
+    return None
+
+
+def _too_deep_raw(raw: bytes) -> str:
+    """The top-level key under which unparsable-deep JSON first passes MAX_JSON_DEPTH (scanned, not parsed)."""
+    text = raw.decode("utf-8", "replace")
+    depth, key, last_string, i = 0, "", "", 0
+    while i < len(text):
+        c = text[i]
+        if c == '"':
+            m = _JSON_STRING.match(text, i)
+            if m is None:
+                break
+            last_string, i = m.group(1), m.end()
+            continue
+        if c in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return key
+        elif c in "]}":
+            depth -= 1
+        elif c == ":" and depth == 1:
+            key = last_string
+        i += 1
+    return key
+
+
+def _lone_surrogate_path(data: Any) -> str | None:
+    """Dotted path of the first string (value or key) with a lone surrogate; "" = the body itself."""
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            if _LONE_SURROGATE.search(node):
+                return path
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                sub = f"{path}.{k}" if path else str(k)
+                if _LONE_SURROGATE.search(k):
+                    return sub
+                stack.append((v, sub))
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(node))
+    return None
 
 
 _UNSUPPORTED = ("logprobs", "top_logprobs", "echo", "best_of", "presence_penalty", "frequency_penalty",

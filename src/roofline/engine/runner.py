@@ -1,7 +1,8 @@
 """ModelRunner: the weights in decode layout, the KV cache, and the two steps of generation.
 
-prefill(slot, ids): the prompt, K/V written from position 0 -- short prompts through the numba kernels,
-    long ones through the torch reference forward (GEMMs).
+prefill(slot, ids, start=0): the prompt, K/V written from position `start`, in chunks cut at the multiples of
+    `prefill_chunk_tokens` (one call, or one chunk per call from the scheduler: the same arithmetic) -- short
+    chunks through the numba kernels, long ones through torch GEMMs (engine/prefill.py).
 decode(slots, ids): one new token for each slot at that slot's own position, all rows in one call of the
     numba kernels (`decode.decode_rows`), which reads each weight once for the whole batch.
 extend(slot, ids): several tokens of one slot in one kernel pass (a speculative verify).
@@ -14,11 +15,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence as Seq
+from functools import cached_property
 
 import numpy as np
 
 from roofline.engine.config import ModelConfig
 from roofline.engine.kv_cache import KVCache
+from roofline.engine.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS
 from roofline.engine.weights import (
     DTYPES,
     pack_weights,
@@ -38,6 +41,8 @@ PASS_COST_ROWS = (1, 2, 3, 5, 9, 13, 17, 25)  # row counts timed for the specula
 
 class ModelRunner:
     """Owns the weights and the KV cache. Not thread-safe: one thread calls it."""
+
+    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS  # prompts are prefilled in chunks cut at its multiples
 
     def __init__(self, checkpoint, *, dtype: str = "fp32", threads: int | None = None, max_batch: int = 1,
                  max_seq_len: int | None = None) -> None:
@@ -93,35 +98,54 @@ class ModelRunner:
         """Roll the slot back to `length` positions (drop rejected speculative tokens)."""
         self.cache.truncate(self.cache.check_slot(slot), int(length))
 
-    def prefill(self, slot: int, token_ids: Seq[int]) -> np.ndarray:
-        """Reset the slot, run the prompt from position 0; float32 logits (vocab,) of its last token.
-        Short prompts take the decode kernels (one weight read, k dots per row); longer ones torch GEMMs,
-        except at int8, which takes the kernels in chunks of KERNEL_PREFILL_MAX_TOKENS rows."""
+    @cached_property
+    def _prefill_weights(self):
+        from roofline.engine.prefill import PrefillWeights
+
+        return PrefillWeights.of(self.config, self.weights)
+
+    def prefill(self, slot: int, token_ids: Seq[int], *, start: int = 0, logits: bool = True) -> np.ndarray | None:
+        """Write a prompt's tokens at positions start, start + 1, ... of the slot; float32 logits (vocab,) of
+        the last one (None with logits=False). start=0 resets the slot; a later start continues a prompt
+        whose first `start` tokens are in the slot (the scheduler's chunked prefill) and must be a multiple
+        of `prefill_chunk_tokens`.
+
+        The work is cut into chunks at fixed positions, the multiples of `prefill_chunk_tokens`
+        (engine/prefill_chunks.py), so a prompt prefilled in one call and one prefilled a chunk at a time
+        between other requests' steps run the same chunks: their logits and K/V are bit-identical. A chunk
+        of up to KERNEL_PREFILL_MAX_TOKENS tokens runs through the decode kernels, a longer one through
+        torch GEMMs and attention over the cached K/V (engine/prefill.py)."""
         import torch
 
-        from roofline.engine.model import forward
+        from roofline.engine.prefill import prefill_chunk
+        from roofline.engine.prefill_chunks import chunk_bounds
 
         slot = self.cache.check_slot(slot)
         ids = self._check_ids(token_ids)
         if ids.size == 0:
             raise ValueError("prefill needs at least one token")
-        self.cache.release(slot)
+        if start == 0:
+            self.cache.release(slot)
+        elif start != self.position(slot) or start % self.prefill_chunk_tokens:
+            raise ValueError(f"slot {slot} holds {self.position(slot)} positions; a prefill cannot continue at {start} "
+                             f"(it continues where the slot ends, at a multiple of {self.prefill_chunk_tokens})")
         self.cache.check_room(slot, ids.size)
-        if ids.size <= KERNEL_PREFILL_MAX_TOKENS or self.dtype == "int8":
-            # int8 weights have no fast torch GEMM here (they would be widened to float on every call:
-            # measured ~4 s for a 40-token prompt), so long int8 prompts go through the kernels in chunks
-            for first in range(0, ids.size, KERNEL_PREFILL_MAX_TOKENS):
-                chunk = ids[first : first + KERNEL_PREFILL_MAX_TOKENS]
-                logits = self._run_rows(chunk, np.full(chunk.size, slot, dtype=np.int64),
-                                        np.arange(first, first + chunk.size, dtype=np.int64), last_only=True)
-                self.cache.lengths[slot] = first + chunk.size
-            return logits[0]
-        self._use_threads(torch_too=True)
-        with torch.inference_mode():
-            logits = forward(self.config, self._torch_weights, torch.from_numpy(ids), rope=self._rope,
-                             cache=self.cache.torch_views(slot), last_only=True)
-        self.cache.lengths[slot] = ids.size
-        return logits[0].numpy()
+        out = None
+        for a, b in chunk_bounds(start, start + ids.size, self.prefill_chunk_tokens):
+            chunk = ids[a - start : b - start]
+            want = logits and b == start + ids.size
+            if chunk.size <= KERNEL_PREFILL_MAX_TOKENS:
+                out = self._run_rows(chunk, np.full(chunk.size, slot, dtype=np.int64),
+                                     np.arange(a, b, dtype=np.int64), last_only=True)[0]
+            else:
+                self._use_threads(torch_too=True)
+                k, v = self.cache.torch_views(slot)
+                with torch.inference_mode():
+                    out = prefill_chunk(self.config, self._prefill_weights, torch.from_numpy(chunk), a, k, v,
+                                        *self._rope, logits=want)
+                out = None if out is None else out.numpy()
+            self.cache.lengths[slot] = b
+        return out if logits else None
 
     def _run_rows(self, tokens: np.ndarray, slots: np.ndarray, positions: np.ndarray, *, last_only: bool = False,
                   cache_positions: np.ndarray | None = None, tree_base: np.ndarray | None = None,

@@ -4,11 +4,13 @@ Why FastAPI + uvicorn rather than aiohttp: Starlette's streaming response watche
 while it streams and cancels the stream the moment the client goes away (ASGI `http.disconnect`),
 which is exactly the hook that frees a slot; pydantic gives typed validation with field paths for
 the 400s; both were already the engine's dependencies. The event loop only parses, validates and
-relays: tokenization and chat templating run in a worker thread, the model in the scheduler's.
+relays: JSON parsing, tokenization and chat templating run in a worker thread, the model in the
+scheduler's. What a request may cost (body and header sizes, time to send the body) is bounded in
+http_limits.py; stopping with streams open is shutdown.py.
 
 Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics.
-With an API key set, every /v1 route wants `Authorization: Bearer <key>`; /health and /metrics stay
-open so that launchers and scrapers need no secret (as in vLLM).
+With an API key set, every /v1 route wants `Authorization: Bearer <key>`; /health stays open so that
+launchers need no secret, and /metrics too unless `metrics_require_key` (as in vLLM).
 """
 
 from __future__ import annotations
@@ -26,6 +28,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from roofline.engine.http_limits import (
+    Limits,
+    NoDelayH11Protocol,
+    check_headers,
+    read_body,
+    set_nodelay,
+)
 from roofline.engine.protocol import (
     APIError,
     ChatCompletionRequest,
@@ -38,6 +47,8 @@ from roofline.engine.protocol import (
 )
 from roofline.engine.scheduler import Event, RequestHandle, Scheduler, asyncio_sink
 from roofline.engine.server_metrics import SchedulerCollector
+from roofline.engine.shutdown import SHUTDOWN, Drain, GracefulServer
+from roofline.errors import UserError
 
 _DISCONNECTED = object()  # put into a request's queue when its client goes away
 
@@ -45,11 +56,15 @@ _DISCONNECTED = object()  # put into a request's queue when its client goes away
 class _ServerState:
     """What the routes share: the runner's facts, the scheduler, the key. One per app."""
 
-    def __init__(self, scheduler: Scheduler, served_model_name: str | None, api_key: str | None):
+    def __init__(self, scheduler: Scheduler, served_model_name: str | None, api_key: str | None,
+                 limits: Limits, drain: Drain, metrics_require_key: bool):
         self.runner = scheduler.runner
         self.scheduler = scheduler
         self.model_name = served_model_name or self.runner.name
         self.api_key = api_key
+        self.limits = limits
+        self.drain = drain
+        self.metrics_require_key = metrics_require_key
         self.created = int(time.time())
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SchedulerCollector(scheduler))
@@ -69,28 +84,53 @@ class _ServerState:
                            param="model", code="model_not_found")
 
     def model_card(self) -> dict[str, Any]:
+        """A /v1/models entry. `roofline.bytes_per_token` = weight bytes this engine reads per decoded token at
+        its dtype (the runner's count, as bench and tune use it): bench holds a run against the local
+        ceiling with it. No file path: the server's disk layout is nobody's business."""
         r = self.runner
         return {
             "id": self.model_name, "object": "model", "created": self.created, "owned_by": "roofline",
             "max_model_len": self.scheduler.max_seq_len,
-            "roofline": {"bytes_per_token": r.bytes_per_token, "dtype": r.dtype, "path": str(r.path),
+            "roofline": {"bytes_per_token": int(r.bytes_per_token), "dtype": r.dtype, "hardware": "local",
                          "max_batch": self.scheduler.max_batch, "max_seq_len": self.scheduler.max_seq_len},
         }
 
+    def parse(self, raw: bytes, chat: bool):
+        """Parse and validate a body (in a worker thread: a few MB of JSON take a while)."""
+        return parse_request(ChatCompletionRequest if chat else CompletionRequest, parse_json_body(raw))
+
+    def refuse_long_text(self, texts: list[str], param: str) -> None:
+        """A 400 before tokenizing when the byte length alone proves the prompt overflows the context: no
+        token stands for more than `max_token_bytes` bytes, so B bytes are at least B / max_token_bytes tokens."""
+        per_token = getattr(self.runner.tokenizer, "max_token_bytes", None)
+        if not per_token:
+            return
+        n_bytes = sum(len(t.encode("utf-8")) for t in texts)
+        at_least = -(-n_bytes // per_token)
+        if at_least >= self.scheduler.max_seq_len:
+            raise APIError(400, f"this model's maximum context length is {self.scheduler.max_seq_len} tokens, but the "
+                           f"prompt has at least {at_least} ({n_bytes} bytes of text, at most {per_token} bytes a "
+                           "token); shorten the prompt", param=param, code="context_length_exceeded")
+
     def prompt_ids(self, req, chat: bool) -> list[int]:
-        """Template and tokenize (slow on long prompts: called in a worker thread)."""
+        """Template and tokenize (slow on long prompts: called in a worker thread). In a chat only the
+        template may emit special tokens; what the messages say is tokenized as text."""
         tok = self.runner.tokenizer
         if chat:
+            messages = req.template_messages()
+            self.refuse_long_text([m["content"] for m in messages], "messages")
             try:
-                text = tok.apply_chat_template(req.template_messages(), add_generation_prompt=True)
+                if hasattr(tok, "encode_chat"):
+                    return tok.encode_chat(messages, add_generation_prompt=True)
+                return tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True), add_special_tokens=False)
             except APIError:
                 raise
-            except Exception as e:  # templates raise on, e.g., roles they do not accept
+            except (UserError, ValueError, TypeError) as e:  # templates raise on, e.g., roles they do not accept
                 raise APIError(400, f"the model's chat template rejected the messages: {e}",
                                param="messages", code="invalid_value") from None
-            return tok.encode(text, add_special_tokens=False)  # the template writes its own BOS
         prompt = req.single_prompt()
         if isinstance(prompt, str):
+            self.refuse_long_text([prompt], "prompt")
             return tok.encode(prompt, add_special_tokens=True)
         vocab = self.runner.config.vocab_size
         if any(not 0 <= t < vocab for t in prompt):
@@ -101,16 +141,22 @@ class _ServerState:
 class _CancellingStream(StreamingResponse):
     """A streaming response that cancels its request however the stream ends (done, error, disconnect)."""
 
-    def __init__(self, content: AsyncIterator[bytes], handle: RequestHandle):
+    def __init__(self, content: AsyncIterator[bytes], handle: RequestHandle, done):
         super().__init__(content, media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self._handle = handle
+        self._done = done
 
     async def __call__(self, scope, receive, send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
             self._handle.cancel()  # no-op for a finished request; frees the slot of an abandoned one
+            self._done()
+
+
+_SHUTTING_DOWN = APIError(503, "the server is shutting down; retry on another instance", type="server_error",
+                          code="shutting_down")
 
 
 def _error_event_body(event: Event) -> dict[str, Any]:
@@ -131,6 +177,9 @@ async def _stream_events(queue: asyncio.Queue, builder: ResponseBuilder, include
         yield sse(builder.chunk(text="", role=True, with_usage_field=include_usage))
     while True:
         event: Event = await queue.get()
+        if event is SHUTDOWN:
+            yield sse(_SHUTTING_DOWN.body())
+            break
         if event.finish_reason == "error":
             yield sse(_error_event_body(event))
             break
@@ -163,6 +212,8 @@ async def _collect(request: Request, queue: asyncio.Queue, handle: RequestHandle
             event = await queue.get()
             if event is _DISCONNECTED:
                 return Response(status_code=499)  # nobody reads it; the slot is freed below
+            if event is SHUTDOWN:
+                return JSONResponse(_SHUTTING_DOWN.body(), status_code=503)
             parts.append(event.text)
             ids.extend(event.token_ids)
             if event.final:
@@ -176,13 +227,34 @@ async def _collect(request: Request, queue: asyncio.Queue, handle: RequestHandle
                                      token_ids=ids if token_ids else None, stats=_stats(event)))
 
 
+class _HeaderCount:
+    """ASGI middleware: a JSON 431 for a request with more header fields than the limits allow."""
+
+    def __init__(self, app, limits: Limits):
+        self.app, self.limits = app, limits
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            try:
+                check_headers(scope["headers"], self.limits)
+            except APIError as e:
+                await JSONResponse(e.body(), status_code=e.status, headers={"Connection": "close"})(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def create_app(runner=None, *, scheduler: Scheduler | None = None, served_model_name: str | None = None,
-               api_key: str | None = None) -> FastAPI:
+               api_key: str | None = None, limits: Limits | None = None, grace_s: float = 10.0,
+               metrics_require_key: bool = False) -> FastAPI:
     """The ASGI app for one runner, or for a scheduler already stepping one (`Scheduler.loading`). Its
-    lifespan starts the scheduler thread (if not started yet) and stops it on shutdown."""
+    lifespan starts the scheduler thread (if not started yet) and stops it on shutdown. Serve it with
+    `uvicorn_server` (which applies `limits` to the connections and `grace_s` to stopping)."""
     if scheduler is None:
         scheduler = Scheduler(runner)
-    state = _ServerState(scheduler, served_model_name, api_key)
+    if metrics_require_key and not api_key:
+        raise ValueError("metrics_require_key needs an api_key")
+    limits = limits or Limits()
+    state = _ServerState(scheduler, served_model_name, api_key, limits, Drain(grace_s), metrics_require_key)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -194,10 +266,17 @@ def create_app(runner=None, *, scheduler: Scheduler | None = None, served_model_
 
     app = FastAPI(title="roofline", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.roofline = state
+    app.add_middleware(_HeaderCount, limits=limits)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        headers = {"Connection": "close"} if exc.status in (408, 431) else None
+        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:  # still logged, with its traceback
+        return JSONResponse(APIError(500, f"internal error ({type(exc).__name__}); see the server log",
+                                     type="server_error", code="internal_error").body(), status_code=500)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -207,12 +286,16 @@ def create_app(runner=None, *, scheduler: Scheduler | None = None, served_model_
 
     @app.get("/health")
     async def health() -> JSONResponse:
+        if state.drain.stopping:
+            return JSONResponse({"status": "stopping"}, status_code=503)
         if state.scheduler.alive:
             return JSONResponse({"status": "ok"})
         return JSONResponse({"status": "stopped"}, status_code=503)
 
     @app.get("/metrics")
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
+        if state.metrics_require_key:
+            state.check_auth(request)
         return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models")
@@ -227,20 +310,41 @@ def create_app(runner=None, *, scheduler: Scheduler | None = None, served_model_
         return JSONResponse(state.model_card())
 
     async def complete(request: Request, chat: bool) -> Response:
-        state.check_auth(request)
-        req = parse_request(ChatCompletionRequest if chat else CompletionRequest, parse_json_body(await request.body()))
-        state.check_model(req.model)
-        prompt_ids = await asyncio.to_thread(state.prompt_ids, req, chat)
-        params = sampling_params(req, len(prompt_ids), state.scheduler.max_seq_len)
-        sink, queue = asyncio_sink(asyncio.get_running_loop())
+        drain = state.drain
+        if drain.stopping:
+            raise _SHUTTING_DOWN
+        drain.begin()
+        streaming = False
         try:
-            handle = state.scheduler.submit(prompt_ids, params, sink, speculate=req.speculative)
-        except RuntimeError as e:
-            raise APIError(503, f"{e}; retry later", type="server_error", code="unavailable") from None
-        builder = ResponseBuilder(state.model_name, chat=chat)
-        if req.stream:
-            return _CancellingStream(_stream_events(queue, builder, req.include_usage(), req.return_token_ids), handle)
-        return await _collect(request, queue, handle, builder, req.return_token_ids)
+            state.check_auth(request)
+            raw = await read_body(request, state.limits)
+            req = await asyncio.to_thread(state.parse, raw, chat)
+            del raw
+            state.check_model(req.model)
+            prompt_ids = await asyncio.to_thread(state.prompt_ids, req, chat)
+            params = sampling_params(req, len(prompt_ids), state.scheduler.max_seq_len)
+            sink, queue = asyncio_sink(asyncio.get_running_loop())
+            try:
+                handle = state.scheduler.submit(prompt_ids, params, sink, speculate=req.speculative)
+            except RuntimeError as e:
+                raise APIError(503, f"{e}; retry later", type="server_error", code="unavailable") from None
+            drain.watch(queue)
+            builder = ResponseBuilder(state.model_name, chat=chat)
+            if req.stream:
+                def done() -> None:
+                    drain.unwatch(queue)
+                    drain.end()
+
+                streaming = True
+                return _CancellingStream(_stream_events(queue, builder, req.include_usage(), req.return_token_ids),
+                                         handle, done)
+            try:
+                return await _collect(request, queue, handle, builder, req.return_token_ids)
+            finally:
+                drain.unwatch(queue)
+        finally:
+            if not streaming:
+                drain.end()
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -256,8 +360,12 @@ def create_app(runner=None, *, scheduler: Scheduler | None = None, served_model_
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket (port 0 = any free port); bound before serving so the address is known."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not the default 0: asyncio turns Nagle off only on sockets whose proto says TCP, and an
+    # accepted socket inherits the listener's (Linux also inherits TCP_NODELAY itself; each connection sets
+    # it again when accepted, see http_limits.NoDelayH11Protocol).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    set_nodelay(sock)
     try:
         sock.bind((host, port))
     except OSError:
@@ -268,11 +376,12 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def uvicorn_server(app: FastAPI, *, log_level: str = "warning"):
-    """A uvicorn server for `app`; run it with `.run(sockets=[bind_socket(...)])`. It handles Ctrl-C:
-    open streams get a few seconds, then the lifespan stops the scheduler."""
+def uvicorn_server(app: FastAPI, *, log_level: str = "warning") -> GracefulServer:
+    """A uvicorn server for `app`; run it with `.run(sockets=[bind_socket(...)])`. It stops on SIGINT and
+    SIGTERM as shutdown.py says (the app's grace period), then the lifespan stops the scheduler."""
     import uvicorn
 
-    config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=3,
-                            access_log=False)
-    return uvicorn.Server(config)
+    state: _ServerState = app.state.roofline
+    config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5, access_log=False,
+                            http=NoDelayH11Protocol, h11_max_incomplete_event_size=state.limits.max_header_bytes)
+    return GracefulServer(config, state.drain)

@@ -9,6 +9,8 @@ sandbox (the template comes from the model file, so it is untrusted code).
 from __future__ import annotations
 
 import json
+import re
+import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from functools import lru_cache
@@ -104,6 +106,11 @@ class Tokenizer:
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
         self.special_ids = frozenset(idx for idx, token in backend.get_added_tokens_decoder().items() if token.special)
         self._bytes_table: list[bytes] | None = None
+        self._plain_backend = None  # a copy that reads special-token spellings as text (built on first use)
+        specials = {token.content: idx for idx, token in backend.get_added_tokens_decoder().items() if token.special}
+        self._special_by_text = specials
+        self._special_re = (re.compile("|".join(re.escape(t) for t in sorted(specials, key=len, reverse=True)))
+                            if specials else None)
 
     # --- text <-> ids -------------------------------------------------------------------------------
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
@@ -168,6 +175,97 @@ class Tokenizer:
             eos_token=self.eos_token or "",
             **extra,
         )
+
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of `text` read as plain text: a special token's spelling (e.g. `<|im_start|>`) becomes
+        ordinary tokens, never the control id. No BOS. For what a client wrote inside a message."""
+        if self._special_re is None:
+            return self.backend.encode(text, add_special_tokens=False).ids
+        if self._plain_backend is None:  # a benign race: two threads may each build one
+            from tokenizers import Tokenizer as Backend
+
+            plain = Backend.from_str(self.backend.to_str())
+            plain.encode_special_tokens = True
+            self._plain_backend = plain
+        return self._plain_backend.encode(text, add_special_tokens=False).ids
+
+    def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+        """The prompt ids of a chat, where only the template may emit special tokens: what the messages
+        contain is tokenized as text (`encode_text`), so `<|im_start|>system` in a user message cannot open
+        a system turn. Equal to `encode(apply_chat_template(...), add_special_tokens=False)` whenever no
+        message spells a special token. Raises ValueError (with a client-facing reason) when the template
+        rewrites the contents in a way this cannot follow and a message spells a special token."""
+        messages = [{**m, "content": _message_text(m.get("content"))} for m in messages]
+        contents = [m["content"] for m in messages]
+        if not self.chat_template:
+            return self.encode_text(_plain_chat(messages, add_generation_prompt))
+        real = self.apply_chat_template(messages, add_generation_prompt)
+        if self._special_re is None:
+            return self.encode(real, add_special_tokens=False)
+        nonce = uuid.uuid4().hex
+        marked = self.apply_chat_template(
+            [{**m, "content": f"\ue000{nonce}:{i}\ue001"} for i, m in enumerate(messages)], add_generation_prompt)
+        pieces = re.split(f"\ue000{nonce}:(\\d+)\ue001", marked)  # template, index, template, index, ..., template
+        order = [int(i) for i in pieces[1::2]]
+        if sorted(order) == list(range(len(messages))):
+            for variant in (contents, [c.strip() for c in contents]):  # templates often `| trim` the content
+                segments = [(pieces[0], True)]
+                for k, i in enumerate(order):
+                    segments += [(variant[i], False), (pieces[2 * k + 2], True)]
+                if "".join(text for text, _ in segments) == real:
+                    return self._encode_segments(segments)
+        if any(self._special_re.search(c) for c in contents):
+            raise ValueError("a message spells a special token of this model (e.g. "
+                             f"{next(iter(self._special_by_text))!r}); leave such markers out of message contents")
+        return self.encode(real, add_special_tokens=False)
+
+    def _encode_segments(self, segments: list[tuple[str, bool]]) -> list[int]:
+        """(text, from_template) pieces -> ids: special-token spellings are control ids only in template
+        pieces; the text between them (template and contents joined) is tokenized in one go as plain text,
+        as the whole prompt would be."""
+        ids: list[int] = []
+        buf: list[str] = []
+        for text, from_template in segments:
+            if not from_template:
+                buf.append(text)
+                continue
+            pos = 0
+            for m in self._special_re.finditer(text):
+                buf.append(text[pos:m.start()])
+                if any(buf):
+                    ids.extend(self.encode_text("".join(buf)))
+                buf.clear()
+                ids.append(self._special_by_text[m.group()])
+                pos = m.end()
+            buf.append(text[pos:])
+        if any(buf):
+            ids.extend(self.encode_text("".join(buf)))
+        return ids
+
+    @property
+    def max_token_bytes(self) -> int | None:
+        """The most bytes of input text one token stands for, when that is a safe bound: then a text of B
+        bytes has at least ceil(B / max_token_bytes) tokens, and an over-long prompt can be refused before
+        tokenizing it. None when a normalizer may shrink the text or unknown characters are fused."""
+        if not hasattr(self, "_max_token_bytes"):
+            self._max_token_bytes = self._safe_max_token_bytes()
+        return self._max_token_bytes
+
+    def _safe_max_token_bytes(self) -> int | None:
+        spec = json.loads(self.backend.to_str())
+        if (spec.get("model") or {}).get("fuse_unk"):
+            return None
+        norm = spec.get("normalizer")
+        parts = (norm.get("normalizers") or []) if norm and norm.get("type") == "Sequence" else [norm] if norm else []
+        for part in parts:  # prepending, and spaces spelled U+2581 (which token_bytes maps back), only add text
+            if part.get("type") == "Prepend":
+                continue
+            if part.get("type") == "Replace" and part.get("pattern") == {"String": " "} and part.get("content") == "\u2581":
+                continue
+            return None
+        if self._bytes_table is None:
+            self._bytes_table = self._build_bytes_table()
+        return max((len(b) for b in self._bytes_table), default=0) or None
 
     def __repr__(self) -> str:
         ids = f"bos_id={self.bos_id}, eos_ids={sorted(self.eos_ids)}, add_bos={self.add_bos}"
