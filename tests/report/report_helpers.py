@@ -10,8 +10,8 @@ for helper in ("bench", "tune"):
     if str(TESTS / helper) not in sys.path:
         sys.path.insert(0, str(TESTS / helper))
 
-from bench_helpers import nullserver  # noqa: E402
-from tune_helpers import fake_tune_argv, marker, write_space  # noqa: E402
+from bench_helpers import nullserver
+from tune_helpers import fake_tune_argv, marker, write_space
 
 BYTES_PER_TOKEN = 100_000_000  # what the null server advertises
 BANDWIDTH = "100GB/s"  # -> ceiling 1000 tok/s, 1 ms per token

@@ -35,7 +35,7 @@ def visit(page: Path, tmp: Path) -> Visit:
         "--disable-component-update", "--disable-sync", "--disable-quic", f"--user-data-dir={profile}",
         "--enable-logging=stderr", "--v=0", f"--log-net-log={netlog}", f"--screenshot={shot}",
         "--window-size=1280,2000", page.resolve().as_uri(),
-    ], capture_output=True, text=True, timeout=120)
+    ], capture_output=True, text=True, check=False, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     console = [line for line in p.stderr.splitlines() if ":CONSOLE" in line]
     return Visit(shot, console, page_requests(netlog))

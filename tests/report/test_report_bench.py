@@ -112,9 +112,9 @@ def test_load_sweep_is_per_user_speed_against_throughput(report):
 
 
 def test_html_is_self_contained_and_markdown_links_the_charts(report):
-    folder, _, written = report
+    _, _, written = report
     html = written.html.read_text()
-    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", html, re.I)
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", html, re.IGNORECASE)
     assert "<script" not in html and "<link" not in html and "@import" not in html
     assert not re.search(r"url\(\s*['\"]?(?!#)", html)  # only references inside the page
     ids = re.findall(r'\bid="([^"]+)"', html)

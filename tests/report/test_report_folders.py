@@ -17,7 +17,7 @@ from roofline.report.load import load_run
 
 
 def roofline(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "roofline", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "roofline", *args], capture_output=True, text=True, check=False, timeout=120)
 
 
 def copy_run(src, tmp_path, name="run"):
@@ -142,6 +142,6 @@ def test_ceiling_without_plot_stays_light():
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    try:\n        run()\n    except SystemExit as e:\n        assert not e.code\n"
             "print(','.join(m for m in ('matplotlib', 'numpy', 'torch') if m in sys.modules))\n")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == ""
