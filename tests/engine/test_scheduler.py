@@ -79,7 +79,8 @@ class FakeConfig:
 class FakeRunner:
     """ModelRunner interface over `fake_next_token`; checks the scheduler's use of slots and positions."""
 
-    def __init__(self, *, max_batch=2, max_seq_len=256, decode_seconds=0.0, fail_on_prompt_token=None):
+    def __init__(self, *, max_batch=2, max_seq_len=256, decode_seconds=0.0, fail_on_prompt_token=None,
+                 prefill_chunk_tokens=None, prefill_seconds_per_token=0.0):
         self.tokenizer = FakeTokenizer()
         self.config = FakeConfig(self.tokenizer.vocab_size, max_seq_len)
         self.name, self.dtype, self.path = "fake-model", "fp32", "fake/path.gguf"
@@ -88,7 +89,9 @@ class FakeRunner:
         self.fail_on_prompt_token = fail_on_prompt_token
         self.ctx: dict[int, list[int]] = {}
         self.prompt_len: dict[int, int] = {}
-        self.log: list[tuple] = []  # ("prefill", slot, n) | ("decode", slots) | ("release", slot)
+        self.prefill_chunk_tokens = prefill_chunk_tokens  # None: the scheduler prefills a prompt in one call
+        self.prefill_seconds_per_token = prefill_seconds_per_token
+        self.log: list[tuple] = []  # ("prefill", slot, n, start) | ("decode", slots) | ("release", slot)
         self.thread_ids: set[int] = set()
 
     def _logits(self, slot: int) -> np.ndarray:
@@ -96,15 +99,27 @@ class FakeRunner:
         target = fake_next_token(self.tokenizer, self.ctx[slot], self.prompt_len[slot])
         return (-0.3 * np.abs(np.arange(self.config.vocab_size) - target)).astype(np.float32)
 
-    def prefill(self, slot, token_ids):
+    def prefill(self, slot, token_ids, *, start=0, logits=True):
+        """token_ids at positions start..: start 0 takes a free slot, a later start continues that slot's
+        prompt; a chunked prefill must come in the runner's chunks (cut at multiples of the chunk size)."""
         self.thread_ids.add(threading.get_ident())
-        assert 0 <= slot < self.max_batch and slot not in self.ctx, f"slot {slot} busy or out of range"
-        assert 0 < len(token_ids) < self.max_seq_len
+        assert 0 <= slot < self.max_batch and 0 < len(token_ids)
+        if start == 0:
+            assert slot not in self.ctx, f"slot {slot} busy"
+        else:
+            assert len(self.ctx.get(slot, ())) == start, f"slot {slot}: continuing at {start}, holds {self.ctx.get(slot)}"
+        if self.prefill_chunk_tokens:
+            c = self.prefill_chunk_tokens
+            assert start % c == 0 and len(token_ids) <= c, f"chunk {start}+{len(token_ids)} not cut at multiples of {c}"
+        assert start + len(token_ids) < self.max_seq_len
         if self.fail_on_prompt_token is not None and self.fail_on_prompt_token in token_ids:
             raise RuntimeError("fake prefill failure")
-        self.log.append(("prefill", slot, len(token_ids)))
-        self.ctx[slot], self.prompt_len[slot] = list(token_ids), len(token_ids)
-        return self._logits(slot)
+        self.log.append(("prefill", slot, len(token_ids), start))
+        if self.prefill_seconds_per_token:
+            time.sleep(self.prefill_seconds_per_token * len(token_ids))
+        self.ctx[slot] = self.ctx.get(slot, [])[:start] + list(token_ids)
+        self.prompt_len[slot] = len(self.ctx[slot])
+        return self._logits(slot) if logits else None
 
     def decode(self, slots, token_ids):
         self.thread_ids.add(threading.get_ident())
@@ -263,7 +278,7 @@ def test_cancel_while_queued_never_prefills():
         first.wait()
         second.wait()
     assert second.last.finish_reason == "abort" and second.ids == []
-    assert [e for e in runner.log if e[0] == "prefill"] == [("prefill", 0, len(tok.encode("Hello")))]
+    assert [e for e in runner.log if e[0] == "prefill"] == [("prefill", 0, len(tok.encode("Hello")), 0)]
 
 
 def test_context_limit_rejects_long_prompts_and_trims_max_tokens():
@@ -300,6 +315,100 @@ def test_one_long_prefill_per_step_keeps_decodes_going():
     # long prompt (the short one does not fit what it left) and a decode; step 3: the short one.
     assert kinds[:6] == ["prefill", "decode", "prefill", "decode", "prefill", "decode"], kinds
     assert [e[2] for e in runner.log if e[0] == "prefill"] == [len(long_prompt), len(long_prompt), len(short)]
+
+
+def prefills(runner: FakeRunner) -> list[tuple[int, int, int]]:
+    """(slot, start, tokens) of every prefill call, in order."""
+    return [(e[1], e[3], e[2]) for e in runner.log if e[0] == "prefill"]
+
+
+def test_chunked_prefill_cuts_at_fixed_positions_between_decode_steps():
+    """A 19-token prompt in chunks of 4 under a budget of 6 (not a multiple of 4): the chunks start at 0, 4,
+    8, 12, 16 whatever the budget had left, a decode step of the running request comes between any two of
+    them, and the output is the model's."""
+    runner = FakeRunner(max_batch=2, prefill_chunk_tokens=4)
+    tok = runner.tokenizer
+    running, long_one = Collector(), Collector()
+    long_prompt = tok.encode("a long prompt here")  # 19 tokens
+    with Scheduler(runner, prefill_token_budget=6) as sched:
+        sched.submit(tok.encode("ab"), greedy(60, ignore_eos=True), running)
+        assert running.first.wait(5)
+        sched.submit(long_prompt, greedy(5, ignore_eos=True), long_one)
+        long_one.wait()
+        running.wait()
+        stats = sched.stats()
+    chunks = [(start, n) for slot, start, n in prefills(runner)[1:]]
+    assert chunks == [(0, 4), (4, 4), (8, 4), (12, 4), (16, 3)]
+    calls = [e[0] for e in runner.log if e[0] != "release"]
+    between = "".join("p" if k == "prefill" else "d" for k in calls[calls.index("prefill", 1):])
+    assert "pp" not in between[: between.rindex("p") + 1], f"two chunks in one step: {between}"
+    assert long_one.ids == fake_greedy_ids(tok, long_prompt, 5, ignore_eos=True)
+    assert stats.prefill_chunks == 6 and stats.prefill_seconds.count == 2
+    assert stats.prompt_tokens_total == len(long_prompt) + 3
+
+
+def test_a_new_request_is_prefilled_before_the_next_chunk_of_a_long_one():
+    """Both queued before the first step, chunk = budget = 4: step 1 runs the long prompt's first chunk; step
+    2 the short prompt first (new requests go first), then the long one's next chunk (the head of the prefills
+    in progress always gets one). The short request's first token comes after one chunk of the long one."""
+    runner = FakeRunner(max_batch=2, prefill_chunk_tokens=4)
+    tok = runner.tokenizer
+    long_prompt, short = tok.encode("x" * 39), tok.encode("ab")  # 40 tokens: 10 chunks; 3 tokens
+    long_one, short_one = Collector(), Collector()
+    sched = Scheduler(runner, prefill_token_budget=4)
+    sched.submit(long_prompt, greedy(3, ignore_eos=True), long_one)
+    sched.submit(short, greedy(3, ignore_eos=True), short_one)
+    with sched:
+        long_one.wait()
+        short_one.wait()
+    assert prefills(runner)[:3] == [(0, 0, 4), (1, 0, 3), (0, 4, 4)]
+    first_decode = next(i for i, e in enumerate(runner.log) if e[0] == "decode")
+    long_chunks_before = sum(1 for e in runner.log[:first_decode] if e[0] == "prefill" and e[1] == 0)
+    assert long_chunks_before == 2 and runner.log[first_decode] == ("decode", (1,))
+    assert long_one.ids == fake_greedy_ids(tok, long_prompt, 3, ignore_eos=True)
+    assert short_one.ids == fake_greedy_ids(tok, short, 3, ignore_eos=True)
+
+
+def test_prefills_in_progress_take_turns():
+    """Two long prompts under a one-chunk budget progress alternately (neither waits for the other's whole
+    prompt), and each slot's chunks come in order."""
+    runner = FakeRunner(max_batch=2, prefill_chunk_tokens=4)
+    tok = runner.tokenizer
+    prompts = [tok.encode("a" * 23), tok.encode("b" * 23)]  # 24 tokens: 6 chunks each
+    cs = [Collector(), Collector()]
+    sched = Scheduler(runner, prefill_token_budget=4)
+    for p, c in zip(prompts, cs):
+        sched.submit(p, greedy(2, ignore_eos=True), c)
+    with sched:
+        for c in cs:
+            c.wait()
+    order = [slot for slot, _, _ in prefills(runner)]
+    assert order[:6] == [0, 1, 0, 1, 0, 1], order
+    for slot in (0, 1):
+        assert [start for s, start, _ in prefills(runner) if s == slot] == list(range(0, 24, 4))
+    assert [c.ids for c in cs] == [fake_greedy_ids(tok, p, 2, ignore_eos=True) for p in prompts]
+
+
+def test_cancel_during_a_chunked_prefill_frees_the_slot_before_the_prompt_is_done():
+    runner = FakeRunner(max_batch=1, prefill_chunk_tokens=4, prefill_seconds_per_token=0.005)  # 20 ms a chunk
+    tok = runner.tokenizer
+    long_prompt = tok.encode("y" * 199)  # 200 tokens: 50 chunks, 1 s
+    with Scheduler(runner) as sched:
+        cancelled, queued = Collector(), Collector()
+        h = sched.submit(long_prompt, greedy(5), cancelled)
+        sched.submit(tok.encode("abc"), greedy(4, ignore_eos=True), queued)
+        deadline = time.monotonic() + 5
+        while len(prefills(runner)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.002)
+        h.cancel()
+        cancelled.wait()
+        queued.wait()
+        stats = sched.stats()
+    chunks = [start for slot, start, n in prefills(runner) if n == 4]
+    assert cancelled.last.finish_reason == "abort" and cancelled.ids == []
+    assert 2 <= len(chunks) < 10, f"{len(chunks)} of 50 chunks ran after the cancel"
+    assert queued.ids == fake_greedy_ids(tok, tok.encode("abc"), 4, ignore_eos=True)
+    assert stats.cancelled == 1 and stats.prompt_tokens_total == 4 and runner.ctx == {}
 
 
 def test_short_prompts_are_admitted_together():

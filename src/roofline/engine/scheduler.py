@@ -1,19 +1,26 @@
 """Continuous batching: one background thread owns the `ModelRunner` and steps every live request.
 
-Each step (1) drops cancelled requests and frees their slots, (2) admits waiting requests into free
-slots by prefilling them -- a prompt-token budget per step keeps one long prefill from stalling the
-decodes behind it -- and (3) runs one batched `runner.decode(slots, last_tokens)` for all running
-sequences, samples each row and feeds the token to the request's `Sequence`. With speculation a request's
-rows in that pass are its last token plus its draft (speculate/step.py): the pass verifies every draft at
-once, each request keeps its accepted path (its own slot's KV only), and may get several tokens. What a
-step produced becomes an `Event` handed to the request's sink; `asyncio_sink` turns that into an `asyncio.Queue` on the
-caller's event loop. Nothing here is global: a server owns one `Scheduler`. `submit` fits each
-request to the context (`sequence.fit_to_context`).
+Each step (1) drops cancelled requests and frees their slots, (2) runs prefill chunks within a per-step
+prompt-token budget (vLLM's `max_num_batched_tokens`, SGLang's chunked prefill), and (3) runs one batched
+pass for all sequences whose prompt is done, samples each row and feeds the token to the request's
+`Sequence`. With speculation a request's rows in that pass are its last token plus its draft
+(speculate/step.py): the pass verifies every draft at once, each request keeps its accepted path (its own
+slot's KV only), and may get several tokens. What a step produced becomes an `Event` handed to the
+request's sink; `asyncio_sink` turns that into an `asyncio.Queue` on the caller's event loop. Nothing here
+is global: a server owns one `Scheduler`. `submit` fits each request to the context (`sequence.fit_to_context`).
+
+Chunked prefill: a prompt is prefilled in the runner's chunks, cut at fixed positions (multiples of
+`runner.prefill_chunk_tokens`, engine/prefill_chunks.py), never at "what the budget had left", so a request's
+logits are the same however its chunks were interleaved with other requests. Per step: new requests first
+(FIFO, each its first chunk, while the budget lasts; the step's first chunk always runs), then the prefills
+in progress in turn (the one at the head always gets a chunk, so a stream of new arrivals cannot starve
+it). A short request that arrives during a long prefill waits for at most about one chunk; decodes wait
+for at most about a budget plus a chunk of prefill per step; a request cancelled mid-prefill is dropped
+before its next chunk.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import itertools
 import logging
@@ -24,61 +31,19 @@ from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
+from roofline.engine.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS, chunk_end
+from roofline.engine.requests import Event, RequestHandle, Sink, Usage, asyncio_sink
 from roofline.engine.sampling import SamplingParams, sample
-from roofline.engine.sequence import Sequence, fit_to_context
 from roofline.engine.scheduler_stats import SchedulerStats
+from roofline.engine.sequence import Sequence, fit_to_context
 from roofline.engine.speculate.adaptive import SpecStats
 from roofline.engine.speculate.step import RequestSpeculation, draft_all, room_for_draft, settle, verify_rows
 
-DEFAULT_PREFILL_TOKEN_BUDGET = 512
+__all__ = ["DEFAULT_PREFILL_TOKEN_BUDGET", "Event", "RequestHandle", "Scheduler", "Sink", "Usage", "asyncio_sink"]
+
+# Prompt tokens prefilled per step: one default chunk (a step may add the head of the prefills in progress).
+DEFAULT_PREFILL_TOKEN_BUDGET = DEFAULT_PREFILL_CHUNK_TOKENS
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Usage:
-    prompt_tokens: int
-    completion_tokens: int
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-
-@dataclass(frozen=True)
-class Event:
-    """What one step produced for one request. The last event has `finish_reason` set."""
-
-    text: str  # newly final text (may be "" while a stop string or a UTF-8 character is forming)
-    token_ids: tuple[int, ...] = ()
-    finish_reason: str | None = None  # "stop" | "length" | "abort" (cancelled) | "error"
-    usage: Usage | None = None  # on the last event
-    error: str | None = None  # with finish_reason "error"
-    spec: SpecStats | None = None  # on the last event: weight passes, drafted and accepted tokens
-
-    @property
-    def final(self) -> bool:
-        return self.finish_reason is not None
-
-
-Sink = Callable[[Event], None]
-
-
-class RequestHandle:
-    """The caller's side of one request: its id and a thread-safe `cancel()`."""
-
-    def __init__(self, request_id: int, wake: Callable[[], None]):
-        self.request_id = request_id
-        self._cancelled = False
-        self._wake = wake
-
-    def cancel(self) -> None:
-        """Ask the scheduler to drop the request; its slot is freed at the start of the next step."""
-        self._cancelled = True  # a bool store is atomic; the scheduler thread reads it each step
-        self._wake()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled
 
 
 @dataclass(eq=False)
@@ -89,19 +54,8 @@ class _Work:
     slot: int | None = None
     spec: RequestSpeculation | None = None
     passes: int = 0
-
-
-def asyncio_sink(loop: asyncio.AbstractEventLoop) -> tuple[Sink, asyncio.Queue[Event]]:
-    """A sink that hands events to `loop` (call it from the loop's thread); read them from the queue."""
-    queue: asyncio.Queue[Event] = asyncio.Queue()
-
-    def sink(event: Event) -> None:
-        try:
-            loop.call_soon_threadsafe(queue.put_nowait, event)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            pass
-
-    return sink, queue
+    prefilled: int = 0  # prompt positions already in the slot's cache
+    prefill_seconds: float = 0.0  # summed over the request's chunks
 
 
 class Scheduler:
@@ -119,6 +73,7 @@ class Scheduler:
         self._cv = threading.Condition()
         self._inbox: deque[_Work] = deque()  # submitted, not yet seen by the scheduler thread
         self._waiting: deque[_Work] = deque()  # scheduler thread only
+        self._prefilling: deque[_Work] = deque()  # holding a slot, prompt not done (scheduler thread only)
         self._running: list[_Work] = []  # scheduler thread only
         self._free_slots = list(range(self.max_batch - 1, -1, -1))  # pop() hands out slot 0 first
         self._ids = itertools.count(1)
@@ -217,7 +172,7 @@ class Scheduler:
     def _loop(self) -> None:
         while True:
             with self._cv:
-                while not (self._stopping or self._inbox or self._waiting or self._running):
+                while not (self._stopping or self._inbox or self._waiting or self._prefilling or self._running):
                     self._cv.wait()
                 if self._stopping:
                     break
@@ -229,54 +184,83 @@ class Scheduler:
     def _step(self) -> None:
         t0 = self._clock()
         self._drop_cancelled()
-        worked = self._admit()
+        worked = self._prefill_chunks()
         if self._running:
             self._decode()
             worked = True
         with self._cv:
             if worked:
                 self._stats.step_seconds.observe(self._clock() - t0)
-            self._stats.running = len(self._running)
+            self._stats.running = len(self._running) + len(self._prefilling)
             self._stats.queued = len(self._waiting) + len(self._inbox)
 
     def _drop_cancelled(self) -> None:
-        for w in [w for w in self._waiting if w.handle.cancelled]:
-            self._waiting.remove(w)
-            self._finish(w, "abort")
+        for queue in (self._waiting, self._prefilling):
+            for w in [w for w in queue if w.handle.cancelled]:
+                queue.remove(w)
+                self._finish(w, "abort")
         for w in [w for w in self._running if w.handle.cancelled]:
             self._finish(w, "abort")
 
-    def _admit(self) -> bool:
-        """Prefill waiting requests into free slots, FIFO, within this step's prompt-token budget.
+    def _chunk_tokens(self, w: _Work) -> int:
+        """Prompt tokens of the request's next prefill chunk."""
+        n = len(w.seq.prompt_ids)
+        size = getattr(self.runner, "prefill_chunk_tokens", None) or n
+        return chunk_end(w.prefilled, n, size) - w.prefilled
 
-        The first admission of a step is always allowed (so a prompt longer than the budget still
-        runs, alone); later ones only while the budget lasts, so decodes wait for at most about one
-        budget's worth of prefill per step."""
-        budget, admitted = self.prefill_token_budget, 0
+    def _prefill_chunks(self) -> bool:
+        """This step's prefill chunks, within the prompt-token budget: new requests' first chunks (FIFO, into
+        free slots), then one chunk each for the prefills in progress, head first (it always runs), each
+        moving to the back of the line. Returns whether any chunk ran."""
+        budget, ran = self.prefill_token_budget, 0
+        in_progress = len(self._prefilling)
         while self._waiting and self._free_slots:
-            w = self._waiting[0]
-            n = len(w.seq.prompt_ids)
-            if admitted and n > budget:
+            n = self._chunk_tokens(self._waiting[0])
+            if ran and n > budget:
                 break
-            self._waiting.popleft()
+            w = self._waiting.popleft()
+            w.slot = self._free_slots.pop()
             budget -= n
-            admitted += 1
-            self._prefill(w)
-        return admitted > 0
+            ran += 1
+            self._run_chunk(w)
+        for i in range(in_progress):
+            w = self._prefilling[0]
+            if w.handle.cancelled:  # hung up since the step began: free the slot before another chunk
+                self._prefilling.popleft()
+                self._finish(w, "abort")
+                continue
+            n = self._chunk_tokens(w)
+            if i and n > budget:
+                break
+            self._prefilling.popleft()
+            budget -= n
+            ran += 1
+            self._run_chunk(w)
+        return ran > 0
 
-    def _prefill(self, w: _Work) -> None:
-        w.slot = self._free_slots.pop()
-        self._running.append(w)
+    def _run_chunk(self, w: _Work) -> None:
+        """One prefill chunk of w; after the last, w joins the running requests with its first token sampled."""
+        prompt = w.seq.prompt_ids
+        start, end = w.prefilled, w.prefilled + self._chunk_tokens(w)
+        last = end == len(prompt)
         t0 = self._clock()
         try:
-            logits = self.runner.prefill(w.slot, w.seq.prompt_ids)
+            logits = self.runner.prefill(w.slot, prompt[start:end], start=start, logits=last)
         except Exception as e:  # a failed request must not take the others down
             _log.exception("request %d failed", w.handle.request_id)
             self._finish(w, "error", error=f"prefill failed: {type(e).__name__}: {e}")
             return
+        w.prefilled = end
+        w.prefill_seconds += self._clock() - t0
         with self._cv:
-            self._stats.prefill_seconds.observe(self._clock() - t0)
-            self._stats.prompt_tokens_total += len(w.seq.prompt_ids)
+            self._stats.prefill_chunks += 1
+            if last:
+                self._stats.prefill_seconds.observe(w.prefill_seconds)
+                self._stats.prompt_tokens_total += len(prompt)
+        if not last:
+            self._prefilling.append(w)
+            return
+        self._running.append(w)
         self._accept(w, logits)
 
     def _decode(self) -> None:
@@ -339,6 +323,8 @@ class Scheduler:
                 w.slot = None
         if w in self._running:
             self._running.remove(w)
+        if w in self._prefilling:
+            self._prefilling.remove(w)
         stats = SpecStats(passes=w.passes)
         if w.spec is not None:
             w.spec.close()
@@ -365,6 +351,6 @@ class Scheduler:
         with self._cv:
             pending = list(self._inbox)
             self._inbox.clear()
-        for w in pending + list(self._waiting) + list(self._running):
+        for w in pending + list(self._waiting) + list(self._prefilling) + list(self._running):
             self._finish(w, "error", error=message)
         self._waiting.clear()

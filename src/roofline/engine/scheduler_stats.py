@@ -42,12 +42,13 @@ class SchedulerStats:
     finished: dict[str, int] = field(default_factory=dict)  # by finish reason ("stop", "length")
     cancelled: int = 0
     failed: int = 0
-    prompt_tokens_total: int = 0  # of admitted (prefilled) requests
+    prompt_tokens_total: int = 0  # of requests whose prefill finished
+    prefill_chunks: int = 0  # prefill chunks run (a prompt takes ceil(length / the runner's chunk) of them)
     generation_tokens_total: int = 0
-    running: int = 0
+    running: int = 0  # holding a slot: prefilling or decoding
     queued: int = 0
     step_seconds: Histogram = field(default_factory=Histogram)
-    prefill_seconds: Histogram = field(default_factory=Histogram)
+    prefill_seconds: Histogram = field(default_factory=Histogram)  # one request's chunks, summed
     decode_batch_total: int = 0  # sum over decode steps of the batch size: mean batch = this / decode steps
     decode_steps: int = 0
     decode_rows_total: int = 0  # rows of all decode passes (batch + draft nodes)
