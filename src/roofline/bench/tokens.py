@@ -232,7 +232,10 @@ def _finalize(rec: RequestRecord, events_ns: Sequence[int], payloads: Sequence[b
                 found = _passes(obj)
                 if found is not None:
                     passes = found
-            stamps.append(_stamp(obj.get("roofline_t_ns")))
+            stamp = obj.get("roofline_t_ns")
+            if stamp is not None and not (stamp.__class__ is int and 0 <= stamp <= _MAX_STAMP_NS):
+                _stamp(stamp)  # raises
+            stamps.append(stamp)
         except MalformedEvent as e:
             raise MalformedEvent(f"event {i}: {e}") from None
         texts.append(text)
