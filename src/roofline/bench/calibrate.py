@@ -26,7 +26,7 @@ from roofline.bench.launch import LocalServer, free_port
 from roofline.bench.load import Scenario
 from roofline.bench.plan import BenchPlan
 from roofline.bench.records import PHASE_MEASURED
-from roofline.bench.report import num
+from roofline.bench.report import num, plural
 from roofline.bench.results import read_requests
 from roofline.bench.runner import Progress, run_bench
 from roofline.bench.schedule import Schedule
@@ -151,7 +151,7 @@ def table_rows(results: list[CaseResult]) -> tuple[list[str], list[list[str]], l
         f = r.facts
         sc = r.case.schedule
         notes.append(
-            f"{r.case.name}: {r.case.concurrency} streams, TTFT {1e3 * sc.ttft_s:g} ms, {sc.tokens} tokens "
+            f"{r.case.name}: {plural(r.case.concurrency, 'stream')}, TTFT {1e3 * sc.ttft_s:g} ms, {sc.tokens} tokens "
             f"{1e3 * sc.gap_s:g} ms apart, {sc.tokens_per_chunk} per chunk; {f['requests_ok']} ok / {f['requests_failed']} failed; "
             f"{num(f['output_tok_per_s'], '{:.0f}')} tok/s reached; client CPU {num(f['client_cpu_us_per_token'])} µs/token "
             f"({r.case.workers} client process{'es' if r.case.workers > 1 else ''}); client delay per chunk "

@@ -9,6 +9,7 @@ from typing import Any
 
 from roofline.bench.metrics import request_metrics
 from roofline.bench.records import PHASE_WARMUP
+from roofline.bench.report import plural
 from roofline.report.charts import SERIES, Chart, pyplot, render
 
 
@@ -68,9 +69,7 @@ def load_points(summary: Any) -> list[LoadPoint]:
         speed = s.metric("output_speed_tok_per_s")
         if speed is None or s.output_tok_per_s is None:
             continue
-        what = f"{s.scenario.streams} streams" if s.scenario.kind == "concurrency" else f"{s.scenario.rate_per_s:g}/s"
-        if s.scenario.kind == "concurrency" and s.scenario.streams == 1:
-            what = "1 stream"
+        what = plural(s.scenario.streams, "stream") if s.scenario.kind == "concurrency" else f"{s.scenario.rate_per_s:g}/s"
         out.append(LoadPoint(s.name, what, s.output_tok_per_s, speed.p50))
     return out
 
