@@ -78,3 +78,4 @@ def test_trials_on_the_roofline_and_their_time_per_token(report):
         assert b.percent_of_ceiling == pytest.approx(t["metrics"]["percent_of_ceiling"])
     html = written.html.read_text()
     assert "Warning" not in html and "trial 1" in html
+    assert "bytes per decoded token: " in html and "decode bounds on " in html  # the ceiling breakdown

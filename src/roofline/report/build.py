@@ -11,7 +11,7 @@ from roofline.errors import UserError
 from roofline.report.html import page_html
 from roofline.report.load import LoadedRun, load_runs
 from roofline.report.markdown import page_markdown
-from roofline.report.page import Page, Section, Table
+from roofline.report.page import Page, Section
 
 REPORT_HTML = "report.html"
 REPORT_MD = "report.md"
@@ -99,18 +99,11 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
 def ceiling_page(analysis) -> Page:
     """The roofline chart of a CeilingAnalysis with its breakdown and bounds tables."""
     from roofline.report.roofline_chart import draw_roofline, roofline_from_analysis
+    from roofline.report.sections import breakdown_tables
 
     a = analysis
     chart = draw_roofline(roofline_from_analysis(a))
-    rows = [(c.label, f"{c.params / 1e6:,.1f} M", c.format_label, f"{c.bytes / 1e6:,.2f} MB")
-            for c in a.components if c.counted]
-    if a.context_tokens:
-        rows.append((f"KV cache ({a.context_tokens:,} tokens)", "", a.kv.format, f"{a.kv.bytes_per_sequence / 1e6:,.2f} MB"))
-    rows.append(("total", "", "", f"{a.bytes_per_token / 1e6:,.2f} MB"))
-    breakdown = Table("bytes per decoded token", ("component", "params", "format", "bytes"), tuple(rows))
-    bounds = Table("decode bounds", ("batch", "ms per step", "tok/s per user", "tok/s total", "limited by", "fits"),
-                   tuple((str(b.batch), f"{1e3 * b.seconds_per_step:.3f}", f"{b.tok_per_s_per_user:,.1f}",
-                          f"{b.tok_per_s_total:,.1f}", b.limited_by, "yes" if b.fits else "NO") for b in a.batches))
+    breakdown, bounds = breakdown_tables(a)
     section = Section("roofline", (chart,), (breakdown, bounds), tuple(f"assumption: {x}" for x in a.assumptions))
     return Page(f"roofline: {a.model.name} on {a.hardware.label}", (section,))
 

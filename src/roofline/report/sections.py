@@ -34,6 +34,34 @@ def ceiling_table(c: Any) -> Table:
                  tuple(f"assumption: {a}" for a in c.assumptions))
 
 
+def breakdown_tables(a: Any) -> tuple[Table, Table]:
+    """A CeilingAnalysis's bytes per decoded token by component, and its decode bounds per batch size."""
+    rows = [(c.label, f"{c.params / 1e6:,.1f} M", c.format_label, f"{c.bytes / 1e6:,.2f} MB")
+            for c in a.components if c.counted]
+    if a.context_tokens:
+        rows.append((f"KV cache ({a.context_tokens:,} tokens)", "", a.kv.format, f"{a.kv.bytes_per_sequence / 1e6:,.2f} MB"))
+    rows.append(("total", "", "", f"{a.bytes_per_token / 1e6:,.2f} MB"))
+    breakdown = Table(f"bytes per decoded token: {a.model.name}", ("component", "params", "format", "bytes"), tuple(rows))
+    bounds = Table(f"decode bounds on {a.hardware.label}",
+                   ("batch", "ms per step", "tok/s per user", "tok/s total", "limited by", "fits"),
+                   tuple((str(b.batch), f"{1e3 * b.seconds_per_step:.3f}", f"{b.tok_per_s_per_user:,.1f}",
+                          f"{b.tok_per_s_total:,.1f}", b.limited_by, "yes" if b.fits else "NO") for b in a.batches))
+    return breakdown, bounds
+
+
+def analysis_of(model: str | None, hardware: str | None) -> Any:
+    """The ceiling analysis of a run's --model on its --hardware, when both name what the catalogue knows."""
+    if not model or not hardware:
+        return None
+    from roofline.bounds.analysis import CeilingRequest, analyse
+    from roofline.errors import UserError
+
+    try:
+        return analyse(CeilingRequest(model=model, hardware=hardware, batches=(1, 8, 64)))[1]
+    except (UserError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def bench_sections(run: Any, key_prefix: str = "", title_prefix: str = "") -> list[Section]:
     from roofline.bench.report import (
         failures_table,
@@ -57,6 +85,9 @@ def bench_sections(run: Any, key_prefix: str = "", title_prefix: str = "") -> li
     tables = [Table.of(rates_table(s))]
     if s.ceiling is not None:
         tables.append(ceiling_table(s.ceiling))
+    a = analysis_of(run.provenance.get("model"), run.provenance.get("hardware"))
+    if a is not None:
+        tables += breakdown_tables(a)
     out.append(Section(f"{title_prefix}ceiling and speed", tuple(charts), tuple(tables), tuple(notes)))
 
     charts = []
@@ -107,6 +138,9 @@ def tune_sections(run: Any, key_prefix: str = "", title_prefix: str = "") -> lis
     except (KeyError, AttributeError, TypeError, ValueError) as e:
         tables = ()
         notes = [f"tables unavailable for this partial run ({e.__class__.__name__})"]
+    a = analysis_of(t.model, (t.ceiling or {}).get("hardware"))
+    if a is not None:
+        tables += breakdown_tables(a)
     out.append(Section(f"{title_prefix}trials against the ceiling", tuple(charts), tables))
     return out
 
