@@ -51,16 +51,26 @@ def _hardware(name: str) -> Any:
         return None
 
 
-def compute_roof(hardware: str | None) -> tuple[float | None, str]:
-    """(dense FLOP/s, label): a catalogue entry's bf16 (or best listed) figure, else this machine's probe."""
+def compute_roof(hardware: str | None, dtype: str | None = None) -> tuple[float | None, str]:
+    """(dense FLOP/s, label): the hardware's figure for the run's weight dtype if it lists one, else a
+    catalogue entry's bf16 (or best listed) figure; for a literal bandwidth or 'local', this machine's
+    probe, its fastest measured matmul."""
     names = [hardware] if hardware and "B/s" not in hardware else []
-    names.append("local")
+    if "local" not in names:
+        names.append("local")
+    wanted = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get((dtype or "").lower(), (dtype or "").lower())
     for name in names:
         hw = _hardware(name)
-        if hw is not None and hw.flops:
-            dtype = next((d for d in ("bf16", "fp16", "fp32") if d in hw.flops), max(hw.flops, key=hw.flops.get))
-            where = "this machine's probe" if name == "local" else hw.label()
-            return hw.flops[dtype], f"{where}, {dtype}"
+        if hw is None or not hw.flops:
+            continue
+        if wanted in hw.flops:
+            pick = wanted
+        elif name == "local":
+            pick = max(hw.flops, key=hw.flops.get)
+        else:
+            pick = next((d for d in ("bf16", "fp16", "fp32") if d in hw.flops), max(hw.flops, key=hw.flops.get))
+        where = "this machine's probe" if name == "local" else hw.label()
+        return hw.flops[pick], f"{where}, {pick}"
     return None, "no FLOP/s figure"
 
 
@@ -88,6 +98,22 @@ def _trial_points(tune: Any, flops: float, bytes_per_token: float) -> list[Roofl
     return out
 
 
+def _baseline_dtype(run: Any) -> str | None:
+    """The weight dtype of a tune run's baseline: its knob, else what the server told the trial's bench."""
+    import json
+
+    base = run.tune.baseline or next((t for t in run.tune.trials if t.slot.kind == "baseline"), None)
+    if base is None:
+        return None
+    if base.config.get("dtype"):
+        return str(base.config["dtype"])
+    try:
+        prov = json.loads((run.path / str(base.folder) / "bench" / "provenance.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        return None
+    return ((prov.get("server") or {}).get("roofline") or {}).get("dtype")
+
+
 def roofline_of_run(run: Any, prefix: str | None = None) -> RooflineData | None:
     """The chart data of one loaded run (None when it has no ceiling to place it against)."""
     if run.kind == "bench":
@@ -105,10 +131,9 @@ def roofline_of_run(run: Any, prefix: str | None = None) -> RooflineData | None:
             return None
         bpt, bw = float(ceiling["bytes_per_token"]), float(ceiling["bandwidth_bytes_per_s"])
         models, hardware, label = [run.tune.model, ceiling.get("model")], ceiling.get("hardware"), run.tune.model or ceiling.get("model") or "model"
-        dtype = next((str(t.config.get("dtype") or t.config.get("precision")) for t in run.tune.trials
-                      if t.slot.kind == "baseline" and (t.config.get("dtype") or t.config.get("precision"))), None)
+        dtype = _baseline_dtype(run)
     flops, how = flops_per_token(models, bpt, dtype)
-    peak, where = compute_roof(hardware)
+    peak, where = compute_roof(hardware, dtype)
     data = RooflineData(bw, peak, str(hardware or "hardware"), str(label), ())
     measured = _bench_points(run, flops, prefix) if run.kind == "bench" else _trial_points(run.tune, flops, bpt)
     notes = ((f"FLOPs per token: {flops / 1e6:.4g} MFLOP ({how}); bytes per token {bpt / 1e6:.4g} MB; "
