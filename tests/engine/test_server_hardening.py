@@ -200,7 +200,9 @@ def test_a_body_that_does_not_arrive_in_time_is_a_408(server):
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: 100\r\n\r\n{\"prompt\": ")
-        reply = s.recv(65536)
+        reply = b""
+        while chunk := s.recv(65536):  # the server closes after its answer
+            reply += chunk
     assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
     assert b"request_timeout" in reply and time.monotonic() - t0 < 6
 
@@ -230,6 +232,32 @@ def test_special_token_text_in_a_message_is_tokenized_as_text(server, tiny_gguf)
     assert tok.encode_chat(plain) == tok.encode(tok.apply_chat_template(plain), add_special_tokens=False)
     r = httpx.post(server.url + "/v1/chat/completions", json={"messages": injected, "max_tokens": 1}, timeout=30)
     assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == len(ids)
+
+
+def test_tokenizing_a_long_text_leaves_other_threads_running(tiny_gguf):
+    """The server tokenizes in a worker thread, which only helps if the tokenizer lets go of the GIL: the
+    event loop's thread must keep running meanwhile (it did not, for seconds, with `encode`)."""
+    tok = load_runner(str(tiny_gguf), max_batch=1, max_seq_len=64).tokenizer
+    tok.encode_text("warm up")
+    text = "The quick brown fox jumps over the lazy dog. " * 10_000  # 450 kB
+    done, took = threading.Event(), []
+
+    def work() -> None:
+        t0 = time.perf_counter()
+        tok.encode_chat([{"role": "user", "content": text}])
+        took.append(time.perf_counter() - t0)
+        done.set()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    gaps, last = [], time.perf_counter()
+    while not done.is_set():
+        time.sleep(0.001)
+        now = time.perf_counter()
+        gaps.append(now - last)
+        last = now
+    worker.join()
+    assert max(gaps) < took[0] / 2, f"other threads stalled {max(gaps):.2f} s of a {took[0]:.2f} s tokenization"
 
 
 def test_model_card_has_bytes_per_token_and_no_path(server, tiny_gguf):

@@ -34,6 +34,19 @@ def byte_level_alphabet() -> dict[int, str]:
     return table
 
 
+# Above this many characters a text is tokenized through `encode_batch`, which releases the GIL (plain
+# `encode` holds it: 3 MB of text stalled every other thread, an event loop included, for 8 s here).
+# Short texts keep `encode`: a batch call also marks the library's thread pool used, after which a fork
+# prints a warning.
+_GIL_FREE_CHARS = 64 * 1024
+
+
+def _backend_ids(backend, text: str) -> list[int]:
+    if len(text) > _GIL_FREE_CHARS:
+        return backend.encode_batch([text], add_special_tokens=False)[0].ids
+    return backend.encode(text, add_special_tokens=False).ids
+
+
 class _ChatTemplateError(Exception):
     """Raised by a template's raise_exception(); turned into a UserError with the template's message."""
 
@@ -116,7 +129,7 @@ class Tokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of `text`; special markers in the text (e.g. <|im_start|>) become their single ids.
         BOS is prepended when the checkpoint asks for it (add_bos) and add_special_tokens is set."""
-        ids = self.backend.encode(text, add_special_tokens=False).ids
+        ids = _backend_ids(self.backend, text)
         if add_special_tokens and self.add_bos:
             ids = [self.bos_id, *ids]
         return ids
@@ -180,14 +193,14 @@ class Tokenizer:
         """Token ids of `text` read as plain text: a special token's spelling (e.g. `<|im_start|>`) becomes
         ordinary tokens, never the control id. No BOS. For what a client wrote inside a message."""
         if self._special_re is None:
-            return self.backend.encode(text, add_special_tokens=False).ids
+            return _backend_ids(self.backend, text)
         if self._plain_backend is None:  # a benign race: two threads may each build one
             from tokenizers import Tokenizer as Backend
 
             plain = Backend.from_str(self.backend.to_str())
             plain.encode_special_tokens = True
             self._plain_backend = plain
-        return self._plain_backend.encode(text, add_special_tokens=False).ids
+        return _backend_ids(self._plain_backend, text)
 
     def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
         """The prompt ids of a chat, where only the template may emit special tokens: what the messages
