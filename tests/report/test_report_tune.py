@@ -78,4 +78,7 @@ def test_trials_on_the_roofline_and_their_time_per_token(report):
         assert b.percent_of_ceiling == pytest.approx(t["metrics"]["percent_of_ceiling"])
     html = written.html.read_text()
     assert "Warning" not in html and "trial 1" in html
+    spread = written.page.chart("prompt_spread").data  # baseline and best, each prompt x repetition
+    assert {r.scenario for r in spread} == {"baseline (trial 0)", f"best (trial {tune['best']['number']})"}
+    assert len(spread) == 2 * 4 * 2  # two trials, four built-in prompts, two reps
     assert "bytes per decoded token: " in html and "decode bounds on " in html  # the ceiling breakdown

@@ -142,6 +142,27 @@ def tune_sections(run: Any, key_prefix: str = "", title_prefix: str = "") -> lis
     if a is not None:
         tables += breakdown_tables(a)
     out.append(Section(f"{title_prefix}trials against the ceiling", tuple(charts), tables))
+    reps = tune_prompt_reps(run)
+    if reps:
+        out.append(Section(f"{title_prefix}per prompt: baseline and best",
+                           (draw_prompt_spread(reps, key=f"{key_prefix}prompt_spread"),)))
+    return out
+
+
+def tune_prompt_reps(run: Any) -> list:
+    """Every request of the baseline's and the best trial's bench runs (each trial folder keeps its own)."""
+    from dataclasses import replace
+
+    from roofline.bench.results import read_requests
+
+    t = run.tune
+    picks = [("baseline", t.baseline)] + ([("best", t.best)] if t.best and t.baseline and t.best.number != t.baseline.number else [])
+    out = []
+    for name, trial in picks:
+        if trial is None or not trial.folder:
+            continue
+        lines, _ = read_requests(run.path / trial.folder / "bench")
+        out += [replace(r, scenario=f"{name} (trial {trial.number})") for r in prompt_reps(lines)]
     return out
 
 
