@@ -118,28 +118,68 @@ def test_sigterm_to_bench_stops_the_engine(tmp_path):
     assert wait_gone(marker) == []
 
 
-def test_embedded_engine_defaults_to_the_local_profile(tmp_path, monkeypatch):
-    """--engine embedded with no --hardware: the ceiling is the server's bytes over this machine's read
-    bandwidth measured right before the run (a profile file exists, written for the test)."""
-    monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path / "cache"))
+def _write_profile(read_median: float = 2e9) -> None:
     from roofline.hardware.profile import profile_path
 
-    stats = {"median": 2e9, "min": 2e9, "max": 2e9, "runs": [2e9]}
+    stats = {"median": read_median, "min": read_median, "max": read_median, "runs": [read_median]}
     profile_path().parent.mkdir(parents=True)
     profile_path().write_text(json.dumps({"name": "local", "cpu": "test cpu", "threads": 2, "memory_bytes": 2**34,
                                           "bandwidth_bytes_per_s": {"read": stats, "copy": stats, "triad": stats},
                                           "flops": {}}))
+
+
+def fake_bandwidth(*values: tuple[float, str]):
+    """A stand-in for the short probe: the given (bytes/s, kernel) in turn, and the number of calls."""
+    calls = []
+
+    def measure() -> tuple[float, str]:
+        calls.append(1)
+        return values[len(calls) - 1]
+
+    return measure, calls
+
+
+def test_embedded_engine_is_held_against_the_bandwidth_window_of_its_run(tmp_path, monkeypatch):
+    """--engine embedded with no --hardware: the ceiling is the server's bytes over this machine's read
+    bandwidth measured right before and right after the run, the higher of the two (not the profile's
+    2 GB/s of minutes ago)."""
+    monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path / "cache"))
+    _write_profile(2e9)
     marker = f"m{uuid.uuid4().hex}"
     plan = BenchPlan(url="", prompts=[Prompt("p", "hi")], scenarios=[Scenario("sequential", num_requests=2)],
                      warmup=0, usage="per-chunk", timeout_s=20)
     engine = EngineSpec(EMBEDDED_STAND_IN, template=null_template(marker, "--bytes-per-token", "4000000"), ready_timeout_s=20)
-    outcome = run_session(plan, tmp_path / "run", Progress(), engine)
-    # held against the bandwidth measured right before the run, not the profile's 2 GB/s of minutes ago
+    measure, calls = fake_bandwidth((3e9, "simd-sum"), (5e9, "gemv"))
+    outcome = run_session(plan, tmp_path / "run", Progress(), engine, measure_bandwidth=measure)
+    assert len(calls) == 2
     c = outcome.summary["ceiling"]
-    assert c["hardware"].endswith("GB/s") and c["bandwidth_bytes_per_s"] != 2e9
-    assert c["tok_per_s"] == pytest.approx(c["bandwidth_bytes_per_s"] / 4e6)
+    assert c["hardware"] == "local" and c["bandwidth_bytes_per_s"] == 5e9
+    assert c["tok_per_s"] == pytest.approx(5e9 / 4e6)
+    assert any(a.startswith("bandwidth 5.0 GB/s") and "before 3.0 GB/s (simd-sum)" in a and "drifted 40%" in a
+               for a in c["assumptions"])
+    window = json.loads((tmp_path / "run" / "provenance.json").read_text())["local_bandwidth"]
+    assert window["before_bytes_per_s"] == 3e9 and window["after_bytes_per_s"] == 5e9 and window["drift_is_large"]
+    v = outcome.summary["scenarios"][0]["vs_ceiling"]
+    assert v["bandwidth_bytes_per_s"] == 5e9 and v["ceiling_tok_per_s"] == pytest.approx(1250.0)
     assert outcome.summary["scenarios"][0]["requests"]["ok"] == 2
     assert wait_gone(marker) == []
+
+
+def test_hardware_local_against_a_url_is_held_against_the_window_too(null_url, tmp_path, monkeypatch):
+    """bench URL --model M --hardware local: the model's bytes per token over the window's higher figure."""
+    from roofline.bounds.ceiling import ceiling_for
+
+    monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path / "cache"))
+    _write_profile(2e9)
+    plan = BenchPlan(url=null_url, prompts=[Prompt("p", "hi")], scenarios=[Scenario("sequential", num_requests=2)],
+                     warmup=0, usage="per-chunk", timeout_s=20, model="openai/gpt-oss-120b", hardware="local")
+    measure, calls = fake_bandwidth((40e9, "gemv"), (38e9, "gemv"))
+    outcome = run_session(plan, tmp_path / "run", Progress(), measure_bandwidth=measure)
+    c = outcome.summary["ceiling"]
+    assert len(calls) == 2 and c["hardware"] == "local" and c["bandwidth_bytes_per_s"] == 40e9
+    assert c["bytes_per_token"] == pytest.approx(ceiling_for("openai/gpt-oss-120b", "b200").bytes_per_token)
+    assert sum(a.startswith("bandwidth ") for a in c["assumptions"]) == 1  # the profile's 2 GB/s line is gone
+    assert not any("drift" in a for a in c["assumptions"])  # 5%: not worth a word
 
 
 def test_catalogue_model_and_hardware_give_the_ceiling(null_url, tmp_path):
@@ -181,10 +221,11 @@ def test_embedded_engine_measures_the_machine_when_no_profile_exists(tmp_path, m
     plan = BenchPlan(url="", prompts=[Prompt("p", "hi")], scenarios=[Scenario("sequential", num_requests=1)],
                      warmup=0, usage="per-chunk", timeout_s=20)
     engine = EngineSpec(EMBEDDED_STAND_IN, template=null_template(marker, "--bytes-per-token", "4000000"), ready_timeout_s=20)
-    outcome = run_session(plan, tmp_path / "run", Progress(), engine)
+    measure, _ = fake_bandwidth((3e9, "gemv"), (3e9, "gemv"))
+    outcome = run_session(plan, tmp_path / "run", Progress(), engine, measure_bandwidth=measure)
     profile = load_local_profile()
     assert profile is not None
     assert profile["bandwidth_bytes_per_s"]["read"]["median"] > 0
-    c = outcome.summary["ceiling"]  # the run itself is held against the bandwidth measured right before it
-    assert c["hardware"].endswith("GB/s") and c["tok_per_s"] == pytest.approx(c["bandwidth_bytes_per_s"] / 4e6)
+    c = outcome.summary["ceiling"]  # the run itself is held against the bandwidth measured in its window
+    assert c["hardware"] == "local" and c["bandwidth_bytes_per_s"] == 3e9 and c["tok_per_s"] == pytest.approx(3e9 / 4e6)
     assert wait_gone(marker) == []

@@ -10,14 +10,18 @@ import pytest
 from roofline.errors import UserError
 from roofline.hardware import local as local_mod
 from roofline.hardware import profile as profile_mod
-from roofline.hardware.catalogue import catalogue_hardware, get_hardware, hardware_from_entry
+from roofline.hardware.catalogue import (
+    catalogue_hardware,
+    get_hardware,
+    hardware_from_entry,
+)
 
 REQUIRED = ["h100-sxm", "h200", "b200", "gb200-nvl72", "a100-80gb", "l40s", "mi300x", "mi325x", "mi355x",
             "cerebras-wse-3", "groq-lpx", "sambanova-sn40l"]
 
 
 def _profile(read_median: float = 3.1e10) -> dict:
-    stats = lambda m: {"median": m, "min": m * 0.9, "max": m * 1.05, "runs": [m * 0.9, m, m * 1.05]}  # noqa: E731
+    stats = lambda m: {"median": m, "min": m * 0.9, "max": m * 1.05, "runs": [m * 0.9, m, m * 1.05]}
     return {
         "name": "local", "measured_at": "2026-11-29T10:00:00Z", "cpu": "Test CPU", "threads": 2,
         "memory_bytes": 25_000_000_000,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from roofline.bench.against import percent_text
 from roofline.bench.summary import Distribution, RunSummary, ScenarioSummary
 
 Table = tuple[str, list[str], list[list[str]], list[str]]
@@ -67,7 +68,7 @@ def rates_table(summary: RunSummary) -> Table:
             g = s.goodput
             row += [num(g and g.requests_per_s, "{:.2f}"), num(g and g.output_tok_per_s)]
         if has_ceiling:
-            row.append(num(s.vs_ceiling and s.vs_ceiling.percent_of_ceiling, "{:.1f}%"))
+            row.append(percent_text(s.vs_ceiling))  # above 100%: the suspect figure beside it
         rows.append(row)
     return ("rates", headers, rows, result_notes(summary))
 
@@ -95,12 +96,11 @@ def _ceiling_notes(summary: RunSummary) -> list[str]:
                          f"tokens per pass, so tokens/s may pass the one-token ceiling "
                          f"({v.tokens_percent_of_one_token_ceiling:.1f}% of it) while every pass still reads "
                          f"all the weights")
-            continue
-        notes.append(f"{s.name}: decode {v.measured_tok_per_s:.1f} tok/s = {v.percent_of_ceiling:.1f}% of the "
-                     f"ceiling, effective bandwidth {v.effective_bandwidth_bytes_per_s / 1e9:.2f} GB/s")
-        if v.percent_of_ceiling > 100 and measured_locally(summary):
-            notes.append("above 100%: the engine read memory faster than the probe's read kernel did when "
-                         "it was measured (bandwidth drifts on a shared machine); re-run `roofline probe`")
+        else:
+            notes.append(f"{s.name}: decode {v.measured_tok_per_s:.1f} tok/s = {v.percent_of_ceiling:.1f}% of the "
+                         f"ceiling, effective bandwidth {v.effective_bandwidth_bytes_per_s / 1e9:.2f} GB/s")
+        if v.note:  # above 100%: which figure is suspect, and why
+            notes.append(f"{s.name}: {v.note}")
     notes += [f"assumption: {a}" for a in c.assumptions]
     return notes
 

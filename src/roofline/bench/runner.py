@@ -217,8 +217,13 @@ async def _scenario(plan: BenchPlan, spec: RequestSpec, scenario: load.Scenario,
 
 
 def run_bench(plan: BenchPlan, run_dir: Path, progress: Progress, *, ceiling: Any = None,
-              info: dict | None = None, ceiling_note: str | None = None) -> Outcome:
-    """Run every scenario, writing into run_dir; always returns the summary of what was measured."""
+              info: dict | None = None, ceiling_note: str | None = None,
+              settle_ceiling: Callable[[Any], tuple[Any, dict]] | None = None) -> Outcome:
+    """Run every scenario, writing into run_dir; always returns the summary of what was measured.
+
+    settle_ceiling(ceiling) -> (ceiling, provenance additions), called once the requests are done (not
+    after an interrupt): the ceiling the run is finally held against, e.g. with this machine's bandwidth
+    measured again after the run."""
     origin_ns = perf_counter_ns()
     info = info if info is not None else asyncio.run(discover(plan))
     usage = USAGE_PER_CHUNK if plan.usage == "auto" else plan.usage
@@ -244,6 +249,9 @@ def run_bench(plan: BenchPlan, run_dir: Path, progress: Progress, *, ceiling: An
     finally:
         log.close()
         progress.stop()
+    if settle_ceiling is not None and not interrupted:
+        ceiling, settled = settle_ceiling(ceiling)
+        prov.update(settled)
     prov["interrupted"] = interrupted
     write_json(run_dir / PROVENANCE, prov)
     summary = summarize_run(run_dir, prov, ceiling=ceiling, slo_s=plan.slo_s, cpu_s=cpu)

@@ -9,11 +9,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from roofline.bench.against import resolve_ceiling
+from roofline.bench.against import LOCAL, held_against_window, resolve_ceiling
 from roofline.bench.engines import Launcher, start_engine
 from roofline.bench.plan import BenchPlan
 from roofline.bench.runner import Outcome, Progress, discover, run_bench
 from roofline.errors import UserError
+from roofline.hardware.window import BandwidthWindow, Measure, short_probe
 
 
 @dataclass(frozen=True)
@@ -33,14 +34,17 @@ class EngineSpec:
         return self.launcher is not None
 
 
-def run_session(plan: BenchPlan, run_dir: Path, progress: Progress, engine: EngineSpec | None = None) -> Outcome:
+def run_session(plan: BenchPlan, run_dir: Path, progress: Progress, engine: EngineSpec | None = None,
+                *, measure_bandwidth: Measure | None = None) -> Outcome:
     """Run the plan (against a started engine when asked); the engine is stopped in every case.
 
-    The embedded engine runs on this machine and reports its bytes per token, so it is held against
-    this machine's read bandwidth measured right before the run (the profile is measured first if it is
-    missing), unless --hardware says otherwise."""
+    A run held against this machine (`--hardware local`, and the embedded engine unless --hardware says
+    otherwise) is held against the read bandwidth measured in its own window: a short probe right before
+    the requests and another right after, the higher of the two (`roofline.hardware.window`).
+    measure_bandwidth() -> (bytes/s, kernel) is that probe (the short best-of-kernels one by default).
+    The embedded engine's profile is measured first if `roofline probe` never ran here."""
     if engine is None or not engine.wanted:
-        return _measure(plan, run_dir, progress, default_local=False)
+        return _measure(plan, run_dir, progress, default_local=False, measure=measure_bandwidth)
     launcher = engine.launcher
     embedded = launcher.name == "embedded"
     if embedded and plan.hardware in (None, "local"):
@@ -53,21 +57,22 @@ def run_session(plan: BenchPlan, run_dir: Path, progress: Progress, engine: Engi
         started = {"name": launcher.name, "version": launcher.version(), "config": dict(engine.config),
                    "argv": server.argv, "log": str(server.log_path)}
         plan = replace(plan, url=server.url, provenance_extra={**plan.provenance_extra, "engine": started})
-        if embedded and plan.hardware in (None, "local"):
-            # hold the run against the bandwidth of these minutes, not the profile's: a shared host drifts
-            from roofline.hardware.probe import read_bandwidth_now_bytes_per_s
-
-            plan = replace(plan, hardware=f"{read_bandwidth_now_bytes_per_s() / 1e9:.3f}GB/s")
-            progress.note(f"read bandwidth now: {plan.hardware} (the ceiling of this run)")
-        return _measure(plan, run_dir, progress, default_local=embedded)
+        return _measure(plan, run_dir, progress, default_local=embedded, measure=measure_bandwidth)
 
 
-def _measure(plan: BenchPlan, run_dir: Path, progress: Progress, *, default_local: bool) -> Outcome:
+def _measure(plan: BenchPlan, run_dir: Path, progress: Progress, *, default_local: bool,
+             measure: Measure | None) -> Outcome:
     info = asyncio.run(discover(plan))
     hardware = plan.hardware or ("local" if default_local else None)
+    measure = measure or short_probe
+    window = None
+    if hardware == LOCAL:  # the bandwidth of these minutes, not a profile's: a shared machine drifts
+        before, kernel = measure()
+        window = BandwidthWindow(before, before_kernel=kernel)
+        progress.note(f"read bandwidth before the run: {before / 1e9:.1f} GB/s (best of the probe's read kernels: {kernel})")
     try:
         ceiling, note = resolve_ceiling(model=plan.model, hardware=hardware, served=info.get("served"),
-                                        server_info=info.get("roofline"), gpus=plan.gpus)
+                                        server_info=info.get("roofline"), gpus=plan.gpus, window=window)
     except UserError as e:
         if plan.hardware:  # asked for explicitly: the user must fix it before anything is measured
             raise
@@ -78,7 +83,17 @@ def _measure(plan: BenchPlan, run_dir: Path, progress: Progress, *, default_loca
         plan = replace(plan, hardware=hardware)
     if info.get("error"):
         progress.note(f"discovery: {info['error']}")
-    return run_bench(plan, run_dir, progress, ceiling=ceiling, info=info, ceiling_note=note)
+    settle = None
+    if window is not None and ceiling is not None:
+        def settle(held: Any) -> tuple[Any, dict]:
+            after, kernel = measure()
+            closed = window.closed(after, kernel)
+            progress.note(f"read bandwidth after the run: {after / 1e9:.1f} GB/s ({kernel}); the run is held against "
+                          f"{closed.bound_bytes_per_s / 1e9:.1f} GB/s, the higher"
+                          + (f" (drift {100 * (closed.drift_fraction or 0):.0f}%: the machine was busy)"
+                             if closed.drift_is_large() else ""))
+            return held_against_window(held, closed), {"local_bandwidth": closed.to_json()}
+    return run_bench(plan, run_dir, progress, ceiling=ceiling, info=info, ceiling_note=note, settle_ceiling=settle)
 
 
 def ensure_local_profile(progress: Progress) -> None:

@@ -108,7 +108,8 @@ def vs_ceiling(ceiling: Any, speed: Mapping[str, float] | None, passes: Mapping[
 
     With speculation (the server reports more than one token per weight pass) the ceiling bounds weight
     passes, not tokens: each pass reads the weights once, and Output Speed = passes/s x tokens/pass can beat
-    the one-token ceiling. Then passes/s is what is held against it (basis "passes")."""
+    the one-token ceiling. Then passes/s is what is held against it (basis "passes"). Above 100% the
+    figure that must be wrong is named (`suspect`, `note`: see `bench.against.above_ceiling`)."""
     d = {"ceiling_tok_per_s": ceiling.tok_per_s, "bytes_per_token": ceiling.bytes_per_token,
          "bandwidth_bytes_per_s": ceiling.bandwidth_bytes_per_s, "basis": "tokens"}
     if speed:
@@ -121,6 +122,9 @@ def vs_ceiling(ceiling: Any, speed: Mapping[str, float] | None, passes: Mapping[
                      percent_of_ceiling=ceiling.percent_of_ceiling(rate),
                      effective_bandwidth_bytes_per_s=ceiling.effective_bandwidth_bytes_per_s(rate),
                      tokens_percent_of_one_token_ceiling=ceiling.percent_of_ceiling(measured))
+        from roofline.bench.against import ceiling_excess
+
+        d.update(ceiling_excess(ceiling, d["percent_of_ceiling"]) or {})  # above 100%: "suspect" and "note"
     return d
 
 

@@ -150,6 +150,8 @@ class VsCeiling:
     passes_per_s: float | None = None
     tokens_per_pass: float | None = None
     tokens_percent_of_one_token_ceiling: float | None = None
+    suspect: str | None = None  # above 100%: the figure that must be wrong (bench.against.above_ceiling)
+    note: str | None = None  # above 100%: why, printed beside the percentage
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 

@@ -36,6 +36,8 @@ def generate(
     max_trie_depth: sf.TrieDepth = 18, num_draft_tokens: sf.DraftTokens = 12, trie_scope: sf.TrieScope = "request",
     spec_tree: sf.SpecTree = True, draft_dtype: sf.DraftDtype = "int8", draft_model: sf.DraftModel = None,
     adaptive: sf.Adaptive = True,
+    probe: bool = typer.Option(True, "--probe/--no-probe", help="Measure this machine's read bandwidth right before "
+                               "and right after (about a second each) and show decode as a % of that ceiling."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text and timings) instead of streaming."),
     as_markdown: bool = typer.Option(False, "--markdown", help="Print the timings as a Markdown table."),
 ) -> None:
@@ -70,18 +72,32 @@ def generate(
         gen = run_generation(runner, ids, params, speculation=make_speculation() if make_speculation else None)
     except ContextLengthError as e:
         raise UserError(str(e)) from None
-    pieces = []
-    for piece in gen.text():
-        pieces.append(piece)
-        if not as_json:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
+    pieces: list[str] = []
+
+    def stream() -> None:
+        for piece in gen.text():
+            pieces.append(piece)
+            if not as_json:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+
+    window = None
+    if probe:  # the bandwidth of these minutes: a short probe right before and right after the generation
+        from roofline.hardware.window import measure_window, short_probe
+
+        def measure_now() -> tuple[float, str]:
+            with err.status("measuring this machine's read bandwidth (about a second) ..."):
+                return short_probe()
+
+        _, window = measure_window(stream, measure_now)
+    else:
+        stream()
     if not as_json:
         sys.stdout.write("\n\n")
-    _print_timings(runner, gen, "".join(pieces), as_json=as_json, as_markdown=as_markdown, chat=use_chat)
+    _print_timings(runner, gen, "".join(pieces), as_json=as_json, as_markdown=as_markdown, chat=use_chat, window=window)
 
 
-def _print_timings(runner, gen, text: str, *, as_json: bool, as_markdown: bool, chat: bool) -> None:
+def _print_timings(runner, gen, text: str, *, as_json: bool, as_markdown: bool, chat: bool, window=None) -> None:
     from roofline.cli.output import emit_table, print_json
 
     t = gen.timings
@@ -95,6 +111,14 @@ def _print_timings(runner, gen, text: str, *, as_json: bool, as_markdown: bool, 
         "bytes_per_token": runner.bytes_per_token, "effective_bytes_per_s": gb_per_s * 1e9,
         "weight_passes": t.passes, "spec": {**gen.speculation.stats.to_json(), "passes": t.passes} if gen.speculation else None,
     }
+    vs = None
+    if window is not None and t.decode_tokens and runner.bytes_per_token:
+        from roofline.bench.against import local_decode_vs_ceiling
+
+        passes_per_s = (t.passes - 1) / t.decode_seconds if t.decode_seconds > 0 and t.passes > 1 else None
+        vs = local_decode_vs_ceiling(bytes_per_token=runner.bytes_per_token, tok_per_s=tok_per_s,
+                                     passes_per_s=passes_per_s, window=window)
+        result["vs_ceiling"] = vs
     if as_json:
         print_json({"text": text, **result})
         return
@@ -110,8 +134,19 @@ def _print_timings(runner, gen, text: str, *, as_json: bool, as_markdown: bool, 
         ("weight bytes / token", f"{runner.bytes_per_token / 1e6:.1f} MB"),
         ("effective read bandwidth", f"{gb_per_s:.1f} GB/s"),
     ]
+    if vs is not None:
+        from roofline.bench.against import percent_text
+
+        ceiling = (f"{vs['ceiling_tok_per_s']:.1f} tok/s = {vs['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s / "
+                   f"{runner.bytes_per_token / 1e6:.1f} MB")
+        rows.append(("ceiling (this machine, now)", ceiling))
+        rows.append(("% of ceiling" + (" (weight passes/s)" if vs["basis"] == "passes" else ""), percent_text(vs)))
     notes = ["decode tok/s counts tokens from decode steps only; effective bandwidth = weight bytes/token x decode tok/s "
              "(the KV cache read adds to it at long contexts)"]
+    if window is not None:
+        notes.append(window.describe())
+    if vs is not None and vs.get("note"):
+        notes.append(vs["note"])
     if gen.speculation is not None:
         st = gen.speculation.stats
         rate = f"{100 * st.acceptance_rate:.0f}%" if st.acceptance_rate is not None else "n/a"

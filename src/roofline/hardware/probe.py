@@ -1,156 +1,70 @@
 """Measure this machine: memory bandwidth (read, copy, triad) and matrix rates (matvec, matmul).
 
 Each kernel runs `warmup` untimed passes, then `repeats` timed ones. A pass's rate is the bytes it must
-move (or FLOPs it must do) over its seconds; every run is kept, so the spread shows, and readers use the
-median. Bytes are counted as STREAM counts them, per pass over arrays of n fp32 elements:
+move (or FLOPs it must do) over its seconds; every run is kept, so the spread shows. Bytes are counted as
+STREAM counts them, per pass over arrays of n fp32 elements:
     read   s = sum(a)        4n bytes   (1 array)
     copy   b = a             8n bytes   (2 arrays)
     triad  a = b + s*c      12n bytes   (3 arrays)
 The read most CPUs add to allocate a written cache line is not counted, so copy and triad can come out
 below read; that is the machine, not the probe.
 
-CPU kernels use numpy, always installed, except the read, which uses a fixed-order SIMD sum compiled with
-numba when numba is installed (`simd_read_kernel`: numpy's sum can be compute-bound). numpy's element-wise loops are single-threaded, so each array is
-cut into one contiguous slice per thread, run in a thread pool: numpy releases the GIL inside its loops,
-so the threads stream at once. The triad goes block by block so s*c lands in a scratch buffer that stays
-in cache, not a full-size temporary that would add two arrays of traffic. BLAS calls get the same thread
-count through threadpoolctl. fp32 matmul uses numpy too, with or without torch, so profiles stay
-comparable (side by side on a 2-core machine, OpenBLAS sgemm at n=2048 had a higher median than torch).
-torch, when installed, adds bf16 matmul, which numpy lacks, and measures everything on a CUDA device.
+The read is the figure a ceiling uses, so it is measured as `roofline.hardware.readbw` says: several read
+kernels (`roofline.hardware.kernels`: numpy sum, a SIMD sum, a decode-shaped gemv), interleaved passes,
+the best pass of the best kernel as the bound and that kernel's median as the typical rate (STREAM and the
+Empirical Roofline Toolkit report their best too). Copy and triad use numpy: its element-wise loops are
+single-threaded, so each array is cut into one contiguous slice per thread, run in a thread pool (numpy
+releases the GIL inside its loops), so the threads stream at once. The triad goes block by block so s*c
+lands in a scratch buffer that stays in cache, not a full-size temporary that would add two arrays of
+traffic. BLAS calls get the same thread count through threadpoolctl. fp32 matmul uses numpy too, with or
+without torch, so profiles stay comparable (side by side on a 2-core machine, OpenBLAS sgemm at n=2048
+had a higher median than torch). torch, when installed, adds bf16 matmul, which numpy lacks, and measures
+everything on a CUDA device.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import platform
-import statistics
-import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from roofline.errors import UserError
+from roofline.hardware.kernels import (
+    FP32_BYTES,
+    TRIAD_BLOCK_ELEMS,
+    in_parallel,
+    matvec_shape,
+    slices,
+    triad_slice,
+)
+from roofline.hardware.machine import (
+    cpu_model_name,
+    optional_torch,
+    total_memory_bytes,
+    usable_cpu_count,
+)
+from roofline.hardware.readbw import measure_read_bandwidth
+from roofline.hardware.timing import (
+    Stats,
+    cuda_time_passes_seconds,
+    rate_stats,
+    time_passes_seconds,
+)
 
 DEFAULT_SIZE_BYTES = 1 << 30  # per kernel, all its arrays together: far beyond any CPU's last-level cache
 DEFAULT_REPEATS = 10
 DEFAULT_WARMUP = 2
 DEFAULT_MATMUL_N = 2048  # 2n^3 = 17 GFLOP per fp32 pass: long enough for a CPU to reach its peak
 CUDA_MATMUL_N = 8192  # 1.1 TFLOP per pass: a GPU needs big tiles to fill its tensor cores
-MATVEC_COLS = 4096  # a hidden-size-like row length; the matrix has size_bytes / (4 * cols) rows
 MIN_SIZE_BYTES = 1 << 20
-TRIAD_BLOCK_ELEMS = 1 << 18  # 1 MiB of fp32 scratch per thread: stays in L2/L3 (best of 128K-1M elements, measured)
-FP32_BYTES = 4
 
 # progress(what is being measured now, steps done, steps in all)
 Progress = Callable[[str, int, int], None]
-Stats = dict[str, Any]
 # A step is (kernel, backend, measure); measure() returns {path in the profile: stats},
 # e.g. {("flops", "matmul_fp32"): stats}.
 Step = tuple[str, str, Callable[[], dict[tuple[str, ...], Stats]]]
-
-
-def rate_stats(amount: float, seconds: Sequence[float]) -> Stats:
-    """Rates (amount per second) of each run, with their median, min and max."""
-    rates = [amount / s for s in seconds]
-    return {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "runs": rates}
-
-
-def time_passes_seconds(run_pass: Callable[[], Any], repeats: int, warmup: int) -> list[float]:
-    """Wall seconds of `repeats` calls of `run_pass`, after `warmup` untimed ones (CPU work)."""
-    for _ in range(warmup):
-        run_pass()
-    seconds = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        run_pass()
-        seconds.append(time.perf_counter() - t0)
-    return seconds
-
-
-def cuda_time_passes_seconds(
-    torch: Any, run_pass: Callable[[], Any], repeats: int, warmup: int, min_run_seconds: float = 1e-3
-) -> list[float]:
-    """Device seconds per pass from CUDA events, which leave out the host's launch latency. Short passes
-    are timed `inner` at a time, so that one timed run lasts at least min_run_seconds."""
-
-    def per_pass_seconds(inner: int) -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(inner):
-            run_pass()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / inner  # elapsed_time is in milliseconds
-
-    inner = 1
-    for _ in range(max(warmup, 1)):  # the warm-up passes also size the batch
-        inner = max(inner, math.ceil(min_run_seconds / max(per_pass_seconds(inner), 1e-7)))
-    return [per_pass_seconds(inner) for _ in range(repeats)]
-
-
-# ---- facts about the machine -------------------------------------------------------------------
-
-
-def usable_cpu_count() -> int:
-    """CPUs this process may run on (its affinity mask), else all the machine has."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def cpu_model_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def total_memory_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def optional_torch() -> Any | None:
-    """The torch module when it is installed, else None; the probe works without it."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
-
-
-# ---- CPU kernels (numpy, a thread pool over contiguous slices) ---------------------------------
-
-
-def _slices(n: int, parts: int) -> list[slice]:
-    edges = [n * i // parts for i in range(parts + 1)]
-    return [slice(edges[i], edges[i + 1]) for i in range(parts) if edges[i + 1] > edges[i]]
-
-
-def _in_parallel(pool: ThreadPoolExecutor, fn: Callable[[slice], Any], parts: list[slice]) -> None:
-    for future in [pool.submit(fn, p) for p in parts]:
-        future.result()
-
-
-def _triad_slice(a: Any, b: Any, c: Any, scalar: Any, part: slice) -> None:
-    """a = b + scalar*c over one slice, block by block through a cache-resident scratch buffer."""
-    import numpy as np
-
-    scratch = np.empty(min(TRIAD_BLOCK_ELEMS, part.stop - part.start), dtype=np.float32)
-    for lo in range(part.start, part.stop, TRIAD_BLOCK_ELEMS):
-        hi = min(lo + TRIAD_BLOCK_ELEMS, part.stop)
-        t = scratch[: hi - lo]
-        np.multiply(c[lo:hi], scalar, out=t)
-        np.add(b[lo:hi], t, out=a[lo:hi])
 
 
 def numpy_stream_steps(
@@ -160,18 +74,13 @@ def numpy_stream_steps(
     import numpy as np
 
     def timed(kernel: str, n: int, per_slice: Callable[[slice], Any], arrays: int) -> dict:
-        parts = _slices(n, threads)
-        seconds = time_passes_seconds(lambda: _in_parallel(pool, per_slice, parts), repeats, warmup)
+        parts = slices(n, threads)
+        seconds = time_passes_seconds(lambda: in_parallel(pool, per_slice, parts), repeats, warmup)
         return {("bandwidth_bytes_per_s", kernel): rate_stats(arrays * n * FP32_BYTES, seconds)}
 
     def read() -> dict:
-        n = size_bytes // FP32_BYTES
-        a = np.full(n, 1.0, dtype=np.float32)
-        reader = simd_read_kernel()
-        if reader is not None:
-            reader(a, 0, 64)  # compile (or load from numba's cache) before timing
-            return timed("read", n, lambda p: reader(a, p.start, p.stop - p.start), arrays=1)
-        return timed("read", n, lambda p: np.add.reduce(a[p]), arrays=1)
+        rb = measure_read_bandwidth(size_bytes, repeats, warmup, threads, pool)
+        return {("bandwidth_bytes_per_s", "read"): rb.profile_stats()}
 
     def copy() -> dict:
         n = size_bytes // (2 * FP32_BYTES)
@@ -181,46 +90,16 @@ def numpy_stream_steps(
     def triad() -> dict:
         n = size_bytes // (3 * FP32_BYTES)
         a, b, c = (np.full(n, v, dtype=np.float32) for v in (0.0, 1.0, 2.0))
-        return timed("triad", n, lambda p: _triad_slice(a, b, c, np.float32(3.0), p), arrays=3)
+        return timed("triad", n, lambda p: triad_slice(a, b, c, np.float32(3.0), p), arrays=3)
 
-    return [("read", "numba-simd" if simd_read_kernel() is not None else "numpy", read), ("copy", "numpy", copy),
-            ("triad", "numpy", triad)]
-
-
-def read_bandwidth_now_bytes_per_s(size_bytes: int = 1 << 29, repeats: int = 3, warmup: int = 1,
-                                   threads: int | None = None) -> float:
-    """The probe's read kernel alone over 512 MiB (twice the largest last-level cache seen here), median of
-    `repeats` passes, a few seconds: the bandwidth of these minutes, to hold a measurement taken now against
-    (a shared host drifts from minute to minute)."""
-    threads = usable_cpu_count() if threads is None else threads
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="probe") as pool:
-        _, _, read = numpy_stream_steps(size_bytes, repeats, warmup, threads, pool)[0]
-        return read()[("bandwidth_bytes_per_s", "read")]["median"]
+    return [("read", "best of read kernels", read), ("copy", "numpy", copy), ("triad", "numpy", triad)]
 
 
-def simd_read_kernel() -> Callable | None:
-    """sum of a[lo:lo+n] through `roofline.simd.vsum` (four 16-lane partial sums, compiled with numba, GIL
-    released), or None without numba. Why not numpy's sum: on some CPUs it is compute-bound below the memory
-    bandwidth -- measured on a 2-core Xeon host: 5.7 GB/s on a 64 MiB array that the SIMD sum read at 22 GB/s,
-    3.2 against 7.8 GB/s on 1 GiB -- and then the engine's own SIMD kernels streamed weights faster than the
-    "ceiling" allowed (decode above 100% of it)."""
-    try:
-        import numba
-    except ImportError:
-        return None
-    from roofline import simd
+def read_bandwidth_now_bytes_per_s() -> float:
+    """The short best-of-kernels read probe (about a second, `roofline.hardware.readbw.read_bandwidth_now`)."""
+    from roofline.hardware.readbw import read_bandwidth_now_bytes_per_s as now
 
-    @numba.njit(nogil=True, cache=True)
-    def read_sum(a, lo, n):
-        return simd.vsum(a, lo, n)
-
-    return read_sum
-
-
-def matvec_shape(size_bytes: int) -> tuple[int, int]:
-    """(rows, cols) of an fp32 matrix of about size_bytes, rows of MATVEC_COLS where that fits."""
-    cols = max(1, min(MATVEC_COLS, size_bytes // FP32_BYTES))
-    return max(1, size_bytes // (FP32_BYTES * cols)), cols
+    return now()
 
 
 def matvec_results(rows: int, cols: int, seconds: Sequence[float]) -> dict[tuple[str, ...], Stats]:
@@ -358,7 +237,7 @@ def measure_profile(
     torch = optional_torch()
     rows, cols = matvec_shape(size_bytes)
     profile: dict[str, Any] = {
-        "name": "local", "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "name": "local", "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "roofline_version": __version__, "cpu": cpu_model_name(), "threads": threads,
         "memory_bytes": total_memory_bytes(),
         "backends": {"kernels": {}, "versions": {"numpy": np.__version__}},

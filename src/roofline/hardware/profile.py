@@ -13,6 +13,9 @@ by `--hardware local`. Its shape (rates in bytes/s and FLOP/s, each with its spr
 
     STATS = {"median": float, "min": float, "max": float, "runs": [float, ...]}
 
+`bandwidth_bytes_per_s.read` is the best read kernel's STATS plus `"best"` (its fastest pass: the figure
+`--hardware local` uses), `"kernel"` (its name) and `"kernels"` ({name: STATS} for every read kernel).
+
 `flops.matmul_bf16` is present only when torch is installed (numpy has no bf16), `cuda` only when
 torch sees a CUDA device.
 """

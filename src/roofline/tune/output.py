@@ -48,8 +48,11 @@ def printable(text: str) -> str:
 
 
 def percent(r: TrialResult | None) -> str:
-    p = r.metrics.get("percent_of_ceiling") if r else None
-    return "-" if p is None else f"{p:.1f}%"
+    """% of ceiling; above 100% with the suspect figure beside it (its reason is in the notes)."""
+    from roofline.bench.against import percent_text
+
+    m = r.metrics if r else {}
+    return percent_text({"percent_of_ceiling": m.get("percent_of_ceiling"), "suspect": m.get("ceiling_suspect")})
 
 
 def header_notes(t: TuneResult) -> list[str]:
@@ -71,9 +74,9 @@ def header_notes(t: TuneResult) -> list[str]:
         b = t.baseline
         notes.append(f"baseline: {fmt(b.value, unit)} (spread {fmt(b.spread, unit)} across reps, "
                      f"{percent(b)} of ceiling)")
-    if c and c.get("hardware") == "local" and any((r.metrics.get("percent_of_ceiling") or 0) > 100 for r in t.trials):
-        notes.append("above 100% of the ceiling: the engine read memory faster than the probe did when it measured "
-                     "this machine (bandwidth drifts on a shared machine); re-run `roofline probe` when it is quiet")
+    for r in t.trials:  # above 100%: which figure is suspect, and why
+        if (r.metrics.get("percent_of_ceiling") or 0) > 100:
+            notes.append(f"trial {r.number}: {r.metrics.get('ceiling_note') or 'above 100% of the ceiling'}")
     return notes
 
 
@@ -159,17 +162,17 @@ def tables(t: TuneResult) -> list[Table]:
 
 
 def print_rich(t: TuneResult) -> None:
-    from roofline.cli.output import console, rich_table
+    from roofline.cli.output import console, print_wrapped, rich_table
 
     c = console()
     for n in header_notes(t):
-        c.print(n, highlight=False)
+        print_wrapped(c, n)
     for title, headers, rows, notes in tables(t):
-        c.print(rich_table(title, headers, rows))
+        c.print(rich_table(title, headers, rows), crop=False)
         for n in notes:
-            c.print(f"  {n}", highlight=False)
+            print_wrapped(c, n, indent="  ")
     for f in failures(t):
-        c.print(f, highlight=False, markup=False)
+        c.print(f, highlight=False, markup=False, soft_wrap=True)  # as the server wrote it
     for line in best_lines(t):
         c.print(line, highlight=False, markup=False, soft_wrap=True)
 
@@ -244,15 +247,18 @@ class RichDisplay(Display):
         if result.value is not None:
             line += f" -> {fmt(result.value, self.unit)} (spread {fmt(result.spread)}, {percent(result)} of ceiling)"
         note = status_note(result)
-        self.p.console.print(line + (f"; {note}" if note else ""), highlight=False, markup=False)
+        self.note(line + (f"; {note}" if note else ""))
         best_text = f"best: {fmt(best.value, self.unit)} (trial {best.number})" if best else ""
         self.p.update(self.trials, advance=1, best=best_text)
         self.p.update(self.requests, visible=False)
 
     def note(self, text: str) -> None:
-        self.p.console.print(text, highlight=False, markup=False)
+        from roofline.cli.output import print_wrapped
+
+        print_wrapped(self.p.console, text)
 
     def stop(self) -> None:
+        self.p.update(self.trials, description="trials")  # the counter's last line names it, not the last trial
         self.p.stop()
 
 

@@ -201,12 +201,8 @@ def _bench(settings: TrialSettings, url: str, out: Path, progress: Progress) -> 
     from roofline.bench.session import run_session
 
     os_ = settings.objective_settings
+    # hardware "local": bench holds the trial against the read bandwidth measured right before and after it
     hardware = settings.hardware
-    if hardware == "local":  # the bandwidth of these minutes, not the profile's: a shared host drifts
-        from roofline.hardware.probe import read_bandwidth_now_bytes_per_s
-
-        hardware = f"{read_bandwidth_now_bytes_per_s() / 1e9:.3f}GB/s"
-        progress.note(f"read bandwidth now: {hardware} (the ceiling of this trial)")
     plan = BenchPlan(url=url, prompts=list(settings.prompts), scenarios=[settings.objective.scenario(os_)],
                      model=settings.ceiling_model, hardware=hardware, reps=settings.reps,
                      max_tokens=settings.max_tokens, temperature=0.0, warmup=0,  # the greedy pass warmed it up
@@ -258,6 +254,8 @@ def _metrics(summary: Mapping[str, Any]) -> dict[str, Any]:
     if v:
         out.update(percent_of_ceiling=v.get("percent_of_ceiling"), ceiling_tok_per_s=v.get("ceiling_tok_per_s"),
                    bytes_per_token=v.get("bytes_per_token"))
+        if v.get("note"):  # above 100%: which figure is suspect, and why
+            out.update(ceiling_suspect=v.get("suspect"), ceiling_note=v["note"])
     if s.get("goodput"):
         out["goodput_tok_per_s"] = s["goodput"].get("output_tok_per_s")
     if s.get("passes"):
