@@ -10,6 +10,10 @@ Importing the package is light (numpy only): torch and numba load when a runner 
 
 from __future__ import annotations
 
+from roofline.engine.threads import prefer_passive_omp_waits
+
+prefer_passive_omp_waits()  # before torch or numba start OpenMP threads (engine/threads.py says why)
+
 # `generate` names both a module and the function it defines; this import binds the function here.
 from roofline.engine.generate import generate
 from roofline.engine.runner import ModelRunner, load_runner

@@ -14,6 +14,7 @@ torch views of the same memory serve prefill, so nothing is held twice.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence as Seq
 from functools import cached_property
 
@@ -22,6 +23,7 @@ import numpy as np
 from roofline.engine.config import ModelConfig
 from roofline.engine.kv_cache import KVCache
 from roofline.engine.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS
+from roofline.engine.threads import ThreadChooser
 from roofline.engine.weights import (
     DTYPES,
     pack_weights,
@@ -53,7 +55,11 @@ class ModelRunner:
         self.name: str = self.config.name
         self.path: str = str(checkpoint.path)
         self.dtype = dtype
-        self.threads = threads or available_cores()
+        self.threads = threads or available_cores()  # the most a pass runs on
+        # threads=None: each pass runs on the count that measured fastest lately (threads.ThreadChooser);
+        # a given count is used as it is
+        self.thread_chooser: ThreadChooser | None = ThreadChooser(self.threads) if threads is None else None
+        self._timed_passes = 0
         self.max_batch = int(max_batch)
         self.max_seq_len = int(max_seq_len or self.config.max_seq_len)
         self.weights = pack_weights(self.config, checkpoint.tensors, dtype)
@@ -65,18 +71,28 @@ class ModelRunner:
         self.unit_bytes: int | None = None  # weight bytes per work unit of the decode threads; None: decode.UNIT_BYTES
         self._pass_costs: dict[int, float] | None = None  # rows -> time relative to one row (measure_pass_costs)
 
-    def _use_threads(self, torch_too: bool = False) -> None:
-        # numba's thread count is per calling thread, so it is checked on every call, from the calling thread;
-        # torch's matters only for the torch prefill.
+    def _use_threads(self, torch_too: bool = False) -> int:
+        """Set the thread count for the next pass and return it. numba's count is per calling thread, so it is
+        checked on every call, from the calling thread; torch's matters only for the torch prefill."""
         import numba
 
-        if numba.get_num_threads() != self.threads:
-            numba.set_num_threads(self.threads)
+        chooser = self.thread_chooser
+        n = self.threads if chooser is None else chooser.threads_for_pass()
+        if numba.get_num_threads() != n:
+            numba.set_num_threads(n)
         if torch_too:
             import torch
 
-            if torch.get_num_threads() != self.threads:
-                torch.set_num_threads(self.threads)
+            t = self.threads if chooser is None else chooser.torch_threads()
+            if torch.get_num_threads() != t:
+                torch.set_num_threads(t)
+        return n
+
+    def _record_pass(self, threads: int, rows: int, seconds: float) -> None:
+        """Tell the chooser how long a kernel pass took (the first pass may have compiled: not counted)."""
+        self._timed_passes += 1
+        if self.thread_chooser is not None and self._timed_passes > 1:
+            self.thread_chooser.record(threads, rows, seconds)
 
     def _check_ids(self, token_ids: Seq[int]) -> np.ndarray:
         # Plain Python on the few ids of a decode step: a decode step follows a pass that streamed all the
@@ -158,12 +174,14 @@ class ModelRunner:
             cache_positions, tree_base, tree_path = positions, positions + 1, np.zeros((n, 1), dtype=np.int64)
         logit_rows = np.arange(n - 1 if last_only else 0, n, dtype=np.int64)
         logits = np.empty((logit_rows.shape[0], c.vocab_size), dtype=np.float32)
-        self._use_threads()
+        n_threads = self._use_threads()
+        started = time.perf_counter()
         decode_rows(tokens, slots, positions, cache_positions, tree_base, tree_path, w.embed, w.embed_scale,
                     w.attn_norm, w.wqkv, w.qkv_scale, w.bqkv, w.q_norm, w.k_norm, c.qk_norm, w.wo, w.o_scale, w.mlp_norm,
                     w.wgu, w.gu_scale, w.wd, w.d_scale, w.final_norm, w.lm_head, w.lm_scale, self._cos, self._sin,
-                    self.cache.k, self.cache.v, c.n_heads, np.float32(c.rms_eps), logit_rows, logits, self.threads,
+                    self.cache.k, self.cache.v, c.n_heads, np.float32(c.rms_eps), logit_rows, logits, n_threads,
                     self.unit_bytes or UNIT_BYTES)
+        self._record_pass(n_threads, n, time.perf_counter() - started)
         return logits
 
     def decode(self, slots: Seq[int], token_ids: Seq[int]) -> np.ndarray:
@@ -276,6 +294,28 @@ class ModelRunner:
             self.prefill(0, [0] * n)
         self.decode([0], [0])
         self.release(0)
+        self.seed_threads()
+
+    def seed_threads(self, rounds: int = 4) -> None:
+        """Time one-row passes on each candidate thread count, side by side, and start the adaptive choice
+        from the fastest (nothing to do for a given thread count)."""
+        chooser = self.thread_chooser
+        if chooser is None or len(chooser.candidates) < 2 or self.max_seq_len < 2:
+            return
+        self.prefill(0, [0])
+        seconds: dict[int, list[float]] = {n: [] for n in chooser.candidates}
+        try:
+            for _ in range(rounds):
+                for n in chooser.candidates:
+                    chooser.pinned = n
+                    started = time.perf_counter()
+                    self.decode([0], [0])
+                    seconds[n].append(time.perf_counter() - started)
+                    self.truncate(0, 1)
+        finally:
+            chooser.pinned = None
+            self.release(0)
+        chooser.seed(seconds)
 
 
 def _ancestor_rows(parents: Seq[int] | None, n: int) -> list[list[int]]:

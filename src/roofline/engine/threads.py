@@ -1,0 +1,154 @@
+"""How many threads a weight pass runs on, chosen from measured pass times (the adaptive default).
+
+On a machine where another process keeps a core busy, a pass split over every core waits at each phase
+change for the thread whose core was taken (and the OS hands that core back only at the end of a time
+slice): all cores can be slower than one. Nothing tells a process how busy its cores are going to be, so
+the runner measures it: it times its own passes and, every so often, runs one pass on another candidate
+thread count (all cores, half of them, ..., one). A probe that beats the recent passes of the current count
+(same row count, so the same work) is repeated on the next pass; two wins in a row switch to it. A probe
+that loses doubles the wait before the next probe (up to `LONGEST_INTERVAL` passes), so on a quiet machine
+the probes cost a fraction of a percent. The kernels sum in a fixed order whatever the thread count, so
+switching never changes a result.
+
+torch's prefill splits every operation statically between its threads and needs all of them running at
+once; it gets the full count only while the passes show that the extra cores really deliver
+(`TORCH_MIN_SPEEDUP`); otherwise the chosen count, or one thread while the full count is chosen but barely
+faster.
+
+Idle OpenMP workers: torch and numba each keep a pool of OpenMP threads (two copies of libgomp here), and
+by default a worker that finishes its part spins for a few milliseconds before it sleeps. On a busy machine
+that spin takes the core from the thread everyone waits for: with one CPU-bound neighbour on two cores a
+250-token torch prefill on two threads took 4-9 s instead of 0.2-1 s. `prefer_passive_omp_waits` asks for
+sleeping workers (OMP_WAIT_POLICY=PASSIVE) unless the user chose a policy; it takes effect only for a
+runtime loaded after it, so the engine package calls it on import, before torch or numba start threads.
+
+The rest of this module is bookkeeping only (no clock, no threads): the runner passes in the times it measured.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import deque
+from statistics import median
+
+OMP_WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+
+FIRST_INTERVAL = 8  # passes between probes right after a switch
+LONGEST_INTERVAL = 64  # passes between probes once the current count keeps winning
+HISTORY = 8  # recent pass times kept per (threads, rows)
+WIN_MARGIN = 0.97  # a probe wins when it takes under this fraction of the current count's median
+TORCH_MIN_SPEEDUP = 1.15  # all cores for torch only when they made the kernel passes this much faster
+
+
+def prefer_passive_omp_waits(environ=os.environ, modules=sys.modules) -> bool:
+    """Set OMP_WAIT_POLICY=PASSIVE unless a wait policy or spin count is set already, or torch is loaded
+    (its OpenMP runtime has read the environment by then). True when it set it."""
+    if any(name in environ for name in OMP_WAIT_VARIABLES) or "torch" in modules:
+        return False
+    environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    return True
+
+
+def candidate_thread_counts(most: int) -> tuple[int, ...]:
+    """most, most // 2, ..., 1 (distinct, falling)."""
+    counts, n = [], max(1, int(most))
+    while True:
+        counts.append(n)
+        if n == 1:
+            return tuple(counts)
+        n = max(1, n // 2)
+
+
+class ThreadChooser:
+    """The thread count for the next pass (`threads_for_pass`), learned from `record`ed pass times."""
+
+    def __init__(self, most: int, *, first_interval: int = FIRST_INTERVAL, longest_interval: int = LONGEST_INTERVAL):
+        self.candidates = candidate_thread_counts(most)
+        self.current = self.candidates[0]
+        self.first_interval = max(1, int(first_interval))
+        self.longest_interval = max(self.first_interval, int(longest_interval))
+        self.interval = self.first_interval
+        self.switches = 0
+        self.passes_by_threads: dict[int, int] = dict.fromkeys(self.candidates, 0)
+        self._times: dict[tuple[int, int], deque[float]] = {}
+        self._since_probe = 0
+        self._next_probe = 0  # index into candidates, round robin over the others
+        self._pending: int | None = None  # a probe (or its confirmation) runs on the next pass
+        self._wins = 0
+        self._speedup: dict[int, float] = {}  # candidate -> its time / the full count's, last compared
+        self.pinned: int | None = None  # set: every pass runs on this count and nothing is learned (`seed`)
+
+    def threads_for_pass(self) -> int:
+        if self.pinned is not None:
+            return self.pinned
+        if self._pending is None and len(self.candidates) > 1 and self._since_probe >= self.interval:
+            others = [c for c in self.candidates if c != self.current]
+            self._pending = others[self._next_probe % len(others)]
+            self._next_probe += 1
+        return self.current if self._pending is None else self._pending
+
+    def record(self, threads: int, rows: int, seconds: float) -> None:
+        """A pass over `rows` token rows took `seconds` on `threads` threads."""
+        if self.pinned is not None:
+            return
+        self.passes_by_threads[threads] = self.passes_by_threads.get(threads, 0) + 1
+        if threads != self._pending:
+            self._since_probe += 1
+            self._remember(threads, rows, seconds)
+            return
+        reference = self._times.get((self.current, rows))
+        self._remember(threads, rows, seconds)
+        if not reference:  # nothing comparable (another row count): no verdict, probe again later
+            self._pending, self._wins, self._since_probe = None, 0, 0
+            return
+        base = median(reference)
+        self._note_speedup(threads, seconds, base)
+        if seconds < WIN_MARGIN * base:
+            self._wins += 1
+            if self._wins >= 2:
+                self.current, self.interval = threads, self.first_interval
+                self.switches += 1
+                self._end_probe(won=True)
+            # else: leave _pending set, so that the next pass confirms
+        else:
+            self._end_probe(won=False)
+
+    def _remember(self, threads: int, rows: int, seconds: float) -> None:
+        self._times.setdefault((threads, rows), deque(maxlen=HISTORY)).append(float(seconds))
+
+    def _note_speedup(self, probe: int, probe_seconds: float, current_seconds: float) -> None:
+        full = self.candidates[0]
+        if probe == full:
+            self._speedup[self.current] = current_seconds / probe_seconds
+        elif self.current == full:
+            self._speedup[probe] = probe_seconds / current_seconds
+
+    def _end_probe(self, *, won: bool) -> None:
+        self._pending, self._wins, self._since_probe = None, 0, 0
+        if not won:
+            self.interval = min(self.longest_interval, self.interval * 2)
+
+    def seed(self, seconds_by_threads: dict[int, list[float]]) -> None:
+        """Start from the candidate with the shortest median of these passes (timed side by side, same rows)."""
+        medians = {n: median(v) for n, v in seconds_by_threads.items() if v and n in self.candidates}
+        if not medians:
+            return
+        self.current = min(medians, key=lambda n: (medians[n], -n))
+        full = self.candidates[0]
+        if full in medians:
+            for n, m in medians.items():
+                if n != full:
+                    self._speedup[n] = m / medians[full]
+
+    def torch_threads(self) -> int:
+        """Threads for torch's statically split operations: the full count only when the last comparison
+        showed it at least TORCH_MIN_SPEEDUP faster than every smaller count measured, else the current count
+        (and 1 when it is unknown whether the extra cores are free)."""
+        full = self.candidates[0]
+        if self.current != full:
+            return self.current
+        smaller = [self._speedup[n] for n in self.candidates[1:] if n in self._speedup]
+        if len(self.candidates) > 1 and not smaller:
+            return self.candidates[-1]
+        return full if all(s >= TORCH_MIN_SPEEDUP for s in smaller) else self.candidates[-1]

@@ -1,0 +1,151 @@
+"""The adaptive thread count: the choice follows measured pass times, and never changes a result."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+from fixtures import greedy_ids
+from test_runner import LONG_PROMPT, PROMPT, tiny_checkpoint
+
+from roofline.engine.runner import ModelRunner, available_cores
+from roofline.engine.threads import (
+    FIRST_INTERVAL,
+    LONGEST_INTERVAL,
+    TORCH_MIN_SPEEDUP,
+    ThreadChooser,
+    candidate_thread_counts,
+    prefer_passive_omp_waits,
+)
+
+
+def test_idle_openmp_workers_sleep_unless_the_user_chose_otherwise():
+    env: dict[str, str] = {}
+    assert prefer_passive_omp_waits(env, modules={}) and env == {"OMP_WAIT_POLICY": "PASSIVE"}
+    for name, value in [("OMP_WAIT_POLICY", "ACTIVE"), ("GOMP_SPINCOUNT", "100000"), ("KMP_BLOCKTIME", "200")]:
+        env = {name: value}
+        assert not prefer_passive_omp_waits(env, modules={}) and env == {name: value}
+    env = {}
+    assert not prefer_passive_omp_waits(env, modules={"torch": object()}) and env == {}  # too late: left alone
+
+
+def test_importing_the_engine_sets_the_policy_before_torch_loads():
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")}
+    code = ("import os, sys, roofline.engine; from roofline.engine import load_runner; "
+            "print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["PASSIVE", "False"]
+
+
+def test_candidates_halve_down_to_one():
+    assert candidate_thread_counts(1) == (1,)
+    assert candidate_thread_counts(2) == (2, 1)
+    assert candidate_thread_counts(8) == (8, 4, 2, 1)
+    assert candidate_thread_counts(6) == (6, 3, 1)
+
+
+def drive(chooser: ThreadChooser, seconds_of, passes: int, rows: int = 1) -> list[int]:
+    """Run `passes` passes, each taking seconds_of(threads, i); the thread counts used, in order."""
+    used = []
+    for i in range(passes):
+        n = chooser.threads_for_pass()
+        used.append(n)
+        chooser.record(n, rows, seconds_of(n, i))
+    return used
+
+
+def test_a_busy_core_moves_the_choice_to_one_thread_and_back_when_it_is_free_again():
+    chooser = ThreadChooser(2)
+    quiet = {2: 0.020, 1: 0.030}
+    busy = {2: 0.060, 1: 0.032}
+    used = drive(chooser, lambda n, i: quiet[n], 200)
+    assert chooser.current == 2 and chooser.switches == 0
+    assert used.count(1) <= 200 // FIRST_INTERVAL // 2  # probes back off while they keep losing
+    assert chooser.interval == LONGEST_INTERVAL
+    used = drive(chooser, lambda n, i: busy[n], 300)
+    assert chooser.current == 1 and chooser.switches == 1
+    assert used[-50:].count(2) <= 2  # once switched, two threads only as a probe
+    drive(chooser, lambda n, i: quiet[n], 300)
+    assert chooser.current == 2 and chooser.switches == 2
+
+
+def test_one_lucky_probe_does_not_switch():
+    chooser = ThreadChooser(2, first_interval=4)
+    # one thread is slower except on the one pass right after the first probe becomes due
+    lucky = {"done": False}
+
+    def seconds_of(n, i):
+        if n == 1 and not lucky["done"]:
+            lucky["done"] = True
+            return 0.001
+        return {2: 0.020, 1: 0.030}[n]
+
+    drive(chooser, seconds_of, 100)
+    assert lucky["done"] and chooser.current == 2 and chooser.switches == 0
+
+
+def test_probes_compare_passes_of_the_same_row_count_only():
+    chooser = ThreadChooser(2, first_interval=2, longest_interval=2)
+    # every 1-row pass on 2 threads is slow, but a probe is only ever due on 8-row passes, which have no
+    # reference on 2 threads as long as every 8-row pass is a probe: no verdict, no switch
+    for _ in range(50):
+        n = chooser.threads_for_pass()
+        rows = 8 if n == 1 else 1
+        chooser.record(n, rows, 0.5 if n == 2 else 0.01)
+    assert chooser.current == 2 and chooser.switches == 0
+
+
+def test_torch_gets_every_core_only_when_they_measured_faster():
+    fast = ThreadChooser(2)
+    fast.seed({2: [0.010, 0.011, 0.010], 1: [0.020, 0.019, 0.021]})
+    assert fast.current == 2 and fast.torch_threads() == 2
+    barely = ThreadChooser(2)
+    barely.seed({2: [0.010] * 3, 1: [0.010 * (TORCH_MIN_SPEEDUP - 0.1)] * 3})
+    assert barely.current == 2 and barely.torch_threads() == 1
+    slower = ThreadChooser(2)
+    slower.seed({2: [0.030] * 3, 1: [0.020] * 3})
+    assert slower.current == 1 and slower.torch_threads() == 1
+    assert ThreadChooser(2).torch_threads() == 1  # nothing measured yet: the safe count
+    assert ThreadChooser(1).torch_threads() == 1
+
+
+def test_pinned_passes_teach_nothing():
+    chooser = ThreadChooser(2)
+    chooser.pinned = 1
+    assert drive(chooser, lambda n, i: 0.001 if n == 1 else 1.0, 40) == [1] * 40
+    chooser.pinned = None
+    assert chooser.current == 2 and chooser.switches == 0
+
+
+def test_greedy_ids_are_identical_with_one_two_and_adaptive_threads():
+    """The same greedy ids with one thread, two threads, and the adaptive choice probing every other pass
+    (so that passes of one generation run on both counts); prompts through the kernel and the torch prefill."""
+    most = min(2, available_cores())
+    results = {}
+    for label, threads in [("one", 1), ("two", most), ("adaptive", None)]:
+        runner = ModelRunner(tiny_checkpoint("llama"), dtype="fp32", threads=threads, max_batch=1, max_seq_len=128)
+        if threads is None:
+            runner.threads = most
+            runner.thread_chooser = ThreadChooser(most, first_interval=1, longest_interval=1)
+        results[label] = [greedy_ids(runner, prompt, 40) for prompt in (PROMPT, LONG_PROMPT)]
+        if threads is None and most > 1:
+            used = runner.thread_chooser.passes_by_threads
+            assert used[1] >= 10 and used[most] >= 10, used
+    assert results["one"] == results["two"] == results["adaptive"]
+    assert len(set(results["one"][0])) > 1  # not a degenerate constant output
+
+
+def test_seeding_starts_the_choice_from_measured_passes():
+    runner = ModelRunner(tiny_checkpoint("llama"), dtype="fp32", threads=None, max_batch=1, max_seq_len=64)
+    chooser = runner.thread_chooser
+    assert chooser is not None and chooser.candidates[0] == runner.threads
+    runner.warmup()  # compiles, then seeds
+    assert chooser.pinned is None and chooser.current in chooser.candidates
+    if len(chooser.candidates) > 1:
+        assert sum(chooser._speedup.values()) > 0  # measured, not defaulted
+    assert runner.position(0) == 0  # the seeding passes left the cache empty
+    fixed = ModelRunner(tiny_checkpoint("llama"), dtype="fp32", threads=1, max_batch=1, max_seq_len=64)
+    assert fixed.thread_chooser is None
+    np.testing.assert_array_equal(fixed.prefill(0, PROMPT), runner.prefill(0, PROMPT))
