@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from typing import Self
 
 import pytest
@@ -61,14 +62,10 @@ def listing(roofline: dict | None, model: str = "served-model") -> bytes:
     return json.dumps({"object": "list", "data": [entry]}).encode()
 
 
-def no_measure() -> float:
-    raise AssertionError("the bandwidth must not be measured here")
-
-
 def test_unreachable_url_is_one_user_error():
     port = free_port()  # nothing listens there
     with pytest.raises(UserError) as e:
-        preflight(plan(f"http://127.0.0.1:{port}", [Scenario("sequential")]), measure_bytes_per_s=no_measure)
+        preflight(plan(f"http://127.0.0.1:{port}", [Scenario("sequential")]))
     msg = str(e.value)
     assert "\n" not in msg and f"127.0.0.1:{port}" in msg and "refused" in msg.lower()
 
@@ -87,30 +84,30 @@ def test_unreachable_url_exits_2_before_the_run(tmp_path):
 def test_any_http_answer_counts_as_a_server():
     with ModelsServer(404, b'{"error": "no such route"}') as s:
         p = plan(s.url, [Scenario("sequential")])
-        assert preflight(p, measure_bytes_per_s=no_measure) == p
+        assert preflight(p) == p
 
 
-def test_entry_with_bytes_per_token_sets_the_hardware_to_bandwidth_measured_now():
+def test_entry_with_bytes_per_token_holds_the_run_against_this_machine():
     notes: list[str] = []
     with ModelsServer(200, listing({"bytes_per_token": 4_000_000, "hardware": "local", "dtype": "fp32"})) as s:
-        p = preflight(plan(s.url, [Scenario("sequential")]), notes.append, measure_bytes_per_s=lambda: 12.5e9)
-    assert p.hardware == "12.500GB/s" and p.model is None
+        p = preflight(plan(s.url, [Scenario("sequential")]), notes.append)
+    assert p.hardware == "local" and p.model is None
     assert p.provenance_extra["ceiling_from_server"]["bytes_per_token"] == 4_000_000
-    assert any("4.0 MB per token" in n and "12.5 GB/s" in n for n in notes)
+    assert any("4.0 MB per token" in n for n in notes)
 
 
 def test_explicit_model_or_hardware_is_left_alone():
     with ModelsServer(200, listing({"bytes_per_token": 4_000_000, "hardware": "local"})) as s:
         for kw in ({"hardware": "h100-sxm"}, {"model": "smollm2-135m"}):
             p = plan(s.url, [Scenario("sequential")], **kw)
-            assert preflight(p, measure_bytes_per_s=no_measure) == p
+            assert preflight(p) == p
 
 
 def test_entry_without_bytes_per_token_changes_nothing():
     for entry in (None, {"dtype": "fp32"}, {"bytes_per_token": True}, {"bytes_per_token": -5}, {"bytes_per_token": "4e6"}):
         with ModelsServer(200, listing(entry)) as s:
             p = plan(s.url, [Scenario("sequential")])
-            assert preflight(p, measure_bytes_per_s=no_measure) == p
+            assert preflight(p) == p
 
 
 def test_bytes_per_token_must_be_a_plausible_number():
@@ -125,23 +122,26 @@ def test_where_the_server_runs_decides_what_to_measure():
     assert is_this_machine("127.0.0.1") and is_this_machine("localhost") and is_this_machine("::1")
     assert not is_this_machine("192.0.2.1")  # TEST-NET-1: never an address of this machine
     remote = ServerFacts(url="http://192.0.2.1:8000/v1", status=200, bytes_per_token=4e6, hardware="local", local=False)
-    hardware, note = ceiling_hardware(remote, no_measure)
+    hardware, note = ceiling_hardware(remote)
     assert hardware is None and "--hardware" in note
+    assert ceiling_hardware(replace(remote, local=True))[0] == "local"
+    assert ceiling_hardware(replace(remote, local=True, hardware=None))[0] == "local"
     named = ServerFacts(url="u", status=200, bytes_per_token=4e6, hardware="8TB/s", local=False)
-    assert ceiling_hardware(named, no_measure)[0] == "8TB/s"
+    assert ceiling_hardware(named)[0] == "8TB/s"
     unknown = ServerFacts(url="u", status=200, bytes_per_token=4e6, hardware="no-such-chip", local=True)
-    hardware, note = ceiling_hardware(unknown, no_measure)
+    hardware, note = ceiling_hardware(unknown)
     assert hardware is None and "no-such-chip" in note
-    assert ceiling_hardware(ServerFacts(url="u", status=200), no_measure) == (None, "")
+    assert ceiling_hardware(ServerFacts(url="u", status=200)) == (None, "")
 
 
 def test_run_against_a_server_reporting_bytes_per_token_is_held_against_the_ceiling(tmp_path):
     """A stand-in for `roofline serve`: the null server advertising 4 MB per token; the bandwidth measured
-    'now' is given (a fixed 20 GB/s), so the ceiling is 20e9 / 4e6 = 5000 tok/s."""
+    before and after the run is given (20 and 18 GB/s: the higher is the bound), so the ceiling is
+    20e9 / 4e6 = 5000 tok/s."""
+    measured = iter([(20e9, "fake-before"), (18e9, "fake-after")])
     with nullserver("--ttft", "5ms", "--gap", "2ms", "--tokens", "6", "--bytes-per-token", "4000000") as url:
-        p = preflight(plan(url, [Scenario("sequential", num_requests=2)], warmup=0, usage="per-chunk"),
-                      measure_bytes_per_s=lambda: 20e9)
-        outcome = run_session(p, tmp_path / "run", Progress())
+        p = preflight(plan(url, [Scenario("sequential", num_requests=2)], warmup=0, usage="per-chunk"))
+        outcome = run_session(p, tmp_path / "run", Progress(), measure_bandwidth=lambda: next(measured))
     ceiling = outcome.summary["ceiling"]
     assert ceiling is not None
     assert ceiling["bytes_per_token"] == 4e6 and ceiling["bandwidth_bytes_per_s"] == pytest.approx(20e9)

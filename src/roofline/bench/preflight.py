@@ -9,11 +9,11 @@ Two things are settled before any request is measured:
 - The server's `/v1/models` entry for the served model carries `"roofline": {"bytes_per_token": N,
   "hardware": "local", ...}` (what `roofline serve` reports) and neither `--model` nor `--hardware` was
   given: the run is held against N bytes per token over the read bandwidth of the server's machine.
-  For `"hardware": "local"` (or none) that is this machine, measured right now (a shared machine drifts
-  from minute to minute), as for `bench --engine embedded`; but only when the URL's host is this
-  machine: another machine's bandwidth cannot be measured from here, and the note says to give
-  `--hardware`. Any other `hardware` value is taken as `--hardware` would be (a catalogue name or a
-  bandwidth such as 8TB/s).
+  For `"hardware": "local"` (or none) that is this machine: the plan's hardware becomes `local`, and the
+  session measures the read bandwidth in the run's own window, as for `bench --engine embedded`
+  (`bench.session`); but only when the URL's host is this machine: another machine's bandwidth cannot
+  be measured from here, and the note says to give `--hardware`. Any other `hardware` value is taken as
+  `--hardware` would be (a catalogue name or a bandwidth such as 8TB/s).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from roofline.bench.against import LOCAL, hardware_bandwidth_bytes_per_s
 from roofline.bench.api import choose_model, model_ids, parse_endpoint, roofline_info
 from roofline.bench.http1 import FetchError, fetch
 from roofline.bench.plan import BenchPlan
@@ -122,15 +123,13 @@ def server_facts(plan: BenchPlan, *, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> 
                        local=is_this_machine(ep.host))
 
 
-def ceiling_hardware(facts: ServerFacts, measure_bytes_per_s: Callable[[], float]) -> tuple[str | None, str]:
+def ceiling_hardware(facts: ServerFacts) -> tuple[str | None, str]:
     """(the hardware to hold the run against, a note for the user) for a server that reports its bytes per
     token; (None, why not) when it cannot be held against anything."""
     if facts.bytes_per_token is None:
         return None, ""
     mb = facts.bytes_per_token / 1e6
-    if facts.hardware not in (None, "local"):
-        from roofline.bench.against import hardware_bandwidth_bytes_per_s
-
+    if facts.hardware not in (None, LOCAL):
         named = facts.hardware[:60]
         try:
             hardware_bandwidth_bytes_per_s(facts.hardware)
@@ -141,20 +140,11 @@ def ceiling_hardware(facts: ServerFacts, measure_bytes_per_s: Callable[[], float
     if not facts.local:
         return None, (f"the server reads {mb:,.1f} MB per token but runs on another machine, whose bandwidth cannot "
                       "be measured from here: give --hardware NAME (or a bandwidth like 100GB/s) for a ceiling")
-    bandwidth = measure_bytes_per_s()
-    text = (f"the server reads {mb:,.1f} MB per token; read bandwidth of this machine now: {bandwidth / 1e9:.1f} GB/s "
-            "(the ceiling of this run)")
-    return f"{bandwidth / 1e9:.3f}GB/s", text
-
-
-def _read_bandwidth_now_bytes_per_s() -> float:
-    from roofline.hardware.probe import read_bandwidth_now_bytes_per_s
-
-    return read_bandwidth_now_bytes_per_s()
+    return LOCAL, (f"the server reads {mb:,.1f} MB per token (its /v1/models entry) on this machine: the run is held "
+                   "against this machine's measured read bandwidth")
 
 
 def preflight(plan: BenchPlan, note: Callable[[str], None] = lambda _: None, *,
-              measure_bytes_per_s: Callable[[], float] | None = None,
               timeout_s: float = PREFLIGHT_TIMEOUT_S) -> BenchPlan:
     """Check that a server answers at the plan's URL (UserError if not) and return the plan to run: with
     the hardware the run is held against when the server reports its bytes per token and the user gave
@@ -162,7 +152,7 @@ def preflight(plan: BenchPlan, note: Callable[[str], None] = lambda _: None, *,
     facts = server_facts(plan, timeout_s=timeout_s)
     if plan.model is not None or plan.hardware is not None:
         return plan
-    hardware, text = ceiling_hardware(facts, measure_bytes_per_s or _read_bandwidth_now_bytes_per_s)
+    hardware, text = ceiling_hardware(facts)
     if text:
         note(text)
     if hardware is None:
