@@ -169,7 +169,7 @@ class FitTable:
         for r in self.rows:
             if not r:
                 continue
-            yield from wrap_words(r[0] or "-", width, hanging="  ")
+            yield from wrap_words(f"{self.headers[0]}: {r[0] or '-'}", width, hanging="  ")
             items = [f"{h}: {c}" for h, c in zip(self.headers[1:], r[1:]) if c.strip()]
             yield from pack_items(items, width, indent="  ", hanging="    ")
 
