@@ -104,8 +104,9 @@ def test_two_runs_side_by_side(bench_run, slower_bench_run, tmp_path):
     assert sorted(p.label for p in measured) == ["A: concurrency=1", "A: concurrency=2", "B: concurrency=1",
                                                 "B: concurrency=2"]
     assert (tmp_path / "cmp" / "report.html").exists() and (tmp_path / "cmp" / "report" / "a_roofline.svg").exists()
-    p = roofline("report", str(a), str(b))
-    assert p.returncode == 2 and "--out" in p.stderr
+    p = roofline("report", str(a), str(b))  # no --out: beside the first run
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == str(a.parent / f"compare-{a.name}-vs-{b.name}" / "report.html")
 
 
 def test_ceiling_plot(tmp_path):

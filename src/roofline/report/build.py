@@ -84,15 +84,20 @@ def write_page(page: Page, out_dir: Path) -> Written:
     return Written(html, md, tuple(files), page)
 
 
+def default_compare_dir(run_dirs: Sequence[str | Path]) -> Path:
+    """Beside the first run: compare-<A>-vs-<B>."""
+    first = Path(run_dirs[0]).resolve()
+    return first.parent / ("compare-" + "-vs-".join(Path(d).resolve().name for d in run_dirs))[:150]
+
+
 def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = None) -> Written:
-    """The report of one run (written into its folder) or of several side by side (into out_dir)."""
+    """The report of one run (written into its folder) or of several side by side (into out_dir, by default
+    a compare-<A>-vs-<B> folder beside the first run)."""
     if not run_dirs:
         raise UserError("give one or more run folders")
     loaded = load_runs(list(run_dirs))
     if out_dir is None:
-        if len(run_dirs) > 1:
-            raise UserError("several runs: say where the comparison goes with --out FOLDER")
-        out_dir = run_dirs[0]
+        out_dir = run_dirs[0] if len(run_dirs) == 1 else default_compare_dir(run_dirs)
     return write_page(page_of_runs(loaded.runs, loaded.warnings), Path(out_dir))
 
 
