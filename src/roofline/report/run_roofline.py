@@ -114,6 +114,15 @@ def _baseline_dtype(run: Any) -> str | None:
     return ((prov.get("server") or {}).get("roofline") or {}).get("dtype")
 
 
+def hardware_label(hardware: str | None) -> str:
+    """'local' -> 'this machine'; '100GB/s' -> 'given bandwidth'; a catalogue name as it is."""
+    if not hardware:
+        return "hardware"
+    if hardware == "local":
+        return "this machine"
+    return "given bandwidth" if "B/s" in hardware else hardware
+
+
 def roofline_of_run(run: Any, prefix: str | None = None) -> RooflineData | None:
     """The chart data of one loaded run (None when it has no ceiling to place it against)."""
     if run.kind == "bench":
@@ -134,7 +143,7 @@ def roofline_of_run(run: Any, prefix: str | None = None) -> RooflineData | None:
         dtype = _baseline_dtype(run)
     flops, how = flops_per_token(models, bpt, dtype)
     peak, where = compute_roof(hardware, dtype)
-    data = RooflineData(bw, peak, str(hardware or "hardware"), str(label), ())
+    data = RooflineData(bw, peak, hardware_label(hardware), str(label), ())
     measured = _bench_points(run, flops, prefix) if run.kind == "bench" else _trial_points(run.tune, flops, bpt)
     notes = ((f"FLOPs per token: {flops / 1e6:.4g} MFLOP ({how}); bytes per token {bpt / 1e6:.4g} MB; "
               f"bandwidth {bw / 1e9:.4g} GB/s (the run's ceiling); compute roof: {where}."),
