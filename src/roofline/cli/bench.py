@@ -64,7 +64,9 @@ class _RichProgress:
         self.p.update(self.task, advance=1, failed=self.failed)
 
     def note(self, text: str) -> None:
-        self.p.console.print(text, highlight=False)
+        from roofline.cli.output import print_wrapped
+
+        print_wrapped(self.p.console, text)  # a command line or a URL is never split
 
     def stop(self) -> None:
         self.p.stop()

@@ -4,8 +4,9 @@ rich shrinks a table that is too wide by cutting cells (`344…`) or folding the
 column gets a floor it never goes below: a numeric column (every cell a number, perhaps with a unit) is as
 wide as its widest cell and never wraps; a text column may wrap at spaces but is at least as wide as its
 longest word. Whatever room is left goes to the text columns. When even the floors do not fit (a pipe at
-40 columns, a table with many columns), the table is printed as one block per row: the row's first cell,
-then one `header: value` line per other cell, wrapped at spaces only.
+40 columns, a table with many columns), the table is printed as one block per row: `header: value` for the
+row's first cell, then the other cells' `header: value` items side by side on indented lines, wrapped at spaces
+only. A word is never split, in either layout: a number, a path or a URL longer than the line stands whole.
 """
 
 from __future__ import annotations
