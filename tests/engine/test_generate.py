@@ -67,6 +67,13 @@ def test_cli_generate_json(tiny_gguf):
     d = json.loads(out.stdout)
     assert d["generated_tokens"] == 6 and d["finish_reason"] == "length" and d["dtype"] == "fp32"
     assert d["bytes_per_token"] > 0 and d["decode_tok_per_s"] > 0 and isinstance(d["text"], str)
+    # held against this machine's read bandwidth measured right before and right after, the higher
+    v = d["vs_ceiling"]
+    window = v["local_bandwidth"]
+    assert window["bound_bytes_per_s"] == max(window["before_bytes_per_s"], window["after_bytes_per_s"]) > 1e8
+    assert v["percent_of_ceiling"] == pytest.approx(100 * d["decode_tok_per_s"] * d["bytes_per_token"]
+                                                    / window["bound_bytes_per_s"])
+    assert ("note" in v) == (v["percent_of_ceiling"] > 100)
     bad = subprocess.run([sys.executable, "-m", "roofline", "generate", "x", "--dtype", "fp8"], capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "dtype" in bad.stderr and "Traceback" not in bad.stderr
