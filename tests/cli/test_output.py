@@ -201,3 +201,17 @@ def test_terminal_gets_the_live_bar() -> None:
     from rich.progress import Progress
 
     assert isinstance(live_progress(console=Console(file=io.StringIO(), force_terminal=True)), Progress)
+
+
+def test_hardware_list_shows_this_machine_once_probed(monkeypatch, tmp_path) -> None:
+    from roofline.hardware import profile as profile_mod
+
+    monkeypatch.setenv(profile_mod.CACHE_DIR_ENV, str(tmp_path))  # no profile saved here
+    assert "once `roofline probe` has measured it" in " ".join(_cli(["hardware", "list"], 200).split())
+    profile = {"measured_at": "2026-11-29T10:00:00Z", "cpu": "Test CPU", "threads": 2, "memory_bytes": 25e9,
+               "bandwidth_bytes_per_s": {"read": {"median": 3.1e10, "min": 2.9e10, "max": 3.2e10, "runs": [1, 2, 3]}},
+               "flops": {"matmul_fp32": {"median": 1.85e11}, "matmul_bf16": {"median": 4.18e11}}}
+    monkeypatch.setattr(profile_mod, "load_local_profile", lambda: profile)
+    for width in WIDTHS:
+        words = _cli(["hardware", "list"], width).split()
+        assert "local" in words and "2026-11-29" in words and "31.00" in words, width  # its date and bandwidth

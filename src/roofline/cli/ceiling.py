@@ -169,6 +169,17 @@ def ceiling(
         typer.echo(f"roofline chart: {path}", err=True)
 
 
+def _local_hardware():
+    """The `local` entry from the saved probe profile, or None when there is none yet."""
+    from roofline.errors import UserError
+    from roofline.hardware.catalogue import get_hardware
+
+    try:
+        return get_hardware("local")
+    except UserError:
+        return None
+
+
 def hardware_list(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
     as_markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table."),
@@ -183,13 +194,16 @@ def hardware_list(
     if as_json:
         print_json([asdict(h) for h in entries])
         return
+    local = _local_hardware()  # this machine's row, once `roofline probe` has measured it
+    shown = [*entries, local] if local else entries
     rows = [[h.key, h.name, str(h.devices), fmt_bandwidth(h.bandwidth_bytes_per_s), fmt_bytes(h.memory_bytes),
              ", ".join(f"{k} {fmt_flops(v)}" for k, v in h.flops.items() if k in ("bf16", "fp8", "fp4")),
-             "vendor" if h.vendor_claim else "measured", h.read or "?"] for h in entries]
+             "vendor" if h.vendor_claim else "measured", h.read[:10] or "?"] for h in shown]
     notes = ["dense (no sparsity) peaks; figures cover all devices of an entry; --gpus N scales them",
-             "local: this machine, from `roofline probe`",
+             "local: this machine, as `roofline probe` last measured it" if local
+             else "local: this machine, once `roofline probe` has measured it",
              "sources (taken down on the date in the 'read' column):",
-             *(f"{h.key}: {h.source or 'no source recorded'}" for h in entries)]
+             *(f"{h.key}: {h.source or 'no source recorded'}" for h in shown)]
     emit_table("hardware", ["name", "what", "devices", "bandwidth", "memory", "dense FLOP/s", "figures", "read"],
                rows, as_markdown=as_markdown, notes=notes)
 
