@@ -74,6 +74,11 @@ def compute_roof(hardware: str | None, dtype: str | None = None) -> tuple[float 
     return None, "no FLOP/s figure"
 
 
+def _tokens_per_pass(reported: float | None) -> float:
+    """Tokens each weight pass decodes: 1, or more with speculation (a verify pass multiplies several rows)."""
+    return reported if reported and reported > 1.0 else 1.0
+
+
 def _bench_points(run: Any, flops: float, prefix: str | None) -> list[RooflinePoint]:
     out = []
     s_ceiling = run.summary.ceiling
@@ -81,9 +86,9 @@ def _bench_points(run: Any, flops: float, prefix: str | None) -> list[RooflinePo
         speed = s.metric("output_speed_tok_per_s")
         if speed is None:
             continue
-        streams = s.scenario.streams
+        rows = s.scenario.streams * _tokens_per_pass(s.passes.tokens_per_pass if s.passes else None)
         out.append(RooflinePoint(f"{prefix}: {s.name}" if prefix else s.name, "measured",
-                                 streams * flops / s_ceiling.bytes_per_token, streams * speed.p50 * flops))
+                                 rows * flops / s_ceiling.bytes_per_token, s.scenario.streams * speed.p50 * flops))
     return out
 
 
@@ -94,7 +99,8 @@ def _trial_points(tune: Any, flops: float, bytes_per_token: float) -> list[Roofl
         if t.status not in ("ok", "inexact") or not speed:
             continue
         b = (t.metrics or {}).get("bytes_per_token") or bytes_per_token
-        out.append(RooflinePoint(f"trial {t.number}", "measured", flops / b, speed * flops))
+        rows = _tokens_per_pass((t.metrics or {}).get("tokens_per_pass"))
+        out.append(RooflinePoint(f"trial {t.number}", "measured", rows * flops / b, speed * flops))
     return out
 
 
@@ -147,6 +153,7 @@ def roofline_of_run(run: Any, prefix: str | None = None) -> RooflineData | None:
     measured = _bench_points(run, flops, prefix) if run.kind == "bench" else _trial_points(run.tune, flops, bpt)
     notes = ((f"FLOPs per token: {flops / 1e6:.4g} MFLOP ({how}); bytes per token {bpt / 1e6:.4g} MB; "
               f"bandwidth {bw / 1e9:.4g} GB/s (the run's ceiling); compute roof: {where}."),
-             "Measured points: median Output Speed x streams x FLOPs per token, at streams x FLOPs / bytes per token.")
+             ("Measured points: median Output Speed x streams x FLOPs per token, at streams (x tokens per weight "
+              "pass with speculation) x FLOPs / bytes per token."))
     return RooflineData(bw, peak, data.hardware_label, data.model_label,
                         tuple(model_points(flops, bpt, data) + measured), notes)

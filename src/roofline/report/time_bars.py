@@ -15,6 +15,8 @@ class TimeBar:
     label: str
     floor_s_per_token: float  # the weight-read floor: bytes per token / bandwidth
     measured_s_per_token: float  # 1 / median Output Speed
+    tokens_per_pass: float | None = None  # speculation: tokens per weight pass (the % is then passes/s)
+    passes_percent: float | None = None  # speculation: weight passes/s as a % of the ceiling
 
     @property
     def other_s_per_token(self) -> float:
@@ -22,7 +24,17 @@ class TimeBar:
 
     @property
     def percent_of_ceiling(self) -> float:
+        """The floor's share of the measured time; with speculation, passes/s against the ceiling (each pass
+        still reads all the weights, so tokens/s alone could pass 100%)."""
+        if self.passes_percent is not None:
+            return self.passes_percent
         return 100.0 * self.floor_s_per_token / self.measured_s_per_token
+
+    @property
+    def text(self) -> str:
+        if self.passes_percent is not None:
+            return f"{self.passes_percent:.0f}% of ceiling (passes/s; {self.tokens_per_pass:.2f} tok/pass)"
+        return f"{self.percent_of_ceiling:.0f}% of ceiling"
 
 
 def bars_of_bench(run: Any, prefix: str | None = None) -> list[TimeBar]:
@@ -32,7 +44,9 @@ def bars_of_bench(run: Any, prefix: str | None = None) -> list[TimeBar]:
         if v is None or not v.measured_tok_per_s or not v.ceiling_tok_per_s:
             continue
         label = f"{prefix}: {s.name}" if prefix else s.name
-        out.append(TimeBar(label, 1.0 / v.ceiling_tok_per_s, 1.0 / v.measured_tok_per_s))
+        spec = v.basis == "passes"
+        out.append(TimeBar(label, 1.0 / v.ceiling_tok_per_s, 1.0 / v.measured_tok_per_s,
+                           v.tokens_per_pass if spec else None, v.percent_of_ceiling if spec else None))
     return out
 
 
@@ -52,7 +66,10 @@ def bars_of_tune(run: Any) -> list[TimeBar]:
         if t.status not in ("ok", "inexact") or not speed or not ceiling:
             continue
         mark = " (inexact)" if t.status == "inexact" else ""
-        out.append(TimeBar(f"#{t.number} {config_label(dict(t.config), base)}{mark}", 1.0 / ceiling, 1.0 / speed))
+        tpp = m.get("tokens_per_pass")
+        spec = bool(tpp and tpp > 1.0 and m.get("percent_of_ceiling") is not None)
+        out.append(TimeBar(f"#{t.number} {config_label(dict(t.config), base)}{mark}", 1.0 / ceiling, 1.0 / speed,
+                           tpp if spec else None, m["percent_of_ceiling"] if spec else None))
     return out
 
 
@@ -68,13 +85,15 @@ def draw_time_bars(bars: Sequence[TimeBar], *, key: str = "time_per_token") -> C
         pf.set_gid(f"floor-{i}")
         po.set_gid(f"other-{i}")
     for y, b, f, o in zip(ys, bars, floor_ms, other_ms):
-        ax.text(f + o, y, f"  {b.percent_of_ceiling:.0f}% of ceiling", va="center", fontsize=8)
+        ax.text(f + o, y, f"  {b.text}", va="center", fontsize=8)
     ax.set_yticks(ys, [b.label for b in bars], fontsize=8)
     ax.set_xlabel("ms per token (median request)")
-    ax.set_xlim(0, max(f + o for f, o in zip(floor_ms, other_ms)) * 1.35)
+    ax.set_xlim(0, max(f + o for f, o in zip(floor_ms, other_ms)) * 1.6)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.5 / max(len(bars), 1) - 0.25), ncol=2, fontsize=8,
               frameon=False)
     ax.set_title("time per token: the weight-read floor and everything else")
     caption = ("Red: the time the weights take to stream from memory once (the ceiling). Grey: the rest of "
-               "the measured time per token. The % is the ceiling's share of the measured time.")
+               "the measured time per token. The % is the ceiling's share of the measured time; with speculation "
+               "(several tokens per weight pass) it is weight passes/s against the ceiling, since each pass still "
+               "reads all the weights.")
     return render(fig, key, "Time per token", caption, list(bars))

@@ -43,11 +43,15 @@ def ladder_steps(tune: Any) -> list[LadderStep]:
     if first.get("objective") is not None:
         out.append(LadderStep("baseline", float(first["objective"]), first.get("spread"), None, True))
     for r in rows:
-        if r.get("best_objective") is None:
-            continue
-        best = next((p for p in r.get("tried") or () if p.get("value") == r.get("best_value")), {})
-        out.append(LadderStep(f"{r['knob']}={r.get('best_value')}", float(r["best_objective"]), best.get("spread"),
-                              r.get("gain_pct"), bool(r.get("kept"))))
+        tried = [p for p in r.get("tried") or () if p.get("objective") is not None]
+        if r.get("best_objective") is not None:
+            best = next((p for p in tried if p.get("value") == r.get("best_value")), {})
+            out.append(LadderStep(f"{r['knob']}={r.get('best_value')}", float(r["best_objective"]), best.get("spread"),
+                                  r.get("gain_pct"), bool(r.get("kept"))))
+        elif tried:  # nothing eligible (inexact or failed): the fastest tried, in grey, marked
+            fastest = max(tried, key=lambda p: p["objective"])
+            out.append(LadderStep(f"{r['knob']}={fastest.get('value')} ({fastest.get('status')})",
+                                  float(fastest["objective"]), fastest.get("spread"), None, False))
     return out
 
 
@@ -77,7 +81,8 @@ def draw_ladder(steps: Sequence[LadderStep], unit: str, *, key: str = "ladder") 
     for i, (b, s) in enumerate(zip(bars.patches, steps)):
         b.set_gid(f"step-{i}")
         text = f"{s.objective:.1f}" + ("" if s.gain_pct is None else f"\n{s.gain_pct:+.1f}%")
-        ax.text(b.get_x() + b.get_width() / 2, b.get_height(), text, ha="center", va="bottom", fontsize=8)
+        ax.text(b.get_x() + b.get_width() * 0.92, b.get_height() + (s.spread or 0.0) / 2, text, ha="right",
+                va="bottom", fontsize=8)
     ax.set_xticks(list(xs), [s.label for s in steps], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel(unit)
     ax.set_title("ladder: one knob at a time (blue kept, grey not kept)")
