@@ -215,3 +215,32 @@ def test_hardware_list_shows_this_machine_once_probed(monkeypatch, tmp_path) -> 
     for width in WIDTHS:
         words = _cli(["hardware", "list"], width).split()
         assert "local" in words and "2026-11-29" in words and "31.00" in words, width  # its date and bandwidth
+
+
+def test_bench_tables_and_progress_through_a_pipe(tmp_path) -> None:
+    """A real run against the null server: its tables never lose a number at any width, and its progress on a
+    pipe is one line per scenario with no empty lines."""
+    from roofline.bench.report import tables
+    from roofline.bench.summary import RunSummary
+
+    proc = subprocess.Popen([sys.executable, "-m", "roofline.bench.nullserver", "--port", "0", "--ttft", "5ms",
+                             "--gap", "1ms", "--tokens", "8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().split()[-1]
+        p = subprocess.run([sys.executable, "-m", "roofline", "bench", url, "--reps", "1", "--warmup", "0",
+                            "--concurrency", "1,2", "--model", "openai/gpt-oss-120b", "--hardware", "b200",
+                            "--slo", "ttft=450ms,tpot=40ms", "--no-report", "--out", str(tmp_path / "run")],
+                           check=False, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "60"})
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert p.returncode == 0, p.stderr
+    err_lines = p.stderr.splitlines()
+    assert err_lines and all(line.strip() for line in err_lines), p.stderr  # no empty lines
+    assert sum(line.startswith("concurrency=") for line in err_lines) == 2, p.stderr  # one line per scenario
+    assert not any(c in p.stdout for c in CUT), p.stdout
+    summary = RunSummary.from_json(json.loads((tmp_path / "run" / "summary.json").read_text()))
+    for title, headers, rows, notes in tables(summary):
+        wide = _render(FitTable(title, headers, rows), WIDE)
+        for width in WIDTHS:
+            _assert_whole(_render(FitTable(title, headers, rows), width), wide, width)
