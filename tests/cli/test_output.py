@@ -75,7 +75,7 @@ def test_table_never_cuts_a_number(width: int) -> None:
 def test_table_layouts_by_width() -> None:
     table = FitTable("models", HEADERS, ROWS)
     assert "┃" not in _render(table, 40)  # one block per row: too narrow for the columns' floors
-    assert "id: deepseek-ai/DeepSeek-V3\n  architecture: deepseek_v3" in _render(table, 60)
+    assert "models\ndeepseek-ai/DeepSeek-V3\n  architecture: deepseek_v3" in _render(table, 60)
     assert "  params: 671,026,419,712" in _render(table, 40)
     assert "┃" in _render(table, 140)  # a table, text wrapped, numbers whole
     assert "┃" in _render(table, WIDE) and all(len(line) < 200 for line in _render(table, WIDE).splitlines())

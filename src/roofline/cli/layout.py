@@ -4,9 +4,9 @@ rich shrinks a table that is too wide by cutting cells (`344…`) or folding the
 column gets a floor it never goes below: a numeric column (every cell a number, perhaps with a unit) is as
 wide as its widest cell and never wraps; a text column may wrap at spaces but is at least as wide as its
 longest word. Whatever room is left goes to the text columns. When even the floors do not fit (a pipe at
-40 columns, a table with many columns), the table is printed as one block per row: `header: value` for the
-row's first cell, then the other cells' `header: value` items side by side on indented lines, wrapped at spaces
-only. A word is never split, in either layout: a number, a path or a URL longer than the line stands whole.
+40 columns, a table with many columns), the table is printed as one block per row: the row's first cell, then
+the other cells' `header: value` items side by side on indented lines, wrapped at spaces only. A word is never
+split, in either layout: a number, a path or a URL longer than the line stands whole.
 """
 
 from __future__ import annotations
@@ -165,12 +165,14 @@ class FitTable:
 
     def block_lines(self, width: int) -> Iterator[str]:
         """One block per row: its first cell, then `header: value` items packed on indented lines."""
-        if self.title:
-            yield from wrap_words(self.title, width)
+        # a heading: the title, or else the first column's header ('bytes per decoded token', 'bound')
+        yield from wrap_words(self.title or self.headers[0], width)
         for r in self.rows:
             if not r:
                 continue
-            yield from wrap_words(f"{self.headers[0]}: {r[0] or '-'}", width, hanging="  ")
+            # the row's name; a bare number ('0', a ladder step) says what it counts
+            first = f"{self.headers[0]}: {r[0]}" if _NUMERIC_CELL.match(r[0]) else r[0] or "-"
+            yield from wrap_words(first, width, hanging="  ")
             items = [f"{h}: {c}" for h, c in zip(self.headers[1:], r[1:]) if c.strip()]
             yield from pack_items(items, width, indent="  ", hanging="    ")
 
