@@ -195,6 +195,16 @@ def _raw_exchange(port: int, request: bytes, timeout: float = 10.0) -> bytes:
     return b"".join(chunks)
 
 
+def test_unparsable_http_is_answered_in_json(server):
+    """What h11 itself refuses: a header block still incomplete past 16 KiB (431), a malformed request (400)."""
+    reply = _raw_exchange(server.port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"v" * 40_000)
+    head, _, payload = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431") and json.loads(payload)["error"]["code"] == "bad_http_request", reply[:300]
+    reply = _raw_exchange(server.port, b"NOT HTTP AT ALL\r\n\r\n")
+    head, _, payload = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and "error" in json.loads(payload), reply[:300]
+
+
 def test_a_body_that_does_not_arrive_in_time_is_a_408(server):
     t0 = time.monotonic()
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
