@@ -120,7 +120,8 @@ def above_ceiling(percent: float, *, bandwidth_bytes_per_s: float, bytes_per_tok
                 f"token, {100 * excess:.0f}% more than the ceiling's {bandwidth_bytes_per_s / 1e9:.1f} GB/s")
     counted = "reported by the engine" if bytes_from == "engine" else "counted from the model's config"
     if bandwidth_from == "given":
-        suspect, why = SUSPECT_BANDWIDTH, "the bandwidth given on the command line is below what this machine delivers"
+        suspect, why = SUSPECT_BANDWIDTH, ("the bandwidth given on the command line is the suspect: the hardware delivers "
+                                           "more than that")
     elif bandwidth_from == "measured" and excess <= PROBE_SHORTFALL_FRACTION:
         suspect, why = SUSPECT_BANDWIDTH, ("the probe's measured bandwidth is the suspect: its read kernels fell short of "
                                            "what the engine's own access pattern reaches on this CPU (or the machine was "
