@@ -123,6 +123,9 @@ class CompletionRequest(_SamplingFields):
 
 MAX_JSON_DEPTH = 64  # a request body nests 5 levels; anything this deep is an attack or a bug
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_NESTS = frozenset({dict, list})  # json.loads makes exactly these types
+_TEXTS = frozenset({str, dict, list})
 _JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 
@@ -135,11 +138,14 @@ def parse_json_body(raw: bytes) -> Any:
         raise APIError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
     except RecursionError:
         data = None
-    where = _too_deep(data) if data is not None else _too_deep_raw(raw)
+    # Cheap tests on the raw text first (a body of 800k token ids is walked for nothing otherwise): fewer
+    # brackets than the depth limit cannot nest that deep, and a lone surrogate can only come from an escape.
+    deep_enough = raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH
+    where = (_too_deep(data) if data is not None else _too_deep_raw(raw)) if deep_enough else None
     if where is not None:
         raise APIError(400, f"{where or 'the request body'}: JSON nested deeper than {MAX_JSON_DEPTH} levels",
                        param=where or None, code="invalid_json")
-    where = _lone_surrogate_path(data)
+    where = _lone_surrogate_path(data) if _SURROGATE_ESCAPE.search(raw) else None
     if where is not None:
         raise APIError(400, f"{where or 'the request body'}: a string holds a lone UTF-16 surrogate, which is not "
                        "text; send valid Unicode", param=where or None, code="invalid_value")
@@ -154,9 +160,9 @@ def _too_deep(data: Any) -> str | None:
         if depth > MAX_JSON_DEPTH:
             return top
         if isinstance(node, dict):
-            stack.extend((v, depth + 1, top if depth > 1 else str(k)) for k, v in node.items())
+            stack += [(v, depth + 1, top if depth > 1 else str(k)) for k, v in node.items() if type(v) in _NESTS]
         elif isinstance(node, list):
-            stack.extend((v, depth + 1, top) for v in node)
+            stack += [(v, depth + 1, top) for v in node if type(v) in _NESTS]
     return None
 
 
@@ -198,8 +204,8 @@ def _lone_surrogate_path(data: Any) -> str | None:
                 if _LONE_SURROGATE.search(k):
                     return sub
                 stack.append((v, sub))
-        elif isinstance(node, list):
-            stack.extend((v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(node))
+        elif isinstance(node, list):  # a list of token ids is the long case: skip its numbers without a path
+            stack += [(v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(node) if type(v) in _TEXTS]
     return None
 
 
