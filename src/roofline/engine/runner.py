@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence as Seq
-from functools import cached_property
 
 import numpy as np
 
@@ -114,12 +113,6 @@ class ModelRunner:
         """Roll the slot back to `length` positions (drop rejected speculative tokens)."""
         self.cache.truncate(self.cache.check_slot(slot), int(length))
 
-    @cached_property
-    def _prefill_weights(self):
-        from roofline.engine.prefill import PrefillWeights
-
-        return PrefillWeights.of(self.config, self.weights)
-
     def prefill(self, slot: int, token_ids: Seq[int], *, start: int = 0, logits: bool = True) -> np.ndarray | None:
         """Write a prompt's tokens at positions start, start + 1, ... of the slot; float32 logits (vocab,) of
         the last one (None with logits=False). start=0 resets the slot; a later start continues a prompt
@@ -155,11 +148,9 @@ class ModelRunner:
                                      np.arange(a, b, dtype=np.int64), last_only=True)[0]
             else:
                 self._use_threads(torch_too=True)
-                k, v = self.cache.torch_views(slot)
                 with torch.inference_mode():
-                    out = prefill_chunk(self.config, self._prefill_weights, torch.from_numpy(chunk), a, k, v,
-                                        *self._rope, logits=want)
-                out = None if out is None else out.numpy()
+                    out = prefill_chunk(self.config, self.weights, chunk, slot, a, self.cache.k, self.cache.v,
+                                        self._cos, self._sin, logits=want)
             self.cache.lengths[slot] = b
         return out if logits else None
 
