@@ -155,8 +155,9 @@ class _CancellingStream(StreamingResponse):
             self._done()
 
 
-_SHUTTING_DOWN = APIError(503, "the server is shutting down; retry on another instance", type="server_error",
-                          code="shutting_down")
+def _shutting_down() -> APIError:
+    return APIError(503, "the server is shutting down; retry on another instance", type="server_error",
+                    code="shutting_down")
 
 
 def _error_event_body(event: Event) -> dict[str, Any]:
@@ -178,7 +179,7 @@ async def _stream_events(queue: asyncio.Queue, builder: ResponseBuilder, include
     while True:
         event: Event = await queue.get()
         if event is SHUTDOWN:
-            yield sse(_SHUTTING_DOWN.body())
+            yield sse(_shutting_down().body())
             break
         if event.finish_reason == "error":
             yield sse(_error_event_body(event))
@@ -213,7 +214,7 @@ async def _collect(request: Request, queue: asyncio.Queue, handle: RequestHandle
             if event is _DISCONNECTED:
                 return Response(status_code=499)  # nobody reads it; the slot is freed below
             if event is SHUTDOWN:
-                return JSONResponse(_SHUTTING_DOWN.body(), status_code=503)
+                return JSONResponse(_shutting_down().body(), status_code=503)
             parts.append(event.text)
             ids.extend(event.token_ids)
             if event.final:
@@ -270,7 +271,7 @@ def create_app(runner=None, *, scheduler: Scheduler | None = None, served_model_
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        headers = {"Connection": "close"} if exc.status in (408, 431) else None
+        headers = {"Connection": "close"} if exc.status in (408, 431) or exc.code == "shutting_down" else None
         return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
     @app.exception_handler(Exception)
@@ -312,7 +313,7 @@ def create_app(runner=None, *, scheduler: Scheduler | None = None, served_model_
     async def complete(request: Request, chat: bool) -> Response:
         drain = state.drain
         if drain.stopping:
-            raise _SHUTTING_DOWN
+            raise _shutting_down()
         drain.begin()
         streaming = False
         try:
