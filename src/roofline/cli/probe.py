@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-QUICK_SIZE_BYTES = 128 << 20  # still beyond a typical last-level cache, a few seconds in all
+QUICK_SIZE_BYTES = 1 << 30  # the full size still: server CPUs have last-level caches of 256 MiB and more
 QUICK_REPEATS = 3
 QUICK_MATMUL_N = 1024
 QUICK_CUDA_MATMUL_N = 4096
@@ -30,14 +30,14 @@ def register(app: typer.Typer) -> None:
 def probe(
     size: str | None = typer.Option(
         None, "--size", help="Bytes each bandwidth kernel streams per pass, all its arrays together (e.g. 1GiB, "
-        "256MiB, 1e9). Keep it far above the last-level cache. Default 1GiB, or 128MiB with --quick."),
+        "256MiB, 1e9). Keep it far above the last-level cache. Default 1GiB."),
     repeats: int | None = typer.Option(
         None, "--repeats", help="Timed passes per kernel, after 2 warm-up passes; the table shows their "
-        "median, min and max. Default 10, or 3 with --quick."),
+        "best, median and min. Default 10, or 3 with --quick."),
     threads: int | None = typer.Option(
         None, "--threads", help="Threads for the CPU kernels. Default: every CPU this process may use."),
     quick: bool = typer.Option(
-        False, "--quick", help="A rough probe in a few seconds (smaller arrays and matrices, 3 passes)."),
+        False, "--quick", help="A rough probe in a few seconds (smaller matrices, 3 passes)."),
     save: bool = typer.Option(
         True, "--save/--no-save", help="Save the profile to the user cache (read by --hardware local)."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole profile as JSON."),
