@@ -1,7 +1,7 @@
 """`roofline serve` as a hostile-but-fair client sees it: a real server process on loopback over the tiny
 model the fixtures write. Kept-alive latency (Nagle off), bounded bodies and headers, JSON 4xx that leave
-the connection usable, special-token text in messages, HTTP/1.0, the model card, and stopping with
-streams open. Every wait has its own deadline. (Stopping: test_server_stop.py.)"""
+the connection usable, special-token text in messages, HTTP/1.0, the model card, the serve flags.
+Every wait has its own deadline. Stopping with streams open: test_server_stop.py."""
 
 from __future__ import annotations
 
