@@ -21,9 +21,10 @@ import httpx
 import psutil
 import pytest
 from test_scheduler import FakeRunner
-from test_server import serving
+from test_server import metrics, serving
 
 from roofline.engine import load_runner
+from roofline.engine.http_limits import Limits
 
 
 class ServeProcess:
@@ -284,6 +285,21 @@ def test_metrics_can_require_the_key():
         assert httpx.get(u + "/metrics").status_code == 401
         assert httpx.get(u + "/metrics", headers={"Authorization": "Bearer k"}).status_code == 200
         assert httpx.get(u + "/health").status_code == 200
+
+
+def test_refused_requests_are_counted_in_metrics():
+    with serving(FakeRunner(), api_key="k", limits=Limits(max_body_bytes=2048)) as u:
+        auth = {"Authorization": "Bearer k"}
+        assert httpx.post(u + "/v1/completions", json={"prompt": "a"}).status_code == 401
+        assert httpx.post(u + "/v1/completions", content=b"x" * 4096, headers=auth).status_code == 413
+        assert httpx.post(u + "/v1/completions", json={"prompt": "a", "seed": -1}, headers=auth).status_code == 400
+        assert httpx.get(u + "/health", headers={f"x-{i}": "v" for i in range(150)}).status_code == 431
+        assert httpx.post(u + "/v1/completions", json={"prompt": "a", "max_tokens": 2}, headers=auth).status_code == 200
+        m = metrics(u)
+    refused = {k: v for k, v in m.items() if k.startswith("roofline_http_refused_total")}
+    assert refused == {f"roofline_http_refused_total{{status={s}}}": float(s in (400, 401, 413, 431))
+                       for s in (400, 401, 404, 408, 413, 431, 503)}
+    assert m["roofline_requests_total"] == 1
 
 
 def test_serve_warns_when_exposed_without_a_key():

@@ -16,6 +16,7 @@ launchers need no secret, and /metrics too unless `metrics_require_key` (as in v
 from __future__ import annotations
 
 import asyncio
+import collections
 import hmac
 import socket
 import time
@@ -46,7 +47,7 @@ from roofline.engine.protocol import (
     sse,
 )
 from roofline.engine.scheduler import Event, RequestHandle, Scheduler, asyncio_sink
-from roofline.engine.server_metrics import SchedulerCollector
+from roofline.engine.server_metrics import RefusalCollector, SchedulerCollector
 from roofline.engine.shutdown import SHUTDOWN, Drain, GracefulServer
 from roofline.errors import UserError
 
@@ -68,6 +69,8 @@ class _ServerState:
         self.created = int(time.time())
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SchedulerCollector(scheduler))
+        self.refused: collections.Counter[int] = collections.Counter()  # HTTP status -> requests refused
+        self.registry.register(RefusalCollector(self.refused))
 
     def check_auth(self, request: Request) -> None:
         if not self.api_key:
@@ -231,14 +234,15 @@ async def _collect(request: Request, queue: asyncio.Queue, handle: RequestHandle
 class _HeaderCount:
     """ASGI middleware: a JSON 431 for a request with more header fields than the limits allow."""
 
-    def __init__(self, app, limits: Limits):
-        self.app, self.limits = app, limits
+    def __init__(self, app, limits: Limits, refused: collections.Counter):
+        self.app, self.limits, self.refused = app, limits, refused
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
             try:
                 check_headers(scope["headers"], self.limits)
             except APIError as e:
+                self.refused[e.status] += 1
                 await JSONResponse(e.body(), status_code=e.status, headers={"Connection": "close"})(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -267,10 +271,11 @@ def create_app(runner=None, *, scheduler: Scheduler | None = None, served_model_
 
     app = FastAPI(title="roofline", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.roofline = state
-    app.add_middleware(_HeaderCount, limits=limits)
+    app.add_middleware(_HeaderCount, limits=limits, refused=state.refused)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        state.refused[exc.status] += 1
         headers = {"Connection": "close"} if exc.status in (408, 431) or exc.code == "shutting_down" else None
         return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 

@@ -4,14 +4,21 @@ Names follow Prometheus conventions (`_total` counters, `_seconds` histograms):
 requests accepted / finished (by reason) / cancelled / failed, prompt and generated tokens, requests
 running and queued, the wall time of each scheduler step (one batched decode plus any prefills it
 admitted) and of each prefill, and decode steps with the tokens they produced (mean batch = ratio);
-speculation: weight passes per request, draft tokens verified and accepted (acceptance rate).
+speculation: weight passes per request, draft tokens verified and accepted (acceptance rate). Apart from
+the scheduler's: requests the HTTP layer refused (bad input, auth, limits, stopping), by status.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 from roofline.engine.scheduler import Scheduler
 from roofline.engine.scheduler_stats import Histogram
@@ -63,3 +70,21 @@ class SchedulerCollector:
         rate = s.spec.acceptance_rate
         yield GaugeMetricFamily(f"{p}_spec_acceptance_rate", "Accepted / drafted tokens so far (NaN before any "
                                 "draft).", value=float("nan") if rate is None else rate)
+
+
+class RefusalCollector:
+    """Requests answered with an error before the scheduler saw them (400 bad input, 401 key, 404 model,
+    408 slow body, 413 big body, 431 big headers, 503 stopping), by status; `counts` is the server's."""
+
+    STATUSES = (400, 401, 404, 408, 413, 431, 503)
+
+    def __init__(self, counts: Counter, prefix: str = "roofline"):
+        self.counts = counts
+        self.prefix = prefix
+
+    def collect(self) -> Iterator[Metric]:
+        fam = CounterMetricFamily(f"{self.prefix}_http_refused", "Requests refused before reaching the scheduler, "
+                                  "by HTTP status.", labels=["status"])
+        for status in sorted(set(self.counts) | set(self.STATUSES)):
+            fam.add_metric([str(status)], self.counts.get(status, 0))
+        yield fam
