@@ -4,7 +4,7 @@ time to first token while a long prompt is being prefilled, chunked prefill on a
 1. Prefill tok/s at 512 and 2048 prompt tokens, fp32 and bf16, same weights (the default model dequantized;
    llama.cpp gets them written as F32 and BF16 GGUFs), same thread count, random token ids. roofline:
    `ModelRunner.prefill` of the whole prompt (its chunks included), prompt tokens / wall time. llama.cpp:
-   `llama-bench -p N -n 0 -r 1 -fa 1` (its pp<N> figure, flash attention on), one invocation per round.
+   `llama-bench -p N -n 0 -r 1 -fa on` (its pp<N> figure, flash attention on), one invocation per round.
    Rounds run every configuration in turn, so drift on a shared machine hits all alike; the table gives
    min / median / max over rounds and the ratio of the medians.
 2. TTFT of a short request (16 tokens) submitted 50 ms after a long one (2048 tokens) to a running
@@ -59,7 +59,7 @@ def roofline_prefill_tok_per_s(runner, n: int, seed: int) -> float:
 def llama_bench_tok_per_s(binary: str, gguf: Path, n: int, threads: int) -> float:
     """llama-bench's pp<n> tok/s (one repetition, after its own warm-up run)."""
     out = subprocess.run([binary, "-m", str(gguf), "-t", str(threads), "-p", str(n), "-n", "0", "-r", "1",
-                          "-fa", "1", "-o", "csv"], capture_output=True, text=True, check=True, timeout=1800).stdout
+                          "-fa", "on", "-o", "csv"], capture_output=True, text=True, check=True, timeout=1800).stdout
     rows = list(csv.DictReader(io.StringIO(out)))
     return float(rows[-1]["avg_ts"])
 
@@ -178,7 +178,7 @@ def main() -> None:
                                                "llama-bench min / median / max", "roofline / llama-bench"],
                rows, as_markdown=args.markdown,
                notes=[f"{args.threads} threads, {args.rounds} rounds, random token ids, source {source.name}; "
-                      "llama-bench: -p N -n 0 -r 1 -fa 1, F32 / BF16 GGUFs of the same (dequantized) weights"] + notes)
+                      "llama-bench: -p N -n 0 -r 1 -fa on, F32 / BF16 GGUFs of the same (dequantized) weights"] + notes)
     if ttft:
         rows = []
         for dtype in ttft_dtypes:

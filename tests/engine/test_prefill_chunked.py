@@ -172,3 +172,30 @@ def test_cancelling_mid_prefill_frees_the_slot_before_the_prompt_is_done(tiny_gg
     assert queued.ids == greedy_ids(runner._runner, queued_prompt, 4)
     assert stats.cancelled == 1 and stats.running == 0
 
+
+
+def test_prefill_operations_do_not_depend_on_torch_thread_count():
+    """The runner may run torch on fewer threads when cores are busy (engine/threads.py): the prefill's
+    torch operations at the default model's shapes (a 256-row chunk late in a 1k context: GEMMs over the
+    fused weights, addmm_ residuals, masked and causal GQA attention) give the same bits on 1 and 2 threads."""
+    import torch
+
+    from roofline.engine.prefill import attention, causal_mask
+
+    g = torch.Generator().manual_seed(0)
+    T, S, hidden, ffn = 256, 1024, 576, 1536
+    h, w_gu = torch.randn(T, hidden, generator=g), torch.randn(2 * ffn, hidden, generator=g)
+    act, w_d = torch.randn(T, ffn, generator=g), torch.randn(hidden, ffn, generator=g)
+    q, k, v = torch.randn(T, 9, 64, generator=g), torch.randn(3, S, 64, generator=g), torch.randn(3, S, 64, generator=g)
+    before = torch.get_num_threads()
+    results = []
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            x = torch.randn(T, hidden, generator=torch.Generator().manual_seed(1))
+            results.append((h @ w_gu.T, x.addmm_(act, w_d.T), attention(q, k, v, S - T, causal_mask(S - T, T)),
+                            attention(q, k[:, :T], v[:, :T], 0, None)))
+    finally:
+        torch.set_num_threads(before)
+    for name, one, two in zip(("gemm", "addmm_", "masked attention", "causal attention"), *results):
+        assert torch.equal(one, two), f"{name} differs between 1 and 2 torch threads"

@@ -1,4 +1,5 @@
-"""The Llama-family decoder in plain torch: the readable reference forward, also used for prefill.
+"""The Llama-family decoder in plain torch: the readable reference forward (the tests hold the engine to it;
+the runner prefills through engine/prefill.py, which computes the same layer on the packed weights).
 
 Covers Llama 2/3 (incl. llama3 RoPE scaling), Mistral, SmolLM, Qwen2 (q/k/v bias) and Qwen3 (per-head
 RMSNorm on q and k). Weights come as a dict under Hugging Face names with HF layouts (Linear weight is
