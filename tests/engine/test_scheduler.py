@@ -326,12 +326,14 @@ def test_chunked_prefill_cuts_at_fixed_positions_between_decode_steps():
     """A 19-token prompt in chunks of 4 under a budget of 6 (not a multiple of 4): the chunks start at 0, 4,
     8, 12, 16 whatever the budget had left, a decode step of the running request comes between any two of
     them, and the output is the model's."""
-    runner = FakeRunner(max_batch=2, prefill_chunk_tokens=4)
+    # 5 ms per decode step keeps the running request alive (200 steps, ~1 s) until the long prompt is in: with
+    # instant steps it could finish all of them before the second submit, leaving no decode to interleave.
+    runner = FakeRunner(max_batch=2, prefill_chunk_tokens=4, decode_seconds=0.005)
     tok = runner.tokenizer
     running, long_one = Collector(), Collector()
     long_prompt = tok.encode("a long prompt here")  # 19 tokens
     with Scheduler(runner, prefill_token_budget=6) as sched:
-        sched.submit(tok.encode("ab"), greedy(60, ignore_eos=True), running)
+        sched.submit(tok.encode("ab"), greedy(200, ignore_eos=True), running)
         assert running.first.wait(5)
         sched.submit(long_prompt, greedy(5, ignore_eos=True), long_one)
         long_one.wait()
