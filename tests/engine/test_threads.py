@@ -12,6 +12,8 @@ from test_runner import LONG_PROMPT, PROMPT, tiny_checkpoint
 
 from roofline.engine.runner import ModelRunner, available_cores
 from roofline.engine.threads import (
+    CHANGE_PASSES,
+    FEWER_THREADS_LONGEST_INTERVAL,
     FIRST_INTERVAL,
     LONGEST_INTERVAL,
     TORCH_MIN_SPEEDUP,
@@ -66,9 +68,27 @@ def test_a_busy_core_moves_the_choice_to_one_thread_and_back_when_it_is_free_aga
     assert chooser.interval == LONGEST_INTERVAL
     used = drive(chooser, lambda n, i: busy[n], 300)
     assert chooser.current == 1 and chooser.switches == 1
-    assert used[-50:].count(2) <= 2  # once switched, two threads only as a probe
+    # once switched, two threads only as a probe, at most one every FEWER_THREADS_LONGEST_INTERVAL passes
+    assert used[-50:].count(2) <= 50 // FEWER_THREADS_LONGEST_INTERVAL + 1
     drive(chooser, lambda n, i: quiet[n], 300)
     assert chooser.current == 2 and chooser.switches == 2
+
+
+def test_a_neighbour_arriving_or_leaving_is_noticed_within_a_few_passes():
+    """After a long quiet spell the probes are LONGEST_INTERVAL passes apart, yet the switch to one thread
+    comes CHANGE_PASSES slow passes after the neighbour starts (plus the probe and its confirmation), and the
+    switch back within FEWER_THREADS_LONGEST_INTERVAL passes or so of it leaving."""
+    chooser = ThreadChooser(2)
+    quiet = {2: 0.020, 1: 0.030}
+    busy = {2: 0.060, 1: 0.032}
+    drive(chooser, lambda n, i: quiet[n] * (1 + 0.02 * (i % 3)), 300)  # a little noise: no false alarm
+    assert chooser.current == 2 and chooser.interval == LONGEST_INTERVAL and chooser.changes == 0
+    used = drive(chooser, lambda n, i: busy[n], CHANGE_PASSES + 2)
+    assert chooser.current == 1 and chooser.changes == 1 and used == [2] * CHANGE_PASSES + [1, 1]
+    drive(chooser, lambda n, i: busy[n], 200)
+    assert chooser.current == 1 and chooser.interval == FEWER_THREADS_LONGEST_INTERVAL
+    used = drive(chooser, lambda n, i: quiet[n], FEWER_THREADS_LONGEST_INTERVAL + 2)
+    assert chooser.current == 2, used
 
 
 def test_one_lucky_probe_does_not_switch():

@@ -7,8 +7,16 @@ the runner measures it: it times its own passes and, every so often, runs one pa
 thread count (all cores, half of them, ..., one). A probe that beats the recent passes of the current count
 (same row count, so the same work) is repeated on the next pass; two wins in a row switch to it. A probe
 that loses doubles the wait before the next probe (up to `LONGEST_INTERVAL` passes), so on a quiet machine
-the probes cost a fraction of a percent. The kernels sum in a fixed order whatever the thread count, so
+the probes cost a fraction of a percent (on fewer than all cores the wait stops at
+`FEWER_THREADS_LONGEST_INTERVAL`, so a neighbour that left is noticed within a second or so). The kernels sum in a fixed order whatever the thread count, so
 switching never changes a result.
+
+A neighbour that starts (or stops) shows in the current count's own pass times long before the next
+scheduled probe: when `CHANGE_PASSES` passes in a row take `CHANGE_RATIO` times longer (or shorter) than
+that count's history before them, conditions have changed. The history is cut to those passes, the wait
+goes back to `FIRST_INTERVAL` and the other counts are probed from the next pass on: a neighbour that
+started costs a handful of slow passes, not `LONGEST_INTERVAL` of them (measured here: 2 -> 1 thread took
+three 64-token generations before, six passes with it).
 
 torch's prefill splits every operation statically between its threads and needs all of them running at
 once; it gets the full count only while the passes show that the extra cores really deliver
@@ -36,8 +44,13 @@ OMP_WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 
 FIRST_INTERVAL = 8  # passes between probes right after a switch
 LONGEST_INTERVAL = 64  # passes between probes once the current count keeps winning
+# ... while fewer than all cores run: one thread's passes look the same whether the neighbour left or not,
+# so only a probe of the larger counts can tell; a 2-thread probe beside a busy neighbour cost ~10% of one pass
+FEWER_THREADS_LONGEST_INTERVAL = 16
 HISTORY = 8  # recent pass times kept per (threads, rows)
 WIN_MARGIN = 0.97  # a probe wins when it takes under this fraction of the current count's median
+CHANGE_RATIO = 1.25  # the current count's passes this much slower (or faster) than its history: a change
+CHANGE_PASSES = 3  # ... for this many passes in a row (a single slow pass is noise)
 TORCH_MIN_SPEEDUP = 1.15  # all cores for torch only when they made the kernel passes this much faster
 
 
@@ -70,6 +83,7 @@ class ThreadChooser:
         self.longest_interval = max(self.first_interval, int(longest_interval))
         self.interval = self.first_interval
         self.switches = 0
+        self.changes = 0  # times the current count's own passes showed that conditions had changed
         self.passes_by_threads: dict[int, int] = dict.fromkeys(self.candidates, 0)
         self._times: dict[tuple[int, int], deque[float]] = {}
         self._since_probe = 0
@@ -96,6 +110,10 @@ class ThreadChooser:
         if threads != self._pending:
             self._since_probe += 1
             self._remember(threads, rows, seconds)
+            if threads == self.current and self._conditions_changed(self._times[(threads, rows)]):
+                self.interval = self.first_interval
+                self._since_probe = self.interval  # probe the other counts from the next pass on
+                self.changes += 1
             return
         reference = self._times.get((self.current, rows))
         self._remember(threads, rows, seconds)
@@ -114,6 +132,20 @@ class ThreadChooser:
         else:
             self._end_probe(won=False)
 
+    @staticmethod
+    def _conditions_changed(history: deque[float]) -> bool:
+        """True (and the history cut to its newest CHANGE_PASSES) when those all lie CHANGE_RATIO or more
+        above, or all below, the median of the passes before them."""
+        if len(history) < 2 * CHANGE_PASSES:
+            return False
+        times = list(history)
+        before, latest = median(times[:-CHANGE_PASSES]), times[-CHANGE_PASSES:]
+        if not (all(t > CHANGE_RATIO * before for t in latest) or all(t * CHANGE_RATIO < before for t in latest)):
+            return False
+        history.clear()
+        history.extend(latest)
+        return True
+
     def _remember(self, threads: int, rows: int, seconds: float) -> None:
         self._times.setdefault((threads, rows), deque(maxlen=HISTORY)).append(float(seconds))
 
@@ -127,7 +159,9 @@ class ThreadChooser:
     def _end_probe(self, *, won: bool) -> None:
         self._pending, self._wins, self._since_probe = None, 0, 0
         if not won:
-            self.interval = min(self.longest_interval, self.interval * 2)
+            longest = self.longest_interval if self.current == self.candidates[0] else \
+                min(self.longest_interval, max(self.first_interval, FEWER_THREADS_LONGEST_INTERVAL))
+            self.interval = min(longest, self.interval * 2)
 
     def seed(self, seconds_by_threads: dict[int, list[float]]) -> None:
         """Start from the candidate with the shortest median of these passes (timed side by side, same rows)."""
