@@ -77,6 +77,35 @@ def test_quick_probe_gives_positive_sane_numbers_and_reports_progress():
     assert "cuda" not in p
 
 
+def test_matmul_size_shrinks_so_a_slow_pass_stays_within_budget():
+    sizes = []
+
+    def seconds_at(rate_flop_per_s):
+        def at(n):
+            sizes.append(n)
+            return 2.0 * n**3 / rate_flop_per_s
+        return at
+
+    # a fast path keeps the asked size; a 1 GFLOP/s one gets the n whose pass takes ~budget (n^3 scaling)
+    assert timing.matmul_n_within(2048, seconds_at(200e9), budget_seconds=0.5) == 2048
+    n = timing.matmul_n_within(2048, seconds_at(1e9), budget_seconds=0.5)
+    assert n % 64 == 0 and timing.MIN_MATMUL_N <= n < 2048
+    assert 2.0 * n**3 / 1e9 <= 0.5 < 2.0 * (n + 64) ** 3 / 1e9
+    assert set(sizes) == {timing.MIN_MATMUL_N}  # judged from passes at the smallest size only
+    assert timing.matmul_n_within(2048, seconds_at(1e6), budget_seconds=0.5) == timing.MIN_MATMUL_N  # never below
+    assert timing.matmul_n_within(64, seconds_at(1e6)) == 64  # a size asked below the floor stays as asked
+
+
+def test_a_slow_matmul_path_is_timed_at_a_smaller_size(monkeypatch):
+    """The profile keeps the size each matmul was timed at ("n"), and the rate is counted for that size."""
+    monkeypatch.setattr(probe, "matmul_n_within", lambda n, seconds_at: 256)
+    p = probe.measure_profile(threads=1, **{**SMALL, "matmul_n": 2048})
+    for kernel in ("matmul_fp32", "matmul_bf16"):
+        assert p["flops"][kernel]["n"] == 256
+        _assert_sane(p["flops"][kernel], 2, 1e6, 1e16)
+    assert p["settings"]["matmul_n"] == 2048
+
+
 def test_probe_works_with_numpy_alone(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
     monkeypatch.setitem(sys.modules, "numba", None)

@@ -121,7 +121,7 @@ def _print(profile: dict[str, Any], path: Any, *, as_json: bool, as_markdown: bo
     notes = [
         (f"{profile['cpu']}, threads: {profile['threads']}; {s['repeats']} timed passes per kernel after "
         f"{s['warmup']} warm-up; {s['size_bytes'] / 2**20:,.0f} MiB per bandwidth kernel and matvec, "
-        f"{s['matmul_n']}² matmul."),
+        f"{_matmul_sizes(profile.get('flops', {}), s['matmul_n'])}."),
         "Bytes counted as STREAM does (copy 2 arrays, triad 3); the CPU's write-allocate reads are not counted.",
         ("best = the fastest timed pass. The ceiling's read bandwidth is the best pass of the best read kernel (as "
         "STREAM reports its best time and the Empirical Roofline Toolkit its maximum over trials); the median is "
@@ -132,3 +132,16 @@ def _print(profile: dict[str, Any], path: Any, *, as_json: bool, as_markdown: bo
     headers = ["kernel", "best", "median", "min", "unit", "backend"]
     title = f"roofline probe, measured {profile['measured_at']}"
     emit_table(title, headers, rows, as_markdown=as_markdown, notes=notes)
+
+
+def _matmul_sizes(flops: dict, asked: int) -> str:
+    """'2048² matmul', or each matmul's own size where the probe took a smaller one (a pass would have
+    taken over timing.MATMUL_PASS_SECONDS): 'matmul fp32 2048², bf16 512²'."""
+    from roofline.hardware.timing import MATMUL_PASS_SECONDS
+
+    used = {k.removeprefix("matmul_"): v.get("n", asked) for k, v in flops.items()
+            if k.startswith("matmul_") and isinstance(v, dict)}
+    if all(n == asked for n in used.values()):
+        return f"{asked}² matmul"
+    return "matmul " + ", ".join(f"{k} {n}²" for k, n in used.items()) + f" (smaller where a pass would take over {MATMUL_PASS_SECONDS} s)"
+

@@ -49,7 +49,9 @@ from roofline.hardware.readbw import measure_read_bandwidth
 from roofline.hardware.timing import (
     Stats,
     cuda_time_passes_seconds,
+    matmul_n_within,
     rate_stats,
+    time_one_pass_seconds,
     time_passes_seconds,
 )
 
@@ -57,6 +59,7 @@ DEFAULT_SIZE_BYTES = 1 << 30  # per kernel, all its arrays together: far beyond 
 DEFAULT_REPEATS = 10
 DEFAULT_WARMUP = 2
 DEFAULT_MATMUL_N = 2048  # 2n^3 = 17 GFLOP per fp32 pass: long enough for a CPU to reach its peak
+# (smaller where a pass would take over timing.MATMUL_PASS_SECONDS: the size used is kept as the stats' "n")
 CUDA_MATMUL_N = 8192  # 1.1 TFLOP per pass: a GPU needs big tiles to fill its tensor cores
 MIN_SIZE_BYTES = 1 << 20
 
@@ -128,10 +131,18 @@ def numpy_matmul_step(n: int, repeats: int, warmup: int) -> Step:
         import numpy as np
 
         rng = np.random.default_rng(0)
-        a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
-        out = np.empty((n, n), dtype=np.float32)
+
+        def operands(m: int) -> tuple:
+            return rng.random((m, m), dtype=np.float32), rng.random((m, m), dtype=np.float32), np.empty((m, m), np.float32)
+
+        def one_pass_seconds(m: int) -> float:
+            a, b, out = operands(m)
+            return time_one_pass_seconds(lambda: np.matmul(a, b, out=out))
+
+        used = matmul_n_within(n, one_pass_seconds)
+        a, b, out = operands(used)
         seconds = time_passes_seconds(lambda: np.matmul(a, b, out=out), repeats, warmup)
-        return {("flops", "matmul_fp32"): rate_stats(2.0 * n**3, seconds)}  # n^3 multiply-adds
+        return {("flops", "matmul_fp32"): {**rate_stats(2.0 * used**3, seconds), "n": used}}  # n^3 multiply-adds
 
     return ("matmul_fp32", "numpy", matmul)
 
@@ -143,11 +154,21 @@ def torch_matmul_step(torch: Any, device: str, dtype_name: str, n: int, repeats:
     def matmul() -> dict:
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
         gen = torch.Generator(device=device).manual_seed(0)
-        a = torch.rand((n, n), generator=gen, device=device).to(dtype)
-        b = torch.rand((n, n), generator=gen, device=device).to(dtype)
-        out = torch.empty((n, n), dtype=dtype, device=device)
+
+        def operands(m: int) -> tuple:
+            a = torch.rand((m, m), generator=gen, device=device).to(dtype)
+            b = torch.rand((m, m), generator=gen, device=device).to(dtype)
+            return a, b, torch.empty((m, m), dtype=dtype, device=device)
+
+        def one_pass_seconds(m: int) -> float:
+            a, b, out = operands(m)
+            return time_one_pass_seconds(lambda: torch.mm(a, b, out=out))
+
+        # a GPU's pass is timed by events and is short at any n; a CPU's slow path gets a smaller n
+        used = n if device == "cuda" else matmul_n_within(n, one_pass_seconds)
+        a, b, out = operands(used)
         seconds = _torch_time(torch, device, lambda: torch.mm(a, b, out=out), repeats, warmup)
-        return {("flops", f"matmul_{dtype_name}"): rate_stats(2.0 * n**3, seconds)}
+        return {("flops", f"matmul_{dtype_name}"): {**rate_stats(2.0 * used**3, seconds), "n": used}}
 
     return (f"matmul_{dtype_name}", f"torch-{device}", matmul)
 
