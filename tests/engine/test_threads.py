@@ -10,7 +10,7 @@ import numpy as np
 from fixtures import greedy_ids
 from test_runner import LONG_PROMPT, PROMPT, tiny_checkpoint
 
-from roofline.engine.runner import ModelRunner, available_cores
+from roofline.engine.runner import KERNEL_PREFILL_MAX_TOKENS, ModelRunner, available_cores
 from roofline.engine.threads import (
     CHANGE_PASSES,
     FEWER_THREADS_LONGEST_INTERVAL,
@@ -18,6 +18,7 @@ from roofline.engine.threads import (
     LONGEST_INTERVAL,
     TORCH_MIN_SPEEDUP,
     ThreadChooser,
+    TorchLayerTrial,
     candidate_thread_counts,
     prefer_passive_omp_waits,
 )
@@ -129,6 +130,59 @@ def test_torch_gets_every_core_only_when_they_measured_faster():
     assert slower.current == 1 and slower.torch_threads() == 1
     assert ThreadChooser(2).torch_threads() == 1  # nothing measured yet: the safe count
     assert ThreadChooser(1).torch_threads() == 1
+
+
+def run_layers(trial: TorchLayerTrial, seconds_of, layers: int = 30) -> list[int]:
+    """A chunk's layers as prefill_chunk runs them: the thread count of each, in order."""
+    used = []
+    for i in range(layers):
+        n = trial.threads_for_layer(i)
+        used.append(n)
+        trial.record_layer(i, n, seconds_of(n, i))
+    return used
+
+
+def test_a_prefill_chunk_tries_the_other_thread_count_on_one_layer_and_keeps_the_faster():
+    chooser = ThreadChooser(2)
+    chooser.seed({2: [0.010] * 3, 1: [0.020] * 3})  # quiet: every core, torch too
+    assert chooser.torch_threads() == 2
+    busy = {2: 0.030, 1: 0.020}  # a neighbour arrived: layers on two threads now take longer
+    trial = chooser.torch_layer_trial()
+    assert (trial.start, trial.other) == (2, 1)
+    assert run_layers(trial, lambda n, i: busy[n] * (3 if i == 0 else 1)) == [2, 2, 1] + [1] * 27
+    assert chooser.torch_verdict == 1 and chooser.torch_threads() == 1  # the next chunk starts from it
+    quiet = {2: 0.010, 1: 0.020}
+    trial = chooser.torch_layer_trial()
+    assert (trial.start, trial.other) == (1, 2)
+    assert run_layers(trial, lambda n, i: quiet[n]) == [1, 1, 2] + [2] * 27 and chooser.torch_threads() == 2
+    # a tie (or a win under the margin) keeps the count it started with
+    trial = chooser.torch_layer_trial()
+    assert run_layers(trial, lambda n, i: 0.010) == [2, 2, 1] + [2] * 27 and chooser.torch_verdict == 2
+    assert ThreadChooser(1).torch_layer_trial() is None
+
+
+def test_a_layer_trial_in_a_real_prefill_changes_no_bit():
+    """A torch-path prefill (prompt longer than the kernel path's) whose trial moves torch's thread count from
+    layer to layer gives the logits of a runner on one fixed count, and reports every layer's time."""
+    most = min(2, available_cores())
+    fixed = ModelRunner(tiny_checkpoint("llama"), dtype="fp32", threads=1, max_batch=1, max_seq_len=128)
+    adaptive = ModelRunner(tiny_checkpoint("llama"), dtype="fp32", threads=None, max_batch=1, max_seq_len=128)
+    adaptive.threads = most
+    adaptive.thread_chooser = ThreadChooser(most)
+    prompt = list(LONG_PROMPT) * 2
+    assert len(prompt) > KERNEL_PREFILL_MAX_TOKENS
+    seen = []
+
+    class Alternating(TorchLayerTrial):  # the tiny model has 2 layers: switch on every layer instead of at 2
+        def threads_for_layer(self, layer):
+            return (most, 1)[layer % 2]
+
+        def record_layer(self, layer, threads, seconds):
+            seen.append((layer, threads, seconds > 0))
+
+    adaptive.thread_chooser.torch_layer_trial = lambda: Alternating(most, 1, adaptive.thread_chooser)
+    np.testing.assert_array_equal(fixed.prefill(0, prompt), adaptive.prefill(0, prompt))
+    assert seen == [(i, (most, 1)[i % 2], True) for i in range(adaptive.config.n_layers)]
 
 
 def test_pinned_passes_teach_nothing():

@@ -30,6 +30,7 @@ additive mask that hides the chunk's own future positions. Grouped-query heads s
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import torch
@@ -38,6 +39,7 @@ import torch.nn.functional as F
 from roofline.engine import kernels
 from roofline.engine.config import ModelConfig
 from roofline.engine.kv_cache import KEY_BLOCK
+from roofline.engine.threads import TorchLayerTrial
 from roofline.engine.weights import DecodeWeights
 
 __all__ = ["attention", "keys_for_attention", "prefill_chunk"]
@@ -101,11 +103,13 @@ def causal_mask(start: int, T: int) -> torch.Tensor:
 
 def prefill_chunk(config: ModelConfig, w: DecodeWeights, token_ids: np.ndarray, slot: int, start: int,
                   k_cache: np.ndarray, v_cache: np.ndarray, cos: np.ndarray, sin: np.ndarray,
-                  *, logits: bool = True) -> np.ndarray | None:
+                  *, logits: bool = True, trial: TorchLayerTrial | None = None) -> np.ndarray | None:
     """Run token_ids (T,) at positions start..start+T-1 of `slot`, whose cache holds positions 0..start-1:
     k_cache (slots, layers, kv_heads, S / B, d, B), v_cache (slots, layers, kv_heads, S, d) (kv_cache.py);
     cos/sin (positions, d / 2). Writes the chunk's K/V; returns the float32 logits (vocab,) of its last token
-    (None when logits=False). Call under torch.inference_mode() with torch's thread count set."""
+    (None when logits=False). Call under torch.inference_mode() with torch's thread count set; with a `trial`
+    (engine/threads.py) each layer runs on the thread count it gives, and its time is reported back. torch's
+    operations here give the same bits on any thread count (a test checks), so a trial changes no result."""
     c = config
     T, end = token_ids.shape[0], start + token_ids.shape[0]
     qd, kvd, hidden, eps = c.q_dim, c.kv_dim, c.hidden, np.float32(c.rms_eps)
@@ -122,6 +126,11 @@ def prefill_chunk(config: ModelConfig, w: DecodeWeights, token_ids: np.ndarray, 
     v_slot = torch.from_numpy(v_cache[slot])
     q = QKV[:, :qd].view(T, c.n_heads, c.head_dim)
     for i in range(c.n_layers):
+        if trial is not None:
+            n_threads = trial.threads_for_layer(i)
+            if torch.get_num_threads() != n_threads:
+                torch.set_num_threads(n_threads)
+            layer_started = time.perf_counter()
         kernels.rms_norm(x, w.attn_norm[i], eps, h)
         torch.mm(Hh, widen(w.wqkv[i], w.qkv_scale[i]).T, out=QKV)
         kernels.qkv_to_cache(qkv, w.bqkv[i], w.q_norm[i], w.k_norm[i], c.qk_norm, eps, c.n_heads, cos, sin, slots,
@@ -133,6 +142,8 @@ def prefill_chunk(config: ModelConfig, w: DecodeWeights, token_ids: np.ndarray, 
         torch.mm(Hh, widen(w.wgu[i], w.gu_scale[i]).T, out=GU)
         kernels.silu_mul(gu, act)
         X.addmm_(ACT, widen(w.wd[i], w.d_scale[i]).T)
+        if trial is not None:
+            trial.record_layer(i, n_threads, time.perf_counter() - layer_started)
     if not logits:
         return None
     kernels.rms_norm(x[-1:], w.final_norm, eps, h[:1])

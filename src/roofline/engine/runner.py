@@ -148,9 +148,10 @@ class ModelRunner:
                                      np.arange(a, b, dtype=np.int64), last_only=True)[0]
             else:
                 self._use_threads(torch_too=True)
+                trial = self.thread_chooser.torch_layer_trial() if self.thread_chooser is not None else None
                 with torch.inference_mode():
                     out = prefill_chunk(self.config, self.weights, chunk, slot, a, self.cache.k, self.cache.v,
-                                        self._cos, self._sin, logits=want)
+                                        self._cos, self._sin, logits=want, trial=trial)
             self.cache.lengths[slot] = b
         return out if logits else None
 

@@ -21,7 +21,10 @@ three 64-token generations before, six passes with it).
 torch's prefill splits every operation statically between its threads and needs all of them running at
 once; it gets the full count only while the passes show that the extra cores really deliver
 (`TORCH_MIN_SPEEDUP`); otherwise the chosen count, or one thread while the full count is chosen but barely
-faster.
+faster. A prefill chunk then checks that choice itself (`TorchLayerTrial`): every layer of a chunk is the
+same work, so layer 1 runs on the chosen count, layer 2 on another, and the rest of the chunk on the
+faster; the verdict starts the next chunk. A prompt that arrives just after a neighbour did (the decode
+passes have not seen it yet) costs one layer on the slower count, not the whole prefill.
 
 Idle OpenMP workers: torch and numba each keep a pool of OpenMP threads (two copies of libgomp here), and
 by default a worker that finishes its part spins for a few milliseconds before it sleeps. On a busy machine
@@ -92,6 +95,7 @@ class ThreadChooser:
         self._wins = 0
         self._speedup: dict[int, float] = {}  # candidate -> its time / the full count's, last compared
         self.pinned: int | None = None  # set: every pass runs on this count and nothing is learned (`seed`)
+        self.torch_verdict: int | None = None  # the faster count of the last prefill chunk's layer trial
 
     def threads_for_pass(self) -> int:
         if self.pinned is not None:
@@ -176,9 +180,12 @@ class ThreadChooser:
                     self._speedup[n] = m / medians[full]
 
     def torch_threads(self) -> int:
-        """Threads for torch's statically split operations: the full count only when the last comparison
-        showed it at least TORCH_MIN_SPEEDUP faster than every smaller count measured, else the current count
-        (and 1 when it is unknown whether the extra cores are free)."""
+        """Threads for torch's statically split operations: the last layer trial's verdict when there is one;
+        else the full count only when the last comparison showed it at least TORCH_MIN_SPEEDUP faster than
+        every smaller count measured, else the current count (and 1 when it is unknown whether the extra
+        cores are free)."""
+        if self.torch_verdict is not None:
+            return self.torch_verdict
         full = self.candidates[0]
         if self.current != full:
             return self.current
@@ -186,3 +193,40 @@ class ThreadChooser:
         if len(self.candidates) > 1 and not smaller:
             return self.candidates[-1]
         return full if all(s >= TORCH_MIN_SPEEDUP for s in smaller) else self.candidates[-1]
+
+    def torch_layer_trial(self) -> TorchLayerTrial | None:
+        """The trial for the next torch prefill chunk (None with one candidate, or pinned)."""
+        if self.pinned is not None or len(self.candidates) < 2:
+            return None
+        start = self.torch_threads()
+        other = self.candidates[0] if start != self.candidates[0] else self.candidates[1]
+        return TorchLayerTrial(start, other, self)
+
+
+class TorchLayerTrial:
+    """One prefill chunk's check of torch's thread count: layers 0 and 1 on `start`, layer 2 on `other`, every
+    later layer on whichever of the two ran its layer faster (`other` only when under WIN_MARGIN of `start`'s
+    time, and layer 1 rather than 0, which pays for first touches). The verdict goes to the chooser."""
+
+    TRIAL_LAYERS = (1, 2)
+
+    def __init__(self, start: int, other: int, chooser: ThreadChooser | None = None) -> None:
+        self.start, self.other, self.chooser = start, other, chooser
+        self.choice = start
+        self.seconds: dict[int, float] = {}
+
+    def threads_for_layer(self, layer: int) -> int:
+        if layer == self.TRIAL_LAYERS[1]:
+            return self.other
+        return self.start if layer < self.TRIAL_LAYERS[1] else self.choice
+
+    def record_layer(self, layer: int, threads: int, seconds: float) -> None:
+        if layer not in self.TRIAL_LAYERS:
+            return
+        self.seconds[threads] = float(seconds)
+        if layer == self.TRIAL_LAYERS[1] and self.start in self.seconds:
+            won = self.seconds[self.other] < WIN_MARGIN * self.seconds[self.start]
+            self.choice = self.other if won else self.start
+            if self.chooser is not None:
+                self.chooser.torch_verdict = self.choice
+
