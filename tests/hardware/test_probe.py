@@ -297,3 +297,12 @@ def test_gemv_kernel_is_a_matrix_vector_product():
     y = np.zeros(37, dtype=np.float32)
     gemv(w, x, y)
     np.testing.assert_allclose(y, w.astype(np.float64) @ x, rtol=1e-5)
+
+
+def test_probe_output_names_a_matmul_timed_at_a_smaller_size():
+    from roofline.cli.probe import _matmul_sizes
+
+    assert _matmul_sizes({"matmul_fp32": {"n": 2048}, "matmul_bf16": {"n": 2048}}, 2048) == "2048² matmul"
+    assert _matmul_sizes({"matmul_fp32": {"median": 1.0}}, 2048) == "2048² matmul"  # profiles from before "n"
+    text = _matmul_sizes({"matvec_fp32": {}, "matmul_fp32": {"n": 2048}, "matmul_bf16": {"n": 512}}, 2048)
+    assert text.startswith("matmul fp32 2048², bf16 512² (smaller where a pass would take over")

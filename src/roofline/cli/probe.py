@@ -143,5 +143,5 @@ def _matmul_sizes(flops: dict, asked: int) -> str:
             if k.startswith("matmul_") and isinstance(v, dict)}
     if all(n == asked for n in used.values()):
         return f"{asked}² matmul"
-    return "matmul " + ", ".join(f"{k} {n}²" for k, n in used.items()) + f" (smaller where a pass would take over {MATMUL_PASS_SECONDS} s)"
-
+    sizes = ", ".join(f"{k} {n}²" for k, n in used.items())
+    return f"matmul {sizes} (smaller where a pass would take over {MATMUL_PASS_SECONDS} s)"

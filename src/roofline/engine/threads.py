@@ -8,8 +8,8 @@ thread count (all cores, half of them, ..., one). A probe that beats the recent 
 (same row count, so the same work) is repeated on the next pass; two wins in a row switch to it. A probe
 that loses doubles the wait before the next probe (up to `LONGEST_INTERVAL` passes), so on a quiet machine
 the probes cost a fraction of a percent (on fewer than all cores the wait stops at
-`FEWER_THREADS_LONGEST_INTERVAL`, so a neighbour that left is noticed within a second or so). The kernels sum in a fixed order whatever the thread count, so
-switching never changes a result.
+`FEWER_THREADS_LONGEST_INTERVAL`, so a neighbour that left is noticed within a second or so). The kernels
+sum in a fixed order whatever the thread count, so switching never changes a result.
 
 A neighbour that starts (or stops) shows in the current count's own pass times long before the next
 scheduled probe: when `CHANGE_PASSES` passes in a row take `CHANGE_RATIO` times longer (or shorter) than

@@ -133,7 +133,8 @@ def numpy_matmul_step(n: int, repeats: int, warmup: int) -> Step:
         rng = np.random.default_rng(0)
 
         def operands(m: int) -> tuple:
-            return rng.random((m, m), dtype=np.float32), rng.random((m, m), dtype=np.float32), np.empty((m, m), np.float32)
+            a, b = rng.random((m, m), dtype=np.float32), rng.random((m, m), dtype=np.float32)
+            return a, b, np.empty((m, m), np.float32)
 
         def one_pass_seconds(m: int) -> float:
             a, b, out = operands(m)
