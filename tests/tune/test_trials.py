@@ -105,3 +105,14 @@ def test_tpe_through_the_tuner(tmp_path, monkeypatch):
     assert len(result.trials) == 4 and result.trials[0].slot.kind == "baseline"
     assert all(r.status == "ok" and 100 <= r.config.get("speed", 100) <= 900 for r in result.trials)
     assert set(result.sweeps) == {"speed"}
+
+
+def test_the_command_to_run_again_drops_the_trials_host_and_port():
+    from roofline.tune.result import without_trial_address
+
+    argv = ["python", "-m", "roofline", "serve", "--port", "39215", "--host", "127.0.0.1", "--spec", "trie",
+            "--max-bfs-breadth", "24"]
+    assert without_trial_address(argv) == ["python", "-m", "roofline", "serve", "--spec", "trie", "--max-bfs-breadth", "24"]
+    assert without_trial_address(["llama-server", "--port=8081", "--host=0.0.0.0", "-m", "x.gguf", "--threads", "2"]) == \
+        ["llama-server", "-m", "x.gguf", "--threads", "2"]
+    assert without_trial_address(["serve", "--spec", "ngram"]) == ["serve", "--spec", "ngram"]

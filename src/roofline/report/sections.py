@@ -180,5 +180,5 @@ def tune_provenance(run: Any) -> list[str]:
     if t.wall_s:
         out.append(f"wall time: {t.wall_s:.0f} s")
     if t.best is not None and t.best.argv:
-        out.append(f"best command: `{' '.join(t.best.argv)}`")
+        out.append(f"best command: `{' '.join(t.serve_command)}`")
     return out

@@ -154,7 +154,7 @@ def best_lines(t: TuneResult) -> list[str]:
         lines.append(f"fastest measured: trial {f.number}, {config_text(f.config, base)}: {fmt(f.value, unit)}, "
                      "within the spread of the ladder's steps (not a proven gain: more --reps, or a quieter machine, "
                      "would tell)")
-    return [*lines, f"command: {shlex.join(b.argv)}"]
+    return [*lines, f"command: {shlex.join(t.serve_command)}"]
 
 
 def tables(t: TuneResult) -> list[Table]:
@@ -188,7 +188,7 @@ def markdown(t: TuneResult) -> str:
         out += ["## failures", ""] + [f"```\n{f}\n```" for f in fails] + [""]
     b = best_lines(t)
     out += ["## best", ""] + [f"- {line}" for line in b if not line.startswith("command: ")] + [""]
-    out += [f"```\n{shlex.join(t.best.argv)}\n```", ""] if t.best else []
+    out += [f"```\n{shlex.join(t.serve_command)}\n```", ""] if t.best else []
     return "\n".join(out)
 
 

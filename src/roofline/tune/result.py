@@ -46,7 +46,14 @@ class TuneResult:
 
     @property
     def best_command(self) -> list[str]:
+        """The best trial's command line exactly as it ran (tune.json keeps this one)."""
         return list(self.best.argv) if self.best else []
+
+    @property
+    def serve_command(self) -> list[str]:
+        """The best trial's command line to run again: without the loopback host and free port the trial was
+        given (`--host H`, `--port N`, or their `=` forms), so the engine's own defaults apply."""
+        return without_trial_address(self.best_command)
 
     @property
     def gain(self) -> float | None:
@@ -80,6 +87,22 @@ class TuneResult:
                    ladder=tuple(d.get("ladder") or ()), sweeps=dict(d.get("sweeps") or {}),
                    trials=tuple(TrialResult.from_json(t) for t in d.get("trials") or ()),
                    interrupted=bool(d.get("interrupted", False)), wall_s=d.get("wall_s"))
+
+
+TRIAL_ADDRESS_FLAGS = ("--host", "--port")
+
+
+def without_trial_address(argv: Sequence[str]) -> list[str]:
+    """argv less every `--host`/`--port` flag and its value (whichever launcher built it)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in TRIAL_ADDRESS_FLAGS:
+            skip = True
+        elif not arg.startswith(tuple(f"{f}=" for f in TRIAL_ADDRESS_FLAGS)):
+            out.append(arg)
+    return out
 
 
 def build_result(options: Any, space: Space, run_dir: Path, results: Sequence[TrialResult], states: Mapping[str, int],
