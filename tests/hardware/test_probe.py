@@ -77,13 +77,15 @@ def test_quick_probe_gives_positive_sane_numbers_and_reports_progress():
     assert "cuda" not in p
 
 
-def test_matmul_size_shrinks_so_a_slow_pass_stays_within_budget():
+def test_matmul_size_shrinks_so_a_slow_pass_stays_within_budget(monkeypatch):
     sizes = []
+    # a pass "takes" what it returns: a matmul of its size at the given rate, with no real waiting
+    monkeypatch.setattr(timing, "time_one_pass_seconds", lambda run_pass: run_pass())
 
     def seconds_at(rate_flop_per_s):
         def at(n):
             sizes.append(n)
-            return 2.0 * n**3 / rate_flop_per_s
+            return lambda: 2.0 * n**3 / rate_flop_per_s
         return at
 
     # a fast path keeps the asked size; a 1 GFLOP/s one gets the n whose pass takes ~budget (n^3 scaling)
@@ -98,7 +100,7 @@ def test_matmul_size_shrinks_so_a_slow_pass_stays_within_budget():
 
 def test_a_slow_matmul_path_is_timed_at_a_smaller_size(monkeypatch):
     """The profile keeps the size each matmul was timed at ("n"), and the rate is counted for that size."""
-    monkeypatch.setattr(probe, "matmul_n_within", lambda n, seconds_at: 256)
+    monkeypatch.setattr(probe, "matmul_n_within", lambda n, pass_at: 256)
     p = probe.measure_profile(threads=1, **{**SMALL, "matmul_n": 2048})
     for kernel in ("matmul_fp32", "matmul_bf16"):
         assert p["flops"][kernel]["n"] == 256

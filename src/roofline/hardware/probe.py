@@ -51,7 +51,6 @@ from roofline.hardware.timing import (
     cuda_time_passes_seconds,
     matmul_n_within,
     rate_stats,
-    time_one_pass_seconds,
     time_passes_seconds,
 )
 
@@ -132,17 +131,13 @@ def numpy_matmul_step(n: int, repeats: int, warmup: int) -> Step:
 
         rng = np.random.default_rng(0)
 
-        def operands(m: int) -> tuple:
+        def pass_at(m: int) -> Callable[[], Any]:
             a, b = rng.random((m, m), dtype=np.float32), rng.random((m, m), dtype=np.float32)
-            return a, b, np.empty((m, m), np.float32)
+            out = np.empty((m, m), np.float32)
+            return lambda: np.matmul(a, b, out=out)
 
-        def one_pass_seconds(m: int) -> float:
-            a, b, out = operands(m)
-            return time_one_pass_seconds(lambda: np.matmul(a, b, out=out))
-
-        used = matmul_n_within(n, one_pass_seconds)
-        a, b, out = operands(used)
-        seconds = time_passes_seconds(lambda: np.matmul(a, b, out=out), repeats, warmup)
+        used = matmul_n_within(n, pass_at)
+        seconds = time_passes_seconds(pass_at(used), repeats, warmup)
         return {("flops", "matmul_fp32"): {**rate_stats(2.0 * used**3, seconds), "n": used}}  # n^3 multiply-adds
 
     return ("matmul_fp32", "numpy", matmul)
@@ -156,19 +151,15 @@ def torch_matmul_step(torch: Any, device: str, dtype_name: str, n: int, repeats:
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
         gen = torch.Generator(device=device).manual_seed(0)
 
-        def operands(m: int) -> tuple:
+        def pass_at(m: int) -> Callable[[], Any]:
             a = torch.rand((m, m), generator=gen, device=device).to(dtype)
             b = torch.rand((m, m), generator=gen, device=device).to(dtype)
-            return a, b, torch.empty((m, m), dtype=dtype, device=device)
-
-        def one_pass_seconds(m: int) -> float:
-            a, b, out = operands(m)
-            return time_one_pass_seconds(lambda: torch.mm(a, b, out=out))
+            out = torch.empty((m, m), dtype=dtype, device=device)
+            return lambda: torch.mm(a, b, out=out)
 
         # a GPU's pass is timed by events and is short at any n; a CPU's slow path gets a smaller n
-        used = n if device == "cuda" else matmul_n_within(n, one_pass_seconds)
-        a, b, out = operands(used)
-        seconds = _torch_time(torch, device, lambda: torch.mm(a, b, out=out), repeats, warmup)
+        used = n if device == "cuda" else matmul_n_within(n, pass_at)
+        seconds = _torch_time(torch, device, pass_at(used), repeats, warmup)
         return {("flops", f"matmul_{dtype_name}"): {**rate_stats(2.0 * used**3, seconds), "n": used}}
 
     return (f"matmul_{dtype_name}", f"torch-{device}", matmul)

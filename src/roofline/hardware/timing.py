@@ -60,13 +60,14 @@ MATMUL_PASS_SECONDS = 0.5  # the longest a CPU matmul pass should take (a bf16 G
 MIN_MATMUL_N = 256
 
 
-def matmul_n_within(n_max: int, seconds_at: Callable[[int], float], budget_seconds: float = MATMUL_PASS_SECONDS) -> int:
+def matmul_n_within(n_max: int, pass_at: Callable[[int], Callable[[], Any]],
+                    budget_seconds: float = MATMUL_PASS_SECONDS) -> int:
     """The matmul size to time: n_max, or less where one pass of it would take over budget_seconds, judged
-    from `seconds_at(MIN_MATMUL_N)` (the faster of two passes at that size; time grows as n^3). A multiple
-    of 64, never below MIN_MATMUL_N; n_max itself when it is that small already."""
+    from the faster of two passes of `pass_at(MIN_MATMUL_N)` (a pass on operands of that size; time grows as
+    n^3). A multiple of 64, never below MIN_MATMUL_N; n_max itself when it is that small already."""
     if n_max <= MIN_MATMUL_N:
         return n_max
-    t = max(min(seconds_at(MIN_MATMUL_N) for _ in range(2)), 1e-9)
+    run_pass = pass_at(MIN_MATMUL_N)
+    t = max(min(time_one_pass_seconds(run_pass) for _ in range(2)), 1e-9)
     n = int(MIN_MATMUL_N * (budget_seconds / t) ** (1.0 / 3.0)) // 64 * 64
     return max(MIN_MATMUL_N, min(n_max, n))
-
