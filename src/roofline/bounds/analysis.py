@@ -114,7 +114,11 @@ def check_request(r: CeilingRequest) -> None:
 def _main_format(budget: TokenBudget) -> str:
     """The format of the component with the most parameters per token: it sets the matmul dtype."""
     rows = [r for r in budget.rows if r.counted] or list(budget.rows)
-    return max(rows, key=lambda r: r.params_active).fmt.name
+    name = max(rows, key=lambda r: r.params_active).fmt.name
+    try:  # a model file's stored types ('F8_E4M3+F32', 'BF16'): the largest one, by its format name
+        return parse_format(name.split("+")[0]).name
+    except UserError:
+        return name  # 'Q4_K+Q6_K', 'int4-g128': dequantized for the matmul
 
 
 def compute_dtype(weight_format: str, hw: Hardware) -> str | None:

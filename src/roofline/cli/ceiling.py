@@ -12,7 +12,11 @@ import typer
 
 from roofline.cli.output import console, emit_table, print_json, print_wrapped
 
-_MODEL_HELP = "A catalogue name or alias (see `roofline models list`), a config.json, or a folder holding one."
+_MODEL_HELP = ("A catalogue name or alias (see `roofline models list`), a config.json or a folder "
+               "holding one, a .gguf file, or a safetensors checkpoint (a folder with config.json "
+               "and *.safetensors, or one .safetensors file with config.json beside it). From a "
+               "model file only the headers are read: the bytes per token are counted from each "
+               "tensor's stored type and shape.")
 
 
 def _breakdown(result) -> tuple[list[list[str]], list[str]]:

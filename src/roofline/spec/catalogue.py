@@ -1,4 +1,5 @@
 """The model catalogue (data/models/*.json) and `load_spec`: a file, a folder, or a catalogue name -> ModelSpec.
+A GGUF file or a safetensors checkpoint goes to `spec.files`.
 
 Each catalogue file holds one model: {"id": "openai/gpt-oss-120b", "aliases": [...], "source": URL,
 "retrieved": date, "config": {... the config.json contents ...}}. Names resolve case-insensitively
@@ -61,7 +62,8 @@ def _read_config_file(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise UserError(f"{path} is not a UTF-8 text file; point at a config.json") from None
+        raise UserError(f"{path} is not a UTF-8 text file; point at a config.json, a .gguf file "
+                        "or a safetensors checkpoint") from None
     except OSError as e:
         raise UserError(f"cannot read {path} ({e.strerror}); check the path") from None
     try:
@@ -80,11 +82,18 @@ def _read_config_file(path: Path) -> dict[str, Any]:
 
 
 def load_spec(source: str) -> ModelSpec:
-    """A ModelSpec from a config.json path, a folder holding one, or a catalogue name/alias."""
+    """A ModelSpec from a GGUF file, a safetensors checkpoint (folder or file), a config.json
+    path, a folder holding one, or a catalogue name/alias."""
     text = str(source).strip()
     if not text:
         raise UserError("give a model: a catalogue name (see `roofline models list`), a config.json or its folder")
     path = Path(text).expanduser()
+    from roofline.spec.model_files import model_file_kind  # it imports this module
+
+    if model_file_kind(path) is not None:  # .gguf, .safetensors, a safetensors checkpoint folder
+        from roofline.spec.files import spec_from_file
+
+        return spec_from_file(path)
     if path.is_dir():
         cfg_path = path / "config.json"
         if not cfg_path.is_file():

@@ -14,6 +14,9 @@ plus the embedding table (one row read per token) and lm_head (all of it read pe
 tensor as the embeddings when tied). Router, norms, biases, attention sinks and the embedding row are
 "small": listed, and left out of the ceiling unless asked for (they are < 1% of the bytes of every
 model in the catalogue, and leaving bytes out keeps the bound an upper bound on speed).
+
+A spec read from a model file (`spec.stored`) keeps these labels but takes each component's counts
+from the file's tensors.
 """
 
 from __future__ import annotations
@@ -105,6 +108,19 @@ def components(spec: ModelSpec) -> list[Component]:
     out.append(Component("lm_head", head_label, 0.0 if spec.tie_word_embeddings else V * h, V * h))
     out.append(Component("embeddings", "embedding row", V * h, h, small=True))
     out.append(Component("norms", "norms/biases/sinks", small + small_stored, small + small_read, small=True))
+    return _as_stored(spec, out) if spec.stored else out
+
+
+def _as_stored(spec: ModelSpec, computed: list[Component]) -> list[Component]:
+    """The components a model file holds, with the parameters its tensors give (labels as
+    computed)."""
+    stored = {s.key: s for s in spec.stored}
+    out = [Component(c.key, c.label, stored[c.key].params_stored, stored[c.key].params_read,
+                     c.small) for c in computed if c.key in stored]
+    named = {c.key for c in computed}
+    out += [Component(s.key, "other tensors" if s.key == "weights" else s.key, s.params_stored,
+                      s.params_read, small=s.key in ("router", "embeddings", "norms"))
+            for s in spec.stored if s.key not in named]
     return out
 
 

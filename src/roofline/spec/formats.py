@@ -62,6 +62,7 @@ _ALIASES = {
     "float16": "fp16", "f16": "fp16", "half": "fp16",
     "float8": "fp8", "e4m3": "fp8", "fp8_e4m3": "fp8", "float8_e4m3fn": "fp8", "e5m2": "fp8",
     "fp8_e5m2": "fp8",
+    "f8_e4m3": "fp8", "f8_e5m2": "fp8", "f8_e4m3fnuz": "fp8", "f8_e5m2fnuz": "fp8",  # safetensors
     "mx4": "mxfp4", "mxfp4_e2m1": "mxfp4",
     "fp4": "nvfp4",
     "int4_g128": "int4", "w4a16": "int4",

@@ -1,7 +1,9 @@
 """ModelSpec: the shape of a decoder-only transformer, as much as the decode arithmetic needs.
 
-Built by `roofline.spec.parse.spec_from_config` from a Hugging Face `config.json`; every count
-downstream (components, KV bytes, FLOPs) is a pure function of this record.
+Built by `roofline.spec.parse.spec_from_config` from a Hugging Face `config.json` (and by
+`roofline.spec.files.spec_from_file` from a GGUF or safetensors checkpoint, whose tensors then
+give the components' parameters and formats: `stored`); every count downstream (components, KV
+bytes, FLOPs) is a pure function of this record.
 """
 
 from __future__ import annotations
@@ -62,6 +64,17 @@ class ExplicitParams:
 
 
 @dataclass(frozen=True)
+class StoredComponent:
+    """A component as a model file stores it (`spec.files`): its parameters counted from the
+    shapes of its tensors, stored and read per decoded token; its bytes are in the spec's
+    default_formats."""
+
+    key: str  # one of COMPONENT_KEYS
+    params_stored: float
+    params_read: float
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     name: str
     architecture: str  # the config's model_type
@@ -89,6 +102,7 @@ class ModelSpec:
     mtp_layers: int = 0  # multi-token-prediction layers shipped with the checkpoint (not in decode)
     max_position_embeddings: int | None = None  # the longest context the model was built for, when known
     notes: tuple[str, ...] = ()
+    stored: tuple[StoredComponent, ...] = ()  # from a model file: replaces the arithmetic
 
     @property
     def is_moe(self) -> bool:
