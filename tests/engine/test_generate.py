@@ -74,6 +74,11 @@ def test_cli_generate_json(tiny_gguf):
     assert v["percent_of_ceiling"] == pytest.approx(100 * d["decode_tok_per_s"] * d["bytes_per_token"]
                                                     / window["bound_bytes_per_s"])
     assert ("note" in v) == (v["percent_of_ceiling"] > 100)
+    # and against the bytes the file stores (this tiny fp32 GGUF: what the engine reads at fp32)
+    assert d["file_bytes_per_token"] > 0
+    assert d["read_ratio"] == pytest.approx(d["bytes_per_token"] / d["file_bytes_per_token"])
+    assert v["percent_of_file_ceiling"] == pytest.approx(100 * d["decode_tok_per_s"] * d["file_bytes_per_token"]
+                                                         / window["bound_bytes_per_s"])
     bad = subprocess.run([sys.executable, "-m", "roofline", "generate", "x", "--dtype", "fp8"], capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "dtype" in bad.stderr and "Traceback" not in bad.stderr

@@ -85,6 +85,7 @@ class FakeRunner:
         self.config = FakeConfig(self.tokenizer.vocab_size, max_seq_len)
         self.name, self.dtype, self.path = "fake-model", "fp32", "fake/path.gguf"
         self.max_batch, self.max_seq_len, self.bytes_per_token = max_batch, max_seq_len, 12345
+        self.file_bytes_per_token = 2345  # the file stores a smaller format than the engine reads
         self.decode_seconds = decode_seconds
         self.fail_on_prompt_token = fail_on_prompt_token
         self.ctx: dict[int, list[int]] = {}

@@ -90,7 +90,7 @@ def test_health_and_models(url, runner):
     models = sdk(url).models.list().data
     assert [m.id for m in models] == ["fake-model"]
     extra = models[0].model_extra["roofline"]
-    assert extra == {"bytes_per_token": 12345, "dtype": "fp32", "hardware": "local", "max_batch": 4,
+    assert extra == {"bytes_per_token": 12345, "file_bytes_per_token": 2345, "dtype": "fp32", "hardware": "local", "max_batch": 4,
                      "max_seq_len": 256}
     assert "fake/path" not in httpx.get(url + "/v1/models").text
     assert sdk(url).models.retrieve("fake-model").id == "fake-model"

@@ -103,3 +103,114 @@ def test_corrupt_profile_says_to_rerun_probe(cache, text, problem):
         prof.load_local_profile()
     msg = str(e.value)
     assert problem in msg and "roofline probe" in msg and "\n" not in msg
+
+
+# ---- the best read rate the machine has shown: it only rises -----------------------------------------
+
+
+def _with_best(read: float, best: float, when: str = "2026-01-01T00:00:00+00:00") -> dict:
+    d = _profile(read=read)
+    d["measured_at"] = when
+    d["bandwidth_bytes_per_s"]["read"].update(best=best, kernel="simd-sum")
+    return d
+
+
+def test_a_probe_records_its_own_best_read(cache):
+    d = _with_best(20e9, 22e9)
+    prof.save_profile(d)
+    best = prof.load_local_profile()[prof.BEST_READ]
+    assert best == {"bytes_per_s": 22e9, "measured_at": "2026-01-01T00:00:00+00:00", "by": prof.PROBE,
+                    "kernel": "simd-sum"}
+
+
+def test_a_window_that_measures_more_raises_the_best_and_a_lower_one_does_not(cache):
+    prof.save_profile(_with_best(20e9, 22e9))
+    assert not prof.note_read_rate(21e9, by="bench window", kernel="gemv")  # below the probe's 22
+    assert prof.load_local_profile()[prof.BEST_READ]["bytes_per_s"] == 22e9
+    assert prof.note_read_rate(62e9, by="bench window", kernel="gemv", measured_at="2026-01-01T01:00:00+00:00")
+    best = prof.load_local_profile()[prof.BEST_READ]
+    assert best == {"bytes_per_s": 62e9, "measured_at": "2026-01-01T01:00:00+00:00", "by": "bench window",
+                    "kernel": "gemv"}
+    for lower in (26e9, 61.9e9, 62e9):
+        assert not prof.note_read_rate(lower, by="generate window")
+    assert prof.load_local_profile()[prof.BEST_READ]["by"] == "bench window"
+    for nonsense in (float("nan"), float("inf"), -1.0, 0.0, True):
+        assert not prof.note_read_rate(nonsense, by="x")
+    assert prof.load_local_profile()[prof.BEST_READ]["bytes_per_s"] == 62e9
+
+
+def test_a_probe_in_a_slow_minute_keeps_the_higher_best(cache):
+    prof.save_profile(_with_best(20e9, 30e9))
+    assert prof.note_read_rate(62e9, by="bench window", kernel="gemv")
+    slow = _with_best(18e9, 22e9, when="2026-01-02T00:00:00+00:00")
+    prof.save_profile(slow)
+    saved = prof.load_local_profile()
+    assert saved["bandwidth_bytes_per_s"]["read"]["best"] == 22e9  # the probe's own figures as measured
+    assert saved[prof.BEST_READ]["bytes_per_s"] == 62e9 and saved[prof.BEST_READ]["by"] == "bench window"
+    # a probe faster than every window so far takes over
+    prof.save_profile(_with_best(60e9, 70e9, when="2026-01-03T00:00:00+00:00"))
+    assert prof.load_local_profile()[prof.BEST_READ] == {
+        "bytes_per_s": 70e9, "measured_at": "2026-01-03T00:00:00+00:00", "by": prof.PROBE, "kernel": "simd-sum"}
+    # another CPU's best is not this machine's
+    other = {**_with_best(10e9, 11e9), "cpu": "another cpu"}
+    prof.save_profile(other)
+    assert prof.load_local_profile()[prof.BEST_READ]["bytes_per_s"] == 11e9
+
+
+def test_without_a_profile_a_window_changes_nothing(cache):
+    assert not prof.note_read_rate(62e9, by="bench window")
+    assert prof.load_local_profile() is None and not prof.profile_path().exists()
+
+
+def test_a_damaged_profile_is_left_alone_by_a_window(cache):
+    path = prof.profile_path()
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    assert not prof.note_read_rate(62e9, by="bench window")
+    assert path.read_text() == "{not json"
+
+
+def test_the_short_probe_of_a_run_window_raises_the_profile(cache, monkeypatch):
+    """The run windows' real measurement (`window.short_probe`), its timing faked."""
+    from types import SimpleNamespace
+
+    from roofline.hardware import readbw
+    from roofline.hardware.window import short_probe
+
+    prof.save_profile(_with_best(20e9, 22e9))
+    rates = iter([26e9, 24e9])
+    monkeypatch.setattr(readbw, "read_bandwidth_now",
+                        lambda *a, **k: SimpleNamespace(best_bytes_per_s=next(rates), best_kernel="gemv"))
+    assert short_probe(by="the run window of `roofline bench`") == (26e9, "gemv")
+    assert short_probe() == (24e9, "gemv")
+    best = prof.load_local_profile()[prof.BEST_READ]
+    assert best["bytes_per_s"] == 26e9 and best["by"] == "the run window of `roofline bench`" and best["kernel"] == "gemv"
+
+
+def test_hardware_local_never_sits_below_the_best_shown(cache):
+    from roofline.hardware.local import hardware_from_profile, local_hardware
+
+    prof.save_profile(_with_best(20e9, 22e9))
+    assert local_hardware().bandwidth_bytes_per_s == 22e9  # the probe's own best pass
+    prof.note_read_rate(26e9, by="the run window of `roofline generate`", kernel="gemv",
+                        measured_at="2026-01-01T00:30:00+00:00")
+    hw = local_hardware()
+    assert hw.bandwidth_bytes_per_s == 26e9
+    assert "26.0 GB/s by the run window of `roofline generate` (gemv) at 2026-01-01T00:30:00+00:00" in hw.bandwidth_note
+    assert "above the probe's 22.0 GB/s" in hw.bandwidth_note and "2026-01-01T00:30:00" in hw.source
+    # a profile written before best_read existed reads as before
+    old = _with_best(20e9, 22e9)
+    assert hardware_from_profile(old).bandwidth_bytes_per_s == 22e9
+
+
+def test_probe_output_says_when_the_profile_keeps_a_higher_best(cache):
+    from roofline.cli.probe import _kept_best_note
+
+    prof.save_profile(_with_best(20e9, 30e9))
+    prof.note_read_rate(62e9, by="the run window of `roofline bench`", measured_at="2026-01-01T01:00:00+00:00")
+    slow = _with_best(18e9, 22e9)
+    prof.save_profile(slow)  # as `roofline probe` does before printing
+    note = _kept_best_note(slow)
+    assert note.startswith("This probe's best read pass, 22.0 GB/s, is below the best this machine has shown: 62.0 GB/s")
+    assert "the run window of `roofline bench` at 2026-01-01T01:00:00+00:00" in note
+    assert _kept_best_note(_with_best(60e9, 70e9)) is None

@@ -12,6 +12,7 @@ import pytest
 from report_helpers import (
     BANDWIDTH,
     BYTES_PER_TOKEN,
+    FILE_BYTES_PER_TOKEN,
     fake_tune_argv,
     marker,
     nullserver,
@@ -28,9 +29,11 @@ def bench(url: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="session")
 def bench_run(tmp_path_factory) -> tuple[Path, str]:
-    """A load sweep (1 and 2 streams) over the four built-in prompts, 2 reps; (folder, bench's stderr)."""
+    """A load sweep (1 and 2 streams) over the four built-in prompts, 2 reps; (folder, bench's stderr). The
+    server reports the bytes it reads per token and the bytes its model file stores, a quarter of them."""
     out = tmp_path_factory.mktemp("bench") / "run"
-    with nullserver("--ttft", "20ms", "--gap", "2ms", "--tokens", "8", "--bytes-per-token", str(BYTES_PER_TOKEN)) as url:
+    with nullserver("--ttft", "20ms", "--gap", "2ms", "--tokens", "8", "--bytes-per-token", str(BYTES_PER_TOKEN),
+                    "--file-bytes-per-token", str(FILE_BYTES_PER_TOKEN)) as url:
         p = bench(url, out, "--concurrency", "1,2")
     return out, p.stderr
 

@@ -9,7 +9,7 @@ import statistics
 import xml.etree.ElementTree as ET
 
 import pytest
-from report_helpers import BYTES_PER_TOKEN
+from report_helpers import BYTES_PER_TOKEN, FILE_BYTES_PER_TOKEN
 
 from roofline.report.build import write_report
 
@@ -81,7 +81,16 @@ def test_time_per_token_splits_the_floor_from_the_rest(report):
         assert b.measured_s_per_token == pytest.approx(1 / v["measured_tok_per_s"])
         assert b.percent_of_ceiling == pytest.approx(v["percent_of_ceiling"])
         assert f"{b.percent_of_ceiling:.0f}% of ceiling" in " ".join(texts_in(chart.svg))
+        # the file's floor is marked on each bar: the model's file stores a quarter of what the server reads
+        assert b.file_floor_s_per_token == pytest.approx(FILE_BYTES_PER_TOKEN / 100e9)  # 0.25 ms
+        assert b.file_percent == pytest.approx(v["percent_of_file_ceiling"]) == pytest.approx(b.percent_of_ceiling / 4)
+        assert f"{b.file_percent:.0f}% of the file's" in " ".join(texts_in(chart.svg))
     assert chart.svg.count('id="floor-') == 2 and chart.svg.count('id="other-') == 2
+    assert chart.svg.count('id="file-floor-') == 2 and "file's floor" in chart.caption
+    html = written.html.read_text()
+    assert "% of file&#x27;s ceiling" in html or "% of file's ceiling" in html
+    assert "file bytes per token" in html and "the engine reads 4.00x" in html
+    assert "4.00x the file&#x27;s 25.0 MB" in html or "4.00x the file's 25.0 MB" in html
 
 
 def test_per_prompt_spread_and_cdfs_hold_every_request(report):

@@ -59,3 +59,36 @@ def test_a_ladder_step_with_nothing_eligible_shows_its_fastest_try():
     assert [(s.label, s.objective, s.kept) for s in steps] == [
         ("baseline", 7.5, True), ("dtype=int8 (inexact)", 23.0, False), ("spec=ngram", 15.0, True)]
     assert steps[2].gain_pct == 100.0 and steps[2].spread == 3.0
+
+
+def test_the_files_floor_is_marked_on_each_tune_bar():
+    from roofline.report.time_bars import bars_of_tune, draw_time_bars
+    from roofline.tune.search import Slot
+    from roofline.tune.trial import TrialResult
+
+    def trial(number: int, speed: float, file_pct: float | None) -> TrialResult:
+        metrics = {"output_speed_median_tok_per_s": speed, "ceiling_tok_per_s": 50.0, "percent_of_ceiling": 2 * speed}
+        file = {} if file_pct is None else {"file_bytes_per_token": 96.6e6, "file_ceiling_tok_per_s": 280.0,
+                                            "percent_of_file_ceiling": file_pct, "read_ratio": 5.6}
+        return TrialResult(number, Slot("baseline" if number == 0 else "ladder"), {"threads": number + 1}, "ok",
+                           value=speed, metrics=metrics, **file)
+
+    tune = SimpleNamespace(baseline=trial(0, 40.0, 14.3), trials=(trial(0, 40.0, 14.3), trial(1, 42.0, None)))
+    bars = bars_of_tune(SimpleNamespace(tune=tune))
+    assert bars[0].file_floor_s_per_token == pytest.approx(1 / 280.0) and bars[0].file_percent == 14.3
+    assert bars[0].text == "80% of ceiling, 14% of the file's"
+    assert bars[1].file_floor_s_per_token is None and bars[1].text == "84% of ceiling"  # an older trial: no mark
+    chart = draw_time_bars(bars)
+    assert chart.svg.count('id="file-floor-0"') == 1 and 'id="file-floor-1"' not in chart.svg
+    assert "file's floor" in chart.caption
+
+
+def test_the_ceiling_table_names_the_files_figures():
+    from roofline.report.sections import ceiling_table
+
+    c = RunSummary.from_json({"provenance": {}, "ceiling": {
+        "bytes_per_token": 538.1e6, "bandwidth_bytes_per_s": 27e9, "tok_per_s": 27e9 / 538.1e6, "hardware": "local",
+        "file_bytes_per_token": 96.6e6, "file_tok_per_s": 27e9 / 96.6e6}}).ceiling
+    rows = dict(ceiling_table(c).rows)
+    assert rows["file bytes per token"] == "96.60 MB (the engine reads 5.57x)"
+    assert rows["file's ceiling (batch 1)"] == "279.5 tok/s = 3.578 ms/token"

@@ -116,3 +116,106 @@ def test_the_command_to_run_again_drops_the_trials_host_and_port():
     assert without_trial_address(["llama-server", "--port=8081", "--host=0.0.0.0", "-m", "x.gguf", "--threads", "2"]) == \
         ["llama-server", "-m", "x.gguf", "--threads", "2"]
     assert without_trial_address(["serve", "--spec", "ngram"]) == ["serve", "--spec", "ngram"]
+
+
+# ---- the model file's bytes per token in each trial's record ------------------------------------------
+
+def _bench_summary(percent_file: float | None = 15.0, tok_per_s: float = 41.9) -> dict:
+    """bench's summary.json of one trial held against 27 GB/s: the engine reads 538.1 MB, the file 96.6 MB."""
+    from roofline.bench.against import resolve_ceiling
+    from roofline.bench.summarize import vs_ceiling
+    from roofline.hardware.window import BandwidthWindow
+
+    info = {"bytes_per_token": 538.1e6, "dtype": "fp32"}
+    if percent_file is not None:
+        info["file_bytes_per_token"] = 96.6e6
+    c, _ = resolve_ceiling(model=None, hardware=None, served="m", server_info=info, window=BandwidthWindow(27e9))
+    speed = {"n": 2, "mean": tok_per_s, "p50": tok_per_s, "p90": 42, "p95": 42, "p99": 42, "min": 41.8, "max": 42}
+    return {"provenance": {}, "ceiling": c.to_dict(),
+            "scenarios": [{"scenario": {"name": "sequential"}, "requests": {"measured": 2, "ok": 2, "failed": 0},
+                           "metrics": {"output_speed_tok_per_s": speed}, "vs_ceiling": vs_ceiling(c, speed)}]}
+
+
+def _trial(number: int, value: float, summary: dict, **kw):
+    from roofline.tune.search import Slot
+    from roofline.tune.trial import TrialResult, _metrics, file_figures
+
+    slot = Slot("baseline") if number == 0 else Slot("ladder", 1, "threads", kw.get("threads", 2))
+    config = {} if number == 0 else {"threads": kw.get("threads", 2)}
+    return TrialResult(number, slot, config, "ok", value=value, spread=0.5, rep_values=(value, value),
+                       metrics=_metrics(summary), **file_figures(summary))
+
+
+def test_a_trial_keeps_the_files_bytes_and_its_percent_of_the_files_ceiling():
+    from roofline.tune.trial import TrialResult, file_figures
+
+    f = file_figures(_bench_summary())
+    assert f["file_bytes_per_token"] == 96.6e6 and f["file_ceiling_tok_per_s"] == pytest.approx(27e9 / 96.6e6)
+    assert f["percent_of_file_ceiling"] == pytest.approx(100 * 41.9 * 96.6e6 / 27e9)
+    assert f["read_ratio"] == pytest.approx(538.1 / 96.6)
+    assert file_figures(_bench_summary(None)) == {} and file_figures({"scenarios": []}) == {}
+    r = _trial(0, 41.9, _bench_summary())
+    back = TrialResult.from_json(json.loads(json.dumps(r.to_json())))
+    assert back == r and back.percent_of_file_ceiling == pytest.approx(15.0, abs=0.05)
+    # a trials.jsonl line written before these fields existed still loads, without them
+    old = {k: v for k, v in r.to_json().items() if "file" not in k and k != "read_ratio"}
+    loaded = TrialResult.from_json(old)
+    assert loaded.file_bytes_per_token is None and loaded.percent_of_file_ceiling is None and loaded.read_ratio is None
+
+
+def test_tables_show_the_files_ceiling_beside_the_engines():
+    from roofline.tune import output
+    from roofline.tune.result import TuneResult
+
+    summary = _bench_summary()
+    base, step = _trial(0, 41.9, summary), _trial(1, 44.0, _bench_summary(tok_per_s=44.0), threads=2)
+    ladder = ({"round": 1, "knob": "threads", "before": {"trial": 0, "objective": 41.9, "spread": 0.5, "config": {}},
+               "tried": [{"value": 2, "objective": 44.0, "spread": 0.5, "status": "ok", "trial": 1}],
+               "best_value": 2, "best_objective": 44.0, "kept": True, "gain": 2.1, "gain_pct": 5.0, "spread": 0.5,
+               "after": 44.0, "note": ""},)
+    t = TuneResult(engine="embedded", model=None, strategy="ladder",
+                   objective={"name": "speed", "direction": "maximize", "unit": "tok/s", "label": "Output Speed"},
+                   space={}, study={"name": "s", "trials": {}}, run_dir="r", ceiling=summary["ceiling"], baseline=base,
+                   best=step, fastest=step, ladder=ladder, trials=(base, step))
+    _, headers, rows, _ = output.trials_table(t)
+    assert headers[5:7] == ["% ceil", "% file"]
+    assert rows[0][5:7] == ["83.5%", "15.0%"] and rows[1][6] == f"{100 * 44.0 * 96.6e6 / 27e9:.1f}%"
+    _, headers, rows, _ = output.ladder_table(t)
+    assert headers[6:8] == ["% ceil", "% file"] and rows[0][6:8] == ["83.5%", "15.0%"]
+    assert rows[1][:2] == ["1", "threads=2"] and rows[1][7] == f"{100 * 44.0 * 96.6e6 / 27e9:.1f}%"
+    notes = output.header_notes(t)
+    assert any(n.startswith("file's ceiling: 279.5 tok/s = 27.0 GB/s / 96.6 MB per token") for n in notes)
+    assert ("trial 0: the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: measured against the file, "
+            "15% of ceiling") in notes
+    assert "83.5% of ceiling, 15.0% of the file's" in " ".join(notes)
+    assert "(15.7% of the file's)" in output.best_lines(t)[0]
+    assert "% file" in output.markdown(t)
+    # a tune.json written before: no file figures anywhere, and the tables still draw
+    old = TuneResult.from_json({**t.to_json(), "trials": [{k: v for k, v in x.to_json().items() if "file" not in k}
+                                                          for x in t.trials]})
+    _, _, rows, _ = output.trials_table(old)
+    assert [r[6] for r in rows] == ["-", "-"]
+
+
+def test_a_trials_bench_is_given_the_model_file(tmp_path, monkeypatch):
+    """The file's bytes per token are counted from the tuned model when its server does not report them."""
+    from types import SimpleNamespace
+
+    from roofline.bench import session
+    from roofline.bench.runner import Progress
+    from roofline.tune import trial
+    from roofline.tune.objectives import OBJECTIVES, ObjectiveSettings
+
+    seen = {}
+
+    def fake_run_session(plan, out, progress, engine=None, *, measure_bandwidth=None, model_file=None):
+        seen["model_file"] = model_file
+        return SimpleNamespace(interrupted=False, run_dir=out, summary={"scenarios": []})
+
+    monkeypatch.setattr(session, "run_session", fake_run_session)
+    monkeypatch.setattr("roofline.bench.results.read_requests", lambda d: ([], 0))
+    settings = SimpleNamespace(objective=OBJECTIVES["speed"], objective_settings=ObjectiveSettings(), hardware="local",
+                               prompts=[], ceiling_model=None, reps=1, max_tokens=4, usage="per-chunk",
+                               request_timeout_s=5.0, model=str(tmp_path / "m.gguf"))
+    trial._bench(settings, "http://127.0.0.1:1", tmp_path / "bench", Progress())
+    assert seen["model_file"] == str(tmp_path / "m.gguf")

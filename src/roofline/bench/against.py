@@ -11,6 +11,11 @@ own window (`roofline.hardware.window`: the best of the probe's read kernels rig
 the run, the higher of the two), not a profile measured minutes earlier on a machine whose bandwidth
 drifts. Other names come from the hardware catalogue; a literal such as `30GB/s` is taken as given.
 
+Beside the bytes the engine reads at its own format, a ceiling carries the bytes the model's file stores
+(`Ceiling.file_bytes_per_token`: the server's `file_bytes_per_token`, else counted from the launcher's
+model file or folder by `roofline.spec.files`), so every run is shown against both: an engine that
+expands a 4-bit file to fp32 reads 5.6x what it must, and 80% of its own ceiling is 15% of the file's.
+
 A measured decode rate above the ceiling means one of its two figures is wrong: the bandwidth (too low)
 or the bytes per token (too high). `above_ceiling` names the suspect and says why, and every place that
 prints a percentage above 100% prints that explanation beside it.
@@ -18,12 +23,14 @@ prints a percentage above 100% prints that explanation beside it.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from roofline.bounds.ceiling import Ceiling
+from roofline.errors import UserError
 from roofline.hardware.window import BandwidthWindow
 
 LOCAL = "local"
@@ -50,12 +57,71 @@ def hardware_bandwidth_bytes_per_s(hardware: str, gpus: int = 1) -> tuple[float,
     return hw.bandwidth_bytes_per_s, where
 
 
+_MAX_BYTES_PER_TOKEN = 1e15  # a petabyte per token: anything above is not a model's weights
+
+
+def plausible_bytes(value: Any) -> float | None:
+    """A byte count from a server's JSON when it is a positive finite number of plausible size, else None."""
+    if value.__class__ not in (int, float):  # bool is not a byte count
+        return None
+    try:
+        value = float(value)
+    except OverflowError:  # an integer beyond any float
+        return None
+    return value if math.isfinite(value) and 0 < value <= _MAX_BYTES_PER_TOKEN else None
+
+
+def file_bytes_of_model(model: str | None) -> tuple[int | None, str | None]:
+    """(the weight bytes per decoded token of a local model file or folder as stored, a note when they could
+    not be counted). (None, None) when `model` is no local path (a hub name, or nothing)."""
+    if not model:
+        return None, None
+    from pathlib import Path
+
+    path = Path(model).expanduser()
+    if path.is_file():
+        weights = path.suffix in (".gguf", ".safetensors")
+    else:
+        weights = path.is_dir() and (any(path.glob("*.safetensors")) or any(path.glob("*.gguf")))
+    if not weights:  # a hub name, a config.json or its folder: nothing stored to count
+        return None, None
+    try:
+        from roofline.spec.files import file_weight_bytes_per_token
+    except ImportError:
+        return None, f"the file's bytes per token of {path.name} are not counted (this roofline cannot read model files)"
+    try:
+        return int(file_weight_bytes_per_token(str(path))), None
+    except (UserError, OSError, ValueError, KeyError) as e:
+        return None, f"the file's bytes per token of {path.name} could not be counted: {e}"
+
+
+def file_bytes_note(file_bytes_per_token: float, source: str) -> str:
+    """The assumption line of the file's figure (never starts with "bandwidth" or SERVER_BYTES_NOTE)."""
+    return (f"file: {file_bytes_per_token / 1e6:,.1f} MB per token, the weights as the model's file stores them "
+            f"({source}), the same count: every weight once, one row of the embedding table")
+
+
+def with_file_bytes(ceiling: Ceiling, file_bytes_per_token: float | None, source: str) -> Ceiling:
+    """The ceiling carrying the file's bytes per token (unchanged when they are not known)."""
+    if not file_bytes_per_token:
+        return ceiling
+    return replace(ceiling, file_bytes_per_token=float(file_bytes_per_token),
+                   assumptions=(*ceiling.assumptions, file_bytes_note(file_bytes_per_token, source)))
+
+
 def resolve_ceiling(*, model: str | None, hardware: str | None, served: str | None,
                     server_info: dict | None, gpus: int = 1,
-                    window: BandwidthWindow | None = None) -> tuple[Ceiling | None, str | None]:
+                    window: BandwidthWindow | None = None,
+                    model_file: str | None = None) -> tuple[Ceiling | None, str | None]:
     """(ceiling or None, a note saying why there is none when the user might expect one). With a window
-    the hardware is this machine, held against the window's bound."""
+    the hardware is this machine, held against the window's bound. The file's bytes per token come from
+    the server's entry, else from `model_file` (the launcher's model argument) when it is a local path."""
     bytes_per_token = (server_info or {}).get("bytes_per_token")
+    file_bytes = plausible_bytes((server_info or {}).get("file_bytes_per_token"))
+    file_source, file_note = "from the server's /v1/models entry", None
+    if file_bytes is None and model_file:
+        counted, file_note = file_bytes_of_model(model_file)
+        file_bytes, file_source = counted, f"counted from {model_file}"
     if window is not None:
         hardware = LOCAL
     if isinstance(bytes_per_token, (int, float)) and bytes_per_token > 0 and hardware:
@@ -64,7 +130,7 @@ def resolve_ceiling(*, model: str | None, hardware: str | None, served: str | No
         else:
             bw, where = hardware_bandwidth_bytes_per_s(hardware, gpus)
         dtype = (server_info or {}).get("dtype")
-        return Ceiling(
+        return with_file_bytes(Ceiling(
             bytes_per_token=float(bytes_per_token),
             bandwidth_bytes_per_s=bw,
             model=served or model or "",
@@ -73,12 +139,13 @@ def resolve_ceiling(*, model: str | None, hardware: str | None, served: str | No
                 f"{SERVER_BYTES_NOTE} ({dtype or 'dtype not stated'}): weights read per decoded token",
                 where,
             ),
-        ), None
+        ), file_bytes, file_source), file_note
     if model and hardware:
         from roofline.bounds.ceiling import ceiling_for
 
         ceiling = ceiling_for(model, hardware, gpus=gpus)
-        return (held_against_window(ceiling, window) if window is not None else ceiling), None
+        ceiling = with_file_bytes(ceiling, file_bytes, file_source)
+        return (held_against_window(ceiling, window) if window is not None else ceiling), file_note
     if model or hardware:
         return None, "a ceiling needs both --model and --hardware (or a server that reports its bytes per token)"
     return None, None
@@ -156,10 +223,32 @@ def percent_text(v: Any) -> str:
     return f"{pct:.1f}%"
 
 
+# Within this factor either way the engine reads what the file stores; beyond it the summary says so.
+READ_RATIO_NOTE = 1.05
+
+
+def read_ratio_line(bytes_per_token: float, file_bytes_per_token: float | None,
+                    percent_of_file_ceiling: float | None) -> str | None:
+    """One line when the engine reads more (or fewer) bytes per token than the file stores, beyond
+    READ_RATIO_NOTE: "the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: measured against the
+    file, 15% of ceiling". None when the file's figure is unknown or the two agree."""
+    if not file_bytes_per_token or not bytes_per_token:
+        return None
+    ratio = bytes_per_token / file_bytes_per_token
+    if 1 / READ_RATIO_NOTE <= ratio <= READ_RATIO_NOTE:
+        return None
+    smaller = "" if ratio > 1 else " (it runs a smaller format than the file stores)"
+    against = ("" if percent_of_file_ceiling is None
+               else f": measured against the file, {percent_of_file_ceiling:.0f}% of ceiling")
+    return (f"the engine reads {bytes_per_token / 1e6:,.1f} MB per token, {ratio:.2f}x the file's "
+            f"{file_bytes_per_token / 1e6:,.1f} MB{smaller}{against}")
+
+
 def local_decode_vs_ceiling(*, bytes_per_token: float, tok_per_s: float, passes_per_s: float | None,
-                            window: BandwidthWindow) -> dict[str, Any]:
+                            window: BandwidthWindow, file_bytes_per_token: float | None = None) -> dict[str, Any]:
     """A decode rate on this machine held against its bandwidth window (what `roofline generate` prints).
-    With speculation (more than one token per weight pass) passes/s is held against it, as bench does."""
+    With speculation (more than one token per weight pass) passes/s is held against it, as bench does.
+    With the file's bytes per token, the same rate against the file's ceiling too."""
     ceiling_tok_per_s = window.bound_bytes_per_s / bytes_per_token
     spec = passes_per_s is not None and passes_per_s > 0 and tok_per_s > passes_per_s * 1.0001
     rate = passes_per_s if spec else tok_per_s
@@ -167,6 +256,10 @@ def local_decode_vs_ceiling(*, bytes_per_token: float, tok_per_s: float, passes_
     d: dict[str, Any] = {"ceiling_tok_per_s": ceiling_tok_per_s, "bandwidth_bytes_per_s": window.bound_bytes_per_s,
                          "basis": "passes" if spec else "tokens", "percent_of_ceiling": pct,
                          "local_bandwidth": window.to_json()}
+    if file_bytes_per_token:
+        file_ceiling = window.bound_bytes_per_s / file_bytes_per_token
+        d.update(file_bytes_per_token=file_bytes_per_token, file_ceiling_tok_per_s=file_ceiling,
+                 percent_of_file_ceiling=100.0 * rate / file_ceiling, read_ratio=bytes_per_token / file_bytes_per_token)
     d.update(above_ceiling(pct, bandwidth_bytes_per_s=window.bound_bytes_per_s, bytes_per_token=bytes_per_token,
                            bandwidth_from="measured", bytes_from="engine") or {})
     return d

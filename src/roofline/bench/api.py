@@ -134,7 +134,8 @@ def model_ids(models_json: Any) -> list[str]:
 
 
 def roofline_info(models_json: Any, model: str) -> dict | None:
-    """The `roofline` extension of a listed model ({"bytes_per_token", "dtype", "path"}), if present."""
+    """The `roofline` extension of a listed model ({"bytes_per_token", "file_bytes_per_token", "dtype", ...}),
+    if present."""
     for m in _entries(models_json):
         if m.get("id") == model and isinstance(m.get("roofline"), dict):
             return m["roofline"]

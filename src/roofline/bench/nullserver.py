@@ -160,11 +160,13 @@ class NullProtocol(asyncio.Protocol):
 
 class NullServer:
     def __init__(self, schedule: Schedule, *, model: str = "null", faults: list[str] | None = None,
-                 bytes_per_token: int | None = None, strict: bool = False) -> None:
+                 bytes_per_token: int | None = None, strict: bool = False,
+                 file_bytes_per_token: int | None = None) -> None:
         self.schedule = schedule
         self.model = model
         self.faults = faults or []
         self.bytes_per_token = bytes_per_token
+        self.file_bytes_per_token = file_bytes_per_token
         self.strict = strict  # reject stream_options.continuous_usage_stats, like OpenAI's own API
         self.count = itertools.count()
         self.emitter: Emitter | None = None
@@ -186,6 +188,8 @@ class NullServer:
         m: dict = {"id": self.model, "object": "model", "owned_by": "roofline"}
         if self.bytes_per_token:
             m["roofline"] = {"bytes_per_token": self.bytes_per_token, "dtype": "fp32", "path": "null"}
+            if self.file_bytes_per_token:
+                m["roofline"]["file_bytes_per_token"] = self.file_bytes_per_token
         return {"object": "list", "data": [m]}
 
     def completion(self, conn: NullProtocol, chat: bool, body: bytes) -> None:
@@ -294,6 +298,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workers", type=int, default=1, help="processes sharing the port")
     ap.add_argument("--faults", default="", help=f"comma list cycled over requests: {', '.join(faultserver.FAULTS)}")
     ap.add_argument("--bytes-per-token", type=int, default=None, help="advertise a roofline.bytes_per_token in /v1/models")
+    ap.add_argument("--file-bytes-per-token", type=int, default=None,
+                    help="with --bytes-per-token: advertise a roofline.file_bytes_per_token (the file's own) too")
     ap.add_argument("--strict", action="store_true", help="reject stream_options other than include_usage")
     a = ap.parse_args(argv)
     schedule = Schedule(parse_seconds(a.ttft), parse_seconds(a.gap), a.tokens, a.tokens_per_chunk)
@@ -301,7 +307,8 @@ def main(argv: list[str] | None = None) -> None:
     for f in faults:
         if f not in faultserver.FAULTS:
             ap.error(f"unknown fault {f!r}; known: {', '.join(faultserver.FAULTS)}")
-    server = NullServer(schedule, model=a.model, faults=faults, bytes_per_token=a.bytes_per_token, strict=a.strict)
+    server = NullServer(schedule, model=a.model, faults=faults, bytes_per_token=a.bytes_per_token, strict=a.strict,
+                        file_bytes_per_token=a.file_bytes_per_token)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # so the finally below stops the workers
     sock = listening_socket(a.host, a.port)
     print(f"listening on http://{a.host}:{sock.getsockname()[1]}", flush=True)

@@ -21,20 +21,18 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
-import math
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from roofline.bench.against import LOCAL, hardware_bandwidth_bytes_per_s
+from roofline.bench.against import LOCAL, hardware_bandwidth_bytes_per_s, plausible_bytes
 from roofline.bench.api import choose_model, model_ids, parse_endpoint, roofline_info
 from roofline.bench.http1 import FetchError, fetch
 from roofline.bench.plan import BenchPlan
 from roofline.errors import UserError
 
 PREFLIGHT_TIMEOUT_S = 10.0
-_MAX_BYTES_PER_TOKEN = 1e15  # a petabyte per token: anything above is not a model's weights
 
 
 @dataclass(frozen=True)
@@ -47,30 +45,27 @@ class ServerFacts:
     models: tuple[str, ...] = ()
     served: str | None = None
     bytes_per_token: float | None = None
+    file_bytes_per_token: float | None = None  # the entry's `roofline.file_bytes_per_token`: the file's own
     hardware: str | None = None  # the entry's `roofline.hardware` ("local": the server's own machine)
     local: bool = False  # the URL's host is this machine
 
     def to_json(self) -> dict[str, Any]:
         return {"url": self.url, "status": self.status, "models": list(self.models), "served": self.served,
-                "bytes_per_token": self.bytes_per_token, "hardware": self.hardware, "local": self.local}
+                "bytes_per_token": self.bytes_per_token, "file_bytes_per_token": self.file_bytes_per_token,
+                "hardware": self.hardware, "local": self.local}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ServerFacts:
         return cls(url=str(d["url"]), status=int(d["status"]), models=tuple(d.get("models") or ()),
-                   served=d.get("served"), bytes_per_token=d.get("bytes_per_token"), hardware=d.get("hardware"),
+                   served=d.get("served"), bytes_per_token=d.get("bytes_per_token"),
+                   file_bytes_per_token=d.get("file_bytes_per_token"), hardware=d.get("hardware"),
                    local=bool(d.get("local")))
 
 
-def bytes_per_token_of(info: Mapping[str, Any] | None) -> float | None:
-    """The entry's `bytes_per_token` when it is a positive finite number of plausible size, else None."""
-    value = (info or {}).get("bytes_per_token")
-    if value.__class__ not in (int, float):  # bool is not a byte count
-        return None
-    try:
-        value = float(value)
-    except OverflowError:  # an integer beyond any float
-        return None
-    return value if math.isfinite(value) and 0 < value <= _MAX_BYTES_PER_TOKEN else None
+def bytes_per_token_of(info: Mapping[str, Any] | None, key: str = "bytes_per_token") -> float | None:
+    """The entry's `bytes_per_token` (or another byte count, `key`) when it is a positive finite number of
+    plausible size, else None."""
+    return plausible_bytes((info or {}).get(key))
 
 
 def is_this_machine(host: str) -> bool:
@@ -119,6 +114,7 @@ def server_facts(plan: BenchPlan, *, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> 
     hardware = (info or {}).get("hardware")
     return ServerFacts(url=ep.url, status=status, models=tuple(models), served=served,
                        bytes_per_token=bytes_per_token_of(info),
+                       file_bytes_per_token=bytes_per_token_of(info, "file_bytes_per_token"),
                        hardware=hardware if isinstance(hardware, str) and hardware.strip() else None,
                        local=is_this_machine(ep.host))
 
@@ -129,18 +125,22 @@ def ceiling_hardware(facts: ServerFacts) -> tuple[str | None, str]:
     if facts.bytes_per_token is None:
         return None, ""
     mb = facts.bytes_per_token / 1e6
+    if facts.file_bytes_per_token:  # what the file stores beside it: the run is shown against both
+        mb_text = f"{mb:,.1f} MB per token (the file stores {facts.file_bytes_per_token / 1e6:,.1f} MB)"
+    else:
+        mb_text = f"{mb:,.1f} MB per token"
     if facts.hardware not in (None, LOCAL):
         named = facts.hardware[:60]
         try:
             hardware_bandwidth_bytes_per_s(facts.hardware)
         except UserError:
-            return None, (f"the server reads {mb:,.1f} MB per token on hardware {named!r}, which is not known here: "
+            return None, (f"the server reads {mb_text} on hardware {named!r}, which is not known here: "
                           "give --hardware NAME (or a bandwidth like 100GB/s) for a ceiling")
-        return facts.hardware, f"the server reads {mb:,.1f} MB per token on {named} (its /v1/models entry)"
+        return facts.hardware, f"the server reads {mb_text} on {named} (its /v1/models entry)"
     if not facts.local:
-        return None, (f"the server reads {mb:,.1f} MB per token but runs on another machine, whose bandwidth cannot "
+        return None, (f"the server reads {mb_text} but runs on another machine, whose bandwidth cannot "
                       "be measured from here: give --hardware NAME (or a bandwidth like 100GB/s) for a ceiling")
-    return LOCAL, (f"the server reads {mb:,.1f} MB per token (its /v1/models entry) on this machine: the run is held "
+    return LOCAL, (f"the server reads {mb_text} (its /v1/models entry) on this machine: the run is held "
                    "against this machine's measured read bandwidth")
 
 

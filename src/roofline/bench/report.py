@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from roofline.bench.against import percent_text
-from roofline.bench.summary import Distribution, RunSummary, ScenarioSummary
+from roofline.bench.against import percent_text, read_ratio_line
+from roofline.bench.summary import CeilingFigures, Distribution, RunSummary, ScenarioSummary
 
 Table = tuple[str, list[str], list[list[str]], list[str]]
 
@@ -54,11 +54,14 @@ def latency_table(summary: RunSummary) -> Table:
 def rates_table(summary: RunSummary) -> Table:
     has_slo = bool(summary.slo_s)
     has_ceiling = summary.ceiling is not None
+    has_file = has_ceiling and bool(summary.ceiling.file_bytes_per_token)
     headers = ["scenario", "Output Speed p50 tok/s", "min", "max", "req/s", "output tok/s"]
     if has_slo:
         headers += ["goodput req/s", "goodput tok/s"]
     if has_ceiling:
         headers.append("% of ceiling")
+    if has_file:
+        headers.append("% of file's ceiling")
     rows = []
     for s in summary.scenarios:
         speed = s.metric("output_speed_tok_per_s")
@@ -69,6 +72,8 @@ def rates_table(summary: RunSummary) -> Table:
             row += [num(g and g.requests_per_s, "{:.2f}"), num(g and g.output_tok_per_s)]
         if has_ceiling:
             row.append(percent_text(s.vs_ceiling))  # above 100%: the suspect figure beside it
+        if has_file:
+            row.append(num(s.vs_ceiling and s.vs_ceiling.percent_of_file_ceiling, "{:.1f}%"))
         rows.append(row)
     return ("rates", headers, rows, result_notes(summary))
 
@@ -84,6 +89,7 @@ def _ceiling_notes(summary: RunSummary) -> list[str]:
         return []
     notes = [(f"ceiling: {c.tok_per_s:.1f} tok/s = {c.bandwidth_bytes_per_s / 1e9:.1f} GB/s / "
               f"{c.bytes_per_token / 1e6:.1f} MB per token ({c.hardware or 'hardware'}, batch 1)")]
+    notes += file_ceiling_notes(c)
     for s in summary.scenarios:
         v = s.vs_ceiling
         if v is None or v.measured_tok_per_s is None:
@@ -98,11 +104,29 @@ def _ceiling_notes(summary: RunSummary) -> list[str]:
                          f"all the weights")
         else:
             notes.append(f"{s.name}: decode {v.measured_tok_per_s:.1f} tok/s = {v.percent_of_ceiling:.1f}% of the "
-                         f"ceiling, effective bandwidth {v.effective_bandwidth_bytes_per_s / 1e9:.2f} GB/s")
+                         f"ceiling" + ("" if v.percent_of_file_ceiling is None else
+                                       f", {v.percent_of_file_ceiling:.1f}% of the file's")
+                         + f", effective bandwidth {v.effective_bandwidth_bytes_per_s / 1e9:.2f} GB/s")
         if v.note:  # above 100%: which figure is suspect, and why
             notes.append(f"{s.name}: {v.note}")
+        ratio = read_ratio_line(c.bytes_per_token, c.file_bytes_per_token, v.percent_of_file_ceiling)
+        if ratio:  # the engine reads more (or fewer) bytes than the file stores
+            notes.append(f"{s.name}: {ratio}")
     notes += [f"assumption: {a}" for a in c.assumptions]
     return notes
+
+
+def file_ceiling_notes(c: CeilingFigures) -> list[str]:
+    """The file's ceiling beside the engine's: "file's ceiling: 279.5 tok/s = 27.0 GB/s / 96.6 MB per token
+    (the weights as the file stores them)", or why it is missing when the engine's own count was used."""
+    if c.file_bytes_per_token and c.file_tok_per_s:
+        return [(f"file's ceiling: {c.file_tok_per_s:.1f} tok/s = {c.bandwidth_bytes_per_s / 1e9:.1f} GB/s / "
+                 f"{c.file_bytes_per_token / 1e6:.1f} MB per token (the weights as the model's file stores them; "
+                 f"the engine reads {c.read_ratio:.2f}x that)")]
+    if c.bytes_from_engine:
+        return ["file's ceiling: unknown (the server does not report the bytes its model file stores, and no local "
+                "model file was given to count them)"]
+    return []
 
 
 def token_source_note(s: ScenarioSummary) -> str | None:

@@ -94,7 +94,7 @@ def provenance(plan: BenchPlan, info: dict, spec: RequestSpec, origin_ns: int, c
         from roofline.hardware.profile import load_local_profile
 
         p = load_local_profile()
-        hw = {k: p.get(k) for k in ("name", "cpu", "threads", "measured_at", "bandwidth_bytes_per_s")} if p else None
+        hw = {k: p.get(k) for k in ("name", "cpu", "threads", "measured_at", "bandwidth_bytes_per_s", "best_read")} if p else None
     return {
         "roofline_version": __version__,
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

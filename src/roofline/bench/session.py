@@ -35,16 +35,19 @@ class EngineSpec:
 
 
 def run_session(plan: BenchPlan, run_dir: Path, progress: Progress, engine: EngineSpec | None = None,
-                *, measure_bandwidth: Measure | None = None) -> Outcome:
+                *, measure_bandwidth: Measure | None = None, model_file: str | None = None) -> Outcome:
     """Run the plan (against a started engine when asked); the engine is stopped in every case.
 
     A run held against this machine (`--hardware local`, and the embedded engine unless --hardware says
     otherwise) is held against the read bandwidth measured in its own window: a short probe right before
     the requests and another right after, the higher of the two (`roofline.hardware.window`).
     measure_bandwidth() -> (bytes/s, kernel) is that probe (the short best-of-kernels one by default).
-    The embedded engine's profile is measured first if `roofline probe` never ran here."""
+    The embedded engine's profile is measured first if `roofline probe` never ran here.
+    model_file: the engine's model (a local .gguf or safetensors folder) when this session did not start
+    it (tune starts its own): the file's bytes per token are counted from it when the server does not
+    report them; a started engine's model argument is used the same way."""
     if engine is None or not engine.wanted:
-        return _measure(plan, run_dir, progress, default_local=False, measure=measure_bandwidth)
+        return _measure(plan, run_dir, progress, default_local=False, measure=measure_bandwidth, model_file=model_file)
     launcher = engine.launcher
     embedded = launcher.name == "embedded"
     if embedded and plan.hardware in (None, "local"):
@@ -57,14 +60,15 @@ def run_session(plan: BenchPlan, run_dir: Path, progress: Progress, engine: Engi
         started = {"name": launcher.name, "version": launcher.version(), "config": dict(engine.config),
                    "argv": server.argv, "log": str(server.log_path)}
         plan = replace(plan, url=server.url, provenance_extra={**plan.provenance_extra, "engine": started})
-        return _measure(plan, run_dir, progress, default_local=embedded, measure=measure_bandwidth)
+        return _measure(plan, run_dir, progress, default_local=embedded, measure=measure_bandwidth,
+                        model_file=model_file or engine.model)
 
 
 def _measure(plan: BenchPlan, run_dir: Path, progress: Progress, *, default_local: bool,
-             measure: Measure | None) -> Outcome:
+             measure: Measure | None, model_file: str | None = None) -> Outcome:
     info = asyncio.run(discover(plan))
     hardware = plan.hardware or ("local" if default_local else None)
-    measure = measure or short_probe
+    measure = measure or (lambda: short_probe(by="the run window of `roofline bench` (or a tune trial)"))
     window = None
     if hardware == LOCAL:  # the bandwidth of these minutes, not a profile's: a shared machine drifts
         before, kernel = measure()
@@ -72,7 +76,8 @@ def _measure(plan: BenchPlan, run_dir: Path, progress: Progress, *, default_loca
         progress.note(f"read bandwidth before the run: {before / 1e9:.1f} GB/s (best of the probe's read kernels: {kernel})")
     try:
         ceiling, note = resolve_ceiling(model=plan.model, hardware=hardware, served=info.get("served"),
-                                        server_info=info.get("roofline"), gpus=plan.gpus, window=window)
+                                        server_info=info.get("roofline"), gpus=plan.gpus, window=window,
+                                        model_file=model_file or plan.model)
     except UserError as e:
         if plan.hardware:  # asked for explicitly: the user must fix it before anything is measured
             raise

@@ -109,7 +109,9 @@ def vs_ceiling(ceiling: Any, speed: Mapping[str, float] | None, passes: Mapping[
     With speculation (the server reports more than one token per weight pass) the ceiling bounds weight
     passes, not tokens: each pass reads the weights once, and Output Speed = passes/s x tokens/pass can beat
     the one-token ceiling. Then passes/s is what is held against it (basis "passes"). Above 100% the
-    figure that must be wrong is named (`suspect`, `note`: see `bench.against.above_ceiling`)."""
+    figure that must be wrong is named (`suspect`, `note`: see `bench.against.above_ceiling`). When the
+    ceiling knows the file's bytes per token, the same rate is held against the file's ceiling too
+    (`percent_of_file_ceiling`)."""
     d = {"ceiling_tok_per_s": ceiling.tok_per_s, "bytes_per_token": ceiling.bytes_per_token,
          "bandwidth_bytes_per_s": ceiling.bandwidth_bytes_per_s, "basis": "tokens"}
     if speed:
@@ -125,6 +127,12 @@ def vs_ceiling(ceiling: Any, speed: Mapping[str, float] | None, passes: Mapping[
         from roofline.bench.against import ceiling_excess
 
         d.update(ceiling_excess(ceiling, d["percent_of_ceiling"]) or {})  # above 100%: "suspect" and "note"
+    file_bytes = getattr(ceiling, "file_bytes_per_token", None)
+    if file_bytes:  # the same rate against the bytes the file stores: what the model needs
+        d.update(file_bytes_per_token=file_bytes, file_ceiling_tok_per_s=ceiling.file_tok_per_s)
+        if "measured_tok_per_s" in d:
+            rate = d["passes_per_s"] if d["basis"] == "passes" else d["measured_tok_per_s"]
+            d["percent_of_file_ceiling"] = ceiling.percent_of_file_ceiling(rate)
     return d
 
 

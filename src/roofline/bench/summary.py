@@ -152,6 +152,9 @@ class VsCeiling:
     tokens_percent_of_one_token_ceiling: float | None = None
     suspect: str | None = None  # above 100%: the figure that must be wrong (bench.against.above_ceiling)
     note: str | None = None  # above 100%: why, printed beside the percentage
+    file_bytes_per_token: float | None = None  # the weights as the model's file stores them (None: unknown)
+    file_ceiling_tok_per_s: float | None = None  # bandwidth / file_bytes_per_token
+    percent_of_file_ceiling: float | None = None  # the same rate (tokens or passes) against the file's ceiling
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -218,7 +221,21 @@ class CeilingFigures:
     model: str = ""
     hardware: str = ""
     assumptions: tuple[str, ...] = ()
+    file_bytes_per_token: float | None = None  # the weights as the model's file stores them (None: unknown)
+    file_tok_per_s: float | None = None  # the file's ceiling: bandwidth / file_bytes_per_token
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def read_ratio(self) -> float | None:
+        """Bytes the engine reads per token over the file's (None when the file's are unknown)."""
+        return self.bytes_per_token / self.file_bytes_per_token if self.file_bytes_per_token else None
+
+    @property
+    def bytes_from_engine(self) -> bool:
+        """The bytes per token are the engine's own count (its server reported them), not roofline's."""
+        from roofline.bench.against import SERVER_BYTES_NOTE
+
+        return any(a.startswith(SERVER_BYTES_NOTE) for a in self.assumptions)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> CeilingFigures | None:

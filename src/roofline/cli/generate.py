@@ -87,7 +87,7 @@ def generate(
 
         def measure_now() -> tuple[float, str]:
             with err.status("measuring this machine's read bandwidth (about a second) ..."):
-                return short_probe()
+                return short_probe(by="the run window of `roofline generate`")
 
         _, window = measure_window(stream, measure_now)
     else:
@@ -103,12 +103,15 @@ def _print_timings(runner, gen, text: str, *, as_json: bool, as_markdown: bool, 
     t = gen.timings
     tok_per_s = t.decode_tok_per_s
     gb_per_s = runner.bytes_per_token * tok_per_s / 1e9
+    file_bytes = getattr(runner, "file_bytes_per_token", None)  # what the file stores: what the model needs
     result = {
         "model": runner.name, "path": runner.path, "dtype": runner.dtype, "threads": runner.threads, "chat": chat,
         "prompt_tokens": t.prompt_tokens, "generated_tokens": t.generated_tokens,
         "finish_reason": gen.sequence.finish_reason, "ttft_seconds": t.prefill_seconds,
         "prefill_tok_per_s": t.prefill_tok_per_s, "decode_tok_per_s": tok_per_s,
-        "bytes_per_token": runner.bytes_per_token, "effective_bytes_per_s": gb_per_s * 1e9,
+        "bytes_per_token": runner.bytes_per_token, "file_bytes_per_token": file_bytes,
+        "read_ratio": runner.bytes_per_token / file_bytes if file_bytes else None,
+        "effective_bytes_per_s": gb_per_s * 1e9,
         "weight_passes": t.passes, "spec": {**gen.speculation.stats.to_json(), "passes": t.passes} if gen.speculation else None,
     }
     vs = None
@@ -117,7 +120,7 @@ def _print_timings(runner, gen, text: str, *, as_json: bool, as_markdown: bool, 
 
         passes_per_s = (t.passes - 1) / t.decode_seconds if t.decode_seconds > 0 and t.passes > 1 else None
         vs = local_decode_vs_ceiling(bytes_per_token=runner.bytes_per_token, tok_per_s=tok_per_s,
-                                     passes_per_s=passes_per_s, window=window)
+                                     passes_per_s=passes_per_s, window=window, file_bytes_per_token=file_bytes)
         result["vs_ceiling"] = vs
     if as_json:
         print_json({"text": text, **result})
@@ -131,7 +134,9 @@ def _print_timings(runner, gen, text: str, *, as_json: bool, as_markdown: bool, 
         ("TTFT (prefill + first token)", f"{fmt_seconds(t.prefill_seconds)} ({t.prefill_tok_per_s:,.0f} tok/s)"),
         ("decode", f"{tok_per_s:.1f} tok/s" if t.decode_tokens else "n/a (one token)"),
         ("weight passes", f"{t.passes} ({t.generated_tokens / t.passes:.2f} tokens per pass)" if t.passes else "0"),
-        ("weight bytes / token", f"{runner.bytes_per_token / 1e6:.1f} MB"),
+        ("weight bytes / token", f"{runner.bytes_per_token / 1e6:.1f} MB (as the engine reads them, {runner.dtype})"),
+        ("file bytes / token", f"{file_bytes / 1e6:.1f} MB (as the file stores them; the engine reads "
+                               f"{runner.bytes_per_token / file_bytes:.2f}x)" if file_bytes else "unknown"),
         ("effective read bandwidth", f"{gb_per_s:.1f} GB/s"),
     ]
     if vs is not None:
@@ -141,12 +146,21 @@ def _print_timings(runner, gen, text: str, *, as_json: bool, as_markdown: bool, 
                    f"{runner.bytes_per_token / 1e6:.1f} MB")
         rows.append(("ceiling (this machine, now)", ceiling))
         rows.append(("% of ceiling" + (" (weight passes/s)" if vs["basis"] == "passes" else ""), percent_text(vs)))
+        if vs.get("file_ceiling_tok_per_s"):
+            rows.append(("file's ceiling", f"{vs['file_ceiling_tok_per_s']:.1f} tok/s = "
+                                           f"{vs['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s / {file_bytes / 1e6:.1f} MB"))
+            rows.append(("% of file's ceiling", f"{vs['percent_of_file_ceiling']:.1f}%"))
     notes = ["decode tok/s counts tokens from decode steps only; effective bandwidth = weight bytes/token x decode tok/s "
              "(the KV cache read adds to it at long contexts)"]
     if window is not None:
         notes.append(window.describe())
     if vs is not None and vs.get("note"):
         notes.append(vs["note"])
+    from roofline.bench.against import read_ratio_line
+
+    ratio = read_ratio_line(runner.bytes_per_token, file_bytes, (vs or {}).get("percent_of_file_ceiling"))
+    if ratio:  # an engine that expands the file's format reads more than it must
+        notes.append(ratio)
     if gen.speculation is not None:
         st = gen.speculation.stats
         rate = f"{100 * st.acceptance_rate:.0f}%" if st.acceptance_rate is not None else "n/a"

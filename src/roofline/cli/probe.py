@@ -129,9 +129,25 @@ def _print(profile: dict[str, Any], path: Any, *, as_json: bool, as_markdown: bo
         "a decode step (every weight row read once)."),
         f"Profile saved to {path}" if path else "Profile not saved (--no-save).",
     ]
+    kept = _kept_best_note(profile)
+    if kept:
+        notes.append(kept)
     headers = ["kernel", "best", "median", "min", "unit", "backend"]
     title = f"roofline probe, measured {profile['measured_at']}"
     emit_table(title, headers, rows, as_markdown=as_markdown, notes=notes)
+
+
+def _kept_best_note(profile: dict[str, Any]) -> str | None:
+    """When the saved profile keeps a best read rate above this probe's (a run window, or an earlier probe,
+    measured more): that rate, when and by what, since it is what `--hardware local` uses."""
+    from roofline.hardware.profile import BEST_READ, probe_best_read
+
+    kept, own = profile.get(BEST_READ), probe_best_read(profile)
+    if not isinstance(kept, dict) or own is None or not kept.get("bytes_per_s", 0) > own["bytes_per_s"]:
+        return None
+    return (f"This probe's best read pass, {own['bytes_per_s'] / 1e9:,.1f} GB/s, is below the best this machine has "
+            f"shown: {kept['bytes_per_s'] / 1e9:,.1f} GB/s by {kept.get('by', '?')} at {kept.get('measured_at', '?')}; "
+            "the profile keeps that one, so --hardware local stays a bound.")
 
 
 def _matmul_sizes(flops: dict, asked: int) -> str:

@@ -89,12 +89,15 @@ class _ServerState:
     def model_card(self) -> dict[str, Any]:
         """A /v1/models entry. `roofline.bytes_per_token` = weight bytes this engine reads per decoded token at
         its dtype (the runner's count, as bench and tune use it): bench holds a run against the local
-        ceiling with it. No file path: the server's disk layout is nobody's business."""
+        ceiling with it; `file_bytes_per_token` = the same count over the weights as the file stores them
+        (what the model needs), the second ceiling every run is shown against. No file path: the server's
+        disk layout is nobody's business."""
         r = self.runner
         return {
             "id": self.model_name, "object": "model", "created": self.created, "owned_by": "roofline",
             "max_model_len": self.scheduler.max_seq_len,
-            "roofline": {"bytes_per_token": int(r.bytes_per_token), "dtype": r.dtype, "hardware": "local",
+            "roofline": {"bytes_per_token": int(r.bytes_per_token),
+                         "file_bytes_per_token": int(r.file_bytes_per_token), "dtype": r.dtype, "hardware": "local",
                          "max_batch": self.scheduler.max_batch, "max_seq_len": self.scheduler.max_seq_len},
         }
 

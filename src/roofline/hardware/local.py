@@ -2,7 +2,10 @@
 
 Bandwidth is the best measured read pass over the probe's read kernels (a bound, as STREAM's best rate
 is; see `roofline.hardware.readbw`), with the typical (median) rate and the spread in the assumptions so
-they are never hidden; profiles written before the probe kept a best fall back to their median. Memory
+they are never hidden; profiles written before the probe kept a best fall back to their median. When a
+run window (the short probe before and after each bench, tune or generate run) measured more than the
+probe did, the profile's `best_read` holds that rate, and it is the bandwidth, with when and by what it
+was measured: a probe taken in a slow minute never puts the ceiling below what the machine has shown. Memory
 is the machine's RAM, and the dense FLOP/s per dtype are the medians of the matrix-matrix runs.
 """
 
@@ -12,7 +15,7 @@ from typing import Any
 
 from roofline.errors import UserError
 from roofline.hardware.catalogue import Hardware
-from roofline.hardware.profile import positive_median
+from roofline.hardware.profile import best_read, positive_median
 
 _FLOPS_KERNELS = {"matmul_fp32": "fp32", "matmul_bf16": "bf16", "matmul_fp16": "fp16"}
 
@@ -31,6 +34,8 @@ def hardware_from_profile(profile: dict[str, Any]) -> Hardware:
     bandwidth = float(best) if has_best else typical
     if bandwidth is None:
         raise UserError("the measured profile has no positive read bandwidth; re-run `roofline probe`")
+    top = best_read(profile)
+    raised = top is not None and float(top["bytes_per_s"]) > bandwidth  # a window's, or an earlier probe's
     memory = profile.get("memory_bytes")
     if isinstance(memory, bool) or not isinstance(memory, (int, float)) or not memory > 0:
         raise UserError("the measured profile has no memory size; re-run `roofline probe`")
@@ -46,6 +51,14 @@ def hardware_from_profile(profile: dict[str, Any]) -> Hardware:
     else:
         how = f"measured read bandwidth, median; {spread}"
     when = str(profile.get("measured_at", "?"))
+    source = f"measured by `roofline probe` at {when}"
+    if raised:  # a run window (or an earlier probe) measured more: the bound is what the machine has shown
+        kernel = f" ({top['kernel']})" if top.get("kernel") else ""
+        how = (f"best read bandwidth measured on this machine: {_gb_per_s(top['bytes_per_s'])} GB/s by {top['by']}"
+               f"{kernel} at {top['measured_at']}, above the probe's {_gb_per_s(bandwidth)} GB/s at {when}; the "
+               f"probe's {how}")
+        source = f"{source}; best read rate by {top['by']} at {top['measured_at']}"
+        bandwidth = float(top["bytes_per_s"])
     threads = profile.get("threads")
     cpu = str(profile.get("cpu", "this machine"))
     return Hardware(
@@ -56,7 +69,7 @@ def hardware_from_profile(profile: dict[str, Any]) -> Hardware:
         memory_bytes=float(memory),
         flops=flops,
         interconnect="none (one machine)",
-        source=f"measured by `roofline probe` at {when}",
+        source=source,
         read=when,
         vendor_claim=False,
         measured=True,

@@ -18,19 +18,34 @@ by `--hardware local`. Its shape (rates in bytes/s and FLOP/s, each with its spr
 
 `flops.matmul_bf16` is present only when torch is installed (numpy has no bf16), `cuda` only when
 torch sees a CUDA device.
+
+`best_read` keeps the bound a bound: the best read rate any measurement on this machine has shown, the
+probe's or a run window's (the short probe bench, tune and generate take right before and after each
+run, `hardware.window.short_probe`), with when and by what it was measured:
+
+    "best_read": {"bytes_per_s": float, "measured_at": iso8601, "by": str, "kernel": str}
+
+It only rises. A window that measures more replaces it (`note_read_rate`); a new `roofline probe` keeps
+the old one when the old one is higher (same CPU), so a probe taken in a slow minute does not lower the
+ceiling of `--hardware local` below what the machine has shown it can do. Profiles written before it
+existed read as if it were the probe's own best.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from roofline.errors import UserError
 
 CACHE_DIR_ENV = "ROOFLINE_CACHE_DIR"
+BEST_READ = "best_read"
+PROBE = "roofline probe"
 
 
 def profile_dir() -> Path:
@@ -50,9 +65,13 @@ def profile_path() -> Path:
 def save_profile(d: dict[str, Any]) -> Path:
     """Write the profile atomically: a temporary file in the same folder, then a rename over the old one.
 
-    A reader therefore sees either the previous profile or the new one, never half a file.
+    A reader therefore sees either the previous profile or the new one, never half a file. `d`'s
+    `best_read` is set first (in place): the higher of its own and the saved profile's (`kept_best_read`).
     """
     path = profile_path()
+    best = kept_best_read(d, _previous(path))
+    if best is not None:
+        d[BEST_READ] = best
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=".local.", suffix=".json.tmp")
@@ -70,6 +89,79 @@ def save_profile(d: dict[str, Any]) -> Path:
         Path(tmp_name).unlink(missing_ok=True)
         raise
     return path
+
+
+def _previous(path: Path) -> dict[str, Any] | None:
+    """The saved profile as it is, or None when there is none or it cannot be read (it is being replaced)."""
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) else None
+
+
+def _rate(v: Any) -> float | None:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+    return float(v) if ok else None
+
+
+def probe_best_read(d: dict[str, Any]) -> dict[str, Any] | None:
+    """The probe's own read figure as a `best_read` record: its best pass (the median in profiles older than
+    the best), measured at the profile's time by `roofline probe`; None when it has none."""
+    bw = d.get("bandwidth_bytes_per_s")
+    read = bw.get("read") if isinstance(bw, dict) else None
+    if not isinstance(read, dict):
+        return None
+    rate = _rate(read.get("best")) or positive_median(read)
+    if rate is None:
+        return None
+    return {"bytes_per_s": rate, "measured_at": str(d.get("measured_at") or "?"), "by": PROBE,
+            "kernel": str(read.get("kernel") or "")}
+
+
+def best_read(d: dict[str, Any]) -> dict[str, Any] | None:
+    """The best read rate this profile records: its `best_read`, or the probe's own when that is higher
+    (or when the profile predates `best_read`)."""
+    kept = d.get(BEST_READ)
+    kept = kept if isinstance(kept, dict) and _rate(kept.get("bytes_per_s")) else None
+    probe = probe_best_read(d)
+    candidates = [c for c in (kept, probe) if c is not None]
+    return max(candidates, key=lambda c: float(c["bytes_per_s"])) if candidates else None
+
+
+def kept_best_read(new: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The `best_read` a profile about to be saved carries: the higher of its own and the old profile's,
+    the old one only when it was measured on the same CPU."""
+    candidates = [best_read(new)]
+    if old is not None and old.get("cpu") == new.get("cpu"):
+        candidates.append(best_read(old))
+    candidates = [c for c in candidates if c is not None]
+    return max(candidates, key=lambda c: float(c["bytes_per_s"])) if candidates else None
+
+
+def note_read_rate(bytes_per_s: float, *, by: str, kernel: str = "", measured_at: str | None = None) -> bool:
+    """Raise the saved profile's `best_read` to `bytes_per_s` when that is higher than any rate it records;
+    True when it did. Nothing happens without a saved profile (there is no bound to raise), and a profile
+    that cannot be read or written is left as it is: a run never fails over this."""
+    rate = _rate(bytes_per_s)
+    if rate is None:
+        return False
+    try:
+        d = load_local_profile()
+    except UserError:
+        return False
+    if d is None:
+        return False
+    have = best_read(d)
+    if have is not None and rate <= float(have["bytes_per_s"]):
+        return False
+    d[BEST_READ] = {"bytes_per_s": rate, "measured_at": measured_at or datetime.now(UTC).isoformat(timespec="seconds"),
+                    "by": by, "kernel": kernel}
+    try:
+        save_profile(d)
+    except (UserError, OSError):
+        return False
+    return True
 
 
 def load_local_profile() -> dict[str, Any] | None:

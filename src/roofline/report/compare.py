@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from roofline.report.page import Section, Table
@@ -33,6 +33,8 @@ def figures(run: Any) -> list[Figure]:
                     Figure(f"{s.name}: TPOT p50 (ms)", stat("tpot_s", 1e3)),
                     Figure(f"{s.name}: output tok/s", s.output_tok_per_s),
                     Figure(f"{s.name}: % of ceiling", s.vs_ceiling.percent_of_ceiling if s.vs_ceiling else None)]
+            if s.vs_ceiling and s.vs_ceiling.percent_of_file_ceiling is not None:
+                out.append(Figure(f"{s.name}: % of the file's ceiling", s.vs_ceiling.percent_of_file_ceiling))
     else:
         t = run.tune
         unit = (t.objective or {}).get("unit") or ""
@@ -97,8 +99,7 @@ def comparison_section(runs: Sequence[Any]) -> Section:
         if r.kind == "bench":
             bars += bars_of_bench(r, prefix=chr(65 + i))
         else:
-            bars += [type(b)(f"{chr(65 + i)}: {b.label}", b.floor_s_per_token, b.measured_s_per_token)
-                     for b in bars_of_tune(r)]
+            bars += [replace(b, label=f"{chr(65 + i)}: {b.label}") for b in bars_of_tune(r)]
     if bars:
         charts.append(draw_time_bars(bars, key="compare_time_per_token"))
     return Section("comparison", tuple(charts), (comparison_table(runs),))

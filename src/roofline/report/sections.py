@@ -30,6 +30,10 @@ def ceiling_table(c: Any) -> Table:
             ("bytes per token", f"{c.bytes_per_token / 1e6:,.2f} MB"),
             ("bandwidth", f"{c.bandwidth_bytes_per_s / 1e9:,.2f} GB/s"),
             ("ceiling (batch 1)", f"{c.tok_per_s:,.1f} tok/s = {1e3 * c.bytes_per_token / c.bandwidth_bytes_per_s:.3f} ms/token")]
+    if c.file_bytes_per_token:  # the bytes the model's file stores: what the model needs
+        rows += [("file bytes per token", f"{c.file_bytes_per_token / 1e6:,.2f} MB (the engine reads {c.read_ratio:.2f}x)"),
+                 ("file's ceiling (batch 1)", f"{c.file_tok_per_s:,.1f} tok/s = "
+                                              f"{1e3 * c.file_bytes_per_token / c.bandwidth_bytes_per_s:.3f} ms/token")]
     return Table("the ceiling this run was held against", ("", "value"), tuple(rows),
                  tuple(f"assumption: {a}" for a in c.assumptions))
 

@@ -55,6 +55,22 @@ def percent(r: TrialResult | None) -> str:
     return percent_text({"percent_of_ceiling": m.get("percent_of_ceiling"), "suspect": m.get("ceiling_suspect")})
 
 
+def percent_file(r: TrialResult | None) -> str:
+    """% of the file's ceiling (the bytes the model's file stores), "-" when not known."""
+    pct = r.percent_of_file_ceiling if r else None
+    return "-" if pct is None else f"{pct:.1f}%"
+
+
+def ceiling_figures(t: TuneResult) -> Any:
+    """The tune result's ceiling as bench's type (bench.summary.CeilingFigures), or None."""
+    from roofline.bench.summary import CeilingFigures
+
+    try:
+        return CeilingFigures.from_json(t.ceiling)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def header_notes(t: TuneResult) -> list[str]:
     unit = t.objective["unit"]
     notes = [(f"engine {t.engine}, model {t.model or 'default'}; objective: {t.objective['label']} "
@@ -68,27 +84,55 @@ def header_notes(t: TuneResult) -> list[str]:
         notes.append(f"ceiling: {c['tok_per_s']:.1f} tok/s = {c['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s / "
                      f"{c['bytes_per_token'] / 1e6:.1f} MB per token ({c.get('hardware') or 'hardware'}, batch 1; "
                      "each trial's % of ceiling uses its own bytes per token)")
+        figures = ceiling_figures(t)
+        if figures is not None:
+            from roofline.bench.report import file_ceiling_notes
+
+            notes += file_ceiling_notes(figures)
     else:
         notes.append("no ceiling: give --model and --hardware (the embedded engine reports its own bytes per token)")
     if t.baseline:
         b = t.baseline
         notes.append(f"baseline: {fmt(b.value, unit)} (spread {fmt(b.spread, unit)} across reps, "
-                     f"{percent(b)} of ceiling)")
+                     f"{percent(b)} of ceiling" + (f", {percent_file(b)} of the file's" if b.percent_of_file_ceiling
+                                                   is not None else "") + ")")
+    for r in (t.baseline, t.best):
+        line = ratio_line(r)
+        if line and line not in notes:  # the engine reads more (or fewer) bytes than the file stores
+            notes.append(line)
     for r in t.trials:  # above 100%: which figure is suspect, and why
         if (r.metrics.get("percent_of_ceiling") or 0) > 100:
             notes.append(f"trial {r.number}: {r.metrics.get('ceiling_note') or 'above 100% of the ceiling'}")
     return notes
 
 
+def ratio_line(r: TrialResult | None) -> str | None:
+    """"the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: measured against the file, 15% of
+    ceiling" for a trial whose engine reads more (or fewer) bytes than the file stores; else None."""
+    from roofline.bench.against import read_ratio_line
+
+    if r is None or not r.file_bytes_per_token or not r.read_ratio:
+        return None
+    line = read_ratio_line(r.read_ratio * r.file_bytes_per_token, r.file_bytes_per_token, r.percent_of_file_ceiling)
+    return f"trial {r.number}: {line}" if line else None
+
+
+def step_best(t: TuneResult, step: Mapping[str, Any]) -> TrialResult | None:
+    """The trial behind a ladder step's best value."""
+    numbers = [p.get("trial") for p in step.get("tried") or ()
+               if p.get("value") == step.get("best_value") and p.get("objective") == step.get("best_objective")]
+    return next((r for r in t.trials if numbers and r.number == numbers[0]), None)
+
+
 def ladder_table(t: TuneResult) -> Table | None:
     if not t.ladder:
         return None
     unit = t.objective["unit"]
-    headers = ["step", "setting", unit, "gain", "spread", "kept", "values tried"]
+    headers = ["step", "setting", unit, "gain", "spread", "kept", "% ceil", "% file", "values tried"]
     rows = []
     if t.baseline:
         b = t.baseline
-        rows.append(["0", "baseline", fmt(b.value), "-", fmt(b.spread), "-", ""])
+        rows.append(["0", "baseline", fmt(b.value), "-", fmt(b.spread), "-", percent(b), percent_file(b), ""])
     for step, s in enumerate(t.ladder, 1):
         tried = ", ".join(f"{p['value']}: {fmt(p['objective'])}" + ("" if p["status"] == "ok" else f" ({p['status']})")
                           for p in s["tried"])
@@ -98,9 +142,10 @@ def ladder_table(t: TuneResult) -> Table | None:
             if t.objective["direction"] == "minimize":
                 g = -g
             gain = f"{g:+.1f} ({100 * g / s['before']['objective']:+.0f}%)"
+        best = step_best(t, s)
         rows.append([str(step), f"{s['knob']}={s['best_value']}" if s["best_value"] is not None else s["knob"],
                      fmt(s["best_objective"]), gain, fmt(s["spread"]),
-                     "yes" if s["kept"] else "no", tried])
+                     "yes" if s["kept"] else "no", percent(best) if best else "-", percent_file(best), tried])
     notes = ["a value is kept only when its gain beats the spread across repetitions (the larger of the two "
              "configurations'); inexact values are never kept" + (" (here allowed: --allow-inexact)" if t.allow_inexact else "")]
     return ("ladder (each step tries one knob on top of the best so far)", headers, rows, notes)
@@ -109,16 +154,18 @@ def ladder_table(t: TuneResult) -> Table | None:
 def trials_table(t: TuneResult) -> Table:
     unit = t.objective["unit"]
     base = t.baseline.config if t.baseline else {}
-    headers = ["#", "configuration", "status", unit, "spread", "% ceil", "note"]
+    headers = ["#", "configuration", "status", unit, "spread", "% ceil", "% file", "note"]
     rows = []
     for r in t.trials:
         if r.status != "skipped":
             rows.append([str(r.number), config_text(r.config, base), r.status, fmt(r.value), fmt(r.spread),
-                         percent(r), status_note(r)])
+                         percent(r), percent_file(r), status_note(r)])
     counts: dict[str, int] = {}
     for r in t.trials:
         counts[r.status] = counts.get(r.status, 0) + 1
-    notes = [", ".join(f"{n} {s}" for s, n in counts.items())]
+    notes = [", ".join(f"{n} {s}" for s, n in counts.items()),
+             "% ceil: against the ceiling of the bytes the engine reads per token; % file: against the bytes the "
+             "model's file stores (what the model needs)"]
     skipped = [f"{r.slot.knob}={r.slot.value}" for r in t.trials if r.status == "skipped"]
     if skipped:
         notes.append(f"skipped (their condition does not hold on the best configuration): {', '.join(skipped)}")
@@ -148,7 +195,8 @@ def best_lines(t: TuneResult) -> list[str]:
     gain = f", {t.gain:.2f}x the baseline" if t.gain else ""
     base = t.baseline.config if t.baseline else {}
     lines = [f"best {what}: trial {b.number}, {config_text(b.config, base)}: {fmt(b.value, unit)}{gain}, "
-             f"{percent(b)} of ceiling"]
+             f"{percent(b)} of ceiling" + (f" ({percent_file(b)} of the file's)" if b.percent_of_file_ceiling is not None
+                                           else "")]
     f = t.fastest
     if f is not None and f.number != b.number:
         lines.append(f"fastest measured: trial {f.number}, {config_text(f.config, base)}: {fmt(f.value, unit)}, "
@@ -245,7 +293,9 @@ class RichDisplay(Display):
             self.baseline = dict(result.config)
         line = f"trial {result.number} {result.status}: {config_text(result.config, self.baseline)}"
         if result.value is not None:
-            line += f" -> {fmt(result.value, self.unit)} (spread {fmt(result.spread)}, {percent(result)} of ceiling)"
+            line += (f" -> {fmt(result.value, self.unit)} (spread {fmt(result.spread)}, {percent(result)} of ceiling"
+                     + (f", {percent_file(result)} of the file's" if result.percent_of_file_ceiling is not None else "")
+                     + ")")
         note = status_note(result)
         self.note(line + (f"; {note}" if note else ""))
         best_text = f"best: {fmt(best.value, self.unit)} (trial {best.number})" if best else ""

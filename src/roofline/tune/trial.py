@@ -55,6 +55,12 @@ class TrialResult:
     folder: str | None = None  # the trial's folder, relative to the run folder
     started_utc: str | None = None
     seconds: float | None = None
+    # the model's file beside the engine's own format (bench.summary.VsCeiling; None: not known, or a run
+    # folder written before these were kept)
+    file_bytes_per_token: float | None = None  # the weights as the file stores them, per decoded token
+    file_ceiling_tok_per_s: float | None = None  # bandwidth / file_bytes_per_token
+    percent_of_file_ceiling: float | None = None  # the measured rate against the file's ceiling
+    read_ratio: float | None = None  # bytes the engine reads per token / the file's
 
     def to_json(self) -> dict:
         return {"number": self.number, "slot": self.slot.to_json(), "config": dict(self.config),
@@ -63,7 +69,9 @@ class TrialResult:
                 "exactness": None if self.exactness is None else dict(self.exactness), "machine": dict(self.machine),
                 "engine": self.engine, "engine_version": self.engine_version, "argv": list(self.argv),
                 "error": self.error, "log_tail": self.log_tail, "folder": self.folder,
-                "started_utc": self.started_utc, "seconds": self.seconds}
+                "started_utc": self.started_utc, "seconds": self.seconds,
+                "file_bytes_per_token": self.file_bytes_per_token, "file_ceiling_tok_per_s": self.file_ceiling_tok_per_s,
+                "percent_of_file_ceiling": self.percent_of_file_ceiling, "read_ratio": self.read_ratio}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TrialResult:
@@ -73,7 +81,9 @@ class TrialResult:
                    exactness=d.get("exactness"), machine=dict(d.get("machine") or {}), engine=d.get("engine", ""),
                    engine_version=d.get("engine_version"), argv=tuple(d.get("argv") or ()), error=d.get("error"),
                    log_tail=d.get("log_tail"), folder=d.get("folder"), started_utc=d.get("started_utc"),
-                   seconds=d.get("seconds"))
+                   seconds=d.get("seconds"), file_bytes_per_token=d.get("file_bytes_per_token"),
+                   file_ceiling_tok_per_s=d.get("file_ceiling_tok_per_s"),
+                   percent_of_file_ceiling=d.get("percent_of_file_ceiling"), read_ratio=d.get("read_ratio"))
 
 
 @dataclass(frozen=True)
@@ -154,6 +164,7 @@ def run_trial(settings: TrialSettings, number: int, slot: Slot, config: Mapping[
     _write_outputs(folder / "greedy.json", outputs)
     m = measure(settings.objective, lines, settings.objective_settings)
     found = _metrics(summary)
+    common.update(file_figures(summary))
     if m.value is None:
         return TrialResult(status="failed", error=f"no request succeeded ({_failure_reasons(summary)})",
                            log_tail=_tail(log_path), argv=tuple(argv), metrics=found,
@@ -209,7 +220,8 @@ def _bench(settings: TrialSettings, url: str, out: Path, progress: Progress) -> 
                      usage=settings.usage,
                      timeout_s=settings.request_timeout_s,
                      slo_s=dict(os_.slo_s) if os_.slo_s else None, label="tune-trial")
-    outcome = _in_thread(lambda: run_session(plan, out, progress))
+    # the model file (when local) gives the file's bytes per token if the server does not report them
+    outcome = _in_thread(lambda: run_session(plan, out, progress, model_file=settings.model))
     if outcome.interrupted:
         raise KeyboardInterrupt
     lines, _ = read_requests(outcome.run_dir)
@@ -265,6 +277,23 @@ def _metrics(summary: Mapping[str, Any]) -> dict[str, Any]:
     if summary.get("ceiling"):
         out["ceiling"] = summary["ceiling"]
     return out
+
+
+def file_figures(summary: Mapping[str, Any]) -> dict[str, float | None]:
+    """The file's bytes per token, its ceiling and the trial's % of it (TrialResult's file_* fields), read
+    from bench's summary through its types (first scenario); {} when the ceiling does not know the file."""
+    from roofline.bench.summary import RunSummary
+
+    try:
+        typed = RunSummary.from_json(summary)
+    except (KeyError, TypeError, ValueError):
+        return {}
+    c = typed.ceiling
+    if c is None or not c.file_bytes_per_token:
+        return {}
+    v = typed.scenarios[0].vs_ceiling if typed.scenarios else None
+    return {"file_bytes_per_token": c.file_bytes_per_token, "file_ceiling_tok_per_s": c.file_tok_per_s,
+            "percent_of_file_ceiling": v.percent_of_file_ceiling if v else None, "read_ratio": c.read_ratio}
 
 
 def _failure_reasons(summary: Mapping[str, Any]) -> str:
