@@ -90,10 +90,16 @@ def _loader(builder, dtype, base):
     return load
 
 
-def _emit_sums(builder, n, load_a, loads_b):
+def _emit_sums(builder, n, load_a, loads_b, split=False):
     """[sum_i a_i * b_i for each b in loads_b] (or [sum_i a_i] when loads_b is [None]) over i < n, each in the
     module docstring's order; a is loaded once per step for all the sums (independent chains: several rows
-    keep the FMA units busy where one row would wait on its four accumulators)."""
+    keep the FMA units busy where one row would wait on its four accumulators).
+    split: load_a is called as load_a(i, off, lanes) for element i + off, with i a multiple of 64 and off a
+    Python int in the main loop (block formats then know where in a block they are at compile time)."""
+    if not split:
+        plain_a = load_a
+        load_a = lambda i, off, lanes: plain_a(i if off == 0 else builder.add(i, ir.Constant(_I64, off)), lanes)
+
     def step(acc, a, load_b, j, lanes):
         old = builder.load(acc)
         builder.store(builder.fadd(old, a, flags=_KEEP) if load_b is None else _fma(builder, a, load_b(j, lanes), old), acc)
@@ -103,7 +109,7 @@ def _emit_sums(builder, n, load_a, loads_b):
     with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), n64, ir.Constant(_I64, 64)) as (i, _):
         for c in range(4):
             j = builder.add(i, ir.Constant(_I64, c * _WIDTH))
-            a = load_a(j, _WIDTH)
+            a = load_a(i, c * _WIDTH, _WIDTH)
             for acc, load_b in zip(accs, loads_b):
                 step(acc[c], a, load_b, j, _WIDTH)
     totals = []
@@ -118,13 +124,13 @@ def _emit_sums(builder, n, load_a, loads_b):
         for acc, total in zip(acc8, totals):
             builder.store(builder.insert_element(zero8, builder.load(total), ir.Constant(ir.IntType(32), 0)), acc)
         with cgutils.for_range_slice(builder, n64, n8, ir.Constant(_I64, _HALF)) as (i, _):
-            a = load_a(i, _HALF)
+            a = load_a(i, 0, _HALF)
             for acc, load_b in zip(acc8, loads_b):
                 step(acc, a, load_b, i, _HALF)
         for acc, total in zip(acc8, totals):
             builder.store(_fold(builder, builder.load(acc), _HALF), total)
     with cgutils.for_range_slice(builder, n8, n, ir.Constant(_I64, 1)) as (i, _):
-        a = load_a(i, 0)
+        a = load_a(i, 0, 0)
         for total, load_b in zip(totals, loads_b):
             step(total, a, load_b, i, 0)
     return [builder.load(t) for t in totals]

@@ -85,9 +85,10 @@ def tiny_vocab() -> tuple[list[str], list[str]]:
     return tokens, merges
 
 
-def tiny_weights(arch: str = "llama", seed: int = 0, tie_embeddings: bool = False) -> dict[str, np.ndarray]:
+def tiny_weights(arch: str = "llama", seed: int = 0, tie_embeddings: bool = False,
+                 shape: TinyShape | None = None) -> dict[str, np.ndarray]:
     """Random float32 weights under HF names (Linear weights (out, in))."""
-    s = tiny_shape(arch)
+    s = shape or tiny_shape(arch)
     vocab = len(tiny_vocab()[0])
     rng = np.random.default_rng(seed)
 
@@ -158,8 +159,28 @@ def llamacpp_permute(rows: np.ndarray, n_heads: int) -> np.ndarray:
     return rows.reshape(n_heads, 2, head_dim // 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
 
 
+# Where each block format keeps its fp16 scales (byte offsets in a block): random blocks get valid ones there.
+FP16_SCALES_AT = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2),
+                  "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+K_QUANTS = ("Q4_K", "Q5_K", "Q6_K")  # gguf-py cannot quantize these: their tiny weights are random blocks
+
+
+def random_blocks(tensor_type: str, rows: int, n: int, rng: np.random.Generator, scale: float = 0.02) -> np.ndarray:
+    """Random rows of a GGML block type, (rows, bytes per row) uint8: random quants, finite fp16 scales
+    drawn around `scale` (K-quants' sub-block scales and mins are random 6-bit or int8 values)."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as QT
+
+    block, size = GGML_QUANT_SIZES[QT[tensor_type]]
+    raw = rng.integers(0, 256, (rows, n // block, size), dtype=np.uint8)
+    for at in FP16_SCALES_AT[tensor_type]:
+        values = (rng.standard_normal((rows, n // block)) * scale).astype(np.float16)
+        raw[:, :, at : at + 2] = values.view(np.uint8).reshape(rows, n // block, 2)
+    return raw.reshape(rows, -1)
+
+
 def gguf_encode(weight: np.ndarray, tensor_type: str):
-    """(array to hand GGUFWriter, raw_dtype) for a weight stored as `tensor_type`; 1-D tensors stay F32."""
+    """(array to hand GGUFWriter, raw_dtype) for a weight stored as `tensor_type`; 1-D tensors stay F32.
+    K-quants: random blocks (seeded from the weight's bytes, so a file is the same every time)."""
     from gguf import GGMLQuantizationType as QT
     from gguf.quants import quantize
 
@@ -168,6 +189,9 @@ def gguf_encode(weight: np.ndarray, tensor_type: str):
     if tensor_type == "F16":
         return weight.astype(np.float16), None
     qtype = QT[tensor_type]
+    if tensor_type in K_QUANTS:
+        rng = np.random.default_rng(int(weight.view(np.uint32)[..., :8].sum()) % 2**32)
+        return random_blocks(tensor_type, weight.shape[0], weight.shape[1], rng, scale=0.0005), qtype
     return quantize(weight, qtype), qtype
 
 
@@ -182,6 +206,7 @@ def write_tiny_gguf(
     name: str = "tiny-llama",
     type_overrides: dict[str, str] | None = None,
     rope_freqs: np.ndarray | None = None,
+    shape: TinyShape | None = None,
 ) -> Path:
     """A tiny random model as a GGUF file, written like llama.cpp's converter would. `path` is the file
     or a directory to put `tiny-{arch}.{tensor_type}.gguf` in; `type_overrides` maps HF tensor names to
@@ -193,7 +218,7 @@ def write_tiny_gguf(
     if path.suffix != ".gguf":
         path.mkdir(parents=True, exist_ok=True)
         path = path / f"tiny-{arch}.{tensor_type}.gguf"
-    s = tiny_shape(arch)
+    s = shape or tiny_shape(arch)
     tokens, merges = tiny_vocab()
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(name)
@@ -217,7 +242,7 @@ def write_tiny_gguf(
     writer.add_eos_token_id(EOS_ID)
     writer.add_add_bos_token(False)
     writer.add_chat_template(CHATML_TEMPLATE)
-    for hf, weight in tiny_weights(arch, seed, tie_embeddings).items():
+    for hf, weight in tiny_weights(arch, seed, tie_embeddings, s).items():
         if arch == "llama" and (".q_proj." in hf or ".k_proj." in hf):
             weight = llamacpp_permute(weight, s.n_heads if ".q_proj." in hf else s.n_kv_heads)
         data, raw_dtype = gguf_encode(weight, (type_overrides or {}).get(hf, tensor_type))

@@ -46,8 +46,8 @@ from roofline.engine.kernels import (
     qkv_to_cache,
     rms_norm,
     silu_mul,
-    widen,
 )
+from roofline.engine.matrices import embed_into
 
 PHASES_PER_LAYER = 6
 LINE = 8  # int64 counters per cache line: each counter gets a line of its own
@@ -200,13 +200,13 @@ def decode_rows(
     wgu (L, 2 ffn, hidden), wd (L, hidden, ffn), each with per-output-row scales (L, rows). n_threads: the
     workers to start (numba's thread count for this calling thread); unit_bytes: weight bytes per matrix unit."""
     k = tokens.shape[0]
-    n_layers, qkv_dim, hidden = wqkv.shape
-    ffn, q_dim = wd.shape[2], wo.shape[2]
+    n_layers, qkv_dim = bqkv.shape  # (stored rows are bytes: the sizes come from the float32 arrays)
+    hidden, ffn = attn_norm.shape[1], gu_scale.shape[1] // 2
     n_kv, head_dim = v_cache.shape[2], v_cache.shape[4]
+    q_dim = n_heads * head_dim
     x = np.empty((k, hidden), dtype=np.float32)  # the residual stream
     for r in range(k):
-        for i in range(hidden):
-            x[r, i] = widen(embed[tokens[r], i]) * embed_scale[tokens[r]]
+        embed_into(embed, embed_scale, tokens[r], x, r)
     first_unit, n_chunks = attention_units(positions, n_kv)
     scores, part_out, part_max, part_sum = attention_scratch(first_unit[-1], n_heads // n_kv, head_dim)
     gather_k, gather_v, gather_s = gather_scratch(n_threads, tree_path.shape[1], head_dim)

@@ -29,27 +29,11 @@ import math
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
 
 from roofline import simd
 from roofline.engine import kv_cache
-
-# fastmath lets LLVM vectorise the element-wise loops; reductions take their order from `simd` instead.
-# error_model="numpy": float division without Python's zero check, which would block vectorisation.
-_JIT = dict(fastmath=True, cache=True, nogil=True, error_model="numpy")
-
-
-@intrinsic
-def _f32_from_bf16_bits(typingctx, bits):
-    """bf16 bits (uint16) -> float32: zero-extend to 32 bits, shift into the high half, reinterpret."""
-    if bits != types.uint16:
-        return None
-
-    def codegen(context, builder, signature, args):
-        wide = builder.zext(args[0], ir.IntType(32))
-        return builder.bitcast(builder.shl(wide, ir.Constant(ir.IntType(32), 16)), ir.FloatType())
-
-    return types.float32(types.uint16), codegen
+from roofline.engine.matrices import _JIT, matvec, widen
 
 
 @intrinsic
@@ -83,53 +67,13 @@ def exp_nonpos(x):
     return p * _f32_from_i32_bits(np.int32((np.int32(127) - k) << np.int32(23)))
 
 
-def widen(w):
-    """A weight element as float32 (pure-Python stub; the jitted versions are the overloads below)."""
-    raise NotImplementedError
-
-
-@overload(widen, inline="always")
-def _widen_overload(w):
-    if w == types.uint16:  # bf16 bits
-        return lambda w: _f32_from_bf16_bits(w)
-    if w == types.float32:
-        return lambda w: w
-    if w == types.int8:
-        return lambda w: np.float32(w)
-    return None
-
-
-@njit(**_JIT)
-def _store(out, r, o, d, accumulate):
-    if accumulate:
-        out[r, o] += d
-    else:
-        out[r, o] = d
-
-
 @njit(**_JIT)
 def matvec_rows(w, scale, x, out, o0, o1, accumulate):
     """out[r, o] = scale[o] * sum_i w[o, i] * x[r, i] (or += when accumulate) for rows o in [o0, o1) of w and
     every row r of x; w (n_out, n_in) fp32, bf16 bits or int8, scale (n_out,) float32 (ones unless int8:
-    multiplying by 1 is exact). Each row of w is read once, for up to four rows of x at a time."""
-    n, stride, k = w.shape[1], x.shape[1], x.shape[0]
-    for o in range(o0, o1):
-        s, r = scale[o], 0
-        while r + 4 <= k:
-            d = simd.dot_rows(w, o * n, x, r * stride, stride, n, 4)
-            for i in range(4):
-                _store(out, r + i, o, d[i] * s, accumulate)
-            r += 4
-        if k - r == 3:
-            d3 = simd.dot_rows(w, o * n, x, r * stride, stride, n, 3)
-            for i in range(3):
-                _store(out, r + i, o, d3[i] * s, accumulate)
-        elif k - r == 2:
-            d2 = simd.dot_rows(w, o * n, x, r * stride, stride, n, 2)
-            for i in range(2):
-                _store(out, r + i, o, d2[i] * s, accumulate)
-        elif k - r == 1:
-            _store(out, r, o, simd.dot(w, o * n, x, r * stride, n) * s, accumulate)
+    multiplying by 1 is exact), or stored rows (`matrices`). Each row of w is read once, for up to four rows
+    of x at a time."""
+    matvec(w, scale, x, out, o0, o1, accumulate)
 
 
 @njit(**_JIT)

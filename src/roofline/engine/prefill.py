@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from roofline.engine import kernels
+from roofline.engine import kernels, matrices
 from roofline.engine.config import ModelConfig
 from roofline.engine.kv_cache import KEY_BLOCK
 from roofline.engine.threads import TorchLayerTrial
@@ -52,14 +53,42 @@ def _torch(a: np.ndarray) -> torch.Tensor:
 
 class _Widener:
     """float32 (out, in) views of one packed matrix at a time: fp32 as stored, bf16 and int8 widened (int8 times
-    its row scales) into a scratch buffer that is reused for every matrix."""
+    its row scales) and stored rows (`matrices`) widened by the decode kernels' own loaders, into a scratch
+    buffer that is reused for every matrix."""
 
-    def __init__(self, w: DecodeWeights):
+    def __init__(self, w: DecodeWeights, c: ModelConfig):
+        self.stored = w.wqkv.dtype == np.uint8
         self.narrow = w.wqkv.dtype != np.float32
-        sizes = [a[0].size for a in (w.wqkv, w.wo, w.wgu, w.wd)]
+        widths = (c.hidden, c.q_dim, c.hidden, c.ffn)
+        sizes = [s.shape[1] * n for s, n in zip((w.wqkv, w.wo, w.wgu, w.wd), widths)]
         self._scratch = torch.empty(max(sizes) if self.narrow else 0, dtype=torch.float32)
+        self._pool: ThreadPoolExecutor | None = None
 
-    def __call__(self, matrix: np.ndarray, scale: np.ndarray) -> torch.Tensor:
+    def _widen_stored(self, rows: np.ndarray, codes: np.ndarray, out: np.ndarray) -> None:
+        """Widen stored rows on torch's thread count, in Python threads (the kernel releases the GIL)."""
+        parts = torch.get_num_threads()
+        cuts = [len(rows) * j // parts for j in range(parts + 1)]
+        if parts == 1:
+            matrices.stored_rows_f32(rows, codes, out)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(parts)
+        jobs = [self._pool.submit(matrices.stored_rows_f32, rows[a:b], codes[a:b], out[a:b])
+                for a, b in zip(cuts, cuts[1:])]
+        for job in jobs:
+            job.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def layer(self, stack: np.ndarray, i: int, scales: np.ndarray, n_in: int) -> torch.Tensor:
+        """Layer i of a stacked matrix as float32 (out, n_in)."""
+        if self.stored:
+            out = self._scratch[: stack.shape[1] * n_in].view(stack.shape[1], n_in)
+            self._widen_stored(stack[i], scales[i], out.numpy())
+            return out
+        matrix, scale = stack[i], scales[i]
         t = _torch(matrix)
         if not self.narrow:
             return t
@@ -67,6 +96,18 @@ class _Widener:
         if matrix.dtype == np.int8:
             return torch.mul(t, torch.from_numpy(scale)[:, None], out=out)
         return out.copy_(t)
+
+
+def embeddings(w: DecodeWeights, token_ids: np.ndarray) -> np.ndarray:
+    """(T, hidden) float32 rows of the embedding table (widened, times their row scales)."""
+    if w.embed.dtype == np.uint8:  # stored rows
+        x = np.empty((token_ids.shape[0], w.attn_norm.shape[1]), np.float32)
+        matrices.embed_rows(w.embed, w.embed_scale, token_ids, x)
+        return x
+    x = (w.embed[token_ids].astype(np.float32) if w.embed.dtype != np.uint16
+         else (w.embed[token_ids].astype(np.uint32) << 16).view(np.float32))
+    x *= w.embed_scale[token_ids][:, None]
+    return np.ascontiguousarray(x, dtype=np.float32)
 
 
 def keys_for_attention(k_cache_layer: np.ndarray, end: int) -> torch.Tensor:
@@ -113,11 +154,8 @@ def prefill_chunk(config: ModelConfig, w: DecodeWeights, token_ids: np.ndarray, 
     c = config
     T, end = token_ids.shape[0], start + token_ids.shape[0]
     qd, kvd, hidden, eps = c.q_dim, c.kv_dim, c.hidden, np.float32(c.rms_eps)
-    widen = _Widener(w)
-    x = (w.embed[token_ids].astype(np.float32) if w.embed.dtype != np.uint16
-         else (w.embed[token_ids].astype(np.uint32) << 16).view(np.float32))
-    x *= w.embed_scale[token_ids][:, None]
-    x = np.ascontiguousarray(x, dtype=np.float32)
+    widen = _Widener(w, c)
+    x = embeddings(w, token_ids)
     h, qkv = np.empty((T, hidden), np.float32), np.empty((T, qd + 2 * kvd), np.float32)
     att, gu, act = np.empty((T, qd), np.float32), np.empty((T, 2 * c.ffn), np.float32), np.empty((T, c.ffn), np.float32)
     X, Hh, QKV, ATT, GU, ACT = (torch.from_numpy(a) for a in (x, h, qkv, att, gu, act))
@@ -125,25 +163,28 @@ def prefill_chunk(config: ModelConfig, w: DecodeWeights, token_ids: np.ndarray, 
     mask = causal_mask(start, T) if start else None
     v_slot = torch.from_numpy(v_cache[slot])
     q = QKV[:, :qd].view(T, c.n_heads, c.head_dim)
-    for i in range(c.n_layers):
-        if trial is not None:
-            n_threads = trial.threads_for_layer(i)
-            if torch.get_num_threads() != n_threads:
-                torch.set_num_threads(n_threads)
-            layer_started = time.perf_counter()
-        kernels.rms_norm(x, w.attn_norm[i], eps, h)
-        torch.mm(Hh, widen(w.wqkv[i], w.qkv_scale[i]).T, out=QKV)
-        kernels.qkv_to_cache(qkv, w.bqkv[i], w.q_norm[i], w.k_norm[i], c.qk_norm, eps, c.n_heads, cos, sin, slots,
-                             positions, positions, i, k_cache, v_cache)
-        keys = keys_for_attention(k_cache[slot, i], end)
-        att.reshape(T, c.n_heads, c.head_dim)[...] = attention(q, keys, v_slot[i, :, :end], start, mask).numpy()
-        X.addmm_(ATT, widen(w.wo[i], w.o_scale[i]).T)
-        kernels.rms_norm(x, w.mlp_norm[i], eps, h)
-        torch.mm(Hh, widen(w.wgu[i], w.gu_scale[i]).T, out=GU)
-        kernels.silu_mul(gu, act)
-        X.addmm_(ACT, widen(w.wd[i], w.d_scale[i]).T)
-        if trial is not None:
-            trial.record_layer(i, n_threads, time.perf_counter() - layer_started)
+    try:
+        for i in range(c.n_layers):
+            if trial is not None:
+                n_threads = trial.threads_for_layer(i)
+                if torch.get_num_threads() != n_threads:
+                    torch.set_num_threads(n_threads)
+                layer_started = time.perf_counter()
+            kernels.rms_norm(x, w.attn_norm[i], eps, h)
+            torch.mm(Hh, widen.layer(w.wqkv, i, w.qkv_scale, hidden).T, out=QKV)
+            kernels.qkv_to_cache(qkv, w.bqkv[i], w.q_norm[i], w.k_norm[i], c.qk_norm, eps, c.n_heads, cos, sin, slots,
+                                 positions, positions, i, k_cache, v_cache)
+            keys = keys_for_attention(k_cache[slot, i], end)
+            att.reshape(T, c.n_heads, c.head_dim)[...] = attention(q, keys, v_slot[i, :, :end], start, mask).numpy()
+            X.addmm_(ATT, widen.layer(w.wo, i, w.o_scale, qd).T)
+            kernels.rms_norm(x, w.mlp_norm[i], eps, h)
+            torch.mm(Hh, widen.layer(w.wgu, i, w.gu_scale, hidden).T, out=GU)
+            kernels.silu_mul(gu, act)
+            X.addmm_(ACT, widen.layer(w.wd, i, w.d_scale, c.ffn).T)
+            if trial is not None:
+                trial.record_layer(i, n_threads, time.perf_counter() - layer_started)
+    finally:
+        widen.close()
     if not logits:
         return None
     kernels.rms_norm(x[-1:], w.final_norm, eps, h[:1])

@@ -20,13 +20,13 @@ from collections.abc import Sequence as Seq
 import numpy as np
 
 from roofline.engine.config import ModelConfig
+from roofline.engine.loaders.checkpoint import file_bytes_per_token
 from roofline.engine.kv_cache import KVCache
 from roofline.engine.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS
 from roofline.engine.threads import ThreadChooser
 from roofline.engine.weights import (
     DTYPES,
     pack_weights,
-    torch_views,
     weight_bytes_per_token,
 )
 from roofline.errors import UserError
@@ -61,12 +61,19 @@ class ModelRunner:
         self._timed_passes = 0
         self.max_batch = int(max_batch)
         self.max_seq_len = int(max_seq_len or self.config.max_seq_len)
-        self.weights = pack_weights(self.config, checkpoint.tensors, dtype)
-        self._torch_weights = torch_views(self.config, self.weights, dtype)
+        if dtype == "stored":
+            from roofline.engine.stored_weights import pack_stored, stored_bytes_per_token
+
+            self.weights = pack_stored(self.config, checkpoint)
+            self.bytes_per_token: int = stored_bytes_per_token(self.config, self.weights)
+        else:
+            self.weights = pack_weights(self.config, checkpoint.tensors, dtype)
+            self.bytes_per_token = weight_bytes_per_token(self.config, self.weights, dtype)
         self._rope = rope_tables(self.config, self.max_seq_len)
         self._cos, self._sin = self._rope[0].numpy(), self._rope[1].numpy()
         self.cache = KVCache(self.config, self.max_batch, self.max_seq_len)
-        self.bytes_per_token: int = weight_bytes_per_token(self.config, self.weights, dtype)
+        # what the model needs: the same count over the tensors as the file stores them
+        self.file_bytes_per_token: int = file_bytes_per_token(checkpoint)
         self.unit_bytes: int | None = None  # weight bytes per work unit of the decode threads; None: decode.UNIT_BYTES
         self._pass_costs: dict[int, float] | None = None  # rows -> time relative to one row (measure_pass_costs)
 

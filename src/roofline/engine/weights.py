@@ -4,6 +4,7 @@ Stacked over layers so that the kernels index one array per kind of weight:
     wqkv (L, q_dim + 2 kv_dim, hidden) = [Wq; Wk; Wv]     wo (L, hidden, q_dim)
     wgu  (L, 2 ffn, hidden)            = [Wg; Wu]         wd (L, hidden, ffn)
 Matrix formats (DTYPES):
+    stored  each row as the file stores it (GGUF blocks, F16, BF16, F32): `stored_weights`
     fp32  float32
     bf16  uint16 bit patterns of bf16 (round to nearest even from the checkpoint's values)
     int8  int8 with one float32 scale per output row: W[o, i] ~ scale[o] * q[o, i], scale[o] = max_i |W[o, i]| / 127
@@ -19,7 +20,7 @@ import numpy as np
 
 from roofline.engine.config import ModelConfig
 
-DTYPES = ("fp32", "bf16", "int8")
+DTYPES = ("stored", "fp32", "bf16", "int8")  # stored: as the file holds it (stored_weights)
 _STORAGE = {"fp32": np.float32, "bf16": np.uint16, "int8": np.int8}
 
 
@@ -45,7 +46,7 @@ class DecodeWeights:
     lm_scale: np.ndarray  # (vocab,)
 
 
-def _layer_layout(c: ModelConfig) -> list[tuple[str, str, str, int, int]]:
+def layer_layout(c: ModelConfig) -> list[tuple[str, str, str, int, int]]:
     """(HF projection name, stack attribute, scale attribute, first row, end row) of every layer matrix."""
     q, kv, f = c.q_dim, c.kv_dim, c.ffn
     return [("self_attn.q_proj", "wqkv", "qkv_scale", 0, q), ("self_attn.k_proj", "wqkv", "qkv_scale", q, q + kv),
@@ -78,7 +79,7 @@ def matrix(t, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     return _numpy_owned(q.numpy()), scale.numpy().astype(np.float32)
 
 
-def _vector(t) -> np.ndarray:
+def vector(t) -> np.ndarray:
     import torch
 
     return t.to(torch.float32).contiguous().numpy()
@@ -100,56 +101,22 @@ def pack_weights(config: ModelConfig, tensors: dict, dtype: str) -> DecodeWeight
               "wd": wd, "d_scale": d_scale}
     for i in range(L):
         p = f"model.layers.{i}."
-        for name, stack, scales, lo, hi in _layer_layout(c):
+        for name, stack, scales, lo, hi in layer_layout(c):
             stacks[stack][i, lo:hi], stacks[scales][i, lo:hi] = matrix(tensors[p + name + ".weight"], dtype)
-        attn_norm[i] = _vector(tensors[p + "input_layernorm.weight"])
-        mlp_norm[i] = _vector(tensors[p + "post_attention_layernorm.weight"])
+        attn_norm[i] = vector(tensors[p + "input_layernorm.weight"])
+        mlp_norm[i] = vector(tensors[p + "post_attention_layernorm.weight"])
         if c.attn_bias:
-            bqkv[i] = np.concatenate([_vector(tensors[p + f"self_attn.{x}_proj.bias"]) for x in "qkv"])
+            bqkv[i] = np.concatenate([vector(tensors[p + f"self_attn.{x}_proj.bias"]) for x in "qkv"])
         if c.qk_norm:
-            q_norm[i] = _vector(tensors[p + "self_attn.q_norm.weight"])
-            k_norm[i] = _vector(tensors[p + "self_attn.k_norm.weight"])
+            q_norm[i] = vector(tensors[p + "self_attn.q_norm.weight"])
+            k_norm[i] = vector(tensors[p + "self_attn.k_norm.weight"])
     embed, embed_scale = matrix(tensors["model.embed_tokens.weight"], dtype)
     if c.tie_embeddings or "lm_head.weight" not in tensors:
         lm_head, lm_scale = embed, embed_scale
     else:
         lm_head, lm_scale = matrix(tensors["lm_head.weight"], dtype)
     return DecodeWeights(embed, embed_scale, attn_norm, wqkv, qkv_scale, bqkv, q_norm, k_norm, wo, o_scale, mlp_norm,
-                         wgu, gu_scale, wd, d_scale, _vector(tensors["model.norm.weight"]), lm_head, lm_scale)
-
-
-def torch_views(config: ModelConfig, w: DecodeWeights, dtype: str) -> dict:
-    """HF-named torch tensors sharing the DecodeWeights' memory (bf16 bits viewed as torch.bfloat16); int8
-    matrices come with their row scales under `<name>_scale` (model.dense_weight dequantizes them)."""
-    import torch
-
-    def t(a: np.ndarray):
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if a.dtype == np.uint16 else torch.from_numpy(a)
-
-    c = config
-    out = {"model.norm.weight": t(w.final_norm)}
-
-    def put(name: str, matrix_rows, scale_rows) -> None:
-        out[name] = t(matrix_rows)
-        if dtype == "int8":
-            out[name + "_scale"] = t(scale_rows)
-
-    put("model.embed_tokens.weight", w.embed, w.embed_scale)
-    put("lm_head.weight", w.lm_head, w.lm_scale)
-    q, kv = c.q_dim, c.kv_dim
-    for i in range(c.n_layers):
-        p = f"model.layers.{i}."
-        for name, stack, scales, lo, hi in _layer_layout(c):
-            put(p + name + ".weight", getattr(w, stack)[i, lo:hi], getattr(w, scales)[i, lo:hi])
-        out[p + "input_layernorm.weight"] = t(w.attn_norm[i])
-        out[p + "post_attention_layernorm.weight"] = t(w.mlp_norm[i])
-        if c.attn_bias:
-            b = t(w.bqkv[i])
-            out[p + "self_attn.q_proj.bias"], out[p + "self_attn.k_proj.bias"] = b[:q], b[q : q + kv]
-            out[p + "self_attn.v_proj.bias"] = b[q + kv :]
-        if c.qk_norm:
-            out[p + "self_attn.q_norm.weight"], out[p + "self_attn.k_norm.weight"] = t(w.q_norm[i]), t(w.k_norm[i])
-    return out
+                         wgu, gu_scale, wd, d_scale, vector(tensors["model.norm.weight"]), lm_head, lm_scale)
 
 
 def weight_bytes_per_token(config: ModelConfig, w: DecodeWeights, dtype: str) -> int:

@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # heavy imports stay out of module import time
     from roofline.engine.tokenizer import Tokenizer
 
 # The tensor formats a checkpoint may store; quantized ones are dequantized to float32 on load.
-STORED_FORMATS = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1")
+STORED_FORMATS = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
 
 
 @dataclass
@@ -89,3 +89,29 @@ def check_tensors(tensors: dict, config: ModelConfig, path: str) -> None:
             raise UserError(
                 f"{path}: tensor {name} has shape {got}, the config implies {want}; the checkpoint is inconsistent"
             )
+
+
+_FLOAT_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
+
+
+def stored_bytes(checkpoint: Checkpoint, name: str) -> int:
+    """Bytes tensor `name` takes in the file: its raw blocks when quantized, else elements x stored width."""
+    if name in checkpoint.raw:
+        return int(checkpoint.raw[name][1].nbytes)
+    t = checkpoint.tensors[name]
+    fmt = checkpoint.stored_format.get(name)  # none for a checkpoint built in memory: its tensors' own width
+    return int(t.numel()) * (_FLOAT_BYTES[fmt] if fmt else t.element_size())
+
+
+def file_bytes_per_token(checkpoint: Checkpoint) -> int:
+    """Weight bytes one batch-1 decode step must read from the file as stored: every tensor once, except
+    the embedding table, of which one row (the lm_head, read in full, is the table itself when tied)."""
+    total = 0
+    for name in checkpoint.tensors:
+        n = stored_bytes(checkpoint, name)
+        if name == "model.embed_tokens.weight":
+            rows = checkpoint.config.vocab_size
+            total += n // rows + (n if checkpoint.config.tie_embeddings else 0)
+        else:
+            total += n
+    return total

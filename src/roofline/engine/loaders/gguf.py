@@ -2,8 +2,8 @@
 
 Two things differ from a Hugging Face checkpoint besides the names:
 - GGUF stores a Linear weight with ne = (in_features, out_features), i.e. numpy shape (out, in): the HF layout.
-  Quantized types pack each row into blocks of 32 values (Q8_0: 34 bytes, Q4_0: 18, Q4_1: 20 per block),
-  so a row of blocks is one output row and the raw bytes can be reordered by rows like a float matrix.
+  Quantized types pack each row into blocks of 32 or 256 values (engine/block_formats.py), so a row of
+  blocks is one output row and the raw bytes can be reordered by rows like a float matrix.
 - For the `llama` architecture, llama.cpp's converter permutes the rows of q_proj and k_proj inside every
   head so that its RoPE can rotate adjacent pairs (x[2i], x[2i+1]) instead of HF's halves (x[i], x[i+hd/2]).
   Row 2*i + h of a GGUF head holds HF row h*hd/2 + i (h in {0, 1}, i < hd/2); `unpermute_rope_rows` undoes it.
@@ -29,7 +29,7 @@ from roofline.engine.loaders.rope_scaling import rope_scaling_from_gguf
 from roofline.errors import UserError
 
 FLOAT_TYPES = {QT.F32: "F32", QT.F16: "F16", QT.BF16: "BF16"}
-QUANT_TYPES = {QT.Q8_0: "Q8_0", QT.Q4_0: "Q4_0", QT.Q4_1: "Q4_1"}
+QUANT_TYPES = {q: q.name for q in (QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q4_K, QT.Q5_K, QT.Q6_K)}
 
 # Python-level exceptions the gguf reader raises on a damaged file (short reads turn into empty arrays).
 _READ_ERRORS = (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError, TypeError)
@@ -166,8 +166,8 @@ def _convert(tensor, hf: str, config: ModelConfig, path: Path) -> tuple[torch.Te
     if qtype in QUANT_TYPES:
         return torch.from_numpy(gguf.quants.dequantize(data, qtype)), QUANT_TYPES[qtype], data
     raise UserError(
-        f"{path}: tensor {tensor.name} is stored as {qtype.name}; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1 "
-        "(re-quantize the model to one of those with llama.cpp's llama-quantize)"
+        f"{path}: tensor {tensor.name} is stored as {qtype.name}; supported: F32, F16, BF16, "
+        f"{', '.join(QUANT_TYPES.values())} (re-quantize the model to one of those with llama.cpp's llama-quantize)"
     )
 
 
