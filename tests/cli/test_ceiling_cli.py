@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from light_ceiling import ceiling_run_seconds
 from typer.testing import CliRunner
 
 import typer
@@ -32,28 +33,7 @@ def test_gpt_oss_120b_on_b200_output() -> None:
 
 def test_ceiling_is_light_and_fast() -> None:
     # No torch, numba, aiohttp (or numpy) behind `roofline ceiling`, and an answer well under a second.
-    code = (
-        "import sys, time, io, contextlib\n"
-        "t = time.perf_counter()\n"
-        "from roofline.cli.main import run\n"
-        "sys.argv = ['roofline', 'ceiling', 'openai/gpt-oss-120b', '--hardware', 'b200', '--json']\n"
-        "buf = io.StringIO()\n"
-        "with contextlib.redirect_stdout(buf):\n"
-        "    try:\n"
-        "        run()\n"
-        "    except SystemExit as e:\n"
-        "        assert not e.code, e.code\n"
-        "elapsed = time.perf_counter() - t\n"
-        "heavy = sorted(m for m in ('torch', 'numba', 'aiohttp', 'numpy') if m in sys.modules)\n"
-        "print(elapsed, ','.join(heavy))\n"
-    )
-    runs = []
-    for _ in range(3):
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-        assert p.returncode == 0, p.stderr
-        elapsed, heavy = p.stdout.split(" ")
-        assert heavy.strip() == "", f"imported: {heavy}"
-        runs.append(float(elapsed))
+    runs = ceiling_run_seconds("openai/gpt-oss-120b", "--hardware", "b200")
     assert min(runs) < 1.0, runs  # import + parse + arithmetic + print, interpreter start excluded
 
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from light_ceiling import ceiling_run_seconds
 
 SMOLLM2_BYTES_PER_TOKEN = 96_577_380  # every tensor, one embedding row, the tied lm_head in full
 
@@ -57,27 +58,7 @@ def test_gguf_json_counts_every_tensor_with_all_tensors(smollm2: Path) -> None:
 def test_gguf_ceiling_is_light_and_fast(smollm2: Path) -> None:
     # As tests/cli/test_ceiling_cli.py checks for a catalogue name: no numpy, torch, numba or
     # aiohttp behind `roofline ceiling`, and well under a second, here with a 98 MB GGUF.
-    code = (
-        "import sys, time, io, contextlib\n"
-        "t = time.perf_counter()\n"
-        "from roofline.cli.main import run\n"
-        f"sys.argv = ['roofline', 'ceiling', {str(smollm2)!r}, '-H', 'h100-sxm', '--json']\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
-        "    try:\n"
-        "        run()\n"
-        "    except SystemExit as e:\n"
-        "        assert not e.code, e.code\n"
-        "elapsed = time.perf_counter() - t\n"
-        "heavy = sorted(m for m in ('torch', 'numba', 'aiohttp', 'numpy') if m in sys.modules)\n"
-        "print(elapsed, ','.join(heavy))\n"
-    )
-    runs = []
-    for _ in range(3):
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-        assert p.returncode == 0, p.stderr
-        elapsed, heavy = p.stdout.split(" ")
-        assert heavy.strip() == "", f"imported: {heavy}"
-        runs.append(float(elapsed))
+    runs = ceiling_run_seconds(str(smollm2), "-H", "h100-sxm")
     assert min(runs) < 1.0, runs
 
 

@@ -1,10 +1,11 @@
 """The kernels on weights as the file stores them (dtype `stored`) give the float32 path's bits.
 
 Per format: a row widened in registers equals gguf-py's dequantization, and matrix-vector / k-row
-products equal the float32 kernel over the dequantized matrix (`np.array_equal`, not a tolerance), on
-odd shapes: rows that are a multiple of the block but not of the 64-weight SIMD step, a last partial
-unit of rows, activations of 1..9 rows. Then whole models in every format: greedy ids and logits of
-`--dtype stored` equal `--dtype fp32`, on 1 and 2 threads, through the kernel and the torch prefill.
+products equal the float32 kernel over the dequantized matrix (`np.array_equal`, not a tolerance),
+on odd shapes: rows that are a multiple of the block but not of the 64-weight SIMD step, a last
+partial unit of rows, activations of 1..9 rows. Then whole models in every format: greedy ids and
+logits of `--dtype stored` equal `--dtype fp32`, on 1 and 2 threads, through the kernel and the
+torch prefill.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from roofline.engine.block_formats import BLOCK_FORMATS
 from roofline.engine.loaders import load_checkpoint
 
 FORMATS = list(BLOCK_FORMATS)
-K_SHAPE = TinyShape(hidden=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn=512)  # rows of whole 256-blocks
+K_SHAPE = TinyShape(
+    hidden=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn=512
+)  # rows of whole 256-blocks
 
 
 def _rows(fmt: str, rows: int, n: int, rng) -> tuple[np.ndarray, np.ndarray]:
@@ -34,7 +37,9 @@ def _rows(fmt: str, rows: int, n: int, rng) -> tuple[np.ndarray, np.ndarray]:
             h = v.astype(np.float16)
             return h.view(np.uint8).reshape(rows, -1), h.astype(np.float32)
         bits = (v.view(np.uint32) >> 16).astype(np.uint16)
-        return bits.view(np.uint8).reshape(rows, -1), (bits.astype(np.uint32) << 16).view(np.float32)
+        return bits.view(np.uint8).reshape(rows, -1), (bits.astype(np.uint32) << 16).view(
+            np.float32
+        )
     raw = random_blocks(fmt, rows, n, rng)
     return raw, gguf.quants.dequantize(raw, QT[fmt]).reshape(rows, n).astype(np.float32)
 
@@ -60,21 +65,25 @@ def test_products_on_stored_rows_equal_the_float32_kernel_bit_for_bit(fmt):
         from roofline.engine import matrices
 
         matrices.stored_rows_f32(raw, codes, widened)
-        assert np.array_equal(widened.view(np.uint32), dense.view(np.uint32)), f"{fmt} n={n}: widening differs"
+        assert np.array_equal(widened.view(np.uint32), dense.view(np.uint32)), (
+            f"{fmt} n={n}: widening differs"
+        )
         ones = np.ones(rows, np.float32)
         for k in (1, 2, 3, 4, 5, 9):
             x = rng.standard_normal((k, n)).astype(np.float32)
             got, want = np.empty((k, rows), np.float32), np.empty((k, rows), np.float32)
             kernels.matvec_rows(raw, codes, x, got, 0, rows, False)
             kernels.matvec_rows(dense, ones, x, want, 0, rows, False)
-            assert np.array_equal(got, want), f"{fmt} n={n} k={k}: max diff {np.abs(got - want).max()}"
+            assert np.array_equal(got, want), (
+                f"{fmt} n={n} k={k}: max diff {np.abs(got - want).max()}"
+            )
             kernels.matvec_rows(raw, codes, x, got, 3, 11, True)  # accumulate over a row range
             kernels.matvec_rows(dense, ones, x, want, 3, 11, True)
             assert np.array_equal(got, want)
 
 
 def test_rows_of_several_formats_in_one_matrix():
-    """A Q4_K_M file mixes Q4_K and Q6_K rows in one stack: each row is computed in its own format."""
+    """A Q4_K_M file mixes Q4_K and Q6_K rows in one stack: each row is computed in its format."""
     rng = np.random.default_rng(7)
     n = 256
     parts = [_rows(f, 5, n, rng) for f in ("Q4_K", "Q6_K", "Q8_0", "F16")]
@@ -82,7 +91,9 @@ def test_rows_of_several_formats_in_one_matrix():
     raw = np.zeros((20, stride), np.uint8)
     for i, (r, _) in enumerate(parts):
         raw[5 * i : 5 * i + 5, : r.shape[1]] = r
-    codes = np.repeat([BLOCK_FORMATS[f].code for f in ("Q4_K", "Q6_K", "Q8_0", "F16")], 5).astype(np.uint8)
+    codes = np.repeat([BLOCK_FORMATS[f].code for f in ("Q4_K", "Q6_K", "Q8_0", "F16")], 5).astype(
+        np.uint8
+    )
     dense = np.concatenate([d for _, d in parts])
     x = rng.standard_normal((6, n)).astype(np.float32)
     got, want = np.empty((6, 20), np.float32), np.empty((6, 20), np.float32)
@@ -104,9 +115,13 @@ def test_fp16_widening_without_f16c_is_exact_for_every_value():
         def codegen(context, builder, sig, args):
             src = context.make_array(sig.args[0])(context, builder, args[0])
             dst = context.make_array(sig.args[2])(context, builder, args[2])
-            ptr = builder.bitcast(builder.gep(src.data, [args[1]]), ir.VectorType(ir.IntType(16), 16).as_pointer())
+            ptr = builder.bitcast(
+                builder.gep(src.data, [args[1]]), ir.VectorType(ir.IntType(16), 16).as_pointer()
+            )
             value = block_simd._half_to_f32(builder, builder.load(ptr, align=2), 16, f16c=False)
-            out_ptr = builder.bitcast(builder.gep(dst.data, [args[1]]), ir.VectorType(ir.FloatType(), 16).as_pointer())
+            out_ptr = builder.bitcast(
+                builder.gep(dst.data, [args[1]]), ir.VectorType(ir.FloatType(), 16).as_pointer()
+            )
             builder.store(value, out_ptr, align=4)
             return context.get_dummy_value()
 
@@ -123,22 +138,34 @@ def test_fp16_widening_without_f16c_is_exact_for_every_value():
     want = bits.view(np.float16).astype(np.float32)
     finite = np.isfinite(want)
     assert np.array_equal(out.view(np.uint32)[finite], want.view(np.uint32)[finite])
-    assert np.array_equal(np.isnan(out), np.isnan(want)) and np.array_equal(out[np.isinf(want)], want[np.isinf(want)])
+    assert np.array_equal(np.isnan(out), np.isnan(want)) and np.array_equal(
+        out[np.isinf(want)], want[np.isinf(want)]
+    )
 
 
 def _model_file(tmp_path_factory, fmt: str):
     folder = tmp_path_factory.mktemp(f"stored_{fmt.lower()}")
-    if fmt == "Q4_K_M":  # Q4_K with Q6_K v and down rows and a Q8_0 embedding, as llama-quantize mixes them
-        overrides = {f"model.layers.{i}.{n}.weight": "Q6_K" for i in range(2)
-                     for n in ("self_attn.v_proj", "mlp.down_proj")}
+    if (
+        fmt == "Q4_K_M"
+    ):  # Q4_K with Q6_K v and down rows and a Q8_0 embedding, as llama-quantize mixes them
+        overrides = {
+            f"model.layers.{i}.{n}.weight": "Q6_K"
+            for i in range(2)
+            for n in ("self_attn.v_proj", "mlp.down_proj")
+        }
         overrides["model.embed_tokens.weight"] = "Q8_0"
-        return write_tiny_gguf(folder, tensor_type="Q4_K", shape=K_SHAPE, type_overrides=overrides,
-                               tie_embeddings=True)
+        return write_tiny_gguf(
+            folder, tensor_type="Q4_K", shape=K_SHAPE, type_overrides=overrides, tie_embeddings=True
+        )
     shape = K_SHAPE if fmt in K_QUANTS else None
     return write_tiny_gguf(folder, tensor_type=fmt, shape=shape)
 
 
-PROMPTS = ["The capital of France is", "def add(a, b):\n    return a + b\n" * 3, "hello hello hello world"]
+PROMPTS = [
+    "The capital of France is",
+    "def add(a, b):\n    return a + b\n" * 3,
+    "hello hello hello world",
+]
 
 
 @pytest.mark.parametrize("fmt", [*FORMATS, "Q4_K_M"])
@@ -157,7 +184,11 @@ def test_a_model_in_each_format_decodes_the_float32_paths_ids(tmp_path_factory, 
         for prompt in PROMPTS:
             ids = reference.tokenizer.encode(prompt)
             want = reference.prefill(0, ids)
-            got = runner.prefill(0, ids)  # the 2nd prompt is longer than the kernel prefill: torch GEMMs
+            got = runner.prefill(
+                0, ids
+            )  # the 2nd prompt is longer than the kernel prefill: torch GEMMs
             assert np.array_equal(got, want), f"{fmt}, {threads} threads: prefill logits differ"
             reference.release(0), runner.release(0)
-            assert greedy_ids(runner, ids, 64) == greedy_ids(reference, ids, 64), f"{fmt}: {prompt!r}"
+            assert greedy_ids(runner, ids, 64) == greedy_ids(reference, ids, 64), (
+                f"{fmt}: {prompt!r}"
+            )

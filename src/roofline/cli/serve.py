@@ -19,8 +19,9 @@ def serve(
     port: int = typer.Option(8000, "--port", help="TCP port to listen on (0 = any free port; the chosen one is printed)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind. The default accepts local "
                              "connections only; 0.0.0.0 exposes the server to the network (set --api-key)."),
-    dtype: str = typer.Option("fp32", "--dtype", help="Weight precision: fp32 (exact reference), bf16 (half the "
-                              "bytes per token) or int8 (weight-only, a quarter; lossy: its output differs from fp32)."),
+    dtype: str = typer.Option("stored", "--dtype", help="Weights: stored (as the file holds them, widened in "
+                              "registers; the same output bits as fp32), fp32 (the reference, every weight expanded), "
+                              "bf16, or int8 (weight-only; lossy: its output differs from fp32)."),
     threads: int | None = typer.Option(None, "--threads", min=1, help="CPU threads for the model (default: all cores)."),
     max_batch: int = typer.Option(4, "--max-batch", min=1, help="Sequences decoded together at most (KV-cache slots); "
                                   "further requests wait in a queue."),

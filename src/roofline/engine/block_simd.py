@@ -1,9 +1,9 @@
 """Dot products and row widening over weights as the file stores them (`block_formats`), in LLVM IR.
 
 A row's weights are widened to float32 in registers, 16 (or 8) at a time, and go through the same
-fixed-order sums as float32 weights (`simd._emit_sums`): element i into partial sum (i // 16) % 4, the
-same FMA chain, the same folds. Widening is exact (block_formats says why), so a row dot here equals
-`simd.dot` over the dequantized row bit for bit, whatever the format.
+fixed-order sums as float32 weights (`simd._emit_sums`): element i into partial sum (i // 16) % 4,
+the same FMA chain, the same folds. Widening is exact (block_formats says why), so a row dot here
+equals `simd.dot` over the dequantized row bit for bit, whatever the format.
 
 Layouts (byte offsets in a block; p = position of a weight in its block):
     Q8_0  d@0, int8 q[32]@2                                 q = q[p]
@@ -15,8 +15,8 @@ Layouts (byte offsets in a block; p = position of a weight in its block):
           chunk c = p // 64: qs[32 c + p % 32], low nibble for even s, high for odd
     Q5_K  as Q4_K with qh[32]@16, qs@48: bit s of qh[p % 32] << 4
     Q6_K  ql[128]@0, qh[64]@128, int8 scales[16]@192, d@208: half h = p // 128, group g = p // 32,
-          ql[64 h + 32 (g % 2) + p % 32] (high nibble when g // 2 is odd), 2 bits of qh[32 h + p % 32]
-          at 2 (g % 4), scale p // 16; q - 32
+          ql[64 h + 32 (g % 2) + p % 32] (high nibble when g // 2 is odd), 2 bits of
+          qh[32 h + p % 32] at 2 (g % 4), scale p // 16; q - 32
 """
 
 from __future__ import annotations
@@ -44,10 +44,15 @@ class _Row:
         self.b, self.row = builder, row
 
     def at(self, *offsets):
-        """i8* at the sum of byte offsets (IR values or ints) from the row's start, or from the first
+        """i8* at the sum of byte offsets (IR values or ints) from the row's start, or from the
+        first
         argument when it is a pointer (a block's first byte)."""
         ptr = self.row
-        if offsets and isinstance(offsets[0], ir.Value) and isinstance(offsets[0].type, ir.PointerType):
+        if (
+            offsets
+            and isinstance(offsets[0], ir.Value)
+            and isinstance(offsets[0].type, ir.PointerType)
+        ):
             ptr, offsets = offsets[0], offsets[1:]
         for off in offsets:
             if not (isinstance(off, int) and off == 0):
@@ -67,7 +72,9 @@ class _Row:
         return _half_to_f32(self.b, self.load(ptr, _I16), 0)
 
     def splat(self, x, lanes, t=_F32):
-        v = self.b.insert_element(ir.Constant(_vec(lanes, t), ir.Undefined), x, ir.Constant(_I32, 0))
+        v = self.b.insert_element(
+            ir.Constant(_vec(lanes, t), ir.Undefined), x, ir.Constant(_I32, 0)
+        )
         return self.b.shuffle_vector(v, v, ir.Constant(_vec(lanes, _I32), [0] * lanes))
 
     def ints(self, value, lanes):
@@ -76,15 +83,19 @@ class _Row:
     def nibbles(self, raw, high):
         """Low nibbles of i32 lanes, or high ones where the i1 `high` is set."""
         lanes = raw.type.count
-        return self.b.select(high, self.b.lshr(raw, self.ints(4, lanes)), self.b.and_(raw, self.ints(15, lanes)))
+        return self.b.select(
+            high, self.b.lshr(raw, self.ints(4, lanes)), self.b.and_(raw, self.ints(15, lanes))
+        )
 
     def to_f32(self, v, signed=True):
         return (self.b.sitofp if signed else self.b.uitofp)(v, _vec(v.type.count))
 
 
 def _half_to_f32(b, bits, lanes, f16c=_F16C):
-    """fp16 bits (i16 or <lanes x i16>) -> float32, exact: vcvtph2ps where the CPU has it (f16c), else
-    integer operations (normal: rebias the exponent; subnormal: m 2^-24; inf/nan: all-ones exponent)."""
+    """fp16 bits (i16 or <lanes x i16>) -> float32, exact: vcvtph2ps where the CPU has it (f16c),
+    else
+    integer operations (normal: rebias the exponent; subnormal: m 2^-24; inf/nan: all-ones
+    exponent)."""
     f32 = _vec(lanes) if lanes else _F32
     if f16c:
         return b.fpext(b.bitcast(bits, _vec(lanes, ir.HalfType()) if lanes else ir.HalfType()), f32)
@@ -98,12 +109,20 @@ def _half_to_f32(b, bits, lanes, f16c=_F16C):
     e, m = b.and_(b.lshr(h, c(10)), c(31)), b.and_(h, c(0x3FF))
     normal = b.or_(b.shl(b.add(e, c(112)), c(23)), b.shl(m, c(13)))
     special = b.or_(c(0x7F800000), b.shl(m, c(13)))
-    tiny = b.bitcast(b.fmul(b.uitofp(m, f32), b.bitcast(c(0x33800000), f32), flags=_KEEP), i32)  # m 2^-24
-    mag = b.select(b.icmp_unsigned("==", e, c(0)), tiny, b.select(b.icmp_unsigned("==", e, c(31)), special, normal))
+    tiny = b.bitcast(
+        b.fmul(b.uitofp(m, f32), b.bitcast(c(0x33800000), f32), flags=_KEEP), i32
+    )  # m 2^-24
+    mag = b.select(
+        b.icmp_unsigned("==", e, c(0)),
+        tiny,
+        b.select(b.icmp_unsigned("==", e, c(31)), special, normal),
+    )
     return b.bitcast(b.or_(mag, sign), f32)
 
 
-# --- one format each: the float32 weights at position p of the block at blk (p an IR value or an int) ---
+# --- one format each: the float32 weights at position p of the block at blk (p an IR value or an
+# int) ---
+
 
 def _q8_0(r, blk, p, lanes):
     d = r.splat(r.half(blk), lanes)
@@ -146,7 +165,12 @@ def _q5_0(r, blk, p, lanes):
 
 def _q5_1(r, blk, p, lanes):
     q = r.b.or_(_nibble_at(r, blk, 8, p, lanes), _q5_bits(r, r.at(blk, 4), p, lanes))
-    return _fma(r.b, r.splat(r.half(blk), lanes), r.to_f32(q, signed=False), r.splat(r.half(r.at(blk, 2)), lanes))
+    return _fma(
+        r.b,
+        r.splat(r.half(blk), lanes),
+        r.to_f32(q, signed=False),
+        r.splat(r.half(r.at(blk, 2)), lanes),
+    )
 
 
 def _k_scale_min(r, blk, sub):
@@ -174,7 +198,11 @@ def _k_place(r, chunk, within):
     if isinstance(within, int):
         return b.add(b.mul(chunk, _k(2)), _k(within // 32)), within >= 32, within % 32
     half = b.lshr(within, _k(5))
-    return b.add(b.mul(chunk, _k(2)), half), b.icmp_unsigned("==", half, _k(1)), b.and_(within, _k(31))
+    return (
+        b.add(b.mul(chunk, _k(2)), half),
+        b.icmp_unsigned("==", half, _k(1)),
+        b.and_(within, _k(31)),
+    )
 
 
 def _pick_nibbles(r, raw, high):
@@ -207,11 +235,17 @@ def _q6_k(r, blk, chunk, within, lanes):
     h = b.lshr(chunk, _k(1))
     odd_chunk = b.icmp_unsigned("==", b.and_(chunk, _k(1)), _k(1))  # high nibble
     if isinstance(within, int):
-        sub, l, scale_at = _k(within // 32), _k(within % 32), b.add(b.mul(chunk, _k(4)), _k(within // 16))
+        sub, l, scale_at = (
+            _k(within // 32),
+            _k(within % 32),
+            b.add(b.mul(chunk, _k(4)), _k(within // 16)),
+        )
     else:
         sub, l = b.lshr(within, _k(5)), b.and_(within, _k(31))
         scale_at = b.add(b.mul(chunk, _k(4)), b.lshr(within, _k(4)))
-    ql = r.nibbles(r.bytes_i32(r.at(blk, b.mul(h, _k(64)), b.mul(sub, _k(32)), l), lanes), odd_chunk)
+    ql = r.nibbles(
+        r.bytes_i32(r.at(blk, b.mul(h, _k(64)), b.mul(sub, _k(32)), l), lanes), odd_chunk
+    )
     qh = r.bytes_i32(r.at(blk, 128, b.mul(h, _k(32)), l), lanes)
     shift = b.trunc(b.mul(b.add(b.mul(b.and_(chunk, _k(1)), _k(2)), sub), _k(2)), _I32)  # 2 (g % 4)
     top = b.and_(b.lshr(qh, r.splat(shift, lanes, _I32)), r.ints(3, lanes))
@@ -226,7 +260,8 @@ _BLOCK256 = {8: _q4_k, 9: _q5_k, 10: _q6_k}
 
 
 def _format_loader(builder, code, row):
-    """load(i, off, lanes) -> float32 weights i + off .. of the row (lanes 16 or 8; 0: one scalar), for
+    """load(i, off, lanes) -> float32 weights i + off .. of the row (lanes 16 or 8; 0: one scalar),
+    for
     `simd._emit_sums(split=True)`: with lanes 16, i is a multiple of 64 and off an int."""
     r = _Row(builder, row)
     b = builder
@@ -237,7 +272,9 @@ def _format_loader(builder, code, row):
         def load_float(i, off, lanes):
             idx = i if off == 0 else b.add(i, _k(off))
             if dtype is not None:  # F32, BF16: the float32 kernels' own loader
-                ptr = b.bitcast(r.at(b.mul(idx, _k(fmt.block_bytes))), {0: _F32, 2: _I16}[code].as_pointer())
+                ptr = b.bitcast(
+                    r.at(b.mul(idx, _k(fmt.block_bytes))), {0: _F32, 2: _I16}[code].as_pointer()
+                )
                 return _loader(b, dtype, ptr)(_k(0), lanes)
             bits = r.load(r.at(b.mul(idx, _k(2))), _vec(lanes, _I16) if lanes else _I16)
             return _half_to_f32(b, bits, lanes)
@@ -256,7 +293,9 @@ def _format_loader(builder, code, row):
         return r.at(b.mul(blk, _k(fmt.block_bytes))), b.and_(idx, _k(fmt.block - 1))
 
     def load_block(i, off, lanes):
-        if lanes == 0:  # the scalar tail: never reached for whole blocks; lane i % 8 of an 8-lane load
+        if (
+            lanes == 0
+        ):  # the scalar tail: never reached for whole blocks; lane i % 8 of an 8-lane load
             v = load_block(b.and_(i, _k(~7)), 0, 8)
             return b.extract_element(v, b.trunc(b.and_(i, _k(7)), _I32))
         if fmt.block == 32:
@@ -303,12 +342,18 @@ def _flat_f32(context, builder, ty, ary, idx_ty, idx):
 
 @intrinsic
 def stored_dot_rows(typingctx, w, off, fmt, x, ix, x_stride, n, rows):
-    """(sum_i w_i x.flat[ix + r x_stride + i] for r < rows), rows a literal 1..4: the row of n weights
+    """(sum_i w_i x.flat[ix + r x_stride + i] for r < rows), rows a literal 1..4: the row of n
+    weights
     stored from byte `off` of the uint8 array w in format `fmt` (block_formats code), each sum in
     `simd.dot`'s order (so equal to it over the widened row)."""
     ints = all(isinstance(t, types.Integer) for t in (off, fmt, ix, x_stride, n))
-    if not (ints and isinstance(rows, types.IntegerLiteral) and 1 <= rows.literal_value <= 4
-            and _contiguous(w, (types.uint8,)) and _contiguous(x, (types.float32,))):
+    if not (
+        ints
+        and isinstance(rows, types.IntegerLiteral)
+        and 1 <= rows.literal_value <= 4
+        and _contiguous(w, (types.uint8,))
+        and _contiguous(x, (types.float32,))
+    ):
         return None
     m = rows.literal_value
     result = types.UniTuple(types.float32, m)
@@ -319,13 +364,29 @@ def stored_dot_rows(typingctx, w, off, fmt, x, ix, x_stride, n, rows):
         ix = context.cast(builder, args[4], ix_ty, types.intp)
         sx = context.cast(builder, args[5], sx_ty, types.intp)
         n_v = context.cast(builder, args[6], n_ty, types.intp)
-        loads = [_loader(builder, types.float32, _flat_f32(context, builder, x_ty, args[3], types.intp,
-                                                             builder.add(ix, builder.mul(sx, _k(r)))))
-                 for r in range(m)]
+        loads = [
+            _loader(
+                builder,
+                types.float32,
+                _flat_f32(
+                    context,
+                    builder,
+                    x_ty,
+                    args[3],
+                    types.intp,
+                    builder.add(ix, builder.mul(sx, _k(r))),
+                ),
+            )
+            for r in range(m)
+        ]
         code = context.cast(builder, args[2], fmt_ty, types.int32)
         results = [cgutils.alloca_once(builder, _F32) for _ in range(m)]
-        _switch(builder, code, results,
-                lambda c: _emit_sums(builder, n_v, _format_loader(builder, c, row), loads, split=True))
+        _switch(
+            builder,
+            code,
+            results,
+            lambda c: _emit_sums(builder, n_v, _format_loader(builder, c, row), loads, split=True),
+        )
         return context.make_tuple(builder, result, [builder.load(s) for s in results])
 
     return result(w, off, fmt, x, ix, x_stride, n, rows), codegen
@@ -350,7 +411,9 @@ def stored_row(typingctx, w, off, fmt, n, out, io):
 
             def put(i, value, lanes):
                 ptr = builder.gep(dst, [i])
-                builder.store(value, builder.bitcast(ptr, _vec(lanes).as_pointer()) if lanes else ptr, align=4)
+                builder.store(
+                    value, builder.bitcast(ptr, _vec(lanes).as_pointer()) if lanes else ptr, align=4
+                )
 
             n64 = builder.and_(n_v, _k(~63))
             n8 = builder.and_(n_v, _k(~7))

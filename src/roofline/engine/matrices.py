@@ -1,12 +1,13 @@
-"""A weight matrix as the decode kernels see it: rows W (out, n_in) and one value per row beside them.
+"""A weight matrix as the decode kernels see it: rows W (out, n_in), one value per row beside them.
 
     float32, bf16 bits (uint16), int8   the value is the row's float32 scale (1 unless int8)
     stored rows (uint8)                 W (out, stride): each row's bytes as the file stores them
-                                        (block_formats); the value is the row's format code (uint8), and
-                                        n_in is the activations' width (a row's length in weights)
+                                        (block_formats); the value is the row's format code
+                                        (uint8); n_in is the activations' width
 
-Stacks over layers add a leading axis to both. numba specialises on the dtypes: `matvec` and `embed_into`
-have one body per kind; stored rows go through `block_simd` (widened in registers, the float32 order).
+Stacks over layers add a leading axis to both. numba specialises on the dtypes: `matvec` and
+`embed_into` have one body per kind; stored rows go through `block_simd` (widened in registers,
+then the float32 order).
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from numba.extending import intrinsic, overload
 from roofline import simd
 from roofline.engine import block_simd
 
-# fastmath lets LLVM vectorise the element-wise loops; reductions take their order from `simd` instead.
+# fastmath lets LLVM vectorise element-wise loops; reductions take their order from `simd` instead.
 # error_model="numpy": float division without Python's zero check, which would block vectorisation.
 _JIT = dict(fastmath=True, cache=True, nogil=True, error_model="numpy")
-_OVERLOAD = dict(fastmath=True, nogil=True, error_model="numpy")  # the same flags for overload bodies
+_OVERLOAD = dict(fastmath=True, nogil=True, error_model="numpy")  # the same flags, for overloads
 
 
 def _stored(w) -> bool:
@@ -31,7 +32,7 @@ def _stored(w) -> bool:
 
 @intrinsic
 def _f32_from_bf16_bits(typingctx, bits):
-    """bf16 bits (uint16) -> float32: zero-extend to 32 bits, shift into the high half, reinterpret."""
+    """bf16 bits (uint16) -> float32: zero-extend, shift into the high half, reinterpret."""
     if bits != types.uint16:
         return None
 
@@ -43,7 +44,7 @@ def _f32_from_bf16_bits(typingctx, bits):
 
 
 def widen(w):
-    """A weight element as float32 (pure-Python stub; the jitted versions are the overloads below)."""
+    """A weight element as float32 (a stub; the jitted versions are the overloads below)."""
     raise NotImplementedError
 
 
@@ -60,8 +61,8 @@ def _widen_overload(w):
 
 @njit(**_JIT)
 def _store(out, r, o, d, s, accumulate):
-    """out[r, o] = d s, or += d s: the product and the sum in one place, so that every caller (1 to 4
-    rows) compiles them the same way (fastmath may fuse them into one fma; it then does so everywhere)."""
+    """out[r, o] = d s, or += d s: the product and the sum in one place, so that every caller (1
+    to 4 rows) compiles them alike (fastmath may fuse them into one fma: then everywhere)."""
     if accumulate:
         out[r, o] += d * s
     else:
@@ -69,15 +70,23 @@ def _store(out, r, o, d, s, accumulate):
 
 
 def matvec(w, scale, x, out, o0, o1, accumulate):
-    """out[r, o] (+)= scale[o] sum_i w[o, i] x[r, i] for rows o in [o0, o1) (jitted overloads below)."""
+    """out[r, o] (+)= scale[o] sum_i w[o, i] x[r, i], rows o in [o0, o1) (overloads below)."""
     raise NotImplementedError
 
 
 @overload(matvec, jit_options=_OVERLOAD)
 def _matvec_overload(w, scale, x, out, o0, o1, accumulate):
     if _stored(w):
+
         def stored(w, scale, x, out, o0, o1, accumulate):  # scale: the rows' format codes
             fmt, stride, k, n, row = scale, x.shape[1], x.shape[0], x.shape[1], w.shape[1]
+            if k > 4:  # widen each row once into L1, then float32 dots per 4 rows of x: same bits
+                wide = np.empty((1, n), np.float32)
+                ones = np.ones(1, np.float32)
+                for o in range(o0, o1):
+                    block_simd.stored_row(w, o * row, fmt[o], n, wide, 0)
+                    _rows_of_x(wide, 0, ones[0], x, out, o, accumulate)
+                return
             for o in range(o0, o1):
                 f, at, r = fmt[o], o * row, 0
                 while r + 4 <= k:
@@ -100,26 +109,31 @@ def _matvec_overload(w, scale, x, out, o0, o1, accumulate):
         return stored
 
     def plain(w, scale, x, out, o0, o1, accumulate):
-        n, stride, k = w.shape[1], x.shape[1], x.shape[0]
         for o in range(o0, o1):
-            s, r = scale[o], 0
-            while r + 4 <= k:
-                d = simd.dot_rows(w, o * n, x, r * stride, stride, n, 4)
-                for i in range(4):
-                    _store(out, r + i, o, d[i], s, accumulate)
-                r += 4
-            if k - r == 3:
-                d3 = simd.dot_rows(w, o * n, x, r * stride, stride, n, 3)
-                for i in range(3):
-                    _store(out, r + i, o, d3[i], s, accumulate)
-            elif k - r == 2:
-                d2 = simd.dot_rows(w, o * n, x, r * stride, stride, n, 2)
-                for i in range(2):
-                    _store(out, r + i, o, d2[i], s, accumulate)
-            elif k - r == 1:
-                _store(out, r, o, simd.dot(w, o * n, x, r * stride, n), s, accumulate)
+            _rows_of_x(w, o, scale[o], x, out, o, accumulate)
 
     return plain
+
+
+@njit(**_JIT)
+def _rows_of_x(w, o, s, x, out, col, accumulate):
+    """out[r, col] (+)= s sum_i w[o, i] x[r, i] for every row r of x, four rows at a time."""
+    n, stride, k, r = w.shape[1], x.shape[1], x.shape[0], 0
+    while r + 4 <= k:
+        d = simd.dot_rows(w, o * n, x, r * stride, stride, n, 4)
+        for i in range(4):
+            _store(out, r + i, col, d[i], s, accumulate)
+        r += 4
+    if k - r == 3:
+        d3 = simd.dot_rows(w, o * n, x, r * stride, stride, n, 3)
+        for i in range(3):
+            _store(out, r + i, col, d3[i], s, accumulate)
+    elif k - r == 2:
+        d2 = simd.dot_rows(w, o * n, x, r * stride, stride, n, 2)
+        for i in range(2):
+            _store(out, r + i, col, d2[i], s, accumulate)
+    elif k - r == 1:
+        _store(out, r, col, simd.dot(w, o * n, x, r * stride, n), s, accumulate)
 
 
 def embed_into(embed, embed_scale, token, x, r):
@@ -130,6 +144,7 @@ def embed_into(embed, embed_scale, token, x, r):
 @overload(embed_into, jit_options=_OVERLOAD)
 def _embed_into_overload(embed, embed_scale, token, x, r):
     if _stored(embed):
+
         def stored(embed, embed_scale, token, x, r):  # embed_scale: the rows' format codes
             n = x.shape[1]
             block_simd.stored_row(embed, token * embed.shape[1], embed_scale[token], n, x, r * n)
@@ -147,8 +162,10 @@ def _embed_into_overload(embed, embed_scale, token, x, r):
 @njit(**_JIT)
 def stored_rows_f32(w, fmt, out):
     """out (rows, n_in) float32 = every row of a stored matrix widened (the prefill's GEMM operand).
-    One thread (nogil: callers split rows over Python threads). Not a numba parallel region: a process
-    whose first OpenMP region is numba's ran torch's 2-thread GEMMs to other bits than one whose first
+    One thread (nogil: callers split rows over Python threads). Not a numba parallel region: a
+    process
+    whose first OpenMP region is numba's ran torch's 2-thread GEMMs to other bits than one whose
+    first
     is torch's, and the fp32 path's first is torch's."""
     n = out.shape[1]
     for o in range(w.shape[0]):

@@ -1,10 +1,11 @@
 """The weights as the file stores them, in the decode kernels' stacks (dtype `stored`).
 
-Every matrix keeps its file format row by row (block_formats: GGUF blocks, or F32/F16/BF16 elements):
+Every matrix keeps its file format row by row (block_formats: GGUF blocks, F32/F16/BF16 elements):
 a stack is data (L, rows, stride) uint8, each row's bytes as stored, stride = the longest row of the
-stack (a Q4_K_M file mixes Q4_K and Q6_K rows in one stack), and beside it, where the other formats keep
-their row scales, the format code of each row (L, rows) uint8 (`matrices`). Nothing is widened on load: the kernels widen blocks in
-registers, and the prefill one matrix at a time into a scratch buffer.
+stack (a Q4_K_M file mixes Q4_K and Q6_K rows in one stack), and beside it, where the other formats
+keep their row scales, the format code of each row (L, rows) uint8 (`matrices`). Nothing is widened
+on load: the kernels widen blocks in registers, and the prefill one matrix at a time into a scratch
+buffer.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 
 from roofline.engine.block_formats import BLOCK_FORMATS
 from roofline.engine.config import ModelConfig
-from roofline.engine.weights import DecodeWeights, layer_layout, vector
+from roofline.engine.weights import DecodeWeights, layer_layout, layer_vectors, vector
 from roofline.errors import UserError
 
 
@@ -30,13 +31,15 @@ def stored_rows(checkpoint, name: str) -> tuple[str, np.ndarray]:
         bits = t.contiguous().view(torch.int16) if t.dtype == torch.bfloat16 else t.contiguous()
         blocks = bits.numpy().view(np.uint8).reshape(t.shape[0], -1)
     if fmt not in BLOCK_FORMATS:
-        raise UserError(f"{checkpoint.path}: tensor {name} is stored as {fmt}, which the kernels cannot compute "
-                        f"on; supported: {', '.join(BLOCK_FORMATS)} (or run --dtype fp32)")
+        raise UserError(
+            f"{checkpoint.path}: tensor {name} is stored as {fmt}, which the kernels cannot "
+            f"compute on; supported: {', '.join(BLOCK_FORMATS)} (or run --dtype fp32)"
+        )
     return fmt, blocks
 
 
 def _stack(parts: list[list[tuple[str, np.ndarray]]]) -> tuple[np.ndarray, np.ndarray]:
-    """Layers of [(format, rows)] pieces -> (data (L, rows, stride) uint8, format codes (L, rows) uint8)."""
+    """Layers of [(format, rows)] pieces -> (data (L, rows, stride), codes (L, rows)), uint8."""
     stride = max(rows.shape[1] for layer in parts for _, rows in layer)
     n_rows = sum(rows.shape[0] for _, rows in parts[0])
     data = np.zeros((len(parts), n_rows, stride), np.uint8)
@@ -59,10 +62,7 @@ def pack_stored(config: ModelConfig, checkpoint) -> DecodeWeights:
     """DecodeWeights whose matrices are stored rows (see the module doc); row scales are ones."""
     c = config
     L = c.n_layers
-    pieces: dict[str, list[list[tuple[str, np.ndarray]]]] = {"wqkv": [], "wo": [], "wgu": [], "wd": []}
-    attn_norm, mlp_norm = np.empty((L, c.hidden), np.float32), np.empty((L, c.hidden), np.float32)
-    bqkv = np.zeros((L, c.q_dim + 2 * c.kv_dim), np.float32)
-    q_norm, k_norm = np.ones((L, c.head_dim), np.float32), np.ones((L, c.head_dim), np.float32)
+    pieces: dict[str, list] = {k: [] for k in ("wqkv", "wo", "wgu", "wd")}  # [layer][piece]
     t = checkpoint.tensors
     for i in range(L):
         p = f"model.layers.{i}."
@@ -70,13 +70,7 @@ def pack_stored(config: ModelConfig, checkpoint) -> DecodeWeights:
             stack.append([])
         for name, stack, _, _, _ in layer_layout(c):
             pieces[stack][i].append(stored_rows(checkpoint, p + name + ".weight"))
-        attn_norm[i] = vector(t[p + "input_layernorm.weight"])
-        mlp_norm[i] = vector(t[p + "post_attention_layernorm.weight"])
-        if c.attn_bias:
-            bqkv[i] = np.concatenate([vector(t[p + f"self_attn.{x}_proj.bias"]) for x in "qkv"])
-        if c.qk_norm:
-            q_norm[i] = vector(t[p + "self_attn.q_norm.weight"])
-            k_norm[i] = vector(t[p + "self_attn.k_norm.weight"])
+    attn_norm, mlp_norm, bqkv, q_norm, k_norm = layer_vectors(c, t)
     (wqkv, qkv_fmt), (wo, o_fmt) = _stack(pieces["wqkv"]), _stack(pieces["wo"])
     (wgu, gu_fmt), (wd, d_fmt) = _stack(pieces["wgu"]), _stack(pieces["wd"])
     embed, embed_fmt = _single(stored_rows(checkpoint, "model.embed_tokens.weight"))
@@ -84,25 +78,33 @@ def pack_stored(config: ModelConfig, checkpoint) -> DecodeWeights:
         lm_head, lm_fmt = embed, embed_fmt
     else:
         lm_head, lm_fmt = _single(stored_rows(checkpoint, "lm_head.weight"))
-    return DecodeWeights(embed, embed_fmt, attn_norm, wqkv, qkv_fmt, bqkv, q_norm, k_norm, wo, o_fmt, mlp_norm,
-                         wgu, gu_fmt, wd, d_fmt, vector(t["model.norm.weight"]), lm_head, lm_fmt)
+    norm = vector(t["model.norm.weight"])
+    return DecodeWeights(embed, embed_fmt, attn_norm, wqkv, qkv_fmt, bqkv, q_norm, k_norm, wo,
+                         o_fmt, mlp_norm, wgu, gu_fmt, wd, d_fmt, norm, lm_head, lm_fmt)
 
 
 def _row_bytes(codes: np.ndarray, n_in: int) -> int:
-    """Bytes of rows of n_in weights with these format codes, as stored (not the stride they are padded to)."""
+    """Bytes of rows of n_in weights with these format codes, as stored (not the stride they are
+    padded to)."""
     by_code = {f.code: f.row_bytes(n_in) for f in BLOCK_FORMATS.values()}
     values, counts = np.unique(codes, return_counts=True)
     return int(sum(by_code[int(v)] * int(k) for v, k in zip(values, counts)))
 
 
 def stored_bytes_per_token(config: ModelConfig, w: DecodeWeights) -> int:
-    """Weight bytes one batch-1 decode step reads: every matrix row as stored, the norms (and biases),
+    """Weight bytes one batch-1 decode step reads: every matrix row as stored, the norms (and
+    biases),
     one embedding row, the whole lm_head (the embedding table itself when tied)."""
     c = config
     vectors = [w.attn_norm, w.mlp_norm, w.final_norm]
     vectors += [w.bqkv] if c.attn_bias else []
     vectors += [w.q_norm, w.k_norm] if c.qk_norm else []
-    matrices = (_row_bytes(w.qkv_scale, c.hidden) + _row_bytes(w.o_scale, c.q_dim) + _row_bytes(w.gu_scale, c.hidden)
-                + _row_bytes(w.d_scale, c.ffn) + _row_bytes(w.lm_scale, c.hidden))
+    matrices = (
+        _row_bytes(w.qkv_scale, c.hidden)
+        + _row_bytes(w.o_scale, c.q_dim)
+        + _row_bytes(w.gu_scale, c.hidden)
+        + _row_bytes(w.d_scale, c.ffn)
+        + _row_bytes(w.lm_scale, c.hidden)
+    )
     embed_row = _row_bytes(w.embed_scale[:1], c.hidden)
     return sum(a.nbytes for a in vectors) + matrices + embed_row

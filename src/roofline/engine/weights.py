@@ -85,6 +85,25 @@ def vector(t) -> np.ndarray:
     return t.to(torch.float32).contiguous().numpy()
 
 
+def layer_vectors(config: ModelConfig, tensors: dict) -> tuple[np.ndarray, ...]:
+    """(attn_norm, mlp_norm, bqkv, q_norm, k_norm) stacked over layers, float32: zero biases and unit q/k
+    norms where the model has none."""
+    c, L = config, config.n_layers
+    attn_norm, mlp_norm = np.empty((L, c.hidden), np.float32), np.empty((L, c.hidden), np.float32)
+    bqkv = np.zeros((L, c.q_dim + 2 * c.kv_dim), np.float32)
+    q_norm, k_norm = np.ones((L, c.head_dim), np.float32), np.ones((L, c.head_dim), np.float32)
+    for i in range(L):
+        p = f"model.layers.{i}."
+        attn_norm[i] = vector(tensors[p + "input_layernorm.weight"])
+        mlp_norm[i] = vector(tensors[p + "post_attention_layernorm.weight"])
+        if c.attn_bias:
+            bqkv[i] = np.concatenate([vector(tensors[p + f"self_attn.{x}_proj.bias"]) for x in "qkv"])
+        if c.qk_norm:
+            q_norm[i] = vector(tensors[p + "self_attn.q_norm.weight"])
+            k_norm[i] = vector(tensors[p + "self_attn.k_norm.weight"])
+    return attn_norm, mlp_norm, bqkv, q_norm, k_norm
+
+
 def pack_weights(config: ModelConfig, tensors: dict, dtype: str) -> DecodeWeights:
     """HF-named tensors -> DecodeWeights, filling preallocated stacks layer by layer (no full-size temporaries)."""
     c = config
@@ -94,22 +113,13 @@ def pack_weights(config: ModelConfig, tensors: dict, dtype: str) -> DecodeWeight
     wo, o_scale = np.empty((L, c.hidden, c.q_dim), store), np.empty((L, c.hidden), np.float32)
     wgu, gu_scale = np.empty((L, 2 * c.ffn, c.hidden), store), np.empty((L, 2 * c.ffn), np.float32)
     wd, d_scale = np.empty((L, c.hidden, c.ffn), store), np.empty((L, c.hidden), np.float32)
-    attn_norm, mlp_norm = np.empty((L, c.hidden), np.float32), np.empty((L, c.hidden), np.float32)
-    bqkv = np.zeros((L, qkv_dim), np.float32)
-    q_norm, k_norm = np.ones((L, c.head_dim), np.float32), np.ones((L, c.head_dim), np.float32)
     stacks = {"wqkv": wqkv, "qkv_scale": qkv_scale, "wo": wo, "o_scale": o_scale, "wgu": wgu, "gu_scale": gu_scale,
               "wd": wd, "d_scale": d_scale}
     for i in range(L):
         p = f"model.layers.{i}."
         for name, stack, scales, lo, hi in layer_layout(c):
             stacks[stack][i, lo:hi], stacks[scales][i, lo:hi] = matrix(tensors[p + name + ".weight"], dtype)
-        attn_norm[i] = vector(tensors[p + "input_layernorm.weight"])
-        mlp_norm[i] = vector(tensors[p + "post_attention_layernorm.weight"])
-        if c.attn_bias:
-            bqkv[i] = np.concatenate([vector(tensors[p + f"self_attn.{x}_proj.bias"]) for x in "qkv"])
-        if c.qk_norm:
-            q_norm[i] = vector(tensors[p + "self_attn.q_norm.weight"])
-            k_norm[i] = vector(tensors[p + "self_attn.k_norm.weight"])
+    attn_norm, mlp_norm, bqkv, q_norm, k_norm = layer_vectors(c, tensors)
     embed, embed_scale = matrix(tensors["model.embed_tokens.weight"], dtype)
     if c.tie_embeddings or "lm_head.weight" not in tensors:
         lm_head, lm_scale = embed, embed_scale

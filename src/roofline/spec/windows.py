@@ -36,7 +36,8 @@ def _tokens(cfg: dict[str, Any], key: str) -> int | None:
     w = cfg.get(key)
     if w is None or w is False:
         return None
-    if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w != int(w) or w < 0:
+    bad_float = isinstance(w, float) and (not math.isfinite(w) or w != int(w))  # (a huge int has no float)
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or bad_float or w < 0:
         raise UserError(f"config has {key}={shown(w)}; it must be a whole number of tokens (or null)")
     return int(w) or None  # 0 means no window
 

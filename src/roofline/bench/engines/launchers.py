@@ -84,7 +84,8 @@ EMBEDDED = EmbeddedLauncher(
     name="embedded",
     help="roofline's own decoder (python -m roofline serve); default model: SmolLM2-135M-Instruct",
     knobs=knob_table(
-        Knob("dtype", "choice", ("fp32", "bf16", "int8"), "weights and compute precision (int8 is lossy)"),
+        Knob("dtype", "choice", ("stored", "fp32", "bf16", "int8"),
+             "weights: as the file stores them, fp32 (the reference), bf16, int8 (bf16 and int8 are lossy)"),
         Knob("threads", "int", help="CPU threads for the model", minimum=1),
         Knob("max_batch", "int", help="sequences decoded together at most", minimum=1),
         Knob("max_seq_len", "int", help="context per sequence in tokens", minimum=2),
