@@ -92,7 +92,7 @@ def test_sampling_keeps_the_target_distribution():
         assert np.allclose(counts / counts.sum(), p, atol=0.012), (tree, counts / counts.sum(), p)
 
 
-@pytest.fixture(scope="module", params=["fp32", "bf16", "int8"])
+@pytest.fixture(scope="module", params=["stored", "fp32", "bf16", "int8"])
 def default_runner(request):
     return load_runner(None, dtype=request.param, max_seq_len=512)
 
