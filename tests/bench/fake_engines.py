@@ -120,7 +120,7 @@ def fake_engine(tmp_path: Path, mode: str, *options: str) -> tuple[str, Path]:
     return "{python} " + " ".join(words), pidfile
 
 
-def pids_in(pidfile: Path, count: int = 1, timeout_s: float = 5.0) -> list[int]:
+def pids_in(pidfile: Path, count: int = 1, timeout_s: float = 30.0) -> list[int]:
     """The pids written so far, waiting until there are `count` of them."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -139,7 +139,7 @@ def alive(pid: int) -> bool:
         return False
 
 
-def survivors(pids: list[int], timeout_s: float = 3.0) -> list[int]:
+def survivors(pids: list[int], timeout_s: float = 30.0) -> list[int]:
     """The pids still running after up to timeout_s."""
     deadline = time.monotonic() + timeout_s
     while any(alive(p) for p in pids) and time.monotonic() < deadline:

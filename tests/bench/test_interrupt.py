@@ -1,4 +1,7 @@
-"""An interrupted or killed run keeps every request that ended, as valid JSONL."""
+"""An interrupted or killed run keeps every request that ended, as valid JSONL.
+
+The null server answers a few requests and then holds every later one open after its first token
+(`--hold-after`), so the run cannot end before the test's signal, on a fast host or a slow one."""
 
 import json
 import os
@@ -8,7 +11,7 @@ import sys
 import time
 
 import pytest
-from bench_helpers import nullserver
+from bench_helpers import nullserver, wait_for_output
 
 
 def start_bench(url, out, *extra):
@@ -17,7 +20,7 @@ def start_bench(url, out, *extra):
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for_lines(path, n, proc, timeout_s=30):
+def wait_for_lines(path, n, proc, timeout_s=60):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if path.exists() and path.read_bytes().count(b"\n") >= n:
@@ -47,17 +50,25 @@ def alive(pid):
         return False
 
 
-@pytest.fixture(scope="module")
-def slow_url():
-    with nullserver("--ttft", "10ms", "--gap", "25ms", "--tokens", "12") as url:  # ~0.3 s per request
-        yield url
+ANSWERED = 8  # requests the server answers (~0.3 s each); it holds every later one open, unfinished
+
+
+@pytest.fixture
+def held_server(tmp_path):
+    """(URL, server log) of a null server that answers ANSWERED requests, then holds the rest open."""
+    log = tmp_path / "server.log"
+    with nullserver("--ttft", "10ms", "--gap", "25ms", "--tokens", "12", "--hold-after", str(ANSWERED),
+                    log=log) as url:
+        yield url, log
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
-def test_sigkill_loses_nothing_that_ended(slow_url, tmp_path, workers):
-    proc = start_bench(slow_url, tmp_path / "run", "--workers", workers)
+def test_sigkill_loses_nothing_that_ended(held_server, tmp_path, workers):
+    url, server_log = held_server
+    proc = start_bench(url, tmp_path / "run", "--workers", workers)
     log = tmp_path / "run" / "requests.jsonl"
     wait_for_lines(log, 6, proc)
+    wait_for_output(server_log, "holding request #", proc=proc)  # in flight, and the run cannot end
     kids = children(proc.pid)
     proc.kill()
     proc.wait()
@@ -69,17 +80,19 @@ def test_sigkill_loses_nothing_that_ended(slow_url, tmp_path, workers):
     assert sum(ln["ok"] for ln in lines) >= 6 - 4
     assert len({ln["id"] for ln in lines}) == len(lines)
     assert (tmp_path / "run" / "provenance.json").exists()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while any(alive(k) for k in kids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(alive(k) for k in kids), "worker processes outlived a killed bench"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_interrupt_writes_cancelled_requests_and_a_summary(slow_url, tmp_path, sig):
-    proc = start_bench(slow_url, tmp_path / "run")
+def test_interrupt_writes_cancelled_requests_and_a_summary(held_server, tmp_path, sig):
+    url, server_log = held_server
+    proc = start_bench(url, tmp_path / "run")
     log = tmp_path / "run" / "requests.jsonl"
     wait_for_lines(log, 4, proc)
+    wait_for_output(server_log, "holding request #", 4, proc=proc)  # all 4 streams in flight, none can end
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err

@@ -10,6 +10,7 @@ import uuid
 from dataclasses import replace
 
 import pytest
+from bench_helpers import wait_for_output
 
 from roofline.bench.engines import LAUNCHERS
 from roofline.bench.launch import (
@@ -44,7 +45,7 @@ def processes_with(marker: str) -> list[int]:
     return out
 
 
-def wait_gone(marker: str, timeout_s: float = 5.0) -> list[int]:
+def wait_gone(marker: str, timeout_s: float = 30.0) -> list[int]:
     deadline = time.monotonic() + timeout_s
     while processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -103,14 +104,17 @@ def test_cli_engine_cmd_with_server_reported_bytes_per_token(tmp_path):
 
 def test_sigterm_to_bench_stops_the_engine(tmp_path):
     marker = f"m{uuid.uuid4().hex}"
-    template = null_template(marker).replace("--gap 1ms --tokens 4", "--gap 50ms --tokens 40")
+    # the engine answers the two warm-up requests, then holds the next one open: the run cannot end by itself
+    template = null_template(marker, "--hold-after", "2")
     cmd = [sys.executable, "-m", "roofline", "bench", "--engine-cmd", template, "--reps", "5", "--out", str(tmp_path / "run")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = tmp_path / "run" / "requests.jsonl"
-    deadline = time.monotonic() + 30
-    while not (log.exists() and log.read_bytes().count(b"\n") >= 2) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60
+    while not (log.exists() and log.read_bytes().count(b"\n") >= 2):
         assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, "the run wrote too few lines"
         time.sleep(0.05)
+    wait_for_output(tmp_path / "run" / "server.log", "holding request #", proc=proc)  # a request is in flight
     assert processes_with(marker)
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)

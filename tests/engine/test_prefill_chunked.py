@@ -106,18 +106,22 @@ def test_scheduler_output_does_not_depend_on_what_else_runs(tiny_gguf, dtype):
 
 class SlowChunks:
     """A runner whose prefill chunks each take at least `seconds` (the tiny model's take ~1 ms) and are logged
-    as (slot, start, tokens, time); everything else is the wrapped runner."""
+    as (slot, start, tokens, time); everything else is the wrapped runner. Chunks after the first `free` wait,
+    once logged, until the test sets `go`: the test acts while the long prefill surely is under way."""
 
-    def __init__(self, runner: ModelRunner, seconds: float):
-        self._runner, self._seconds = runner, seconds
+    def __init__(self, runner: ModelRunner, seconds: float, free: int | None = None):
+        self._runner, self._seconds, self._free = runner, seconds, free
         self.chunks: list[tuple[int, int, int, float]] = []
         self.chunk_ran = threading.Event()
+        self.go = threading.Event()
 
     def __getattr__(self, name):
         return getattr(self._runner, name)
 
     def prefill(self, slot, token_ids, *, start=0, logits=True):
         self.chunks.append((slot, start, len(token_ids), time.perf_counter()))
+        if self._free is not None and len(self.chunks) > self._free:
+            assert self.go.wait(60), "the test never let the prefill go on"
         time.sleep(self._seconds)
         out = self._runner.prefill(slot, token_ids, start=start, logits=logits)
         self.chunk_ran.set()
@@ -125,7 +129,8 @@ class SlowChunks:
 
 
 def test_a_short_request_gets_its_first_token_during_a_long_prefill(tiny_gguf):
-    runner = SlowChunks(make_runner(tiny_gguf, "fp32", max_batch=2), seconds=0.05)
+    # the long prompt's second chunk starts, then waits for the short request's submit
+    runner = SlowChunks(make_runner(tiny_gguf, "fp32", max_batch=2), seconds=0.05, free=1)
     long_prompt, short_prompt = prompt_ids(224, seed=5), prompt_ids(5, seed=6)  # 7 chunks of 32; one chunk
     first_token_at: list[float] = []
     short = Collector()
@@ -141,6 +146,7 @@ def test_a_short_request_gets_its_first_token_during_a_long_prefill(tiny_gguf):
         assert runner.chunk_ran.wait(30)
         submitted = time.perf_counter()
         sched.submit(short_prompt, greedy(4, ignore_eos=True), sink)
+        runner.go.set()
         short.wait(30)
         long_one.wait(30)
     long_chunks = [c for c in runner.chunks if c[2] == CHUNK]  # the short prompt's one chunk is 5 tokens
@@ -153,16 +159,19 @@ def test_a_short_request_gets_its_first_token_during_a_long_prefill(tiny_gguf):
 
 
 def test_cancelling_mid_prefill_frees_the_slot_before_the_prompt_is_done(tiny_gguf):
-    runner = SlowChunks(make_runner(tiny_gguf, "fp32", max_batch=1), seconds=0.05)
+    # the long prompt's third chunk starts, then waits for the cancel
+    runner = SlowChunks(make_runner(tiny_gguf, "fp32", max_batch=1), seconds=0.05, free=2)
     long_prompt, queued_prompt = prompt_ids(224, seed=7), prompt_ids(9, seed=8)
     with Scheduler(runner, prefill_token_budget=CHUNK) as sched:
         cancelled, queued = Collector(), Collector()
         handle = sched.submit(long_prompt, greedy(4), cancelled)
         sched.submit(queued_prompt, greedy(4, ignore_eos=True), queued)
-        deadline = time.monotonic() + 30
-        while len(runner.chunks) < 2 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        while len(runner.chunks) < 2:
+            assert time.monotonic() < deadline, "the long prefill never ran two chunks"
             time.sleep(0.005)
         handle.cancel()
+        runner.go.set()
         cancelled.wait(30)
         queued.wait(30)
         stats = sched.stats()

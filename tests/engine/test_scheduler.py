@@ -11,6 +11,7 @@ import asyncio
 import string
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,6 +70,14 @@ def fake_greedy_ids(tok: FakeTokenizer, prompt_ids: list[int], max_tokens: int, 
     return out
 
 
+def wait_until(condition: Callable[[], bool], timeout_s: float = 60.0, what: str = "the test's signal") -> None:
+    """Poll `condition` until it holds; fail after timeout_s (a test's gate, never a bet on how fast work is)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout_s:g} s for {what}"
+        time.sleep(0.001)
+
+
 @dataclass(frozen=True)
 class FakeConfig:
     vocab_size: int
@@ -77,7 +86,14 @@ class FakeConfig:
 
 
 class FakeRunner:
-    """ModelRunner interface over `fake_next_token`; checks the scheduler's use of slots and positions."""
+    """ModelRunner interface over `fake_next_token`; checks the scheduler's use of slots and positions.
+
+    A test that must act while work is still under way (cancel, close, stop) sets `prefill_gate` or
+    `decode_gate`: each prefill / decode call, once logged, waits until the gate returns True, so the work
+    cannot finish before the test's signal however fast or slow the machine is."""
+
+    prefill_gate: Callable[[], bool] | None = None
+    decode_gate: Callable[[], bool] | None = None
 
     def __init__(self, *, max_batch=2, max_seq_len=256, decode_seconds=0.0, fail_on_prompt_token=None,
                  prefill_chunk_tokens=None, prefill_seconds_per_token=0.0):
@@ -116,6 +132,8 @@ class FakeRunner:
         if self.fail_on_prompt_token is not None and self.fail_on_prompt_token in token_ids:
             raise RuntimeError("fake prefill failure")
         self.log.append(("prefill", slot, len(token_ids), start))
+        if self.prefill_gate is not None:
+            wait_until(self.prefill_gate)
         if self.prefill_seconds_per_token:
             time.sleep(self.prefill_seconds_per_token * len(token_ids))
         self.ctx[slot] = self.ctx.get(slot, [])[:start] + list(token_ids)
@@ -126,6 +144,8 @@ class FakeRunner:
         self.thread_ids.add(threading.get_ident())
         assert len(slots) == len(set(slots)) <= self.max_batch
         self.log.append(("decode", tuple(slots)))
+        if self.decode_gate is not None:
+            wait_until(self.decode_gate)
         if self.decode_seconds:
             time.sleep(self.decode_seconds)
         rows = []
@@ -251,14 +271,17 @@ def test_batched_requests_equal_solo_runs_and_share_decode_steps():
 
 def test_cancel_frees_the_slot_for_the_next_request():
     runner = FakeRunner(max_batch=1, decode_seconds=0.005)
+    cancelled = threading.Event()
+    runner.decode_gate = cancelled.is_set  # the long request cannot finish before the cancel
     tok = runner.tokenizer
     with Scheduler(runner) as sched:
         long_one, queued = Collector(), Collector()
         h = sched.submit(tok.encode("Hello"), greedy(200, ignore_eos=True), long_one)
         sched.submit(tok.encode("abc"), greedy(5, ignore_eos=True), queued)
-        assert long_one.first.wait(5)
+        assert long_one.first.wait(30)
         assert not queued.first.is_set(), "one slot: the second request must wait"
         h.cancel()
+        cancelled.set()
         long_one.wait()
         queued.wait()
         stats = sched.stats()
@@ -270,12 +293,15 @@ def test_cancel_frees_the_slot_for_the_next_request():
 
 def test_cancel_while_queued_never_prefills():
     runner = FakeRunner(max_batch=1, decode_seconds=0.002)
+    cancelled = threading.Event()
+    runner.decode_gate = cancelled.is_set  # the first request holds the one slot until the second is cancelled
     tok = runner.tokenizer
     with Scheduler(runner) as sched:
         first, second = Collector(), Collector()
         sched.submit(tok.encode("Hello"), greedy(30, ignore_eos=True), first)
         h = sched.submit(tok.encode("abc"), greedy(30, ignore_eos=True), second)
         h.cancel()
+        cancelled.set()
         first.wait()
         second.wait()
     assert second.last.finish_reason == "abort" and second.ids == []
@@ -327,16 +353,19 @@ def test_chunked_prefill_cuts_at_fixed_positions_between_decode_steps():
     """A 19-token prompt in chunks of 4 under a budget of 6 (not a multiple of 4): the chunks start at 0, 4,
     8, 12, 16 whatever the budget had left, a decode step of the running request comes between any two of
     them, and the output is the model's."""
-    # 5 ms per decode step keeps the running request alive (200 steps, ~1 s) until the long prompt is in: with
-    # instant steps it could finish all of them before the second submit, leaving no decode to interleave.
+    # The running request's decode steps wait until the long prompt is in: without that gate it could finish
+    # all 200 of them before the second submit, leaving no decode to interleave.
     runner = FakeRunner(max_batch=2, prefill_chunk_tokens=4, decode_seconds=0.005)
+    submitted = threading.Event()
+    runner.decode_gate = submitted.is_set
     tok = runner.tokenizer
     running, long_one = Collector(), Collector()
     long_prompt = tok.encode("a long prompt here")  # 19 tokens
     with Scheduler(runner, prefill_token_budget=6) as sched:
         sched.submit(tok.encode("ab"), greedy(200, ignore_eos=True), running)
-        assert running.first.wait(5)
+        assert running.first.wait(30)
         sched.submit(long_prompt, greedy(5, ignore_eos=True), long_one)
+        submitted.set()
         long_one.wait()
         running.wait()
         stats = sched.stats()
@@ -394,16 +423,17 @@ def test_prefills_in_progress_take_turns():
 
 def test_cancel_during_a_chunked_prefill_frees_the_slot_before_the_prompt_is_done():
     runner = FakeRunner(max_batch=1, prefill_chunk_tokens=4, prefill_seconds_per_token=0.005)  # 20 ms a chunk
+    cancel_sent = threading.Event()
+    runner.prefill_gate = lambda: len(prefills(runner)) <= 2 or cancel_sent.is_set()  # the third waits for the cancel
     tok = runner.tokenizer
     long_prompt = tok.encode("y" * 199)  # 200 tokens: 50 chunks, 1 s
     with Scheduler(runner) as sched:
         cancelled, queued = Collector(), Collector()
         h = sched.submit(long_prompt, greedy(5), cancelled)
         sched.submit(tok.encode("abc"), greedy(4, ignore_eos=True), queued)
-        deadline = time.monotonic() + 5
-        while len(prefills(runner)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.002)
+        wait_until(lambda: len(prefills(runner)) >= 2, what="two chunks of the long prompt")
         h.cancel()
+        cancel_sent.set()
         cancelled.wait()
         queued.wait()
         stats = sched.stats()
@@ -464,10 +494,11 @@ def test_close_fails_pending_requests_and_refuses_new_ones():
     runner = FakeRunner(max_batch=1, decode_seconds=0.01)
     tok = runner.tokenizer
     sched = Scheduler(runner).start()
+    runner.decode_gate = lambda: sched._stopping  # the running request cannot finish before close() is called
     running, waiting = Collector(), Collector()
     sched.submit(tok.encode("a"), greedy(100, ignore_eos=True), running)
     sched.submit(tok.encode("b"), greedy(5), waiting)
-    assert running.first.wait(5)
+    assert running.first.wait(30)
     sched.close()
     assert not sched.alive
     assert running.wait().last.finish_reason == "error" and waiting.wait().last.finish_reason == "error"

@@ -55,7 +55,7 @@ def metrics(url: str) -> dict[str, float]:
     return out
 
 
-def wait_for(pred, timeout=10.0):
+def wait_for(pred, timeout=30.0):
     deadline = time.monotonic() + timeout
     while not pred():
         assert time.monotonic() < deadline, "condition not reached"
@@ -246,6 +246,10 @@ def test_api_key():
 
 def test_client_disconnect_frees_the_slot():
     runner = FakeRunner(max_batch=1, decode_seconds=0.01)
+    # decode steps the fake may run before it waits: the request cannot finish before the client goes away,
+    # however long the test takes to read and hang up; once it has, the server has 2 s of decoding to notice
+    budget = [5]
+    runner.decode_gate = lambda: sum(e[0] == "decode" for e in runner.log) <= budget[0]
     with serving(runner) as u:
         body = chat_body(max_tokens=200, ignore_eos=True, stream=True)
         with httpx.stream("POST", u + "/v1/chat/completions", json=body, timeout=30) as r:
@@ -253,13 +257,17 @@ def test_client_disconnect_frees_the_slot():
             got = [next(lines) for _ in range(6)]
             assert all(not line or line.startswith("data: ") for line in got)
             assert metrics(u)["roofline_requests_running"] == 1
+        budget[0] = 10**9
         wait_for(lambda: metrics(u)["roofline_requests_cancelled_total"] == 1)
         m = metrics(u)
         assert m["roofline_requests_running"] == 0 and m["roofline_generation_tokens_total"] < 200
         assert runner.ctx == {}
-        # Non-streaming: the client gives up (timeout) and the request is cancelled too.
+        # Non-streaming: the client gives up (timeout) and the request is cancelled too. Its decode steps wait
+        # until the client has given up.
+        budget[0] = sum(e[0] == "decode" for e in runner.log)
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(u + "/v1/chat/completions", json=chat_body(max_tokens=200, ignore_eos=True), timeout=0.3)
+        budget[0] = 10**9
         wait_for(lambda: metrics(u)["roofline_requests_cancelled_total"] == 2)
         # The single slot is free again: a new request completes.
         r = sdk(u).chat.completions.create(model="fake-model", messages=MESSAGES, max_tokens=3)

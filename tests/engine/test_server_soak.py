@@ -19,6 +19,7 @@ from roofline.engine.loaders import load_checkpoint
 CLIENTS = 32
 WARMUP_S = 5.0
 SOAK_S = 20.0
+MIN_REQUESTS = 2  # per client, however slow the machine: the soak's volume does not depend on its speed
 PROMPTS = ["The capital of France is", "Once upon a time", "def add(a, b):", "Hello", "1, 2, 3, 4,",
            "Attention is computed over keys and values"]
 
@@ -34,7 +35,9 @@ def _client(url: str, seed: int, warm_until: float, stop_at: float, log: list, l
 def _requests(url: str, seed: int, warm_until: float, stop_at: float, log: list, lock: threading.Lock) -> None:
     rng = random.Random(seed)
     with httpx.Client(base_url=url, timeout=120) as client:
-        while time.monotonic() < stop_at:
+        made = 0
+        while time.monotonic() < stop_at or made < MIN_REQUESTS:
+            made += 1
             prompt, max_tokens = rng.choice(PROMPTS), rng.randint(1, 120)
             hang_up_after = rng.randint(1, 6) if rng.random() < 0.2 else None
             body = {"prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0,
@@ -76,7 +79,7 @@ def test_32_streams_with_hang_ups_lose_nothing_and_memory_stays_flat(tiny_gguf):
         time.sleep(max(0.0, warm_until - time.monotonic()))
         rss_warm = server.rss_bytes()
         for t in threads:
-            t.join(stop_at - time.monotonic() + 60)
+            t.join(stop_at - time.monotonic() + 120)
         assert not any(t.is_alive() for t in threads), "a client never finished"
         deadline = time.monotonic() + 30
         while (m := metrics(server.url))["roofline_requests_running"] or m["roofline_requests_queued"]:
@@ -88,7 +91,8 @@ def test_32_streams_with_hang_ups_lose_nothing_and_memory_stays_flat(tiny_gguf):
     assert not [r for r in log if "exception" in r], [r for r in log if "exception" in r][:3]
     completed = [r for r in log if not r["hung_up"]]
     hung = [r for r in log if r["hung_up"]]
-    assert len(log) >= 2 * CLIENTS and len(hung) >= 3, (len(log), len(hung))
+    # the seeds' first 2 requests per client hang up 15 times
+    assert len(log) >= MIN_REQUESTS * CLIENTS and len(hung) >= 3, (len(log), len(hung))
     for r in completed:
         assert r["status"] == 200 and r["done"] and not r["errors"] and r["finish"] == "length", r
         assert r["usage"]["completion_tokens"] == r["max_tokens"], r

@@ -56,7 +56,7 @@ def test_sigterm_lets_streams_finish_and_a_second_ctrl_c_ends_the_rest(tiny_gguf
             time.sleep(0.02)
         signalled = time.monotonic()
         s.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while (h := keep.get("/health")).status_code == 200:
             assert time.monotonic() < deadline, "never started stopping"
             time.sleep(0.02)
@@ -101,6 +101,9 @@ def test_grace_period_expiry_ends_open_streams_in_process():
     non-streamed request still waiting gets a JSON 503."""
     runner = FakeRunner(max_batch=1, max_seq_len=512, decode_seconds=0.01)
     server = uvicorn_server(create_app(runner, grace_s=1.5))
+    # past the first stream's 20 tokens and a few of the second's, decode steps wait for the stop: the
+    # 300-token stream is still running when it comes (and needs ~3 s more, twice the grace)
+    runner.decode_gate = lambda: server.should_exit or sum(e[0] == "decode" for e in runner.log) < 25
     sock = bind_socket("127.0.0.1", 0)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

@@ -8,6 +8,10 @@ nonsense), ignore_term (serve, ignore SIGTERM). Greedy answers carry `token_ids`
 prompt; --shift N changes every token from the fourth on and doubles the speed (an inexact
 configuration that is faster, like lossy int8 weights). Unknown
 arguments (a marker for the process table) are ignored.
+
+--gate DIR: each engine started records its start as DIR/start-N (N = 0, 1, ...; the file holds the
+pid of the process that started it); every engine but the first holds each completion request until
+DIR/release exists, so a test can stop or interrupt the tuner while a trial surely runs.
 """
 
 import argparse
@@ -26,6 +30,7 @@ ap.add_argument("--port", type=int, required=True)
 ap.add_argument("--mode", default="ok")
 ap.add_argument("--speed", type=float, default=500.0)
 ap.add_argument("--shift", type=int, default=0)
+ap.add_argument("--gate", default=None)
 args, _ = ap.parse_known_args()
 if args.shift:
     args.speed *= 2
@@ -42,6 +47,32 @@ if args.mode == "hang":
 if args.mode == "garbage":
     sys.stdout.buffer.write(bytes(range(256)) + b"\n")
     sys.stdout.flush()
+
+
+def record_start(gate: str) -> int:
+    """This engine's start number: the first free DIR/start-N, claimed atomically (a link fails if it exists)."""
+    os.makedirs(gate, exist_ok=True)
+    tmp = os.path.join(gate, f"tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(str(os.getppid()))
+    n = 0
+    while True:
+        try:
+            os.link(tmp, os.path.join(gate, f"start-{n}"))
+            break
+        except FileExistsError:
+            n += 1
+    os.unlink(tmp)
+    return n
+
+
+START = record_start(args.gate) if args.gate else 0
+
+
+def wait_for_release() -> None:
+    if args.gate and START >= 1:
+        while not os.path.exists(os.path.join(args.gate, "release")):
+            time.sleep(0.02)
 
 
 def token_ids(body: dict) -> list[int]:
@@ -84,6 +115,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        wait_for_release()
         if args.mode == "crash_mid":
             print("segmentation fault (core dumped)", flush=True)
             os._exit(139)

@@ -9,7 +9,7 @@ import subprocess
 import time
 from collections import Counter
 
-from tune_helpers import fake_tune_argv, marker, processes_with, wait_gone, write_space
+from tune_helpers import fake_tune_argv, gate_arg, marker, release, wait_for_engine_start, wait_gone, write_space
 
 GRID = """
 [baseline]
@@ -38,8 +38,9 @@ def test_a_bad_space_is_refused_before_anything_launches(tmp_path):
 def test_resume_after_a_kill_reruns_only_the_interrupted_trial(tmp_path):
     space = write_space(tmp_path, GRID)
     mark = marker()
+    gate = tmp_path / "gate"  # the second trial's engine holds its requests: the kill surely interrupts that trial
     args = ["--space", str(space), "--strategy", "grid", "--reps", "2", "--max-tokens", "24", "--runs",
-            str(tmp_path / "runs"), "--engine-arg", mark, "--engine-timeout", "10s", "--json"]
+            str(tmp_path / "runs"), gate_arg(gate), "--engine-arg", mark, "--engine-timeout", "10s", "--json"]
     proc = subprocess.Popen(fake_tune_argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     run_dir = None
@@ -52,11 +53,13 @@ def test_resume_after_a_kill_reruns_only_the_interrupted_trial(tmp_path):
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.02)
     assert run_dir is not None, "the first trial was never recorded"
+    wait_for_engine_start(gate, 1, proc)  # the second trial's engine is up, holding its requests
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
     assert wait_gone(mark) == []  # the engine died with its tuner (parent-death signal)
     before = [json.loads(ln) for ln in (run_dir / "trials.jsonl").read_text().splitlines()]
 
+    release(gate)  # the resumed run's engines answer
     p = subprocess.run(fake_tune_argv("--resume", str(run_dir), "--json"), capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "re-running interrupted trial(s)" in p.stderr
@@ -79,15 +82,16 @@ def test_resume_after_a_kill_reruns_only_the_interrupted_trial(tmp_path):
 def test_ctrl_c_stops_the_engine_keeps_the_study_and_says_how_to_resume(tmp_path):
     space = write_space(tmp_path, GRID)
     mark = marker()
+    gate = tmp_path / "gate"  # the second trial's engine holds its requests: the signal surely finds it running
     proc = subprocess.Popen(fake_tune_argv("--space", str(space), "--strategy", "grid", "--max-tokens", "16",
-                                           "--runs", str(tmp_path / "runs"), "--engine-arg", mark),
+                                           "--runs", str(tmp_path / "runs"), gate_arg(gate), "--engine-arg", mark),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while not list((tmp_path / "runs").glob("*/trials/001/server.log")) and time.monotonic() < deadline:
+    while not list((tmp_path / "runs").glob("*/trials/001/server.log")):
         assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the second trial never started"
         time.sleep(0.02)
-    while not processes_with(mark) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for_engine_start(gate, 1, proc)  # its engine is up (and cannot finish the trial)
     proc.send_signal(signal.SIGTERM)  # what Ctrl-C does, without a terminal
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from tune_helpers import fake_tune_argv, marker, wait_gone, write_space
+from tune_helpers import fake_tune_argv, gate_arg, marker, release, wait_gone, write_space
 
 
 def pg_bin(name: str) -> str | None:
@@ -85,8 +85,11 @@ def test_two_workers_share_one_study_and_never_run_a_trial_twice(tmp_path, postg
 
     space = write_space(tmp_path, GRID)
     mark = marker()
+    # every fake engine after the first holds its requests until the second worker has one up, so the first
+    # worker cannot run the whole grid before the second starts, however slow that start is
+    gate = tmp_path / "gate"
     args = ["--space", str(space), "--strategy", "grid", "--reps", "2", "--max-tokens", "16", "--storage",
-            postgres_url, "--study", "shared", "--engine-arg", mark, "--json"]
+            postgres_url, "--study", "shared", gate_arg(gate), "--engine-arg", mark, "--json"]
     first = subprocess.Popen(fake_tune_argv(*args, "--runs", str(tmp_path / "w1")), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     # the first worker creates the study (and enqueues the grid) before the second starts
@@ -101,6 +104,13 @@ def test_two_workers_share_one_study_and_never_run_a_trial_twice(tmp_path, postg
         time.sleep(0.2)
     second = subprocess.Popen(fake_tune_argv(*args, "--runs", str(tmp_path / "w2")), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while str(second.pid) not in [f.read_text() for f in gate.glob("start-*")]:  # its engine's parent: second
+        for p in (first, second):
+            assert p.poll() is None, p.communicate()
+        assert time.monotonic() < deadline, "the second worker never started an engine"
+        time.sleep(0.05)
+    release(gate)
     outs = [p.communicate(timeout=180) for p in (first, second)]
     for p, (out, err) in zip((first, second), outs):
         assert p.returncode == 0, err

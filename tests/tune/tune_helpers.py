@@ -80,7 +80,7 @@ def processes_with(text: str) -> list[int]:
     return out
 
 
-def wait_gone(text: str, timeout_s: float = 10.0) -> list[int]:
+def wait_gone(text: str, timeout_s: float = 30.0) -> list[int]:
     deadline = time.monotonic() + timeout_s
     while processes_with(text) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -89,3 +89,27 @@ def wait_gone(text: str, timeout_s: float = 10.0) -> list[int]:
 
 def fake_tune_argv(*args: str) -> list[str]:
     return [sys.executable, str(FAKE_TUNE), "tune", "--engine", "fake", *args]
+
+
+def gate_arg(gate: Path) -> str:
+    """The --engine-arg that makes every fake engine after the first hold its completions until `release(gate)`
+    (fake_engine.py --gate), so the tuner cannot finish a second trial before the test acts."""
+    return f"--engine-arg=--gate={gate}"
+
+
+def wait_for_engine_start(gate: Path, n: int, proc, timeout_s: float = 60.0) -> int:
+    """Wait until the fake engine started n-th (from 0) is up; the pid of the process that started it. Fails
+    when `proc` (the tuner) exits first, or after timeout_s."""
+    path = gate / f"start-{n}"
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"fake engine #{n} did not start within {timeout_s:g} s"
+        time.sleep(0.02)
+    return int(path.read_text())
+
+
+def release(gate: Path) -> None:
+    """Let every fake engine started with `gate_arg(gate)` answer."""
+    gate.mkdir(parents=True, exist_ok=True)
+    (gate / "release").touch()

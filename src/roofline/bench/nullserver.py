@@ -9,6 +9,10 @@ Emission is driven by one timer heap per process rather than a sleep per stream:
 ~1.5 ms early (epoll rounds timeouts up to whole ms) and sleeps the rest precisely, then writes
 every event that is due. Several processes can share the port (`--workers`).
 
+`--hold-after N` answers the first N completion requests (per process) and holds every later one open
+after its first token, never finishing it, printing `holding request #K` as it does: a test that
+interrupts a run gets one that cannot have finished, whatever the speed of the machine.
+
     python -m roofline.bench.nullserver --port 0 --ttft 20ms --gap 5ms --tokens 100 --tokens-per-chunk 2
 """
 
@@ -168,6 +172,7 @@ class NullServer:
         self.bytes_per_token = bytes_per_token
         self.file_bytes_per_token = file_bytes_per_token
         self.strict = strict  # reject stream_options.continuous_usage_stats, like OpenAI's own API
+        self.hold_after: int | None = None  # completion requests answered; later ones are held open (None: all)
         self.count = itertools.count()
         self.emitter: Emitter | None = None
         self.templates: dict[tuple, list[tuple[int, bytes]]] = {}
@@ -203,12 +208,17 @@ class NullServer:
         if self.strict and set(opts) - {"include_usage"}:
             conn.send(http_response(400, b'{"error":{"message":"unknown stream_options field"}}'))
             return
-        fault = faultserver.fault_for(req, self.faults, next(self.count))
+        index = next(self.count)
+        fault = faultserver.fault_for(req, self.faults, index)
         if fault and faultserver.respond_at_once(fault, conn):
             return
+        held = self.hold_after is not None and index >= self.hold_after
+        if held:
+            print(f"holding request #{index + 1}", flush=True)
         n = self.schedule.output_tokens(req.get("max_tokens") or req.get("max_completion_tokens"))
         if not req.get("stream"):
-            conn.send(http_response(200, json.dumps(self.whole_answer(chat, n)).encode()))
+            if not held:
+                conn.send(http_response(200, json.dumps(self.whole_answer(chat, n)).encode()))
             return
         key = (chat, n, bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")))
         events = self.templates.get(key)
@@ -218,6 +228,8 @@ class NullServer:
         plan.append((plan[-1][0], conn.send, (DONE_AND_END,)))
         if fault:
             plan = faultserver.alter_plan(fault, plan, conn)
+        if held:  # the head and the first token (after the role event of a chat), then nothing
+            plan = plan[: 3 if chat else 2]
         self.emitter.play(plan)
 
     def stream_events(self, chat: bool, n: int, usage: bool, per_chunk: bool) -> list[tuple[int, bytes]]:
@@ -301,6 +313,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--file-bytes-per-token", type=int, default=None,
                     help="with --bytes-per-token: advertise a roofline.file_bytes_per_token (the file's own) too")
     ap.add_argument("--strict", action="store_true", help="reject stream_options other than include_usage")
+    ap.add_argument("--hold-after", type=int, default=None, metavar="N",
+                    help="answer N completion requests (per process), then hold each later one open after its first "
+                         "token and print 'holding request #K' (for tests that interrupt a run)")
     a = ap.parse_args(argv)
     schedule = Schedule(parse_seconds(a.ttft), parse_seconds(a.gap), a.tokens, a.tokens_per_chunk)
     faults = [f.strip() for f in a.faults.split(",") if f.strip()]
@@ -309,6 +324,7 @@ def main(argv: list[str] | None = None) -> None:
             ap.error(f"unknown fault {f!r}; known: {', '.join(faultserver.FAULTS)}")
     server = NullServer(schedule, model=a.model, faults=faults, bytes_per_token=a.bytes_per_token, strict=a.strict,
                         file_bytes_per_token=a.file_bytes_per_token)
+    server.hold_after = a.hold_after
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # so the finally below stops the workers
     sock = listening_socket(a.host, a.port)
     print(f"listening on http://{a.host}:{sock.getsockname()[1]}", flush=True)
