@@ -158,7 +158,7 @@ REFUSED = [
     (EMBEDDED, {"threads": "2"}, "knob 'threads' of engine embedded must be a whole number (got '2')"),
     (EMBEDDED, {"threads": True}, "knob 'threads' of engine embedded must be a whole number"),
     (EMBEDDED, {"threads": 0}, "knob 'threads' of engine embedded must be at least 1"),
-    (EMBEDDED, {"dtype": "fp16"}, "knob 'dtype' of engine embedded must be one of fp32, bf16, int8 (got 'fp16')"),
+    (EMBEDDED, {"dtype": "fp16"}, "knob 'dtype' of engine embedded must be one of stored, fp32, bf16, int8 (got 'fp16')"),
     (EMBEDDED, {"spec": "none", "spec_k": 4}, "knob 'spec_k' of engine embedded needs spec set to"),
     (EMBEDDED, {"spec": "ngram", "prompt_lookup_min": 5, "prompt_lookup_max": 3}, "'prompt_lookup_min' of engine embedded must not exceed 'prompt_lookup_max'"),
     (VLLM, {"enable_prefix_caching": "yes"}, "knob 'enable_prefix_caching' of engine vllm must be true or false"),

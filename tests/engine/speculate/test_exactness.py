@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fixtures import greedy_ids
+from fixtures import greedy_ids, write_tiny_gguf
 from test_runner import PROMPT, tiny_checkpoint
 
 from roofline.engine import SamplingParams, generate, load_runner
@@ -77,9 +77,12 @@ def first_divergence(got, want, runner=None, ids=None):
     return f"first divergent position {i}: {got[i:i + 3]} vs {want[i:i + 3]}{gap}"
 
 
-@pytest.fixture(scope="module", params=["fp32", "bf16", "int8"])
-def tiny(request, tiny_gguf):
-    runner = load_runner(str(tiny_gguf), dtype=request.param, max_batch=4, max_seq_len=160)
+@pytest.fixture(scope="module", params=["fp32", "bf16", "int8", "stored"])
+def tiny(request, tiny_gguf, tmp_path_factory):
+    # stored: the same model as Q4_1 blocks, computed on as stored
+    path = tiny_gguf if request.param != "stored" else write_tiny_gguf(
+        tmp_path_factory.mktemp("tiny_q4_1"), tensor_type="Q4_1")
+    runner = load_runner(str(path), dtype=request.param, max_batch=4, max_seq_len=160)
     tok = runner.tokenizer
     cases = []
     for p in PROMPTS:
@@ -161,7 +164,7 @@ def test_rejected_draft_leaves_the_cache_of_a_run_that_never_drafted():
     assert np.array_equal(runner.cache.k[0], runner.cache.k[1]) and np.array_equal(runner.cache.v[0], runner.cache.v[1])
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8", "stored"])
 @pytest.mark.parametrize("context", [len(PROMPT), 124], ids=["short", "across-a-chunk"])
 def test_tree_rows_equal_decoding_their_paths(dtype, context):
     """Every row of a tree verify pass (GQA, qk-norm model) is bit-identical to decoding its path alone, also

@@ -31,7 +31,7 @@ def test_defaults_are_valid():
     ("trie_scope", "global", "trie_scope must be one of request, shared"),
     ("tree", 1, "tree must be a bool"),
     ("adaptive", None, "adaptive must be a bool"),
-    ("draft_dtype", "fp16", "draft_dtype must be one of fp32, bf16, int8"),
+    ("draft_dtype", "fp16", "draft_dtype must be one of stored, fp32, bf16, int8"),
     ("draft_model", "", "draft_model must be None or a non-empty string"),
 ])
 def test_invalid_options_name_the_option(field, value, message):
