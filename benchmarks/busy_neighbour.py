@@ -96,7 +96,8 @@ class LlamaBench:
     def run(self) -> dict:
         cmd = [self.binary, "-m", self.gguf, "-t", str(self.threads), "-p", str(self.prompt_tokens),
                "-n", str(self.tokens), "-r", "1", "-o", "json"]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True).stdout
+        # BASE_ENV: not the engine's OMP_WAIT_POLICY=PASSIVE, which slows llama.cpp's barriers 4-5x
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True, env=BASE_ENV).stdout
         tests = json.loads(out)
         pp = next(t["avg_ts"] for t in tests if t["n_prompt"] > 0)
         tg = next(t["avg_ts"] for t in tests if t["n_gen"] > 0)

@@ -17,7 +17,7 @@ dequantized to an F32 GGUF (gguf-py), then `llama-quantize` to BF16, Q8_0, Q4_0,
 576 weights are not whole 256-blocks: its Q4_K_M holds Q4_K and Q6_K only where a row is 1536 long,
 Q5_0 and Q8_0 elsewhere.)
 
-    LB=/tmp/llama/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin
+    LB=path/to/llama.cpp/build/bin     # built as shared/ENVIRONMENT.md says
     python benchmarks/engine_vs_peers.py --llama-bench $LB/llama-bench \\
         --llama-quantize $LB/llama-quantize --rounds 3 --threads 2 --json bench.json
 """
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -61,9 +62,15 @@ def bandwidth(threads: int, when: str) -> dict:
     return rb.to_json()
 
 
+# The peers run in the environment this script started with: importing roofline's engine sets
+# OMP_WAIT_POLICY=PASSIVE for its own OpenMP runtime, and llama.cpp's threads, which meet at a
+# barrier after every operation, ran 4-5x slower with it (tg128 Q4_1: 18 vs 90 tok/s).
+PEER_ENV = dict(os.environ)
+
+
 def run_tool(cmd: list[str]) -> str:
     """A llama.cpp tool's stdout; on failure, its command and the end of its stderr."""
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=PEER_ENV)
     if done.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return done.stdout

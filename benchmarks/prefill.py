@@ -39,6 +39,11 @@ SHORT_PROMPT_TOKENS = 16
 SHORT_DELAY_SECONDS = 0.05
 
 
+# llama-bench runs in the environment this script started with, not with the OMP_WAIT_POLICY=PASSIVE
+# that importing roofline's engine sets (llama.cpp's per-operation barriers ran 4-5x slower with it).
+PEER_ENV = dict(os.environ)
+
+
 def spread(values: list[float], fmt: str = "{:.0f}") -> str:
     return " / ".join(fmt.format(v) for v in (min(values), statistics.median(values), max(values)))
 
@@ -59,7 +64,8 @@ def roofline_prefill_tok_per_s(runner, n: int, seed: int) -> float:
 def llama_bench_tok_per_s(binary: str, gguf: Path, n: int, threads: int) -> float:
     """llama-bench's pp<n> tok/s (one repetition, after its own warm-up run)."""
     out = subprocess.run([binary, "-m", str(gguf), "-t", str(threads), "-p", str(n), "-n", "0", "-r", "1",
-                          "-fa", "on", "-o", "csv"], capture_output=True, text=True, check=True, timeout=1800).stdout
+                          "-fa", "on", "-o", "csv"], capture_output=True, text=True, check=True, timeout=1800,
+                         env=PEER_ENV).stdout
     rows = list(csv.DictReader(io.StringIO(out)))
     return float(rows[-1]["avg_ts"])
 

@@ -79,32 +79,31 @@ def _matvec_overload(w, scale, x, out, o0, o1, accumulate):
     if _stored(w):
 
         def stored(w, scale, x, out, o0, o1, accumulate):  # scale: the rows' format codes
+            # row groups outside, weight rows inside: each group's code runs over the whole range
+            # (its rows stay in L1/L2 for the next group), rather than switching code every row
             fmt, stride, k, n, row = scale, x.shape[1], x.shape[0], x.shape[1], w.shape[1]
-            if k > 4:  # widen each row once into L1, then float32 dots per 4 rows of x: same bits
-                wide = np.empty((1, n), np.float32)
-                ones = np.ones(1, np.float32)
+            one = np.float32(1.0)
+            r = 0
+            while r + 4 <= k:
                 for o in range(o0, o1):
-                    block_simd.stored_row(w, o * row, fmt[o], n, wide, 0)
-                    _rows_of_x(wide, 0, ones[0], x, out, o, accumulate)
-                return
-            for o in range(o0, o1):
-                f, at, r = fmt[o], o * row, 0
-                while r + 4 <= k:
-                    d = block_simd.stored_dot_rows(w, at, f, x, r * stride, stride, n, 4)
+                    d = block_simd.stored_dot_rows(w, o * row, fmt[o], x, r * stride, stride, n, 4)
                     for i in range(4):
-                        _store(out, r + i, o, d[i], np.float32(1.0), accumulate)
-                    r += 4
-                if k - r == 3:
-                    d3 = block_simd.stored_dot_rows(w, at, f, x, r * stride, stride, n, 3)
+                        _store(out, r + i, o, d[i], one, accumulate)
+                r += 4
+            if k - r == 3:
+                for o in range(o0, o1):
+                    d3 = block_simd.stored_dot_rows(w, o * row, fmt[o], x, r * stride, stride, n, 3)
                     for i in range(3):
-                        _store(out, r + i, o, d3[i], np.float32(1.0), accumulate)
-                elif k - r == 2:
-                    d2 = block_simd.stored_dot_rows(w, at, f, x, r * stride, stride, n, 2)
+                        _store(out, r + i, o, d3[i], one, accumulate)
+            elif k - r == 2:
+                for o in range(o0, o1):
+                    d2 = block_simd.stored_dot_rows(w, o * row, fmt[o], x, r * stride, stride, n, 2)
                     for i in range(2):
-                        _store(out, r + i, o, d2[i], np.float32(1.0), accumulate)
-                elif k - r == 1:
-                    d1 = block_simd.stored_dot_rows(w, at, f, x, r * stride, stride, n, 1)
-                    _store(out, r, o, d1[0], np.float32(1.0), accumulate)
+                        _store(out, r + i, o, d2[i], one, accumulate)
+            elif k - r == 1:
+                for o in range(o0, o1):
+                    d1 = block_simd.stored_dot_rows(w, o * row, fmt[o], x, r * stride, stride, n, 1)
+                    _store(out, r, o, d1[0], one, accumulate)
 
         return stored
 
