@@ -172,7 +172,7 @@ def random_blocks(tensor_type: str, rows: int, n: int, rng: np.random.Generator,
 
     block, size = GGML_QUANT_SIZES[QT[tensor_type]]
     raw = rng.integers(0, 256, (rows, n // block, size), dtype=np.uint8)
-    for at in FP16_SCALES_AT[tensor_type]:
+    for at in FP16_SCALES_AT.get(tensor_type, ()):
         values = (rng.standard_normal((rows, n // block)) * scale).astype(np.float16)
         raw[:, :, at : at + 2] = values.view(np.uint8).reshape(rows, n // block, 2)
     return raw.reshape(rows, -1)
@@ -189,10 +189,13 @@ def gguf_encode(weight: np.ndarray, tensor_type: str):
     if tensor_type == "F16":
         return weight.astype(np.float16), None
     qtype = QT[tensor_type]
+    rng = np.random.default_rng(int(weight.view(np.uint32)[..., :8].sum()) % 2**32)
     if tensor_type in K_QUANTS:
-        rng = np.random.default_rng(int(weight.view(np.uint32)[..., :8].sum()) % 2**32)
         return random_blocks(tensor_type, weight.shape[0], weight.shape[1], rng, scale=0.0005), qtype
-    return quantize(weight, qtype), qtype
+    try:
+        return quantize(weight, qtype), qtype
+    except NotImplementedError:  # a type gguf-py cannot write (Q8_1, ...): random blocks of its size
+        return random_blocks(tensor_type, weight.shape[0], weight.shape[1], rng), qtype
 
 
 def write_tiny_gguf(

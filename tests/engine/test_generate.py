@@ -65,7 +65,7 @@ def test_cli_generate_json(tiny_gguf):
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)
-    assert d["generated_tokens"] == 6 and d["finish_reason"] == "length" and d["dtype"] == "fp32"
+    assert d["generated_tokens"] == 6 and d["finish_reason"] == "length" and d["dtype"] == "stored"
     assert d["bytes_per_token"] > 0 and d["decode_tok_per_s"] > 0 and isinstance(d["text"], str)
     # held against this machine's read bandwidth measured right before and right after, the higher
     v = d["vs_ceiling"]

@@ -197,9 +197,10 @@ def test_unsupported_architecture_is_named(tmp_path):
 
 
 def test_unsupported_tensor_type_is_named(tmp_path):
-    """A Q5_0 tensor in an otherwise complete file: the error names the tensor and its type."""
-    path = write_tiny_gguf(tmp_path, type_overrides={"model.layers.0.mlp.up_proj.weight": "Q5_0"})
-    assert_load_fails(path, "Q5_0", "blk.0.ffn_up.weight")
+    """A Q8_1 tensor (a type llama.cpp uses for activations) in an otherwise complete file: the error
+    names the tensor and its type."""
+    path = write_tiny_gguf(tmp_path, type_overrides={"model.layers.0.mlp.up_proj.weight": "Q8_1"})
+    assert_load_fails(path, "Q8_1", "blk.0.ffn_up.weight")
 
 
 def test_unknown_tensor_is_refused(tmp_path):

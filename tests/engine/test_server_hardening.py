@@ -278,10 +278,10 @@ def test_model_card_has_bytes_per_token_and_no_path(server, tiny_gguf):
     text = httpx.get(server.url + "/v1/models").text
     assert str(tiny_gguf.parent) not in text and "path" not in json.loads(text)["data"][0]["roofline"]
     entry = json.loads(text)["data"][0]
-    runner = load_runner(str(tiny_gguf), max_batch=1, max_seq_len=64)
+    runner = load_runner(str(tiny_gguf), dtype="stored", max_batch=1, max_seq_len=64)  # serve's default
     assert entry["roofline"]["bytes_per_token"] == runner.bytes_per_token > 0
     assert entry["roofline"]["file_bytes_per_token"] == runner.file_bytes_per_token > 0
-    assert entry["roofline"]["dtype"] == "fp32" and entry["roofline"]["hardware"] == "local"
+    assert entry["roofline"]["dtype"] == "stored" and entry["roofline"]["hardware"] == "local"
     assert entry["id"] == runner.name and os.sep not in entry["id"]
 
 
