@@ -341,7 +341,7 @@ def load_runner(model: str | os.PathLike | None = None, *, dtype: str = "fp32", 
         raise UserError(f"threads must be between 1 and {cores} (the cores available here), got {threads}")
     if max_batch < 1:
         raise UserError(f"max_batch must be at least 1, got {max_batch}")
-    checkpoint = load_checkpoint(model)
+    checkpoint = load_checkpoint(model, dequantize=dtype != "stored")  # stored: the file's rows only
     limit = checkpoint.config.max_seq_len
     if max_seq_len is not None and not 1 <= max_seq_len <= limit:
         raise UserError(f"max_seq_len must be between 1 and the model's context length {limit}, got {max_seq_len}")

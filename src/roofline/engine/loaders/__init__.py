@@ -11,8 +11,9 @@ from roofline.errors import UserError
 __all__ = ["STORED_FORMATS", "Checkpoint", "load_checkpoint"]
 
 
-def load_checkpoint(path: str | os.PathLike | None) -> Checkpoint:
-    """Load a model: None -> the default model; a `.gguf` file; or an HF directory (config.json + safetensors)."""
+def load_checkpoint(path: str | os.PathLike | None, *, dequantize: bool = True) -> Checkpoint:
+    """Load a model: None -> the default model; a `.gguf` file; or an HF directory (config.json + safetensors).
+    dequantize=False: quantized GGUF tensors keep only their raw rows (what `--dtype stored` computes on)."""
     if path is None:
         from roofline.engine.default_model import default_model_path
 
@@ -36,5 +37,5 @@ def load_checkpoint(path: str | os.PathLike | None) -> Checkpoint:
     if magic == b"GGUF" or path.suffix.lower() == ".gguf":
         from roofline.engine.loaders.gguf import load_gguf
 
-        return load_gguf(path)
+        return load_gguf(path, dequantize=dequantize)
     raise UserError(f"{path} is neither a GGUF file nor a Hugging Face model directory (config.json + *.safetensors)")

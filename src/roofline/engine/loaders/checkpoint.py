@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from roofline.engine.block_formats import BLOCK_FORMATS
+
 if TYPE_CHECKING:  # heavy imports stay out of module import time
     import numpy as np
     import torch
@@ -19,9 +21,10 @@ STORED_FORMATS = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", 
 @dataclass
 class Checkpoint:
     """A loaded model. `tensors` uses HF names and layouts: Linear weights are (out_features, in_features),
-    GGUF q/k rows are back in HF order, quantized GGUF tensors are float32, float ones keep their dtype.
-    `raw` keeps the quantized GGUF tensors as (format, uint8 blocks with one row of blocks per output row,
-    rows in HF order) for int8/int4 kernels; it is empty for float-only checkpoints."""
+    GGUF q/k rows are back in HF order, quantized GGUF tensors are float32 (or, loaded without
+    dequantizing, float32 shapes on torch's meta device), float ones keep their dtype. `raw` keeps the
+    quantized GGUF tensors as (format, uint8 blocks with one row of blocks per output row, rows in HF
+    order) for the stored-format kernels; it is empty for float-only checkpoints."""
 
     config: ModelConfig
     tensors: dict[str, torch.Tensor]
@@ -91,16 +94,13 @@ def check_tensors(tensors: dict, config: ModelConfig, path: str) -> None:
             )
 
 
-_FLOAT_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
-
-
 def stored_bytes(checkpoint: Checkpoint, name: str) -> int:
     """Bytes tensor `name` takes in the file: its raw blocks when quantized, else elements x stored width."""
     if name in checkpoint.raw:
         return int(checkpoint.raw[name][1].nbytes)
     t = checkpoint.tensors[name]
     fmt = checkpoint.stored_format.get(name)  # none for a checkpoint built in memory: its tensors' own width
-    return int(t.numel()) * (_FLOAT_BYTES[fmt] if fmt else t.element_size())
+    return int(t.numel()) * (BLOCK_FORMATS[fmt].block_bytes if fmt else t.element_size())
 
 
 def file_bytes_per_token(checkpoint: Checkpoint) -> int:

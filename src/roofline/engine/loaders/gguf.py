@@ -150,8 +150,10 @@ def _rope_heads(name: str, config: ModelConfig) -> int | None:
     return None
 
 
-def _convert(tensor, hf: str, config: ModelConfig, path: Path) -> tuple[torch.Tensor, str, np.ndarray | None]:
-    """One GGUF tensor -> (HF-layout torch tensor, stored format, raw quantized rows or None)."""
+def _convert(tensor, hf: str, config: ModelConfig, path: Path,
+             dequantize: bool = True) -> tuple[torch.Tensor, str, np.ndarray | None]:
+    """One GGUF tensor -> (HF-layout torch tensor, stored format, raw quantized rows or None). Without
+    `dequantize`, a quantized tensor's torch tensor is a shape on the meta device: only its rows are kept."""
     qtype = QT(tensor.tensor_type)
     data = tensor.data
     if data.nbytes != tensor.n_bytes:
@@ -164,6 +166,9 @@ def _convert(tensor, hf: str, config: ModelConfig, path: Path) -> tuple[torch.Te
     if qtype == QT.BF16:  # stored as uint8, two bytes per value
         return torch.from_numpy(data).view(torch.bfloat16), "BF16", None
     if qtype in QUANT_TYPES:
+        if not dequantize:
+            shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
+            return torch.empty(shape, dtype=torch.float32, device="meta"), QUANT_TYPES[qtype], data
         return torch.from_numpy(gguf.quants.dequantize(data, qtype)), QUANT_TYPES[qtype], data
     raise UserError(
         f"{path}: tensor {tensor.name} is stored as {qtype.name}; supported: F32, F16, BF16, "
@@ -171,8 +176,9 @@ def _convert(tensor, hf: str, config: ModelConfig, path: Path) -> tuple[torch.Te
     )
 
 
-def load_gguf(path: str | os.PathLike) -> Checkpoint:
-    """Load a GGUF file: config, HF-named tensors (quantized ones dequantized to float32), tokenizer."""
+def load_gguf(path: str | os.PathLike, *, dequantize: bool = True) -> Checkpoint:
+    """Load a GGUF file: config, HF-named tensors (quantized ones dequantized to float32, or with
+    dequantize=False left as their raw rows only), tokenizer."""
     from roofline.engine.loaders.gguf_tokenizer import tokenizer_from_gguf
 
     path = Path(path)
@@ -197,7 +203,7 @@ def load_gguf(path: str | os.PathLike) -> Checkpoint:
         if name in NON_WEIGHT_TENSORS:
             continue
         hf = hf_name(name)
-        tensors[hf], stored[hf], blocks = _convert(tensor, hf, config, path)
+        tensors[hf], stored[hf], blocks = _convert(tensor, hf, config, path, dequantize)
         if blocks is not None:
             raw[hf] = (stored[hf], blocks)
     check_tensors(tensors, config, str(path))
