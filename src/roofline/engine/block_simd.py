@@ -45,8 +45,7 @@ class _Row:
 
     def at(self, *offsets):
         """i8* at the sum of byte offsets (IR values or ints) from the row's start, or from the
-        first
-        argument when it is a pointer (a block's first byte)."""
+        first argument when it is a pointer (a block's first byte)."""
         ptr = self.row
         if (
             offsets
@@ -81,11 +80,11 @@ class _Row:
         return ir.Constant(_vec(lanes, _I32), [value] * lanes)
 
     def nibbles(self, raw, high):
-        """Low nibbles of i32 lanes, or high ones where the i1 `high` is set."""
+        """Low nibbles of i32 lanes, or high ones where `high` is set (a bool known at compile
+        time, or an i1 at run time)."""
         lanes = raw.type.count
-        return self.b.select(
-            high, self.b.lshr(raw, self.ints(4, lanes)), self.b.and_(raw, self.ints(15, lanes))
-        )
+        hi, lo = self.b.lshr(raw, self.ints(4, lanes)), self.b.and_(raw, self.ints(15, lanes))
+        return (hi if high else lo) if isinstance(high, bool) else self.b.select(high, hi, lo)
 
     def to_f32(self, v, signed=True):
         return (self.b.sitofp if signed else self.b.uitofp)(v, _vec(v.type.count))
@@ -93,8 +92,7 @@ class _Row:
 
 def _half_to_f32(b, bits, lanes, f16c=_F16C):
     """fp16 bits (i16 or <lanes x i16>) -> float32, exact: vcvtph2ps where the CPU has it (f16c),
-    else
-    integer operations (normal: rebias the exponent; subnormal: m 2^-24; inf/nan: all-ones
+    else integer operations (normal: rebias the exponent; subnormal: m 2^-24; inf/nan: all-ones
     exponent)."""
     f32 = _vec(lanes) if lanes else _F32
     if f16c:
@@ -120,8 +118,7 @@ def _half_to_f32(b, bits, lanes, f16c=_F16C):
     return b.bitcast(b.or_(mag, sign), f32)
 
 
-# --- one format each: the float32 weights at position p of the block at blk (p an IR value or an
-# int) ---
+# --- one format each: the float32 weights at position p of the block at blk (an IR value or an int)
 
 
 def _q8_0(r, blk, p, lanes):
@@ -133,8 +130,7 @@ def _nibble_at(r, blk, qs, p, lanes):
     """Nibbles of a 32-block's 16 bytes at qs: byte p % 16, high nibble when p >= 16."""
     b = r.b
     if isinstance(p, int):
-        raw = r.bytes_i32(r.at(blk, qs + p % 16), lanes)
-        return b.lshr(raw, r.ints(4, lanes)) if p >= 16 else b.and_(raw, r.ints(15, lanes))
+        return r.nibbles(r.bytes_i32(r.at(blk, qs + p % 16), lanes), p >= 16)
     raw = r.bytes_i32(r.at(blk, qs, b.and_(p, _k(15))), lanes)
     return r.nibbles(raw, b.icmp_unsigned(">=", p, _k(16)))
 
@@ -205,17 +201,10 @@ def _k_place(r, chunk, within):
     )
 
 
-def _pick_nibbles(r, raw, high):
-    if isinstance(high, bool):
-        lanes = raw.type.count
-        return r.b.lshr(raw, r.ints(4, lanes)) if high else r.b.and_(raw, r.ints(15, lanes))
-    return r.nibbles(raw, high)
-
-
 def _q4_k(r, blk, chunk, within, lanes, qh_at=None, qs_at=16):
     b = r.b
     sub, high, l = _k_place(r, chunk, within)
-    q = _pick_nibbles(r, r.bytes_i32(r.at(blk, qs_at, b.mul(chunk, _k(32)), l), lanes), high)
+    q = r.nibbles(r.bytes_i32(r.at(blk, qs_at, b.mul(chunk, _k(32)), l), lanes), high)
     if qh_at is not None:  # Q5_K: bit `sub` of qh[l]
         hb = r.bytes_i32(r.at(blk, qh_at, l), lanes)
         s = r.splat(b.trunc(sub, _I32), lanes, _I32)
@@ -261,8 +250,7 @@ _BLOCK256 = {8: _q4_k, 9: _q5_k, 10: _q6_k}
 
 def _format_loader(builder, code, row):
     """load(i, off, lanes) -> float32 weights i + off .. of the row (lanes 16 or 8; 0: one scalar),
-    for
-    `simd._emit_sums(split=True)`: with lanes 16, i is a multiple of 64 and off an int."""
+    for `simd._emit_sums(split=True)`: with lanes 16, i is a multiple of 64 and off an int."""
     r = _Row(builder, row)
     b = builder
     fmt = BY_CODE[code]
@@ -343,9 +331,8 @@ def _flat_f32(context, builder, ty, ary, idx_ty, idx):
 @intrinsic
 def stored_dot_rows(typingctx, w, off, fmt, x, ix, x_stride, n, rows):
     """(sum_i w_i x.flat[ix + r x_stride + i] for r < rows), rows a literal 1..4: the row of n
-    weights
-    stored from byte `off` of the uint8 array w in format `fmt` (block_formats code), each sum in
-    `simd.dot`'s order (so equal to it over the widened row)."""
+    weights stored from byte `off` of the uint8 array w in format `fmt` (block_formats code), each
+    sum in `simd.dot`'s order (so equal to it over the widened row)."""
     ints = all(isinstance(t, types.Integer) for t in (off, fmt, ix, x_stride, n))
     if not (
         ints
@@ -364,21 +351,10 @@ def stored_dot_rows(typingctx, w, off, fmt, x, ix, x_stride, n, rows):
         ix = context.cast(builder, args[4], ix_ty, types.intp)
         sx = context.cast(builder, args[5], sx_ty, types.intp)
         n_v = context.cast(builder, args[6], n_ty, types.intp)
-        loads = [
-            _loader(
-                builder,
-                types.float32,
-                _flat_f32(
-                    context,
-                    builder,
-                    x_ty,
-                    args[3],
-                    types.intp,
-                    builder.add(ix, builder.mul(sx, _k(r))),
-                ),
-            )
-            for r in range(m)
-        ]
+        starts = [builder.add(ix, builder.mul(sx, _k(r))) for r in range(m)]  # row r of x
+        loads = [_loader(builder, types.float32,
+                         _flat_f32(context, builder, x_ty, args[3], types.intp, start))
+                 for start in starts]
         code = context.cast(builder, args[2], fmt_ty, types.int32)
         results = [cgutils.alloca_once(builder, _F32) for _ in range(m)]
         _switch(

@@ -162,10 +162,8 @@ def _embed_into_overload(embed, embed_scale, token, x, r):
 def stored_rows_f32(w, fmt, out):
     """out (rows, n_in) float32 = every row of a stored matrix widened (the prefill's GEMM operand).
     One thread (nogil: callers split rows over Python threads). Not a numba parallel region: a
-    process
-    whose first OpenMP region is numba's ran torch's 2-thread GEMMs to other bits than one whose
-    first
-    is torch's, and the fp32 path's first is torch's."""
+    process whose first OpenMP region is numba's ran torch's 2-thread GEMMs to other bits than one
+    whose first is torch's, and the fp32 path's first is torch's."""
     n = out.shape[1]
     for o in range(w.shape[0]):
         block_simd.stored_row(w, o * w.shape[1], fmt[o], n, out, o * n)

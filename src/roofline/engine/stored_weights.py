@@ -93,8 +93,7 @@ def _row_bytes(codes: np.ndarray, n_in: int) -> int:
 
 def stored_bytes_per_token(config: ModelConfig, w: DecodeWeights) -> int:
     """Weight bytes one batch-1 decode step reads: every matrix row as stored, the norms (and
-    biases),
-    one embedding row, the whole lm_head (the embedding table itself when tied)."""
+    biases), one embedding row, the whole lm_head (the embedding table itself when tied)."""
     c = config
     vectors = [w.attn_norm, w.mlp_norm, w.final_norm]
     vectors += [w.bqkv] if c.attn_bias else []
