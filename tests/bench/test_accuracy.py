@@ -1,7 +1,8 @@
-"""The client against the null server's exact schedule: every metric close to the truth.
+"""The client against the null server: every metric close to the truth.
 
-The machine is shared and noisy, so each check allows for scheduling noise in the right direction
-only (a client can be late, never early) and uses medians where one outlier could sit."""
+The machine is shared and noisy: the schedule bounds each metric from below (nothing arrives
+early), and from above the truth is the server's own send stamps, so a server that a busy host
+made late does not fail the client."""
 
 import statistics
 
@@ -35,13 +36,23 @@ def test_every_metric_against_the_schedule(url3, tmp_path, scenario):
         assert ln["token_source"] == "usage_per_chunk"
         assert ln["chunk_tokens"] == [3] * 8 and ln["output_tokens"] == 24
     m = s["metrics"]
-    # a client can only be late: lower bounds are the truth itself (less a timer's rounding)
-    assert truth["ttft_s"] - 0.2 * MS <= m["ttft_s"]["p50"] <= truth["ttft_s"] + 3 * MS
-    assert truth["e2e_s"] - 0.2 * MS <= m["e2e_s"]["p50"] <= truth["e2e_s"] + 3 * MS
-    assert m["tpot_s"]["mean"] == pytest.approx(truth["tpot_s"], rel=0.03)
-    assert m["output_speed_tok_per_s"]["p50"] == pytest.approx(truth["output_speed_tok_per_s"], rel=0.03)
-    assert m["chunk_gap_s"]["p50"] == pytest.approx(3 * SCHED.gap_s, abs=1 * MS)
-    assert m["itl_s"]["p50"] == pytest.approx(SCHED.gap_s, abs=0.4 * MS)  # a 12 ms gap over 3 tokens
+    # The schedule bounds a metric from below only (a server or client can be late, never early).
+    assert m["ttft_s"]["p50"] >= truth["ttft_s"] - 0.2 * MS  # less a timer's rounding
+    assert m["e2e_s"]["p50"] >= truth["e2e_s"] - 0.2 * MS
+    # From above, the truth is what the server sent: its stamps, on the client's clock. A busy host
+    # delays the server's plan; the client must still time what arrived, within its own small delay.
+    sent = [ln["server_chunk_ns"] for ln in lines]
+    sent_ttft_s = [t[0] / 1e9 for t in sent]
+    sent_e2e_s = [t[-1] / 1e9 for t in sent]
+    sent_tpot_s = [(t[-1] - t[0]) / 1e9 / 23 for t in sent]  # (last - first) / (n - 1)
+    sent_gap_s = [(b - a) / 1e9 for t in sent for a, b in zip(t, t[1:])]
+    med = statistics.median
+    assert med(sent_ttft_s) <= m["ttft_s"]["p50"] <= med(sent_ttft_s) + 3 * MS
+    assert med(sent_e2e_s) <= m["e2e_s"]["p50"] <= med(sent_e2e_s) + 3 * MS
+    assert m["tpot_s"]["mean"] == pytest.approx(statistics.mean(sent_tpot_s), abs=0.1 * MS)
+    assert m["output_speed_tok_per_s"]["p50"] == pytest.approx(1 / med(sent_tpot_s), rel=0.03)
+    assert m["chunk_gap_s"]["p50"] == pytest.approx(med(sent_gap_s), abs=1 * MS)
+    assert m["itl_s"]["p50"] == pytest.approx(med(sent_gap_s) / 3, abs=0.4 * MS)  # 3 tokens a chunk
     assert m["itl_s"]["mean"] == pytest.approx(m["tpot_s"]["mean"], rel=1e-9)  # by definition, same n each
     assert m["tokens_per_chunk"]["mean"] == 3.0
     assert s["output_tokens"] == 24 * scenario.num_requests
