@@ -357,7 +357,7 @@ def main() -> None:
     args.max_tokens = args.max_tokens or (64 if args.quick else 128)
     args.cost_reps = 3 if args.quick else 7
 
-    from roofline.engine.runner import available_cores
+    from roofline.engine.model_runner import available_cores
 
     cpu = "unknown CPU"
     if os.path.exists("/proc/cpuinfo"):

@@ -8,9 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from roofline.bench.load import Scenario
+from roofline.bench.loadgen import Scenario
 from roofline.bench.plan import BenchPlan
-from roofline.bench.runner import Progress, run_bench
+from roofline.bench.driver import Progress, run_bench
 from roofline.bench.workloads import Prompt
 
 

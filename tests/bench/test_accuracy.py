@@ -9,7 +9,7 @@ import statistics
 import pytest
 from bench_helpers import measured, nullserver, run
 
-from roofline.bench.load import Scenario
+from roofline.bench.loadgen import Scenario
 from roofline.bench.results import read_requests
 from roofline.bench.schedule import Schedule
 

@@ -145,7 +145,7 @@ def test_the_servers_file_figure_rides_on_the_ceiling_through_the_window():
 
 
 def test_summary_shows_both_ceilings_and_the_ratio_line():
-    from roofline.bench import report
+    from roofline.bench import tables
     from roofline.bench.summarize import vs_ceiling
     from roofline.bench.summary import RunSummary
 
@@ -162,17 +162,17 @@ def test_summary_shows_both_ceilings_and_the_ratio_line():
     assert summary.scenarios[0].vs_ceiling.percent_of_file_ceiling == pytest.approx(15.0, abs=0.05)
     assert RunSummary.from_json(summary.to_json()) == summary  # typed fields, not extra keys
     assert "file_bytes_per_token" not in summary.ceiling.extra
-    _, headers, rows, notes = report.rates_table(summary)
+    _, headers, rows, notes = tables.rates_table(summary)
     assert headers[-2:] == ["% of ceiling", "% of file's ceiling"] and rows[0][-2:] == ["83.5%", "15.0%"]
     assert ("sequential: the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: measured against the "
             "file, 15% of ceiling") in notes
     assert any(n.startswith("file's ceiling: 279.5 tok/s = 27.0 GB/s / 96.6 MB per token") for n in notes)
     assert "sequential: decode 41.9 tok/s = 83.5% of the ceiling, 15.0% of the file's" in " ".join(notes)
-    assert "% of file's ceiling" in report.markdown(summary) and "5.57x the file's" in report.markdown(summary)
+    assert "% of file's ceiling" in tables.markdown(summary) and "5.57x the file's" in tables.markdown(summary)
 
 
 def test_a_run_folder_without_the_file_figure_still_loads_and_says_it_is_unknown():
-    from roofline.bench import report
+    from roofline.bench import tables
     from roofline.bench.summarize import vs_ceiling
     from roofline.bench.summary import RunSummary
 
@@ -180,7 +180,7 @@ def test_a_run_folder_without_the_file_figure_still_loads_and_says_it_is_unknown
     scen = {"scenario": {"name": "s"}, "requests": {"ok": 1}, "vs_ceiling": vs_ceiling(c, {"p50": 40.0})}
     old = RunSummary.from_json({"provenance": {}, "ceiling": c.to_dict(), "scenarios": [scen]})
     assert old.ceiling.file_bytes_per_token is None and old.scenarios[0].vs_ceiling.percent_of_file_ceiling is None
-    _, headers, _, notes = report.rates_table(old)
+    _, headers, _, notes = tables.rates_table(old)
     assert "% of file's ceiling" not in headers and not any("the engine reads" in n for n in notes)
     assert any(n.startswith("file's ceiling: unknown") for n in notes)
 
@@ -206,14 +206,14 @@ def test_a_local_model_file_gives_the_figure_when_the_server_does_not(tmp_path, 
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     counted: list[str] = []
-    fake = types.ModuleType("roofline.spec.files")
+    fake = types.ModuleType("roofline.modelspec.files")
 
     def file_weight_bytes_per_token(path: str) -> int:
         counted.append(path)
         return 96_600_000
 
     fake.file_weight_bytes_per_token = file_weight_bytes_per_token
-    monkeypatch.setitem(sys.modules, "roofline.spec.files", fake)
+    monkeypatch.setitem(sys.modules, "roofline.modelspec.files", fake)
     assert file_bytes_of_model(str(gguf)) == (96_600_000, None) and counted == [str(gguf)]
     # a hub name, a config.json and a folder without weights are not model files: nothing counted, no note
     (tmp_path / "config.json").write_text("{}")
@@ -245,7 +245,7 @@ def test_without_the_file_reader_the_figure_is_skipped_with_a_note(tmp_path, mon
 
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
-    monkeypatch.setitem(sys.modules, "roofline.spec.files", None)  # import fails, as before spec.files existed
+    monkeypatch.setitem(sys.modules, "roofline.modelspec.files", None)  # import fails, as before spec.files existed
     value, note = file_bytes_of_model(str(gguf))
     assert value is None and "not counted" in note
 
@@ -265,9 +265,9 @@ def test_a_server_reporting_both_figures_through_a_whole_session(tmp_path):
     """The null server advertises 538.1 MB read and 96.6 MB stored per token; the bandwidth window is given."""
     from bench_helpers import nullserver, plan
 
-    from roofline.bench.load import Scenario
+    from roofline.bench.loadgen import Scenario
     from roofline.bench.preflight import preflight
-    from roofline.bench.runner import Progress
+    from roofline.bench.driver import Progress
     from roofline.bench.session import run_session
     from roofline.bench.summary import RunSummary
 
@@ -293,9 +293,9 @@ def test_an_external_engines_model_file_gives_the_files_figure(tmp_path):
     from pathlib import Path
 
     from roofline.bench.engines import LAUNCHERS
-    from roofline.bench.load import Scenario
+    from roofline.bench.loadgen import Scenario
     from roofline.bench.plan import BenchPlan
-    from roofline.bench.runner import Progress
+    from roofline.bench.driver import Progress
     from roofline.bench.session import EngineSpec, run_session
     from roofline.bench.summary import RunSummary
     from roofline.bench.workloads import Prompt

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from roofline.bench import tokens
-from roofline.bench.load import Scenario
+from roofline.bench.loadgen import Scenario
 from roofline.bench.records import RequestRecord
 from roofline.bench.results import read_requests
 from roofline.bench.sse import SSEParser

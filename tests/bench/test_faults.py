@@ -7,7 +7,7 @@ import sys
 from bench_helpers import measured, nullserver, run
 
 from roofline.bench.launch import free_port
-from roofline.bench.load import Scenario
+from roofline.bench.loadgen import Scenario
 from roofline.bench.results import read_requests
 from roofline.bench.workloads import Prompt
 

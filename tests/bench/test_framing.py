@@ -22,7 +22,7 @@ from bench_helpers import measured, run
 from roofline.bench.api import parse_endpoint
 from roofline.bench.client import FetchError, fetch
 from roofline.bench.http1 import ends_at_close
-from roofline.bench.load import Scenario
+from roofline.bench.loadgen import Scenario
 from roofline.bench.results import read_requests
 
 # (content, cumulative completion_tokens) per event: 1 + 2 + 1 tokens after a role-only event

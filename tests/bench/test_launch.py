@@ -19,9 +19,9 @@ from roofline.bench.launch import (
     command_from_template,
     free_port,
 )
-from roofline.bench.load import Scenario
+from roofline.bench.loadgen import Scenario
 from roofline.bench.plan import BenchPlan
-from roofline.bench.runner import Progress
+from roofline.bench.driver import Progress
 from roofline.bench.session import EngineSpec, run_session
 from roofline.bench.workloads import Prompt
 

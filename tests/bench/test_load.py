@@ -3,7 +3,7 @@ import statistics
 import pytest
 from bench_helpers import measured, nullserver, run
 
-from roofline.bench.load import Scenario, arrival_offsets_s, default_num_requests
+from roofline.bench.loadgen import Scenario, arrival_offsets_s, default_num_requests
 from roofline.bench.results import read_requests
 
 

@@ -15,7 +15,7 @@ import pytest
 from bench_helpers import nullserver, plan
 
 from roofline.bench.launch import free_port
-from roofline.bench.load import Scenario
+from roofline.bench.loadgen import Scenario
 from roofline.bench.preflight import (
     ServerFacts,
     bytes_per_token_of,
@@ -23,7 +23,7 @@ from roofline.bench.preflight import (
     is_this_machine,
     preflight,
 )
-from roofline.bench.runner import Progress
+from roofline.bench.driver import Progress
 from roofline.bench.session import run_session
 from roofline.errors import UserError
 

@@ -4,7 +4,7 @@ import os
 import pytest
 
 from roofline.bench.records import RequestRecord
-from roofline.bench.report import tables
+from roofline.bench.tables import tables
 from roofline.bench.results import RequestLog, read_requests
 from roofline.bench.summarize import summarize
 from roofline.bench.summary import RunSummary
@@ -80,7 +80,7 @@ def test_log_is_appended_by_several_writers(tmp_path):
 
 
 def test_a_rate_above_the_ceiling_names_the_suspect_figure_beside_the_percentage():
-    from roofline.bench.report import rates_table, result_notes
+    from roofline.bench.tables import rates_table, result_notes
     from roofline.bench.summarize import vs_ceiling
     from roofline.bounds.ceiling import Ceiling
 

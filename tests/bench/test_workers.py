@@ -1,6 +1,6 @@
 from bench_helpers import measured, run
 
-from roofline.bench.load import Scenario
+from roofline.bench.loadgen import Scenario
 from roofline.bench.plan import BenchPlan, shares
 from roofline.bench.results import read_requests
 from roofline.bench.workloads import Prompt

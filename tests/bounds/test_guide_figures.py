@@ -12,9 +12,9 @@ from roofline.bounds.parallel import tensor_parallel
 from roofline.bounds.prefill import prefill_seconds_lower_bound
 from roofline.bounds.speculative import best_gamma, speedup
 from roofline.hardware.catalogue import get_hardware
-from roofline.spec.budget import token_budget
-from roofline.spec.catalogue import load_spec
-from roofline.spec.quant import resolve_formats
+from roofline.modelspec.budget import token_budget
+from roofline.modelspec.catalogue import load_spec
+from roofline.modelspec.quant import resolve_formats
 
 SHAPES = ["guide-1b", "guide-10b", "guide-100b", "guide-1t-dense", "guide-1t-moe"]
 MACHINES = [("h100-sxm", 1), ("h200", 1), ("b200", 1), ("h100-sxm", 8), ("h200", 8), ("gb200-nvl72", 1)]
@@ -61,7 +61,7 @@ def test_kv_bytes_of_the_shapes() -> None:
 
 
 def _fp8():
-    from roofline.spec.formats import parse_format
+    from roofline.modelspec.formats import parse_format
 
     return parse_format("fp8")
 

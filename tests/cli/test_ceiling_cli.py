@@ -55,7 +55,7 @@ def test_json_has_every_number() -> None:
 def test_markdown(tmp_path) -> None:
     cfg = tmp_path / "model" / "config.json"
     cfg.parent.mkdir()
-    from roofline.spec.catalogue import find_model
+    from roofline.modelspec.catalogue import find_model
 
     cfg.write_text(json.dumps(find_model("meta-llama/Llama-3.1-70B").config))
     out = _roofline("ceiling", str(cfg), "--hardware", "h100-sxm", "--gpus", "8", "--context", "8192",

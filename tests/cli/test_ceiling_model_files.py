@@ -1,6 +1,6 @@
 """`roofline ceiling` on a model file, as a user runs it: the shipped SmolLM2 GGUF, a safetensors
 folder, and broken files (one line on stderr, exit 2). The counting itself is tested in
-tests/spec/test_file_weights.py."""
+tests/modelspec/test_file_weights.py."""
 
 from __future__ import annotations
 

@@ -220,7 +220,7 @@ def test_hardware_list_shows_this_machine_once_probed(monkeypatch, tmp_path) -> 
 def test_bench_tables_and_progress_through_a_pipe(tmp_path) -> None:
     """A real run against the null server: its tables never lose a number at any width, and its progress on a
     pipe is one line per scenario with no empty lines."""
-    from roofline.bench.report import tables
+    from roofline.bench.tables import tables
     from roofline.bench.summary import RunSummary
 
     proc = subprocess.Popen([sys.executable, "-m", "roofline.bench.nullserver", "--port", "0", "--ttft", "5ms",

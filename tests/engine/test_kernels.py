@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from roofline.engine import kernels, kv_cache, model, weights
+from roofline.engine import layer_kernels, kv_cache, model, weights
 
 
 def bf16_bits(a: np.ndarray) -> np.ndarray:
@@ -50,13 +50,13 @@ def test_matvec_matches_float64_reference(rng, dtype, n_out, n_in):
     x = rng.standard_normal((3, n_in), dtype=np.float32)
     w_kernel, scale, w_exact = kernel_weights(w, dtype)
     out = np.empty((3, n_out), np.float32)
-    kernels.matvec_rows(w_kernel, scale, x, out, 0, n_out, False)
+    layer_kernels.matvec_rows(w_kernel, scale, x, out, 0, n_out, False)
     ref = x.astype(np.float64) @ w_exact.astype(np.float64).T
     # fp32 accumulation of n_in products: error ~ sqrt(n_in) * eps * |terms|
     tol = 1e-5 * np.sqrt(n_in) * np.abs(x).max() * np.abs(w_exact).max() * 4
     np.testing.assert_allclose(out, ref, rtol=0, atol=tol)
     acc = np.ones((3, n_out), np.float32)
-    kernels.matvec_rows(w_kernel, scale, x, acc, 0, n_out, True)
+    layer_kernels.matvec_rows(w_kernel, scale, x, acc, 0, n_out, True)
     np.testing.assert_allclose(acc, ref + 1.0, rtol=0, atol=tol)
 
 
@@ -65,7 +65,7 @@ def test_bf16_widening_is_exact():
     bits = bf16_bits(values)
     w = bits.reshape(-1, 1)
     out = np.empty((1, values.size), np.float32)
-    kernels.matvec_rows(w, np.ones(values.size, np.float32), np.ones((1, 1), np.float32), out, 0, values.size, False)
+    layer_kernels.matvec_rows(w, np.ones(values.size, np.float32), np.ones((1, 1), np.float32), out, 0, values.size, False)
     np.testing.assert_array_equal(out[0], bits_to_f32(bits))
     np.testing.assert_array_equal(out[0], torch.from_numpy(values).to(torch.bfloat16).float().numpy())
 
@@ -75,10 +75,10 @@ def test_k_row_matvec_is_bit_identical_to_one_row(rng, dtype):
     w, scale, _ = kernel_weights(rng.standard_normal((101, 577), dtype=np.float32), dtype)
     x = rng.standard_normal((7, 577), dtype=np.float32)
     many = np.empty((7, 101), np.float32)
-    kernels.matvec_rows(w, scale, x, many, 0, 101, False)
+    layer_kernels.matvec_rows(w, scale, x, many, 0, 101, False)
     for r in range(7):
         one = np.empty((1, 101), np.float32)
-        kernels.matvec_rows(w, scale, x[r : r + 1].copy(), one, 0, 101, False)
+        layer_kernels.matvec_rows(w, scale, x[r : r + 1].copy(), one, 0, 101, False)
         assert np.array_equal(one[0], many[r]), f"row {r} differs between the 1-row and 7-row kernels"
 
 
@@ -86,12 +86,12 @@ def test_rms_norm_and_silu_match_torch(rng):
     x = rng.standard_normal((4, 96), dtype=np.float32)
     w = rng.standard_normal(96, dtype=np.float32)
     out = np.empty_like(x)
-    kernels.rms_norm(x, w, np.float32(1e-5), out)
+    layer_kernels.rms_norm(x, w, np.float32(1e-5), out)
     ref = model.rms_norm(torch.from_numpy(x), torch.from_numpy(w), 1e-5).numpy()
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
     gu = rng.standard_normal((4, 2 * 48), dtype=np.float32)
     act = np.empty((4, 48), np.float32)
-    kernels.silu_mul(gu, act)
+    layer_kernels.silu_mul(gu, act)
     t = torch.from_numpy(gu)
     np.testing.assert_allclose(act, (torch.nn.functional.silu(t[:, :48]) * t[:, 48:]).numpy(), rtol=1e-5, atol=1e-6)
 
@@ -109,14 +109,14 @@ def blocked_keys(keys: np.ndarray) -> np.ndarray:
 def attention(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out):
     """The decode pass's attention: every unit (`attend_unit`), here in order on one thread, then the merge."""
     n_kv = v_cache.shape[2]
-    first_unit, n_chunks = kernels.attention_units(positions, n_kv)
-    scores, part_out, part_max, part_sum = kernels.attention_scratch(first_unit[-1], n_heads // n_kv, v_cache.shape[4])
-    g_k, g_v, g_s = kernels.gather_scratch(1, 1, v_cache.shape[4])
+    first_unit, n_chunks = layer_kernels.attention_units(positions, n_kv)
+    scores, part_out, part_max, part_sum = layer_kernels.attention_scratch(first_unit[-1], n_heads // n_kv, v_cache.shape[4])
+    g_k, g_v, g_s = layer_kernels.gather_scratch(1, 1, v_cache.shape[4])
     no_tree = np.zeros((positions.shape[0], 1), dtype=np.int64)
     for u in range(first_unit[-1]):
-        kernels.attend_unit(u, first_unit, qkv, n_heads, slots, positions, positions + 1, no_tree, layer, k_cache,
+        layer_kernels.attend_unit(u, first_unit, qkv, n_heads, slots, positions, positions + 1, no_tree, layer, k_cache,
                             v_cache, scores, part_out, part_max, part_sum, g_k[0], g_v[0], g_s[0])
-    kernels.merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out)
+    layer_kernels.merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out)
 
 
 @pytest.mark.parametrize("n_heads,n_kv,d", [(4, 2, 16), (6, 2, 24), (3, 3, 80)])
@@ -128,7 +128,7 @@ def test_attention_over_cache_matches_torch(rng, n_heads, n_kv, d):
     k_cache = blocked_keys(keys)
     v_cache = np.zeros((3, 2, n_kv, k_cache.shape[3] * kv_cache.KEY_BLOCK, d), np.float32)
     v_cache[:, :, :, :max_len] = rng.standard_normal((3, 2, n_kv, max_len, d), dtype=np.float32)
-    slots, positions, layer = np.array([2, 0, 1, 1]), np.array([260, 0, kernels.ATTN_CHUNK - 1, kernels.ATTN_CHUNK]), 1
+    slots, positions, layer = np.array([2, 0, 1, 1]), np.array([260, 0, layer_kernels.ATTN_CHUNK - 1, layer_kernels.ATTN_CHUNK]), 1
     qkv = rng.standard_normal((4, (n_heads + 2 * n_kv) * d), dtype=np.float32)
     out = np.empty((4, n_heads * d), np.float32)
     attention(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out)
@@ -154,7 +154,7 @@ def test_rope_and_cache_write_match_torch(rng):
     cache = kv_cache.KVCache(cfg, 1, 40)
     pos = 37
     rotated = qkv.copy()
-    kernels.qkv_to_cache(rotated[0:1], np.zeros(64, np.float32), np.ones(16, np.float32), np.ones(16, np.float32), False,
+    layer_kernels.qkv_to_cache(rotated[0:1], np.zeros(64, np.float32), np.ones(16, np.float32), np.ones(16, np.float32), False,
                          np.float32(1e-5), 2, cos.numpy(), sin.numpy(), np.array([0]), np.array([pos]), np.array([pos]), 0,
                          cache.k, cache.v)
     heads = torch.from_numpy(qkv[0, :48].reshape(1, 3, 16))
@@ -173,7 +173,7 @@ def test_fast_exp_is_within_a_few_ulp_of_exp():
     @njit(fastmath=True, error_model="numpy")
     def apply(x, out):
         for i in range(x.shape[0]):
-            out[i] = kernels.exp_nonpos(x[i])
+            out[i] = layer_kernels.exp_nonpos(x[i])
 
     x = np.concatenate([-np.linspace(0, 87, 200001, dtype=np.float32), np.float32([-0.0, -1e-7, -0.6931472, -86.9])])
     out = np.empty_like(x)
@@ -189,7 +189,7 @@ def test_silu_does_not_overflow_at_large_inputs():
     g = np.float32([[-1000.0, -90.0, -20.0, 0.0, 20.0, 90.0, 1000.0]])
     gu = np.concatenate([g, np.ones_like(g)], axis=1)
     out = np.empty_like(g)
-    kernels.silu_mul(gu, out)
+    layer_kernels.silu_mul(gu, out)
     ref = torch.nn.functional.silu(torch.from_numpy(g)).numpy()
     assert np.all(np.isfinite(out))
     np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-30)

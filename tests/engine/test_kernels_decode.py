@@ -11,8 +11,8 @@ from test_kernels import bf16_bits, bits_to_f32
 from test_runner import FOLLOW, LONG_PROMPT, PROMPT, tiny_checkpoint
 
 from roofline import simd
-from roofline.engine import decode, kernels
-from roofline.engine.runner import ModelRunner, available_cores
+from roofline.engine import decode, layer_kernels
+from roofline.engine.model_runner import ModelRunner, available_cores
 
 
 @njit(cache=False)
@@ -70,10 +70,10 @@ def test_silu_of_a_column_does_not_depend_on_the_range_it_is_computed_in():
     ffn = 50
     gu = (rng.standard_normal((2, 2 * ffn)) * 6).astype(np.float32)
     whole = np.empty((2, ffn), np.float32)
-    kernels.silu_mul(gu, whole)
+    layer_kernels.silu_mul(gu, whole)
     pieces = np.full((2, ffn), np.nan, np.float32)
     for j0, j1 in [(0, 3), (3, 19), (19, 35), (35, 50)]:
-        kernels.silu_mul(gu, pieces, j0, j1)
+        layer_kernels.silu_mul(gu, pieces, j0, j1)
     assert np.array_equal(whole, pieces)
     g, u = gu[:, :ffn].astype(np.float64), gu[:, ffn:].astype(np.float64)
     np.testing.assert_allclose(whole, g / (1 + np.exp(-g)) * u, rtol=3e-6, atol=1e-30)

@@ -18,7 +18,7 @@ from test_scheduler import Collector, greedy
 
 from roofline.engine import load_runner
 from roofline.engine.prefill_chunks import chunk_bounds, chunk_end
-from roofline.engine.runner import KERNEL_PREFILL_MAX_TOKENS, ModelRunner
+from roofline.engine.model_runner import KERNEL_PREFILL_MAX_TOKENS, ModelRunner
 from roofline.engine.scheduler import Scheduler
 
 CHUNK = 32  # > KERNEL_PREFILL_MAX_TOKENS: whole chunks take the torch path, a short last one the kernels

@@ -11,7 +11,7 @@ from fixtures import tiny_shape, tiny_weights
 from roofline.engine import model
 from roofline.engine.config import ModelConfig
 from roofline.engine.loaders import Checkpoint
-from roofline.engine.runner import KERNEL_PREFILL_MAX_TOKENS, ModelRunner, load_runner
+from roofline.engine.model_runner import KERNEL_PREFILL_MAX_TOKENS, ModelRunner, load_runner
 from roofline.engine.weights import matrix
 from roofline.errors import UserError
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from fixtures import K_QUANTS, TinyShape, random_blocks, write_tiny_gguf
 
-from roofline.engine import kernels
+from roofline.engine import layer_kernels
 from roofline.engine.block_formats import BLOCK_FORMATS
 from roofline.engine.loaders import load_checkpoint
 
@@ -72,13 +72,13 @@ def test_products_on_stored_rows_equal_the_float32_kernel_bit_for_bit(fmt):
         for k in (1, 2, 3, 4, 5, 9):
             x = rng.standard_normal((k, n)).astype(np.float32)
             got, want = np.empty((k, rows), np.float32), np.empty((k, rows), np.float32)
-            kernels.matvec_rows(raw, codes, x, got, 0, rows, False)
-            kernels.matvec_rows(dense, ones, x, want, 0, rows, False)
+            layer_kernels.matvec_rows(raw, codes, x, got, 0, rows, False)
+            layer_kernels.matvec_rows(dense, ones, x, want, 0, rows, False)
             assert np.array_equal(got, want), (
                 f"{fmt} n={n} k={k}: max diff {np.abs(got - want).max()}"
             )
-            kernels.matvec_rows(raw, codes, x, got, 3, 11, True)  # accumulate over a row range
-            kernels.matvec_rows(dense, ones, x, want, 3, 11, True)
+            layer_kernels.matvec_rows(raw, codes, x, got, 3, 11, True)  # accumulate over a row range
+            layer_kernels.matvec_rows(dense, ones, x, want, 3, 11, True)
             assert np.array_equal(got, want)
 
 
@@ -97,8 +97,8 @@ def test_rows_of_several_formats_in_one_matrix():
     dense = np.concatenate([d for _, d in parts])
     x = rng.standard_normal((6, n)).astype(np.float32)
     got, want = np.empty((6, 20), np.float32), np.empty((6, 20), np.float32)
-    kernels.matvec_rows(raw, codes, x, got, 0, 20, False)
-    kernels.matvec_rows(dense, np.ones(20, np.float32), x, want, 0, 20, False)
+    layer_kernels.matvec_rows(raw, codes, x, got, 0, 20, False)
+    layer_kernels.matvec_rows(dense, np.ones(20, np.float32), x, want, 0, 20, False)
     assert np.array_equal(got, want)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from fixtures import greedy_ids
 from test_runner import LONG_PROMPT, PROMPT, tiny_checkpoint
 
-from roofline.engine.runner import KERNEL_PREFILL_MAX_TOKENS, ModelRunner, available_cores
+from roofline.engine.model_runner import KERNEL_PREFILL_MAX_TOKENS, ModelRunner, available_cores
 from roofline.engine.threads import (
     CHANGE_PASSES,
     FEWER_THREADS_LONGEST_INTERVAL,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from roofline.errors import UserError
-from roofline.hardware import kernels, probe, timing
+from roofline.hardware import read_kernels, probe, timing
 
 SMALL = {"size_bytes": 4 << 20, "repeats": 2, "warmup": 1, "matmul_n": 64, "use_cuda": False}
 
@@ -33,25 +33,25 @@ def test_rate_stats_is_amount_over_each_run_seconds():
 @pytest.mark.parametrize("n, parts", [(10, 3), (7, 7), (5, 8), (1 << 20, 2)])
 def test_slices_cover_the_array_exactly_once(n, parts):
     covered = np.zeros(n, dtype=int)
-    for s in kernels.slices(n, parts):
+    for s in read_kernels.slices(n, parts):
         covered[s] += 1
     assert (covered == 1).all()
 
 
 def test_blocked_triad_computes_b_plus_s_times_c_across_block_edges():
-    n = 2 * kernels.TRIAD_BLOCK_ELEMS + 7
+    n = 2 * read_kernels.TRIAD_BLOCK_ELEMS + 7
     rng = np.random.default_rng(1)
     b, c = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
     a = np.zeros(n, dtype=np.float32)
-    for part in kernels.slices(n, 3):
-        kernels.triad_slice(a, b, c, np.float32(3.0), part)
+    for part in read_kernels.slices(n, 3):
+        read_kernels.triad_slice(a, b, c, np.float32(3.0), part)
     np.testing.assert_array_equal(a, b + np.float32(3.0) * c)
 
 
 def test_matvec_shape_fits_the_size():
-    rows, cols = kernels.matvec_shape(1 << 30)
-    assert cols == kernels.MATVEC_COLS and rows * cols * 4 == 1 << 30
-    rows, cols = kernels.matvec_shape(1 << 20)
+    rows, cols = read_kernels.matvec_shape(1 << 30)
+    assert cols == read_kernels.MATVEC_COLS and rows * cols * 4 == 1 << 30
+    rows, cols = read_kernels.matvec_shape(1 << 20)
     assert rows >= 1 and rows * cols * 4 <= 1 << 20
 
 
@@ -111,7 +111,7 @@ def test_a_slow_matmul_path_is_timed_at_a_smaller_size(monkeypatch):
 def test_probe_works_with_numpy_alone(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
     monkeypatch.setitem(sys.modules, "numba", None)
-    assert probe.optional_torch() is None and kernels.simd_read_kernel() is None and kernels.gemv_kernel() is None
+    assert probe.optional_torch() is None and read_kernels.simd_read_kernel() is None and read_kernels.gemv_kernel() is None
     p = probe.measure_profile(threads=1, **SMALL)
     assert set(p["bandwidth_bytes_per_s"]["read"]["kernels"]) == {"numpy-sum"}  # the numba kernels are skipped
     assert set(p["flops"]) == {"matvec_fp32", "matmul_fp32"}  # no bf16 without torch
@@ -285,7 +285,7 @@ def test_cli_markdown_table_and_no_save(tmp_path, monkeypatch, capsys):
 def test_simd_read_kernel_sums_exactly_what_it_reads():
     import numpy as np
 
-    reader = kernels.simd_read_kernel()
+    reader = read_kernels.simd_read_kernel()
     a = np.arange(1000, dtype=np.float32) % 7
     assert reader(a, 0, 1000) == a.sum() and reader(a, 100, 77) == a[100:177].sum()
 
@@ -293,7 +293,7 @@ def test_simd_read_kernel_sums_exactly_what_it_reads():
 def test_gemv_kernel_is_a_matrix_vector_product():
     import numpy as np
 
-    gemv = kernels.gemv_kernel()
+    gemv = read_kernels.gemv_kernel()
     rng = np.random.default_rng(2)
     w, x = rng.random((37, 100), dtype=np.float32), rng.random(100, dtype=np.float32)
     y = np.zeros(37, dtype=np.float32)

@@ -72,7 +72,7 @@ def test_read_kernels_read_the_whole_buffer():
         for name, make in readbw.READ_KERNELS.items():
             _, nbytes = make(buf, 2, pool)
             assert nbytes >= buf.nbytes, name
-    from roofline.hardware.kernels import gemv_kernel
+    from roofline.hardware.read_kernels import gemv_kernel
 
     w = buf.reshape(16, 4096)
     x, y = np.full(4096, 2.0, dtype=np.float32), np.zeros(16, dtype=np.float32)

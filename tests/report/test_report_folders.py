@@ -13,7 +13,7 @@ import pytest
 from roofline.bench.summary import RunSummary
 from roofline.errors import UserError
 from roofline.report.build import write_report
-from roofline.report.load import load_run
+from roofline.report.run_folders import load_run
 
 
 def roofline(*args: str) -> subprocess.CompletedProcess:

@@ -10,8 +10,8 @@ from test_report_bench import markers_in, texts_in
 
 from roofline.hardware.catalogue import get_hardware
 from roofline.report.build import write_report
-from roofline.spec.catalogue import load_spec
-from roofline.spec.components import matmul_params_per_token
+from roofline.modelspec.catalogue import load_spec
+from roofline.modelspec.components import matmul_params_per_token
 
 
 @pytest.fixture(scope="module")

@@ -164,7 +164,7 @@ def test_a_trial_keeps_the_files_bytes_and_its_percent_of_the_files_ceiling():
 
 
 def test_tables_show_the_files_ceiling_beside_the_engines():
-    from roofline.tune import output
+    from roofline.cli import tune_output
     from roofline.tune.result import TuneResult
 
     summary = _bench_summary()
@@ -177,23 +177,23 @@ def test_tables_show_the_files_ceiling_beside_the_engines():
                    objective={"name": "speed", "direction": "maximize", "unit": "tok/s", "label": "Output Speed"},
                    space={}, study={"name": "s", "trials": {}}, run_dir="r", ceiling=summary["ceiling"], baseline=base,
                    best=step, fastest=step, ladder=ladder, trials=(base, step))
-    _, headers, rows, _ = output.trials_table(t)
+    _, headers, rows, _ = tune_output.trials_table(t)
     assert headers[5:7] == ["% ceil", "% file"]
     assert rows[0][5:7] == ["83.5%", "15.0%"] and rows[1][6] == f"{100 * 44.0 * 96.6e6 / 27e9:.1f}%"
-    _, headers, rows, _ = output.ladder_table(t)
+    _, headers, rows, _ = tune_output.ladder_table(t)
     assert headers[6:8] == ["% ceil", "% file"] and rows[0][6:8] == ["83.5%", "15.0%"]
     assert rows[1][:2] == ["1", "threads=2"] and rows[1][7] == f"{100 * 44.0 * 96.6e6 / 27e9:.1f}%"
-    notes = output.header_notes(t)
+    notes = tune_output.header_notes(t)
     assert any(n.startswith("file's ceiling: 279.5 tok/s = 27.0 GB/s / 96.6 MB per token") for n in notes)
     assert ("trial 0: the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: measured against the file, "
             "15% of ceiling") in notes
     assert "83.5% of ceiling, 15.0% of the file's" in " ".join(notes)
-    assert "(15.7% of the file's)" in output.best_lines(t)[0]
-    assert "% file" in output.markdown(t)
+    assert "(15.7% of the file's)" in tune_output.best_lines(t)[0]
+    assert "% file" in tune_output.markdown(t)
     # a tune.json written before: no file figures anywhere, and the tables still draw
     old = TuneResult.from_json({**t.to_json(), "trials": [{k: v for k, v in x.to_json().items() if "file" not in k}
                                                           for x in t.trials]})
-    _, _, rows, _ = output.trials_table(old)
+    _, _, rows, _ = tune_output.trials_table(old)
     assert [r[6] for r in rows] == ["-", "-"]
 
 
@@ -202,7 +202,7 @@ def test_a_trials_bench_is_given_the_model_file(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     from roofline.bench import session
-    from roofline.bench.runner import Progress
+    from roofline.bench.driver import Progress
     from roofline.tune import trial
     from roofline.tune.objectives import OBJECTIVES, ObjectiveSettings
 

@@ -13,7 +13,7 @@ drifts. Other names come from the hardware catalogue; a literal such as `30GB/s`
 
 Beside the bytes the engine reads at its own format, a ceiling carries the bytes the model's file stores
 (`Ceiling.file_bytes_per_token`: the server's `file_bytes_per_token`, else counted from the launcher's
-model file or folder by `roofline.spec.files`), so every run is shown against both: an engine that
+model file or folder by `roofline.modelspec.files`), so every run is shown against both: an engine that
 expands a 4-bit file to fp32 reads 5.6x what it must, and 80% of its own ceiling is 15% of the file's.
 
 A measured decode rate above the ceiling means one of its two figures is wrong: the bandwidth (too low)
@@ -86,7 +86,7 @@ def file_bytes_of_model(model: str | None) -> tuple[int | None, str | None]:
     if not weights:  # a hub name, a config.json or its folder: nothing stored to count
         return None, None
     try:
-        from roofline.spec.files import file_weight_bytes_per_token
+        from roofline.modelspec.files import file_weight_bytes_per_token
     except ImportError:
         return None, f"the file's bytes per token of {path.name} are not counted (this roofline cannot read model files)"
     try:

@@ -23,12 +23,12 @@ from typing import Any
 
 from roofline.bench import metrics
 from roofline.bench.launch import LocalServer, free_port
-from roofline.bench.load import Scenario
+from roofline.bench.loadgen import Scenario
 from roofline.bench.plan import BenchPlan
 from roofline.bench.records import PHASE_MEASURED
-from roofline.bench.report import num, plural
+from roofline.bench.tables import num, plural
 from roofline.bench.results import read_requests
-from roofline.bench.runner import Progress, run_bench
+from roofline.bench.driver import Progress, run_bench
 from roofline.bench.schedule import Schedule
 from roofline.bench.summarize import summarize_scenario
 from roofline.bench.workloads import Prompt

@@ -55,7 +55,7 @@ def host_label(url: str) -> str:
 def plan_from_options(o: Mapping[str, Any]):
     """Check every option (UserError on the first bad one) and build the BenchPlan."""
     from roofline.bench.api import CHAT, COMPLETIONS, USAGE_LEVELS
-    from roofline.bench.load import ARRIVALS, Scenario
+    from roofline.bench.loadgen import ARRIVALS, Scenario
     from roofline.bench.metrics import parse_slo
     from roofline.bench.plan import BenchPlan
     from roofline.bench.workloads import (

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roofline.bench.api import USAGE_PER_CHUNK, Endpoint, request_body
-from roofline.bench.load import Scenario, arrival_offsets_s, numbered, planned_requests
+from roofline.bench.loadgen import Scenario, arrival_offsets_s, numbered, planned_requests
 from roofline.bench.workloads import Job, Prompt, jobs
 
 

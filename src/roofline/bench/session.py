@@ -12,7 +12,7 @@ from typing import Any
 from roofline.bench.against import LOCAL, held_against_window, resolve_ceiling
 from roofline.bench.engines import Launcher, start_engine
 from roofline.bench.plan import BenchPlan
-from roofline.bench.runner import Outcome, Progress, discover, run_bench
+from roofline.bench.driver import Outcome, Progress, discover, run_bench
 from roofline.errors import UserError
 from roofline.hardware.window import BandwidthWindow, Measure, short_probe
 

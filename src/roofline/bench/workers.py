@@ -16,7 +16,7 @@ import time
 from time import perf_counter_ns
 from typing import Any
 
-from roofline.bench.load import Scenario
+from roofline.bench.loadgen import Scenario
 from roofline.bench.plan import BenchPlan, RequestSpec, Share
 from roofline.bench.results import RequestLog
 
@@ -26,7 +26,7 @@ _START_MARGIN_NS = 50_000_000  # after the last worker is ready
 def _worker_main(plan: BenchPlan, spec: RequestSpec, scenario: Scenario, share: Share, first_id: int,
                  log_path: str, origin_ns: int, q: Any, start: Any, go: Any) -> None:
     from roofline.bench.launch import die_with_parent
-    from roofline.bench.runner import measure_share
+    from roofline.bench.driver import measure_share
     from roofline.bench.tokens import load_tokenizer
 
     die_with_parent()

@@ -30,16 +30,16 @@ from roofline.bounds.result import (
 from roofline.bounds.speculative import best_gamma, expected_tokens_per_pass, speedup
 from roofline.errors import UserError
 from roofline.hardware.catalogue import Hardware, get_hardware
-from roofline.spec.budget import TokenBudget, token_budget
-from roofline.spec.catalogue import load_spec
-from roofline.spec.components import (
+from roofline.modelspec.budget import TokenBudget, token_budget
+from roofline.modelspec.catalogue import load_spec
+from roofline.modelspec.components import (
     active_params,
     matmul_params_per_token,
     total_params,
 )
-from roofline.spec.formats import parse_format
-from roofline.spec.model import ModelSpec
-from roofline.spec.quant import resolve_formats
+from roofline.modelspec.formats import parse_format
+from roofline.modelspec.model import ModelSpec
+from roofline.modelspec.quant import resolve_formats
 
 # Weight format -> the tensor-core dtypes that can run its matrix multiplies, best first.
 _COMPUTE_DTYPES = {

@@ -21,7 +21,7 @@ median with the per-prompt spread. See docs/metrics.md for every definition."""
 
 
 def _print(summary, tables: list, *, as_markdown: bool) -> None:
-    from roofline.bench.report import markdown
+    from roofline.bench.tables import markdown
     from roofline.cli import output
 
     if as_markdown:
@@ -124,7 +124,7 @@ def _run(o: dict) -> int:
     from roofline.bench.launch import ServerDied
     from roofline.bench.options import engine_from_options
     from roofline.bench.plan import BenchPlan
-    from roofline.bench.report import tables, write_markdown
+    from roofline.bench.tables import tables, write_markdown
     from roofline.bench.results import default_run_dir
     from roofline.bench.session import run_session
     from roofline.bench.summary import RunSummary

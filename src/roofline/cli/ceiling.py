@@ -111,8 +111,8 @@ def _print(result, *, as_markdown: bool) -> None:
 
 def _warn_about_context(model: str, context: int) -> None:
     """One line on stderr when --context is past what the model was built for; the run goes on."""
-    from roofline.spec.budget import context_warning
-    from roofline.spec.catalogue import load_spec
+    from roofline.modelspec.budget import context_warning
+    from roofline.modelspec.catalogue import load_spec
 
     line = context_warning(load_spec(model), context)
     if line:
@@ -218,9 +218,9 @@ def models_list(
 ) -> None:
     """The model catalogue: config.json snapshots (with source and date) and the guide's illustrative shapes."""
     from roofline.bounds.humanize import fmt_params
-    from roofline.spec.catalogue import catalogue_models
-    from roofline.spec.components import active_params, total_params
-    from roofline.spec.parse import spec_from_config
+    from roofline.modelspec.catalogue import catalogue_models
+    from roofline.modelspec.components import active_params, total_params
+    from roofline.modelspec.parse import spec_from_config
 
     entries = []
     for m in catalogue_models():

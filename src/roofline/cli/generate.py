@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from roofline.cli import spec_flags as sf
+from roofline.cli import speculation_flags as sf
 from roofline.errors import UserError
 
 DTYPES = ("stored", "fp32", "bf16", "int8")  # = roofline.engine.weights.DTYPES (this module stays light)

@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from roofline.cli import spec_flags as sf
+from roofline.cli import speculation_flags as sf
 from roofline.cli.generate import DTYPES
 from roofline.errors import UserError
 

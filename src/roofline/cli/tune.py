@@ -111,7 +111,7 @@ def _new_options(o: dict):
     hardware = o["hardware"] or ("local" if o["engine"] == "embedded" else None)
     if hardware and o["engine"] != "embedded" and o["model"]:  # fail before launching, not after every trial
         from roofline.bench.against import resolve_ceiling
-        from roofline.spec.catalogue import load_spec
+        from roofline.modelspec.catalogue import load_spec
 
         if hardware == "local":  # the bandwidth is measured per trial; the bytes need the model's config
             load_spec(o["model"])
@@ -178,7 +178,7 @@ def _run(o: dict) -> int:
 
 def _display(options):
     from roofline.tune.objectives import OBJECTIVES
-    from roofline.tune.output import RichDisplay, planned_total
+    from roofline.cli.tune_output import RichDisplay, planned_total
     from roofline.tune.search import get_strategy
     from roofline.tune.space import Space
     from roofline.tune.tuner import budget
@@ -190,7 +190,7 @@ def _display(options):
 
 def _print(result, *, as_json: bool, as_markdown: bool) -> None:
     from roofline.cli import output
-    from roofline.tune.output import markdown, print_rich
+    from roofline.cli.tune_output import markdown, print_rich
 
     if as_json:
         output.print_json(result.to_json())

@@ -16,7 +16,7 @@ prefer_passive_omp_waits()  # before torch or numba start OpenMP threads (engine
 
 # `generate` names both a module and the function it defines; this import binds the function here.
 from roofline.engine.generate import generate
-from roofline.engine.runner import ModelRunner, load_runner
+from roofline.engine.model_runner import ModelRunner, load_runner
 from roofline.engine.sampling import SamplingParams
 
 __all__ = ["ModelRunner", "SamplingParams", "generate", "load_runner"]

@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit, prange
 
 from roofline.engine import atomics
-from roofline.engine.kernels import (
+from roofline.engine.layer_kernels import (
     _JIT,
     attend_unit,
     attention_scratch,

@@ -5,13 +5,13 @@ Chunks are cut at fixed positions (engine/prefill_chunks.py), so every caller ru
 [p, p + T) attends to the slot's cached positions 0..p-1 and causally to itself; its K/V go into the cache
 before the next chunk. Per layer, on T rows (x: the residual stream):
 
-    h = RMSNorm(x)                                   kernels.rms_norm (one thread)
+    h = RMSNorm(x)                                   layer_kernels.rms_norm (one thread)
     qkv = h Wqkv^T                                   one GEMM over the fused [Wq; Wk; Wv]
-    q, k = RoPE(qk-norm(q, k)) (+bias); K/V -> cache kernels.qkv_to_cache: the decode kernels' own code
+    q, k = RoPE(qk-norm(q, k)) (+bias); K/V -> cache layer_kernels.qkv_to_cache: the decode kernels' own code
     x += Attention(q, K[0..p+T), V[0..p+T)) Wo^T     scaled_dot_product_attention, then one GEMM
     h = RMSNorm(x);  gu = h Wgu^T                    one GEMM over the fused [Wg; Wu]
-    x += (SiLU(g) u) Wd^T                            kernels.silu_mul, one GEMM
-    logits = RMSNorm(x[-1]) W_lm^T                   kernels.matvec_rows (the decode kernels' dot order)
+    x += (SiLU(g) u) Wd^T                            layer_kernels.silu_mul, one GEMM
+    logits = RMSNorm(x[-1]) W_lm^T                   layer_kernels.matvec_rows (the decode kernels' dot order)
 
 Few, large operations: each multi-threaded op ends at a barrier, and on a shared machine a barrier can wait
 a whole scheduler time slice for a descheduled thread, so the element-wise steps run in one thread inside
@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from roofline.engine import kernels, matrices
+from roofline.engine import layer_kernels, matrices
 from roofline.engine.config import ModelConfig
 from roofline.engine.kv_cache import KEY_BLOCK
 from roofline.engine.threads import TorchLayerTrial
@@ -170,16 +170,16 @@ def prefill_chunk(config: ModelConfig, w: DecodeWeights, token_ids: np.ndarray, 
                 if torch.get_num_threads() != n_threads:
                     torch.set_num_threads(n_threads)
                 layer_started = time.perf_counter()
-            kernels.rms_norm(x, w.attn_norm[i], eps, h)
+            layer_kernels.rms_norm(x, w.attn_norm[i], eps, h)
             torch.mm(Hh, widen.layer(w.wqkv, i, w.qkv_scale, hidden).T, out=QKV)
-            kernels.qkv_to_cache(qkv, w.bqkv[i], w.q_norm[i], w.k_norm[i], c.qk_norm, eps, c.n_heads, cos, sin, slots,
+            layer_kernels.qkv_to_cache(qkv, w.bqkv[i], w.q_norm[i], w.k_norm[i], c.qk_norm, eps, c.n_heads, cos, sin, slots,
                                  positions, positions, i, k_cache, v_cache)
             keys = keys_for_attention(k_cache[slot, i], end)
             att.reshape(T, c.n_heads, c.head_dim)[...] = attention(q, keys, v_slot[i, :, :end], start, mask).numpy()
             X.addmm_(ATT, widen.layer(w.wo, i, w.o_scale, qd).T)
-            kernels.rms_norm(x, w.mlp_norm[i], eps, h)
+            layer_kernels.rms_norm(x, w.mlp_norm[i], eps, h)
             torch.mm(Hh, widen.layer(w.wgu, i, w.gu_scale, hidden).T, out=GU)
-            kernels.silu_mul(gu, act)
+            layer_kernels.silu_mul(gu, act)
             X.addmm_(ACT, widen.layer(w.wd, i, w.d_scale, c.ffn).T)
             if trial is not None:
                 trial.record_layer(i, n_threads, time.perf_counter() - layer_started)
@@ -187,7 +187,7 @@ def prefill_chunk(config: ModelConfig, w: DecodeWeights, token_ids: np.ndarray, 
         widen.close()
     if not logits:
         return None
-    kernels.rms_norm(x[-1:], w.final_norm, eps, h[:1])
+    layer_kernels.rms_norm(x[-1:], w.final_norm, eps, h[:1])
     out = np.empty((1, c.vocab_size), np.float32)
-    kernels.matvec_rows(w.lm_head, w.lm_scale, h[:1], out, 0, c.vocab_size, False)
+    layer_kernels.matvec_rows(w.lm_head, w.lm_scale, h[:1], out, 0, c.vocab_size, False)
     return out[0]

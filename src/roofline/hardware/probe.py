@@ -10,7 +10,7 @@ The read most CPUs add to allocate a written cache line is not counted, so copy 
 below read; that is the machine, not the probe.
 
 The read is the figure a ceiling uses, so it is measured as `roofline.hardware.readbw` says: several read
-kernels (`roofline.hardware.kernels`: numpy sum, a SIMD sum, a decode-shaped gemv), interleaved passes,
+kernels (`roofline.hardware.read_kernels`: numpy sum, a SIMD sum, a decode-shaped gemv), interleaved passes,
 the best pass of the best kernel as the bound and that kernel's median as the typical rate (STREAM and the
 Empirical Roofline Toolkit report their best too). Copy and triad use numpy: its element-wise loops are
 single-threaded, so each array is cut into one contiguous slice per thread, run in a thread pool (numpy
@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from roofline.errors import UserError
-from roofline.hardware.kernels import (
+from roofline.hardware.read_kernels import (
     FP32_BYTES,
     TRIAD_BLOCK_ELEMS,
     in_parallel,

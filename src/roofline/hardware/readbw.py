@@ -13,7 +13,7 @@ saturate it), never more. The reference benchmarks choose their figure the same 
   ships many read kernels (load, sum, in scalar, SSE, AVX and AVX-512 forms) because which instructions
   reach the memory's peak differs between CPUs.
 
-So: several kernels (`roofline.hardware.kernels.READ_KERNELS`), one untimed warm-up pass each, then
+So: several kernels (`roofline.hardware.read_kernels.READ_KERNELS`), one untimed warm-up pass each, then
 `repeats` rounds in which each kernel runs one timed pass (interleaved, so a drifting machine touches
 every kernel alike). The best is the highest pass rate of any kernel; typical is the median of the passes
 of the kernel that gave it.
@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from roofline.hardware.kernels import FP32_BYTES, READ_KERNELS
+from roofline.hardware.read_kernels import FP32_BYTES, READ_KERNELS
 from roofline.hardware.timing import Stats, stats_of_rates, time_one_pass_seconds
 
 SHORT_SIZE_BYTES = 1 << 30  # the short probe's buffer: far above any CPU's last-level cache (the largest seen: 260 MiB)

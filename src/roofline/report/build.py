@@ -9,7 +9,7 @@ from pathlib import Path
 
 from roofline.errors import UserError
 from roofline.report.html import page_html
-from roofline.report.load import LoadedRun, load_runs
+from roofline.report.run_folders import LoadedRun, load_runs
 from roofline.report.markdown import page_markdown
 from roofline.report.page import Page, Section
 
@@ -35,7 +35,7 @@ def _provenance(run: LoadedRun) -> list[str]:
         from roofline.report.sections import tune_provenance
 
         return tune_provenance(run)
-    from roofline.bench.report import provenance_lines
+    from roofline.bench.tables import provenance_lines
 
     lines = provenance_lines(run.summary)
     hp = run.provenance.get("hardware_profile") or {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from roofline.bench.report import markdown_table
+from roofline.bench.tables import markdown_table
 from roofline.report.page import Page
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from roofline.bench.metrics import request_metrics
 from roofline.bench.records import PHASE_WARMUP
-from roofline.bench.report import plural
+from roofline.bench.tables import plural
 from roofline.report.charts import SERIES, Chart, pyplot, render
 
 

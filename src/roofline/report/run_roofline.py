@@ -22,7 +22,7 @@ def flops_per_token(models: Sequence[str | None], bytes_per_token: float, dtype:
     for m in models:
         spec = _spec(m)
         if spec is not None:
-            from roofline.spec.components import matmul_params_per_token
+            from roofline.modelspec.components import matmul_params_per_token
 
             return 2.0 * matmul_params_per_token(spec), f"2 x matmul params of {m}'s config"
     per = _BYTES_PER_WEIGHT.get((dtype or "").lower(), 2.0)
@@ -34,7 +34,7 @@ def _spec(model: str | None) -> Any:
     """The model's spec when it names a catalogue entry or a config on this machine, else None."""
     if not model:
         return None
-    from roofline.spec.catalogue import load_spec
+    from roofline.modelspec.catalogue import load_spec
 
     try:
         return load_spec(model)

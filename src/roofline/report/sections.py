@@ -67,7 +67,7 @@ def analysis_of(model: str | None, hardware: str | None) -> Any:
 
 
 def bench_sections(run: Any, key_prefix: str = "", title_prefix: str = "") -> list[Section]:
-    from roofline.bench.report import (
+    from roofline.bench.tables import (
         failures_table,
         latency_table,
         prompts_table,
@@ -110,8 +110,8 @@ def bench_sections(run: Any, key_prefix: str = "", title_prefix: str = "") -> li
 
 
 def tune_sections(run: Any, key_prefix: str = "", title_prefix: str = "") -> list[Section]:
-    from roofline.tune.output import best_lines, header_notes
-    from roofline.tune.output import tables as tune_tables
+    from roofline.cli.tune_output import best_lines, header_notes
+    from roofline.cli.tune_output import tables as tune_tables
 
     t = run.tune
     unit = str((t.objective or {}).get("unit") or "tok/s")

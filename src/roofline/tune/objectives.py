@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from roofline.bench import metrics
-from roofline.bench.load import Scenario
+from roofline.bench.loadgen import Scenario
 from roofline.errors import UserError
 
 

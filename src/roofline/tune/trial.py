@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from roofline.bench.runner import Progress
+from roofline.bench.driver import Progress
 from roofline.bench.workloads import Prompt
 from roofline.tune.objectives import Objective, ObjectiveSettings, measure
 from roofline.tune.search import Slot
@@ -190,7 +190,7 @@ def _version(launcher: Any) -> str | None:
 
 def _greedy(launcher: Any, url: str, settings: TrialSettings) -> list[Any]:
     from roofline.bench.plan import BenchPlan
-    from roofline.bench.runner import discover
+    from roofline.bench.driver import discover
 
     info = asyncio.run(discover(BenchPlan(url=url, prompts=list(settings.prompts), scenarios=[],
                                           model=settings.ceiling_model, timeout_s=30.0)))

@@ -123,7 +123,7 @@ class Display:
     """What the run tells the user interface (the CLI draws it with rich); every method may be a no-op."""
 
     def bench_progress(self) -> Any:
-        from roofline.bench.runner import Progress
+        from roofline.bench.driver import Progress
 
         return Progress()
 

@@ -11,7 +11,7 @@ from fixtures import greedy_ids, write_tiny_gguf
 from test_runner import PROMPT, tiny_checkpoint
 
 from roofline.engine import SamplingParams, generate, load_runner
-from roofline.engine.runner import ModelRunner
+from roofline.engine.model_runner import ModelRunner
 from roofline.engine.speculate.adaptive import DraftBudget
 from roofline.engine.speculate.base import SpecOptions
 from roofline.engine.speculate.step import RequestSpeculation, speculation_factory

@@ -118,7 +118,7 @@ def draft_together(proposers: list[DraftModelProposer], contexts: Sequence[Seque
 def draft_factory(options: SpecOptions, target) -> Callable[[], DraftModelProposer]:
     """Load the draft runner once (the target's own checkpoint at options.draft_dtype, or options.draft_model)
     with as many slots as the target; each call makes one request's proposer."""
-    from roofline.engine.runner import load_runner
+    from roofline.engine.model_runner import load_runner
 
     source = options.draft_model or target.path
     runner = load_runner(source, dtype=options.draft_dtype, threads=target.threads, max_batch=target.max_batch,

@@ -21,7 +21,7 @@ from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
 
-from roofline.bench import load
+from roofline.bench import loadgen
 from roofline.bench.api import (
     USAGE_LEVELS,
     USAGE_PER_CHUNK,
@@ -148,7 +148,7 @@ async def negotiate_usage(client: Client, spec: RequestSpec, plan: BenchPlan, wr
     return USAGE_PER_CHUNK
 
 
-async def measure_share(plan: BenchPlan, spec: RequestSpec, scenario: load.Scenario, share: Share, first_id: int,
+async def measure_share(plan: BenchPlan, spec: RequestSpec, scenario: loadgen.Scenario, share: Share, first_id: int,
                         sink: Callable[[RequestRecord], None], *, worker: int = 0, tokenizer: Any = None,
                         start_at: Callable[[], Any] | None = None) -> float:
     """Run one process's share of a scenario's measured requests; return the CPU seconds it took.
@@ -163,10 +163,10 @@ async def measure_share(plan: BenchPlan, spec: RequestSpec, scenario: load.Scena
         cpu0 = time.process_time()
         recorder.start()
         if scenario.kind == "rate":
-            await load.open_loop(client, scenario, share.arrivals(plan, scenario, first_id), spec.body, recorder.submit,
+            await loadgen.open_loop(client, scenario, share.arrivals(plan, scenario, first_id), spec.body, recorder.submit,
                                  start_ns=start_ns, worker=worker, max_concurrency=share.max_in_flight(scenario))
         else:
-            await load.closed_loop(client, scenario, share.streams, share.closed_jobs(plan, scenario, first_id),
+            await loadgen.closed_loop(client, scenario, share.streams, share.closed_jobs(plan, scenario, first_id),
                                    spec.body, recorder.submit, start_ns=start_ns, worker=worker)
         await recorder.close()  # decoding what is left counts in the CPU time
         return time.process_time() - cpu0
@@ -175,7 +175,7 @@ async def measure_share(plan: BenchPlan, spec: RequestSpec, scenario: load.Scena
         await client.close()
 
 
-async def _scenario(plan: BenchPlan, spec: RequestSpec, scenario: load.Scenario, log: RequestLog,
+async def _scenario(plan: BenchPlan, spec: RequestSpec, scenario: loadgen.Scenario, log: RequestLog,
                     progress: Progress, ids: list[int], tokenizer: Any, negotiate: bool) -> tuple[RequestSpec, float]:
     main = asyncio.current_task()
     loop = asyncio.get_running_loop()
@@ -239,7 +239,7 @@ def run_bench(plan: BenchPlan, run_dir: Path, progress: Progress, *, ceiling: An
     ids = [0, -1]  # next id to give, highest id written
     try:
         for i, scenario in enumerate(plan.scenarios):
-            progress.start(scenario.name, load.planned_requests(scenario, len(plan.prompts), plan.reps),
+            progress.start(scenario.name, loadgen.planned_requests(scenario, len(plan.prompts), plan.reps),
                            scenario.duration_s)
             spec, cpu[scenario.name] = asyncio.run(
                 _scenario(plan, spec, scenario, log, progress, ids, tokenizer, negotiate=(i == 0 and plan.usage == "auto")))

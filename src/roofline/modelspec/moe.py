@@ -13,9 +13,9 @@ MoE layouts:
 from __future__ import annotations
 
 from roofline.errors import UserError
-from roofline.spec.families import Family
-from roofline.spec.model import MLASpec, MoESpec
-from roofline.spec.values import MAX_LAYERS, layer_list, whole
+from roofline.modelspec.families import Family
+from roofline.modelspec.model import MLASpec, MoESpec
+from roofline.modelspec.values import MAX_LAYERS, layer_list, whole
 
 
 def _routed_layers(cfg: dict, family: Family, num_layers: int) -> tuple[int, ...]:

@@ -10,8 +10,8 @@ layer never holds more than its window.
 
 from __future__ import annotations
 
-from roofline.spec.formats import WeightFormat
-from roofline.spec.model import ModelSpec
+from roofline.modelspec.formats import WeightFormat
+from roofline.modelspec.model import ModelSpec
 
 
 def kv_values_per_token_per_layer(spec: ModelSpec) -> int:

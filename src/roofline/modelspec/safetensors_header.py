@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from roofline.errors import UserError
-from roofline.spec.tensor_roles import StoredTensor
+from roofline.modelspec.tensor_roles import StoredTensor
 
 # dtype -> bits per element, as the safetensors format names them (sub-byte types pack whole bytes).
 DTYPE_BITS = {

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from roofline.spec.model import ModelSpec
+from roofline.modelspec.model import ModelSpec
 
 
 @dataclass(frozen=True)

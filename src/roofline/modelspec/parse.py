@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from roofline.errors import UserError
-from roofline.spec.families import (
+from roofline.modelspec.families import (
     TEXT_OF,
     Family,
     defaults_note,
@@ -20,12 +20,12 @@ from roofline.spec.families import (
     known_types,
     with_defaults,
 )
-from roofline.spec.formats import parse_format
-from roofline.spec.model import ExplicitParams, ModelSpec
-from roofline.spec.moe import dense_width, mla_spec, moe_spec
-from roofline.spec.quant import default_formats
-from roofline.spec.values import MAX_LAYERS, positive_float, shown, whole
-from roofline.spec.windows import layer_windows
+from roofline.modelspec.formats import parse_format
+from roofline.modelspec.model import ExplicitParams, ModelSpec
+from roofline.modelspec.moe import dense_width, mla_spec, moe_spec
+from roofline.modelspec.quant import default_formats
+from roofline.modelspec.values import MAX_LAYERS, positive_float, shown, whole
+from roofline.modelspec.windows import layer_windows
 
 # Defaulted keys not worth a line in the assumptions: they change no byte of a decoded token.
 _QUIET = {"max_position_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "max_window_layers",

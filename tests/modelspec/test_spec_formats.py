@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from roofline.errors import UserError
-from roofline.spec.formats import fp8_block_format, group_int_format, parse_format
+from roofline.modelspec.formats import fp8_block_format, group_int_format, parse_format
 
 
 @pytest.mark.parametrize("name, bits", [

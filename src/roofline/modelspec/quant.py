@@ -18,15 +18,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from roofline.errors import UserError
-from roofline.spec.components import components
-from roofline.spec.formats import (
+from roofline.modelspec.components import components
+from roofline.modelspec.formats import (
     FORMATS,
     WeightFormat,
     fp8_block_format,
     group_int_format,
     parse_format,
 )
-from roofline.spec.model import COMPONENT_KEYS, ModelSpec
+from roofline.modelspec.model import COMPONENT_KEYS, ModelSpec
 
 LINEAR = ("weights", "attention", "mlp", "experts", "shared_experts")  # what quantizers convert by default
 

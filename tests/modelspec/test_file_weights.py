@@ -1,4 +1,4 @@
-"""Bytes per decoded token read from a model file's own tensors (`roofline.spec.files`): GGUF
+"""Bytes per decoded token read from a model file's own tensors (`roofline.modelspec.files`): GGUF
 written with gguf-py, safetensors written with the safetensors package, the shipped SmolLM2 GGUF,
 and broken files.
 
@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from roofline.errors import UserError
-from roofline.spec.catalogue import load_spec
-from roofline.spec.components import components, total_params
-from roofline.spec.files import file_weight_bytes_per_token, read_file_weights
-from roofline.spec.gguf_header import ggml_types, read_gguf_header
+from roofline.modelspec.catalogue import load_spec
+from roofline.modelspec.components import components, total_params
+from roofline.modelspec.files import file_weight_bytes_per_token, read_file_weights
+from roofline.modelspec.gguf_header import ggml_types, read_gguf_header
 
 gguf = pytest.importorskip("gguf")
 

@@ -8,13 +8,13 @@ import json
 import pytest
 
 from roofline.errors import UserError
-from roofline.spec.budget import token_budget
-from roofline.spec.catalogue import catalogue_models, find_model, load_spec
-from roofline.spec.components import active_params, components, total_params
-from roofline.spec.formats import parse_format
-from roofline.spec.kv import kv_bytes_at_context, kv_bytes_per_token
-from roofline.spec.parse import spec_from_config
-from roofline.spec.quant import resolve_formats
+from roofline.modelspec.budget import token_budget
+from roofline.modelspec.catalogue import catalogue_models, find_model, load_spec
+from roofline.modelspec.components import active_params, components, total_params
+from roofline.modelspec.formats import parse_format
+from roofline.modelspec.kv import kv_bytes_at_context, kv_bytes_per_token
+from roofline.modelspec.parse import spec_from_config
+from roofline.modelspec.quant import resolve_formats
 
 BF16, FP8 = parse_format("bf16"), parse_format("fp8")
 

@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from roofline.errors import UserError
-from roofline.spec.components import components
-from roofline.spec.formats import WeightFormat, parse_format
-from roofline.spec.model import COMPONENT_KEYS, ModelSpec, StoredComponent
-from roofline.spec.model_files import ModelFiles, locate_model_files
-from roofline.spec.tensor_roles import StoredTensor, TensorRole, role_of
+from roofline.modelspec.components import components
+from roofline.modelspec.formats import WeightFormat, parse_format
+from roofline.modelspec.model import COMPONENT_KEYS, ModelSpec, StoredComponent
+from roofline.modelspec.model_files import ModelFiles, locate_model_files
+from roofline.modelspec.tensor_roles import StoredTensor, TensorRole, role_of
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from roofline.errors import UserError
-from roofline.spec.components import components
-from roofline.spec.formats import WeightFormat, parse_format
-from roofline.spec.kv import kv_bytes_at_context, kv_bytes_per_token
-from roofline.spec.model import ModelSpec
+from roofline.modelspec.components import components
+from roofline.modelspec.formats import WeightFormat, parse_format
+from roofline.modelspec.kv import kv_bytes_at_context, kv_bytes_per_token
+from roofline.modelspec.model import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ def header_notes(t: TuneResult) -> list[str]:
                      "each trial's % of ceiling uses its own bytes per token)")
         figures = ceiling_figures(t)
         if figures is not None:
-            from roofline.bench.report import file_ceiling_notes
+            from roofline.bench.tables import file_ceiling_notes
 
             notes += file_ceiling_notes(figures)
     else:

@@ -1,7 +1,7 @@
 """ModelSpec: the shape of a decoder-only transformer, as much as the decode arithmetic needs.
 
-Built by `roofline.spec.parse.spec_from_config` from a Hugging Face `config.json` (and by
-`roofline.spec.files.spec_from_file` from a GGUF or safetensors checkpoint, whose tensors then
+Built by `roofline.modelspec.parse.spec_from_config` from a Hugging Face `config.json` (and by
+`roofline.modelspec.files.spec_from_file` from a GGUF or safetensors checkpoint, whose tensors then
 give the components' parameters and formats: `stored`); every count downstream (components, KV
 bytes, FLOPs) is a pure function of this record.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from roofline.spec.formats import WeightFormat
+from roofline.modelspec.formats import WeightFormat
 
 # The components a decoded token reads, in display order. `--weights key=format` uses these keys.
 COMPONENT_KEYS = (

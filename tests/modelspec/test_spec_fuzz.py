@@ -16,12 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from roofline.errors import UserError
-from roofline.spec.budget import context_warning, token_budget
-from roofline.spec.catalogue import catalogue_models, load_spec
-from roofline.spec.components import active_params, components
-from roofline.spec.families import known_types
-from roofline.spec.parse import spec_from_config
-from roofline.spec.quant import resolve_formats
+from roofline.modelspec.budget import context_warning, token_budget
+from roofline.modelspec.catalogue import catalogue_models, load_spec
+from roofline.modelspec.components import active_params, components
+from roofline.modelspec.families import known_types
+from roofline.modelspec.parse import spec_from_config
+from roofline.modelspec.quant import resolve_formats
 
 REAL = [m.config for m in catalogue_models()]
 TEXT = [cfg["text_config"] for cfg in REAL if isinstance(cfg.get("text_config"), dict)]

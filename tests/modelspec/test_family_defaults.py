@@ -18,13 +18,13 @@ import pytest
 from transformers import CONFIG_MAPPING
 
 from roofline.errors import UserError
-from roofline.spec.budget import token_budget
-from roofline.spec.components import components, total_params
-from roofline.spec.families import get_family
-from roofline.spec.formats import parse_format
-from roofline.spec.kv import kv_bytes_at_context, kv_bytes_per_token
-from roofline.spec.parse import spec_from_config
-from roofline.spec.quant import resolve_formats
+from roofline.modelspec.budget import token_budget
+from roofline.modelspec.components import components, total_params
+from roofline.modelspec.families import get_family
+from roofline.modelspec.formats import parse_format
+from roofline.modelspec.kv import kv_bytes_at_context, kv_bytes_per_token
+from roofline.modelspec.parse import spec_from_config
+from roofline.modelspec.quant import resolve_formats
 
 BF16 = parse_format("bf16")
 DATA = json.loads((resources.files("roofline") / "data" / "family_defaults.json").read_text(encoding="utf-8"))
@@ -214,7 +214,7 @@ def test_kv_at_context_uses_each_layers_cap() -> None:
 
 @pytest.mark.parametrize("model_id", ["deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1"])
 def test_deepseek_v3_rank_missing_or_null(model_id: str) -> None:
-    from roofline.spec.catalogue import find_model
+    from roofline.modelspec.catalogue import find_model
 
     cfg = json.loads(json.dumps(find_model(model_id).config))
     written = spec_from_config(cfg)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from roofline.errors import UserError
-from roofline.spec.tensor_roles import StoredTensor
+from roofline.modelspec.tensor_roles import StoredTensor
 
 MAGIC = b"GGUF"
 _MAX_DIMS = 4  # GGML_MAX_DIMS

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from roofline.errors import UserError
-from roofline.spec.model import ModelSpec
-from roofline.spec.parse import spec_from_config
+from roofline.modelspec.model import ModelSpec
+from roofline.modelspec.parse import spec_from_config
 
 
 @dataclass(frozen=True)
@@ -88,10 +88,10 @@ def load_spec(source: str) -> ModelSpec:
     if not text:
         raise UserError("give a model: a catalogue name (see `roofline models list`), a config.json or its folder")
     path = Path(text).expanduser()
-    from roofline.spec.model_files import model_file_kind  # it imports this module
+    from roofline.modelspec.model_files import model_file_kind  # it imports this module
 
     if model_file_kind(path) is not None:  # .gguf, .safetensors, a safetensors checkpoint folder
-        from roofline.spec.files import spec_from_file
+        from roofline.modelspec.files import spec_from_file
 
         return spec_from_file(path)
     if path.is_dir():

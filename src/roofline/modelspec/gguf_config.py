@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from roofline.errors import UserError
-from roofline.spec.gguf_header import ArrayValue, GgufHeader
+from roofline.modelspec.gguf_header import ArrayValue, GgufHeader
 
 # GGUF general.architecture -> Hugging Face model_type (the family registry's key).
 MODEL_TYPE_OF_ARCH = {

@@ -25,7 +25,7 @@ import math
 from typing import Any
 
 from roofline.errors import UserError
-from roofline.spec.values import shown
+from roofline.modelspec.values import shown
 
 _SLIDING_TYPES = {"sliding_attention", "sliding", "local_attention", "local"}
 _CHUNKED_TYPES = {"chunked_attention", "chunked"}

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from roofline.errors import UserError
-from roofline.spec.catalogue import _read_config_file  # the one config.json reader and its errors
-from roofline.spec.gguf_config import config_from_gguf
-from roofline.spec.gguf_header import MAGIC, read_gguf_header
-from roofline.spec.model import ModelSpec
-from roofline.spec.parse import spec_from_config
-from roofline.spec.safetensors_header import read_safetensors_header
-from roofline.spec.tensor_roles import StoredTensor
+from roofline.modelspec.catalogue import _read_config_file  # the one config.json reader and its errors
+from roofline.modelspec.gguf_config import config_from_gguf
+from roofline.modelspec.gguf_header import MAGIC, read_gguf_header
+from roofline.modelspec.model import ModelSpec
+from roofline.modelspec.parse import spec_from_config
+from roofline.modelspec.safetensors_header import read_safetensors_header
+from roofline.modelspec.tensor_roles import StoredTensor
 
 INDEX_NAME = "model.safetensors.index.json"
 _SHARD = re.compile(r"-\d{3,6}-of-(\d{3,6})\.safetensors$")
