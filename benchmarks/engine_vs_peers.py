@@ -50,8 +50,10 @@ def cpu_info() -> dict:
     info = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
     info = {k.strip(): v.strip() for k, v in info.items()}
     flags = set(info.get("flags", "").split())
-    return {"model": info.get("model name", "unknown"),
-            "flags": {f: f in flags for f in ("avx512f", "avx512_bf16", "avx2")}}
+    return {
+        "model": info.get("model name", "unknown"),
+        "flags": {f: f in flags for f in ("avx512f", "avx512_bf16", "avx2")},
+    }
 
 
 def bandwidth(threads: int, when: str) -> dict:
@@ -136,8 +138,23 @@ def make_files(formats, files_dir: Path, quantize: str | None, skipped: list) ->
 # ------------------------------------------------------------------------------------ the engines
 def llama_bench(exe: str, path: Path, threads: int, n_gen: int, n_prompt: int) -> float:
     """tok/s of one llama-bench test (one repetition after its own warm-up)."""
-    cmd = [exe, "-m", str(path), "-t", str(threads), "-fa", "1", "-n", str(n_gen),
-           "-p", str(n_prompt), "-r", "1", "-o", "json"]
+    cmd = [
+        exe,
+        "-m",
+        str(path),
+        "-t",
+        str(threads),
+        "-fa",
+        "1",
+        "-n",
+        str(n_gen),
+        "-p",
+        str(n_prompt),
+        "-r",
+        "1",
+        "-o",
+        "json",
+    ]
     (test,) = json.loads(run_tool(cmd))
     return float(test["avg_ts"])
 
@@ -148,8 +165,12 @@ class Roofline:
     def __init__(self, path: Path, threads: int, tokens: int) -> None:
         from roofline.engine import load_runner
 
-        self.runner = load_runner(str(path), dtype="stored", threads=threads,
-                                  max_seq_len=max(PROMPT_TOKENS, tokens + 1) + 64)
+        self.runner = load_runner(
+            str(path),
+            dtype="stored",
+            threads=threads,
+            max_seq_len=max(PROMPT_TOKENS, tokens + 1) + 64,
+        )
         tok = self.runner.tokenizer
         self.start = [tok.bos_id if tok.bos_id is not None else 0]
         vocab = self.runner.config.vocab_size
@@ -205,12 +226,17 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=128, help="decoded tokens per tg run")
     ap.add_argument("--formats", default=",".join(FORMATS), help="of " + ",".join(FORMATS))
-    ap.add_argument("--prefill", action=argparse.BooleanOptionalAction, default=True,
-                    help=f"also time a {PROMPT_TOKENS}-token prefill (pp)")
+    ap.add_argument(
+        "--prefill",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=f"also time a {PROMPT_TOKENS}-token prefill (pp)",
+    )
     ap.add_argument("--llama-bench", default=shutil.which("llama-bench"))
     ap.add_argument("--llama-quantize", default=None, help="default: beside llama-bench, else PATH")
-    ap.add_argument("--files-dir", type=Path,
-                    default=Path(tempfile.gettempdir()) / "roofline-gguf-formats")
+    ap.add_argument(
+        "--files-dir", type=Path, default=Path(tempfile.gettempdir()) / "roofline-gguf-formats"
+    )
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     args = ap.parse_args()
@@ -263,34 +289,67 @@ def main() -> None:
             for name, xs in (("llama-bench", lb), ("roofline", rf)):
                 gbs = per_token * statistics.median(xs) / 1e9 if xs and test == "tg" else None
                 pct = f"{100 * gbs * 1e9 / read:.0f}%" if gbs else ""
-                rows.append((test, name, spread(xs), ratio(rf, lb) if name == "roofline" else "",
-                             f"{gbs:.1f}" if gbs else "", pct))
+                rows.append(
+                    (
+                        test,
+                        name,
+                        spread(xs),
+                        ratio(rf, lb) if name == "roofline" else "",
+                        f"{gbs:.1f}" if gbs else "",
+                        pct,
+                    )
+                )
         size = path.stat().st_size
-        emit_table(f"{fmt}: {path.name}, file {size / 1e6:.1f} MB, {per_token / 1e6:.1f} MB/token",
-                   ["test", "engine", "tok/s min/median/max", "ratio", "GB/s", "% read bw"],
-                   rows, as_markdown=args.markdown)
-        results[fmt] = {"file": str(path), "file_bytes": size, "bytes_per_token": per_token,
-                        **{f"{e.replace('-', '_')}_{t}": xs for (e, t), xs in rates[fmt].items()}}
+        emit_table(
+            f"{fmt}: {path.name}, file {size / 1e6:.1f} MB, {per_token / 1e6:.1f} MB/token",
+            ["test", "engine", "tok/s min/median/max", "ratio", "GB/s", "% read bw"],
+            rows,
+            as_markdown=args.markdown,
+        )
+        results[fmt] = {
+            "file": str(path),
+            "file_bytes": size,
+            "bytes_per_token": per_token,
+            **{f"{e.replace('-', '_')}_{t}": xs for (e, t), xs in rates[fmt].items()},
+        }
     for fmt, costs in passes.items():
-        emit_table(f"verify pass, {fmt}: k rows of one sequence vs 1 row (median of 5)",
-                   ["k rows", "ms per pass", "relative to 1 row"],
-                   [(k, f"{s * 1e3:.2f}", f"{rel:.2f}") for k, (s, rel) in costs.items()],
-                   as_markdown=args.markdown)
-    notes = ["ratio: roofline median / llama-bench median; GB/s: bytes/token x median tok/s",
-             f"{args.rounds} rounds, tg {args.tokens} tokens, pp {PROMPT_TOKENS} tokens, "
-             f"{args.threads} threads; llama-bench {bench or 'not run'}",
-             f"read bandwidth {read / 1e9:.1f} GB/s best before, "
-             f"{bw_after['best_bytes_per_s'] / 1e9:.1f} after (% of read bw uses before)"] + skipped
+        emit_table(
+            f"verify pass, {fmt}: k rows of one sequence vs 1 row (median of 5)",
+            ["k rows", "ms per pass", "relative to 1 row"],
+            [(k, f"{s * 1e3:.2f}", f"{rel:.2f}") for k, (s, rel) in costs.items()],
+            as_markdown=args.markdown,
+        )
+    notes = [
+        "ratio: roofline median / llama-bench median; GB/s: bytes/token x median tok/s",
+        f"{args.rounds} rounds, tg {args.tokens} tokens, pp {PROMPT_TOKENS} tokens, "
+        f"{args.threads} threads; llama-bench {bench or 'not run'}",
+        f"read bandwidth {read / 1e9:.1f} GB/s best before, "
+        f"{bw_after['best_bytes_per_s'] / 1e9:.1f} after (% of read bw uses before)",
+    ] + skipped
     for note in notes:
         print(note)
     if args.json:
-        args.json.write_text(json.dumps({
-            "cpu": cpu, "threads": args.threads, "rounds": args.rounds, "tokens": args.tokens,
-            "prompt_tokens": PROMPT_TOKENS, "llama_bench": bench, "formats": results,
-            "verify_pass": {f: {str(k): {"seconds": s, "relative": rel}
-                                for k, (s, rel) in c.items()} for f, c in passes.items()},
-            "read_bandwidth_before": bw_before, "read_bandwidth_after": bw_after,
-            "skipped": skipped}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "cpu": cpu,
+                    "threads": args.threads,
+                    "rounds": args.rounds,
+                    "tokens": args.tokens,
+                    "prompt_tokens": PROMPT_TOKENS,
+                    "llama_bench": bench,
+                    "formats": results,
+                    "verify_pass": {
+                        f: {str(k): {"seconds": s, "relative": rel} for k, (s, rel) in c.items()}
+                        for f, c in passes.items()
+                    },
+                    "read_bandwidth_before": bw_before,
+                    "read_bandwidth_after": bw_after,
+                    "skipped": skipped,
+                },
+                indent=1,
+            )
+        )
         print(f"results written to {args.json}")
 
 

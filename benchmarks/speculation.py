@@ -1,22 +1,25 @@
-"""Speculative decoding in roofline's embedded engine: speed-up over plain decoding, same engine, same run.
+"""Speculative decoding in roofline's embedded engine: speed-up over plain decoding, same engine,
+same run.
 
 What it measures (batch 1, greedy, `generate` with and without a proposer, EOS ends an answer):
-  1. baseline (no speculation) vs n-gram prompt lookup, the suffix trie (tree and chain mode) and the int8
-     self-draft, on a structured prompt set (answers that copy the input: code edits, JSON/list transforms,
-     a quote) and an open-prose set. Per configuration and set: decode tok/s (tokens after the first over
-     the decode time, summed over the set's prompts) min / median / max over rounds; tokens per weight pass;
-     acceptance (accepted / drafted nodes); the ratio to the baseline (median of per-round ratios) against
-     the targets of issue 8; and whether every greedy output equals the baseline's token for token
-     (speculation must never change the text -- a divergence is an engine bug and is named precisely).
-  2. a sweep on the structured set: trie max_bfs_breadth (num_draft_tokens 24) and n-gram draft length k.
-  3. the cost of a verify pass: a k-row pass of one slot (after a ~100-token prefill) relative to a 1-row
-     pass, k = 1..16. A kernel that reads each weight once for all rows keeps this near 1 for small k;
-     one that re-reads weights per row makes it grow like k, and speculation cannot pay.
+  1. baseline (no speculation) vs n-gram prompt lookup, the suffix trie (tree and chain mode) and
+     the int8 self-draft, on a structured prompt set (answers that copy the input: code edits,
+     JSON/list transforms, a quote) and an open-prose set. Per configuration and set: decode tok/s
+     (tokens after the first over the decode time, summed over the set's prompts) min / median / max
+     over rounds; tokens per weight pass; acceptance (accepted / drafted nodes); the ratio to the
+     baseline (median of per-round ratios) against the targets of issue 8; and whether every greedy
+     output equals the baseline's token for token (speculation must never change the text -- a
+     divergence is an engine bug and is named precisely).
+  2. a sweep on the structured set: trie max_bfs_breadth (num_draft_tokens 24) and n-gram draft
+     length k.
+  3. the cost of a verify pass: a k-row pass of one slot (after a ~100-token prefill) relative to a
+     1-row pass, k = 1..16. A kernel that reads each weight once for all rows keeps this near 1 for
+     small k; one that re-reads weights per row makes it grow like k, and speculation cannot pay.
 
-Why interleaved: the machine is shared and its bandwidth drifts by tens of percent within minutes. Each
-round runs every configuration on every prompt, the configuration order rotated from prompt to prompt and
-round to round, so drift hits all configurations alike; ratios are taken within a round. Absolute tok/s
-from different runs are not comparable; the ratios are the result.
+Why interleaved: the machine is shared and its bandwidth drifts by tens of percent within minutes.
+Each round runs every configuration on every prompt, the configuration order rotated from prompt to
+prompt and round to round, so drift hits all configurations alike; ratios are taken within a round.
+Absolute tok/s from different runs are not comparable; the ratios are the result.
 
 Usage: python benchmarks/speculation.py [--dtype fp32|bf16|int8|all] [--rounds 3] [--max-tokens 128]
                                         [--threads N] [--quick] [--markdown] [--json FILE]
@@ -34,17 +37,17 @@ import time
 from dataclasses import asdict, dataclass, field
 
 STRUCTURED = {  # greedy answers (SmolLM2-135M-Instruct) copy long stretches of the prompt
-    "code-edit": "Change every <li> in this HTML to use the class \"item\" and show the full HTML:\n<ul>\n"
-                 "  <li>Home</li>\n  <li>About us</li>\n  <li>Products</li>\n  <li>Services</li>\n  <li>Blog</li>\n"
-                 "  <li>Careers</li>\n  <li>Contact</li>\n</ul>",
+    "code-edit": 'Change every <li> in this HTML to use the class "item" and show the full HTML:\n<ul>\n'
+    "  <li>Home</li>\n  <li>About us</li>\n  <li>Products</li>\n  <li>Services</li>\n  <li>Blog</li>\n"
+    "  <li>Careers</li>\n  <li>Contact</li>\n</ul>",
     "json": 'Add the field "active": true to every object in this JSON array and print the resulting JSON:\n'
-            '[{"id": 1, "name": "Alice", "city": "Paris"}, {"id": 2, "name": "Bob", "city": "Berlin"}, '
-            '{"id": 3, "name": "Carol", "city": "Madrid"}]',
+    '[{"id": 1, "name": "Alice", "city": "Paris"}, {"id": 2, "name": "Bob", "city": "Berlin"}, '
+    '{"id": 3, "name": "Carol", "city": "Madrid"}]',
     "list": "Convert this comma-separated list into a numbered list, one item per line, keeping the order: apples, "
-            "bananas, cherries, dates, elderberries, figs, grapes, honeydew melons, kiwis, lemons, mangoes, "
-            "nectarines, oranges, papayas, quinces",
+    "bananas, cherries, dates, elderberries, figs, grapes, honeydew melons, kiwis, lemons, mangoes, "
+    "nectarines, oranges, papayas, quinces",
     "quote": 'Repeat this sentence exactly, then explain what it means: "The quick brown fox jumps over the lazy dog '
-             'because the dog was too tired to chase the fox across the field."',
+    'because the dog was too tired to chase the fox across the field."',
 }
 PROSE = {
     "story": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
@@ -53,7 +56,9 @@ PROSE = {
 }
 NGRAM_FAMILY = ("ngram", "trie")
 TARGETS = {  # (method family, set) -> minimum ratio to baseline (issue 8, "Performance")
-    ("ngram", "structured"): 2.5, ("ngram", "prose"): 0.95, ("draft", "prose"): 1.3,
+    ("ngram", "structured"): 2.5,
+    ("ngram", "prose"): 0.95,
+    ("draft", "prose"): 1.3,
 }
 BREADTHS, BREADTHS_QUICK = (2, 4, 8, 10, 16, 24, 32, 48), (2, 24)
 KS, KS_QUICK = (1, 2, 4, 8, 12, 16), (1, 8)
@@ -94,8 +99,8 @@ class Result:
 
 
 def read_bandwidth() -> str:
-    """Read bandwidth measured now (numpy sum over 1 GiB, median of 5: shows how busy the host is), and the
-    `roofline probe` profile's figure when there is one."""
+    """Read bandwidth measured now (numpy sum over 1 GiB, median of 5: shows how busy the host is),
+    and the `roofline probe` profile's figure when there is one."""
     import numpy as np
 
     a = np.ones(2**28, dtype=np.float32)
@@ -111,18 +116,25 @@ def read_bandwidth() -> str:
         profile = load_local_profile()
         if profile:
             text += f"; probe profile {profile['bandwidth_bytes_per_s']['read']['median'] / 1e9:.1f} GB/s"
-    except (OSError, ValueError, KeyError, TypeError) as e:  # a damaged profile should not stop the benchmark
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+    ) as e:  # a damaged profile should not stop the benchmark
         text += f"; probe profile unusable ({e})"
     return text
 
 
 def chat_ids(tok, text: str) -> list[int]:
-    return tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]), add_special_tokens=False)
+    return tok.encode(
+        tok.apply_chat_template([{"role": "user", "content": text}]), add_special_tokens=False
+    )
 
 
 def build_configs(quick: bool) -> tuple[list[Config], list[tuple[str, object]]]:
-    """The table's configurations (both sets) + the sweep's (structured set; a point equal to a table row
-    reuses its measurements), and the sweep as (parameter label, options)."""
+    """The table's configurations (both sets) + the sweep's (structured set; a point equal to a
+    table row reuses its measurements), and the sweep as (parameter label, options)."""
     from roofline.engine.speculate.base import SpecOptions as O
 
     def ngram(k):
@@ -137,8 +149,10 @@ def build_configs(quick: bool) -> tuple[list[Config], list[tuple[str, object]]]:
         ("draft: int8 self-draft k4", O(method="draft", k=4, draft_dtype="int8")),
     ]
     configs = [Config(label, opts, ("structured", "prose")) for label, opts in table]
-    sweep = [(f"max_bfs_breadth = {b}", O(method="trie", max_bfs_breadth=b, num_draft_tokens=24))
-             for b in (BREADTHS_QUICK if quick else BREADTHS)]
+    sweep = [
+        (f"max_bfs_breadth = {b}", O(method="trie", max_bfs_breadth=b, num_draft_tokens=24))
+        for b in (BREADTHS_QUICK if quick else BREADTHS)
+    ]
     sweep += [(f"ngram k = {k}", ngram(k)) for k in (KS_QUICK if quick else KS)]
     known = {c.options for c in configs}
     for label, opts in sweep:
@@ -152,12 +166,20 @@ def run_one(runner, ids, max_tokens, make):
     from roofline.engine import SamplingParams, generate
 
     spec = make() if make else None
-    g = generate(runner, ids, SamplingParams(max_tokens=max_tokens, temperature=0), speculation=spec)
+    g = generate(
+        runner, ids, SamplingParams(max_tokens=max_tokens, temperature=0), speculation=spec
+    )
     out = list(g)
     t = g.timings
     stats = spec.stats if spec else None
-    return out, Run(t.decode_tokens, t.decode_seconds, t.passes - 1, stats.drafted if stats else 0,
-                    stats.accepted if stats else 0, getattr(spec.proposer, "passes", 0) if spec else 0)
+    return out, Run(
+        t.decode_tokens,
+        t.decode_seconds,
+        t.passes - 1,
+        stats.drafted if stats else 0,
+        stats.accepted if stats else 0,
+        getattr(spec.proposer, "passes", 0) if spec else 0,
+    )
 
 
 def first_divergence(out, ref) -> int | None:
@@ -186,14 +208,18 @@ def measure_speed(runner, configs, prompt_sets, rounds, max_tokens) -> dict:
                 res.per_prompt.setdefault(name, []).append(run)
                 res.outputs[name] = out
                 if c.make is None:
-                    reference.setdefault(name, out)  # the baseline's round-1 output; later rounds are checked too
+                    reference.setdefault(
+                        name, out
+                    )  # the baseline's round-1 output; later rounds are checked too
             print(f"  round {r + 1} {s}/{name}: {len(here)} configurations done", file=sys.stderr)
         for c in configs:  # the baseline of this round is complete now: compare
             for s in c.sets:
                 res = results[(c.label, s)]
                 for name, out in res.outputs.items():
                     if res.mismatch is None and name in reference and out != reference[name]:
-                        res.mismatch = f"{name} @{first_divergence(out, reference[name])} (round {r + 1})"
+                        res.mismatch = (
+                            f"{name} @{first_divergence(out, reference[name])} (round {r + 1})"
+                        )
         print(f"round {r + 1}/{rounds}: {time.perf_counter() - t_round:.0f} s", file=sys.stderr)
     return results
 
@@ -205,7 +231,7 @@ def pass_costs(runner, ks, reps, prompt_ids) -> dict[int, dict]:
     base = runner.position(0)
     times = {k: [] for k in ks}
     for rep in range(reps):
-        order = list(ks[rep % len(ks):]) + list(ks[:rep % len(ks)])
+        order = list(ks[rep % len(ks) :]) + list(ks[: rep % len(ks)])
         for k in order:
             t0 = time.perf_counter()
             runner.step([(0, ids[:k], None)])
@@ -213,7 +239,10 @@ def pass_costs(runner, ks, reps, prompt_ids) -> dict[int, dict]:
             runner.truncate(0, base)
     runner.release(0)
     one = statistics.median(times[1])
-    return {k: {"ms": 1e3 * statistics.median(v), "relative": statistics.median(v) / one} for k, v in times.items()}
+    return {
+        k: {"ms": 1e3 * statistics.median(v), "relative": statistics.median(v) / one}
+        for k, v in times.items()
+    }
 
 
 def family(method: str) -> str:
@@ -235,13 +264,30 @@ def summarize(results, configs, s):
         draft_passes = sum(x.draft_passes for x in res.runs)
         target = TARGETS.get((family(c.options.method), s))
         ratio = statistics.median(ratios) if ratios else 0.0
-        out.append((c, {"tok_per_s": rates, "tok_per_s_median": statistics.median(rates) if rates else 0.0,
-                         "tokens_per_pass": tokens / passes if passes else 0.0,
-                         "acceptance": accepted / drafted if drafted else None, "drafted": drafted,
-                         "draft_passes_per_token": draft_passes / tokens if tokens and draft_passes else None,
-                         "accepted": accepted, "ratio_median": ratio, "ratios": ratios,
-                         "identical": res.mismatch is None, "mismatch": res.mismatch, "target": target,
-                         "target_met": None if target is None or c.options.method == "none" else ratio >= target}))
+        out.append(
+            (
+                c,
+                {
+                    "tok_per_s": rates,
+                    "tok_per_s_median": statistics.median(rates) if rates else 0.0,
+                    "tokens_per_pass": tokens / passes if passes else 0.0,
+                    "acceptance": accepted / drafted if drafted else None,
+                    "drafted": drafted,
+                    "draft_passes_per_token": draft_passes / tokens
+                    if tokens and draft_passes
+                    else None,
+                    "accepted": accepted,
+                    "ratio_median": ratio,
+                    "ratios": ratios,
+                    "identical": res.mismatch is None,
+                    "mismatch": res.mismatch,
+                    "target": target,
+                    "target_met": None
+                    if target is None or c.options.method == "none"
+                    else ratio >= target,
+                },
+            )
+        )
     return out
 
 
@@ -250,7 +296,8 @@ def fmt_acc(a) -> str:
 
 
 def emit(title, headers, rows, markdown, notes) -> None:
-    """emit_table, but a wide console: these tables do not fit 80 columns when the output is a file."""
+    """emit_table, but a wide console: these tables do not fit 80 columns when the output is a
+    file."""
     from rich.console import Console
 
     from roofline.cli.output import emit_table, rich_table
@@ -272,42 +319,103 @@ def report(dtype, results, configs, sweep, costs, args, header_notes) -> dict:
             if "prose" not in c.sets:  # a sweep-only configuration
                 continue
             r = st["tok_per_s"]
-            tgt = "" if st["target"] is None or c.options.method == "none" else \
-                f">= {st['target']}x {'met' if st['target_met'] else 'NOT met'}"
+            tgt = (
+                ""
+                if st["target"] is None or c.options.method == "none"
+                else f">= {st['target']}x {'met' if st['target_met'] else 'NOT met'}"
+            )
             dp = st["draft_passes_per_token"]
-            rows.append((f"{s}: {c.label}", f"{min(r):.1f} / {statistics.median(r):.1f} / {max(r):.1f}",
-                         f"{st['tokens_per_pass']:.2f}", fmt_acc(st["acceptance"]), "—" if dp is None else f"{dp:.2f}",
-                         f"{st['ratio_median']:.2f}x",
-                         tgt, "yes" if st["identical"] else f"NO: {st['mismatch']}"))
-    emit(f"speculation vs plain decoding, {dtype}",
-         ["set: configuration", "tok/s min / median / max", "tokens/pass", "acceptance", "draft passes/token",
-          "vs baseline", "target (issue 8)", "identical"], rows, args.markdown, header_notes)
+            rows.append(
+                (
+                    f"{s}: {c.label}",
+                    f"{min(r):.1f} / {statistics.median(r):.1f} / {max(r):.1f}",
+                    f"{st['tokens_per_pass']:.2f}",
+                    fmt_acc(st["acceptance"]),
+                    "—" if dp is None else f"{dp:.2f}",
+                    f"{st['ratio_median']:.2f}x",
+                    tgt,
+                    "yes" if st["identical"] else f"NO: {st['mismatch']}",
+                )
+            )
+    emit(
+        f"speculation vs plain decoding, {dtype}",
+        [
+            "set: configuration",
+            "tok/s min / median / max",
+            "tokens/pass",
+            "acceptance",
+            "draft passes/token",
+            "vs baseline",
+            "target (issue 8)",
+            "identical",
+        ],
+        rows,
+        args.markdown,
+        header_notes,
+    )
     print()
     by_options = {c.options: st for c, st in summary["structured"]}
     srows = []
     for label, opts in sweep:
         st = by_options[opts]
-        srows.append((label, f"{st['tok_per_s_median']:.1f}", f"{st['tokens_per_pass']:.2f}", fmt_acc(st["acceptance"]),
-                      f"{st['ratio_median']:.2f}x", "yes" if st["identical"] else f"NO: {st['mismatch']}"))
-    emit(f"sweep on the structured set, {dtype}",
-         ["parameter", "tok/s (median)", "tokens/pass", "acceptance", "vs baseline", "identical"], srows,
-         args.markdown, [("trie: tree mode, min_bfs_breadth 1, max_trie_depth 18, num_draft_tokens 24; "
-                         "ngram: prompt lookup 2-5, chain; adaptive draft budget on (the engine's default)"),
-                        "vs baseline: median over rounds of (tok/s / baseline tok/s in the same round)"])
+        srows.append(
+            (
+                label,
+                f"{st['tok_per_s_median']:.1f}",
+                f"{st['tokens_per_pass']:.2f}",
+                fmt_acc(st["acceptance"]),
+                f"{st['ratio_median']:.2f}x",
+                "yes" if st["identical"] else f"NO: {st['mismatch']}",
+            )
+        )
+    emit(
+        f"sweep on the structured set, {dtype}",
+        ["parameter", "tok/s (median)", "tokens/pass", "acceptance", "vs baseline", "identical"],
+        srows,
+        args.markdown,
+        [
+            (
+                "trie: tree mode, min_bfs_breadth 1, max_trie_depth 18, num_draft_tokens 24; "
+                "ngram: prompt lookup 2-5, chain; adaptive draft budget on (the engine's default)"
+            ),
+            "vs baseline: median over rounds of (tok/s / baseline tok/s in the same round)",
+        ],
+    )
     print()
     crows = [(f"k = {k}", f"{v['ms']:.2f}", f"{v['relative']:.2f}x") for k, v in costs.items()]
-    emit(f"verify-pass cost, {dtype}", ["rows in the pass", "ms (median)", "vs 1 row"], crows, args.markdown,
-         [(f"runner.step on one slot after a 100-token prefill, rolled back after each pass; "
-           f"median of {args.cost_reps} reps, row counts interleaved")])
+    emit(
+        f"verify-pass cost, {dtype}",
+        ["rows in the pass", "ms (median)", "vs 1 row"],
+        crows,
+        args.markdown,
+        [
+            (
+                f"runner.step on one slot after a 100-token prefill, rolled back after each pass; "
+                f"median of {args.cost_reps} reps, row counts interleaved"
+            )
+        ],
+    )
     print()
-    return {"dtype": dtype, "pass_cost": costs,
-            "sets": {s: [{"config": c.label, "options": asdict(c.options), **st} for c, st in summary[s]]
-                     for s in summary},
-            "runs": {f"{label} | {s}": {"rounds": [asdict(x) for x in res.runs],
-                                        "per_prompt": {n: [asdict(x) for x in v] for n, v in res.per_prompt.items()}}
-                     for (label, s), res in results.items()},
-            "outputs": {f"{label} | {s}": res.outputs for (label, s), res in results.items()
-                        if label == "baseline"}}
+    return {
+        "dtype": dtype,
+        "pass_cost": costs,
+        "sets": {
+            s: [{"config": c.label, "options": asdict(c.options), **st} for c, st in summary[s]]
+            for s in summary
+        },
+        "runs": {
+            f"{label} | {s}": {
+                "rounds": [asdict(x) for x in res.runs],
+                "per_prompt": {n: [asdict(x) for x in v] for n, v in res.per_prompt.items()},
+            }
+            for (label, s), res in results.items()
+        },
+        "outputs": {
+            f"{label} | {s}": res.outputs
+            for (label, s), res in results.items()
+            if label == "baseline"
+        },
+    }
 
 
 def bench_dtype(dtype, args, header_notes) -> dict:
@@ -317,8 +425,10 @@ def bench_dtype(dtype, args, header_notes) -> dict:
     print(f"loading {dtype} ...", file=sys.stderr)
     runner = load_runner(None, dtype=dtype, threads=args.threads, max_seq_len=1024)
     tok = runner.tokenizer
-    prompt_sets = {"structured": {n: chat_ids(tok, p) for n, p in STRUCTURED.items()},
-                   "prose": {n: chat_ids(tok, p) for n, p in PROSE.items()}}
+    prompt_sets = {
+        "structured": {n: chat_ids(tok, p) for n, p in STRUCTURED.items()},
+        "prose": {n: chat_ids(tok, p) for n, p in PROSE.items()},
+    }
     configs, sweep = build_configs(args.quick)
     for c in configs:  # once per configuration: measures pass costs, loads the draft runner
         c.make = speculation_factory(c.options, runner)
@@ -326,17 +436,23 @@ def bench_dtype(dtype, args, header_notes) -> dict:
     costs = pass_costs(runner, ks, args.cost_reps, prompt_sets["structured"]["code-edit"])
     results = measure_speed(runner, configs, prompt_sets, args.rounds, args.max_tokens)
     notes = header_notes + [
-        (f"{dtype} target; {len(STRUCTURED)} structured prompts ({', '.join(STRUCTURED)}), {len(PROSE)} prose "
-         f"({', '.join(PROSE)}); greedy, batch 1, up to {args.max_tokens} new tokens (EOS ends an answer), "
-         f"{args.rounds} round(s), {runner.threads} threads"),
+        (
+            f"{dtype} target; {len(STRUCTURED)} structured prompts ({', '.join(STRUCTURED)}), {len(PROSE)} prose "
+            f"({', '.join(PROSE)}); greedy, batch 1, up to {args.max_tokens} new tokens (EOS ends an answer), "
+            f"{args.rounds} round(s), {runner.threads} threads"
+        ),
         "tok/s: decode tokens / decode seconds summed over the set's prompts, per round; min / median / max over rounds",
         "tokens/pass: decode tokens per decode weight pass; acceptance: accepted / drafted draft nodes",
-        ("vs baseline: median over rounds of (tok/s / baseline tok/s in the same round); targets from issue 8 "
-         "(n-gram family = ngram and trie)"),
+        (
+            "vs baseline: median over rounds of (tok/s / baseline tok/s in the same round); targets from issue 8 "
+            "(n-gram family = ngram and trie)"
+        ),
         "identical: greedy ids equal to the baseline's for every prompt in every round (else prompt @ first position)",
     ]
     if dtype == "int8":
-        notes.append("int8 target: the int8 self-draft is the target itself (acceptance ~100%, no cheaper pass)")
+        notes.append(
+            "int8 target: the int8 self-draft is the target itself (acceptance ~100%, no cheaper pass)"
+        )
     out = report(dtype, results, configs, sweep, costs, args, notes)
     for c in configs:
         c.make = None
@@ -349,7 +465,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None, help="default 3 (1 with --quick)")
     ap.add_argument("--max-tokens", type=int, default=None, help="default 128 (64 with --quick)")
     ap.add_argument("--threads", type=int, default=None, help="default: the cores available")
-    ap.add_argument("--quick", action="store_true", help="1 round, 64 tokens, fewer sweep points (~3 min)")
+    ap.add_argument(
+        "--quick", action="store_true", help="1 round, 64 tokens, fewer sweep points (~3 min)"
+    )
     ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     ap.add_argument("--json", metavar="FILE", help="write all measurements to FILE")
     args = ap.parse_args()
@@ -362,9 +480,13 @@ def main() -> None:
     cpu = "unknown CPU"
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    machine = (f"machine: {cpu}, {available_cores()} cores available, threads {args.threads or available_cores()}; "
-               f"{read_bandwidth()}; load average {os.getloadavg()[0]:.1f}; a shared host: compare ratios, not tok/s")
+            cpu = next(
+                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu
+            )
+    machine = (
+        f"machine: {cpu}, {available_cores()} cores available, threads {args.threads or available_cores()}; "
+        f"{read_bandwidth()}; load average {os.getloadavg()[0]:.1f}; a shared host: compare ratios, not tok/s"
+    )
     print(machine, file=sys.stderr)
     dtypes = ["fp32", "bf16", "int8"] if args.dtype == "all" else [args.dtype]
     t0 = time.perf_counter()
@@ -372,7 +494,12 @@ def main() -> None:
     print(f"total {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": machine, "args": vars(args), "reports": reports}, f, indent=1, default=str)
+            json.dump(
+                {"machine": machine, "args": vars(args), "reports": reports},
+                f,
+                indent=1,
+                default=str,
+            )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""One exception for every mistake a user can fix: the CLI prints its message on one line and exits 2."""
+"""One exception for every mistake a user can fix: the CLI prints its message on one line and exits
+2."""
 
 
 class UserError(Exception):

@@ -1,21 +1,21 @@
 """Explicit-order float reductions and the hot inner loops of the decode kernels, as LLVM IR.
 
-Why not plain numba loops: with fastmath, LLVM picks how a reduction `acc += a[i] * b[i]` is split into
-SIMD lanes (vector width, number of partial sums, epilogue), and that choice can differ between two
-compilations of the same source -- measured here: the same attention kernel summed its softmax in one
-order when freshly compiled and in another when loaded from numba's cache. The reductions below emit
-one fixed order themselves, so a result never depends on the compilation context:
+Why not plain numba loops: with fastmath, LLVM picks how a reduction `acc += a[i] * b[i]` is split
+into SIMD lanes (vector width, number of partial sums, epilogue), and that choice can differ between
+two compilations of the same source -- measured here: the same attention kernel summed its softmax
+in one order when freshly compiled and in another when loaded from numba's cache. The reductions
+below emit one fixed order themselves, so a result never depends on the compilation context:
 
     main    n64 = n - n % 64: four 16-lane partial sums, element i into sum (i // 16) % 4, lane i % 16;
             s = (a0 + a1) + (a2 + a3), then folded in halves 16 -> 8 -> 4 -> 2 -> 1 (v[:h] + v[h:])
-    middle  if 8 or more elements remain: an 8-lane sum seeded with [s, 0, ..., 0] takes the 8-blocks,
-            then folds 8 -> 1 the same way
+    middle  if 8 or more elements remain: an 8-lane sum seeded with [s, 0, ..., 0] takes the
+            8-blocks, then folds 8 -> 1 the same way
     tail    the rest one by one: s = fma(w_i, x_i, s)
 
-which is the order LLVM 22 (numba 0.68) gave the engine's fastmath loops on AVX-512 (vector width 16,
-interleave 4), so values agree bit for bit with the kernels this replaced. Products are fused (fma: one
-rounding); the IR's float ops carry the no-op flag `afn`, which keeps numba's fastmath pass from adding
-`reassoc` to them.
+which is the order LLVM 22 (numba 0.68) gave the engine's fastmath loops on AVX-512 (vector width
+16, interleave 4), so values agree bit for bit with the kernels this replaced. Products are fused
+(fma: one rounding); the IR's float ops carry the no-op flag `afn`, which keeps numba's fastmath
+pass from adding `reassoc` to them.
 
 Also the two attention inner loops (`block_scores`, `weighted_rows`) and the SiLU of 16 lanes
 (`silu_block`), written out so that their order, and their registers, are fixed.
@@ -32,7 +32,9 @@ from numba.extending import intrinsic
 
 _F32 = ir.FloatType()
 _I64 = ir.IntType(64)
-_KEEP = ("afn",)  # a flag that changes nothing, present so numba's fastmath pass leaves the op alone
+_KEEP = (
+    "afn",
+)  # a flag that changes nothing, present so numba's fastmath pass leaves the op alone
 _WIDTH = 16  # lanes of the main sums (one AVX-512 register of float32)
 _HALF = 8
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
@@ -68,14 +70,16 @@ _ELEMENT = {types.float32: _F32, types.uint16: ir.IntType(16), types.int8: ir.In
 
 
 def _loader(builder, dtype, base):
-    """load(i, lanes) -> float32 vector (or scalar when lanes == 0) of elements base[i:i+lanes], widened:
-    bf16 bits (uint16) shift into the high half of a float32; int8 converts exactly."""
+    """load(i, lanes) -> float32 vector (or scalar when lanes == 0) of elements base[i:i+lanes],
+    widened: bf16 bits (uint16) shift into the high half of a float32; int8 converts exactly."""
     elem = _ELEMENT[dtype]
 
     def load(i, lanes):
         ptr = builder.gep(base, [i])
         if lanes:
-            raw = builder.load(builder.bitcast(ptr, _vec(lanes, elem).as_pointer()), align=dtype.bitwidth // 8)
+            raw = builder.load(
+                builder.bitcast(ptr, _vec(lanes, elem).as_pointer()), align=dtype.bitwidth // 8
+            )
             target = _vec(lanes, ir.IntType(32))
             shift = ir.Constant(target, [16] * lanes)
         else:
@@ -84,29 +88,42 @@ def _loader(builder, dtype, base):
         if dtype == types.float32:
             return raw
         if dtype == types.uint16:
-            return builder.bitcast(builder.shl(builder.zext(raw, target), shift), _vec(lanes) if lanes else _F32)
+            return builder.bitcast(
+                builder.shl(builder.zext(raw, target), shift), _vec(lanes) if lanes else _F32
+            )
         return builder.sitofp(raw, _vec(lanes) if lanes else _F32)  # int8
 
     return load
 
 
 def _emit_sums(builder, n, load_a, loads_b, split=False):
-    """[sum_i a_i * b_i for each b in loads_b] (or [sum_i a_i] when loads_b is [None]) over i < n, each in the
-    module docstring's order; a is loaded once per step for all the sums (independent chains: several rows
-    keep the FMA units busy where one row would wait on its four accumulators).
-    split: load_a is called as load_a(i, off, lanes) for element i + off, with i a multiple of 64 and off a
-    Python int in the main loop (block formats then know where in a block they are at compile time)."""
+    """[sum_i a_i * b_i for each b in loads_b] (or [sum_i a_i] when loads_b is [None]) over i < n,
+    each in the module docstring's order; a is loaded once per step for all the sums (independent
+    chains: several rows keep the FMA units busy where one row would wait on its four accumulators).
+    split: load_a is called as load_a(i, off, lanes) for element i + off, with i a multiple of 64
+    and off a Python int in the main loop (block formats then know where in a block they are at
+    compile time)."""
     if not split:
         plain_a = load_a
-        load_a = lambda i, off, lanes: plain_a(i if off == 0 else builder.add(i, ir.Constant(_I64, off)), lanes)
+        load_a = lambda i, off, lanes: plain_a(
+            i if off == 0 else builder.add(i, ir.Constant(_I64, off)), lanes
+        )
 
     def step(acc, a, load_b, j, lanes):
         old = builder.load(acc)
-        builder.store(builder.fadd(old, a, flags=_KEEP) if load_b is None else _fma(builder, a, load_b(j, lanes), old), acc)
+        builder.store(
+            builder.fadd(old, a, flags=_KEEP)
+            if load_b is None
+            else _fma(builder, a, load_b(j, lanes), old),
+            acc,
+        )
 
     accs = [[cgutils.alloca_once_value(builder, _ZERO16) for _ in range(4)] for _ in loads_b]
     n64 = builder.and_(n, ir.Constant(_I64, ~63))
-    with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), n64, ir.Constant(_I64, 64)) as (i, _):
+    with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), n64, ir.Constant(_I64, 64)) as (
+        i,
+        _,
+    ):
         for c in range(4):
             j = builder.add(i, ir.Constant(_I64, c * _WIDTH))
             a = load_a(i, c * _WIDTH, _WIDTH)
@@ -115,14 +132,21 @@ def _emit_sums(builder, n, load_a, loads_b, split=False):
     totals = []
     for acc in accs:
         v = [builder.load(x) for x in acc]
-        pair = builder.fadd(builder.fadd(v[0], v[1], flags=_KEEP), builder.fadd(v[2], v[3], flags=_KEEP), flags=_KEEP)
+        pair = builder.fadd(
+            builder.fadd(v[0], v[1], flags=_KEEP),
+            builder.fadd(v[2], v[3], flags=_KEEP),
+            flags=_KEEP,
+        )
         totals.append(cgutils.alloca_once_value(builder, _fold(builder, pair, _WIDTH)))
     n8 = builder.add(n64, builder.and_(builder.sub(n, n64), ir.Constant(_I64, ~7)))
     with builder.if_then(builder.icmp_signed(">", n8, n64)):
         zero8 = ir.Constant(_vec(_HALF), [0.0] * _HALF)
         acc8 = [cgutils.alloca_once_value(builder, zero8) for _ in loads_b]
         for acc, total in zip(acc8, totals):
-            builder.store(builder.insert_element(zero8, builder.load(total), ir.Constant(ir.IntType(32), 0)), acc)
+            builder.store(
+                builder.insert_element(zero8, builder.load(total), ir.Constant(ir.IntType(32), 0)),
+                acc,
+            )
         with cgutils.for_range_slice(builder, n64, n8, ir.Constant(_I64, _HALF)) as (i, _):
             a = load_a(i, 0, _HALF)
             for acc, load_b in zip(acc8, loads_b):
@@ -155,54 +179,91 @@ def _float32_arrays(*arrays) -> bool:
 
 @intrinsic
 def dot(typingctx, a, ia, b, ib, n):
-    """sum_{i < n} a.flat[ia + i] * b.flat[ib + i] in float32, in the fixed order (products fused); a is
-    C-contiguous float32, bf16 bits (uint16) or int8 (widened exactly), b C-contiguous float32. No bounds
-    checks: the caller keeps both ranges inside their arrays."""
+    """sum_{i < n} a.flat[ia + i] * b.flat[ib + i] in float32, in the fixed order (products fused);
+    a is C-contiguous float32, bf16 bits (uint16) or int8 (widened exactly), b C-contiguous float32.
+    No bounds checks: the caller keeps both ranges inside their arrays."""
     ints = all(isinstance(t, types.Integer) for t in (ia, ib, n))
     if not (ints and _contiguous(a, _WEIGHTS) and _contiguous(b, (types.float32,))):
         return None
 
     def codegen(context, builder, sig, args):
         a_ty, ia_ty, b_ty, ib_ty, n_ty = sig.args
-        load_a = _loader(builder, a_ty.dtype, _flat_pointer(context, builder, a_ty, args[0], ia_ty, args[1]))
-        load_b = _loader(builder, types.float32, _flat_pointer(context, builder, b_ty, args[2], ib_ty, args[3]))
-        return _emit_sums(builder, context.cast(builder, args[4], n_ty, types.intp), load_a, [load_b])[0]
+        load_a = _loader(
+            builder, a_ty.dtype, _flat_pointer(context, builder, a_ty, args[0], ia_ty, args[1])
+        )
+        load_b = _loader(
+            builder, types.float32, _flat_pointer(context, builder, b_ty, args[2], ib_ty, args[3])
+        )
+        return _emit_sums(
+            builder, context.cast(builder, args[4], n_ty, types.intp), load_a, [load_b]
+        )[0]
 
     return types.float32(a, ia, b, ib, n), codegen
 
 
 @intrinsic
 def vsum(typingctx, a, ia, n):
-    """sum_{i < n} a.flat[ia + i] in float32, in the fixed order (plain adds); a C-contiguous float32."""
-    if not (_contiguous(a, (types.float32,)) and isinstance(ia, types.Integer) and isinstance(n, types.Integer)):
+    """sum_{i < n} a.flat[ia + i] in float32, in the fixed order (plain adds); a C-contiguous
+    float32."""
+    if not (
+        _contiguous(a, (types.float32,))
+        and isinstance(ia, types.Integer)
+        and isinstance(n, types.Integer)
+    ):
         return None
 
     def codegen(context, builder, sig, args):
-        load = _loader(builder, types.float32, _flat_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1]))
-        return _emit_sums(builder, context.cast(builder, args[2], sig.args[2], types.intp), load, [None])[0]
+        load = _loader(
+            builder,
+            types.float32,
+            _flat_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
+        )
+        return _emit_sums(
+            builder, context.cast(builder, args[2], sig.args[2], types.intp), load, [None]
+        )[0]
 
     return types.float32(a, ia, n), codegen
 
 
 @intrinsic
 def dot_rows(typingctx, a, ia, b, ib, b_stride, n, rows):
-    """(sum_i a.flat[ia + i] * b.flat[ib + r b_stride + i] for r < rows), rows a literal 1..4: `dot` of one weight
-    row with several activation rows at once, each in the same order as `dot` (so bit for bit equal to it)."""
+    """(sum_i a.flat[ia + i] * b.flat[ib + r b_stride + i] for r < rows), rows a literal 1..4: `dot`
+    of one weight row with several activation rows at once, each in the same order as `dot` (so bit
+    for bit equal to it)."""
     ints = all(isinstance(t, types.Integer) for t in (ia, ib, b_stride, n))
-    if not (ints and isinstance(rows, types.IntegerLiteral) and 1 <= rows.literal_value <= 4
-            and _contiguous(a, _WEIGHTS) and _contiguous(b, (types.float32,))):
+    if not (
+        ints
+        and isinstance(rows, types.IntegerLiteral)
+        and 1 <= rows.literal_value <= 4
+        and _contiguous(a, _WEIGHTS)
+        and _contiguous(b, (types.float32,))
+    ):
         return None
     m = rows.literal_value
     result = types.UniTuple(types.float32, m)
 
     def codegen(context, builder, sig, args):
         a_ty, ia_ty, b_ty, ib_ty, sb_ty, n_ty, _ = sig.args
-        load_a = _loader(builder, a_ty.dtype, _flat_pointer(context, builder, a_ty, args[0], ia_ty, args[1]))
+        load_a = _loader(
+            builder, a_ty.dtype, _flat_pointer(context, builder, a_ty, args[0], ia_ty, args[1])
+        )
         ib = context.cast(builder, args[3], ib_ty, types.intp)
         sb = context.cast(builder, args[4], sb_ty, types.intp)
-        loads = [_loader(builder, types.float32, _flat_pointer(context, builder, b_ty, args[2], types.intp,
-                                                               builder.add(ib, builder.mul(sb, ir.Constant(_I64, r)))))
-                 for r in range(m)]
+        loads = [
+            _loader(
+                builder,
+                types.float32,
+                _flat_pointer(
+                    context,
+                    builder,
+                    b_ty,
+                    args[2],
+                    types.intp,
+                    builder.add(ib, builder.mul(sb, ir.Constant(_I64, r))),
+                ),
+            )
+            for r in range(m)
+        ]
         sums = _emit_sums(builder, context.cast(builder, args[5], n_ty, types.intp), load_a, loads)
         return context.make_tuple(builder, result, sums)
 
@@ -223,18 +284,21 @@ def _vload16(builder, ptr):
 
 
 def _splat16(builder, x):
-    v = builder.insert_element(ir.Constant(_vec(_WIDTH), ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
+    v = builder.insert_element(
+        ir.Constant(_vec(_WIDTH), ir.Undefined), x, ir.Constant(ir.IntType(32), 0)
+    )
     return builder.shuffle_vector(v, v, ir.Constant(_vec(_WIDTH, ir.IntType(32)), [0] * _WIDTH))
 
 
 @intrinsic
 def silu_block(typingctx, gate_up, ig, iu, e, out, io):
-    """out.flat[io + l] = SiLU(g_l) * u_l for 16 lanes l, g_l = gate_up.flat[ig + l], u_l = gate_up.flat[iu + l],
-    given e_l = exp(-|g_l|) (e: 16 float32):
+    """out.flat[io + l] = SiLU(g_l) * u_l for 16 lanes l, g_l = gate_up.flat[ig + l], u_l =
+    gate_up.flat[iu + l], given e_l = exp(-|g_l|) (e: 16 float32):
         SiLU(g) u = g u / (1 + e) for g >= 0,  g u e / (1 + e) for g < 0
-    On AVX-512 the quotient is VRCP14PS's reciprocal estimate r of d = 1 + e, refined once on the quotient
-    (q0 = n r;  q = q0 - r (q0 d - n), fused) -- the instructions LLVM chose for the engine's vectorised
-    SiLU loop, kept so that values agree with it bit for bit; elsewhere an exact division."""
+    On AVX-512 the quotient is VRCP14PS's reciprocal estimate r of d = 1 + e, refined once on the
+    quotient (q0 = n r;  q = q0 - r (q0 d - n), fused) -- the instructions LLVM chose for the
+    engine's vectorised SiLU loop, kept so that values agree with it bit for bit; elsewhere an exact
+    division."""
     if not _float32_arrays(gate_up, e, out):
         return None
 
@@ -248,17 +312,24 @@ def silu_block(typingctx, gate_up, ig, iu, e, out, io):
         one = ir.Constant(v16, [1.0] * _WIDTH)
         gu = builder.fmul(g, u, flags=_KEEP)
         d = builder.fadd(ex, one, flags=_KEEP)
-        num = builder.select(builder.fcmp_ordered(">=", g, _ZERO16), gu, builder.fmul(gu, ex, flags=_KEEP))
+        num = builder.select(
+            builder.fcmp_ordered(">=", g, _ZERO16), gu, builder.fmul(gu, ex, flags=_KEEP)
+        )
         if _AVX512:
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16, v16, ir.IntType(16)]),
-                                                "llvm.x86.avx512.rcp14.ps.512")
+            fn = cgutils.get_or_insert_function(
+                builder.module,
+                ir.FunctionType(v16, [v16, v16, ir.IntType(16)]),
+                "llvm.x86.avx512.rcp14.ps.512",
+            )
             r = builder.call(fn, [d, _ZERO16, ir.Constant(ir.IntType(16), -1)])
             q0 = builder.fmul(num, r, flags=_KEEP)
             t = _fma(builder, q0, d, builder.fneg(num, flags=_KEEP))
             q = _fma(builder, builder.fneg(r, flags=_KEEP), t, q0)
         else:
             q = builder.fdiv(num, d, flags=_KEEP)
-        dst = builder.bitcast(_flat_pointer(context, builder, out_ty, args[4], io_ty, args[5]), v16.as_pointer())
+        dst = builder.bitcast(
+            _flat_pointer(context, builder, out_ty, args[4], io_ty, args[5]), v16.as_pointer()
+        )
         builder.store(q, dst, align=4)
         return context.get_dummy_value()
 
@@ -270,11 +341,13 @@ SCORE_TILE = 4  # key blocks (of 16 positions) per `block_scores` call
 
 @intrinsic
 def block_scores(typingctx, keys, k_off, head_dim, q, q_a, q_b, scale, out, o_a, o_b):
-    """Attention scores of two query heads a, b over SCORE_TILE key blocks of 16 positions (keys.flat[k_off:]
-    laid out (block, head_dim, 16)): for m < SCORE_TILE, t < 16
-        out.flat[o_h + 16 m + t] = sum_i (q.flat[q_h + i] * scale) * keys.flat[k_off + (m head_dim + i) 16 + t]
-    summed over i in order from 0 (fused), for h = a, b (pass a == b for one head). Eight independent
-    16-lane sums, so the FMA latency is hidden and each key row is loaded once for both heads."""
+    """Attention scores of two query heads a, b over SCORE_TILE key blocks of 16 positions
+    (keys.flat[k_off:] laid out (block, head_dim, 16)): for m < SCORE_TILE, t < 16
+        out.flat[o_h + 16 m + t] = sum_i (q.flat[q_h + i] * scale) * keys.flat[k_off + (m head_dim +
+        i) 16 + t]
+    summed over i in order from 0 (fused), for h = a, b (pass a == b for one head). Eight
+    independent 16-lane sums, so the FMA latency is hidden and each key row is loaded once for both
+    heads."""
     if not _float32_arrays(keys, q, out):
         return None
 
@@ -285,18 +358,33 @@ def block_scores(typingctx, keys, k_off, head_dim, q, q_a, q_b, scale, out, o_a,
         qa = _flat_pointer(context, builder, q_ty, args[3], qa_ty, args[4])
         qb = _flat_pointer(context, builder, q_ty, args[3], qb_ty, args[5])
         scale = context.cast(builder, args[6], sc_ty, types.float32)
-        accs = [[cgutils.alloca_once_value(builder, _ZERO16) for _ in range(SCORE_TILE)] for _ in range(2)]
-        with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), hd, ir.Constant(_I64, 1)) as (i, _):
-            qs = [_splat16(builder, builder.fmul(builder.load(builder.gep(p, [i])), scale, flags=_KEEP)) for p in (qa, qb)]
+        accs = [
+            [cgutils.alloca_once_value(builder, _ZERO16) for _ in range(SCORE_TILE)]
+            for _ in range(2)
+        ]
+        with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), hd, ir.Constant(_I64, 1)) as (
+            i,
+            _,
+        ):
+            qs = [
+                _splat16(
+                    builder, builder.fmul(builder.load(builder.gep(p, [i])), scale, flags=_KEEP)
+                )
+                for p in (qa, qb)
+            ]
             for m in range(SCORE_TILE):
-                row = builder.mul(builder.add(builder.mul(ir.Constant(_I64, m), hd), i), ir.Constant(_I64, _WIDTH))
+                row = builder.mul(
+                    builder.add(builder.mul(ir.Constant(_I64, m), hd), i), ir.Constant(_I64, _WIDTH)
+                )
                 k = _vload16(builder, builder.gep(kbase, [row]))
                 for h in range(2):
                     builder.store(_fma(builder, qs[h], k, builder.load(accs[h][m])), accs[h][m])
         for h, (o_ty, o_v) in enumerate(((oa_ty, args[8]), (ob_ty, args[9]))):
             obase = _flat_pointer(context, builder, out_ty, args[7], o_ty, o_v)
             for m in range(SCORE_TILE):
-                dst = builder.bitcast(builder.gep(obase, [ir.Constant(_I64, m * _WIDTH)]), _vec(_WIDTH).as_pointer())
+                dst = builder.bitcast(
+                    builder.gep(obase, [ir.Constant(_I64, m * _WIDTH)]), _vec(_WIDTH).as_pointer()
+                )
                 builder.store(builder.load(accs[h][m]), dst, align=4)
         return context.get_dummy_value()
 
@@ -305,11 +393,12 @@ def block_scores(typingctx, keys, k_off, head_dim, q, q_a, q_b, scale, out, o_a,
 
 @intrinsic
 def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_a, p_b, out, o_a, o_b, accumulate):
-    """For two heads h = a, b: out.flat[o_h + i] = sum_{t < n} p.flat[p_h + t] * values.flat[v_off + t head_dim + i],
-    i < head_dim, summed over t in order from 0 (fused) -- sum_t p_t v_t over a run of value rows (t, head_dim).
-    Columns in slices of 64 (or 16, or 1 at the end): up to eight independent 16-lane sums.
-    accumulate: the sums start from out's current values instead of 0, so that a run split in two calls
-    (t < m, then t >= m) gives exactly the one-call result -- each sum is one FMA chain over t either way."""
+    """For two heads h = a, b: out.flat[o_h + i] = sum_{t < n} p.flat[p_h + t] * values.flat[v_off +
+    t head_dim + i], i < head_dim, summed over t in order from 0 (fused) -- sum_t p_t v_t over a run
+    of value rows (t, head_dim). Columns in slices of 64 (or 16, or 1 at the end): up to eight
+    independent 16-lane sums. accumulate: the sums start from out's current values instead of 0, so
+    that a run split in two calls (t < m, then t >= m) gives exactly the one-call result -- each sum
+    is one FMA chain over t either way."""
     if not _float32_arrays(values, p, out):
         return None
 
@@ -319,8 +408,14 @@ def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_a, p_b, out, o_a, 
         vbase = _flat_pointer(context, builder, v_ty, args[0], voff_ty, args[1])
         n_v = context.cast(builder, args[2], n_ty, types.intp)
         hd = context.cast(builder, args[3], hd_ty, types.intp)
-        ps = [_flat_pointer(context, builder, p_ty, args[4], t, a) for t, a in ((pa_ty, args[5]), (pb_ty, args[6]))]
-        outs = [_flat_pointer(context, builder, out_ty, args[7], t, a) for t, a in ((oa_ty, args[8]), (ob_ty, args[9]))]
+        ps = [
+            _flat_pointer(context, builder, p_ty, args[4], t, a)
+            for t, a in ((pa_ty, args[5]), (pb_ty, args[6]))
+        ]
+        outs = [
+            _flat_pointer(context, builder, out_ty, args[7], t, a)
+            for t, a in ((oa_ty, args[8]), (ob_ty, args[9]))
+        ]
 
         def columns(c0, width, lanes):
             """Columns [c0, c0 + lanes width) of both heads (lanes 16, or 1 for scalars)."""
@@ -335,7 +430,9 @@ def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_a, p_b, out, o_a, 
                 return slot
 
             accs = [[start(h, c) for c in range(width)] for h in range(2)]
-            with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), n_v, ir.Constant(_I64, 1)) as (t, _):
+            with cgutils.for_range_slice(
+                builder, ir.Constant(_I64, 0), n_v, ir.Constant(_I64, 1)
+            ) as (t, _):
                 pt = [builder.load(builder.gep(base, [t])) for base in ps]
                 pt = [_splat16(builder, x) for x in pt] if lanes > 1 else pt
                 row = builder.add(builder.mul(t, hd), c0)
@@ -352,7 +449,9 @@ def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_a, p_b, out, o_a, 
 
         wide = builder.and_(hd, ir.Constant(_I64, ~63))
         narrow = builder.and_(hd, ir.Constant(_I64, ~15))
-        with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), wide, ir.Constant(_I64, 64)) as (c0, _):
+        with cgutils.for_range_slice(
+            builder, ir.Constant(_I64, 0), wide, ir.Constant(_I64, 64)
+        ) as (c0, _):
             columns(c0, 4, _WIDTH)
         with cgutils.for_range_slice(builder, wide, narrow, ir.Constant(_I64, _WIDTH)) as (c0, _):
             columns(c0, 1, _WIDTH)

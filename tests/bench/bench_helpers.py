@@ -8,9 +8,9 @@ import sys
 import time
 from pathlib import Path
 
+from roofline.bench.driver import Progress, run_bench
 from roofline.bench.loadgen import Scenario
 from roofline.bench.plan import BenchPlan
-from roofline.bench.driver import Progress, run_bench
 from roofline.bench.workloads import Prompt
 
 
@@ -32,11 +32,16 @@ def measured(lines: list[dict]) -> list[dict]:
 
 @contextlib.contextmanager
 def nullserver(*args: str, log: Path | None = None):
-    """Start `python -m roofline.bench.nullserver --port 0 ARGS`; yield its URL; stop it. With `log`, what the
-    server prints goes to that file (`--hold-after` prints a line per request it holds: see `wait_for_output`)."""
+    """Start `python -m roofline.bench.nullserver --port 0 ARGS`; yield its URL; stop it. With
+    `log`, what the server prints goes to that file (`--hold-after` prints a line per request it
+    holds: see `wait_for_output`)."""
     out = open(log, "w") if log else subprocess.PIPE  # noqa: SIM115 -- closed below
-    proc = subprocess.Popen([sys.executable, "-m", "roofline.bench.nullserver", "--port", "0", *args],
-                            stdout=out, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "roofline.bench.nullserver", "--port", "0", *args],
+        stdout=out,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         if log:
             wait_for_output(log, "listening on ", proc=proc)
@@ -57,19 +62,30 @@ def nullserver(*args: str, log: Path | None = None):
             out.close()
 
 
-def wait_for_output(path: Path, text: str, count: int = 1, *, proc: subprocess.Popen | None = None,
-                    timeout_s: float = 60.0) -> None:
-    """Wait until `count` lines of the file at `path` start with `text` (a server's log: its `listening on`
-    line, the `holding request #K` lines of a null server run with `--hold-after`). Fails after timeout_s,
-    or at once when `proc` (what writes the file, or what must still run meanwhile) has exited."""
+def wait_for_output(
+    path: Path,
+    text: str,
+    count: int = 1,
+    *,
+    proc: subprocess.Popen | None = None,
+    timeout_s: float = 60.0,
+) -> None:
+    """Wait until `count` lines of the file at `path` start with `text` (a server's log: its
+    `listening on` line, the `holding request #K` lines of a null server run with `--hold-after`).
+    Fails after timeout_s, or at once when `proc` (what writes the file, or what must still run
+    meanwhile) has exited."""
     deadline = time.monotonic() + timeout_s
     while True:
         lines = path.read_text(errors="replace").splitlines() if path.exists() else []
         if sum(ln.startswith(text) for ln in lines) >= count:
             return
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"exited (code {proc.returncode}) before {count} line(s) {text!r} in {path}: "
-                                 f"{lines[-5:]} {proc.stderr.read() if proc.stderr else ''}")
+            raise AssertionError(
+                f"exited (code {proc.returncode}) before {count} line(s) {text!r} in {path}: "
+                f"{lines[-5:]} {proc.stderr.read() if proc.stderr else ''}"
+            )
         if time.monotonic() > deadline:
-            raise AssertionError(f"{count} line(s) {text!r} not in {path} after {timeout_s:g} s: {lines[-5:]}")
+            raise AssertionError(
+                f"{count} line(s) {text!r} not in {path} after {timeout_s:g} s: {lines[-5:]}"
+            )
         time.sleep(0.02)

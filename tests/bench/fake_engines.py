@@ -1,7 +1,7 @@
-"""Fake engines for the launcher tests: one small stdlib script, written into the test's folder, that
-behaves as told (serve, crash, hang, ignore SIGTERM, print garbage, die mid-run, fork a child into
-its own process group). Each process it starts appends its pid to a file, so a test can check the
-process table afterwards."""
+"""Fake engines for the launcher tests: one small stdlib script, written into the test's folder,
+that behaves as told (serve, crash, hang, ignore SIGTERM, print garbage, die mid-run, fork a child
+into its own process group). Each process it starts appends its pid to a file, so a test can check
+the process table afterwards."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import shlex
 import time
 from pathlib import Path
 
-SCRIPT = r'''
+SCRIPT = r"""
 import json, os, signal, socket, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -107,16 +107,25 @@ class Handler(BaseHTTPRequestHandler):
 
 
 ThreadingHTTPServer((host, port), Handler).serve_forever()
-'''
+"""
 
 
 def fake_engine(tmp_path: Path, mode: str, *options: str) -> tuple[str, Path]:
-    """(command template for the `command` launcher, the file the fake's processes write their pids to)."""
+    """(command template for the `command` launcher, the file the fake's processes write their pids
+    to)."""
     script = tmp_path / "fake_engine.py"
     script.write_text(SCRIPT)
     pidfile = tmp_path / f"{mode}.pids"
-    words = [shlex.quote(str(script)), mode, shlex.quote(str(pidfile)), "--port", "{port}", "--host", "{host}",
-             *map(shlex.quote, options)]
+    words = [
+        shlex.quote(str(script)),
+        mode,
+        shlex.quote(str(pidfile)),
+        "--port",
+        "{port}",
+        "--host",
+        "{host}",
+        *map(shlex.quote, options),
+    ]
     return "{python} " + " ".join(words), pidfile
 
 
@@ -147,14 +156,18 @@ def survivors(pids: list[int], timeout_s: float = 30.0) -> list[int]:
     return [p for p in pids if alive(p)]
 
 
-def fake_llama_server(folder: Path, help_text: str, version_line: str = "version: 7000 (abc1234)") -> Path:
-    """An executable `llama-server` in `folder` that prints help_text for --help and version_line for
-    --version (the launcher reads both without starting a server)."""
+def fake_llama_server(
+    folder: Path, help_text: str, version_line: str = "version: 7000 (abc1234)"
+) -> Path:
+    """An executable `llama-server` in `folder` that prints help_text for --help and version_line
+    for --version (the launcher reads both without starting a server)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "help.txt").write_text(help_text)
     exe = folder / "llama-server"
-    exe.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "{version_line}" >&2; exit 0; fi\n'
-                   f'cat "$(dirname "$0")/help.txt"\n')
+    exe.write_text(
+        f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "{version_line}" >&2; exit 0; fi\n'
+        f'cat "$(dirname "$0")/help.txt"\n'
+    )
     exe.chmod(0o755)
     return exe
 

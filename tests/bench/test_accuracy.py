@@ -19,12 +19,20 @@ SCHED = Schedule(ttft_s=0.030, gap_s=0.004, tokens=24, tokens_per_chunk=3)
 
 @pytest.fixture(scope="module")
 def url3():
-    with nullserver("--ttft", "30ms", "--gap", "4ms", "--tokens", "24", "--tokens-per-chunk", "3") as url:
+    with nullserver(
+        "--ttft", "30ms", "--gap", "4ms", "--tokens", "24", "--tokens-per-chunk", "3"
+    ) as url:
         yield url
 
 
-@pytest.mark.parametrize("scenario", [Scenario("sequential", num_requests=6), Scenario("concurrency", concurrency=4, num_requests=16)],
-                         ids=["sequential", "concurrency4"])
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        Scenario("sequential", num_requests=6),
+        Scenario("concurrency", concurrency=4, num_requests=16),
+    ],
+    ids=["sequential", "concurrency4"],
+)
 def test_every_metric_against_the_schedule(url3, tmp_path, scenario):
     outcome = run(url3, [scenario], tmp_path / "run", usage="per-chunk")
     s = outcome.summary["scenarios"][0]
@@ -53,7 +61,9 @@ def test_every_metric_against_the_schedule(url3, tmp_path, scenario):
     assert m["output_speed_tok_per_s"]["p50"] == pytest.approx(1 / med(sent_tpot_s), rel=0.03)
     assert m["chunk_gap_s"]["p50"] == pytest.approx(med(sent_gap_s), abs=1 * MS)
     assert m["itl_s"]["p50"] == pytest.approx(med(sent_gap_s) / 3, abs=0.4 * MS)  # 3 tokens a chunk
-    assert m["itl_s"]["mean"] == pytest.approx(m["tpot_s"]["mean"], rel=1e-9)  # by definition, same n each
+    assert m["itl_s"]["mean"] == pytest.approx(
+        m["tpot_s"]["mean"], rel=1e-9
+    )  # by definition, same n each
     assert m["tokens_per_chunk"]["mean"] == 3.0
     assert s["output_tokens"] == 24 * scenario.num_requests
 
@@ -71,7 +81,13 @@ def test_client_delay_against_server_send_stamps(url3, tmp_path):
 
 def test_final_usage_only_on_the_completions_api(url3, tmp_path):
     """Without per-chunk usage the total is shared by characters: exact here, all chunks alike."""
-    outcome = run(url3, [Scenario("sequential", num_requests=3)], tmp_path / "run", usage="final", api="completions")
+    outcome = run(
+        url3,
+        [Scenario("sequential", num_requests=3)],
+        tmp_path / "run",
+        usage="final",
+        api="completions",
+    )
     s = outcome.summary["scenarios"][0]
     assert s["token_sources"] == {"usage_total+chars": 3}
     lines = measured(read_requests(tmp_path / "run")[0])

@@ -3,10 +3,19 @@ from roofline.bench.schedule import Schedule
 
 
 def test_calibration_reports_small_errors_against_the_truth(tmp_path):
-    cases = [Case("2 streams, 2-token chunks", Schedule(0.03, 0.004, 12, 2), concurrency=2, requests=6)]
+    cases = [
+        Case("2 streams, 2-token chunks", Schedule(0.03, 0.004, 12, 2), concurrency=2, requests=6)
+    ]
     [r] = run_calibration(cases, out_dir=tmp_path)
     errors = {row["key"]: row["error_pct"] for row in r.rows}
-    assert set(errors) == {"ttft_s", "tpot_s", "itl_s", "chunk_gap_s", "e2e_s", "output_speed_tok_per_s"}
+    assert set(errors) == {
+        "ttft_s",
+        "tpot_s",
+        "itl_s",
+        "chunk_gap_s",
+        "e2e_s",
+        "output_speed_tok_per_s",
+    }
     # a late client inflates TTFT a little; the token rate stays within a few percent
     assert -1 < errors["ttft_s"] < 15
     assert abs(errors["tpot_s"]) < 5 and abs(errors["output_speed_tok_per_s"]) < 5

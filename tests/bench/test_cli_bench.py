@@ -19,11 +19,20 @@ BAD = [
     (["http://127.0.0.1:9", "--prompts", "/nonexistent/prompts.jsonl"], "prompt file"),
     (["ftp://127.0.0.1:9"], "URL"),
     ([], "give a server URL"),
-    (["--engine", "turbo"], "unknown engine 'turbo'; the known ones: embedded, llamacpp, vllm, sglang, command"),
-    (["--engine", "embedded", "--engine-arg", "dtype=fp64"], "knob 'dtype' of engine embedded must be one of"),
+    (
+        ["--engine", "turbo"],
+        "unknown engine 'turbo'; the known ones: embedded, llamacpp, vllm, sglang, command",
+    ),
+    (
+        ["--engine", "embedded", "--engine-arg", "dtype=fp64"],
+        "knob 'dtype' of engine embedded must be one of",
+    ),
     (["--engine", "embedded", "--engine-arg", "thread=2"], "no knob 'thread'"),
     (["--engine", "vllm", "--engine-arg", "num_speculative_tokens=4"], "needs speculative_method"),
-    (["--engine", "vllm", "--engine-cmd", "{python} -m x"], "--engine-cmd starts the command engine"),
+    (
+        ["--engine", "vllm", "--engine-cmd", "{python} -m x"],
+        "--engine-cmd starts the command engine",
+    ),
     (["--engine", "command"], "needs --engine-cmd"),
     (["http://127.0.0.1:9", "--engine-arg", "threads=2"], "--engine-arg goes with"),
 ]
@@ -31,8 +40,12 @@ BAD = [
 
 @pytest.mark.parametrize("args,needle", BAD, ids=[" ".join(a[1:] or a or ["none"]) for a, _ in BAD])
 def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
-    p = subprocess.run([sys.executable, "-m", "roofline", "bench", *args, "--out", str(tmp_path / "run")],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "roofline", "bench", *args, "--out", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2, (p.stdout, p.stderr)
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], p.stderr
@@ -43,6 +56,10 @@ def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
 def test_bad_prompt_file_line(tmp_path):
     f = tmp_path / "p.jsonl"
     f.write_text('{"prompt": "ok"}\n{"prompt": 3}\n')
-    p = subprocess.run([sys.executable, "-m", "roofline", "bench", "http://127.0.0.1:9", "--prompts", str(f)],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "roofline", "bench", "http://127.0.0.1:9", "--prompts", str(f)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2 and "p.jsonl line 2" in p.stderr

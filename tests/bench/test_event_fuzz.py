@@ -19,30 +19,77 @@ from roofline.bench.results import read_requests
 from roofline.bench.sse import SSEParser
 from roofline.bench.workloads import Prompt
 
-KEYS = ["choices", "delta", "message", "content", "reasoning_content", "reasoning", "text", "tool_calls",
-        "function", "arguments", "finish_reason", "usage", "completion_tokens", "prompt_tokens", "error",
-        "message", "roofline_t_ns", "meta_info", "roofline", "passes", "spec_verify_ct", "index", "role"]
+KEYS = [
+    "choices",
+    "delta",
+    "message",
+    "content",
+    "reasoning_content",
+    "reasoning",
+    "text",
+    "tool_calls",
+    "function",
+    "arguments",
+    "finish_reason",
+    "usage",
+    "completion_tokens",
+    "prompt_tokens",
+    "error",
+    "message",
+    "roofline_t_ns",
+    "meta_info",
+    "roofline",
+    "passes",
+    "spec_verify_ct",
+    "index",
+    "role",
+]
 FAILURE_KINDS = {"", "malformed_sse", "malformed_event", "stream_error", "stream_cut", "no_tokens"}
 
-scalars = (st.none() | st.booleans() | st.integers() | st.integers(min_value=-(10**400), max_value=10**400)
-           | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12))
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=-(10**400), max_value=10**400)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12)
+)
 json_values = st.recursive(
     scalars,
-    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=6), kids, max_size=5),
+    lambda kids: (
+        st.lists(kids, max_size=4)
+        | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=6), kids, max_size=5)
+    ),
     max_leaves=25,
 )
 
 
 def good_event(text: str, done: int, finish: str | None = None) -> dict:
-    return {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 2, "completion_tokens": done}}
+    return {
+        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 2, "completion_tokens": done},
+    }
 
 
 # where a value can be swapped into a well-formed event
-PATHS = [("choices",), ("choices", 0), ("choices", 0, "delta"), ("choices", 0, "delta", "content"),
-         ("choices", 0, "delta", "tool_calls"), ("choices", 0, "finish_reason"), ("choices", 0, "text"),
-         ("choices", 0, "message"), ("usage",), ("usage", "completion_tokens"), ("usage", "prompt_tokens"),
-         ("usage", "passes"), ("error",), ("roofline_t_ns",), ("meta_info",), ("roofline",)]
+PATHS = [
+    ("choices",),
+    ("choices", 0),
+    ("choices", 0, "delta"),
+    ("choices", 0, "delta", "content"),
+    ("choices", 0, "delta", "tool_calls"),
+    ("choices", 0, "finish_reason"),
+    ("choices", 0, "text"),
+    ("choices", 0, "message"),
+    ("usage",),
+    ("usage", "completion_tokens"),
+    ("usage", "prompt_tokens"),
+    ("usage", "passes"),
+    ("error",),
+    ("roofline_t_ns",),
+    ("meta_info",),
+    ("roofline",),
+]
 
 
 def put(obj: dict, path: tuple, value) -> dict:
@@ -92,12 +139,20 @@ def test_any_json_values_as_events(values):
 @given(st.sampled_from(PATHS), json_values, st.booleans())
 def test_any_value_in_any_field_of_a_well_formed_event(path, value, saw_done):
     bad = put(good_event(" x", 2), path, value)
-    decode_strictly([encode(good_event("a", 1)), encode(bad), encode(good_event(" z", 3, "stop"))], saw_done)
+    decode_strictly(
+        [encode(good_event("a", 1)), encode(bad), encode(good_event(" z", 3, "stop"))], saw_done
+    )
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.binary(max_size=40) | st.sampled_from([b"NaN", b"-Infinity", b"[" * 3000, b"{" * 3000, b"1" * 5000]),
-                min_size=1, max_size=4))
+@given(
+    st.lists(
+        st.binary(max_size=40)
+        | st.sampled_from([b"NaN", b"-Infinity", b"[" * 3000, b"{" * 3000, b"1" * 5000]),
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_any_bytes_as_event_data(payloads):
     decode_strictly(payloads)
 
@@ -128,8 +183,8 @@ NONSENSE = [
 
 
 class NonsenseServer:
-    """Chunked SSE over keep-alive: a request whose prompt is `bad N` gets NONSENSE[N] between two good
-    events; any other prompt gets a good stream."""
+    """Chunked SSE over keep-alive: a request whose prompt is `bad N` gets NONSENSE[N] between two
+    good events; any other prompt gets a good stream."""
 
     def __init__(self) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
@@ -179,10 +234,19 @@ class NonsenseServer:
 
 def test_a_run_against_a_nonsense_server_records_every_request(tmp_path):
     server = NonsenseServer()
-    prompts = [Prompt(f"bad{i}", f"bad {i}") for i in range(len(NONSENSE))] + [Prompt("good", "good")]
+    prompts = [Prompt(f"bad{i}", f"bad {i}") for i in range(len(NONSENSE))] + [
+        Prompt("good", "good")
+    ]
     try:
-        outcome = run(server.url, [Scenario("concurrency", concurrency=3, num_requests=len(prompts))], tmp_path / "run",
-                      prompts=prompts, reps=1, warmup=0, usage="per-chunk")
+        outcome = run(
+            server.url,
+            [Scenario("concurrency", concurrency=3, num_requests=len(prompts))],
+            tmp_path / "run",
+            prompts=prompts,
+            reps=1,
+            warmup=0,
+            usage="per-chunk",
+        )
     finally:
         server.sock.close()
     lines = measured(read_requests(tmp_path / "run")[0])
@@ -191,7 +255,11 @@ def test_a_run_against_a_nonsense_server_records_every_request(tmp_path):
     assert by_prompt["good"]["ok"] and by_prompt["good"]["output_tokens"] == 2
     for i in range(len(NONSENSE)):
         ln = by_prompt[f"bad{i}"]
-        assert not ln["ok"] and ln["error_kind"] in ("malformed_event", "malformed_sse") and ln["error"], ln
+        assert (
+            not ln["ok"]
+            and ln["error_kind"] in ("malformed_event", "malformed_sse")
+            and ln["error"]
+        ), ln
     s = outcome.summary["scenarios"][0]
     assert s["requests"]["ok"] == 1 and s["requests"]["failed"] == len(NONSENSE)
     assert (tmp_path / "run" / "summary.json").exists()

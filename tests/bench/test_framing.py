@@ -1,11 +1,11 @@
 """Every message-body framing of RFC 9112 section 6.3 ends a response correctly.
 
-A tiny raw-socket server (a thread of this process) answers every request in one framing: Content-Length
-(an SSE body, or a whole non-streamed JSON answer), chunked (chunk extensions, trailer fields, an event
-split across chunks), close-delimited (HTTP/1.1 with `Connection: close` and no length), HTTP/1.0, and
-the odd ones (an interim 100 before the answer, Transfer-Encoding together with Content-Length, bare LF
-line ends). Each measured request must be recorded ok with the right token counts, and a connection
-is reused exactly when the response allows it.
+A tiny raw-socket server (a thread of this process) answers every request in one framing:
+Content-Length (an SSE body, or a whole non-streamed JSON answer), chunked (chunk extensions,
+trailer fields, an event split across chunks), close-delimited (HTTP/1.1 with `Connection: close`
+and no length), HTTP/1.0, and the odd ones (an interim 100 before the answer, Transfer-Encoding
+together with Content-Length, bare LF line ends). Each measured request must be recorded ok with the
+right token counts, and a connection is reused exactly when the response allows it.
 """
 
 from __future__ import annotations
@@ -35,17 +35,28 @@ def sse_events(cut: bool = False) -> list[bytes]:
     for i, (text, done) in enumerate(EVENTS):
         delta = {"role": "assistant", "content": ""} if i == 0 else {"content": text}
         finish = "stop" if i == len(EVENTS) - 1 and not cut else None
-        obj = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-               "usage": {"prompt_tokens": 3, "completion_tokens": done}}
+        obj = {
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": done},
+        }
         out.append(b"data: " + json.dumps(obj).encode() + b"\n\n")
     if cut:
         return out[:2]
     return [*out, b"data: [DONE]\n\n"]
 
 
-WHOLE_JSON = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "a b c d"},
-                                      "finish_reason": "stop"}],
-                         "usage": {"prompt_tokens": 3, "completion_tokens": 4}}).encode()
+WHOLE_JSON = json.dumps(
+    {
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "a b c d"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 4},
+    }
+).encode()
 MODELS = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
 
 
@@ -54,23 +65,37 @@ def chunk(data: bytes, ext: bytes = b"") -> bytes:
 
 
 def answer(mode: str, path: str) -> tuple[list[bytes], bool]:
-    """The response parts (sent with a pause between them) and whether to close the connection after."""
+    """The response parts (sent with a pause between them) and whether to close the connection
+    after."""
     sse = b"Content-Type: text/event-stream\r\n"
     if path.endswith("/models"):
         body = MODELS
     elif mode == "length_json":
-        return [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(WHOLE_JSON),
-                WHOLE_JSON[:20], WHOLE_JSON[20:]], False
+        return [
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+            % len(WHOLE_JSON),
+            WHOLE_JSON[:20],
+            WHOLE_JSON[20:],
+        ], False
     elif mode == "length_sse":
         body = b"".join(sse_events())
-        return [b"HTTP/1.1 200 OK\r\n" + sse + b"Content-Length: %d\r\n\r\n" % len(body), *sse_events()], False
+        return [
+            b"HTTP/1.1 200 OK\r\n" + sse + b"Content-Length: %d\r\n\r\n" % len(body),
+            *sse_events(),
+        ], False
     elif mode in ("chunked", "interim", "te_and_cl"):
         events = sse_events()
         head = b"HTTP/1.1 200 OK\r\n" + sse + b"Transfer-Encoding: chunked\r\n"
         if mode == "te_and_cl":
             head += b"Content-Length: 7\r\n"
-        parts = [head + b"\r\n", chunk(events[0], b";ext=1"), chunk(events[1][:9]), chunk(events[1][9:] + events[2], b';name="v"'),
-                 *(chunk(e) for e in events[3:]), b"0\r\nX-Trailer: done\r\nContent-Type: text/plain\r\n\r\n"]
+        parts = [
+            head + b"\r\n",
+            chunk(events[0], b";ext=1"),
+            chunk(events[1][:9]),
+            chunk(events[1][9:] + events[2], b';name="v"'),
+            *(chunk(e) for e in events[3:]),
+            b"0\r\nX-Trailer: done\r\nContent-Type: text/plain\r\n\r\n",
+        ]
         if mode == "interim":
             parts.insert(0, b"HTTP/1.1 100 Continue\r\n\r\n")
         return parts, False
@@ -79,22 +104,35 @@ def answer(mode: str, path: str) -> tuple[list[bytes], bool]:
     elif mode == "http10":
         return [b"HTTP/1.0 200 OK\r\n" + sse + b"\r\n", *sse_events()], True
     elif mode == "close_cut":  # closed after two events: no finish_reason, no [DONE]
-        return [b"HTTP/1.1 200 OK\r\n" + sse + b"Connection: close\r\n\r\n", *sse_events(cut=True)], True
+        return [
+            b"HTTP/1.1 200 OK\r\n" + sse + b"Connection: close\r\n\r\n",
+            *sse_events(cut=True),
+        ], True
     elif mode == "bare_lf":
         body = b"".join(sse_events())
-        return [b"HTTP/1.1 200 OK\nContent-Type: text/event-stream\nContent-Length: %d\n\n" % len(body), body], False
+        return [
+            b"HTTP/1.1 200 OK\nContent-Type: text/event-stream\nContent-Length: %d\n\n" % len(body),
+            body,
+        ], False
     else:
         raise AssertionError(mode)
     # discovery answers in the same framing family
     if mode in ("close", "close_cut", "http10"):
         version = b"HTTP/1.0" if mode == "http10" else b"HTTP/1.1"
-        return [version + b" 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n", body], True
-    return [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body), body], False
+        return [
+            version + b" 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n",
+            body,
+        ], True
+    return [
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+        % len(body),
+        body,
+    ], False
 
 
 class RawServer:
-    """Accepts connections on loopback; answers each request with `answer(mode, path)`; counts the POST
-    requests each connection carried."""
+    """Accepts connections on loopback; answers each request with `answer(mode, path)`; counts the
+    POST requests each connection carried."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
@@ -131,7 +169,14 @@ class RawServer:
                 head, buf = buf.split(b"\r\n\r\n", 1)
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ")
-                length = next((int(v) for k, _, v in (ln.partition(": ") for ln in lines[1:]) if k.lower() == "content-length"), 0)
+                length = next(
+                    (
+                        int(v)
+                        for k, _, v in (ln.partition(": ") for ln in lines[1:])
+                        if k.lower() == "content-length"
+                    ),
+                    0,
+                )
                 while len(buf) < length:
                     buf += conn.recv(65536)
                 buf = buf[length:]
@@ -167,7 +212,13 @@ CLOSING = ("close", "http10", "te_and_cl")
 
 @pytest.mark.parametrize("server", KEEP_ALIVE + CLOSING, indirect=True)
 def test_every_framing_is_a_complete_response(server, tmp_path):
-    outcome = run(server.url, [Scenario("sequential", num_requests=3)], tmp_path / "run", usage="per-chunk", warmup=1)
+    outcome = run(
+        server.url,
+        [Scenario("sequential", num_requests=3)],
+        tmp_path / "run",
+        usage="per-chunk",
+        warmup=1,
+    )
     lines = measured(read_requests(tmp_path / "run")[0])
     assert len(lines) == 3
     for ln in lines:
@@ -179,7 +230,9 @@ def test_every_framing_is_a_complete_response(server, tmp_path):
             assert ln["chunk_tokens"] == TOKENS and ln["text"] == "a b c d"
         assert ln["prompt_tokens"] == 3 and not ln["retried"]
     assert outcome.summary["scenarios"][0]["requests"]["ok"] == 3
-    assert outcome.summary["provenance"]["server"]["models"] == ["m"]  # discovery read the same framing
+    assert outcome.summary["provenance"]["server"]["models"] == [
+        "m"
+    ]  # discovery read the same framing
     posts = [n for n in server.posts_per_connection if n]
     assert sum(posts) == 4  # the warm-up and three measured requests
     if server.mode in KEEP_ALIVE:
@@ -190,7 +243,13 @@ def test_every_framing_is_a_complete_response(server, tmp_path):
 
 @pytest.mark.parametrize("server", ["close_cut"], indirect=True)
 def test_close_delimited_stream_without_an_end_is_cut(server, tmp_path):
-    run(server.url, [Scenario("sequential", num_requests=2)], tmp_path / "run", usage="per-chunk", warmup=0)
+    run(
+        server.url,
+        [Scenario("sequential", num_requests=2)],
+        tmp_path / "run",
+        usage="per-chunk",
+        warmup=0,
+    )
     lines = measured(read_requests(tmp_path / "run")[0])
     assert [ln["error_kind"] for ln in lines] == ["stream_cut", "stream_cut"]
     assert all(ln["output_tokens"] == 1 for ln in lines)  # what did arrive is kept
@@ -207,9 +266,11 @@ def test_body_length_rules():
     assert not ends_at_close(200, "HEAD", {})
 
 
-def _raw_once(response: bytes, keep_open: threading.Event | None = None) -> tuple[socket.socket, int]:
-    """A server for one request that answers `response`, then closes the connection (with keep_open: only
-    once the test sets that event)."""
+def _raw_once(
+    response: bytes, keep_open: threading.Event | None = None
+) -> tuple[socket.socket, int]:
+    """A server for one request that answers `response`, then closes the connection (with keep_open:
+    only once the test sets that event)."""
     sock = socket.create_server(("127.0.0.1", 0))
 
     def serve():
@@ -225,16 +286,19 @@ def _raw_once(response: bytes, keep_open: threading.Event | None = None) -> tupl
 
 
 def test_fetch_head_and_no_body_statuses_end_at_the_headers():
-    for method, response in (("HEAD", b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n"),
-                             ("GET", b"HTTP/1.1 204 No Content\r\n\r\n"),
-                             ("GET", b"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n")):
+    for method, response in (
+        ("HEAD", b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n"),
+        ("GET", b"HTTP/1.1 204 No Content\r\n\r\n"),
+        ("GET", b"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n"),
+    ):
         release = threading.Event()
         sock, port = _raw_once(response, keep_open=release)  # open until fetch has returned
         try:
-            # a fetch that waited for the close (or for the body the header announces) would time out,
-            # which raises FetchError: returning at all means it ended at the headers
-            status, _, body = asyncio.run(fetch(parse_endpoint(f"127.0.0.1:{port}"), "/x", method=method,
-                                                timeout_s=30))
+            # a fetch that waited for the close (or for the body the header announces) would time
+            # out, which raises FetchError: returning at all means it ended at the headers
+            status, _, body = asyncio.run(
+                fetch(parse_endpoint(f"127.0.0.1:{port}"), "/x", method=method, timeout_s=30)
+            )
         finally:
             release.set()
         assert body == b""

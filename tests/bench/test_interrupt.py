@@ -15,8 +15,22 @@ from bench_helpers import nullserver, wait_for_output
 
 
 def start_bench(url, out, *extra):
-    cmd = [sys.executable, "-m", "roofline", "bench", url, "--concurrency", "4", "--num-requests", "60",
-           "--warmup", "0", "--out", str(out), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "roofline",
+        "bench",
+        url,
+        "--concurrency",
+        "4",
+        "--num-requests",
+        "60",
+        "--warmup",
+        "0",
+        "--out",
+        str(out),
+        *extra,
+    ]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -55,10 +69,12 @@ ANSWERED = 8  # requests the server answers (~0.3 s each); it holds every later 
 
 @pytest.fixture
 def held_server(tmp_path):
-    """(URL, server log) of a null server that answers ANSWERED requests, then holds the rest open."""
+    """(URL, server log) of a null server that answers ANSWERED requests, then holds the rest
+    open."""
     log = tmp_path / "server.log"
-    with nullserver("--ttft", "10ms", "--gap", "25ms", "--tokens", "12", "--hold-after", str(ANSWERED),
-                    log=log) as url:
+    with nullserver(
+        "--ttft", "10ms", "--gap", "25ms", "--tokens", "12", "--hold-after", str(ANSWERED), log=log
+    ) as url:
         yield url, log
 
 
@@ -76,7 +92,9 @@ def test_sigkill_loses_nothing_that_ended(held_server, tmp_path, workers):
     assert len(lines) >= 6
     # workers outlive the parent by a moment: their parent-death signal makes them write what was
     # in flight as cancelled; everything else ended complete
-    assert all((ln["ok"] and ln["output_tokens"] == 12) or ln["error_kind"] == "cancelled" for ln in lines)
+    assert all(
+        (ln["ok"] and ln["output_tokens"] == 12) or ln["error_kind"] == "cancelled" for ln in lines
+    )
     assert sum(ln["ok"] for ln in lines) >= 6 - 4
     assert len({ln["id"] for ln in lines}) == len(lines)
     assert (tmp_path / "run" / "provenance.json").exists()
@@ -92,7 +110,9 @@ def test_interrupt_writes_cancelled_requests_and_a_summary(held_server, tmp_path
     proc = start_bench(url, tmp_path / "run")
     log = tmp_path / "run" / "requests.jsonl"
     wait_for_lines(log, 4, proc)
-    wait_for_output(server_log, "holding request #", 4, proc=proc)  # all 4 streams in flight, none can end
+    wait_for_output(
+        server_log, "holding request #", 4, proc=proc
+    )  # all 4 streams in flight, none can end
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
@@ -102,6 +122,8 @@ def test_interrupt_writes_cancelled_requests_and_a_summary(held_server, tmp_path
     assert len(done) >= 4 and 1 <= len(cancelled) <= 4  # the ones in flight when it stopped
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     s = summary["scenarios"][0]
-    assert s["requests"]["ok"] == len(done) and s["requests"]["failures"]["cancelled"]["count"] == len(cancelled)
+    assert s["requests"]["ok"] == len(done) and s["requests"]["failures"]["cancelled"][
+        "count"
+    ] == len(cancelled)
     assert summary["provenance"]["interrupted"] is True
     assert "latency" in out  # the partial summary is still printed

@@ -25,7 +25,9 @@ def test_gamma_burstiness_sets_the_spread():
 
 
 def test_constant_and_duration_bound_arrivals():
-    assert arrival_offsets_s(2.0, "constant", 1.0, count=None, duration_s=2.0, seed=0) == pytest.approx([0, 0.5, 1.0, 1.5])
+    assert arrival_offsets_s(
+        2.0, "constant", 1.0, count=None, duration_s=2.0, seed=0
+    ) == pytest.approx([0, 0.5, 1.0, 1.5])
     with pytest.raises(ValueError):
         arrival_offsets_s(2.0, "poisson", 1.0, count=None, duration_s=None, seed=0)
 
@@ -40,15 +42,25 @@ def test_open_loop_counts_queueing_in_ttft(tmp_path):
     """Arrivals every 20 ms, one request in flight at a time, each taking ~60 ms: the queue grows,
     and TTFT (from the intended time) grows with it while the server's own TTFT stays at 10 ms."""
     with nullserver("--ttft", "10ms", "--gap", "10ms", "--tokens", "6") as url:
-        outcome = run(url, [Scenario("rate", rate_per_s=50, arrivals="constant", max_concurrency=1, num_requests=8)],
-                      tmp_path / "run", warmup=0, usage="per-chunk")
+        outcome = run(
+            url,
+            [
+                Scenario(
+                    "rate", rate_per_s=50, arrivals="constant", max_concurrency=1, num_requests=8
+                )
+            ],
+            tmp_path / "run",
+            warmup=0,
+            usage="per-chunk",
+        )
     lines = sorted(measured(read_requests(tmp_path / "run")[0]), key=lambda ln: ln["intended_ns"])
     assert [ln["ok"] for ln in lines] == [True] * 8
     # intended times are the schedule: 20 ms apart exactly
     assert gaps([ln["intended_ns"] for ln in lines]) == pytest.approx([20_000_000] * 7, abs=1)
     lags = [ln["sent_ns"] / 1e9 for ln in lines]
     ttfts = [ln["chunk_ns"][0] / 1e9 for ln in lines]
-    # request i waits for the i earlier ones (~60 ms each) minus its 20 ms later arrival: ~40 ms more each
+    # request i waits for the i earlier ones (~60 ms each) minus its 20 ms later arrival: ~40 ms
+    # more each
     assert lags[-1] > 0.2 and ttfts[-1] > lags[-1] + 0.009
     assert all(b > a for a, b in zip(ttfts, ttfts[1:]))
     s = outcome.summary["scenarios"][0]
@@ -57,7 +69,12 @@ def test_open_loop_counts_queueing_in_ttft(tmp_path):
 
 def test_closed_loop_keeps_n_streams_busy(tmp_path):
     with nullserver("--ttft", "20ms", "--gap", "10ms", "--tokens", "5") as url:
-        outcome = run(url, [Scenario("concurrency", concurrency=3, num_requests=9)], tmp_path / "run", usage="per-chunk")
+        outcome = run(
+            url,
+            [Scenario("concurrency", concurrency=3, num_requests=9)],
+            tmp_path / "run",
+            usage="per-chunk",
+        )
     lines = measured(read_requests(tmp_path / "run")[0])
     starts = sorted(ln["intended_ns"] for ln in lines)
     # three waves of three: the first three start together
@@ -67,7 +84,12 @@ def test_closed_loop_keeps_n_streams_busy(tmp_path):
 
 def test_duration_bound_scenario(tmp_path):
     with nullserver("--ttft", "5ms", "--gap", "5ms", "--tokens", "4") as url:
-        outcome = run(url, [Scenario("concurrency", concurrency=2, duration_s=0.5)], tmp_path / "run", usage="per-chunk")
+        outcome = run(
+            url,
+            [Scenario("concurrency", concurrency=2, duration_s=0.5)],
+            tmp_path / "run",
+            usage="per-chunk",
+        )
     s = outcome.summary["scenarios"][0]
     # ~20 ms a request, two streams, half a second: about 50 requests (a loaded machine does fewer)
     assert 10 <= s["requests"]["ok"] <= 60 and s["requests"]["failed"] == 0

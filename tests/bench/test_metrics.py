@@ -14,7 +14,12 @@ MS = 1_000_000
 
 def test_multi_token_chunks_by_hand():
     # chunks at 100, 120, 150 ms carrying 1, 3, 2 tokens: n = 6
-    line = {"chunk_ns": [100 * MS, 120 * MS, 150 * MS], "chunk_tokens": [1, 3, 2], "output_tokens": 6, "sent_ns": 2 * MS}
+    line = {
+        "chunk_ns": [100 * MS, 120 * MS, 150 * MS],
+        "chunk_tokens": [1, 3, 2],
+        "output_tokens": 6,
+        "sent_ns": 2 * MS,
+    }
     m = metrics.request_metrics(line)
     assert m["ttft_s"] == pytest.approx(0.100)
     assert m["e2e_s"] == pytest.approx(0.150)
@@ -25,7 +30,8 @@ def test_multi_token_chunks_by_hand():
     assert metrics.chunk_gaps_seconds(line["chunk_ns"]) == pytest.approx([0.020, 0.030])
     # the 3 tokens of the 2nd chunk share its 20 ms gap; the 2 of the 3rd share 30 ms
     assert metrics.itl_per_token_seconds(line["chunk_ns"], line["chunk_tokens"]) == pytest.approx(
-        [0.020 / 3] * 3 + [0.015] * 2)
+        [0.020 / 3] * 3 + [0.015] * 2
+    )
     assert m["itl_max_s"] == pytest.approx(0.015)
 
 
@@ -54,7 +60,11 @@ def test_mean_itl_equals_tpot(chunks):
 
 def test_single_token_has_no_tpot():
     m = metrics.request_metrics({"chunk_ns": [MS], "chunk_tokens": [1], "output_tokens": 1})
-    assert m["tpot_s"] is None and m["output_speed_tok_per_s"] is None and m["ttft_s"] == pytest.approx(0.001)
+    assert (
+        m["tpot_s"] is None
+        and m["output_speed_tok_per_s"] is None
+        and m["ttft_s"] == pytest.approx(0.001)
+    )
 
 
 def test_distribution_matches_numpy():
@@ -92,7 +102,10 @@ def test_goodput_counts_only_requests_meeting_every_slo():
 
 
 def test_parse_slo():
-    assert metrics.parse_slo("ttft=450ms, tpot=40ms") == {"ttft": pytest.approx(0.45), "tpot": pytest.approx(0.04)}
+    assert metrics.parse_slo("ttft=450ms, tpot=40ms") == {
+        "ttft": pytest.approx(0.45),
+        "tpot": pytest.approx(0.04),
+    }
     for bad in ("latency=3s", "ttft", "ttft=fast", "ttft=0ms", ""):
         with pytest.raises(UserError):
             metrics.parse_slo(bad)
@@ -112,15 +125,20 @@ def test_schedule_truth_by_hand():
 
 
 def test_speculation_holds_weight_passes_not_tokens_against_the_ceiling():
-    """100 MB/token at 10 GB/s: ceiling 100 tok/s. A speculating server at 150 tok/s with 2.5 tokens per pass
-    ran 60 passes/s: 60% of the ceiling (not 150%); without speculation tokens are the basis."""
+    """100 MB/token at 10 GB/s: ceiling 100 tok/s. A speculating server at 150 tok/s with 2.5 tokens
+    per pass ran 60 passes/s: 60% of the ceiling (not 150%); without speculation tokens are the
+    basis."""
     from roofline.bench.summarize import vs_ceiling
     from roofline.bounds.ceiling import Ceiling
 
     c = Ceiling(bytes_per_token=100e6, bandwidth_bytes_per_s=10e9)
-    spec = vs_ceiling(c, {"p50": 150.0}, {"tokens_per_pass": 2.5, "passes_per_s": 60.0, "requests": 3})
+    spec = vs_ceiling(
+        c, {"p50": 150.0}, {"tokens_per_pass": 2.5, "passes_per_s": 60.0, "requests": 3}
+    )
     assert spec["basis"] == "passes" and spec["percent_of_ceiling"] == pytest.approx(60.0)
     assert spec["tokens_percent_of_one_token_ceiling"] == pytest.approx(150.0)
     assert spec["effective_bandwidth_bytes_per_s"] == pytest.approx(6e9)
-    plain = vs_ceiling(c, {"p50": 80.0}, {"tokens_per_pass": 1.0, "passes_per_s": 80.0, "requests": 3})
+    plain = vs_ceiling(
+        c, {"p50": 80.0}, {"tokens_per_pass": 1.0, "passes_per_s": 80.0, "requests": 3}
+    )
     assert plain["basis"] == "tokens" and plain["percent_of_ceiling"] == pytest.approx(80.0)

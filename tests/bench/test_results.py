@@ -4,10 +4,10 @@ import os
 import pytest
 
 from roofline.bench.records import RequestRecord
-from roofline.bench.tables import tables
 from roofline.bench.results import RequestLog, read_requests
 from roofline.bench.summarize import summarize
 from roofline.bench.summary import RunSummary
+from roofline.bench.tables import tables
 from roofline.bounds.ceiling import Ceiling
 
 MS = 1_000_000
@@ -43,11 +43,20 @@ def test_summary_with_ceiling_prompt_spread_and_failures():
     recs = [rec(0, "a", 10), rec(1, "a", 20), rec(2, "b", 5), rec(3, "b", 5, ok=False)]
     lines = [json.loads(json.dumps(r.to_json(0))) for r in recs]
     ceiling = Ceiling(bytes_per_token=1e9, bandwidth_bytes_per_s=400e9, model="m", hardware="h")
-    summary = summarize(lines, provenance={"scenarios": [{"name": "sequential"}]}, ceiling=ceiling,
-                        slo_s={"ttft": 0.06, "tpot": 0.015})
+    summary = summarize(
+        lines,
+        provenance={"scenarios": [{"name": "sequential"}]},
+        ceiling=ceiling,
+        slo_s={"ttft": 0.06, "tpot": 0.015},
+    )
     s = summary["scenarios"][0]
-    assert s["requests"] == {"measured": 4, "ok": 3, "failed": 1, "warmup": 0,
-                             "failures": {"http_500": {"count": 1, "example": "HTTP 500: boom"}}}
+    assert s["requests"] == {
+        "measured": 4,
+        "ok": 3,
+        "failed": 1,
+        "warmup": 0,
+        "failures": {"http_500": {"count": 1, "example": "HTTP 500: boom"}},
+    }
     spread = {p["prompt"]: p for p in s["prompts"]}
     assert spread["a"]["output_speed_median_tok_per_s"] == pytest.approx(75.0)
     assert spread["a"]["spread_pct"] == pytest.approx(100 * 50 / 75)
@@ -59,7 +68,9 @@ def test_summary_with_ceiling_prompt_spread_and_failures():
     assert v["effective_bandwidth_bytes_per_s"] == pytest.approx(100e9)
     assert s["goodput"]["requests_meeting_slo"] == 2  # the 20 ms/token one misses TPOT
     typed = RunSummary.from_json(summary)
-    assert RunSummary.from_json(json.loads(json.dumps(typed.to_json()))) == typed  # one to_json/from_json
+    assert (
+        RunSummary.from_json(json.loads(json.dumps(typed.to_json()))) == typed
+    )  # one to_json/from_json
     assert typed.scenarios[0].vs_ceiling.percent_of_ceiling == pytest.approx(25.0)
     names = [t[0] for t in tables(typed)]
     assert names == ["latency", "rates", "per prompt (Output Speed over reps)", "failed requests"]
@@ -80,25 +91,43 @@ def test_log_is_appended_by_several_writers(tmp_path):
 
 
 def test_a_rate_above_the_ceiling_names_the_suspect_figure_beside_the_percentage():
-    from roofline.bench.tables import rates_table, result_notes
     from roofline.bench.summarize import vs_ceiling
+    from roofline.bench.tables import rates_table, result_notes
     from roofline.bounds.ceiling import Ceiling
 
     def summary(hardware: str, measured: float) -> RunSummary:
-        c = Ceiling(bytes_per_token=538e6, bandwidth_bytes_per_s=27e9, hardware=hardware, assumptions=())
-        return RunSummary.from_json({"ceiling": c.to_dict(), "scenarios": [
-            {"scenario": {"name": "sequential"}, "metrics": {}, "token_sources": {},
-             "vs_ceiling": vs_ceiling(c, {"p50": measured})}]})
+        c = Ceiling(
+            bytes_per_token=538e6, bandwidth_bytes_per_s=27e9, hardware=hardware, assumptions=()
+        )
+        return RunSummary.from_json(
+            {
+                "ceiling": c.to_dict(),
+                "scenarios": [
+                    {
+                        "scenario": {"name": "sequential"},
+                        "metrics": {},
+                        "token_sources": {},
+                        "vs_ceiling": vs_ceiling(c, {"p50": measured}),
+                    }
+                ],
+            }
+        )
 
     def cell(s: RunSummary) -> str:
         return rates_table(s)[2][0][-1]
 
     near = summary("local", 54.0)  # 107.6% of 50.2 tok/s: within what a probe can miss
     assert cell(near) == "107.6% (bandwidth suspect, see note)"
-    assert any("above 100%" in n and "probe's measured bandwidth is the suspect" in n for n in result_notes(near))
+    assert any(
+        "above 100%" in n and "probe's measured bandwidth is the suspect" in n
+        for n in result_notes(near)
+    )
     far = summary("local", 65.0)  # 129.5%: more than any probe kernel misses by
     assert cell(far).startswith("129.5% (bytes/token suspect")
-    assert any("538.0 MB per token counted from the model's config is the suspect" in n for n in result_notes(far))
+    assert any(
+        "538.0 MB per token counted from the model's config is the suspect" in n
+        for n in result_notes(far)
+    )
     listed = summary("b200", 54.0)  # above a listed figure: the bytes are suspect
     assert cell(listed).startswith("107.6% (bytes/token suspect")
     below = summary("local", 47.0)

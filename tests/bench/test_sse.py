@@ -5,7 +5,7 @@ from roofline.bench.sse import SSEParser
 
 STREAM = (
     b": keep-alive comment\n\n"
-    b"data: {\"a\": 1}\n\n"
+    b'data: {"a": 1}\n\n'
     b"event: message\r\ndata: first line\r\ndata: second line\r\n\r\n"
     b"data:no-space\r\rdata: [DONE]\n\n"
 )
@@ -41,7 +41,7 @@ def test_byte_by_byte_crlf():
     p = SSEParser()
     out = []
     for i in range(len(data)):
-        out += p.feed(data[i:i + 1])
+        out += p.feed(data[i : i + 1])
     assert out == [b"x", b"y"]
     assert not p.pending
 

@@ -15,7 +15,9 @@ def chat(text=None, usage=None, finish=None, role=False):
 
 
 def usage_only(total):
-    return json.dumps({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": total}}).encode()
+    return json.dumps(
+        {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": total}}
+    ).encode()
 
 
 def run(payloads, saw_done=True, tokenizer=None):
@@ -25,7 +27,15 @@ def run(payloads, saw_done=True, tokenizer=None):
 
 
 def test_usage_per_chunk_counts_multi_token_chunks_exactly():
-    rec = run([chat(role=True, usage=0), chat(" a b", usage=2), chat(" c", usage=3), chat(" d e f", usage=6, finish="length"), usage_only(6)])
+    rec = run(
+        [
+            chat(role=True, usage=0),
+            chat(" a b", usage=2),
+            chat(" c", usage=3),
+            chat(" d e f", usage=6, finish="length"),
+            usage_only(6),
+        ]
+    )
     assert rec.ok and rec.token_source == "usage_per_chunk"
     assert rec.chunk_tokens == [2, 1, 3]
     assert rec.chunk_ns == [20, 30, 40]  # the role chunk and the usage chunk carry no token
@@ -68,8 +78,10 @@ def test_tokenizer_credits_tokens_to_the_chunk_where_they_start(tmp_path):
 
 
 def test_completions_text_field():
-    p = [json.dumps({"choices": [{"text": " hi", "finish_reason": None}]}).encode(),
-         json.dumps({"choices": [{"text": " there", "finish_reason": "stop"}]}).encode()]
+    p = [
+        json.dumps({"choices": [{"text": " hi", "finish_reason": None}]}).encode(),
+        json.dumps({"choices": [{"text": " there", "finish_reason": "stop"}]}).encode(),
+    ]
     rec = run(p)
     assert rec.ok and rec.text == " hi there" and rec.chunk_tokens == [1, 1]
 
@@ -85,11 +97,18 @@ def test_bad_streams_are_failures_with_reasons():
 
 
 def test_passes_reported_by_server():
-    p = [chat(" a b"), json.dumps({"choices": [], "usage": {"completion_tokens": 2, "spec_verify_ct": 1}}).encode()]
+    p = [
+        chat(" a b"),
+        json.dumps(
+            {"choices": [], "usage": {"completion_tokens": 2, "spec_verify_ct": 1}}
+        ).encode(),
+    ]
     assert run(p).passes == 1
 
 
-@pytest.mark.parametrize("total,weights", [(10, [1, 1, 1]), (7, [0.5, 3, 0, 2]), (0, [1, 2]), (5, [0, 0])])
+@pytest.mark.parametrize(
+    "total,weights", [(10, [1, 1, 1]), (7, [0.5, 3, 0, 2]), (0, [1, 2]), (5, [0, 0])]
+)
 def test_apportion_sums_to_total(total, weights):
     parts = apportion(total, weights)
     assert sum(parts) == (total if sum(weights) else 0)

@@ -19,8 +19,13 @@ def test_shares_split_streams_and_requests():
 
 
 def test_two_worker_processes_measure_like_one(null_url, tmp_path):
-    outcome = run(null_url, [Scenario("concurrency", concurrency=4, num_requests=16)], tmp_path / "run",
-                  workers=2, usage="per-chunk")
+    outcome = run(
+        null_url,
+        [Scenario("concurrency", concurrency=4, num_requests=16)],
+        tmp_path / "run",
+        workers=2,
+        usage="per-chunk",
+    )
     s = outcome.summary["scenarios"][0]
     assert s["requests"]["ok"] == 16 and s["requests"]["failed"] == 0
     lines = measured(read_requests(tmp_path / "run")[0])

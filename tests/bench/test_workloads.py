@@ -24,12 +24,24 @@ def test_builtin_set_spans_predictability():
 
 def test_jsonl_prompts(tmp_path):
     f = tmp_path / "p.jsonl"
-    f.write_text('{"id": "a", "prompt": "hi", "max_tokens": 5}\n\n"bare string"\n'
-                 '{"messages": [{"role": "user", "content": "yo"}]}\n')
+    f.write_text(
+        '{"id": "a", "prompt": "hi", "max_tokens": 5}\n\n"bare string"\n'
+        '{"messages": [{"role": "user", "content": "yo"}]}\n'
+    )
     ps = load_prompts_jsonl(f)
     assert [p.id for p in ps] == ["a", "p1", "p2"]
-    assert ps[0].max_tokens == 5 and ps[1].prompt == "bare string" and ps[2].messages[0]["content"] == "yo"
-    for bad in ('{"id": 1}\n', "not json\n", '{"prompt": "x", "max_tokens": -1}\n', "", '{"id":"a","prompt":"x"}\n' * 2):
+    assert (
+        ps[0].max_tokens == 5
+        and ps[1].prompt == "bare string"
+        and ps[2].messages[0]["content"] == "yo"
+    )
+    for bad in (
+        '{"id": 1}\n',
+        "not json\n",
+        '{"prompt": "x", "max_tokens": -1}\n',
+        "",
+        '{"id":"a","prompt":"x"}\n' * 2,
+    ):
         f.write_text(bad)
         with pytest.raises(UserError):
             load_prompts_jsonl(f)
@@ -68,4 +80,9 @@ def test_synthetic_lengths_exact_with_a_tokenizer(tmp_path):
 
 def test_reps_interleave_prompts():
     ps = builtin_prompts()[:2]
-    assert [(j.prompt.id, j.rep) for j in jobs(ps, 2)] == [(ps[0].id, 0), (ps[1].id, 0), (ps[0].id, 1), (ps[1].id, 1)]
+    assert [(j.prompt.id, j.rep) for j in jobs(ps, 2)] == [
+        (ps[0].id, 0),
+        (ps[1].id, 0),
+        (ps[0].id, 1),
+        (ps[1].id, 1),
+    ]

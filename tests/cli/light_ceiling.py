@@ -1,5 +1,6 @@
 """Run `roofline ceiling ARGS --json` in fresh interpreters: the heavy modules it must not import,
-and how long each run took (import, parse, arithmetic, print; the interpreter's own start excluded)."""
+and how long each run took (import, parse, arithmetic, print; the interpreter's own start
+excluded)."""
 
 from __future__ import annotations
 

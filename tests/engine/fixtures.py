@@ -1,10 +1,12 @@
-"""Writers of tiny random Llama-family models, as GGUF files and as Hugging Face directories, the check
-that loading a broken one fails with one clear line, and plain greedy decoding by hand on a runner.
+"""Writers of tiny random Llama-family models, as GGUF files and as Hugging Face directories, the
+check that loading a broken one fails with one clear line, and plain greedy decoding by hand on a
+runner.
 
-Both writers draw the same weights for the same seed (`tiny_weights`), so a test can load one model in
-both formats and compare. The GGUF writer does what llama.cpp's converter does, independently of the
-loader's code: its own tensor-name table, the q/k row permutation for the `llama` arch, and quantization
-with `gguf.quants`. The tokenizer is a real byte-level BPE trained here on a small corpus.
+Both writers draw the same weights for the same seed (`tiny_weights`), so a test can load one model
+in both formats and compare. The GGUF writer does what llama.cpp's converter does, independently of
+the loader's code: its own tensor-name table, the q/k row permutation for the `llama` arch, and
+quantization with `gguf.quants`. The tokenizer is a real byte-level BPE trained here on a small
+corpus.
 """
 
 from __future__ import annotations
@@ -55,13 +57,15 @@ class TinyShape:
 
 
 def tiny_shape(arch: str = "llama") -> TinyShape:
-    """The default tiny shape; qwen3 gets head_dim 32 (q_dim 128 != hidden 64), as real Qwen3 models do."""
+    """The default tiny shape; qwen3 gets head_dim 32 (q_dim 128 != hidden 64), as real Qwen3 models
+    do."""
     return replace(TinyShape(), head_dim=32) if arch == "qwen3" else TinyShape()
 
 
 @lru_cache(maxsize=4)
 def tiny_tokenizer_json(vocab_size: int = 320) -> str:
-    """A byte-level BPE tokenizer trained on `_CORPUS`, as tokenizer.json text (cached: it is immutable)."""
+    """A byte-level BPE tokenizer trained on `_CORPUS`, as tokenizer.json text (cached: it is
+    immutable)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -85,8 +89,9 @@ def tiny_vocab() -> tuple[list[str], list[str]]:
     return tokens, merges
 
 
-def tiny_weights(arch: str = "llama", seed: int = 0, tie_embeddings: bool = False,
-                 shape: TinyShape | None = None) -> dict[str, np.ndarray]:
+def tiny_weights(
+    arch: str = "llama", seed: int = 0, tie_embeddings: bool = False, shape: TinyShape | None = None
+) -> dict[str, np.ndarray]:
     """Random float32 weights under HF names (Linear weights (out, in))."""
     s = shape or tiny_shape(arch)
     vocab = len(tiny_vocab()[0])
@@ -122,7 +127,8 @@ def tiny_weights(arch: str = "llama", seed: int = 0, tie_embeddings: bool = Fals
     return w
 
 
-# ---------------------------------------------------------------------------------------------- GGUF
+# ----------------------------------------------------------------------------------------------
+# GGUF
 _GGUF_LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight",
     "post_attention_layernorm.weight": "ffn_norm.weight",
@@ -154,21 +160,41 @@ def to_gguf_name(hf: str) -> str:
 
 
 def llamacpp_permute(rows: np.ndarray, n_heads: int) -> np.ndarray:
-    """llama.cpp's converter: within each head, HF row h*hd/2 + i goes to row 2*i + h (pairs for its RoPE)."""
+    """llama.cpp's converter: within each head, HF row h*hd/2 + i goes to row 2*i + h (pairs for its
+    RoPE)."""
     head_dim = rows.shape[0] // n_heads
-    return rows.reshape(n_heads, 2, head_dim // 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
+    return (
+        rows.reshape(n_heads, 2, head_dim // 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
+    )
 
 
-# Where each block format keeps its fp16 scales (byte offsets in a block): random blocks get valid ones there.
-FP16_SCALES_AT = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2),
-                  "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
-K_QUANTS = ("Q4_K", "Q5_K", "Q6_K")  # gguf-py cannot quantize these: their tiny weights are random blocks
+# Where each block format keeps its fp16 scales (byte offsets in a block): random blocks get valid
+# ones there.
+FP16_SCALES_AT = {
+    "Q8_0": (0,),
+    "Q4_0": (0,),
+    "Q4_1": (0, 2),
+    "Q5_0": (0,),
+    "Q5_1": (0, 2),
+    "Q4_K": (0, 2),
+    "Q5_K": (0, 2),
+    "Q6_K": (208,),
+}
+K_QUANTS = (
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+)  # gguf-py cannot quantize these: their tiny weights are random blocks
 
 
-def random_blocks(tensor_type: str, rows: int, n: int, rng: np.random.Generator, scale: float = 0.02) -> np.ndarray:
-    """Random rows of a GGML block type, (rows, bytes per row) uint8: random quants, finite fp16 scales
-    drawn around `scale` (K-quants' sub-block scales and mins are random 6-bit or int8 values)."""
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as QT
+def random_blocks(
+    tensor_type: str, rows: int, n: int, rng: np.random.Generator, scale: float = 0.02
+) -> np.ndarray:
+    """Random rows of a GGML block type, (rows, bytes per row) uint8: random quants, finite fp16
+    scales drawn around `scale` (K-quants' sub-block scales and mins are random 6-bit or int8
+    values)."""
+    from gguf.constants import GGML_QUANT_SIZES
+    from gguf.constants import GGMLQuantizationType as QT
 
     block, size = GGML_QUANT_SIZES[QT[tensor_type]]
     raw = rng.integers(0, 256, (rows, n // block, size), dtype=np.uint8)
@@ -179,8 +205,9 @@ def random_blocks(tensor_type: str, rows: int, n: int, rng: np.random.Generator,
 
 
 def gguf_encode(weight: np.ndarray, tensor_type: str):
-    """(array to hand GGUFWriter, raw_dtype) for a weight stored as `tensor_type`; 1-D tensors stay F32.
-    K-quants: random blocks (seeded from the weight's bytes, so a file is the same every time)."""
+    """(array to hand GGUFWriter, raw_dtype) for a weight stored as `tensor_type`; 1-D tensors stay
+    F32. K-quants: random blocks (seeded from the weight's bytes, so a file is the same every
+    time)."""
     from gguf import GGMLQuantizationType as QT
     from gguf.quants import quantize
 
@@ -191,10 +218,14 @@ def gguf_encode(weight: np.ndarray, tensor_type: str):
     qtype = QT[tensor_type]
     rng = np.random.default_rng(int(weight.view(np.uint32)[..., :8].sum()) % 2**32)
     if tensor_type in K_QUANTS:
-        return random_blocks(tensor_type, weight.shape[0], weight.shape[1], rng, scale=0.0005), qtype
+        return random_blocks(
+            tensor_type, weight.shape[0], weight.shape[1], rng, scale=0.0005
+        ), qtype
     try:
         return quantize(weight, qtype), qtype
-    except NotImplementedError:  # a type gguf-py cannot write (Q8_1, ...): random blocks of its size
+    except (
+        NotImplementedError
+    ):  # a type gguf-py cannot write (Q8_1, ...): random blocks of its size
         return random_blocks(tensor_type, weight.shape[0], weight.shape[1], rng), qtype
 
 
@@ -211,10 +242,10 @@ def write_tiny_gguf(
     rope_freqs: np.ndarray | None = None,
     shape: TinyShape | None = None,
 ) -> Path:
-    """A tiny random model as a GGUF file, written like llama.cpp's converter would. `path` is the file
-    or a directory to put `tiny-{arch}.{tensor_type}.gguf` in; `type_overrides` maps HF tensor names to
-    another GGML type name (e.g. "Q5_0"); `rope_freqs` adds Llama 3.1-style frequency divisors.
-    Returns the file path."""
+    """A tiny random model as a GGUF file, written like llama.cpp's converter would. `path` is the
+    file or a directory to put `tiny-{arch}.{tensor_type}.gguf` in; `type_overrides` maps HF tensor
+    names to another GGML type name (e.g. "Q5_0"); `rope_freqs` adds Llama 3.1-style frequency
+    divisors. Returns the file path."""
     import gguf
 
     path = Path(path)
@@ -239,7 +270,9 @@ def write_tiny_gguf(
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
-    writer.add_token_types([3 if t in SPECIAL_TOKENS else 1 for t in tokens])  # 3 = CONTROL, 1 = NORMAL
+    writer.add_token_types(
+        [3 if t in SPECIAL_TOKENS else 1 for t in tokens]
+    )  # 3 = CONTROL, 1 = NORMAL
     writer.add_token_merges(merges)
     writer.add_bos_token_id(BOS_ID)
     writer.add_eos_token_id(EOS_ID)
@@ -260,9 +293,10 @@ def write_tiny_gguf(
 
 
 def write_tiny_spm_gguf(path) -> Path:
-    """A vocabulary-only GGUF with a SentencePiece-style tokenizer (tokenizer.ggml.model "llama"): U+2581 for
-    spaces, <0x00>..<0xFF> byte-fallback tokens, scores instead of merges (score = -id, so earlier merges
-    rank first), as llama.cpp's converter writes Llama 2 / Mistral vocabularies."""
+    """A vocabulary-only GGUF with a SentencePiece-style tokenizer (tokenizer.ggml.model "llama"):
+    U+2581 for spaces, <0x00>..<0xFF> byte-fallback tokens, scores instead of merges (score = -id,
+    so earlier merges rank first), as llama.cpp's converter writes Llama 2 / Mistral
+    vocabularies."""
     import gguf
     from tokenizers import SentencePieceBPETokenizer
 
@@ -272,7 +306,13 @@ def write_tiny_spm_gguf(path) -> Path:
     )
     pieces = sorted(json.loads(trained.to_str())["model"]["vocab"].items(), key=lambda kv: kv[1])
     byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
-    tokens = ["<unk>", "<s>", "</s>", *byte_tokens, *[p for p, _ in pieces if p not in ("<unk>", "<s>", "</s>")]]
+    tokens = [
+        "<unk>",
+        "<s>",
+        "</s>",
+        *byte_tokens,
+        *[p for p, _ in pieces if p not in ("<unk>", "<s>", "</s>")],
+    ]
     types = [2, 3, 3, *[6] * 256, *[1] * (len(tokens) - 259)]  # UNKNOWN, CONTROL, BYTE, NORMAL
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -303,8 +343,9 @@ def write_tiny_hf_dir(
     arch: str = "llama",
     tie_embeddings: bool = False,
 ) -> Path:
-    """A tiny random model as a Hugging Face directory: config.json, `shards` safetensors files (with
-    model.safetensors.index.json when > 1), tokenizer.json, tokenizer_config.json, generation_config.json."""
+    """A tiny random model as a Hugging Face directory: config.json, `shards` safetensors files
+    (with model.safetensors.index.json when > 1), tokenizer.json, tokenizer_config.json,
+    generation_config.json."""
     import torch
     from safetensors.torch import save_file
 
@@ -313,7 +354,8 @@ def write_tiny_hf_dir(
     s = tiny_shape(arch)
     architecture, model_type = HF_ARCH[arch]
     weights = {
-        k: torch.from_numpy(v).to(getattr(torch, dtype)) for k, v in tiny_weights(arch, seed, tie_embeddings).items()
+        k: torch.from_numpy(v).to(getattr(torch, dtype))
+        for k, v in tiny_weights(arch, seed, tie_embeddings).items()
     }
     config = {
         "architectures": [architecture],
@@ -360,12 +402,15 @@ def write_tiny_hf_dir(
         "model_max_length": s.max_seq_len,
     }
     (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
-    (path / "generation_config.json").write_text(json.dumps({"bos_token_id": BOS_ID, "eos_token_id": EOS_ID}))
+    (path / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": BOS_ID, "eos_token_id": EOS_ID})
+    )
     return path
 
 
 def assert_load_fails(path, *fragments) -> str:
-    """Loading `path` raises a one-line UserError that contains every fragment; returns the message."""
+    """Loading `path` raises a one-line UserError that contains every fragment; returns the
+    message."""
     with pytest.raises(UserError) as info:
         load_checkpoint(path)
     message = str(info.value)
@@ -376,8 +421,8 @@ def assert_load_fails(path, *fragments) -> str:
 
 
 def greedy_ids(runner, prompt_ids: list[int], n: int, slot: int = 0) -> list[int]:
-    """Plain one-sequence greedy decoding by hand: prefill, then argmax and decode until n tokens; the slot
-    is released afterwards."""
+    """Plain one-sequence greedy decoding by hand: prefill, then argmax and decode until n tokens;
+    the slot is released afterwards."""
     out = [int(np.argmax(runner.prefill(slot, prompt_ids)))]
     while len(out) < n:
         out.append(int(np.argmax(runner.decode([slot], [out[-1]])[0])))

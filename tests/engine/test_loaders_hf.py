@@ -1,4 +1,5 @@
-"""Hugging Face directories: single vs sharded safetensors, dtypes, config parsing, and the errors users meet."""
+"""Hugging Face directories: single vs sharded safetensors, dtypes, config parsing, and the errors
+users meet."""
 
 from __future__ import annotations
 
@@ -67,13 +68,22 @@ def test_config_parsing_rope_parameters_and_sliding_window(tmp_path):
         "original_max_position_embeddings": 8192,
     }
     c = config_from_hf(v5, "m", tmp_path)
-    assert c.rope_theta == 500000.0 and c.rope_scaling["rope_type"] == "llama3" and c.rope_scaling["factor"] == 8.0
+    assert (
+        c.rope_theta == 500000.0
+        and c.rope_scaling["rope_type"] == "llama3"
+        and c.rope_scaling["factor"] == 8.0
+    )
     assert "rope_theta" not in c.rope_scaling
     old = dict(base, rope_scaling={"type": "linear", "factor": 2.0})
     assert config_from_hf(old, "m", tmp_path).rope_scaling == {"rope_type": "linear", "factor": 2.0}
     plain = dict(base, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
     assert config_from_hf(plain, "m", tmp_path).rope_scaling is None
-    mistral = dict(base, architectures=["MistralForCausalLM"], max_position_embeddings=32768, sliding_window=4096)
+    mistral = dict(
+        base,
+        architectures=["MistralForCausalLM"],
+        max_position_embeddings=32768,
+        sliding_window=4096,
+    )
     assert config_from_hf(mistral, "m", tmp_path).max_seq_len == 4096
     qwen = dict(
         base,

@@ -1,5 +1,6 @@
-"""The torch reference forward (model.py) against Hugging Face transformers on tiny random models of each
-architecture the engine supports: Llama (plain and llama3 RoPE scaling), Qwen2 (q/k/v bias), Qwen3 (q/k norm)."""
+"""The torch reference forward (model.py) against Hugging Face transformers on tiny random models of
+each architecture the engine supports: Llama (plain and llama3 RoPE scaling), Qwen2 (q/k/v bias),
+Qwen3 (q/k norm)."""
 
 from __future__ import annotations
 
@@ -13,25 +14,45 @@ from roofline.engine import model
 from roofline.engine.config import ModelConfig
 from roofline.engine.kv_cache import KVCache
 
-LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                  "original_max_position_embeddings": 32}
+LLAMA3_SCALING = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 32,
+}
 VARIANTS = {
     "llama": dict(arch="llama", head_dim=16),
-    "llama3-scaled": dict(arch="llama", head_dim=16, rope_scaling=LLAMA3_SCALING, rope_theta=500000.0),
+    "llama3-scaled": dict(
+        arch="llama", head_dim=16, rope_scaling=LLAMA3_SCALING, rope_theta=500000.0
+    ),
     "qwen2": dict(arch="qwen2", head_dim=16),
     "qwen3": dict(arch="qwen3", head_dim=32),
     "tied": dict(arch="llama", head_dim=16, tie=True),
 }
 
 
-def tiny_hf_model(arch="llama", head_dim=16, rope_scaling=None, rope_theta=10000.0, tie=False, seed=0):
+def tiny_hf_model(
+    arch="llama", head_dim=16, rope_scaling=None, rope_theta=10000.0, tie=False, seed=0
+):
     """(transformers model with random weights, matching ModelConfig, HF-named float32 weights)."""
     import transformers
 
     cls_name = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}[arch]
-    kw = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-              head_dim=head_dim, vocab_size=97, max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=rope_theta,
-              tie_word_embeddings=tie, rope_scaling=rope_scaling)
+    kw = dict(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=head_dim,
+        vocab_size=97,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-5,
+        rope_theta=rope_theta,
+        tie_word_embeddings=tie,
+        rope_scaling=rope_scaling,
+    )
     if arch == "qwen2":
         kw["use_sliding_window"] = False
     cfg = getattr(transformers, cls_name + "Config")(**kw)
@@ -40,20 +61,50 @@ def tiny_hf_model(arch="llama", head_dim=16, rope_scaling=None, rope_theta=10000
     hf = getattr(transformers, cls_name + "ForCausalLM")(cfg).eval()
     with torch.no_grad():
         for name, p in hf.named_parameters():
-            p.copy_(1.0 + 0.1 * torch.randn_like(p) if "norm" in name else 0.08 * torch.randn_like(p))
+            p.copy_(
+                1.0 + 0.1 * torch.randn_like(p) if "norm" in name else 0.08 * torch.randn_like(p)
+            )
     weights = {k: v.detach().clone() for k, v in hf.state_dict().items()}
     if tie:
         weights.pop("lm_head.weight", None)
-    config = ModelConfig(arch=arch, name="tiny", n_layers=2, hidden=64, n_heads=4, n_kv_heads=2, head_dim=head_dim,
-                         ffn=96, vocab_size=97, max_seq_len=128, rope_theta=rope_theta, rms_eps=1e-5,
-                         rope_scaling=rope_scaling, tie_embeddings=tie, attn_bias=arch == "qwen2", qk_norm=arch == "qwen3")
+    config = ModelConfig(
+        arch=arch,
+        name="tiny",
+        n_layers=2,
+        hidden=64,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=head_dim,
+        ffn=96,
+        vocab_size=97,
+        max_seq_len=128,
+        rope_theta=rope_theta,
+        rms_eps=1e-5,
+        rope_scaling=rope_scaling,
+        tie_embeddings=tie,
+        attn_bias=arch == "qwen2",
+        qk_norm=arch == "qwen3",
+    )
     return hf, config, weights
 
 
 def rope_config(rope_theta: float = 1e4, rope_scaling: dict | None = None) -> ModelConfig:
     """A one-layer config for the RoPE tests: head_dim 16, the given theta and scaling."""
-    return ModelConfig(arch="llama", name="t", n_layers=1, hidden=64, n_heads=4, n_kv_heads=2, head_dim=16, ffn=8,
-                       vocab_size=10, max_seq_len=64, rope_theta=rope_theta, rms_eps=1e-5, rope_scaling=rope_scaling)
+    return ModelConfig(
+        arch="llama",
+        name="t",
+        n_layers=1,
+        hidden=64,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=16,
+        ffn=8,
+        vocab_size=10,
+        max_seq_len=64,
+        rope_theta=rope_theta,
+        rms_eps=1e-5,
+        rope_scaling=rope_scaling,
+    )
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -74,7 +125,9 @@ def test_cached_chunks_equal_one_pass():
     _, config, weights = tiny_hf_model("qwen2")
     ids = torch.tensor([5, 6, 7, 8, 9, 10, 11, 12, 13, 14])
     rope = model.rope_tables(config, 32)
-    cache = KVCache(config, 1, 32).torch_views(0)  # keys transposed in blocks, as the decode kernels read them
+    cache = KVCache(config, 1, 32).torch_views(
+        0
+    )  # keys transposed in blocks, as the decode kernels read them
     with torch.no_grad():
         whole = model.forward(config, weights, ids, rope=rope)
         model.forward(config, weights, ids[:6], rope=rope, cache=cache)
@@ -85,16 +138,23 @@ def test_cached_chunks_equal_one_pass():
 
 
 def test_llama3_gguf_freq_factors_equal_the_hf_rule():
-    """A GGUF carries llama3 scaling as per-frequency divisors; both routes give the same frequencies."""
+    """A GGUF carries llama3 scaling as per-frequency divisors; both routes give the same
+    frequencies."""
     from roofline.engine.loaders.rope_scaling import llama3_freq_factors
 
     hf_rule = model.rope_inv_freq(rope_config(rope_theta=500000.0, rope_scaling=LLAMA3_SCALING))
     factors = llama3_freq_factors(16, 500000.0, 8.0, 1.0, 4.0, 32)
-    from_gguf = model.rope_inv_freq(rope_config(rope_theta=500000.0,
-                                                rope_scaling={"rope_type": "llama3", "freq_factors": factors.tolist()}))
+    from_gguf = model.rope_inv_freq(
+        rope_config(
+            rope_theta=500000.0,
+            rope_scaling={"rope_type": "llama3", "freq_factors": factors.tolist()},
+        )
+    )
     torch.testing.assert_close(from_gguf, hf_rule, rtol=1e-6, atol=0)
     plain = model.rope_inv_freq(rope_config(rope_theta=500000.0))
-    assert plain[0] == hf_rule[0] and hf_rule[-1] < plain[-1]  # high frequency kept, low one stretched
+    assert (
+        plain[0] == hf_rule[0] and hf_rule[-1] < plain[-1]
+    )  # high frequency kept, low one stretched
 
 
 def test_unsupported_rope_scaling_is_a_user_error():

@@ -1,9 +1,10 @@
-"""Chunked prefill on a real (tiny) model: a prompt cut at fixed positions gives the same logits whoever
-runs its chunks and however they are interleaved; a short request gets its first token while a long
-prompt is still being prefilled; a request cancelled mid-prefill frees its slot before its prompt is done.
+"""Chunked prefill on a real (tiny) model: a prompt cut at fixed positions gives the same logits
+whoever runs its chunks and however they are interleaved; a short request gets its first token while
+a long prompt is still being prefilled; a request cancelled mid-prefill frees its slot before its
+prompt is done.
 
-The tiny model runs in milliseconds, so the scheduler tests slow each chunk down (`SlowChunks`) to make
-the prefill last long enough to observe; the arithmetic is the real runner's."""
+The tiny model runs in milliseconds, so the scheduler tests slow each chunk down (`SlowChunks`) to
+make the prefill last long enough to observe; the arithmetic is the real runner's."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from test_runner import reference_logits, tiny_checkpoint
 from test_scheduler import Collector, greedy
 
 from roofline.engine import load_runner
-from roofline.engine.prefill_chunks import chunk_bounds, chunk_end
 from roofline.engine.model_runner import KERNEL_PREFILL_MAX_TOKENS, ModelRunner
+from roofline.engine.prefill_chunks import chunk_bounds, chunk_end
 from roofline.engine.scheduler import Scheduler
 
 CHUNK = 32  # > KERNEL_PREFILL_MAX_TOKENS: whole chunks take the torch path, a short last one the kernels
@@ -30,7 +31,9 @@ def prompt_ids(n: int, seed: int = 0, vocab: int = 300) -> list[int]:
 
 
 def make_runner(tiny_gguf, dtype: str, max_batch: int = 3) -> ModelRunner:
-    runner = load_runner(str(tiny_gguf), dtype=dtype, max_batch=max_batch, max_seq_len=256, warmup=False)
+    runner = load_runner(
+        str(tiny_gguf), dtype=dtype, max_batch=max_batch, max_seq_len=256, warmup=False
+    )
     runner.prefill_chunk_tokens = CHUNK
     return runner
 
@@ -44,8 +47,8 @@ def test_chunks_are_cut_at_multiples_of_the_chunk_size():
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
 def test_prefill_in_pieces_equals_one_call_bit_for_bit(tiny_gguf, dtype):
-    """One call, the scheduler's pieces (one chunk each) and pieces of several chunks give bit-identical
-    logits and K/V caches; decoding on from each agrees too."""
+    """One call, the scheduler's pieces (one chunk each) and pieces of several chunks give
+    bit-identical logits and K/V caches; decoding on from each agrees too."""
     runner = make_runner(tiny_gguf, dtype)
     ids = prompt_ids(PROMPT_LEN)
     whole = runner.prefill(0, ids)
@@ -56,15 +59,19 @@ def test_prefill_in_pieces_equals_one_call_bit_for_bit(tiny_gguf, dtype):
             assert (out is None) == (b < PROMPT_LEN)
         assert np.array_equal(out, whole), f"slot {slot}: logits differ from one call"
         n = PROMPT_LEN
-        assert np.array_equal(runner.cache.k[slot][..., :n // 16 + 1, :, :], runner.cache.k[0][..., :n // 16 + 1, :, :])
+        assert np.array_equal(
+            runner.cache.k[slot][..., : n // 16 + 1, :, :],
+            runner.cache.k[0][..., : n // 16 + 1, :, :],
+        )
         assert np.array_equal(runner.cache.v[slot][:, :, :n], runner.cache.v[0][:, :, :n])
     rows = runner.decode([0, 1, 2], [7, 7, 7])
     assert np.array_equal(rows[0], rows[1]) and np.array_equal(rows[0], rows[2])
 
 
 def test_chunked_prefill_matches_the_reference_forward():
-    """Chunks attending to cached K/V compute the model: logits within fp32 rounding of model.forward over
-    the whole sequence (GQA and qk-norm model, five chunks, the last through the kernels)."""
+    """Chunks attending to cached K/V compute the model: logits within fp32 rounding of
+    model.forward over the whole sequence (GQA and qk-norm model, five chunks, the last through the
+    kernels)."""
     ckpt = tiny_checkpoint("qwen3")
     runner = ModelRunner(ckpt, dtype="fp32", max_batch=1, max_seq_len=256)
     runner.prefill_chunk_tokens = CHUNK
@@ -79,14 +86,17 @@ def test_a_continued_prefill_must_start_where_the_slot_ends(tiny_gguf):
     runner.prefill(0, prompt_ids(40))
     with pytest.raises(ValueError, match="holds 40 positions"):
         runner.prefill(0, prompt_ids(8), start=32)
-    with pytest.raises(ValueError, match="multiple of 32"):  # a chunk cut elsewhere would change the arithmetic
+    with pytest.raises(
+        ValueError, match="multiple of 32"
+    ):  # a chunk cut elsewhere would change the arithmetic
         runner.prefill(0, prompt_ids(8), start=40)
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
 def test_scheduler_output_does_not_depend_on_what_else_runs(tiny_gguf, dtype):
-    """A long prompt prefilled chunk by chunk between the decode steps of two running requests (and with a
-    short one admitted mid-way) gives the greedy ids of the prompt decoded alone; so do the others."""
+    """A long prompt prefilled chunk by chunk between the decode steps of two running requests (and
+    with a short one admitted mid-way) gives the greedy ids of the prompt decoded alone; so do the
+    others."""
     runner = make_runner(tiny_gguf, dtype)
     prompts = [prompt_ids(20, seed=2), prompt_ids(PROMPT_LEN, seed=3), prompt_ids(6, seed=4)]
     n = 12
@@ -105,9 +115,10 @@ def test_scheduler_output_does_not_depend_on_what_else_runs(tiny_gguf, dtype):
 
 
 class SlowChunks:
-    """A runner whose prefill chunks each take at least `seconds` (the tiny model's take ~1 ms) and are logged
-    as (slot, start, tokens, time); everything else is the wrapped runner. Chunks after the first `free` wait,
-    once logged, until the test sets `go`: the test acts while the long prefill surely is under way."""
+    """A runner whose prefill chunks each take at least `seconds` (the tiny model's take ~1 ms) and
+    are logged as (slot, start, tokens, time); everything else is the wrapped runner. Chunks after
+    the first `free` wait, once logged, until the test sets `go`: the test acts while the long
+    prefill surely is under way."""
 
     def __init__(self, runner: ModelRunner, seconds: float, free: int | None = None):
         self._runner, self._seconds, self._free = runner, seconds, free
@@ -131,7 +142,10 @@ class SlowChunks:
 def test_a_short_request_gets_its_first_token_during_a_long_prefill(tiny_gguf):
     # the long prompt's second chunk starts, then waits for the short request's submit
     runner = SlowChunks(make_runner(tiny_gguf, "fp32", max_batch=2), seconds=0.05, free=1)
-    long_prompt, short_prompt = prompt_ids(224, seed=5), prompt_ids(5, seed=6)  # 7 chunks of 32; one chunk
+    long_prompt, short_prompt = (
+        prompt_ids(224, seed=5),
+        prompt_ids(5, seed=6),
+    )  # 7 chunks of 32; one chunk
     first_token_at: list[float] = []
     short = Collector()
 
@@ -149,12 +163,20 @@ def test_a_short_request_gets_its_first_token_during_a_long_prefill(tiny_gguf):
         runner.go.set()
         short.wait(30)
         long_one.wait(30)
-    long_chunks = [c for c in runner.chunks if c[2] == CHUNK]  # the short prompt's one chunk is 5 tokens
+    long_chunks = [
+        c for c in runner.chunks if c[2] == CHUNK
+    ]  # the short prompt's one chunk is 5 tokens
     last_long_chunk_at = max(t for _, start, _, t in long_chunks if start == 192)
-    assert first_token_at[0] < last_long_chunk_at, "the short request waited for the whole long prefill"
+    assert first_token_at[0] < last_long_chunk_at, (
+        "the short request waited for the whole long prefill"
+    )
     ahead = sum(1 for _, _, n, t in long_chunks if submitted < t < first_token_at[0])
-    assert ahead <= 2, f"{ahead} long chunks ran between the short request's arrival and its first token"
-    assert first_token_at[0] - submitted < 3.0  # ~2 chunks of 50 ms here; generous for a busy machine
+    assert ahead <= 2, (
+        f"{ahead} long chunks ran between the short request's arrival and its first token"
+    )
+    assert (
+        first_token_at[0] - submitted < 3.0
+    )  # ~2 chunks of 50 ms here; generous for a busy machine
     assert short.ids == greedy_ids(runner._runner, short_prompt, 4)
 
 
@@ -177,16 +199,18 @@ def test_cancelling_mid_prefill_frees_the_slot_before_the_prompt_is_done(tiny_gg
         stats = sched.stats()
     long_chunks = [c for c in runner.chunks if c[2] == CHUNK]
     assert cancelled.last.finish_reason == "abort" and cancelled.ids == []
-    assert 2 <= len(long_chunks) <= 4, f"{len(long_chunks)} of 7 chunks ran for a request cancelled after 2"
+    assert 2 <= len(long_chunks) <= 4, (
+        f"{len(long_chunks)} of 7 chunks ran for a request cancelled after 2"
+    )
     assert queued.ids == greedy_ids(runner._runner, queued_prompt, 4)
     assert stats.cancelled == 1 and stats.running == 0
 
 
-
 def test_prefill_operations_do_not_depend_on_torch_thread_count():
-    """The runner may run torch on fewer threads when cores are busy (engine/threads.py): the prefill's
-    torch operations at the default model's shapes (a 256-row chunk late in a 1k context: GEMMs over the
-    fused weights, addmm_ residuals, masked and causal GQA attention) give the same bits on 1 and 2 threads."""
+    """The runner may run torch on fewer threads when cores are busy (engine/threads.py): the
+    prefill's torch operations at the default model's shapes (a 256-row chunk late in a 1k context:
+    GEMMs over the fused weights, addmm_ residuals, masked and causal GQA attention) give the same
+    bits on 1 and 2 threads."""
     import torch
 
     from roofline.engine.prefill import attention, causal_mask
@@ -195,15 +219,25 @@ def test_prefill_operations_do_not_depend_on_torch_thread_count():
     T, S, hidden, ffn = 256, 1024, 576, 1536
     h, w_gu = torch.randn(T, hidden, generator=g), torch.randn(2 * ffn, hidden, generator=g)
     act, w_d = torch.randn(T, ffn, generator=g), torch.randn(hidden, ffn, generator=g)
-    q, k, v = torch.randn(T, 9, 64, generator=g), torch.randn(3, S, 64, generator=g), torch.randn(3, S, 64, generator=g)
+    q, k, v = (
+        torch.randn(T, 9, 64, generator=g),
+        torch.randn(3, S, 64, generator=g),
+        torch.randn(3, S, 64, generator=g),
+    )
     before = torch.get_num_threads()
     results = []
     try:
         for n in (1, 2):
             torch.set_num_threads(n)
             x = torch.randn(T, hidden, generator=torch.Generator().manual_seed(1))
-            results.append((h @ w_gu.T, x.addmm_(act, w_d.T), attention(q, k, v, S - T, causal_mask(S - T, T)),
-                            attention(q, k[:, :T], v[:, :T], 0, None)))
+            results.append(
+                (
+                    h @ w_gu.T,
+                    x.addmm_(act, w_d.T),
+                    attention(q, k, v, S - T, causal_mask(S - T, T)),
+                    attention(q, k[:, :T], v[:, :T], 0, None),
+                )
+            )
     finally:
         torch.set_num_threads(before)
     for name, one, two in zip(("gemm", "addmm_", "masked attention", "causal attention"), *results):

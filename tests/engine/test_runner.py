@@ -22,34 +22,66 @@ LONG_PROMPT = PROMPT * 5  # longer than KERNEL_PREFILL_MAX_TOKENS: prefilled by 
 
 def tiny_checkpoint(arch: str = "llama", tie: bool = False, seed: int = 0) -> Checkpoint:
     s = tiny_shape(arch)
-    weights = {k: torch.from_numpy(v * 3) if "norm" not in k else torch.from_numpy(v)
-               for k, v in tiny_weights(arch, seed, tie).items()}
+    weights = {
+        k: torch.from_numpy(v * 3) if "norm" not in k else torch.from_numpy(v)
+        for k, v in tiny_weights(arch, seed, tie).items()
+    }
     vocab = weights["model.embed_tokens.weight"].shape[0]
-    config = ModelConfig(arch=arch, name=f"tiny-{arch}", n_layers=s.n_layers, hidden=s.hidden, n_heads=s.n_heads,
-                         n_kv_heads=s.n_kv_heads, head_dim=s.head_dim, ffn=s.ffn, vocab_size=vocab,
-                         max_seq_len=s.max_seq_len, rope_theta=s.rope_theta, rms_eps=s.rms_eps, tie_embeddings=tie,
-                         attn_bias=arch == "qwen2", qk_norm=arch == "qwen3")
-    return Checkpoint(config=config, tensors=weights, tokenizer=None, path=f"<random {arch}>", stored_format={})
+    config = ModelConfig(
+        arch=arch,
+        name=f"tiny-{arch}",
+        n_layers=s.n_layers,
+        hidden=s.hidden,
+        n_heads=s.n_heads,
+        n_kv_heads=s.n_kv_heads,
+        head_dim=s.head_dim,
+        ffn=s.ffn,
+        vocab_size=vocab,
+        max_seq_len=s.max_seq_len,
+        rope_theta=s.rope_theta,
+        rms_eps=s.rms_eps,
+        tie_embeddings=tie,
+        attn_bias=arch == "qwen2",
+        qk_norm=arch == "qwen3",
+    )
+    return Checkpoint(
+        config=config, tensors=weights, tokenizer=None, path=f"<random {arch}>", stored_format={}
+    )
 
 
 def reference_logits(ckpt: Checkpoint, ids: list[int], dtype: str) -> torch.Tensor:
-    """Last-position logits of the whole sequence through model.forward (bf16: weights rounded to bf16)."""
+    """Last-position logits of the whole sequence through model.forward (bf16: weights rounded to
+    bf16)."""
     weights = ckpt.tensors
     if dtype == "bf16":
-        weights = {k: v.to(torch.bfloat16).float() if v.dim() == 2 else v for k, v in weights.items()}
+        weights = {
+            k: v.to(torch.bfloat16).float() if v.dim() == 2 else v for k, v in weights.items()
+        }
     if dtype == "int8":  # per-row int8: W ~ scale[o] * q[o, i]
         deq = {k: matrix(v, "int8") for k, v in weights.items() if v.dim() == 2}
-        weights = {k: torch.from_numpy(deq[k][0] * deq[k][1][:, None]) if k in deq else v for k, v in weights.items()}
+        weights = {
+            k: torch.from_numpy(deq[k][0] * deq[k][1][:, None]) if k in deq else v
+            for k, v in weights.items()
+        }
     rope = model.rope_tables(ckpt.config, len(ids))
     with torch.no_grad():
         return model.forward(ckpt.config, weights, torch.tensor(ids), rope=rope)[-1]
 
 
-@pytest.mark.parametrize("arch,tie,prompt", [("llama", False, PROMPT), ("llama", True, PROMPT), ("qwen2", False, PROMPT),
-                                             ("qwen3", False, PROMPT), ("qwen2", False, LONG_PROMPT)])
+@pytest.mark.parametrize(
+    "arch,tie,prompt",
+    [
+        ("llama", False, PROMPT),
+        ("llama", True, PROMPT),
+        ("qwen2", False, PROMPT),
+        ("qwen3", False, PROMPT),
+        ("qwen2", False, LONG_PROMPT),
+    ],
+)
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
 def test_decode_matches_reference_forward(arch, tie, prompt, dtype):
-    """Short prompts prefill through the decode kernels, LONG_PROMPT through torch (model.forward)."""
+    """Short prompts prefill through the decode kernels, LONG_PROMPT through torch
+    (model.forward)."""
     ckpt = tiny_checkpoint(arch, tie)
     runner = ModelRunner(ckpt, dtype=dtype, max_batch=1, max_seq_len=64)
     ids = list(prompt)
@@ -60,7 +92,8 @@ def test_decode_matches_reference_forward(arch, tie, prompt, dtype):
         ids.append(t)
         want.append(reference_logits(ckpt, ids, dtype))
     assert runner.position(0) == len(ids)
-    # bf16 prefill multiplies bf16-rounded activations (a bf16 GEMM); elsewhere activations stay fp32.
+    # bf16 prefill multiplies bf16-rounded activations (a bf16 GEMM); elsewhere activations stay
+    # fp32.
     rel = 3e-2 if dtype == "bf16" else 1e-4
     for step, (g, w) in enumerate(zip(got, want, strict=True)):
         err = np.abs(g - w.numpy()).max()
@@ -89,7 +122,9 @@ def test_extend_equals_token_by_token_decode_bit_for_bit():
     assert runner.position(1) == len(PROMPT) + len(FOLLOW)
     runner.truncate(1, len(PROMPT))
     for i, t in enumerate(FOLLOW):
-        assert np.array_equal(runner.decode([1], [t])[0], many[i]), f"row {i} of extend differs from decode"
+        assert np.array_equal(runner.decode([1], [t])[0], many[i]), (
+            f"row {i} of extend differs from decode"
+        )
 
 
 def test_long_prompt_really_takes_the_torch_path():
@@ -120,7 +155,11 @@ def test_bytes_per_token_counts_weights_once_embedding_row_and_full_lm_head():
                 if name in ("model.embed_tokens.weight", "lm_head.weight"):
                     continue
                 # matrices with their row scales; norms and biases stay float32
-                want += x.numel() * matrix_bytes + x.shape[0] * scale_bytes if x.dim() == 2 else x.numel() * 4
+                want += (
+                    x.numel() * matrix_bytes + x.shape[0] * scale_bytes
+                    if x.dim() == 2
+                    else x.numel() * 4
+                )
             runner = ModelRunner(ckpt, dtype=dtype, max_batch=1, max_seq_len=8)
             assert runner.bytes_per_token == want, (tie, dtype)
 

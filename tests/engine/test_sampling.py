@@ -1,5 +1,5 @@
-"""Sampling: greedy is argmax (lowest index on ties), seeds reproduce, top-k / top-p keep the right tokens
-with the right renormalised probabilities."""
+"""Sampling: greedy is argmax (lowest index on ties), seeds reproduce, top-k / top-p keep the right
+tokens with the right renormalised probabilities."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import pytest
 
 from roofline.engine.sampling import SamplingParams, sample
 
-LOGITS = np.log(np.array([0.05, 0.4, 0.1, 0.3, 0.15], dtype=np.float64)).astype(np.float32)  # probs at T=1
+LOGITS = np.log(np.array([0.05, 0.4, 0.1, 0.3, 0.15], dtype=np.float64)).astype(
+    np.float32
+)  # probs at T=1
 
 
 def frequencies(params: SamplingParams, logits=LOGITS, n=20000, seed=0) -> np.ndarray:
@@ -56,7 +58,8 @@ def test_top_k_keeps_the_k_most_likely_renormalised():
 
 
 def test_top_p_keeps_the_smallest_prefix_reaching_the_mass():
-    # sorted probs 0.4, 0.3, 0.15, 0.1, 0.05: cumulative 0.4, 0.7, 0.85 -> top_p 0.8 keeps three tokens
+    # sorted probs 0.4, 0.3, 0.15, 0.1, 0.05: cumulative 0.4, 0.7, 0.85 -> top_p 0.8 keeps three
+    # tokens
     freq = frequencies(SamplingParams(temperature=1.0, top_p=0.8))
     assert freq[[0, 2]].sum() == 0
     np.testing.assert_allclose(freq[[1, 3, 4]], np.array([0.4, 0.3, 0.15]) / 0.85, atol=0.015)
@@ -65,7 +68,8 @@ def test_top_p_keeps_the_smallest_prefix_reaching_the_mass():
 
 
 def test_top_p_over_a_large_vocabulary_matches_a_full_sort():
-    """The short-candidate-list shortcut and the full-sort fallback keep the same set as a brute-force nucleus."""
+    """The short-candidate-list shortcut and the full-sort fallback keep the same set as a
+    brute-force nucleus."""
     rng = np.random.default_rng(3)
     for flat in (False, True):  # peaked (mass in few tokens) and flat (mass spread over thousands)
         logits = (rng.standard_normal(50000) * (0.2 if flat else 4.0)).astype(np.float32)
@@ -79,13 +83,17 @@ def test_top_p_over_a_large_vocabulary_matches_a_full_sort():
 
 
 def test_top_k_and_top_p_combine():
-    # top_k=3 keeps 0.4, 0.3, 0.15 (mass 0.85); top_p 0.8 of that renormalised mass keeps 0.4 and 0.3
+    # top_k=3 keeps 0.4, 0.3, 0.15 (mass 0.85); top_p 0.8 of that renormalised mass keeps 0.4 and
+    # 0.3
     freq = frequencies(SamplingParams(top_k=3, top_p=0.8))
     assert freq[[0, 2, 4]].sum() == 0
     np.testing.assert_allclose(freq[[1, 3]], [0.4 / 0.7, 0.3 / 0.7], atol=0.015)
 
 
-@pytest.mark.parametrize("bad", [dict(temperature=-1), dict(top_p=0), dict(top_p=1.5), dict(top_k=-1), dict(max_tokens=-2)])
+@pytest.mark.parametrize(
+    "bad",
+    [dict(temperature=-1), dict(top_p=0), dict(top_p=1.5), dict(top_k=-1), dict(max_tokens=-2)],
+)
 def test_invalid_params_are_rejected(bad):
     with pytest.raises(ValueError):
         SamplingParams(**bad)

@@ -31,7 +31,12 @@ class FakeTokenizer:
     CHARS = string.ascii_letters + string.digits + " .,!?:;'-\n<>|/"
 
     def __init__(self):
-        self.bos_id, self.eos_ids, self.add_bos, self.special_ids = 0, frozenset({1}), True, frozenset({0, 1})
+        self.bos_id, self.eos_ids, self.add_bos, self.special_ids = (
+            0,
+            frozenset({1}),
+            True,
+            frozenset({0, 1}),
+        )
         self.vocab_size = 2 + len(self.CHARS)
         self._ids = {c: i + 2 for i, c in enumerate(self.CHARS)}
 
@@ -41,7 +46,10 @@ class FakeTokenizer:
 
     def decode(self, ids, skip_special_tokens=True):
         specials = {0: "<s>", 1: "</s>"}
-        return "".join(self.CHARS[i - 2] if i >= 2 else ("" if skip_special_tokens else specials[i]) for i in ids)
+        return "".join(
+            self.CHARS[i - 2] if i >= 2 else ("" if skip_special_tokens else specials[i])
+            for i in ids
+        )
 
     def token_bytes(self, token_id):
         return self.decode([token_id]).encode()
@@ -52,14 +60,18 @@ class FakeTokenizer:
 
 
 def fake_next_token(tok: FakeTokenizer, ctx: list[int], prompt_len: int) -> int:
-    """The fake model: EOS right after a generated '.', else a script character chosen by the context."""
+    """The fake model: EOS right after a generated '.', else a script character chosen by the
+    context."""
     if len(ctx) > prompt_len and ctx[-1] == tok.encode(".", add_special_tokens=False)[0]:
         return 1
     return tok.encode(SCRIPT[(sum(ctx) * 7 + len(ctx)) % len(SCRIPT)], add_special_tokens=False)[0]
 
 
-def fake_greedy_ids(tok: FakeTokenizer, prompt_ids: list[int], max_tokens: int, ignore_eos: bool = False) -> list[int]:
-    """What greedy decoding of the fake model must produce (computed independently of the scheduler)."""
+def fake_greedy_ids(
+    tok: FakeTokenizer, prompt_ids: list[int], max_tokens: int, ignore_eos: bool = False
+) -> list[int]:
+    """What greedy decoding of the fake model must produce (computed independently of the
+    scheduler)."""
     ctx, out = list(prompt_ids), []
     while len(out) < max_tokens:
         t = fake_next_token(tok, ctx, len(prompt_ids))
@@ -70,8 +82,11 @@ def fake_greedy_ids(tok: FakeTokenizer, prompt_ids: list[int], max_tokens: int, 
     return out
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float = 60.0, what: str = "the test's signal") -> None:
-    """Poll `condition` until it holds; fail after timeout_s (a test's gate, never a bet on how fast work is)."""
+def wait_until(
+    condition: Callable[[], bool], timeout_s: float = 60.0, what: str = "the test's signal"
+) -> None:
+    """Poll `condition` until it holds; fail after timeout_s (a test's gate, never a bet on how fast
+    work is)."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, f"waited {timeout_s:g} s for {what}"
@@ -86,17 +101,26 @@ class FakeConfig:
 
 
 class FakeRunner:
-    """ModelRunner interface over `fake_next_token`; checks the scheduler's use of slots and positions.
+    """ModelRunner interface over `fake_next_token`; checks the scheduler's use of slots and
+    positions.
 
     A test that must act while work is still under way (cancel, close, stop) sets `prefill_gate` or
-    `decode_gate`: each prefill / decode call, once logged, waits until the gate returns True, so the work
-    cannot finish before the test's signal however fast or slow the machine is."""
+    `decode_gate`: each prefill / decode call, once logged, waits until the gate returns True, so
+    the work cannot finish before the test's signal however fast or slow the machine is."""
 
     prefill_gate: Callable[[], bool] | None = None
     decode_gate: Callable[[], bool] | None = None
 
-    def __init__(self, *, max_batch=2, max_seq_len=256, decode_seconds=0.0, fail_on_prompt_token=None,
-                 prefill_chunk_tokens=None, prefill_seconds_per_token=0.0):
+    def __init__(
+        self,
+        *,
+        max_batch=2,
+        max_seq_len=256,
+        decode_seconds=0.0,
+        fail_on_prompt_token=None,
+        prefill_chunk_tokens=None,
+        prefill_seconds_per_token=0.0,
+    ):
         self.tokenizer = FakeTokenizer()
         self.config = FakeConfig(self.tokenizer.vocab_size, max_seq_len)
         self.name, self.dtype, self.path = "fake-model", "fp32", "fake/path.gguf"
@@ -106,9 +130,13 @@ class FakeRunner:
         self.fail_on_prompt_token = fail_on_prompt_token
         self.ctx: dict[int, list[int]] = {}
         self.prompt_len: dict[int, int] = {}
-        self.prefill_chunk_tokens = prefill_chunk_tokens  # None: the scheduler prefills a prompt in one call
+        self.prefill_chunk_tokens = (
+            prefill_chunk_tokens  # None: the scheduler prefills a prompt in one call
+        )
         self.prefill_seconds_per_token = prefill_seconds_per_token
-        self.log: list[tuple] = []  # ("prefill", slot, n, start) | ("decode", slots) | ("release", slot)
+        self.log: list[
+            tuple
+        ] = []  # ("prefill", slot, n, start) | ("decode", slots) | ("release", slot)
         self.thread_ids: set[int] = set()
 
     def _logits(self, slot: int) -> np.ndarray:
@@ -117,17 +145,22 @@ class FakeRunner:
         return (-0.3 * np.abs(np.arange(self.config.vocab_size) - target)).astype(np.float32)
 
     def prefill(self, slot, token_ids, *, start=0, logits=True):
-        """token_ids at positions start..: start 0 takes a free slot, a later start continues that slot's
-        prompt; a chunked prefill must come in the runner's chunks (cut at multiples of the chunk size)."""
+        """token_ids at positions start..: start 0 takes a free slot, a later start continues that
+        slot's prompt; a chunked prefill must come in the runner's chunks (cut at multiples of the
+        chunk size)."""
         self.thread_ids.add(threading.get_ident())
-        assert 0 <= slot < self.max_batch and 0 < len(token_ids)
+        assert 0 <= slot < self.max_batch and len(token_ids) > 0
         if start == 0:
             assert slot not in self.ctx, f"slot {slot} busy"
         else:
-            assert len(self.ctx.get(slot, ())) == start, f"slot {slot}: continuing at {start}, holds {self.ctx.get(slot)}"
+            assert len(self.ctx.get(slot, ())) == start, (
+                f"slot {slot}: continuing at {start}, holds {self.ctx.get(slot)}"
+            )
         if self.prefill_chunk_tokens:
             c = self.prefill_chunk_tokens
-            assert start % c == 0 and len(token_ids) <= c, f"chunk {start}+{len(token_ids)} not cut at multiples of {c}"
+            assert start % c == 0 and len(token_ids) <= c, (
+                f"chunk {start}+{len(token_ids)} not cut at multiples of {c}"
+            )
         assert start + len(token_ids) < self.max_seq_len
         if self.fail_on_prompt_token is not None and self.fail_on_prompt_token in token_ids:
             raise RuntimeError("fake prefill failure")
@@ -157,10 +190,13 @@ class FakeRunner:
         return np.stack(rows)
 
     def step(self, batch):
-        """Chains only (what the scheduler sends a runner without tree proposers): row i sees rows 0..i."""
+        """Chains only (what the scheduler sends a runner without tree proposers): row i sees rows
+        0..i."""
         assert all(parents is None for _, _, parents in batch)
         if all(len(ids) == 1 for _, ids, _ in batch):
-            return list(self.decode([s for s, _, _ in batch], [ids[0] for _, ids, _ in batch])[:, None, :])
+            return list(
+                self.decode([s for s, _, _ in batch], [ids[0] for _, ids, _ in batch])[:, None, :]
+            )
         out = []
         for s, ids, _ in batch:
             rows = []
@@ -172,7 +208,7 @@ class FakeRunner:
 
     def keep(self, slot, start, rows):
         assert list(rows) == list(range(len(rows))), "a chain keeps a prefix"
-        del self.ctx[slot][start + len(rows):]
+        del self.ctx[slot][start + len(rows) :]
 
     def position(self, slot):
         return len(self.ctx.get(slot, ()))
@@ -232,7 +268,9 @@ def test_single_request_matches_the_model_and_reports_usage():
     assert c.ids == expected
     assert c.text == runner.tokenizer.decode(expected)
     assert c.last.finish_reason == ("stop" if expected[-1] == 1 else "length")
-    assert c.last.usage.prompt_tokens == len(prompt) and c.last.usage.completion_tokens == len(expected)
+    assert c.last.usage.prompt_tokens == len(prompt) and c.last.usage.completion_tokens == len(
+        expected
+    )
     assert [e.final for e in c.events].count(True) == 1
     assert runner.ctx == {}, "the slot was not released"
     assert len(runner.thread_ids) == 1 and threading.get_ident() not in runner.thread_ids
@@ -245,7 +283,9 @@ def test_max_tokens_gives_length():
         c = Collector()
         sched.submit(prompt, greedy(3, ignore_eos=True), c)
         c.wait()
-    assert len(c.ids) == 3 and c.last.finish_reason == "length" and c.last.usage.completion_tokens == 3
+    assert (
+        len(c.ids) == 3 and c.last.finish_reason == "length" and c.last.usage.completion_tokens == 3
+    )
 
 
 def test_batched_requests_equal_solo_runs_and_share_decode_steps():
@@ -294,7 +334,9 @@ def test_cancel_frees_the_slot_for_the_next_request():
 def test_cancel_while_queued_never_prefills():
     runner = FakeRunner(max_batch=1, decode_seconds=0.002)
     cancelled = threading.Event()
-    runner.decode_gate = cancelled.is_set  # the first request holds the one slot until the second is cancelled
+    runner.decode_gate = (
+        cancelled.is_set
+    )  # the first request holds the one slot until the second is cancelled
     tok = runner.tokenizer
     with Scheduler(runner) as sched:
         first, second = Collector(), Collector()
@@ -305,7 +347,9 @@ def test_cancel_while_queued_never_prefills():
         first.wait()
         second.wait()
     assert second.last.finish_reason == "abort" and second.ids == []
-    assert [e for e in runner.log if e[0] == "prefill"] == [("prefill", 0, len(tok.encode("Hello")), 0)]
+    assert [e for e in runner.log if e[0] == "prefill"] == [
+        ("prefill", 0, len(tok.encode("Hello")), 0)
+    ]
 
 
 def test_context_limit_rejects_long_prompts_and_trims_max_tokens():
@@ -338,10 +382,15 @@ def test_one_long_prefill_per_step_keeps_decodes_going():
         for c in collectors:
             c.wait()
     kinds = [e[0] for e in runner.log if e[0] != "release"]
-    # step 1: the first long prompt alone (over the budget, but first) and a decode; step 2: the second
-    # long prompt (the short one does not fit what it left) and a decode; step 3: the short one.
+    # step 1: the first long prompt alone (over the budget, but first) and a decode; step 2: the
+    # second long prompt (the short one does not fit what it left) and a decode; step 3: the short
+    # one.
     assert kinds[:6] == ["prefill", "decode", "prefill", "decode", "prefill", "decode"], kinds
-    assert [e[2] for e in runner.log if e[0] == "prefill"] == [len(long_prompt), len(long_prompt), len(short)]
+    assert [e[2] for e in runner.log if e[0] == "prefill"] == [
+        len(long_prompt),
+        len(long_prompt),
+        len(short),
+    ]
 
 
 def prefills(runner: FakeRunner) -> list[tuple[int, int, int]]:
@@ -350,11 +399,11 @@ def prefills(runner: FakeRunner) -> list[tuple[int, int, int]]:
 
 
 def test_chunked_prefill_cuts_at_fixed_positions_between_decode_steps():
-    """A 19-token prompt in chunks of 4 under a budget of 6 (not a multiple of 4): the chunks start at 0, 4,
-    8, 12, 16 whatever the budget had left, a decode step of the running request comes between any two of
-    them, and the output is the model's."""
-    # The running request's decode steps wait until the long prompt is in: without that gate it could finish
-    # all 200 of them before the second submit, leaving no decode to interleave.
+    """A 19-token prompt in chunks of 4 under a budget of 6 (not a multiple of 4): the chunks start
+    at 0, 4, 8, 12, 16 whatever the budget had left, a decode step of the running request comes
+    between any two of them, and the output is the model's."""
+    # The running request's decode steps wait until the long prompt is in: without that gate it
+    # could finish all 200 of them before the second submit, leaving no decode to interleave.
     runner = FakeRunner(max_batch=2, prefill_chunk_tokens=4, decode_seconds=0.005)
     submitted = threading.Event()
     runner.decode_gate = submitted.is_set
@@ -372,7 +421,7 @@ def test_chunked_prefill_cuts_at_fixed_positions_between_decode_steps():
     chunks = [(start, n) for slot, start, n in prefills(runner)[1:]]
     assert chunks == [(0, 4), (4, 4), (8, 4), (12, 4), (16, 3)]
     calls = [e[0] for e in runner.log if e[0] != "release"]
-    between = "".join("p" if k == "prefill" else "d" for k in calls[calls.index("prefill", 1):])
+    between = "".join("p" if k == "prefill" else "d" for k in calls[calls.index("prefill", 1) :])
     assert "pp" not in between[: between.rindex("p") + 1], f"two chunks in one step: {between}"
     assert long_one.ids == fake_greedy_ids(tok, long_prompt, 5, ignore_eos=True)
     assert stats.prefill_chunks == 6 and stats.prefill_seconds.count == 2
@@ -380,9 +429,10 @@ def test_chunked_prefill_cuts_at_fixed_positions_between_decode_steps():
 
 
 def test_a_new_request_is_prefilled_before_the_next_chunk_of_a_long_one():
-    """Both queued before the first step, chunk = budget = 4: step 1 runs the long prompt's first chunk; step
-    2 the short prompt first (new requests go first), then the long one's next chunk (the head of the prefills
-    in progress always gets one). The short request's first token comes after one chunk of the long one."""
+    """Both queued before the first step, chunk = budget = 4: step 1 runs the long prompt's first
+    chunk; step 2 the short prompt first (new requests go first), then the long one's next chunk
+    (the head of the prefills in progress always gets one). The short request's first token comes
+    after one chunk of the long one."""
     runner = FakeRunner(max_batch=2, prefill_chunk_tokens=4)
     tok = runner.tokenizer
     long_prompt, short = tok.encode("x" * 39), tok.encode("ab")  # 40 tokens: 10 chunks; 3 tokens
@@ -395,15 +445,17 @@ def test_a_new_request_is_prefilled_before_the_next_chunk_of_a_long_one():
         short_one.wait()
     assert prefills(runner)[:3] == [(0, 0, 4), (1, 0, 3), (0, 4, 4)]
     first_decode = next(i for i, e in enumerate(runner.log) if e[0] == "decode")
-    long_chunks_before = sum(1 for e in runner.log[:first_decode] if e[0] == "prefill" and e[1] == 0)
+    long_chunks_before = sum(
+        1 for e in runner.log[:first_decode] if e[0] == "prefill" and e[1] == 0
+    )
     assert long_chunks_before == 2 and runner.log[first_decode] == ("decode", (1,))
     assert long_one.ids == fake_greedy_ids(tok, long_prompt, 3, ignore_eos=True)
     assert short_one.ids == fake_greedy_ids(tok, short, 3, ignore_eos=True)
 
 
 def test_prefills_in_progress_take_turns():
-    """Two long prompts under a one-chunk budget progress alternately (neither waits for the other's whole
-    prompt), and each slot's chunks come in order."""
+    """Two long prompts under a one-chunk budget progress alternately (neither waits for the other's
+    whole prompt), and each slot's chunks come in order."""
     runner = FakeRunner(max_batch=2, prefill_chunk_tokens=4)
     tok = runner.tokenizer
     prompts = [tok.encode("a" * 23), tok.encode("b" * 23)]  # 24 tokens: 6 chunks each
@@ -422,9 +474,13 @@ def test_prefills_in_progress_take_turns():
 
 
 def test_cancel_during_a_chunked_prefill_frees_the_slot_before_the_prompt_is_done():
-    runner = FakeRunner(max_batch=1, prefill_chunk_tokens=4, prefill_seconds_per_token=0.005)  # 20 ms a chunk
+    runner = FakeRunner(
+        max_batch=1, prefill_chunk_tokens=4, prefill_seconds_per_token=0.005
+    )  # 20 ms a chunk
     cancel_sent = threading.Event()
-    runner.prefill_gate = lambda: len(prefills(runner)) <= 2 or cancel_sent.is_set()  # the third waits for the cancel
+    runner.prefill_gate = lambda: (
+        len(prefills(runner)) <= 2 or cancel_sent.is_set()
+    )  # the third waits for the cancel
     tok = runner.tokenizer
     long_prompt = tok.encode("y" * 199)  # 200 tokens: 50 chunks, 1 s
     with Scheduler(runner) as sched:
@@ -459,7 +515,9 @@ def test_short_prompts_are_admitted_together():
 
 
 def test_a_failing_request_does_not_take_the_others_down():
-    runner = FakeRunner(max_batch=2, fail_on_prompt_token=FakeTokenizer().encode("!", add_special_tokens=False)[0])
+    runner = FakeRunner(
+        max_batch=2, fail_on_prompt_token=FakeTokenizer().encode("!", add_special_tokens=False)[0]
+    )
     tok = runner.tokenizer
     with Scheduler(runner) as sched:
         bad, good = Collector(), Collector()
@@ -494,14 +552,19 @@ def test_close_fails_pending_requests_and_refuses_new_ones():
     runner = FakeRunner(max_batch=1, decode_seconds=0.01)
     tok = runner.tokenizer
     sched = Scheduler(runner).start()
-    runner.decode_gate = lambda: sched._stopping  # the running request cannot finish before close() is called
+    runner.decode_gate = lambda: (
+        sched._stopping
+    )  # the running request cannot finish before close() is called
     running, waiting = Collector(), Collector()
     sched.submit(tok.encode("a"), greedy(100, ignore_eos=True), running)
     sched.submit(tok.encode("b"), greedy(5), waiting)
     assert running.first.wait(30)
     sched.close()
     assert not sched.alive
-    assert running.wait().last.finish_reason == "error" and waiting.wait().last.finish_reason == "error"
+    assert (
+        running.wait().last.finish_reason == "error"
+        and waiting.wait().last.finish_reason == "error"
+    )
     assert runner.ctx == {}
     with pytest.raises(RuntimeError):
         sched.submit(tok.encode("c"), greedy(5), Collector())
@@ -521,7 +584,9 @@ def test_asyncio_sink_delivers_events_on_the_loop():
         return events
 
     events = asyncio.run(main())
-    assert [t for e in events for t in e.token_ids] == fake_greedy_ids(runner.tokenizer, prompt, 6, ignore_eos=True)
+    assert [t for e in events for t in e.token_ids] == fake_greedy_ids(
+        runner.tokenizer, prompt, 6, ignore_eos=True
+    )
 
 
 def test_histogram_is_cumulative():
@@ -532,8 +597,8 @@ def test_histogram_is_cumulative():
 
 
 def test_loading_builds_the_runner_on_the_thread_that_steps_it():
-    """`Scheduler.loading`: the load and every runner call happen on one thread (torch and numba keep
-    per-thread OpenMP teams; splitting load and decode across threads halved decode speed)."""
+    """`Scheduler.loading`: the load and every runner call happen on one thread (torch and numba
+    keep per-thread OpenMP teams; splitting load and decode across threads halved decode speed)."""
     loaded_on = []
 
     def load():

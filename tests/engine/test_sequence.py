@@ -1,5 +1,5 @@
-"""Sequence: stop strings held back until they cannot be one, stop tokens / EOS / max_tokens, and UTF-8 that
-arrives split across tokens."""
+"""Sequence: stop strings held back until they cannot be one, stop tokens / EOS / max_tokens, and
+UTF-8 that arrives split across tokens."""
 
 from __future__ import annotations
 
@@ -14,8 +14,23 @@ EOS, IM_END = 0, 1
 class ByteTokenizer:
     """Token i >= 2 stands for the bytes in PIECES[i]; 0 is EOS, 1 a special chat marker."""
 
-    PIECES = [b"<eos>", b"<|im_end|>", b"Hel", b"lo", b" wor", b"ld", b"!", b"\xe2\x82", b"\xac", b" END", b"EN", b"D",
-              b"\xf0\x9f\x98", b"\x80", b"E"]
+    PIECES = [
+        b"<eos>",
+        b"<|im_end|>",
+        b"Hel",
+        b"lo",
+        b" wor",
+        b"ld",
+        b"!",
+        b"\xe2\x82",
+        b"\xac",
+        b" END",
+        b"EN",
+        b"D",
+        b"\xf0\x9f\x98",
+        b"\x80",
+        b"E",
+    ]
     eos_ids = frozenset({EOS})
     special_ids = frozenset({EOS, IM_END})
 
@@ -41,7 +56,11 @@ def test_plain_text_is_released_token_by_token():
 
 def test_eos_stops_and_is_not_text_unless_ignored():
     pieces, tail, seq = run([2, 3, EOS, 4])
-    assert seq.finish_reason == "stop" and seq.output_ids == [2, 3, EOS] and "".join(pieces) + tail == "Hello"
+    assert (
+        seq.finish_reason == "stop"
+        and seq.output_ids == [2, 3, EOS]
+        and "".join(pieces) + tail == "Hello"
+    )
     pieces, tail, seq = run([2, EOS, 3], ignore_eos=True)
     assert not seq.done and "".join(pieces) == "Hello"  # special tokens are not text
 
@@ -53,11 +72,16 @@ def test_stop_token_ids_stop():
 
 def test_max_tokens_finishes_with_length():
     pieces, tail, seq = run([2, 3, 4, 5], max_tokens=3)
-    assert seq.finish_reason == "length" and len(seq.output_ids) == 3 and "".join(pieces) + tail == "Hello wor"
+    assert (
+        seq.finish_reason == "length"
+        and len(seq.output_ids) == 3
+        and "".join(pieces) + tail == "Hello wor"
+    )
 
 
 def test_stop_string_split_across_tokens_is_held_back_then_cut():
-    # the stop string "END" arrives as "EN" + "D": the text before it stays, the stop string is dropped
+    # the stop string "END" arrives as "EN" + "D": the text before it stays, the stop string is
+    # dropped
     pieces, tail, seq = run([2, 3, 10, 11, 6], stop=("END",))
     assert pieces == ["Hel", "lo", "", ""]  # "EN" held back (could be "END"), then "END" found
     assert seq.finish_reason == "stop" and tail == ""

@@ -1,7 +1,8 @@
-"""A bounded soak of `roofline serve` (under a minute of wall time): 32 clients stream completions of random
-lengths against a real server process on the tiny model, a fifth of them hanging up part-way. Nothing
-may be lost (every request not hung up completes with exactly its usage), the usage the clients saw and
-the server's /metrics must agree, and the server's memory must stay flat after warm-up."""
+"""A bounded soak of `roofline serve` (under a minute of wall time): 32 clients stream completions
+of random lengths against a real server process on the tiny model, a fifth of them hanging up
+part-way. Nothing may be lost (every request not hung up completes with exactly its usage), the
+usage the clients saw and the server's /metrics must agree, and the server's memory must stay flat
+after warm-up."""
 
 from __future__ import annotations
 
@@ -19,20 +20,32 @@ from roofline.engine.loaders import load_checkpoint
 CLIENTS = 32
 WARMUP_S = 5.0
 SOAK_S = 20.0
-MIN_REQUESTS = 2  # per client, however slow the machine: the soak's volume does not depend on its speed
-PROMPTS = ["The capital of France is", "Once upon a time", "def add(a, b):", "Hello", "1, 2, 3, 4,",
-           "Attention is computed over keys and values"]
+MIN_REQUESTS = (
+    2  # per client, however slow the machine: the soak's volume does not depend on its speed
+)
+PROMPTS = [
+    "The capital of France is",
+    "Once upon a time",
+    "def add(a, b):",
+    "Hello",
+    "1, 2, 3, 4,",
+    "Attention is computed over keys and values",
+]
 
 
-def _client(url: str, seed: int, warm_until: float, stop_at: float, log: list, lock: threading.Lock) -> None:
+def _client(
+    url: str, seed: int, warm_until: float, stop_at: float, log: list, lock: threading.Lock
+) -> None:
     try:
         _requests(url, seed, warm_until, stop_at, log, lock)
-    except Exception as e:  # noqa: BLE001 -- reported by the test, not lost in a thread
+    except Exception as e:
         with lock:
             log.append({"exception": repr(e), "hung_up": False})
 
 
-def _requests(url: str, seed: int, warm_until: float, stop_at: float, log: list, lock: threading.Lock) -> None:
+def _requests(
+    url: str, seed: int, warm_until: float, stop_at: float, log: list, lock: threading.Lock
+) -> None:
     rng = random.Random(seed)
     with httpx.Client(base_url=url, timeout=120) as client:
         made = 0
@@ -40,9 +53,20 @@ def _requests(url: str, seed: int, warm_until: float, stop_at: float, log: list,
             made += 1
             prompt, max_tokens = rng.choice(PROMPTS), rng.randint(1, 120)
             hang_up_after = rng.randint(1, 6) if rng.random() < 0.2 else None
-            body = {"prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0,
-                    "stream": True, "stream_options": {"include_usage": True}}
-            record = {"prompt": prompt, "max_tokens": max_tokens, "hung_up": False, "warm": time.monotonic() < warm_until}
+            body = {
+                "prompt": prompt,
+                "max_tokens": max_tokens,
+                "ignore_eos": True,
+                "temperature": 0,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+            record = {
+                "prompt": prompt,
+                "max_tokens": max_tokens,
+                "hung_up": False,
+                "warm": time.monotonic() < warm_until,
+            }
             with client.stream("POST", "/v1/completions", json=body) as r:
                 record["status"] = r.status_code
                 events = []
@@ -50,14 +74,20 @@ def _requests(url: str, seed: int, warm_until: float, stop_at: float, log: list,
                     if not line:
                         continue
                     events.append(line)
-                    if hang_up_after is not None and len(events) >= hang_up_after and line != "data: [DONE]":
+                    if (
+                        hang_up_after is not None
+                        and len(events) >= hang_up_after
+                        and line != "data: [DONE]"
+                    ):
                         record["hung_up"] = True
                         break
             if not record["hung_up"]:
                 record["done"] = events[-1] == "data: [DONE]"
-                chunks = [json.loads(e[len("data: "):]) for e in events[:-1]]
+                chunks = [json.loads(e[len("data: ") :]) for e in events[:-1]]
                 record["usage"] = chunks[-1]["usage"]
-                record["finish"] = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1]
+                record["finish"] = [
+                    c["choices"][0]["finish_reason"] for c in chunks if c["choices"]
+                ][-1]
                 record["errors"] = [c for c in chunks if "error" in c]
             with lock:
                 log.append(record)
@@ -72,8 +102,12 @@ def test_32_streams_with_hang_ups_lose_nothing_and_memory_stays_flat(tiny_gguf):
         lock = threading.Lock()
         t0 = time.monotonic()
         warm_until, stop_at = t0 + WARMUP_S, t0 + WARMUP_S + SOAK_S
-        threads = [threading.Thread(target=_client, args=(server.url, i, warm_until, stop_at, log, lock), daemon=True)
-                   for i in range(CLIENTS)]
+        threads = [
+            threading.Thread(
+                target=_client, args=(server.url, i, warm_until, stop_at, log, lock), daemon=True
+            )
+            for i in range(CLIENTS)
+        ]
         for t in threads:
             t.start()
         time.sleep(max(0.0, warm_until - time.monotonic()))
@@ -82,7 +116,9 @@ def test_32_streams_with_hang_ups_lose_nothing_and_memory_stays_flat(tiny_gguf):
             t.join(stop_at - time.monotonic() + 120)
         assert not any(t.is_alive() for t in threads), "a client never finished"
         deadline = time.monotonic() + 30
-        while (m := metrics(server.url))["roofline_requests_running"] or m["roofline_requests_queued"]:
+        while (m := metrics(server.url))["roofline_requests_running"] or m[
+            "roofline_requests_queued"
+        ]:
             assert time.monotonic() < deadline, "requests left running after every client finished"
             time.sleep(0.05)
         rss_end = server.rss_bytes()
@@ -97,18 +133,32 @@ def test_32_streams_with_hang_ups_lose_nothing_and_memory_stays_flat(tiny_gguf):
         assert r["status"] == 200 and r["done"] and not r["errors"] and r["finish"] == "length", r
         assert r["usage"]["completion_tokens"] == r["max_tokens"], r
         assert r["usage"]["prompt_tokens"] == prompt_tokens[r["prompt"]], r
-    finished = m["roofline_requests_finished_total{finish_reason=length}"] + \
-        m["roofline_requests_finished_total{finish_reason=stop}"]
+    finished = (
+        m["roofline_requests_finished_total{finish_reason=length}"]
+        + m["roofline_requests_finished_total{finish_reason=stop}"]
+    )
     assert m["roofline_requests_total"] == len(log)
     assert m["roofline_requests_failed_total"] == 0
     assert finished + m["roofline_requests_cancelled_total"] == len(log)
     assert len(completed) <= finished and m["roofline_requests_cancelled_total"] <= len(hung)
     done_tokens = sum(r["usage"]["completion_tokens"] for r in completed)
-    assert done_tokens <= m["roofline_generation_tokens_total"] <= done_tokens + sum(r["max_tokens"] for r in hung)
+    assert (
+        done_tokens
+        <= m["roofline_generation_tokens_total"]
+        <= done_tokens + sum(r["max_tokens"] for r in hung)
+    )
     done_prompt = sum(r["usage"]["prompt_tokens"] for r in completed)
-    assert done_prompt <= m["roofline_prompt_tokens_total"] <= done_prompt + sum(prompt_tokens[r["prompt"]] for r in hung)
+    assert (
+        done_prompt
+        <= m["roofline_prompt_tokens_total"]
+        <= done_prompt + sum(prompt_tokens[r["prompt"]] for r in hung)
+    )
     growth = rss_end - rss_warm
-    print(f"soak: {len(log)} requests ({len(hung)} hung up), {done_tokens} tokens streamed to completion, "
-          f"{m['roofline_requests_cancelled_total']:.0f} cancelled; RSS {rss_warm / 1e6:.0f} MB after warm-up, "
-          f"{growth / 1e6:+.1f} MB at the end")
-    assert growth < 50e6, f"server RSS grew {growth / 1e6:.1f} MB after warm-up ({rss_warm / 1e6:.0f} MB then)"
+    print(
+        f"soak: {len(log)} requests ({len(hung)} hung up), {done_tokens} tokens streamed to completion, "
+        f"{m['roofline_requests_cancelled_total']:.0f} cancelled; RSS {rss_warm / 1e6:.0f} MB after warm-up, "
+        f"{growth / 1e6:+.1f} MB at the end"
+    )
+    assert growth < 50e6, (
+        f"server RSS grew {growth / 1e6:.1f} MB after warm-up ({rss_warm / 1e6:.0f} MB then)"
+    )

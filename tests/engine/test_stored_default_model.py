@@ -15,8 +15,12 @@ from roofline.engine.scheduler import Scheduler
 from roofline.engine.speculate.base import SpecOptions
 from roofline.engine.speculate.step import speculation_factory
 
-PROMPTS = ["List the first six even numbers, then repeat that list twice:", "Why is the sky blue?",
-           "def fib(n):\n    if n < 2:\n        return n\n", "The capital of France is"]
+PROMPTS = [
+    "List the first six even numbers, then repeat that list twice:",
+    "Why is the sky blue?",
+    "def fib(n):\n    if n < 2:\n        return n\n",
+    "The capital of France is",
+]
 N = 64
 
 
@@ -28,14 +32,24 @@ def test_the_shipped_file_stored_gives_the_fp32_tokens_alone_and_under_four_stre
     runner = load_runner(None, dtype="stored", max_batch=4, max_seq_len=256)
     assert runner.bytes_per_token == runner.file_bytes_per_token == 96_577_380
     assert [greedy_ids(runner, p, N) for p in ids] == want
-    for options in (None, SpecOptions("trie", adaptive=False), SpecOptions("ngram", k=4, adaptive=False)):
+    for options in (
+        None,
+        SpecOptions("trie", adaptive=False),
+        SpecOptions("ngram", k=4, adaptive=False),
+    ):
         speculation = speculation_factory(options, runner) if options else None
         with serving(None, scheduler=Scheduler(runner, speculation=speculation)) as url:
             name = httpx.get(url + "/v1/models").json()["data"][0]["id"]
 
             def run(i: int) -> list[int]:
-                body = {"model": name, "prompt": PROMPTS[i], "max_tokens": N, "temperature": 0,
-                        "ignore_eos": True, "return_token_ids": True}
+                body = {
+                    "model": name,
+                    "prompt": PROMPTS[i],
+                    "max_tokens": N,
+                    "temperature": 0,
+                    "ignore_eos": True,
+                    "return_token_ids": True,
+                }
                 r = httpx.post(url + "/v1/completions", json=body, timeout=120).json()
                 return r["choices"][0]["token_ids"]
 

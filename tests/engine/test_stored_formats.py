@@ -77,7 +77,9 @@ def test_products_on_stored_rows_equal_the_float32_kernel_bit_for_bit(fmt):
             assert np.array_equal(got, want), (
                 f"{fmt} n={n} k={k}: max diff {np.abs(got - want).max()}"
             )
-            layer_kernels.matvec_rows(raw, codes, x, got, 3, 11, True)  # accumulate over a row range
+            layer_kernels.matvec_rows(
+                raw, codes, x, got, 3, 11, True
+            )  # accumulate over a row range
             layer_kernels.matvec_rows(dense, ones, x, want, 3, 11, True)
             assert np.array_equal(got, want)
 

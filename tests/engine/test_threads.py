@@ -27,18 +27,37 @@ from roofline.engine.threads import (
 def test_idle_openmp_workers_sleep_unless_the_user_chose_otherwise():
     env: dict[str, str] = {}
     assert prefer_passive_omp_waits(env, modules={}) and env == {"OMP_WAIT_POLICY": "PASSIVE"}
-    for name, value in [("OMP_WAIT_POLICY", "ACTIVE"), ("GOMP_SPINCOUNT", "100000"), ("KMP_BLOCKTIME", "200")]:
+    for name, value in [
+        ("OMP_WAIT_POLICY", "ACTIVE"),
+        ("GOMP_SPINCOUNT", "100000"),
+        ("KMP_BLOCKTIME", "200"),
+    ]:
         env = {name: value}
         assert not prefer_passive_omp_waits(env, modules={}) and env == {name: value}
     env = {}
-    assert not prefer_passive_omp_waits(env, modules={"torch": object()}) and env == {}  # too late: left alone
+    assert (
+        not prefer_passive_omp_waits(env, modules={"torch": object()}) and env == {}
+    )  # too late: left alone
 
 
 def test_importing_the_engine_sets_the_policy_before_torch_loads():
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")}
-    code = ("import os, sys, roofline.engine; from roofline.engine import load_runner; "
-            "print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+    }
+    code = (
+        "import os, sys, roofline.engine; from roofline.engine import load_runner; "
+        "print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert out.stdout.split() == ["PASSIVE", "False"]
 
 
@@ -69,20 +88,24 @@ def test_a_busy_core_moves_the_choice_to_one_thread_and_back_when_it_is_free_aga
     assert chooser.interval == LONGEST_INTERVAL
     used = drive(chooser, lambda n, i: busy[n], 300)
     assert chooser.current == 1 and chooser.switches == 1
-    # once switched, two threads only as a probe, at most one every FEWER_THREADS_LONGEST_INTERVAL passes
+    # once switched, two threads only as a probe, at most one every FEWER_THREADS_LONGEST_INTERVAL
+    # passes
     assert used[-50:].count(2) <= 50 // FEWER_THREADS_LONGEST_INTERVAL + 1
     drive(chooser, lambda n, i: quiet[n], 300)
     assert chooser.current == 2 and chooser.switches == 2
 
 
 def test_a_neighbour_arriving_or_leaving_is_noticed_within_a_few_passes():
-    """After a long quiet spell the probes are LONGEST_INTERVAL passes apart, yet the switch to one thread
-    comes CHANGE_PASSES slow passes after the neighbour starts (plus the probe and its confirmation), and the
-    switch back within FEWER_THREADS_LONGEST_INTERVAL passes or so of it leaving."""
+    """After a long quiet spell the probes are LONGEST_INTERVAL passes apart, yet the switch to one
+    thread comes CHANGE_PASSES slow passes after the neighbour starts (plus the probe and its
+    confirmation), and the switch back within FEWER_THREADS_LONGEST_INTERVAL passes or so of it
+    leaving."""
     chooser = ThreadChooser(2)
     quiet = {2: 0.020, 1: 0.030}
     busy = {2: 0.060, 1: 0.032}
-    drive(chooser, lambda n, i: quiet[n] * (1 + 0.02 * (i % 3)), 300)  # a little noise: no false alarm
+    drive(
+        chooser, lambda n, i: quiet[n] * (1 + 0.02 * (i % 3)), 300
+    )  # a little noise: no false alarm
     assert chooser.current == 2 and chooser.interval == LONGEST_INTERVAL and chooser.changes == 0
     used = drive(chooser, lambda n, i: busy[n], CHANGE_PASSES + 2)
     assert chooser.current == 1 and chooser.changes == 1 and used == [2] * CHANGE_PASSES + [1, 1]
@@ -109,8 +132,8 @@ def test_one_lucky_probe_does_not_switch():
 
 def test_probes_compare_passes_of_the_same_row_count_only():
     chooser = ThreadChooser(2, first_interval=2, longest_interval=2)
-    # every 1-row pass on 2 threads is slow, but a probe is only ever due on 8-row passes, which have no
-    # reference on 2 threads as long as every 8-row pass is a probe: no verdict, no switch
+    # every 1-row pass on 2 threads is slow, but a probe is only ever due on 8-row passes, which
+    # have no reference on 2 threads as long as every 8-row pass is a probe: no verdict, no switch
     for _ in range(50):
         n = chooser.threads_for_pass()
         rows = 8 if n == 1 else 1
@@ -150,37 +173,53 @@ def test_a_prefill_chunk_tries_the_other_thread_count_on_one_layer_and_keeps_the
     trial = chooser.torch_layer_trial()
     assert (trial.start, trial.other) == (2, 1)
     assert run_layers(trial, lambda n, i: busy[n] * (3 if i == 0 else 1)) == [2, 2, 1] + [1] * 27
-    assert chooser.torch_verdict == 1 and chooser.torch_threads() == 1  # the next chunk starts from it
+    assert (
+        chooser.torch_verdict == 1 and chooser.torch_threads() == 1
+    )  # the next chunk starts from it
     quiet = {2: 0.010, 1: 0.020}
     trial = chooser.torch_layer_trial()
     assert (trial.start, trial.other) == (1, 2)
-    assert run_layers(trial, lambda n, i: quiet[n]) == [1, 1, 2] + [2] * 27 and chooser.torch_threads() == 2
+    assert (
+        run_layers(trial, lambda n, i: quiet[n]) == [1, 1, 2] + [2] * 27
+        and chooser.torch_threads() == 2
+    )
     # a tie (or a win under the margin) keeps the count it started with
     trial = chooser.torch_layer_trial()
-    assert run_layers(trial, lambda n, i: 0.010) == [2, 2, 1] + [2] * 27 and chooser.torch_verdict == 2
+    assert (
+        run_layers(trial, lambda n, i: 0.010) == [2, 2, 1] + [2] * 27 and chooser.torch_verdict == 2
+    )
     assert ThreadChooser(1).torch_layer_trial() is None
 
 
 def test_a_layer_trial_in_a_real_prefill_changes_no_bit():
-    """A torch-path prefill (prompt longer than the kernel path's) whose trial moves torch's thread count from
-    layer to layer gives the logits of a runner on one fixed count, and reports every layer's time."""
+    """A torch-path prefill (prompt longer than the kernel path's) whose trial moves torch's thread
+    count from layer to layer gives the logits of a runner on one fixed count, and reports every
+    layer's time."""
     most = min(2, available_cores())
-    fixed = ModelRunner(tiny_checkpoint("llama"), dtype="fp32", threads=1, max_batch=1, max_seq_len=128)
-    adaptive = ModelRunner(tiny_checkpoint("llama"), dtype="fp32", threads=None, max_batch=1, max_seq_len=128)
+    fixed = ModelRunner(
+        tiny_checkpoint("llama"), dtype="fp32", threads=1, max_batch=1, max_seq_len=128
+    )
+    adaptive = ModelRunner(
+        tiny_checkpoint("llama"), dtype="fp32", threads=None, max_batch=1, max_seq_len=128
+    )
     adaptive.threads = most
     adaptive.thread_chooser = ThreadChooser(most)
     prompt = list(LONG_PROMPT) * 2
     assert len(prompt) > KERNEL_PREFILL_MAX_TOKENS
     seen = []
 
-    class Alternating(TorchLayerTrial):  # the tiny model has 2 layers: switch on every layer instead of at 2
+    class Alternating(
+        TorchLayerTrial
+    ):  # the tiny model has 2 layers: switch on every layer instead of at 2
         def threads_for_layer(self, layer):
             return (most, 1)[layer % 2]
 
         def record_layer(self, layer, threads, seconds):
             seen.append((layer, threads, seconds > 0))
 
-    adaptive.thread_chooser.torch_layer_trial = lambda: Alternating(most, 1, adaptive.thread_chooser)
+    adaptive.thread_chooser.torch_layer_trial = lambda: Alternating(
+        most, 1, adaptive.thread_chooser
+    )
     np.testing.assert_array_equal(fixed.prefill(0, prompt), adaptive.prefill(0, prompt))
     assert seen == [(i, (most, 1)[i % 2], True) for i in range(adaptive.config.n_layers)]
 
@@ -194,12 +233,15 @@ def test_pinned_passes_teach_nothing():
 
 
 def test_greedy_ids_are_identical_with_one_two_and_adaptive_threads():
-    """The same greedy ids with one thread, two threads, and the adaptive choice probing every other pass
-    (so that passes of one generation run on both counts); prompts through the kernel and the torch prefill."""
+    """The same greedy ids with one thread, two threads, and the adaptive choice probing every other
+    pass (so that passes of one generation run on both counts); prompts through the kernel and the
+    torch prefill."""
     most = min(2, available_cores())
     results = {}
     for label, threads in [("one", 1), ("two", most), ("adaptive", None)]:
-        runner = ModelRunner(tiny_checkpoint("llama"), dtype="fp32", threads=threads, max_batch=1, max_seq_len=128)
+        runner = ModelRunner(
+            tiny_checkpoint("llama"), dtype="fp32", threads=threads, max_batch=1, max_seq_len=128
+        )
         if threads is None:
             runner.threads = most
             runner.thread_chooser = ThreadChooser(most, first_interval=1, longest_interval=1)
@@ -212,7 +254,9 @@ def test_greedy_ids_are_identical_with_one_two_and_adaptive_threads():
 
 
 def test_seeding_starts_the_choice_from_measured_passes():
-    runner = ModelRunner(tiny_checkpoint("llama"), dtype="fp32", threads=None, max_batch=1, max_seq_len=64)
+    runner = ModelRunner(
+        tiny_checkpoint("llama"), dtype="fp32", threads=None, max_batch=1, max_seq_len=64
+    )
     chooser = runner.thread_chooser
     assert chooser is not None and chooser.candidates[0] == runner.threads
     runner.warmup()  # compiles, then seeds
@@ -220,6 +264,8 @@ def test_seeding_starts_the_choice_from_measured_passes():
     if len(chooser.candidates) > 1:
         assert sum(chooser._speedup.values()) > 0  # measured, not defaulted
     assert runner.position(0) == 0  # the seeding passes left the cache empty
-    fixed = ModelRunner(tiny_checkpoint("llama"), dtype="fp32", threads=1, max_batch=1, max_seq_len=64)
+    fixed = ModelRunner(
+        tiny_checkpoint("llama"), dtype="fp32", threads=1, max_batch=1, max_seq_len=64
+    )
     assert fixed.thread_chooser is None
     np.testing.assert_array_equal(fixed.prefill(0, PROMPT), runner.prefill(0, PROMPT))

@@ -30,7 +30,12 @@ def _gguf_tokenizer(path) -> Tokenizer:
 
 def test_gguf_and_hf_dir_tokenizers_agree(tiny_gguf, tiny_hf_dir):
     gg, hf = load_checkpoint(tiny_gguf).tokenizer, load_checkpoint(tiny_hf_dir).tokenizer
-    assert (gg.bos_id, gg.eos_ids, gg.add_bos, gg.vocab_size) == (hf.bos_id, hf.eos_ids, hf.add_bos, hf.vocab_size)
+    assert (gg.bos_id, gg.eos_ids, gg.add_bos, gg.vocab_size) == (
+        hf.bos_id,
+        hf.eos_ids,
+        hf.add_bos,
+        hf.vocab_size,
+    )
     assert (gg.bos_id, gg.eos_ids, gg.add_bos) == (1, frozenset({2}), False)
     for text in TEXTS:
         ids = gg.encode(text)
@@ -52,8 +57,8 @@ def test_chat_markers_are_single_special_ids(tiny_gguf):
 
 
 def test_smollm_pre_tokenizer_isolates_digits(tmp_path):
-    """llama.cpp's "smollm" rule cuts every digit on its own before merging; "gpt2" does not. The tiny
-    vocabulary has the merges for " 2024", so the two rules must give different ids."""
+    """llama.cpp's "smollm" rule cuts every digit on its own before merging; "gpt2" does not. The
+    tiny vocabulary has the merges for " 2024", so the two rules must give different ids."""
     gpt2 = _gguf_tokenizer(write_tiny_gguf(tmp_path / "a", pre="gpt2"))
     smollm = _gguf_tokenizer(write_tiny_gguf(tmp_path / "b", pre="smollm"))
     merged = gpt2.encode(" 2024")
@@ -76,13 +81,19 @@ def test_pre_tokenizers_match_transformers_gguf_conversion(tmp_path, pre):
 
 
 def test_sentencepiece_gguf_matches_transformers_and_round_trips(tmp_path):
-    """tokenizer.ggml.model "llama": merges recovered from scores, byte fallback for unknown characters."""
+    """tokenizer.ggml.model "llama": merges recovered from scores, byte fallback for unknown
+    characters."""
     from transformers import AutoTokenizer
 
     path = write_tiny_spm_gguf(tmp_path)
     ours = _gguf_tokenizer(path)
     ref = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    assert (ours.bos_id, ours.eos_ids, ours.add_bos, ours.piece_kind) == (1, frozenset({2}), True, "sentencepiece")
+    assert (ours.bos_id, ours.eos_ids, ours.add_bos, ours.piece_kind) == (
+        1,
+        frozenset({2}),
+        True,
+        "sentencepiece",
+    )
     for text in [
         "The quick brown fox",
         "two  spaces",
@@ -102,20 +113,27 @@ def test_sentencepiece_gguf_matches_transformers_and_round_trips(tmp_path):
 
 
 def test_hf_dir_bos_from_post_processor_eos_from_generation_config_and_jinja_template(tmp_path):
-    """Without add_bos_token in tokenizer_config.json, tokenizer.json's post-processor decides; every
-    eos id of generation_config.json ends generation; chat_template.jinja wins over the config entry."""
+    """Without add_bos_token in tokenizer_config.json, tokenizer.json's post-processor decides;
+    every eos id of generation_config.json ends generation; chat_template.jinja wins over the config
+    entry."""
     from tokenizers import Tokenizer as Backend
     from tokenizers.processors import TemplateProcessing
 
     folder = write_tiny_hf_dir(tmp_path / "m")
     backend = Backend.from_file(str(folder / "tokenizer.json"))
-    backend.post_processor = TemplateProcessing(single="<|im_start|> $A", special_tokens=[("<|im_start|>", 1)])
+    backend.post_processor = TemplateProcessing(
+        single="<|im_start|> $A", special_tokens=[("<|im_start|>", 1)]
+    )
     backend.save(str(folder / "tokenizer.json"))
     config = json.loads((folder / "tokenizer_config.json").read_text())
     del config["add_bos_token"]
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": [2, 0]}))
-    (folder / "chat_template.jinja").write_text("{% for m in messages %}<{{ m['content'] }}>{% endfor %}")
+    (folder / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": 1, "eos_token_id": [2, 0]})
+    )
+    (folder / "chat_template.jinja").write_text(
+        "{% for m in messages %}<{{ m['content'] }}>{% endfor %}"
+    )
     tok = load_checkpoint(folder).tokenizer
     assert tok.add_bos and tok.encode("hello")[:1] == [1] and tok.encode("hello")[1] != 1
     assert tok.encode("hello", add_special_tokens=False)[0] != 1
@@ -123,8 +141,8 @@ def test_hf_dir_bos_from_post_processor_eos_from_generation_config_and_jinja_tem
     assert tok.apply_chat_template([{"role": "user", "content": "x"}]) == "<x>"
 
 
-# llama.cpp's split rules per family (llama-vocab.cpp), applied one after the other; the reference below
-# splits with Python's `regex` module, independently of the `tokenizers` pipeline under test.
+# llama.cpp's split rules per family (llama-vocab.cpp), applied one after the other; the reference
+# below splits with Python's `regex` module, independently of the `tokenizers` pipeline under test.
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 _LLAMA_CPP_RULES = {
     "gpt2": [_GPT2],
@@ -162,7 +180,12 @@ def test_pre_tokenizer_words_follow_llama_cpp_rules(pre):
     from roofline.engine.loaders.gguf_tokenizer import byte_level_pre_tokenizer
 
     splitter = byte_level_pre_tokenizer(None if pre == "default" else pre)
-    texts = [*TEXTS, "a+b=c; x<=y|z ~^ 1234567 ½ ٣٤٥ 3.14", "I'M HERE you'LL see 123456 ab12cd", "a\r\n\r\nb  \n c  "]
+    texts = [
+        *TEXTS,
+        "a+b=c; x<=y|z ~^ 1234567 ½ ٣٤٥ 3.14",
+        "I'M HERE you'LL see 123456 ab12cd",
+        "a\r\n\r\nb  \n c  ",
+    ]
     for text in texts:
         words = [text[a:b] for _, (a, b) in splitter.pre_tokenize_str(text)]
         assert words == _reference_words(text, _LLAMA_CPP_RULES[pre]), (pre, text)
@@ -192,15 +215,25 @@ def test_chat_template_features(tiny_gguf):
         "{% if add_generation_prompt %}[assistant]{% endif %}"
     )
     tok = tokenizer_from_gguf({**meta, "tokenizer.chat_template": strict})
-    messages = [{"role": "user", "content": [{"type": "text", "text": " hi "}, {"type": "text", "text": "there"}]}]
+    messages = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": " hi "}, {"type": "text", "text": "there"}],
+        }
+    ]
     assert tok.apply_chat_template(messages) == "<|im_start|>[user]hi there<|im_end|>[assistant]"
     assert tok.apply_chat_template(messages, add_generation_prompt=False).endswith("<|im_end|>")
     with pytest.raises(UserError, match="no tools here"):
         tok.apply_chat_template([{"role": "tool", "content": "x"}])
-    # The template comes from the model file: the sandbox must refuse attribute escapes and mutation.
+    # The template comes from the model file: the sandbox must refuse attribute escapes and
+    # mutation.
     for hostile in ("{{ ''.__class__.__mro__ }}", "{{ messages.append(1) }}", "{% for %}"):
         with pytest.raises(UserError, match="chat template failed"):
-            tokenizer_from_gguf({**meta, "tokenizer.chat_template": hostile}).apply_chat_template(messages)
+            tokenizer_from_gguf({**meta, "tokenizer.chat_template": hostile}).apply_chat_template(
+                messages
+            )
     plain = tokenizer_from_gguf({k: v for k, v in meta.items() if k != "tokenizer.chat_template"})
-    assert plain.apply_chat_template([{"role": "user", "content": "hi"}]) == "user: hi\n\nassistant: "
+    assert (
+        plain.apply_chat_template([{"role": "user", "content": "hi"}]) == "user: hi\n\nassistant: "
+    )
     assert load_checkpoint(tiny_gguf).tokenizer.chat_template == CHATML_TEMPLATE

@@ -52,9 +52,10 @@ def test_ids_and_round_trip_match_transformers(pair):
 
 
 def test_every_digit_stands_alone_like_llama_cpp(pair):
-    """The file says pre-tokenizer "smollm": llama.cpp (and SmolLM2's own tokenizer.json) isolate every
-    Unicode number character before merging. transformers' GGUF conversion skips that step, which shows
-    only on numeric characters the vocabulary could merge with a space (e.g. ' ½'); ASCII digits agree."""
+    """The file says pre-tokenizer "smollm": llama.cpp (and SmolLM2's own tokenizer.json) isolate
+    every Unicode number character before merging. transformers' GGUF conversion skips that step,
+    which shows only on numeric characters the vocabulary could merge with a space (e.g. ' ½');
+    ASCII digits agree."""
     ours, _ = pair
     assert [ours.token_to_text(i) for i in ours.encode(" ½")] == ["Ġ", "Â½"]
     assert all(len(ours.token_to_text(i)) == 1 for i in ours.encode("31415926"))
@@ -74,9 +75,15 @@ def test_chat_template_matches_transformers(pair):
     for messages in conversations:
         for gen in (True, False):
             text = ours.apply_chat_template(messages, add_generation_prompt=gen)
-            assert text == ref.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
-            expected_ids = ref.apply_chat_template(messages, tokenize=True, add_generation_prompt=gen)
+            assert text == ref.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=gen
+            )
+            expected_ids = ref.apply_chat_template(
+                messages, tokenize=True, add_generation_prompt=gen
+            )
             if isinstance(expected_ids, dict) or hasattr(expected_ids, "keys"):
                 expected_ids = expected_ids["input_ids"]
             assert ours.encode(text, add_special_tokens=False) == list(expected_ids)
-    assert "You are a helpful AI assistant named SmolLM" in ours.apply_chat_template(conversations[0])
+    assert "You are a helpful AI assistant named SmolLM" in ours.apply_chat_template(
+        conversations[0]
+    )

@@ -1,4 +1,5 @@
-"""The hardware catalogue: every entry sourced and dated, names resolve, figures scale, 'local' is measured."""
+"""The hardware catalogue: every entry sourced and dated, names resolve, figures scale, 'local' is
+measured."""
 
 from __future__ import annotations
 
@@ -16,17 +17,40 @@ from roofline.hardware.catalogue import (
     hardware_from_entry,
 )
 
-REQUIRED = ["h100-sxm", "h200", "b200", "gb200-nvl72", "a100-80gb", "l40s", "mi300x", "mi325x", "mi355x",
-            "cerebras-wse-3", "groq-lpx", "sambanova-sn40l"]
+REQUIRED = [
+    "h100-sxm",
+    "h200",
+    "b200",
+    "gb200-nvl72",
+    "a100-80gb",
+    "l40s",
+    "mi300x",
+    "mi325x",
+    "mi355x",
+    "cerebras-wse-3",
+    "groq-lpx",
+    "sambanova-sn40l",
+]
 
 
 def _profile(read_median: float = 3.1e10) -> dict:
     stats = lambda m: {"median": m, "min": m * 0.9, "max": m * 1.05, "runs": [m * 0.9, m, m * 1.05]}
     return {
-        "name": "local", "measured_at": "2026-11-29T10:00:00Z", "cpu": "Test CPU", "threads": 2,
+        "name": "local",
+        "measured_at": "2026-11-29T10:00:00Z",
+        "cpu": "Test CPU",
+        "threads": 2,
         "memory_bytes": 25_000_000_000,
-        "bandwidth_bytes_per_s": {"read": stats(read_median), "copy": stats(2.4e10), "triad": stats(2.2e10)},
-        "flops": {"matvec_fp32": stats(5e9), "matmul_fp32": stats(1.85e11), "matmul_bf16": stats(4.18e11)},
+        "bandwidth_bytes_per_s": {
+            "read": stats(read_median),
+            "copy": stats(2.4e10),
+            "triad": stats(2.2e10),
+        },
+        "flops": {
+            "matvec_fp32": stats(5e9),
+            "matmul_fp32": stats(1.85e11),
+            "matmul_bf16": stats(4.18e11),
+        },
     }
 
 
@@ -34,8 +58,16 @@ def test_every_entry_has_figures_source_date_and_flag() -> None:
     raw = tomllib.loads((resources.files("roofline") / "data" / "hardware.toml").read_text("utf-8"))
     assert set(REQUIRED) <= set(raw)
     for key, entry in raw.items():
-        for field in ("name", "bandwidth_bytes_per_s", "memory_bytes", "flops", "interconnect", "source", "read",
-                      "vendor_claim"):
+        for field in (
+            "name",
+            "bandwidth_bytes_per_s",
+            "memory_bytes",
+            "flops",
+            "interconnect",
+            "source",
+            "read",
+            "vendor_claim",
+        ):
             assert field in entry, (key, field)
         assert entry["flops"], key
     assert all(h.vendor_claim for h in catalogue_hardware())
@@ -43,8 +75,15 @@ def test_every_entry_has_figures_source_date_and_flag() -> None:
 
 def test_brief_figures() -> None:
     h100 = get_hardware("h100-sxm")
-    assert (h100.bandwidth_bytes_per_s, h100.memory_bytes, h100.flops["fp8"]) == (3.35e12, 80e9, 1979e12)
-    assert (get_hardware("h200").bandwidth_bytes_per_s, get_hardware("h200").memory_bytes) == (4.8e12, 141e9)
+    assert (h100.bandwidth_bytes_per_s, h100.memory_bytes, h100.flops["fp8"]) == (
+        3.35e12,
+        80e9,
+        1979e12,
+    )
+    assert (get_hardware("h200").bandwidth_bytes_per_s, get_hardware("h200").memory_bytes) == (
+        4.8e12,
+        141e9,
+    )
     assert get_hardware("b200").bandwidth_bytes_per_s == 8e12
     nvl = get_hardware("gb200-nvl72")
     assert (nvl.devices, nvl.bandwidth_bytes_per_s, nvl.memory_bytes) == (72, 576e12, 13.4e12)
@@ -52,9 +91,17 @@ def test_brief_figures() -> None:
     wse = get_hardware("cerebras-wse-3")
     assert (wse.memory_bytes, wse.bandwidth_bytes_per_s) == (44e9, 21e15)
     groq = get_hardware("groq-lpx")
-    assert (groq.memory_bytes, groq.bandwidth_bytes_per_s, groq.flops["fp8"]) == (128e9, 40e15, 315e15)
+    assert (groq.memory_bytes, groq.bandwidth_bytes_per_s, groq.flops["fp8"]) == (
+        128e9,
+        40e15,
+        315e15,
+    )
     sn = get_hardware("sn40l")
-    assert sn.bandwidth_bytes_per_s == 1.8e12 and sn.memory_bytes == 64 * 2**30 and sn.flops["bf16"] == 638e12
+    assert (
+        sn.bandwidth_bytes_per_s == 1.8e12
+        and sn.memory_bytes == 64 * 2**30
+        and sn.flops["bf16"] == 638e12
+    )
 
 
 def test_names_aliases_and_counts() -> None:
@@ -67,11 +114,14 @@ def test_names_aliases_and_counts() -> None:
     assert part.bandwidth_bytes_per_s == pytest.approx(64e12) and "8 of 72" in part.label()
 
 
-@pytest.mark.parametrize("name, gpus, match", [
-    ("h900", None, "unknown hardware"),
-    ("h100", 0, "--gpus"),
-    ("8xh100", 4, "names 8 devices"),
-])
+@pytest.mark.parametrize(
+    "name, gpus, match",
+    [
+        ("h900", None, "unknown hardware"),
+        ("h100", 0, "--gpus"),
+        ("8xh100", 4, "names 8 devices"),
+    ],
+)
 def test_bad_names(name: str, gpus, match: str) -> None:
     with pytest.raises(UserError, match=match):
         get_hardware(name, gpus)
@@ -90,7 +140,11 @@ def test_local_uses_the_measured_profile(monkeypatch) -> None:
     assert hw.measured and not hw.vendor_claim
     assert hw.bandwidth_bytes_per_s == 3.1e10 and hw.memory_bytes == 25e9
     assert hw.flops == {"fp32": 1.85e11, "bf16": 4.18e11}
-    assert "measured" in hw.bandwidth_note and "min 27.9" in hw.bandwidth_note and "3 runs" in hw.bandwidth_note
+    assert (
+        "measured" in hw.bandwidth_note
+        and "min 27.9" in hw.bandwidth_note
+        and "3 runs" in hw.bandwidth_note
+    )
     with pytest.raises(UserError, match="drop --gpus"):
         get_hardware("local", gpus=2)
 

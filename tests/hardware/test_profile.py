@@ -1,4 +1,5 @@
-"""Where the local hardware profile lives, and that it is written atomically and read back strictly."""
+"""Where the local hardware profile lives, and that it is written atomically and read back
+strictly."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ from roofline.hardware import profile as prof
 
 
 def _stats(median: float) -> dict:
-    return {"median": median, "min": median * 0.9, "max": median * 1.1, "runs": [median * 0.9, median, median * 1.1]}
+    return {
+        "median": median,
+        "min": median * 0.9,
+        "max": median * 1.1,
+        "runs": [median * 0.9, median, median * 1.1],
+    }
 
 
 def _profile(read: float = 3.1e10) -> dict:
@@ -23,7 +29,11 @@ def _profile(read: float = 3.1e10) -> dict:
         "cpu": "test cpu",
         "threads": 2,
         "memory_bytes": 1 << 34,
-        "bandwidth_bytes_per_s": {"read": _stats(read), "copy": _stats(2.5e10), "triad": _stats(2.2e10)},
+        "bandwidth_bytes_per_s": {
+            "read": _stats(read),
+            "copy": _stats(2.5e10),
+            "triad": _stats(2.2e10),
+        },
         "flops": {"matvec_fp32": _stats(1e10), "matmul_fp32": _stats(1.8e11)},
         "backends": {"kernels": {"read": "numpy"}, "versions": {"numpy": "x"}},
         "settings": {"size_bytes": 1 << 20},
@@ -90,7 +100,15 @@ def test_unwritable_cache_dir_is_a_user_error(tmp_path, monkeypatch):
         ("{not json", "not valid JSON"),
         ("[1, 2]", "not a JSON object"),
         ('{"flops": {}}', "bandwidth_bytes_per_s"),
-        (json.dumps({**_profile(), "bandwidth_bytes_per_s": {"read": _stats(1e10), "copy": _stats(1e10)}}), "triad"),
+        (
+            json.dumps(
+                {
+                    **_profile(),
+                    "bandwidth_bytes_per_s": {"read": _stats(1e10), "copy": _stats(1e10)},
+                }
+            ),
+            "triad",
+        ),
         (json.dumps(_profile(read=-1.0)), "read"),
         (json.dumps(_profile(read=float("nan"))), "read"),
     ],
@@ -105,7 +123,8 @@ def test_corrupt_profile_says_to_rerun_probe(cache, text, problem):
     assert problem in msg and "roofline probe" in msg and "\n" not in msg
 
 
-# ---- the best read rate the machine has shown: it only rises -----------------------------------------
+# ---- the best read rate the machine has shown: it only rises
+# -----------------------------------------
 
 
 def _with_best(read: float, best: float, when: str = "2026-01-01T00:00:00+00:00") -> dict:
@@ -119,18 +138,28 @@ def test_a_probe_records_its_own_best_read(cache):
     d = _with_best(20e9, 22e9)
     prof.save_profile(d)
     best = prof.load_local_profile()[prof.BEST_READ]
-    assert best == {"bytes_per_s": 22e9, "measured_at": "2026-01-01T00:00:00+00:00", "by": prof.PROBE,
-                    "kernel": "simd-sum"}
+    assert best == {
+        "bytes_per_s": 22e9,
+        "measured_at": "2026-01-01T00:00:00+00:00",
+        "by": prof.PROBE,
+        "kernel": "simd-sum",
+    }
 
 
 def test_a_window_that_measures_more_raises_the_best_and_a_lower_one_does_not(cache):
     prof.save_profile(_with_best(20e9, 22e9))
     assert not prof.note_read_rate(21e9, by="bench window", kernel="gemv")  # below the probe's 22
     assert prof.load_local_profile()[prof.BEST_READ]["bytes_per_s"] == 22e9
-    assert prof.note_read_rate(62e9, by="bench window", kernel="gemv", measured_at="2026-01-01T01:00:00+00:00")
+    assert prof.note_read_rate(
+        62e9, by="bench window", kernel="gemv", measured_at="2026-01-01T01:00:00+00:00"
+    )
     best = prof.load_local_profile()[prof.BEST_READ]
-    assert best == {"bytes_per_s": 62e9, "measured_at": "2026-01-01T01:00:00+00:00", "by": "bench window",
-                    "kernel": "gemv"}
+    assert best == {
+        "bytes_per_s": 62e9,
+        "measured_at": "2026-01-01T01:00:00+00:00",
+        "by": "bench window",
+        "kernel": "gemv",
+    }
     for lower in (26e9, 61.9e9, 62e9):
         assert not prof.note_read_rate(lower, by="generate window")
     assert prof.load_local_profile()[prof.BEST_READ]["by"] == "bench window"
@@ -145,12 +174,21 @@ def test_a_probe_in_a_slow_minute_keeps_the_higher_best(cache):
     slow = _with_best(18e9, 22e9, when="2026-01-02T00:00:00+00:00")
     prof.save_profile(slow)
     saved = prof.load_local_profile()
-    assert saved["bandwidth_bytes_per_s"]["read"]["best"] == 22e9  # the probe's own figures as measured
-    assert saved[prof.BEST_READ]["bytes_per_s"] == 62e9 and saved[prof.BEST_READ]["by"] == "bench window"
+    assert (
+        saved["bandwidth_bytes_per_s"]["read"]["best"] == 22e9
+    )  # the probe's own figures as measured
+    assert (
+        saved[prof.BEST_READ]["bytes_per_s"] == 62e9
+        and saved[prof.BEST_READ]["by"] == "bench window"
+    )
     # a probe faster than every window so far takes over
     prof.save_profile(_with_best(60e9, 70e9, when="2026-01-03T00:00:00+00:00"))
     assert prof.load_local_profile()[prof.BEST_READ] == {
-        "bytes_per_s": 70e9, "measured_at": "2026-01-03T00:00:00+00:00", "by": prof.PROBE, "kernel": "simd-sum"}
+        "bytes_per_s": 70e9,
+        "measured_at": "2026-01-03T00:00:00+00:00",
+        "by": prof.PROBE,
+        "kernel": "simd-sum",
+    }
     # another CPU's best is not this machine's
     other = {**_with_best(10e9, 11e9), "cpu": "another cpu"}
     prof.save_profile(other)
@@ -179,12 +217,19 @@ def test_the_short_probe_of_a_run_window_raises_the_profile(cache, monkeypatch):
 
     prof.save_profile(_with_best(20e9, 22e9))
     rates = iter([26e9, 24e9])
-    monkeypatch.setattr(readbw, "read_bandwidth_now",
-                        lambda *a, **k: SimpleNamespace(best_bytes_per_s=next(rates), best_kernel="gemv"))
+    monkeypatch.setattr(
+        readbw,
+        "read_bandwidth_now",
+        lambda *a, **k: SimpleNamespace(best_bytes_per_s=next(rates), best_kernel="gemv"),
+    )
     assert short_probe(by="the run window of `roofline bench`") == (26e9, "gemv")
     assert short_probe() == (24e9, "gemv")
     best = prof.load_local_profile()[prof.BEST_READ]
-    assert best["bytes_per_s"] == 26e9 and best["by"] == "the run window of `roofline bench`" and best["kernel"] == "gemv"
+    assert (
+        best["bytes_per_s"] == 26e9
+        and best["by"] == "the run window of `roofline bench`"
+        and best["kernel"] == "gemv"
+    )
 
 
 def test_hardware_local_never_sits_below_the_best_shown(cache):
@@ -192,11 +237,18 @@ def test_hardware_local_never_sits_below_the_best_shown(cache):
 
     prof.save_profile(_with_best(20e9, 22e9))
     assert local_hardware().bandwidth_bytes_per_s == 22e9  # the probe's own best pass
-    prof.note_read_rate(26e9, by="the run window of `roofline generate`", kernel="gemv",
-                        measured_at="2026-01-01T00:30:00+00:00")
+    prof.note_read_rate(
+        26e9,
+        by="the run window of `roofline generate`",
+        kernel="gemv",
+        measured_at="2026-01-01T00:30:00+00:00",
+    )
     hw = local_hardware()
     assert hw.bandwidth_bytes_per_s == 26e9
-    assert "26.0 GB/s by the run window of `roofline generate` (gemv) at 2026-01-01T00:30:00+00:00" in hw.bandwidth_note
+    assert (
+        "26.0 GB/s by the run window of `roofline generate` (gemv) at 2026-01-01T00:30:00+00:00"
+        in hw.bandwidth_note
+    )
     assert "above the probe's 22.0 GB/s" in hw.bandwidth_note and "2026-01-01T00:30:00" in hw.source
     # a profile written before best_read existed reads as before
     old = _with_best(20e9, 22e9)
@@ -207,10 +259,14 @@ def test_probe_output_says_when_the_profile_keeps_a_higher_best(cache):
     from roofline.cli.probe import _kept_best_note
 
     prof.save_profile(_with_best(20e9, 30e9))
-    prof.note_read_rate(62e9, by="the run window of `roofline bench`", measured_at="2026-01-01T01:00:00+00:00")
+    prof.note_read_rate(
+        62e9, by="the run window of `roofline bench`", measured_at="2026-01-01T01:00:00+00:00"
+    )
     slow = _with_best(18e9, 22e9)
     prof.save_profile(slow)  # as `roofline probe` does before printing
     note = _kept_best_note(slow)
-    assert note.startswith("This probe's best read pass, 22.0 GB/s, is below the best this machine has shown: 62.0 GB/s")
+    assert note.startswith(
+        "This probe's best read pass, 22.0 GB/s, is below the best this machine has shown: 62.0 GB/s"
+    )
     assert "the run window of `roofline bench` at 2026-01-01T01:00:00+00:00" in note
     assert _kept_best_note(_with_best(60e9, 70e9)) is None

@@ -1,5 +1,5 @@
-"""The read bandwidth a ceiling uses: the best pass of the best kernel, the median of that kernel as the
-typical rate, every kernel really run (and really reading the buffer), the profile's shape."""
+"""The read bandwidth a ceiling uses: the best pass of the best kernel, the median of that kernel as
+the typical rate, every kernel really run (and really reading the buffer), the profile's shape."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ def test_best_of_kernels_is_the_kernel_with_the_fastest_pass_not_the_best_median
     rb = ReadBandwidth((steady, bursty))
     assert rb.best_bytes_per_s == 33e9 and rb.best_kernel == "gemv"
     assert rb.typical_bytes_per_s == 21e9  # the median of the kernel that gave the best
-    assert best_of_kernels([KernelRates("a", (1.0,)), KernelRates("b", (1.0,))]).kernel == "a"  # ties: first listed
+    assert (
+        best_of_kernels([KernelRates("a", (1.0,)), KernelRates("b", (1.0,))]).kernel == "a"
+    )  # ties: first listed
 
 
 @pytest.mark.parametrize("rates", [[], [KernelRates("a", ())]])
@@ -26,15 +28,31 @@ def test_best_of_kernels_refuses_nothing_to_choose_from(rates):
 
 
 def test_profile_stats_and_json_keep_every_kernel():
-    rb = ReadBandwidth((KernelRates("numpy-sum", (10e9, 12e9, 11e9)), KernelRates("simd-sum", (25e9, 24e9, 26e9))),
-                       size_bytes=1 << 30, threads=2, skipped=("gemv",))
+    rb = ReadBandwidth(
+        (KernelRates("numpy-sum", (10e9, 12e9, 11e9)), KernelRates("simd-sum", (25e9, 24e9, 26e9))),
+        size_bytes=1 << 30,
+        threads=2,
+        skipped=("gemv",),
+    )
     stats = rb.profile_stats()
-    assert stats["best"] == stats["max"] == 26e9 and stats["median"] == 25e9 and stats["kernel"] == "simd-sum"
+    assert (
+        stats["best"] == stats["max"] == 26e9
+        and stats["median"] == 25e9
+        and stats["kernel"] == "simd-sum"
+    )
     assert stats["runs"] == [25e9, 24e9, 26e9]
-    assert stats["kernels"]["numpy-sum"] == {"median": 11e9, "min": 10e9, "max": 12e9, "runs": [10e9, 12e9, 11e9]}
+    assert stats["kernels"]["numpy-sum"] == {
+        "median": 11e9,
+        "min": 10e9,
+        "max": 12e9,
+        "runs": [10e9, 12e9, 11e9],
+    }
     again = ReadBandwidth.from_json(rb.to_json())
     assert again == rb and again.to_json()["best_kernel"] == "simd-sum"
-    assert "26.0 GB/s best (simd-sum), typical 25.0" in rb.summary() and "numpy-sum 12.0" in rb.summary()
+    assert (
+        "26.0 GB/s best (simd-sum), typical 25.0" in rb.summary()
+        and "numpy-sum 12.0" in rb.summary()
+    )
 
 
 def test_measure_runs_every_kernel_interleaved_with_positive_rates(monkeypatch):
@@ -50,6 +68,7 @@ def test_measure_runs_every_kernel_interleaved_with_positive_rates(monkeypatch):
                 run()
 
             return run_logged, nbytes
+
         return make
 
     monkeypatch.setattr(readbw, "READ_KERNELS", {name: spy(name) for name in real})
@@ -62,7 +81,8 @@ def test_measure_runs_every_kernel_interleaved_with_positive_rates(monkeypatch):
 
 
 def test_read_kernels_read_the_whole_buffer():
-    """Each pass's byte count is the buffer (the gemv's matrix is all of it), and the sums see every element."""
+    """Each pass's byte count is the buffer (the gemv's matrix is all of it), and the sums see every
+    element."""
     from concurrent.futures import ThreadPoolExecutor
 
     import numpy as np

@@ -1,5 +1,5 @@
-"""The bandwidth window of a run: measured before and after (fake measurements here), held against the
-higher, the drift shown only when it is large."""
+"""The bandwidth window of a run: measured before and after (fake measurements here), held against
+the higher, the drift shown only when it is large."""
 
 from __future__ import annotations
 
@@ -72,7 +72,11 @@ def test_an_open_window_holds_against_the_measurement_before():
     assert w.bound_bytes_per_s == 30e9 and w.drift_fraction is None and not w.drift_is_large()
     assert "right before the run" in w.describe() and "simd-sum" in w.describe()
     closed = w.closed(36e9, "gemv")
-    assert closed.bound_bytes_per_s == 36e9 and closed.before_kernel == "simd-sum" and closed.after_kernel == "gemv"
+    assert (
+        closed.bound_bytes_per_s == 36e9
+        and closed.before_kernel == "simd-sum"
+        and closed.after_kernel == "gemv"
+    )
     assert closed.drift_is_large()  # 6 of 36: 16.7%
 
 

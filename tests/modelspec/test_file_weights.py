@@ -55,8 +55,14 @@ def _add(writer, name: str, ne: tuple[int, ...], type_name: str, rng: np.random.
     writer.add_tensor(name, raw, raw_dtype=qt)
 
 
-def write_gguf(path: Path, *, tied: bool = False, experts: int = 0, top_k: int = 0,
-               ffn_down: tuple[str, str] = ("Q4_K", "Q6_K")) -> Path:
+def write_gguf(
+    path: Path,
+    *,
+    tied: bool = False,
+    experts: int = 0,
+    top_k: int = 0,
+    ffn_down: tuple[str, str] = ("Q4_K", "Q6_K"),
+) -> Path:
     """A tiny llama (F32 norms, Q8_0 embedding, Q4_1 attention and gate/up, Q4_K/Q6_K down
     projections), or with `experts` a tiny mixtral with stacked expert tensors."""
     rng = np.random.default_rng(0)
@@ -147,9 +153,16 @@ def test_gguf_tiny_llama_bytes_equal_the_reference_count(tmp_path, tied: bool) -
 def test_gguf_spec_takes_shape_from_metadata_and_bytes_from_tensors(tmp_path) -> None:
     path = write_gguf(tmp_path / "tiny.gguf")
     spec = load_spec(str(path))
-    assert (spec.architecture, spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads,
-            spec.head_dim, spec.vocab_size, spec.max_position_embeddings) == (
-        "llama", LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, VOCAB, 2048)
+    assert (
+        spec.architecture,
+        spec.num_layers,
+        spec.hidden_size,
+        spec.num_heads,
+        spec.num_kv_heads,
+        spec.head_dim,
+        spec.vocab_size,
+        spec.max_position_embeddings,
+    ) == ("llama", LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, VOCAB, 2048)
     assert spec.dtype == "float16"  # llama.cpp's KV cache default
     fw = read_file_weights(path)
     assert total_params(spec) == fw.params_total
@@ -159,8 +172,9 @@ def test_gguf_spec_takes_shape_from_metadata_and_bytes_from_tensors(tmp_path) ->
         read = rows[c.key].params_active * fmt.bytes_per_weight
         assert read == pytest.approx(c.bytes_read, rel=1e-12)
     # the arithmetic of a config.json of the same shape gives the same parameters
-    assert rows["attention"].params_total == LAYERS * (2 * HIDDEN * HEADS * HEAD_DIM
-                                                       + 2 * HIDDEN * KV_HEADS * HEAD_DIM)
+    assert rows["attention"].params_total == LAYERS * (
+        2 * HIDDEN * HEADS * HEAD_DIM + 2 * HIDDEN * KV_HEADS * HEAD_DIM
+    )
     assert rows["mlp"].params_total == LAYERS * 3 * HIDDEN * FFN
 
 
@@ -195,8 +209,16 @@ def test_shipped_smollm2_gguf() -> None:
 def test_ggml_type_table_matches_gguf_py() -> None:
     ours = ggml_types()
     theirs = gguf.GGML_QUANT_SIZES
-    removed = {"Q4_2", "Q4_3", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "IQ4_NL_4_4", "IQ4_NL_4_8",
-               "IQ4_NL_8_8"}  # gone from ggml: such a tensor is an unknown type
+    removed = {
+        "Q4_2",
+        "Q4_3",
+        "Q4_0_4_4",
+        "Q4_0_4_8",
+        "Q4_0_8_8",
+        "IQ4_NL_4_4",
+        "IQ4_NL_4_8",
+        "IQ4_NL_8_8",
+    }  # gone from ggml: such a tensor is an unknown type
     for qt, (block, size) in theirs.items():
         if qt.name in removed:
             continue
@@ -216,20 +238,23 @@ def _tensor_type_offset(data: bytes, name: str) -> int:
     return at + 4 + 8 * n_dims
 
 
-@pytest.mark.parametrize("case, words", [
-    ("cut_in_infos", "ends inside the tensor infos"),
-    ("cut_in_data", "is truncated"),
-    ("cut_in_metadata", "ends inside the metadata"),
-    ("unknown_type", "unknown GGML type id 99"),
-    ("not_gguf", "not a GGUF file"),
-    ("big_endian", "big-endian"),
-])
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("cut_in_infos", "ends inside the tensor infos"),
+        ("cut_in_data", "is truncated"),
+        ("cut_in_metadata", "ends inside the metadata"),
+        ("unknown_type", "unknown GGML type id 99"),
+        ("not_gguf", "not a GGUF file"),
+        ("big_endian", "big-endian"),
+    ],
+)
 def test_broken_gguf_is_one_line_user_error(tmp_path, case: str, words: str) -> None:
     good = write_gguf(tmp_path / "good.gguf")
     data = good.read_bytes()
     data_start = gguf.GGUFReader(str(good)).data_offset
     bad = {
-        "cut_in_infos": lambda: data[:data_start - 40],
+        "cut_in_infos": lambda: data[: data_start - 40],
         "cut_in_data": lambda: data[:-10],
         "cut_in_metadata": lambda: data[:2000],  # inside the vocabulary
         "unknown_type": lambda: _patched(data, _tensor_type_offset(data, "blk.0.attn_q.weight")),
@@ -245,15 +270,24 @@ def test_broken_gguf_is_one_line_user_error(tmp_path, case: str, words: str) -> 
 
 
 def _patched(data: bytes, at: int, type_id: int = 99) -> bytes:
-    return data[:at] + struct.pack("<I", type_id) + data[at + 4:]
+    return data[:at] + struct.pack("<I", type_id) + data[at + 4 :]
 
 
 # ------------------------------------------------------------------------------- safetensors
 def _llama_config(tied: bool, **extra) -> dict:
-    return {"model_type": "llama", "hidden_size": HIDDEN, "num_hidden_layers": LAYERS,
-            "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "intermediate_size": FFN,
-            "vocab_size": VOCAB, "max_position_embeddings": 2048, "tie_word_embeddings": tied,
-            "torch_dtype": "bfloat16", **extra}
+    return {
+        "model_type": "llama",
+        "hidden_size": HIDDEN,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "intermediate_size": FFN,
+        "vocab_size": VOCAB,
+        "max_position_embeddings": 2048,
+        "tie_word_embeddings": tied,
+        "torch_dtype": "bfloat16",
+        **extra,
+    }
 
 
 def _hf_tensors(tied: bool) -> dict:
@@ -289,8 +323,14 @@ def reference_hf_bytes(tensors: dict) -> int:
     return total + (_nbytes(embed) if "lm_head.weight" not in tensors else 0)
 
 
-def write_checkpoint(folder: Path, *, tied: bool, shards: int = 1, config: dict | None = None,
-                     tensors: dict | None = None) -> dict:
+def write_checkpoint(
+    folder: Path,
+    *,
+    tied: bool,
+    shards: int = 1,
+    config: dict | None = None,
+    tensors: dict | None = None,
+) -> dict:
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -313,8 +353,9 @@ def write_checkpoint(folder: Path, *, tied: bool, shards: int = 1, config: dict 
 
 @pytest.mark.parametrize("tied", [False, True])
 @pytest.mark.parametrize("shards", [1, 3])
-def test_safetensors_folder_bytes_equal_the_reference_count(tmp_path, tied: bool,
-                                                            shards: int) -> None:
+def test_safetensors_folder_bytes_equal_the_reference_count(
+    tmp_path, tied: bool, shards: int
+) -> None:
     tensors = write_checkpoint(tmp_path / "tiny", tied=tied, shards=shards)
     fw = read_file_weights(tmp_path / "tiny")
     assert fw.bytes_per_token == reference_hf_bytes(tensors)
@@ -362,30 +403,33 @@ def test_safetensors_without_config_is_a_user_error(tmp_path) -> None:
         read_file_weights(tmp_path / "m" / "model.safetensors")
 
 
-@pytest.mark.parametrize("case, words", [
-    ("length_past_end", "the header claims"),
-    ("not_json", "is not JSON"),
-    ("offsets_out_of_range", "but the data holds"),
-    ("size_mismatch", "should take"),
-    ("cut_in_data", "but the data holds"),
-    ("too_short", "too short"),
-])
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("length_past_end", "the header claims"),
+        ("not_json", "is not JSON"),
+        ("offsets_out_of_range", "but the data holds"),
+        ("size_mismatch", "should take"),
+        ("cut_in_data", "but the data holds"),
+        ("too_short", "too short"),
+    ],
+)
 def test_lying_safetensors_header_is_one_line_user_error(tmp_path, case: str, words: str) -> None:
     write_checkpoint(tmp_path / "m", tied=True)
     path = tmp_path / "m" / "model.safetensors"
     data = path.read_bytes()
     n = struct.unpack_from("<Q", data)[0]
-    header = json.loads(data[8:8 + n])
+    header = json.loads(data[8 : 8 + n])
     first = next(k for k in header if k != "__metadata__")
 
     def with_header(h: dict) -> bytes:
         raw = json.dumps(h).encode()
-        return struct.pack("<Q", len(raw)) + raw + data[8 + n:]
+        return struct.pack("<Q", len(raw)) + raw + data[8 + n :]
 
     if case == "length_past_end":
         bad = struct.pack("<Q", len(data)) + data[8:]
     elif case == "not_json":
-        bad = struct.pack("<Q", n) + b"\x00" * n + data[8 + n:]
+        bad = struct.pack("<Q", n) + b"\x00" * n + data[8 + n :]
     elif case == "offsets_out_of_range":
         header[first]["data_offsets"] = [0, len(data) * 2]
         bad = with_header(header)

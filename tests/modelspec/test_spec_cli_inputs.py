@@ -1,5 +1,6 @@
-"""What a user types or points at, through the real command line: huge numbers in a config, a context
-past the model's limit, malformed --batch lists. One line, the right exit code, never a traceback."""
+"""What a user types or points at, through the real command line: huge numbers in a config, a
+context past the model's limit, malformed --batch lists. One line, the right exit code, never a
+traceback."""
 
 from __future__ import annotations
 
@@ -12,14 +13,27 @@ import pytest
 
 
 def _roofline(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "roofline", *args], check=False, capture_output=True, text=True,
-                          timeout=60,
-                          env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "roofline", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 def _llama() -> dict:
-    return {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 4096}
+    return {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+        "vocab_size": 100,
+        "max_position_embeddings": 4096,
+    }
 
 
 @pytest.mark.parametrize("where", ["top", "nested", "unread_key", "list"])
@@ -28,7 +42,9 @@ def test_integer_past_python_digit_limit_is_one_line_exit_2(tmp_path, where: str
     body = json.dumps(_llama())[:-1]
     text = {
         "top": body.replace('"hidden_size": 64', f'"hidden_size": {huge}') + "}",
-        "nested": json.dumps({"model_type": "gemma3", "text_config": {"hidden_size": 0}}).replace("0}", huge + "}"),
+        "nested": json.dumps({"model_type": "gemma3", "text_config": {"hidden_size": 0}}).replace(
+            "0}", huge + "}"
+        ),
         "unread_key": body + f', "pad_token_id": {huge}' + "}",
         "list": body + f', "eos_token_id": [1, -{huge}]' + "}",
     }[where]
@@ -51,13 +67,18 @@ def test_context_beyond_max_position_embeddings_warns_and_goes_on(tmp_path) -> N
 
 
 def test_context_limit_from_family_defaults() -> None:
-    # gemma-3-12b-it's config does not state max_position_embeddings; Gemma3TextConfig's default is 131,072.
-    out = _roofline("ceiling", "gemma-3-12b-it", "--hardware", "h100", "--context", "131073", "--json")
+    # gemma-3-12b-it's config does not state max_position_embeddings; Gemma3TextConfig's default is
+    # 131,072.
+    out = _roofline(
+        "ceiling", "gemma-3-12b-it", "--hardware", "h100", "--context", "131073", "--json"
+    )
     assert out.returncode == 0 and "131,072" in out.stderr
 
 
-@pytest.mark.parametrize("batch", ["1,,2", "1,8,", ",1", "", " ", "1;2", "1,x", "0", "-1", "1.5", "1_0",
-                                   "99999999999999"])
+@pytest.mark.parametrize(
+    "batch",
+    ["1,,2", "1,8,", ",1", "", " ", "1;2", "1,x", "0", "-1", "1.5", "1_0", "99999999999999"],
+)
 def test_malformed_batch_lists_are_refused(batch: str) -> None:
     out = _roofline("ceiling", "llama-3.1-8b", "--hardware", "h100", "--batch", batch)
     assert out.returncode == 2, (batch, out.stdout)
@@ -65,6 +86,8 @@ def test_malformed_batch_lists_are_refused(batch: str) -> None:
 
 
 def test_well_formed_batch_lists_still_work() -> None:
-    out = _roofline("ceiling", "llama-3.1-8b", "--hardware", "h100", "--batch", " 1, 8,32 ", "--json")
+    out = _roofline(
+        "ceiling", "llama-3.1-8b", "--hardware", "h100", "--batch", " 1, 8,32 ", "--json"
+    )
     assert out.returncode == 0, out.stderr
     assert [b["batch"] for b in json.loads(out.stdout)["batches"]] == [1, 8, 32]

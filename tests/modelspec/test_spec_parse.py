@@ -24,8 +24,15 @@ def _config(model_id: str) -> dict:
 
 
 def _llama(**over) -> dict:
-    cfg = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-           "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100}
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+        "vocab_size": 100,
+    }
     cfg.update(over)
     return cfg
 
@@ -39,22 +46,28 @@ def test_every_catalogue_entry_parses_and_has_a_source() -> None:
         assert 0 < active_params(spec) <= total_params(spec)
 
 
-@pytest.mark.parametrize("model_id, total", [
-    ("meta-llama/Llama-3.1-8B", 8_030_261_248),
-    ("mistralai/Mixtral-8x7B-v0.1", 46_702_792_704),
-    ("HuggingFaceTB/SmolLM2-135M-Instruct", 134_515_008),
-])
+@pytest.mark.parametrize(
+    "model_id, total",
+    [
+        ("meta-llama/Llama-3.1-8B", 8_030_261_248),
+        ("mistralai/Mixtral-8x7B-v0.1", 46_702_792_704),
+        ("HuggingFaceTB/SmolLM2-135M-Instruct", 134_515_008),
+    ],
+)
 def test_exact_parameter_counts(model_id: str, total: int) -> None:
     assert total_params(load_spec(model_id)) == total
 
 
-@pytest.mark.parametrize("model_id, total_b, active_b", [
-    ("openai/gpt-oss-120b", 116.83, 5.13),  # the model card's 116.83 B / 5.13 B
-    ("openai/gpt-oss-20b", 20.91, 3.61),
-    ("deepseek-ai/DeepSeek-V3", 671.0, 36.6),  # "671B total, 37B activated"
-    ("Qwen/Qwen3-235B-A22B", 235.1, 21.6),
-    ("moonshotai/Kimi-K2-Instruct", 1026.4, 31.7),  # "1T total, 32B activated"
-])
+@pytest.mark.parametrize(
+    "model_id, total_b, active_b",
+    [
+        ("openai/gpt-oss-120b", 116.83, 5.13),  # the model card's 116.83 B / 5.13 B
+        ("openai/gpt-oss-20b", 20.91, 3.61),
+        ("deepseek-ai/DeepSeek-V3", 671.0, 36.6),  # "671B total, 37B activated"
+        ("Qwen/Qwen3-235B-A22B", 235.1, 21.6),
+        ("moonshotai/Kimi-K2-Instruct", 1026.4, 31.7),  # "1T total, 32B activated"
+    ],
+)
 def test_moe_totals_and_active(model_id: str, total_b: float, active_b: float) -> None:
     spec = load_spec(model_id)
     assert total_params(spec) / 1e9 == pytest.approx(total_b, abs=0.06)
@@ -76,11 +89,15 @@ def test_deepseek_v3_mla_kv_and_active_params() -> None:
     assert spec.moe.moe_layers == tuple(range(3, 61))  # first_k_dense_replace = 3
     keys = {c.key: c for c in components(spec)}
     assert keys["mlp"].params_active == 3 * 3 * 7168 * 18432  # the three dense layers
-    assert keys["shared_experts"].params_active == 58 * 3 * 7168 * 2048  # one shared expert per MoE layer
+    assert (
+        keys["shared_experts"].params_active == 58 * 3 * 7168 * 2048
+    )  # one shared expert per MoE layer
     assert keys["experts"].params_active == 58 * 8 * 3 * 7168 * 2048
     assert active_params(spec) == pytest.approx(37e9, rel=0.02)
     formats = resolve_formats(spec, None)
-    assert formats["experts"].name == "fp8" and formats["experts"].bits_per_weight == 8 + 32 / (128 * 128)
+    assert formats["experts"].name == "fp8" and formats["experts"].bits_per_weight == 8 + 32 / (
+        128 * 128
+    )
     assert formats["router"].name == "bf16" and formats["lm_head"].name == "bf16"
     assert any("multi-token" in n for n in spec.notes)
 
@@ -94,7 +111,9 @@ def test_explicit_head_dim_differs_from_hidden_over_heads() -> None:
     cfg = _config("Qwen/Qwen3-32B")
     del cfg["head_dim"]
     assert spec_from_config(cfg).head_dim == 128  # Qwen3Config's own default, not hidden / heads
-    assert spec_from_config(_llama(hidden_size=96, num_attention_heads=4)).head_dim == 24  # LlamaConfig derives it
+    assert (
+        spec_from_config(_llama(hidden_size=96, num_attention_heads=4)).head_dim == 24
+    )  # LlamaConfig derives it
 
 
 def test_gpt_oss_sliding_window_caps_kv() -> None:
@@ -108,27 +127,48 @@ def test_gpt_oss_sliding_window_caps_kv() -> None:
 
 def test_sliding_window_dialects() -> None:
     n = 12
-    gemma2 = spec_from_config(_llama(model_type="gemma2", num_hidden_layers=n, sliding_window=4096, head_dim=16))
+    gemma2 = spec_from_config(
+        _llama(model_type="gemma2", num_hidden_layers=n, sliding_window=4096, head_dim=16)
+    )
     assert gemma2.layer_windows == tuple(4096 if i % 2 == 0 else None for i in range(n))
-    gemma3 = spec_from_config(_llama(model_type="gemma3_text", num_hidden_layers=n, sliding_window=512,
-                                     sliding_window_pattern=6, head_dim=16))
+    gemma3 = spec_from_config(
+        _llama(
+            model_type="gemma3_text",
+            num_hidden_layers=n,
+            sliding_window=512,
+            sliding_window_pattern=6,
+            head_dim=16,
+        )
+    )
     assert [w is None for w in gemma3.layer_windows] == [(i + 1) % 6 == 0 for i in range(n)]
     mistral = spec_from_config(_llama(model_type="mistral", sliding_window=4096))
     assert mistral.layer_windows == (4096, 4096)
-    qwen = spec_from_config(_llama(model_type="qwen3", sliding_window=4096, use_sliding_window=False))
+    qwen = spec_from_config(
+        _llama(model_type="qwen3", sliding_window=4096, use_sliding_window=False)
+    )
     assert qwen.layer_windows == (None, None)
-    qwen_on = spec_from_config(_llama(model_type="qwen2", sliding_window=64, use_sliding_window=True,
-                                      max_window_layers=1))
+    qwen_on = spec_from_config(
+        _llama(model_type="qwen2", sliding_window=64, use_sliding_window=True, max_window_layers=1)
+    )
     assert qwen_on.layer_windows == (None, 64)
 
 
 def test_text_config_nesting() -> None:
     inner = _llama(model_type="gemma3_text", head_dim=16, sliding_window=512, num_hidden_layers=6)
-    cfg = {"model_type": "gemma3", "text_config": inner, "vision_config": {"hidden_size": 1152},
-           "torch_dtype": "bfloat16"}
+    cfg = {
+        "model_type": "gemma3",
+        "text_config": inner,
+        "vision_config": {"hidden_size": 1152},
+        "torch_dtype": "bfloat16",
+    }
     spec = spec_from_config(cfg)
-    assert spec.architecture == "gemma3_text" and spec.hidden_size == 64 and spec.tie_word_embeddings
-    no_type = {"model_type": "mistral3", "text_config": {k: v for k, v in _llama().items() if k != "model_type"}}
+    assert (
+        spec.architecture == "gemma3_text" and spec.hidden_size == 64 and spec.tie_word_embeddings
+    )
+    no_type = {
+        "model_type": "mistral3",
+        "text_config": {k: v for k, v in _llama().items() if k != "model_type"},
+    }
     assert spec_from_config(no_type).architecture == "mistral"
 
 
@@ -139,13 +179,31 @@ def test_moe_expert_count_keys(key: str) -> None:
 
 
 def test_moe_layer_selection_keys() -> None:
-    ds = spec_from_config(_llama(model_type="deepseek_v3", num_hidden_layers=8, n_routed_experts=16,
-                                 num_experts_per_tok=2, first_k_dense_replace=2, moe_layer_freq=2,
-                                 moe_intermediate_size=32, n_shared_experts=2))
+    ds = spec_from_config(
+        _llama(
+            model_type="deepseek_v3",
+            num_hidden_layers=8,
+            n_routed_experts=16,
+            num_experts_per_tok=2,
+            first_k_dense_replace=2,
+            moe_layer_freq=2,
+            moe_intermediate_size=32,
+            n_shared_experts=2,
+        )
+    )
     assert ds.moe.moe_layers == (2, 4, 6) and ds.moe.shared_intermediate == 64
-    qw = spec_from_config(_llama(model_type="qwen2_moe", num_hidden_layers=6, num_experts=8, num_experts_per_tok=2,
-                                 decoder_sparse_step=2, mlp_only_layers=[3], moe_intermediate_size=32,
-                                 shared_expert_intermediate_size=96))
+    qw = spec_from_config(
+        _llama(
+            model_type="qwen2_moe",
+            num_hidden_layers=6,
+            num_experts=8,
+            num_experts_per_tok=2,
+            decoder_sparse_step=2,
+            mlp_only_layers=[3],
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=96,
+        )
+    )
     assert qw.moe.moe_layers == (1, 5) and qw.moe.shared_intermediate == 96 and qw.moe.shared_gate
     dense = next(c for c in components(qw) if c.key == "mlp")
     assert dense.params_active == 4 * 3 * 64 * 128  # layers 0, 2, 3, 4 keep a dense MLP
@@ -169,11 +227,15 @@ def test_weight_overrides() -> None:
     for bad in ("fp7", "experts=", "wings=fp8", "fp8,bf16", ","):
         with pytest.raises(UserError):
             resolve_formats(spec, bad)
-    assert resolve_formats(spec, "") == resolve_formats(spec, None)  # empty means the checkpoint's own
+    assert resolve_formats(spec, "") == resolve_formats(
+        spec, None
+    )  # empty means the checkpoint's own
 
 
 def test_gptq_and_unknown_quantization() -> None:
-    gptq = spec_from_config(_llama(quantization_config={"quant_method": "gptq", "bits": 4, "group_size": 128}))
+    gptq = spec_from_config(
+        _llama(quantization_config={"quant_method": "gptq", "bits": 4, "group_size": 128})
+    )
     f = resolve_formats(gptq, None)
     assert f["mlp"].bits_per_weight == 4.125 and f["lm_head"].name == "bf16"
     odd = spec_from_config(_llama(quantization_config={"quant_method": "hqq-something"}))
@@ -188,19 +250,22 @@ def test_tied_embeddings_are_stored_once_but_read_in_full() -> None:
     assert head.params_total == 0 and head.params_active == 49152 * 576
 
 
-@pytest.mark.parametrize("cfg, match", [
-    ({"model_type": "bert", "hidden_size": 8}, "unknown architecture"),
-    ({"hidden_size": 8}, "model_type"),
-    (_llama(hidden_size="wide"), "hidden_size"),
-    (_llama(num_hidden_layers=-1), "num_hidden_layers"),
-    (_llama(num_hidden_layers=True), "num_hidden_layers"),
-    (_llama(hidden_size=66, num_attention_heads=4), "head_dim"),
-    (_llama(num_key_value_heads=8), "num_key_value_heads"),
-    (_llama(num_local_experts=8), "num_experts_per_tok"),
-    (_llama(layer_types=["sliding_attention"]), "layer_types"),
-    (_llama(text_config=[1, 2]), "text_config"),
-    ([1, 2, 3], "JSON object"),
-])
+@pytest.mark.parametrize(
+    "cfg, match",
+    [
+        ({"model_type": "bert", "hidden_size": 8}, "unknown architecture"),
+        ({"hidden_size": 8}, "model_type"),
+        (_llama(hidden_size="wide"), "hidden_size"),
+        (_llama(num_hidden_layers=-1), "num_hidden_layers"),
+        (_llama(num_hidden_layers=True), "num_hidden_layers"),
+        (_llama(hidden_size=66, num_attention_heads=4), "head_dim"),
+        (_llama(num_key_value_heads=8), "num_key_value_heads"),
+        (_llama(num_local_experts=8), "num_experts_per_tok"),
+        (_llama(layer_types=["sliding_attention"]), "layer_types"),
+        (_llama(text_config=[1, 2]), "text_config"),
+        ([1, 2, 3], "JSON object"),
+    ],
+)
 def test_bad_configs_raise_user_error(cfg, match: str) -> None:
     with pytest.raises(UserError, match=match):
         spec_from_config(cfg)

@@ -14,7 +14,17 @@ from bench_helpers import nullserver
 from tune_helpers import fake_tune_argv, marker, write_space
 
 BYTES_PER_TOKEN = 100_000_000  # what the null server advertises
-FILE_BYTES_PER_TOKEN = 25_000_000  # and what its model file stores (an engine reading 4x the file's bytes)
+FILE_BYTES_PER_TOKEN = (
+    25_000_000  # and what its model file stores (an engine reading 4x the file's bytes)
+)
 BANDWIDTH = "100GB/s"  # -> ceiling 1000 tok/s, 1 ms per token
 
-__all__ = ["BANDWIDTH", "BYTES_PER_TOKEN", "FILE_BYTES_PER_TOKEN", "fake_tune_argv", "marker", "nullserver", "write_space"]
+__all__ = [
+    "BANDWIDTH",
+    "BYTES_PER_TOKEN",
+    "FILE_BYTES_PER_TOKEN",
+    "fake_tune_argv",
+    "marker",
+    "nullserver",
+    "write_space",
+]

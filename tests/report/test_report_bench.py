@@ -1,5 +1,5 @@
-"""The report of a bench run: each chart drawn from the right numbers (checked against summary.json and
-requests.jsonl, computed here independently), and what the SVG and the files hold."""
+"""The report of a bench run: each chart drawn from the right numbers (checked against summary.json
+and requests.jsonl, computed here independently), and what the SVG and the files hold."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 
 def markers_in(svg: str, gid: str) -> int:
-    """How many point markers the group with this id draws (matplotlib writes one <use> per point)."""
+    """How many point markers the group with this id draws (matplotlib writes one <use> per
+    point)."""
     root = ET.fromstring(svg)
     group = next(e for e in root.iter() if e.get("id") == gid)
     return sum(1 for e in group.iter(f"{SVG}use"))
@@ -28,7 +29,9 @@ def texts_in(svg: str) -> list[str]:
 
 
 def measured_ok(folder) -> list[dict]:
-    lines = [json.loads(x) for x in (folder / "requests.jsonl").read_text().splitlines() if x.strip()]
+    lines = [
+        json.loads(x) for x in (folder / "requests.jsonl").read_text().splitlines() if x.strip()
+    ]
     return [ln for ln in lines if ln["ok"] and ln["phase"] == "measured"]
 
 
@@ -53,7 +56,8 @@ def test_roofline_places_each_scenario_at_its_intensity(report):
     chart = written.page.chart("roofline")
     data = chart.data
     assert data.bandwidth_bytes_per_s == pytest.approx(100e9)
-    # the null server names no catalogue model but says fp32: 2 FLOPs per 4-byte weight -> 5e7 FLOPs per token
+    # the null server names no catalogue model but says fp32: 2 FLOPs per 4-byte weight -> 5e7 FLOPs
+    # per token
     flops = 2 * BYTES_PER_TOKEN / 4
     measured = {p.label: p for p in data.of_kind("measured")}
     assert set(measured) == {"concurrency=1", "concurrency=2"}
@@ -61,12 +65,19 @@ def test_roofline_places_each_scenario_at_its_intensity(report):
         streams = s["scenario"]["concurrency"]
         p = measured[s["scenario"]["name"]]
         assert p.intensity_flop_per_byte == pytest.approx(streams * flops / BYTES_PER_TOKEN)
-        assert p.flop_per_s == pytest.approx(streams * s["metrics"]["output_speed_tok_per_s"]["p50"] * flops)
+        assert p.flop_per_s == pytest.approx(
+            streams * s["metrics"]["output_speed_tok_per_s"]["p50"] * flops
+        )
     decode = {p.label: p for p in data.of_kind("decode")}
     assert decode["decode b=8"].intensity_flop_per_byte == pytest.approx(4.0)
-    assert decode["decode b=8"].flop_per_s == pytest.approx(min(100e9 * 4.0, data.peak_flop_per_s or 1e30))
+    assert decode["decode b=8"].flop_per_s == pytest.approx(
+        min(100e9 * 4.0, data.peak_flop_per_s or 1e30)
+    )
     assert len(data.of_kind("prefill")) == 1
-    assert markers_in(chart.svg, "points-measured") == 2 and markers_in(chart.svg, "points-decode") == 3
+    assert (
+        markers_in(chart.svg, "points-measured") == 2
+        and markers_in(chart.svg, "points-decode") == 3
+    )
     assert {"concurrency=1", "concurrency=2", "decode b=1"} <= set(texts_in(chart.svg))
 
 
@@ -81,9 +92,14 @@ def test_time_per_token_splits_the_floor_from_the_rest(report):
         assert b.measured_s_per_token == pytest.approx(1 / v["measured_tok_per_s"])
         assert b.percent_of_ceiling == pytest.approx(v["percent_of_ceiling"])
         assert f"{b.percent_of_ceiling:.0f}% of ceiling" in " ".join(texts_in(chart.svg))
-        # the file's floor is marked on each bar: the model's file stores a quarter of what the server reads
+        # the file's floor is marked on each bar: the model's file stores a quarter of what the
+        # server reads
         assert b.file_floor_s_per_token == pytest.approx(FILE_BYTES_PER_TOKEN / 100e9)  # 0.25 ms
-        assert b.file_percent == pytest.approx(v["percent_of_file_ceiling"]) == pytest.approx(b.percent_of_ceiling / 4)
+        assert (
+            b.file_percent
+            == pytest.approx(v["percent_of_file_ceiling"])
+            == pytest.approx(b.percent_of_ceiling / 4)
+        )
         assert f"{b.file_percent:.0f}% of the file's" in " ".join(texts_in(chart.svg))
     assert chart.svg.count('id="floor-') == 2 and chart.svg.count('id="other-') == 2
     assert chart.svg.count('id="file-floor-') == 2 and "file's floor" in chart.caption
@@ -99,7 +115,8 @@ def test_per_prompt_spread_and_cdfs_hold_every_request(report):
     spread = written.page.chart("prompt_spread")
     assert len(spread.data) == len(ok) == sum(s["requests"]["ok"] for s in summary["scenarios"])
     assert sorted((p.scenario, p.prompt, p.rep) for p in spread.data) == sorted(
-        (ln["scenario"], ln["prompt"], ln["rep"]) for ln in ok)
+        (ln["scenario"], ln["prompt"], ln["rep"]) for ln in ok
+    )
     assert sum(markers_in(spread.svg, f"prompt-points-{k}") for k in range(2)) == len(ok)
     cdf = written.page.chart("latency_cdf")
     for s in summary["scenarios"]:
@@ -138,5 +155,8 @@ def test_summary_md_says_what_it_knows_in_words(bench_run):
     folder, _ = bench_run
     md = (folder / "summary.md").read_text()
     assert "None" not in md
-    assert "output tokens counted by the server's running usage count in every chunk (8 requests)" in md
+    assert (
+        "output tokens counted by the server's running usage count in every chunk (8 requests)"
+        in md
+    )
     assert "(null)" in md.splitlines()[0]  # the served model, as the server named it

@@ -1,5 +1,5 @@
-"""Damaged and old run folders still give a report of what is there, with a visible warning; two runs
-side by side; `roofline ceiling --plot`."""
+"""Damaged and old run folders still give a report of what is there, with a visible warning; two
+runs side by side; `roofline ceiling --plot`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,13 @@ from roofline.report.run_folders import load_run
 
 
 def roofline(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "roofline", *args], capture_output=True, text=True, check=False, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "roofline", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
 
 
 def copy_run(src, tmp_path, name="run"):
@@ -30,18 +36,27 @@ def test_interrupted_run_without_summary_and_a_cut_last_line(bench_run, tmp_path
     folder = copy_run(bench_run[0], tmp_path)
     (folder / "summary.json").unlink()
     lines = (folder / "requests.jsonl").read_text().splitlines()
-    (folder / "requests.jsonl").write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:40])  # killed mid-write
+    (folder / "requests.jsonl").write_text(
+        "\n".join(lines[:-1]) + "\n" + lines[-1][:40]
+    )  # killed mid-write
     p = roofline("report", str(folder))
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == str(folder / "report.html")
-    assert "warning: summary.json is missing" in p.stderr and "1 line(s) of requests.jsonl could not be read" in p.stderr
+    assert (
+        "warning: summary.json is missing" in p.stderr
+        and "1 line(s) of requests.jsonl could not be read" in p.stderr
+    )
     html = (folder / "report.html").read_text()
     assert "Warning: this report is incomplete" in html and "could not be read" in html
     written = write_report([folder])
     ok = [json.loads(x) for x in lines[:-1]]
     ok = [ln for ln in ok if ln["ok"] and ln["phase"] == "measured"]
-    assert len(written.page.chart("prompt_spread").data) == len(ok)  # every request that was written whole
-    assert written.page.chart("roofline") is None  # summarized again without the ceiling, and it says so
+    assert len(written.page.chart("prompt_spread").data) == len(
+        ok
+    )  # every request that was written whole
+    assert (
+        written.page.chart("roofline") is None
+    )  # summarized again without the ceiling, and it says so
     assert "no ceiling recorded" in html
 
 
@@ -52,7 +67,9 @@ def test_missing_provenance_and_requests(bench_run, tmp_path):
     written = write_report([folder])
     assert any("provenance.json is missing" in w for w in written.warnings)
     assert any("requests.jsonl is missing" in w for w in written.warnings)
-    assert written.page.chart("roofline") is not None and written.page.chart("prompt_spread") is None
+    assert (
+        written.page.chart("roofline") is not None and written.page.chart("prompt_spread") is None
+    )
 
 
 def test_an_old_summary_still_loads_and_round_trips(bench_run, tmp_path):
@@ -61,7 +78,9 @@ def test_an_old_summary_still_loads_and_round_trips(bench_run, tmp_path):
     for s in data["scenarios"]:  # as written before passes, CPU time and client figures existed
         for key in ("passes", "client_cpu_s", "client_cpu_us_per_token"):
             s.pop(key, None)
-        s["vs_ceiling"]["bandwidth_before_bytes_per_s"] = 9e10  # a figure this version does not know
+        s["vs_ceiling"]["bandwidth_before_bytes_per_s"] = (
+            9e10  # a figure this version does not know
+        )
     (folder / "summary.json").write_text(json.dumps(data))
     run = load_run(folder)
     assert run.warnings == ()
@@ -76,7 +95,9 @@ def test_tune_folder_with_only_trials(tune_run, tmp_path):
     (folder / "tune.json").unlink()
     written = write_report([folder])
     assert any("tune.json is missing" in w for w in written.warnings)
-    assert len(written.page.chart("time_per_token").data) == 3 and written.page.chart("ladder") is None
+    assert (
+        len(written.page.chart("time_per_token").data) == 3 and written.page.chart("ladder") is None
+    )
 
 
 def test_not_a_run_folder(tmp_path):
@@ -97,13 +118,22 @@ def test_two_runs_side_by_side(bench_run, slower_bench_run, tmp_path):
     sa = json.loads((a / "summary.json").read_text())["scenarios"][0]
     sb = json.loads((b / "summary.json").read_text())["scenarios"][0]
     row = next(r for r in table.rows if r[0] == "concurrency=1: Output Speed p50 (tok/s)")
-    va, vb = sa["metrics"]["output_speed_tok_per_s"]["p50"], sb["metrics"]["output_speed_tok_per_s"]["p50"]
+    va, vb = (
+        sa["metrics"]["output_speed_tok_per_s"]["p50"],
+        sb["metrics"]["output_speed_tok_per_s"]["p50"],
+    )
     assert row[1:] == (f"{va:,.2f}", f"{vb:,.2f}", f"{vb - va:,.2f}", f"{vb / va:.3f}")
     assert vb < va  # twice the gap between tokens
     measured = written.page.chart("compare_roofline").data.of_kind("measured")
-    assert sorted(p.label for p in measured) == ["A: concurrency=1", "A: concurrency=2", "B: concurrency=1",
-                                                "B: concurrency=2"]
-    assert (tmp_path / "cmp" / "report.html").exists() and (tmp_path / "cmp" / "report" / "a_roofline.svg").exists()
+    assert sorted(p.label for p in measured) == [
+        "A: concurrency=1",
+        "A: concurrency=2",
+        "B: concurrency=1",
+        "B: concurrency=2",
+    ]
+    assert (tmp_path / "cmp" / "report.html").exists() and (
+        tmp_path / "cmp" / "report" / "a_roofline.svg"
+    ).exists()
     p = roofline("report", str(a), str(b))  # no --out: beside the first run
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == str(a.parent / f"compare-{a.name}-vs-{b.name}" / "report.html")
@@ -114,7 +144,9 @@ def test_ceiling_plot(tmp_path):
     from roofline.report.build import ceiling_page
 
     out = tmp_path / "roofline.html"
-    p = roofline("ceiling", "llama-3.1-8b", "--hardware", "h100", "--batch", "1,8,512", "--plot", str(out))
+    p = roofline(
+        "ceiling", "llama-3.1-8b", "--hardware", "h100", "--batch", "1,8,512", "--plot", str(out)
+    )
     assert p.returncode == 0, p.stderr
     html = out.read_text()
     assert "decode b=512" in html and "prefill 1,024 tok" in html and "<svg" in html
@@ -127,22 +159,37 @@ def test_ceiling_plot(tmp_path):
         assert p.intensity_flop_per_byte == pytest.approx(b.batch * f / b.bytes_per_step)
         assert p.flop_per_s == pytest.approx(b.batch * f / b.seconds_per_step)
         assert p.flop_per_s <= data.attainable_flop_per_s(p.intensity_flop_per_byte) * (1 + 1e-9)
-    assert data.peak_flop_per_s == a.peak_flops and data.ridge_flop_per_byte == pytest.approx(a.peak_flops / a.bandwidth_bytes_per_s)
-    assert decode["decode b=1"].intensity_flop_per_byte < data.ridge_flop_per_byte < data.of_kind("prefill")[0].intensity_flop_per_byte
+    assert data.peak_flop_per_s == a.peak_flops and data.ridge_flop_per_byte == pytest.approx(
+        a.peak_flops / a.bandwidth_bytes_per_s
+    )
+    assert (
+        decode["decode b=1"].intensity_flop_per_byte
+        < data.ridge_flop_per_byte
+        < data.of_kind("prefill")[0].intensity_flop_per_byte
+    )
     png = tmp_path / "r.png"
-    assert roofline("ceiling", "llama-3.1-8b", "--hardware", "h100", "--plot", str(png)).returncode == 0
+    assert (
+        roofline("ceiling", "llama-3.1-8b", "--hardware", "h100", "--plot", str(png)).returncode
+        == 0
+    )
     assert png.read_bytes()[:4] == b"\x89PNG"
-    bad = roofline("ceiling", "llama-3.1-8b", "--hardware", "h100", "--plot", str(tmp_path / "r.pdf"))
+    bad = roofline(
+        "ceiling", "llama-3.1-8b", "--hardware", "h100", "--plot", str(tmp_path / "r.pdf")
+    )
     assert bad.returncode == 2 and "--plot writes" in bad.stderr
 
 
 def test_ceiling_without_plot_stays_light():
-    code = ("import sys\nfrom roofline.cli.main import run\n"
-            "sys.argv = ['roofline', 'ceiling', 'llama-3.1-8b', '--hardware', 'h100', '--json']\n"
-            "import io, contextlib\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    try:\n        run()\n    except SystemExit as e:\n        assert not e.code\n"
-            "print(','.join(m for m in ('matplotlib', 'numpy', 'torch') if m in sys.modules))\n")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
+    code = (
+        "import sys\nfrom roofline.cli.main import run\n"
+        "sys.argv = ['roofline', 'ceiling', 'llama-3.1-8b', '--hardware', 'h100', '--json']\n"
+        "import io, contextlib\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n        run()\n    except SystemExit as e:\n        assert not e.code\n"
+        "print(','.join(m for m in ('matplotlib', 'numpy', 'torch') if m in sys.modules))\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == ""

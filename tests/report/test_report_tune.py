@@ -9,9 +9,9 @@ import pytest
 from test_report_bench import markers_in, texts_in
 
 from roofline.hardware.catalogue import get_hardware
-from roofline.report.build import write_report
 from roofline.modelspec.catalogue import load_spec
 from roofline.modelspec.components import matmul_params_per_token
+from roofline.report.build import write_report
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,9 @@ def report(tune_run):
 def test_tune_writes_the_report_and_says_where(tune_run):
     folder, stderr = tune_run
     assert f"report: {folder / 'report.html'}" in stderr
-    assert (folder / "report" / "ladder.svg").exists() and (folder / "report" / "sweeps.png").exists()
+    assert (folder / "report" / "ladder.svg").exists() and (
+        folder / "report" / "sweeps.png"
+    ).exists()
 
 
 def test_ladder_shows_each_step_with_its_gain(report):
@@ -45,7 +47,11 @@ def test_sweep_has_a_point_per_repetition(report):
     chart = written.page.chart("sweeps")
     (sweep,) = chart.data
     assert sweep.knob == "speed"
-    assert [p.value for p in sweep.points] == [p["value"] for p in tune["sweeps"]["speed"]] == [100, 200, 400]
+    assert (
+        [p.value for p in sweep.points]
+        == [p["value"] for p in tune["sweeps"]["speed"]]
+        == [100, 200, 400]
+    )
     trials = {t["number"]: t for t in tune["trials"]}
     for p, raw in zip(sweep.points, tune["sweeps"]["speed"]):
         assert list(p.reps) == trials[raw["trial"]]["rep_values"] and len(p.reps) == 2
@@ -79,6 +85,11 @@ def test_trials_on_the_roofline_and_their_time_per_token(report):
     html = written.html.read_text()
     assert "Warning" not in html and "trial 1" in html
     spread = written.page.chart("prompt_spread").data  # baseline and best, each prompt x repetition
-    assert {r.scenario for r in spread} == {"baseline (trial 0)", f"best (trial {tune['best']['number']})"}
+    assert {r.scenario for r in spread} == {
+        "baseline (trial 0)",
+        f"best (trial {tune['best']['number']})",
+    }
     assert len(spread) == 2 * 4 * 2  # two trials, four built-in prompts, two reps
-    assert "bytes per decoded token: " in html and "decode bounds on " in html  # the ceiling breakdown
+    assert (
+        "bytes per decoded token: " in html and "decode bounds on " in html
+    )  # the ceiling breakdown

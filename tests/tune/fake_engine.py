@@ -50,7 +50,8 @@ if args.mode == "garbage":
 
 
 def record_start(gate: str) -> int:
-    """This engine's start number: the first free DIR/start-N, claimed atomically (a link fails if it exists)."""
+    """This engine's start number: the first free DIR/start-N, claimed atomically (a link fails if
+    it exists)."""
     os.makedirs(gate, exist_ok=True)
     tmp = os.path.join(gate, f"tmp-{os.getpid()}")
     with open(tmp, "w") as f:
@@ -87,7 +88,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def setup(self):
         super().setup()
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # one token, one packet
+        self.connection.setsockopt(
+            socket.IPPROTO_TCP, socket.TCP_NODELAY, 1
+        )  # one token, one packet
 
     def log_message(self, *a):
         pass
@@ -109,7 +112,9 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(404, {"error": {"message": "not found"}})
 
     def chunk(self, obj) -> None:
-        payload = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+        payload = (
+            b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+        )
         self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
         self.wfile.flush()
 
@@ -127,9 +132,23 @@ class Handler(BaseHTTPRequestHandler):
         usage = {"prompt_tokens": 8, "completion_tokens": len(ids), "total_tokens": 8 + len(ids)}
         if not body.get("stream"):
             time.sleep(len(ids) / args.speed)
-            self.reply(200, {"id": "x", "object": "chat.completion", "model": "fake", "usage": usage,
-                             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                          "finish_reason": "length", "token_ids": ids}]})
+            self.reply(
+                200,
+                {
+                    "id": "x",
+                    "object": "chat.completion",
+                    "model": "fake",
+                    "usage": usage,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": text},
+                            "finish_reason": "length",
+                            "token_ids": ids,
+                        }
+                    ],
+                },
+            )
             return
         opts = body.get("stream_options") or {}
         self.send_response(200)
@@ -137,13 +156,36 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         head = {"id": "x", "object": "chat.completion.chunk", "model": "fake"}
-        self.chunk({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+        self.chunk(
+            {
+                **head,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": ""},
+                        "finish_reason": None,
+                    }
+                ],
+            }
+        )
         for i, t in enumerate(ids):
             time.sleep(1.0 / args.speed)
-            ev = {**head, "choices": [{"index": 0, "delta": {"content": f" t{t}"},
-                                       "finish_reason": "length" if i == len(ids) - 1 else None}]}
+            ev = {
+                **head,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"content": f" t{t}"},
+                        "finish_reason": "length" if i == len(ids) - 1 else None,
+                    }
+                ],
+            }
             if opts.get("continuous_usage_stats"):
-                ev["usage"] = {"prompt_tokens": 8, "completion_tokens": i + 1, "total_tokens": 9 + i}
+                ev["usage"] = {
+                    "prompt_tokens": 8,
+                    "completion_tokens": i + 1,
+                    "total_tokens": 9 + i,
+                }
             self.chunk(ev)
         if opts.get("include_usage"):
             self.chunk({**head, "choices": [], "usage": usage})

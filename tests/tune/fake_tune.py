@@ -1,5 +1,5 @@
-"""`roofline` with the fake engine registered: `python fake_tune.py tune --engine fake ...` (the tests
-run the real CLI in a subprocess, to kill it or to run two workers)."""
+"""`roofline` with the fake engine registered: `python fake_tune.py tune --engine fake ...` (the
+tests run the real CLI in a subprocess, to kill it or to run two workers)."""
 
 import sys
 from pathlib import Path

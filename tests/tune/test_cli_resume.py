@@ -1,5 +1,5 @@
-"""`roofline tune` as a user runs it (in a subprocess, with the fake engine registered): refusing bad
-input before anything launches, and resuming a study after the tuner was killed."""
+"""`roofline tune` as a user runs it (in a subprocess, with the fake engine registered): refusing
+bad input before anything launches, and resuming a study after the tuner was killed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ import subprocess
 import time
 from collections import Counter
 
-from tune_helpers import fake_tune_argv, gate_arg, marker, release, wait_for_engine_start, wait_gone, write_space
+from tune_helpers import (
+    fake_tune_argv,
+    gate_arg,
+    marker,
+    release,
+    wait_for_engine_start,
+    wait_gone,
+    write_space,
+)
 
 GRID = """
 [baseline]
@@ -25,29 +33,61 @@ default = 0
 
 def test_a_bad_space_is_refused_before_anything_launches(tmp_path):
     space = write_space(tmp_path, "[knobs.speed]\nlow = 10\nhigh = 5\n")
-    p = subprocess.run(fake_tune_argv("--space", str(space), "--runs", str(tmp_path / "runs")),
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        fake_tune_argv("--space", str(space), "--runs", str(tmp_path / "runs")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2
     assert "knob 'speed'" in p.stderr and "low must be below high" in p.stderr
     assert not (tmp_path / "runs").exists()
-    p = subprocess.run(fake_tune_argv("--space", str(space), "--objective", "cost"), capture_output=True, text=True,
-                       timeout=60)
+    p = subprocess.run(
+        fake_tune_argv("--space", str(space), "--objective", "cost"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2 and "--price-per-hour" in p.stderr
 
 
 def test_resume_after_a_kill_reruns_only_the_interrupted_trial(tmp_path):
     space = write_space(tmp_path, GRID)
     mark = marker()
-    gate = tmp_path / "gate"  # the second trial's engine holds its requests: the kill surely interrupts that trial
-    args = ["--space", str(space), "--strategy", "grid", "--reps", "2", "--max-tokens", "24", "--runs",
-            str(tmp_path / "runs"), gate_arg(gate), "--engine-arg", mark, "--engine-timeout", "10s", "--json"]
-    proc = subprocess.Popen(fake_tune_argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    gate = (
+        tmp_path / "gate"
+    )  # the second trial's engine holds its requests: the kill surely interrupts that trial
+    args = [
+        "--space",
+        str(space),
+        "--strategy",
+        "grid",
+        "--reps",
+        "2",
+        "--max-tokens",
+        "24",
+        "--runs",
+        str(tmp_path / "runs"),
+        gate_arg(gate),
+        "--engine-arg",
+        mark,
+        "--engine-timeout",
+        "10s",
+        "--json",
+    ]
+    proc = subprocess.Popen(
+        fake_tune_argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 60
     run_dir = None
     while time.monotonic() < deadline:
         found = list((tmp_path / "runs").glob("*/trials.jsonl"))
         # the first trial is recorded and the second one has started
-        if found and found[0].read_text().count("\n") >= 1 and (found[0].parent / "trials" / "001").exists():
+        if (
+            found
+            and found[0].read_text().count("\n") >= 1
+            and (found[0].parent / "trials" / "001").exists()
+        ):
             run_dir = found[0].parent
             break
         assert proc.poll() is None, proc.communicate()
@@ -60,7 +100,12 @@ def test_resume_after_a_kill_reruns_only_the_interrupted_trial(tmp_path):
     before = [json.loads(ln) for ln in (run_dir / "trials.jsonl").read_text().splitlines()]
 
     release(gate)  # the resumed run's engines answer
-    p = subprocess.run(fake_tune_argv("--resume", str(run_dir), "--json"), capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        fake_tune_argv("--resume", str(run_dir), "--json"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     assert "re-running interrupted trial(s)" in p.stderr
     result = json.loads(p.stdout)
@@ -73,19 +118,39 @@ def test_resume_after_a_kill_reruns_only_the_interrupted_trial(tmp_path):
     # what finished before the kill was not run again
     after = [json.loads(ln) for ln in (run_dir / "trials.jsonl").read_text().splitlines()]
     assert after[: len(before)] == before
-    assert {t["number"] for t in after[len(before):]}.isdisjoint({t["number"] for t in before})
+    assert {t["number"] for t in after[len(before) :]}.isdisjoint({t["number"] for t in before})
     assert result["best"]["config"]["speed"] == 240 and result["best_command"][-1] == mark
-    assert result["study"]["trials"].get("waiting", 0) == 0 and result["study"]["trials"].get("running", 0) == 0
+    assert (
+        result["study"]["trials"].get("waiting", 0) == 0
+        and result["study"]["trials"].get("running", 0) == 0
+    )
     assert wait_gone(mark) == []
 
 
 def test_ctrl_c_stops_the_engine_keeps_the_study_and_says_how_to_resume(tmp_path):
     space = write_space(tmp_path, GRID)
     mark = marker()
-    gate = tmp_path / "gate"  # the second trial's engine holds its requests: the signal surely finds it running
-    proc = subprocess.Popen(fake_tune_argv("--space", str(space), "--strategy", "grid", "--max-tokens", "16",
-                                           "--runs", str(tmp_path / "runs"), gate_arg(gate), "--engine-arg", mark),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    gate = (
+        tmp_path / "gate"
+    )  # the second trial's engine holds its requests: the signal surely finds it running
+    proc = subprocess.Popen(
+        fake_tune_argv(
+            "--space",
+            str(space),
+            "--strategy",
+            "grid",
+            "--max-tokens",
+            "16",
+            "--runs",
+            str(tmp_path / "runs"),
+            gate_arg(gate),
+            "--engine-arg",
+            mark,
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not list((tmp_path / "runs").glob("*/trials/001/server.log")):
         assert proc.poll() is None, proc.communicate()

@@ -24,7 +24,9 @@ from tune_helpers import fake_tune_argv, gate_arg, marker, release, wait_gone, w
 
 
 def pg_bin(name: str) -> str | None:
-    found = shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None)
+    found = shutil.which(name) or next(
+        iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None
+    )
     return found
 
 
@@ -45,8 +47,10 @@ def as_postgres(argv: list[str]) -> list[str]:
 def postgres_url():
     initdb, pg_ctl, createdb = pg_bin("initdb"), pg_bin("pg_ctl"), pg_bin("createdb")
     if not (initdb and pg_ctl and createdb):
-        pytest.fail("PostgreSQL's initdb/pg_ctl/createdb were not found (on PATH or in /usr/lib/postgresql/*/bin): "
-                    "install them with `apt-get install -y postgresql` (.ci/run does)")
+        pytest.fail(
+            "PostgreSQL's initdb/pg_ctl/createdb were not found (on PATH or in /usr/lib/postgresql/*/bin): "
+            "install them with `apt-get install -y postgresql` (.ci/run does)"
+        )
     folder = Path(tempfile.mkdtemp(prefix="roofline-pg-"))
     os.chmod(folder, 0o755)
     if os.geteuid() == 0:
@@ -54,15 +58,37 @@ def postgres_url():
     data, port = folder / "data", free_port()
     run = {"capture_output": True, "text": True, "timeout": 120, "check": True}
     try:
-        subprocess.run(as_postgres([initdb, "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"]), **run)
-        subprocess.run(as_postgres([pg_ctl, "-D", str(data), "-l", str(folder / "log"), "-w", "-o",
-                                    f"-p {port} -h 127.0.0.1 -k {folder} -F", "start"]), **run)
+        subprocess.run(
+            as_postgres([initdb, "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"]),
+            **run,
+        )
+        subprocess.run(
+            as_postgres(
+                [
+                    pg_ctl,
+                    "-D",
+                    str(data),
+                    "-l",
+                    str(folder / "log"),
+                    "-w",
+                    "-o",
+                    f"-p {port} -h 127.0.0.1 -k {folder} -F",
+                    "start",
+                ]
+            ),
+            **run,
+        )
         try:
-            subprocess.run([createdb, "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "tune"], **run)
+            subprocess.run(
+                [createdb, "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "tune"], **run
+            )
             yield f"postgresql://postgres@127.0.0.1:{port}/tune"
         finally:
-            subprocess.run(as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"]),
-                           capture_output=True, timeout=60)
+            subprocess.run(
+                as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"]),
+                capture_output=True,
+                timeout=60,
+            )
     except subprocess.CalledProcessError as e:
         pytest.fail(f"could not start PostgreSQL: {e.cmd}: {e.stderr}")
     finally:
@@ -85,27 +111,59 @@ def test_two_workers_share_one_study_and_never_run_a_trial_twice(tmp_path, postg
 
     space = write_space(tmp_path, GRID)
     mark = marker()
-    # every fake engine after the first holds its requests until the second worker has one up, so the first
-    # worker cannot run the whole grid before the second starts, however slow that start is
+    # every fake engine after the first holds its requests until the second worker has one up, so
+    # the first worker cannot run the whole grid before the second starts, however slow that start
+    # is
     gate = tmp_path / "gate"
-    args = ["--space", str(space), "--strategy", "grid", "--reps", "2", "--max-tokens", "16", "--storage",
-            postgres_url, "--study", "shared", gate_arg(gate), "--engine-arg", mark, "--json"]
-    first = subprocess.Popen(fake_tune_argv(*args, "--runs", str(tmp_path / "w1")), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    args = [
+        "--space",
+        str(space),
+        "--strategy",
+        "grid",
+        "--reps",
+        "2",
+        "--max-tokens",
+        "16",
+        "--storage",
+        postgres_url,
+        "--study",
+        "shared",
+        gate_arg(gate),
+        "--engine-arg",
+        mark,
+        "--json",
+    ]
+    first = subprocess.Popen(
+        fake_tune_argv(*args, "--runs", str(tmp_path / "w1")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     # the first worker creates the study (and enqueues the grid) before the second starts
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if "planned" in optuna.load_study(study_name="shared", storage=open_storage(postgres_url)).user_attrs:
+            if (
+                "planned"
+                in optuna.load_study(
+                    study_name="shared", storage=open_storage(postgres_url)
+                ).user_attrs
+            ):
                 break
         except KeyError:
             pass
         assert first.poll() is None, first.communicate()
         time.sleep(0.2)
-    second = subprocess.Popen(fake_tune_argv(*args, "--runs", str(tmp_path / "w2")), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    second = subprocess.Popen(
+        fake_tune_argv(*args, "--runs", str(tmp_path / "w2")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
-    while str(second.pid) not in [f.read_text() for f in gate.glob("start-*")]:  # its engine's parent: second
+    while str(second.pid) not in [
+        f.read_text() for f in gate.glob("start-*")
+    ]:  # its engine's parent: second
         for p in (first, second):
             assert p.poll() is None, p.communicate()
         assert time.monotonic() < deadline, "the second worker never started an engine"
@@ -118,7 +176,9 @@ def test_two_workers_share_one_study_and_never_run_a_trial_twice(tmp_path, postg
     study = optuna.load_study(study_name="shared", storage=open_storage(postgres_url))
     trials = results(study)  # the study as both workers left it
     ok = [t for t in trials if t.status == "ok"]
-    assert Counter(t.config["speed"] for t in ok) == Counter({s: 1 for s in (100, 120, 140, 160, 180, 200, 220, 240)})
+    assert Counter(t.config["speed"] for t in ok) == Counter(
+        {s: 1 for s in (100, 120, 140, 160, 180, 200, 220, 240)}
+    )
     assert len(trials) == 8
     workers = Counter(t.machine["pid"] for t in ok)
     assert len(workers) == 2, workers  # both workers ran trials

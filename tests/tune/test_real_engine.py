@@ -1,5 +1,6 @@
 """A short real ladder: `roofline tune` launches `roofline serve` on the default model through the
-launcher registry, and the exactness gate refuses int8 weights (lossy) while an exact change is kept."""
+launcher registry, and the exactness gate refuses int8 weights (lossy) while an exact change is
+kept."""
 
 from __future__ import annotations
 
@@ -33,21 +34,55 @@ def test_short_real_ladder_rejects_int8_and_keeps_only_exact_steps(tmp_path):
     write_profile(cache, 30e9)  # a measured machine, so the tuner needs no probe
     mark = marker()
     space = write_space(tmp_path, SPACE)
-    # one thread: two spin at a barrier and crawl when a neighbour takes a core (ENVIRONMENT.md), and
-    # a test checks correctness, not speed
-    cmd = [sys.executable, "-m", "roofline", "tune", "--space", str(space), "--max-tokens", "24", "--reps", "2",
-           "--runs", str(tmp_path / "runs"), "--engine-arg", "threads=1", f"--engine-arg=--served-model-name={mark}",
-           "--json"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "ROOFLINE_CACHE_DIR": str(cache)})
+    # one thread: two spin at a barrier and crawl when a neighbour takes a core (ENVIRONMENT.md),
+    # and a test checks correctness, not speed
+    cmd = [
+        sys.executable,
+        "-m",
+        "roofline",
+        "tune",
+        "--space",
+        str(space),
+        "--max-tokens",
+        "24",
+        "--reps",
+        "2",
+        "--runs",
+        str(tmp_path / "runs"),
+        "--engine-arg",
+        "threads=1",
+        f"--engine-arg=--served-model-name={mark}",
+        "--json",
+    ]
+    p = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "ROOFLINE_CACHE_DIR": str(cache)},
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     result = json.loads(p.stdout)
-    trials = {(t["slot"]["kind"], t["slot"]["knob"]): TrialResult.from_json(t) for t in result["trials"]}
+    trials = {
+        (t["slot"]["kind"], t["slot"]["knob"]): TrialResult.from_json(t) for t in result["trials"]
+    }
     assert set(trials) == {("baseline", None), ("ladder", "dtype"), ("ladder", "max_batch")}
-    base, int8, one = trials[("baseline", None)], trials[("ladder", "dtype")], trials[("ladder", "max_batch")]
+    base, int8, one = (
+        trials[("baseline", None)],
+        trials[("ladder", "dtype")],
+        trials[("ladder", "max_batch")],
+    )
 
-    assert base.status == "ok" and base.exactness["basis"] == "token_ids" and base.exactness["compared"] == 4
-    assert base.argv[1:4] == ("-m", "roofline", "serve") and f"--served-model-name={mark}" in base.argv
-    # --engine-arg knob=value: every trial; the baseline is the fp32 reference (the engine's default is stored)
+    assert (
+        base.status == "ok"
+        and base.exactness["basis"] == "token_ids"
+        and base.exactness["compared"] == 4
+    )
+    assert (
+        base.argv[1:4] == ("-m", "roofline", "serve") and f"--served-model-name={mark}" in base.argv
+    )
+    # --engine-arg knob=value: every trial; the baseline is the fp32 reference (the engine's default
+    # is stored)
     assert base.config == {"threads": 1, "dtype": "fp32"} and "--threads" in base.argv
     # int8 weights decode other tokens: recorded with where they diverge, never chosen
     assert int8.config == {"threads": 1, "dtype": "int8"} and int8.status == "inexact"
@@ -60,15 +95,20 @@ def test_short_real_ladder_rejects_int8_and_keeps_only_exact_steps(tmp_path):
     best = TrialResult.from_json(result["best"])
     assert best.status == "ok" and best.number in (base.number, one.number)
     assert result["best_command"] == list(best.argv)
-    # every trial is held against the ceiling: the server's bytes per token over the read bandwidth measured
-    # right before that trial's bench (not the profile's 30 GB/s, taken minutes -- here: never -- earlier)
+    # every trial is held against the ceiling: the server's bytes per token over the read bandwidth
+    # measured right before that trial's bench (not the profile's 30 GB/s, taken minutes -- here:
+    # never -- earlier)
     assert 1e8 < result["ceiling"]["bandwidth_bytes_per_s"] < 1e14
     assert result["ceiling"]["bandwidth_bytes_per_s"] != 30e9
     assert all(t.metrics.get("percent_of_ceiling") for t in (base, int8, one))
     for t in (base, int8, one):
         c = t.metrics["ceiling"]
         assert t.metrics["percent_of_ceiling"] == pytest.approx(
-            100 * t.metrics["output_speed_median_tok_per_s"] * c["bytes_per_token"] / c["bandwidth_bytes_per_s"])
+            100
+            * t.metrics["output_speed_median_tok_per_s"]
+            * c["bytes_per_token"]
+            / c["bandwidth_bytes_per_s"]
+        )
     assert int8.metrics["bytes_per_token"] < base.metrics["bytes_per_token"]
     assert [s["knob"] for s in result["ladder"]] == ["dtype", "max_batch"]
     assert result["ladder"][0]["kept"] is False

@@ -20,13 +20,21 @@ from roofline.tune.search import (
 from roofline.tune.space import parse_space
 from roofline.tune.trial import TrialResult
 
-LAUNCHER = Launcher("fake", knob_table(
-    Knob("dtype", "choice", ("fp32", "bf16")), Knob("spec", "choice", ("none", "ngram", "trie")),
-    Knob("breadth", "int", minimum=1), Knob("depth", "int", minimum=1), Knob("threads", "int", minimum=1)))
+LAUNCHER = Launcher(
+    "fake",
+    knob_table(
+        Knob("dtype", "choice", ("fp32", "bf16")),
+        Knob("spec", "choice", ("none", "ngram", "trie")),
+        Knob("breadth", "int", minimum=1),
+        Knob("depth", "int", minimum=1),
+        Knob("threads", "int", minimum=1),
+    ),
+)
 
 
 def synthetic_space(name: str, breadth_step: int, depth_step: int):
-    return parse_space(f"""
+    return parse_space(
+        f"""
 source = "test"
 date = "2026-12-02"
 [knobs.dtype]
@@ -50,11 +58,15 @@ unless = {{ spec = "none" }}
 [knobs.threads]
 choices = [1, 2]
 default = 2
-""", LAUNCHER, name=name)
+""",
+        LAUNCHER,
+        name=name,
+    )
 
 
 SPACE = synthetic_space("synthetic", 2, 4)
-# the same knobs, coarser: a grid of 196 points instead of 772, for the tests that run the whole grid
+# the same knobs, coarser: a grid of 196 points instead of 772, for the tests that run the whole
+# grid
 COARSE = synthetic_space("coarse", 8, 8)
 
 
@@ -72,15 +84,25 @@ def landscape(config: dict) -> float:
     v = 100.0 * (1.15 if c["dtype"] == "bf16" else 1.0) * (0.97 if c["threads"] == 1 else 1.0)
     if c["spec"] != "none":
         peak = math.exp(-(((c["breadth"] - 24) / 9) ** 2))
-        v *= (1.0 + (1.8 if c["spec"] == "trie" else 1.3) * peak) * (1 + 0.1 * math.exp(-(((c["depth"] - 16) / 8) ** 2)))
+        v *= (1.0 + (1.8 if c["spec"] == "trie" else 1.3) * peak) * (
+            1 + 0.1 * math.exp(-(((c["depth"] - 16) / 8) ** 2))
+        )
     return v
 
 
 def evaluate_with(fn, spread: float = 1.0, inexact=lambda c: False):
     def evaluate(number, slot, config, reference):
         status = "inexact" if inexact(config) else "ok"
-        return TrialResult(number, slot, config, status, value=fn(config), spread=spread,
-                           rep_values=(fn(config) - spread / 2, fn(config) + spread / 2)), [Out()]
+        return TrialResult(
+            number,
+            slot,
+            config,
+            status,
+            value=fn(config),
+            spread=spread,
+            rep_values=(fn(config) - spread / 2, fn(config) + spread / 2),
+        ), [Out()]
+
     return evaluate
 
 
@@ -88,8 +110,9 @@ def run(strategy: str, evaluate, *, budget=None, seed=1, rule=None, space=SPACE)
     import optuna
 
     s, rule = STRATEGIES[strategy], rule or Rule()
-    study, created = st.open_study(optuna.storages.InMemoryStorage(), "t", s, space, {"engine": "fake"},
-                                   rule.direction, seed)
+    study, created = st.open_study(
+        optuna.storages.InMemoryStorage(), "t", s, space, {"engine": "fake"}, rule.direction, seed
+    )
     assert created
     ran = st.run_worker(st.Worker(study, s, space, rule, budget=budget), evaluate)
     return study, st.results(study), ran
@@ -113,11 +136,15 @@ def test_ladder_climbs_one_knob_at_a_time_and_keeps_only_gains_beyond_the_spread
 
 
 def test_a_gain_within_the_spread_is_not_kept():
-    flat = evaluate_with(lambda c: 100.0 + (3.0 if SPACE.effective(c)["dtype"] == "bf16" else 0.0), spread=5.0)
+    flat = evaluate_with(
+        lambda c: 100.0 + (3.0 if SPACE.effective(c)["dtype"] == "bf16" else 0.0), spread=5.0
+    )
     _, results, _ = run("ladder", flat)
     _, steps = ladder_steps(SPACE, results, Rule())
     assert steps[0].knob == "dtype" and steps[0].kept is None and "within spread" in steps[0].note
-    assert Rule().best(results).value == pytest.approx(103.0)  # still the fastest measured, but not climbed
+    assert Rule().best(results).value == pytest.approx(
+        103.0
+    )  # still the fastest measured, but not climbed
 
 
 def test_ladder_skips_knobs_whose_condition_does_not_hold():
@@ -131,7 +158,9 @@ def test_ladder_skips_knobs_whose_condition_does_not_hold():
 
 
 def test_inexact_configurations_are_never_best_unless_allowed():
-    fast_but_wrong = evaluate_with(landscape, inexact=lambda c: SPACE.effective(c)["dtype"] == "bf16")
+    fast_but_wrong = evaluate_with(
+        landscape, inexact=lambda c: SPACE.effective(c)["dtype"] == "bf16"
+    )
     _, results, _ = run("ladder", fast_but_wrong)
     assert any(r.status == "inexact" for r in results)
     best = Rule().best(results)
@@ -141,7 +170,9 @@ def test_inexact_configurations_are_never_best_unless_allowed():
 
 
 def test_grid_runs_every_combination_once():
-    assert len(grid_configs(SPACE)) == 2 * 2 * (1 + 2 * 24 * 8)  # conditions: spec none has no breadth/depth
+    assert len(grid_configs(SPACE)) == 2 * 2 * (
+        1 + 2 * 24 * 8
+    )  # conditions: spec none has no breadth/depth
     configs = grid_configs(COARSE)
     assert len(configs) == 2 * 2 * (1 + 2 * 6 * 4)
     _, results, ran = run("grid", evaluate_with(landscape), space=COARSE)
@@ -169,7 +200,9 @@ def test_tpe_reaches_within_10_percent_of_the_grid_best_in_a_third_of_its_trials
 
 
 def test_minimize_picks_the_smallest():
-    _, results, _ = run("grid", evaluate_with(lambda c: 1000.0 / landscape(c)), rule=Rule("minimize"), space=COARSE)
+    _, results, _ = run(
+        "grid", evaluate_with(lambda c: 1000.0 / landscape(c)), rule=Rule("minimize"), space=COARSE
+    )
     best = Rule("minimize").best(results)
     assert best.value == pytest.approx(min(1000.0 / landscape(c) for c in grid_configs(COARSE)))
 
@@ -194,8 +227,11 @@ def test_interrupted_trial_is_failed_and_its_slot_queued_again():
         return evaluate_with(landscape)(number, slot, config, reference)
 
     s = STRATEGIES["grid"]
-    small = parse_space('source = "t"\ndate = "d"\n[knobs.dtype]\nchoices = ["fp32", "bf16"]\ndefault = "fp32"\n'
-                        '[knobs.threads]\nchoices = [1, 2]\ndefault = 2\n', LAUNCHER)
+    small = parse_space(
+        'source = "t"\ndate = "d"\n[knobs.dtype]\nchoices = ["fp32", "bf16"]\ndefault = "fp32"\n'
+        "[knobs.threads]\nchoices = [1, 2]\ndefault = 2\n",
+        LAUNCHER,
+    )
     study, _ = st.open_study(optuna.storages.InMemoryStorage(), "t", s, small, {}, "maximize", 0)
     w = st.Worker(study, s, small, Rule())
     with pytest.raises(KeyboardInterrupt):
@@ -205,4 +241,5 @@ def test_interrupted_trial_is_failed_and_its_slot_queued_again():
     st.run_worker(w, evaluate)
     done = [r for r in st.results(study) if r.status == "ok"]
     assert sorted(str(sorted(small.effective(r.config).items())) for r in done) == sorted(
-        str(sorted(small.effective(c).items())) for c in grid_configs(small))  # each point once, the interrupted one re-run
+        str(sorted(small.effective(c).items())) for c in grid_configs(small)
+    )  # each point once, the interrupted one re-run

@@ -1,5 +1,5 @@
-"""Trials against fake engine commands: crashes, hangs, garbage and inexact answers are recorded with
-their reasons and log tails, the study goes on, and no engine process is left behind."""
+"""Trials against fake engine commands: crashes, hangs, garbage and inexact answers are recorded
+with their reasons and log tails, the study goes on, and no engine process is left behind."""
 
 from __future__ import annotations
 
@@ -15,8 +15,16 @@ from roofline.tune.tuner import RESULT, TRIALS, Display, TuneOptions, run_tune
 
 def options(space, mark: str, **kw) -> TuneOptions:
     kw.setdefault("reps", 2)
-    return TuneOptions(engine="fake", space=space.to_json(), max_tokens=12, extra_args=(mark,), ready_timeout_s=3,
-                       request_timeout_s=5, stop_grace_s=1, **kw)
+    return TuneOptions(
+        engine="fake",
+        space=space.to_json(),
+        max_tokens=12,
+        extra_args=(mark,),
+        ready_timeout_s=3,
+        request_timeout_s=5,
+        stop_grace_s=1,
+        **kw,
+    )
 
 
 def by_mode(result: TuneResult) -> dict:
@@ -25,22 +33,40 @@ def by_mode(result: TuneResult) -> dict:
 
 def test_crash_hang_garbage_fail_with_log_tails_and_the_study_goes_on(tmp_path, monkeypatch):
     register_fake(monkeypatch)
-    space = load_space_file(write_space(tmp_path, """
+    space = load_space_file(
+        write_space(
+            tmp_path,
+            """
 [baseline]
 speed = 400
 [knobs.mode]
 choices = ["ok", "crash", "crash_mid", "hang", "garbage", "ignore_term"]
 default = "ok"
-"""), FAKE)
+""",
+        ),
+        FAKE,
+    )
     mark = marker()
     result = run_tune(options(space, mark), tmp_path / "run", Display())
     trials = by_mode(result)
     assert set(trials) == {"ok", "crash", "crash_mid", "hang", "garbage", "ignore_term"}
-    assert trials["ok"].status == "ok" and trials["ok"].value > 0 and trials["ok"].slot.kind == "baseline"
+    assert (
+        trials["ok"].status == "ok"
+        and trials["ok"].value > 0
+        and trials["ok"].slot.kind == "baseline"
+    )
     crash = trials["crash"]
-    assert crash.status == "failed" and "code 3" in crash.error and "out of memory" in crash.log_tail
-    assert trials["crash_mid"].status == "failed" and "segmentation fault" in trials["crash_mid"].log_tail
-    assert trials["hang"].status == "failed" and "did not answer /health within 3s" in trials["hang"].error
+    assert (
+        crash.status == "failed" and "code 3" in crash.error and "out of memory" in crash.log_tail
+    )
+    assert (
+        trials["crash_mid"].status == "failed"
+        and "segmentation fault" in trials["crash_mid"].log_tail
+    )
+    assert (
+        trials["hang"].status == "failed"
+        and "did not answer /health within 3s" in trials["hang"].error
+    )
     assert trials["garbage"].status == "failed" and "GARBAGE" in trials["garbage"].error
     assert trials["ignore_term"].status == "ok"  # it measures fine; stopping it needed SIGKILL
     for r in result.trials:
@@ -59,15 +85,23 @@ default = "ok"
 @pytest.mark.parametrize("allow", [False, True])
 def test_the_exactness_gate_rejects_a_faster_inexact_configuration(tmp_path, monkeypatch, allow):
     register_fake(monkeypatch)
-    space = load_space_file(write_space(tmp_path, """
+    space = load_space_file(
+        write_space(
+            tmp_path,
+            """
 [baseline]
 speed = 100
 [knobs.shift]
 choices = [0, 5]
 default = 0
-"""), FAKE)
+""",
+        ),
+        FAKE,
+    )
     mark = marker()
-    result = run_tune(options(space, mark, allow_inexact=allow, reps=1), tmp_path / "run", Display())
+    result = run_tune(
+        options(space, mark, allow_inexact=allow, reps=1), tmp_path / "run", Display()
+    )
     inexact = [r for r in result.trials if r.status == "inexact"]
     assert len(inexact) == 1
     e = inexact[0].exactness
@@ -78,30 +112,42 @@ default = 0
     assert wait_gone(mark) == []
 
 
-@pytest.mark.parametrize("objective, extra", [
-    ("goodput", {"slo": "ttft=5s,tpot=1s", "concurrency": 2}),
-    ("cost", {"price_per_hour": 3.6, "concurrency": 2}),
-])
+@pytest.mark.parametrize(
+    "objective, extra",
+    [
+        ("goodput", {"slo": "ttft=5s,tpot=1s", "concurrency": 2}),
+        ("cost", {"price_per_hour": 3.6, "concurrency": 2}),
+    ],
+)
 def test_goodput_and_cost_objectives(tmp_path, monkeypatch, objective, extra):
     register_fake(monkeypatch)
     space = load_space_file(write_space(tmp_path, "[knobs.speed]\nchoices = [200, 800]\n"), FAKE)
-    result = run_tune(options(space, marker(), objective=objective, reps=1, **extra), tmp_path / "run", Display())
+    result = run_tune(
+        options(space, marker(), objective=objective, reps=1, **extra), tmp_path / "run", Display()
+    )
     assert [r.status for r in result.trials] == ["ok", "ok", "ok"]
     for r in result.trials:
         tok_per_s = r.metrics["output_tok_per_s"]
-        if objective == "cost":  # $3.60/h at tok/s: 3.6 / (3600 * tok/s) * 1e6 dollars per million tokens
+        if (
+            objective == "cost"
+        ):  # $3.60/h at tok/s: 3.6 / (3600 * tok/s) * 1e6 dollars per million tokens
             assert r.value == pytest.approx(1e3 / tok_per_s)
         else:  # every request meets these loose SLOs: goodput is the whole output rate
             assert r.value == pytest.approx(tok_per_s)
     fastest = max(result.trials, key=lambda r: r.metrics["output_tok_per_s"])
     assert result.best.number == fastest.number and result.objective["direction"] == (
-        "minimize" if objective == "cost" else "maximize")
+        "minimize" if objective == "cost" else "maximize"
+    )
 
 
 def test_tpe_through_the_tuner(tmp_path, monkeypatch):
     register_fake(monkeypatch)
-    space = load_space_file(write_space(tmp_path, "[knobs.speed]\nlow = 100\nhigh = 900\nstep = 100\n"), FAKE)
-    result = run_tune(options(space, marker(), strategy="tpe", trials=4, reps=1), tmp_path / "run", Display())
+    space = load_space_file(
+        write_space(tmp_path, "[knobs.speed]\nlow = 100\nhigh = 900\nstep = 100\n"), FAKE
+    )
+    result = run_tune(
+        options(space, marker(), strategy="tpe", trials=4, reps=1), tmp_path / "run", Display()
+    )
     assert len(result.trials) == 4 and result.trials[0].slot.kind == "baseline"
     assert all(r.status == "ok" and 100 <= r.config.get("speed", 100) <= 900 for r in result.trials)
     assert set(result.sweeps) == {"speed"}
@@ -110,18 +156,43 @@ def test_tpe_through_the_tuner(tmp_path, monkeypatch):
 def test_the_command_to_run_again_drops_the_trials_host_and_port():
     from roofline.tune.result import without_trial_address
 
-    argv = ["python", "-m", "roofline", "serve", "--port", "39215", "--host", "127.0.0.1", "--spec", "trie",
-            "--max-bfs-breadth", "24"]
-    assert without_trial_address(argv) == ["python", "-m", "roofline", "serve", "--spec", "trie", "--max-bfs-breadth", "24"]
-    assert without_trial_address(["llama-server", "--port=8081", "--host=0.0.0.0", "-m", "x.gguf", "--threads", "2"]) == \
-        ["llama-server", "-m", "x.gguf", "--threads", "2"]
+    argv = [
+        "python",
+        "-m",
+        "roofline",
+        "serve",
+        "--port",
+        "39215",
+        "--host",
+        "127.0.0.1",
+        "--spec",
+        "trie",
+        "--max-bfs-breadth",
+        "24",
+    ]
+    assert without_trial_address(argv) == [
+        "python",
+        "-m",
+        "roofline",
+        "serve",
+        "--spec",
+        "trie",
+        "--max-bfs-breadth",
+        "24",
+    ]
+    assert without_trial_address(
+        ["llama-server", "--port=8081", "--host=0.0.0.0", "-m", "x.gguf", "--threads", "2"]
+    ) == ["llama-server", "-m", "x.gguf", "--threads", "2"]
     assert without_trial_address(["serve", "--spec", "ngram"]) == ["serve", "--spec", "ngram"]
 
 
-# ---- the model file's bytes per token in each trial's record ------------------------------------------
+# ---- the model file's bytes per token in each trial's record
+# ------------------------------------------
+
 
 def _bench_summary(percent_file: float | None = 15.0, tok_per_s: float = 41.9) -> dict:
-    """bench's summary.json of one trial held against 27 GB/s: the engine reads 538.1 MB, the file 96.6 MB."""
+    """bench's summary.json of one trial held against 27 GB/s: the engine reads 538.1 MB, the file
+    96.6 MB."""
     from roofline.bench.against import resolve_ceiling
     from roofline.bench.summarize import vs_ceiling
     from roofline.hardware.window import BandwidthWindow
@@ -129,11 +200,31 @@ def _bench_summary(percent_file: float | None = 15.0, tok_per_s: float = 41.9) -
     info = {"bytes_per_token": 538.1e6, "dtype": "fp32"}
     if percent_file is not None:
         info["file_bytes_per_token"] = 96.6e6
-    c, _ = resolve_ceiling(model=None, hardware=None, served="m", server_info=info, window=BandwidthWindow(27e9))
-    speed = {"n": 2, "mean": tok_per_s, "p50": tok_per_s, "p90": 42, "p95": 42, "p99": 42, "min": 41.8, "max": 42}
-    return {"provenance": {}, "ceiling": c.to_dict(),
-            "scenarios": [{"scenario": {"name": "sequential"}, "requests": {"measured": 2, "ok": 2, "failed": 0},
-                           "metrics": {"output_speed_tok_per_s": speed}, "vs_ceiling": vs_ceiling(c, speed)}]}
+    c, _ = resolve_ceiling(
+        model=None, hardware=None, served="m", server_info=info, window=BandwidthWindow(27e9)
+    )
+    speed = {
+        "n": 2,
+        "mean": tok_per_s,
+        "p50": tok_per_s,
+        "p90": 42,
+        "p95": 42,
+        "p99": 42,
+        "min": 41.8,
+        "max": 42,
+    }
+    return {
+        "provenance": {},
+        "ceiling": c.to_dict(),
+        "scenarios": [
+            {
+                "scenario": {"name": "sequential"},
+                "requests": {"measured": 2, "ok": 2, "failed": 0},
+                "metrics": {"output_speed_tok_per_s": speed},
+                "vs_ceiling": vs_ceiling(c, speed),
+            }
+        ],
+    }
 
 
 def _trial(number: int, value: float, summary: dict, **kw):
@@ -142,15 +233,26 @@ def _trial(number: int, value: float, summary: dict, **kw):
 
     slot = Slot("baseline") if number == 0 else Slot("ladder", 1, "threads", kw.get("threads", 2))
     config = {} if number == 0 else {"threads": kw.get("threads", 2)}
-    return TrialResult(number, slot, config, "ok", value=value, spread=0.5, rep_values=(value, value),
-                       metrics=_metrics(summary), **file_figures(summary))
+    return TrialResult(
+        number,
+        slot,
+        config,
+        "ok",
+        value=value,
+        spread=0.5,
+        rep_values=(value, value),
+        metrics=_metrics(summary),
+        **file_figures(summary),
+    )
 
 
 def test_a_trial_keeps_the_files_bytes_and_its_percent_of_the_files_ceiling():
     from roofline.tune.trial import TrialResult, file_figures
 
     f = file_figures(_bench_summary())
-    assert f["file_bytes_per_token"] == 96.6e6 and f["file_ceiling_tok_per_s"] == pytest.approx(27e9 / 96.6e6)
+    assert f["file_bytes_per_token"] == 96.6e6 and f["file_ceiling_tok_per_s"] == pytest.approx(
+        27e9 / 96.6e6
+    )
     assert f["percent_of_file_ceiling"] == pytest.approx(100 * 41.9 * 96.6e6 / 27e9)
     assert f["read_ratio"] == pytest.approx(538.1 / 96.6)
     assert file_figures(_bench_summary(None)) == {} and file_figures({"scenarios": []}) == {}
@@ -160,7 +262,11 @@ def test_a_trial_keeps_the_files_bytes_and_its_percent_of_the_files_ceiling():
     # a trials.jsonl line written before these fields existed still loads, without them
     old = {k: v for k, v in r.to_json().items() if "file" not in k and k != "read_ratio"}
     loaded = TrialResult.from_json(old)
-    assert loaded.file_bytes_per_token is None and loaded.percent_of_file_ceiling is None and loaded.read_ratio is None
+    assert (
+        loaded.file_bytes_per_token is None
+        and loaded.percent_of_file_ceiling is None
+        and loaded.read_ratio is None
+    )
 
 
 def test_tables_show_the_files_ceiling_beside_the_engines():
@@ -168,15 +274,46 @@ def test_tables_show_the_files_ceiling_beside_the_engines():
     from roofline.tune.result import TuneResult
 
     summary = _bench_summary()
-    base, step = _trial(0, 41.9, summary), _trial(1, 44.0, _bench_summary(tok_per_s=44.0), threads=2)
-    ladder = ({"round": 1, "knob": "threads", "before": {"trial": 0, "objective": 41.9, "spread": 0.5, "config": {}},
-               "tried": [{"value": 2, "objective": 44.0, "spread": 0.5, "status": "ok", "trial": 1}],
-               "best_value": 2, "best_objective": 44.0, "kept": True, "gain": 2.1, "gain_pct": 5.0, "spread": 0.5,
-               "after": 44.0, "note": ""},)
-    t = TuneResult(engine="embedded", model=None, strategy="ladder",
-                   objective={"name": "speed", "direction": "maximize", "unit": "tok/s", "label": "Output Speed"},
-                   space={}, study={"name": "s", "trials": {}}, run_dir="r", ceiling=summary["ceiling"], baseline=base,
-                   best=step, fastest=step, ladder=ladder, trials=(base, step))
+    base, step = (
+        _trial(0, 41.9, summary),
+        _trial(1, 44.0, _bench_summary(tok_per_s=44.0), threads=2),
+    )
+    ladder = (
+        {
+            "round": 1,
+            "knob": "threads",
+            "before": {"trial": 0, "objective": 41.9, "spread": 0.5, "config": {}},
+            "tried": [{"value": 2, "objective": 44.0, "spread": 0.5, "status": "ok", "trial": 1}],
+            "best_value": 2,
+            "best_objective": 44.0,
+            "kept": True,
+            "gain": 2.1,
+            "gain_pct": 5.0,
+            "spread": 0.5,
+            "after": 44.0,
+            "note": "",
+        },
+    )
+    t = TuneResult(
+        engine="embedded",
+        model=None,
+        strategy="ladder",
+        objective={
+            "name": "speed",
+            "direction": "maximize",
+            "unit": "tok/s",
+            "label": "Output Speed",
+        },
+        space={},
+        study={"name": "s", "trials": {}},
+        run_dir="r",
+        ceiling=summary["ceiling"],
+        baseline=base,
+        best=step,
+        fastest=step,
+        ladder=ladder,
+        trials=(base, step),
+    )
     _, headers, rows, _ = tune_output.trials_table(t)
     assert headers[5:7] == ["% ceil", "% file"]
     assert rows[0][5:7] == ["83.5%", "15.0%"] and rows[1][6] == f"{100 * 44.0 * 96.6e6 / 27e9:.1f}%"
@@ -184,21 +321,30 @@ def test_tables_show_the_files_ceiling_beside_the_engines():
     assert headers[6:8] == ["% ceil", "% file"] and rows[0][6:8] == ["83.5%", "15.0%"]
     assert rows[1][:2] == ["1", "threads=2"] and rows[1][7] == f"{100 * 44.0 * 96.6e6 / 27e9:.1f}%"
     notes = tune_output.header_notes(t)
-    assert any(n.startswith("file's ceiling: 279.5 tok/s = 27.0 GB/s / 96.6 MB per token") for n in notes)
-    assert ("trial 0: the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: measured against the file, "
-            "15% of ceiling") in notes
+    assert any(
+        n.startswith("file's ceiling: 279.5 tok/s = 27.0 GB/s / 96.6 MB per token") for n in notes
+    )
+    assert (
+        "trial 0: the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: measured against the file, "
+        "15% of ceiling"
+    ) in notes
     assert "83.5% of ceiling, 15.0% of the file's" in " ".join(notes)
     assert "(15.7% of the file's)" in tune_output.best_lines(t)[0]
     assert "% file" in tune_output.markdown(t)
     # a tune.json written before: no file figures anywhere, and the tables still draw
-    old = TuneResult.from_json({**t.to_json(), "trials": [{k: v for k, v in x.to_json().items() if "file" not in k}
-                                                          for x in t.trials]})
+    old = TuneResult.from_json(
+        {
+            **t.to_json(),
+            "trials": [{k: v for k, v in x.to_json().items() if "file" not in k} for x in t.trials],
+        }
+    )
     _, _, rows, _ = tune_output.trials_table(old)
     assert [r[6] for r in rows] == ["-", "-"]
 
 
 def test_a_trials_bench_is_given_the_model_file(tmp_path, monkeypatch):
-    """The file's bytes per token are counted from the tuned model when its server does not report them."""
+    """The file's bytes per token are counted from the tuned model when its server does not report
+    them."""
     from types import SimpleNamespace
 
     from roofline.bench import session
@@ -208,14 +354,25 @@ def test_a_trials_bench_is_given_the_model_file(tmp_path, monkeypatch):
 
     seen = {}
 
-    def fake_run_session(plan, out, progress, engine=None, *, measure_bandwidth=None, model_file=None):
+    def fake_run_session(
+        plan, out, progress, engine=None, *, measure_bandwidth=None, model_file=None
+    ):
         seen["model_file"] = model_file
         return SimpleNamespace(interrupted=False, run_dir=out, summary={"scenarios": []})
 
     monkeypatch.setattr(session, "run_session", fake_run_session)
     monkeypatch.setattr("roofline.bench.results.read_requests", lambda d: ([], 0))
-    settings = SimpleNamespace(objective=OBJECTIVES["speed"], objective_settings=ObjectiveSettings(), hardware="local",
-                               prompts=[], ceiling_model=None, reps=1, max_tokens=4, usage="per-chunk",
-                               request_timeout_s=5.0, model=str(tmp_path / "m.gguf"))
+    settings = SimpleNamespace(
+        objective=OBJECTIVES["speed"],
+        objective_settings=ObjectiveSettings(),
+        hardware="local",
+        prompts=[],
+        ceiling_model=None,
+        reps=1,
+        max_tokens=4,
+        usage="per-chunk",
+        request_timeout_s=5.0,
+        model=str(tmp_path / "m.gguf"),
+    )
     trial._bench(settings, "http://127.0.0.1:1", tmp_path / "bench", Progress())
     assert seen["model_file"] == str(tmp_path / "m.gguf")

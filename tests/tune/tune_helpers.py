@@ -1,4 +1,5 @@
-"""Shared by the tuner's tests: a fake launcher around fake_engine.py, spaces, process-table checks."""
+"""Shared by the tuner's tests: a fake launcher around fake_engine.py, spaces, process-table
+checks."""
 
 from __future__ import annotations
 
@@ -30,11 +31,14 @@ class FakeLauncher(Launcher):
         return "fake 1.0"
 
 
-FAKE = FakeLauncher(name="fake", knobs=knob_table(
-    Knob("mode", "choice", ("ok", "crash", "crash_mid", "hang", "garbage", "ignore_term")),
-    Knob("speed", "int", minimum=1),
-    Knob("shift", "int"),
-))
+FAKE = FakeLauncher(
+    name="fake",
+    knobs=knob_table(
+        Knob("mode", "choice", ("ok", "crash", "crash_mid", "hang", "garbage", "ignore_term")),
+        Knob("speed", "int", minimum=1),
+        Knob("shift", "int"),
+    ),
+)
 
 
 def register_fake(monkeypatch) -> None:
@@ -51,11 +55,26 @@ def write_space(folder: Path, body: str, name: str = "space.toml") -> Path:
 
 def write_profile(cache: Path, read_bytes_per_s: float = 30e9) -> None:
     """A measured-machine profile, so tests on the embedded engine skip the probe."""
-    stats = {"median": read_bytes_per_s, "min": read_bytes_per_s, "max": read_bytes_per_s, "runs": [read_bytes_per_s]}
+    stats = {
+        "median": read_bytes_per_s,
+        "min": read_bytes_per_s,
+        "max": read_bytes_per_s,
+        "runs": [read_bytes_per_s],
+    }
     path = cache / "hardware" / "local.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"name": "local", "cpu": "test cpu", "threads": 2, "memory_bytes": 2**34,
-                                "bandwidth_bytes_per_s": {"read": stats, "copy": stats, "triad": stats}, "flops": {}}))
+    path.write_text(
+        json.dumps(
+            {
+                "name": "local",
+                "cpu": "test cpu",
+                "threads": 2,
+                "memory_bytes": 2**34,
+                "bandwidth_bytes_per_s": {"read": stats, "copy": stats, "triad": stats},
+                "flops": {},
+            }
+        )
+    )
 
 
 def marker() -> str:
@@ -92,14 +111,15 @@ def fake_tune_argv(*args: str) -> list[str]:
 
 
 def gate_arg(gate: Path) -> str:
-    """The --engine-arg that makes every fake engine after the first hold its completions until `release(gate)`
-    (fake_engine.py --gate), so the tuner cannot finish a second trial before the test acts."""
+    """The --engine-arg that makes every fake engine after the first hold its completions until
+    `release(gate)` (fake_engine.py --gate), so the tuner cannot finish a second trial before the
+    test acts."""
     return f"--engine-arg=--gate={gate}"
 
 
 def wait_for_engine_start(gate: Path, n: int, proc, timeout_s: float = 60.0) -> int:
-    """Wait until the fake engine started n-th (from 0) is up; the pid of the process that started it. Fails
-    when `proc` (the tuner) exits first, or after timeout_s."""
+    """Wait until the fake engine started n-th (from 0) is up; the pid of the process that started
+    it. Fails when `proc` (the tuner) exits first, or after timeout_s."""
     path = gate / f"start-{n}"
     deadline = time.monotonic() + timeout_s
     while not path.exists():

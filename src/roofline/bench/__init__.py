@@ -1,1 +1,2 @@
-"""Measure an OpenAI-compatible endpoint: streaming client, workloads, load generation, metrics, run folders."""
+"""Measure an OpenAI-compatible endpoint: streaming client, workloads, load generation, metrics, run
+folders."""

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible surface: endpoint URLs, request bodies, and what a server says about itself."""
+"""The OpenAI-compatible surface: endpoint URLs, request bodies, and what a server says about
+itself."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ COMPLETIONS = "completions"
 
 # How much token accounting to ask of the server, best first. The warm-up falls back along this list
 # when a strict server rejects an option (400/422), so the measured requests use what it accepts.
-USAGE_PER_CHUNK = "per-chunk"  # stream_options {include_usage, continuous_usage_stats} (vLLM, SGLang)
+USAGE_PER_CHUNK = (
+    "per-chunk"  # stream_options {include_usage, continuous_usage_stats} (vLLM, SGLang)
+)
 USAGE_FINAL = "final"  # stream_options {include_usage} (OpenAI)
 USAGE_NONE = "none"  # no stream_options at all
 USAGE_LEVELS = (USAGE_PER_CHUNK, USAGE_FINAL, USAGE_NONE)
@@ -41,7 +44,11 @@ class Endpoint:
 
     @property
     def stream_path(self) -> str:
-        return f"{self.base_path}/chat/completions" if self.api == CHAT else f"{self.base_path}/completions"
+        return (
+            f"{self.base_path}/chat/completions"
+            if self.api == CHAT
+            else f"{self.base_path}/completions"
+        )
 
     @property
     def root_path(self) -> str:
@@ -50,13 +57,16 @@ class Endpoint:
 
 
 def parse_endpoint(url: str, *, api: str | None = None, api_key: str | None = None) -> Endpoint:
-    """'http://h:8000', '.../v1' or '.../v1/chat/completions' -> Endpoint (the path picks the API)."""
+    """'http://h:8000', '.../v1' or '.../v1/chat/completions' -> Endpoint (the path picks the
+    API)."""
     text = url if "://" in url else f"http://{url}"
     try:
         parts = urlsplit(text)
         port = parts.port
     except ValueError as e:
-        raise UserError(f"cannot read URL {url!r} ({e}); write e.g. http://127.0.0.1:8000") from None
+        raise UserError(
+            f"cannot read URL {url!r} ({e}); write e.g. http://127.0.0.1:8000"
+        ) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UserError(f"cannot use URL {url!r}: write http://HOST:PORT or https://HOST:PORT")
     path = parts.path.rstrip("/")
@@ -91,10 +101,18 @@ def request_body(
     usage: str = USAGE_PER_CHUNK,
     extra: dict[str, Any] | None = None,
 ) -> bytes:
-    """JSON body of one streamed request. Chat takes messages (a prompt becomes one user message)."""
-    body: dict[str, Any] = {"model": model, "stream": True, "max_tokens": max_tokens, "temperature": temperature}
+    """JSON body of one streamed request. Chat takes messages (a prompt becomes one user
+    message)."""
+    body: dict[str, Any] = {
+        "model": model,
+        "stream": True,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+    }
     if endpoint.api == CHAT:
-        body["messages"] = messages if messages is not None else [{"role": "user", "content": prompt or ""}]
+        body["messages"] = (
+            messages if messages is not None else [{"role": "user", "content": prompt or ""}]
+        )
     else:
         if prompt is None and messages is not None:
             prompt = "\n\n".join(str(m.get("content", "")) for m in messages)
@@ -110,11 +128,21 @@ def request_body(
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def http_request_bytes(endpoint: Endpoint, method: str, path: str, body: bytes | None = None, *, close: bool = False) -> bytes:
+def http_request_bytes(
+    endpoint: Endpoint, method: str, path: str, body: bytes | None = None, *, close: bool = False
+) -> bytes:
     """A complete HTTP/1.1 request, built once so that sending it is one write."""
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {endpoint.host_header}", "User-Agent: roofline-bench"]
+    lines = [
+        f"{method} {path} HTTP/1.1",
+        f"Host: {endpoint.host_header}",
+        "User-Agent: roofline-bench",
+    ]
     if body is not None:
-        lines += ["Content-Type: application/json", "Accept: text/event-stream", f"Content-Length: {len(body)}"]
+        lines += [
+            "Content-Type: application/json",
+            "Accept: text/event-stream",
+            f"Content-Length: {len(body)}",
+        ]
     if endpoint.api_key:
         lines.append(f"Authorization: Bearer {endpoint.api_key}")
     if close:
@@ -134,8 +162,8 @@ def model_ids(models_json: Any) -> list[str]:
 
 
 def roofline_info(models_json: Any, model: str) -> dict | None:
-    """The `roofline` extension of a listed model ({"bytes_per_token", "file_bytes_per_token", "dtype", ...}),
-    if present."""
+    """The `roofline` extension of a listed model ({"bytes_per_token", "file_bytes_per_token",
+    "dtype", ...}), if present."""
     for m in _entries(models_json):
         if m.get("id") == model and isinstance(m.get("roofline"), dict):
             return m["roofline"]
@@ -143,7 +171,8 @@ def roofline_info(models_json: Any, model: str) -> dict | None:
 
 
 def choose_model(listed: list[str], wanted: str | None) -> str | None:
-    """The served model name: the one asked for if listed (or if nothing is listed), else the first listed."""
+    """The served model name: the one asked for if listed (or if nothing is listed), else the first
+    listed."""
     if listed and wanted not in listed:
         return listed[0]
     return wanted

@@ -22,19 +22,25 @@ from pathlib import Path
 from typing import Any
 
 from roofline.bench import metrics
+from roofline.bench.driver import Progress, run_bench
 from roofline.bench.launch import LocalServer, free_port
 from roofline.bench.loadgen import Scenario
 from roofline.bench.plan import BenchPlan
 from roofline.bench.records import PHASE_MEASURED
-from roofline.bench.tables import num, plural
 from roofline.bench.results import read_requests
-from roofline.bench.driver import Progress, run_bench
 from roofline.bench.schedule import Schedule
 from roofline.bench.summarize import summarize_scenario
+from roofline.bench.tables import num, plural
 from roofline.bench.workloads import Prompt
 
-COMPARED = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL per token"), ("chunk_gap_s", "chunk gap"),
-            ("e2e_s", "E2E"), ("output_speed_tok_per_s", "Output Speed"))
+COMPARED = (
+    ("ttft_s", "TTFT"),
+    ("tpot_s", "TPOT"),
+    ("itl_s", "ITL per token"),
+    ("chunk_gap_s", "chunk gap"),
+    ("e2e_s", "E2E"),
+    ("output_speed_tok_per_s", "Output Speed"),
+)
 
 
 @dataclass(frozen=True)
@@ -64,24 +70,57 @@ DEFAULT_CASES = (
 
 def truth_means(s: Schedule) -> dict[str, float]:
     t = s.truth()
-    return {"ttft_s": t["ttft_s"], "tpot_s": t["tpot_s"], "itl_s": t["itl_mean_s"], "chunk_gap_s": t["chunk_gap_mean_s"],
-            "e2e_s": t["e2e_s"], "output_speed_tok_per_s": t["output_speed_tok_per_s"]}
+    return {
+        "ttft_s": t["ttft_s"],
+        "tpot_s": t["tpot_s"],
+        "itl_s": t["itl_mean_s"],
+        "chunk_gap_s": t["chunk_gap_mean_s"],
+        "e2e_s": t["e2e_s"],
+        "output_speed_tok_per_s": t["output_speed_tok_per_s"],
+    }
 
 
 def server_command(s: Schedule, port: int, workers: int) -> list[str]:
-    return [sys.executable, "-m", "roofline.bench.nullserver", "--port", str(port), "--ttft", f"{s.ttft_s}s",
-            "--gap", f"{s.gap_s}s", "--tokens", str(s.tokens), "--tokens-per-chunk", str(s.tokens_per_chunk),
-            "--workers", str(workers)]
+    return [
+        sys.executable,
+        "-m",
+        "roofline.bench.nullserver",
+        "--port",
+        str(port),
+        "--ttft",
+        f"{s.ttft_s}s",
+        "--gap",
+        f"{s.gap_s}s",
+        "--tokens",
+        str(s.tokens),
+        "--tokens-per-chunk",
+        str(s.tokens_per_chunk),
+        "--workers",
+        str(workers),
+    ]
 
 
 def run_case(case: Case, folder: Path, progress: Progress | None = None) -> CaseResult:
     port = free_port()
-    server = LocalServer(server_command(case.schedule, port, case.server_workers), host="127.0.0.1", port=port,
-                         log_path=folder / "nullserver.log", ready_timeout_s=30)
+    server = LocalServer(
+        server_command(case.schedule, port, case.server_workers),
+        host="127.0.0.1",
+        port=port,
+        log_path=folder / "nullserver.log",
+        ready_timeout_s=30,
+    )
     plan = BenchPlan(
-        url=f"http://127.0.0.1:{port}", prompts=[Prompt("null", "calibration")], reps=1,
-        scenarios=[Scenario("concurrency", concurrency=case.concurrency, num_requests=case.requests)],
-        max_tokens=case.schedule.tokens, usage="per-chunk", warmup=2, timeout_s=60, workers=case.workers,
+        url=f"http://127.0.0.1:{port}",
+        prompts=[Prompt("null", "calibration")],
+        reps=1,
+        scenarios=[
+            Scenario("concurrency", concurrency=case.concurrency, num_requests=case.requests)
+        ],
+        max_tokens=case.schedule.tokens,
+        usage="per-chunk",
+        warmup=2,
+        timeout_s=60,
+        workers=case.workers,
         label="calibrate",
     )
     with server:
@@ -97,36 +136,68 @@ def compare(case: Case, summary: dict, run_dir: Path) -> CaseResult:
     ok = [ln for ln in lines if ln.get("ok") and ln.get("phase") == PHASE_MEASURED]
     # What the server actually did: the same metrics from its own send stamps (same clock, same
     # intended start). reported - this = the client's own error, whatever the server's lateness.
-    server_view = summarize_scenario([dict(ln, chunk_ns=ln["server_chunk_ns"]) for ln in ok if ln.get("server_chunk_ns")])
+    server_view = summarize_scenario(
+        [dict(ln, chunk_ns=ln["server_chunk_ns"]) for ln in ok if ln.get("server_chunk_ns")]
+    )
     for key, label in COMPARED:
         d = scen["metrics"].get(key)
         sv = server_view["metrics"].get(key)
         reported = d["mean"] if d else None
         err = 100.0 * (reported - truth[key]) / truth[key] if reported is not None else None
-        client_err = 100.0 * (reported - sv["mean"]) / sv["mean"] if reported is not None and sv else None
-        res.rows.append({"metric": label, "key": key, "truth": truth[key], "reported": reported,
-                         "reported_p99": d["p99"] if d else None, "error_pct": err,
-                         "server_sent": sv["mean"] if sv else None, "client_error_pct": client_err})
-    delay = metrics.distribution(c - s for ln in ok for c, s in zip(ln["chunk_ns"], ln.get("server_chunk_ns") or ()))
-    first_late = [ln["server_chunk_ns"][0] / 1e9 - case.schedule.ttft_s for ln in ok if ln.get("server_chunk_ns")]
+        client_err = (
+            100.0 * (reported - sv["mean"]) / sv["mean"] if reported is not None and sv else None
+        )
+        res.rows.append(
+            {
+                "metric": label,
+                "key": key,
+                "truth": truth[key],
+                "reported": reported,
+                "reported_p99": d["p99"] if d else None,
+                "error_pct": err,
+                "server_sent": sv["mean"] if sv else None,
+                "client_error_pct": client_err,
+            }
+        )
+    delay = metrics.distribution(
+        c - s for ln in ok for c, s in zip(ln["chunk_ns"], ln.get("server_chunk_ns") or ())
+    )
+    first_late = [
+        ln["server_chunk_ns"][0] / 1e9 - case.schedule.ttft_s
+        for ln in ok
+        if ln.get("server_chunk_ns")
+    ]
     res.facts = {
         "requests_ok": scen["requests"]["ok"],
         "requests_failed": scen["requests"]["failed"],
         "output_tok_per_s": scen["output_tok_per_s"],
-        "offered_tok_per_s": case.concurrency / (truth["e2e_s"] / case.schedule.tokens) if case.concurrency else None,
+        "offered_tok_per_s": case.concurrency / (truth["e2e_s"] / case.schedule.tokens)
+        if case.concurrency
+        else None,
         "client_cpu_us_per_token": scen.get("client_cpu_us_per_token"),
         "client_delay_p50_ms": delay["p50"] / 1e6 if delay else None,
         "client_delay_p99_ms": delay["p99"] / 1e6 if delay else None,
-        "server_first_token_late_p50_ms": 1e3 * statistics.median(first_late) if first_late else None,
-        "send_lag_p99_ms": 1e3 * scen["metrics"]["send_lag_s"]["p99"] if scen["metrics"].get("send_lag_s") else None,
-        "ttft_p99_ms": 1e3 * scen["metrics"]["ttft_s"]["p99"] if scen["metrics"].get("ttft_s") else None,
+        "server_first_token_late_p50_ms": 1e3 * statistics.median(first_late)
+        if first_late
+        else None,
+        "send_lag_p99_ms": 1e3 * scen["metrics"]["send_lag_s"]["p99"]
+        if scen["metrics"].get("send_lag_s")
+        else None,
+        "ttft_p99_ms": 1e3 * scen["metrics"]["ttft_s"]["p99"]
+        if scen["metrics"].get("ttft_s")
+        else None,
         "run_dir": str(run_dir),
     }
     return res
 
 
-def run_calibration(cases=DEFAULT_CASES, *, workers: int = 1, out_dir: Path | None = None,
-                    progress: Progress | None = None) -> list[CaseResult]:
+def run_calibration(
+    cases=DEFAULT_CASES,
+    *,
+    workers: int = 1,
+    out_dir: Path | None = None,
+    progress: Progress | None = None,
+) -> list[CaseResult]:
     root = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="roofline-calibrate-"))
     results = []
     for i, case in enumerate(cases):
@@ -146,8 +217,17 @@ def table_rows(results: list[CaseResult]) -> tuple[list[str], list[list[str]], l
             def fmt(x: float | None, scale: float = scale, unit: str = unit) -> str:
                 return "-" if x is None else f"{x * scale:.3f} {unit}"
 
-            rows.append([r.case.name, row["metric"], fmt(row["truth"]), fmt(row["reported"]), num(row["error_pct"], "{:+.2f}%"),
-                         fmt(row["server_sent"]), num(row["client_error_pct"], "{:+.2f}%")])
+            rows.append(
+                [
+                    r.case.name,
+                    row["metric"],
+                    fmt(row["truth"]),
+                    fmt(row["reported"]),
+                    num(row["error_pct"], "{:+.2f}%"),
+                    fmt(row["server_sent"]),
+                    num(row["client_error_pct"], "{:+.2f}%"),
+                ]
+            )
         f = r.facts
         sc = r.case.schedule
         notes.append(
@@ -158,5 +238,6 @@ def table_rows(results: list[CaseResult]) -> tuple[list[str], list[list[str]], l
             f"p50 {num(f['client_delay_p50_ms'], '{:.3f}')} ms, p99 {num(f['client_delay_p99_ms'], '{:.3f}')} ms; "
             f"first token sent {num(f['server_first_token_late_p50_ms'], '{:.3f}')} ms after schedule (p50, server "
             f"lateness and request transit); "
-            f"send lag p99 {num(f['send_lag_p99_ms'], '{:.3f}')} ms")
+            f"send lag p99 {num(f['send_lag_p99_ms'], '{:.3f}')} ms"
+        )
     return headers, rows, notes

@@ -76,7 +76,9 @@ class _Conn(asyncio.Protocol):
         self.payloads: list[bytes] = []
         self.saw_done = False
         self.err_body = b""
-        self.whole_json = False  # a 200 JSON answer (the server did not stream): kept whole, one event
+        self.whole_json = (
+            False  # a 200 JSON answer (the server did not stream): kept whole, one event
+        )
         self.complete = False
         self.keep_alive = False
 
@@ -103,15 +105,26 @@ class _Conn(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self.waiter is not None and not self.waiter.done():
-            if self.until_close and clean_close(exc):  # a close-delimited body: the close is its end
+            if self.until_close and clean_close(
+                exc
+            ):  # a close-delimited body: the close is its end
                 self.now = perf_counter_ns()
                 self._complete(keep_alive=False)
             elif not self.first_byte_ns:
-                self._fail("closed_before_response", f"connection closed before any response ({exc or 'EOF'})")
+                self._fail(
+                    "closed_before_response",
+                    f"connection closed before any response ({exc or 'EOF'})",
+                )
             elif self.streaming and self.status == 200:
-                self._fail("stream_cut", f"connection closed mid-stream after {len(self.payloads)} events ({exc or 'EOF'})")
+                self._fail(
+                    "stream_cut",
+                    f"connection closed mid-stream after {len(self.payloads)} events ({exc or 'EOF'})",
+                )
             else:
-                self._fail("closed_mid_response", f"connection closed before the response ended ({exc or 'EOF'})")
+                self._fail(
+                    "closed_mid_response",
+                    f"connection closed before the response ended ({exc or 'EOF'})",
+                )
 
     # -- httptools callbacks ---------------------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -214,7 +227,8 @@ class Client:
         self.server_header: str | None = None
 
     async def open(self, n: int) -> str | None:
-        """Open n connections ahead of the measured requests; the first failure's reason, or None."""
+        """Open n connections ahead of the measured requests; the first failure's reason, or
+        None."""
         results = await asyncio.gather(*(self._connect() for _ in range(n)), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         for r in results:
@@ -227,21 +241,35 @@ class Client:
         try:
             _, conn = await asyncio.wait_for(
                 loop.create_connection(
-                    _Conn, self.endpoint.host, self.endpoint.port, ssl=self._ssl,
+                    _Conn,
+                    self.endpoint.host,
+                    self.endpoint.port,
+                    ssl=self._ssl,
                     server_hostname=self.endpoint.host if self._ssl else None,
                 ),
                 self.connect_timeout_s,
             )
         except ConnectionRefusedError as e:
-            raise _Failure("connection_refused", f"connection refused by {self.endpoint.host}:{self.endpoint.port} ({e.strerror})") from None
+            raise _Failure(
+                "connection_refused",
+                f"connection refused by {self.endpoint.host}:{self.endpoint.port} ({e.strerror})",
+            ) from None
         except socket.gaierror as e:
-            raise _Failure("unresolvable_host", f"cannot resolve host {self.endpoint.host!r} ({e.strerror})") from None
+            raise _Failure(
+                "unresolvable_host", f"cannot resolve host {self.endpoint.host!r} ({e.strerror})"
+            ) from None
         except TimeoutError:
-            raise _Failure("connect_timeout", f"no connection to {self.endpoint.host}:{self.endpoint.port} within {self.connect_timeout_s:g}s") from None
+            raise _Failure(
+                "connect_timeout",
+                f"no connection to {self.endpoint.host}:{self.endpoint.port} within {self.connect_timeout_s:g}s",
+            ) from None
         except ssl.SSLError as e:
             raise _Failure("tls_error", f"TLS handshake failed: {e}") from None
         except OSError as e:
-            raise _Failure("unreachable", f"cannot reach {self.endpoint.host}:{self.endpoint.port} ({e.strerror or e})") from None
+            raise _Failure(
+                "unreachable",
+                f"cannot reach {self.endpoint.host}:{self.endpoint.port} ({e.strerror or e})",
+            ) from None
         self._all.add(conn)
         return conn
 
@@ -271,8 +299,8 @@ class Client:
         await asyncio.sleep(0)
 
     async def stream(self, rec: RequestRecord, body: bytes) -> RequestRecord:
-        """Send one streamed request; fill rec (times, chunks, tokens, or the failure). Never raises,
-        except CancelledError, after marking rec cancelled."""
+        """Send one streamed request; fill rec (times, chunks, tokens, or the failure). Never
+        raises, except CancelledError, after marking rec cancelled."""
         request = http_request_bytes(self.endpoint, "POST", self.endpoint.stream_path, body)
         conn: _Conn | None = None
         try:
@@ -283,7 +311,8 @@ class Client:
                     await self._exchange(conn, rec, request)
                     break
                 except _Failure as f:
-                    # A keep-alive connection the server had already closed: send again on a fresh one.
+                    # A keep-alive connection the server had already closed: send again on a fresh
+                    # one.
                     if attempt == 0 and reused and f.kind == "closed_before_response":
                         rec.retried = True
                         continue
@@ -294,7 +323,10 @@ class Client:
         except asyncio.CancelledError:
             if conn is not None:
                 conn.abort("cancelled", "cancelled")
-            rec.error_kind, rec.error = "cancelled", "cancelled before the response ended (run interrupted or stopped)"
+            rec.error_kind, rec.error = (
+                "cancelled",
+                "cancelled before the response ended (run interrupted or stopped)",
+            )
             rec.end_ns = perf_counter_ns()
             raise
         finally:
@@ -307,7 +339,10 @@ class Client:
         waiter = loop.create_future()
         rec.sent_ns = conn.begin(request, waiter)
         timer = loop.call_later(
-            self.timeout_s, conn.abort, "timeout", f"no complete response within {self.timeout_s:g}s"
+            self.timeout_s,
+            conn.abort,
+            "timeout",
+            f"no complete response within {self.timeout_s:g}s",
         )
         try:
             await waiter
@@ -316,7 +351,11 @@ class Client:
             rec.http_status = conn.status
             rec.end_ns = perf_counter_ns()
             if conn.payloads:  # keep what did arrive: its times are real
-                rec.raw_events_ns, rec.raw_payloads, rec.saw_done = conn.events_ns, conn.payloads, conn.saw_done
+                rec.raw_events_ns, rec.raw_payloads, rec.saw_done = (
+                    conn.events_ns,
+                    conn.payloads,
+                    conn.saw_done,
+                )
             raise
         finally:
             timer.cancel()
@@ -328,15 +367,21 @@ class Client:
         if conn.status != 200:
             raise _Failure(f"http_{conn.status}", _http_error_message(conn))
         if conn.whole_json:
-            # A server that answers the whole completion at once: one event, at the time the body ended
-            # (TTFT = E2E, as the user of such a server sees it); decoded like a stream event.
+            # A server that answers the whole completion at once: one event, at the time the body
+            # ended (TTFT = E2E, as the user of such a server sees it); decoded like a stream event.
             rec.raw_events_ns, rec.raw_payloads, rec.saw_done = [conn.now], [conn.err_body], True
             return
         if not conn.streaming:
             ctype = conn.headers.get(b"content-type", b"?").decode("latin-1")
-            raise _Failure("not_streaming", f"HTTP 200 with content-type {ctype!r}, not an event stream")
+            raise _Failure(
+                "not_streaming", f"HTTP 200 with content-type {ctype!r}, not an event stream"
+            )
         # decoded later, off the hot path (recorder.Recorder)
-        rec.raw_events_ns, rec.raw_payloads, rec.saw_done = conn.events_ns, conn.payloads, conn.saw_done
+        rec.raw_events_ns, rec.raw_payloads, rec.saw_done = (
+            conn.events_ns,
+            conn.payloads,
+            conn.saw_done,
+        )
 
 
 def _http_error_message(conn: _Conn) -> str:

@@ -68,7 +68,9 @@ async def discover(plan: BenchPlan) -> dict[str, Any]:
     ep = parse_endpoint(plan.url, api=plan.api, api_key=plan.api_key)
     info: dict[str, Any] = {"models": [], "roofline": None, "version": None, "error": None}
     try:
-        status, _, body = await fetch(ep, f"{ep.base_path}/models", timeout_s=min(10.0, plan.timeout_s))
+        status, _, body = await fetch(
+            ep, f"{ep.base_path}/models", timeout_s=min(10.0, plan.timeout_s)
+        )
         if status == 200:
             models_json = json.loads(body)
             info["models"] = model_ids(models_json)
@@ -76,17 +78,23 @@ async def discover(plan: BenchPlan) -> dict[str, Any]:
             info["roofline"] = roofline_info(models_json, info["served"])
         else:
             info["error"] = f"GET {ep.base_path}/models answered HTTP {status}"
-        status, headers, body = await fetch(ep, f"{ep.root_path}/version", timeout_s=min(5.0, plan.timeout_s))
+        status, headers, body = await fetch(
+            ep, f"{ep.root_path}/version", timeout_s=min(5.0, plan.timeout_s)
+        )
         if status == 200:
             info["version"] = body.decode("utf-8", "replace")[:200]
         info["server_header"] = headers.get(b"server", b"").decode("latin-1") or None
     except (FetchError, ValueError) as e:
         info["error"] = str(e)
-    info.setdefault("served", plan.served_model or plan.model or (info["models"][0] if info["models"] else None))
+    info.setdefault(
+        "served", plan.served_model or plan.model or (info["models"][0] if info["models"] else None)
+    )
     return info
 
 
-def provenance(plan: BenchPlan, info: dict, spec: RequestSpec, origin_ns: int, ceiling_note: str | None) -> dict:
+def provenance(
+    plan: BenchPlan, info: dict, spec: RequestSpec, origin_ns: int, ceiling_note: str | None
+) -> dict:
     from roofline import __version__
 
     hw = None
@@ -94,7 +102,21 @@ def provenance(plan: BenchPlan, info: dict, spec: RequestSpec, origin_ns: int, c
         from roofline.hardware.profile import load_local_profile
 
         p = load_local_profile()
-        hw = {k: p.get(k) for k in ("name", "cpu", "threads", "measured_at", "bandwidth_bytes_per_s", "best_read")} if p else None
+        hw = (
+            {
+                k: p.get(k)
+                for k in (
+                    "name",
+                    "cpu",
+                    "threads",
+                    "measured_at",
+                    "bandwidth_bytes_per_s",
+                    "best_read",
+                )
+            }
+            if p
+            else None
+        )
     return {
         "roofline_version": __version__,
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -105,8 +127,13 @@ def provenance(plan: BenchPlan, info: dict, spec: RequestSpec, origin_ns: int, c
         "model": plan.model,
         "hardware": plan.hardware,
         "hardware_profile": hw,
-        "server": {"models": info.get("models"), "version": info.get("version"), "header": info.get("server_header"),
-                   "roofline": info.get("roofline"), "discovery_error": info.get("error")},
+        "server": {
+            "models": info.get("models"),
+            "version": info.get("version"),
+            "header": info.get("server_header"),
+            "roofline": info.get("roofline"),
+            "discovery_error": info.get("error"),
+        },
         "arguments": plan.argv,
         "prompts": [{"id": p.id, "category": p.category} for p in plan.prompts],
         "reps": plan.reps,
@@ -121,15 +148,28 @@ def provenance(plan: BenchPlan, info: dict, spec: RequestSpec, origin_ns: int, c
         "seed": plan.seed,
         "scenarios": [s.to_dict() for s in plan.scenarios],
         "ceiling_note": ceiling_note,
-        "client": {"python": sys.version.split()[0], "platform": platform.platform(), "pid": os.getpid()},
+        "client": {
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "pid": os.getpid(),
+        },
         **plan.provenance_extra,
     }
 
 
-async def _warmup_request(client: Client, body: bytes, job: Job, rec_id: int, scenario: str, write: Callable,
-                         tokenizer: Any = None) -> RequestRecord:
+async def _warmup_request(
+    client: Client,
+    body: bytes,
+    job: Job,
+    rec_id: int,
+    scenario: str,
+    write: Callable,
+    tokenizer: Any = None,
+) -> RequestRecord:
     """Send one warm-up request and write it (phase warmup, rep -1): recorded, never measured."""
-    rec = RequestRecord(id=rec_id, scenario=scenario, phase=PHASE_WARMUP, prompt=job.prompt.id, rep=-1)
+    rec = RequestRecord(
+        id=rec_id, scenario=scenario, phase=PHASE_WARMUP, prompt=job.prompt.id, rep=-1
+    )
     rec.intended_ns = perf_counter_ns()
     try:
         await client.stream(rec, body)
@@ -138,19 +178,37 @@ async def _warmup_request(client: Client, body: bytes, job: Job, rec_id: int, sc
     return rec
 
 
-async def negotiate_usage(client: Client, spec: RequestSpec, plan: BenchPlan, write: Callable, next_id: Callable, scenario: str) -> str:
+async def negotiate_usage(
+    client: Client,
+    spec: RequestSpec,
+    plan: BenchPlan,
+    write: Callable,
+    next_id: Callable,
+    scenario: str,
+) -> str:
     """Ask for the richest token accounting the server accepts: fall back on 400/422 only."""
     job = next(jobs(plan.prompts, 1))
     for level in USAGE_LEVELS:
-        rec = await _warmup_request(client, replace(spec, usage=level).body(job), job, next_id(), scenario, write)
+        rec = await _warmup_request(
+            client, replace(spec, usage=level).body(job), job, next_id(), scenario, write
+        )
         if rec.http_status not in (400, 422):
             return level
     return USAGE_PER_CHUNK
 
 
-async def measure_share(plan: BenchPlan, spec: RequestSpec, scenario: loadgen.Scenario, share: Share, first_id: int,
-                        sink: Callable[[RequestRecord], None], *, worker: int = 0, tokenizer: Any = None,
-                        start_at: Callable[[], Any] | None = None) -> float:
+async def measure_share(
+    plan: BenchPlan,
+    spec: RequestSpec,
+    scenario: loadgen.Scenario,
+    share: Share,
+    first_id: int,
+    sink: Callable[[RequestRecord], None],
+    *,
+    worker: int = 0,
+    tokenizer: Any = None,
+    start_at: Callable[[], Any] | None = None,
+) -> float:
     """Run one process's share of a scenario's measured requests; return the CPU seconds it took.
 
     Connections are opened first; `start_at`, when given, is awaited for the common start time
@@ -163,11 +221,27 @@ async def measure_share(plan: BenchPlan, spec: RequestSpec, scenario: loadgen.Sc
         cpu0 = time.process_time()
         recorder.start()
         if scenario.kind == "rate":
-            await loadgen.open_loop(client, scenario, share.arrivals(plan, scenario, first_id), spec.body, recorder.submit,
-                                 start_ns=start_ns, worker=worker, max_concurrency=share.max_in_flight(scenario))
+            await loadgen.open_loop(
+                client,
+                scenario,
+                share.arrivals(plan, scenario, first_id),
+                spec.body,
+                recorder.submit,
+                start_ns=start_ns,
+                worker=worker,
+                max_concurrency=share.max_in_flight(scenario),
+            )
         else:
-            await loadgen.closed_loop(client, scenario, share.streams, share.closed_jobs(plan, scenario, first_id),
-                                   spec.body, recorder.submit, start_ns=start_ns, worker=worker)
+            await loadgen.closed_loop(
+                client,
+                scenario,
+                share.streams,
+                share.closed_jobs(plan, scenario, first_id),
+                spec.body,
+                recorder.submit,
+                start_ns=start_ns,
+                worker=worker,
+            )
         await recorder.close()  # decoding what is left counts in the CPU time
         return time.process_time() - cpu0
     finally:
@@ -175,8 +249,16 @@ async def measure_share(plan: BenchPlan, spec: RequestSpec, scenario: loadgen.Sc
         await client.close()
 
 
-async def _scenario(plan: BenchPlan, spec: RequestSpec, scenario: loadgen.Scenario, log: RequestLog,
-                    progress: Progress, ids: list[int], tokenizer: Any, negotiate: bool) -> tuple[RequestSpec, float]:
+async def _scenario(
+    plan: BenchPlan,
+    spec: RequestSpec,
+    scenario: loadgen.Scenario,
+    log: RequestLog,
+    progress: Progress,
+    ids: list[int],
+    tokenizer: Any,
+    negotiate: bool,
+) -> tuple[RequestSpec, float]:
     main = asyncio.current_task()
     loop = asyncio.get_running_loop()
     try:
@@ -200,13 +282,17 @@ async def _scenario(plan: BenchPlan, spec: RequestSpec, scenario: loadgen.Scenar
             level = await negotiate_usage(client, spec, plan, write, next_id, scenario.name)
             spec = replace(spec, usage=level)
         for job in itertools.islice(jobs(plan.prompts, 1, cycle=True), plan.warmup):
-            await _warmup_request(client, spec.body(job), job, next_id(), scenario.name, write, tokenizer)
+            await _warmup_request(
+                client, spec.body(job), job, next_id(), scenario.name, write, tokenizer
+            )
     finally:
         await client.close()
     parts = shares(scenario, plan.workers, plan)
     first_id = ids[0]
     if len(parts) == 1:
-        cpu = await measure_share(plan, spec, scenario, parts[0], first_id, write, tokenizer=tokenizer)
+        cpu = await measure_share(
+            plan, spec, scenario, parts[0], first_id, write, tokenizer=tokenizer
+        )
     else:
         from roofline.bench.workers import run_workers
 
@@ -216,19 +302,33 @@ async def _scenario(plan: BenchPlan, spec: RequestSpec, scenario: loadgen.Scenar
     return spec, cpu
 
 
-def run_bench(plan: BenchPlan, run_dir: Path, progress: Progress, *, ceiling: Any = None,
-              info: dict | None = None, ceiling_note: str | None = None,
-              settle_ceiling: Callable[[Any], tuple[Any, dict]] | None = None) -> Outcome:
+def run_bench(
+    plan: BenchPlan,
+    run_dir: Path,
+    progress: Progress,
+    *,
+    ceiling: Any = None,
+    info: dict | None = None,
+    ceiling_note: str | None = None,
+    settle_ceiling: Callable[[Any], tuple[Any, dict]] | None = None,
+) -> Outcome:
     """Run every scenario, writing into run_dir; always returns the summary of what was measured.
 
-    settle_ceiling(ceiling) -> (ceiling, provenance additions), called once the requests are done (not
-    after an interrupt): the ceiling the run is finally held against, e.g. with this machine's bandwidth
-    measured again after the run."""
+    settle_ceiling(ceiling) -> (ceiling, provenance additions), called once the requests are done
+    (not after an interrupt): the ceiling the run is finally held against, e.g. with this machine's
+    bandwidth measured again after the run."""
     origin_ns = perf_counter_ns()
     info = info if info is not None else asyncio.run(discover(plan))
     usage = USAGE_PER_CHUNK if plan.usage == "auto" else plan.usage
-    spec = RequestSpec(parse_endpoint(plan.url, api=plan.api, api_key=plan.api_key), info.get("served") or "default",
-                       plan.max_tokens, plan.temperature, plan.ignore_eos, usage, plan.extra_body)
+    spec = RequestSpec(
+        parse_endpoint(plan.url, api=plan.api, api_key=plan.api_key),
+        info.get("served") or "default",
+        plan.max_tokens,
+        plan.temperature,
+        plan.ignore_eos,
+        usage,
+        plan.extra_body,
+    )
     make_run_dir(run_dir)
     prov = provenance(plan, info, spec, origin_ns, ceiling_note)
     write_json(run_dir / PROVENANCE, prov)
@@ -239,10 +339,23 @@ def run_bench(plan: BenchPlan, run_dir: Path, progress: Progress, *, ceiling: An
     ids = [0, -1]  # next id to give, highest id written
     try:
         for i, scenario in enumerate(plan.scenarios):
-            progress.start(scenario.name, loadgen.planned_requests(scenario, len(plan.prompts), plan.reps),
-                           scenario.duration_s)
+            progress.start(
+                scenario.name,
+                loadgen.planned_requests(scenario, len(plan.prompts), plan.reps),
+                scenario.duration_s,
+            )
             spec, cpu[scenario.name] = asyncio.run(
-                _scenario(plan, spec, scenario, log, progress, ids, tokenizer, negotiate=(i == 0 and plan.usage == "auto")))
+                _scenario(
+                    plan,
+                    spec,
+                    scenario,
+                    log,
+                    progress,
+                    ids,
+                    tokenizer,
+                    negotiate=(i == 0 and plan.usage == "auto"),
+                )
+            )
             prov["usage_used"] = spec.usage
     except (KeyboardInterrupt, asyncio.CancelledError):
         interrupted = True
@@ -258,7 +371,14 @@ def run_bench(plan: BenchPlan, run_dir: Path, progress: Progress, *, ceiling: An
     return Outcome(run_dir, summary, interrupted)
 
 
-def summarize_run(run_dir: Path, prov: dict, *, ceiling: Any, slo_s: dict | None, cpu_s: dict[str, float] | None = None) -> dict:
+def summarize_run(
+    run_dir: Path,
+    prov: dict,
+    *,
+    ceiling: Any,
+    slo_s: dict | None,
+    cpu_s: dict[str, float] | None = None,
+) -> dict:
     lines, bad = read_requests(run_dir)
     summary = summarize(lines, provenance=prov, ceiling=ceiling, slo_s=slo_s, unreadable_lines=bad)
     for s in summary["scenarios"]:

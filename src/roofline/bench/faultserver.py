@@ -18,14 +18,27 @@ from __future__ import annotations
 import re
 from typing import Any
 
-FAULTS = ("ok", "http_400", "http_429", "http_500", "http_503", "hang", "cut", "malformed",
-          "stream_error", "no_done", "empty")
+FAULTS = (
+    "ok",
+    "http_400",
+    "http_429",
+    "http_500",
+    "http_503",
+    "hang",
+    "cut",
+    "malformed",
+    "stream_error",
+    "no_done",
+    "empty",
+)
 _DIRECTIVE = re.compile(r"\[fault:([a-z_0-9]+)\]")
 
 
 def fault_for(req: dict, faults: list[str], index: int) -> str | None:
     """The fault this request gets (None for a normal answer)."""
-    texts = [req.get("prompt")] + [m.get("content") for m in req.get("messages") or () if isinstance(m, dict)]
+    texts = [req.get("prompt")] + [
+        m.get("content") for m in req.get("messages") or () if isinstance(m, dict)
+    ]
     for t in texts:
         if isinstance(t, str):
             m = _DIRECTIVE.search(t)
@@ -44,7 +57,10 @@ def respond_at_once(fault: str, conn: Any) -> bool:
     if fault.startswith("http_"):
         status = int(fault[5:])
         extra = b"Retry-After: 1\r\n" if status == 429 else b""
-        body = b'{"error":{"message":"injected fault %s","type":"fault","code":%d}}' % (fault.encode(), status)
+        body = b'{"error":{"message":"injected fault %s","type":"fault","code":%d}}' % (
+            fault.encode(),
+            status,
+        )
         conn.send(http_response(status, body, extra=extra))
         return True
     return fault == "hang"
@@ -62,7 +78,10 @@ def alter_plan(fault: str, plan: list[tuple], conn: Any) -> list[tuple]:
         bad = (events[2][0], conn.send, (sse_frame(b"{this is not json"),))
         return [head, *events[:3], bad, *events[3:], done]
     if fault == "stream_error":
-        err = sse_frame(b'{"error":{"message":"injected error mid-stream","code":500}}') + DONE_AND_END
+        err = (
+            sse_frame(b'{"error":{"message":"injected error mid-stream","code":500}}')
+            + DONE_AND_END
+        )
         return [head, *events[:3], (events[2][0], conn.send, (err,))]
     if fault == "no_done":
         return [head, *events[:-2], (events[-2][0], conn.send, (END_CHUNKED,))]

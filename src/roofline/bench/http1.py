@@ -15,8 +15,8 @@ message-body length rule of RFC 9112 section 6.3 is honoured:
 4. Content-Length: exactly that many bytes (llhttp).
 
 A connection is reused only when the response allows it (`should_keep_alive`: HTTP/1.1 without
-`Connection: close`, or HTTP/1.0 with `Connection: keep-alive`, and a body whose end was framed).
-A bare LF as line terminator in the status line and header fields is accepted (section 2.2 allows it).
+`Connection: close`, or HTTP/1.0 with `Connection: keep-alive`, and a body whose end was framed). A
+bare LF as line terminator in the status line and header fields is accepted (section 2.2 allows it).
 """
 
 from __future__ import annotations
@@ -44,14 +44,16 @@ class FetchError(Exception):
 
 
 def set_nodelay(transport: asyncio.BaseTransport) -> None:
-    """Send small writes at once (no Nagle): with delayed ACKs a held request or SSE event waits ~40 ms."""
+    """Send small writes at once (no Nagle): with delayed ACKs a held request or SSE event waits ~40
+    ms."""
     sock = transport.get_extra_info("socket")
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def response_parser(protocol: Any) -> Any:
-    """An llhttp response parser calling protocol's on_* methods, lenient only where the RFC allows."""
+    """An llhttp response parser calling protocol's on_* methods, lenient only where the RFC
+    allows."""
     parser = httptools.HttpResponseParser(protocol)
     # TE + CL: Transfer-Encoding overrides (RFC 9112 6.3 item 3); LF alone ends a line (2.2)
     parser.set_dangerous_leniencies(lenient_chunked_length=True, lenient_optional_cr_before_lf=True)
@@ -64,8 +66,8 @@ def is_interim(status: int) -> bool:
 
 
 def ends_at_close(status: int, method: str, headers: dict[bytes, bytes]) -> bool:
-    """True when this response's body is delimited by the connection closing (RFC 9112 6.3 items 4, 7).
-    `headers` has lower-case names."""
+    """True when this response's body is delimited by the connection closing (RFC 9112 6.3 items 4,
+    7). `headers` has lower-case names."""
     if method == "HEAD" or 100 <= status < 200 or status in (204, 304):
         return False
     te = headers.get(b"transfer-encoding")
@@ -75,13 +77,14 @@ def ends_at_close(status: int, method: str, headers: dict[bytes, bytes]) -> bool
 
 
 def reuse_forbidden(headers: dict[bytes, bytes]) -> bool:
-    """Both Transfer-Encoding and Content-Length: honoured, but the connection is not reused (6.3 item 3)."""
+    """Both Transfer-Encoding and Content-Length: honoured, but the connection is not reused (6.3
+    item 3)."""
     return b"transfer-encoding" in headers and b"content-length" in headers
 
 
 def clean_close(exc: BaseException | None) -> bool:
-    """A close that completes a close-delimited body: the peer's FIN (or a TLS end without close_notify,
-    which many servers send); a reset or any other error is a cut."""
+    """A close that completes a close-delimited body: the peer's FIN (or a TLS end without
+    close_notify, which many servers send); a reset or any other error is a cut."""
     return exc is None or isinstance(exc, ssl.SSLEOFError)
 
 
@@ -108,10 +111,16 @@ class _Fetch(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.waiter.done():
             return
-        if self.status and ends_at_close(self.status, self.method, self.headers) and clean_close(exc):
+        if (
+            self.status
+            and ends_at_close(self.status, self.method, self.headers)
+            and clean_close(exc)
+        ):
             self._done()
         else:
-            self.waiter.set_exception(Failure("closed_before_response", f"connection closed ({exc or 'EOF'})"))
+            self.waiter.set_exception(
+                Failure("closed_before_response", f"connection closed ({exc or 'EOF'})")
+            )
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if not self.status:  # trailer fields do not replace header fields
@@ -138,17 +147,24 @@ class _Fetch(asyncio.Protocol):
             self.waiter.set_result((self.status, self.headers, self.body))
 
 
-async def fetch(endpoint: Endpoint, path: str, *, timeout_s: float = 5.0,
-                method: str = "GET") -> tuple[int, dict[bytes, bytes], bytes]:
-    """`method` path on its own connection: (status, headers, body); raises `FetchError` on any failure."""
+async def fetch(
+    endpoint: Endpoint, path: str, *, timeout_s: float = 5.0, method: str = "GET"
+) -> tuple[int, dict[bytes, bytes], bytes]:
+    """`method` path on its own connection: (status, headers, body); raises `FetchError` on any
+    failure."""
     loop = asyncio.get_running_loop()
     waiter = loop.create_future()
     transport = None
     try:
         ssl_ctx = ssl.create_default_context() if endpoint.scheme == "https" else None
         transport, _ = await asyncio.wait_for(
-            loop.create_connection(lambda: _Fetch(waiter, method), endpoint.host, endpoint.port, ssl=ssl_ctx,
-                                   server_hostname=endpoint.host if ssl_ctx else None),
+            loop.create_connection(
+                lambda: _Fetch(waiter, method),
+                endpoint.host,
+                endpoint.port,
+                ssl=ssl_ctx,
+                server_hostname=endpoint.host if ssl_ctx else None,
+            ),
             timeout_s,
         )
         transport.write(http_request_bytes(endpoint, method, path, close=True))
@@ -156,15 +172,21 @@ async def fetch(endpoint: Endpoint, path: str, *, timeout_s: float = 5.0,
     except Failure as f:
         raise FetchError(str(f)) from None
     except TimeoutError:
-        raise FetchError(f"no answer from {endpoint.host}:{endpoint.port}{path} within {timeout_s:g}s") from None
+        raise FetchError(
+            f"no answer from {endpoint.host}:{endpoint.port}{path} within {timeout_s:g}s"
+        ) from None
     except ConnectionRefusedError:
         raise FetchError(f"connection refused by {endpoint.host}:{endpoint.port}") from None
     except socket.gaierror as e:
         raise FetchError(f"cannot resolve host {endpoint.host!r} ({e.strerror})") from None
     except ssl.SSLError as e:
-        raise FetchError(f"TLS handshake with {endpoint.host}:{endpoint.port} failed ({e.reason or e})") from None
+        raise FetchError(
+            f"TLS handshake with {endpoint.host}:{endpoint.port} failed ({e.reason or e})"
+        ) from None
     except OSError as e:
-        raise FetchError(f"cannot connect to {endpoint.host}:{endpoint.port} ({e.strerror or e})") from None
+        raise FetchError(
+            f"cannot connect to {endpoint.host}:{endpoint.port} ({e.strerror or e})"
+        ) from None
     finally:
         if transport is not None:
             transport.close()

@@ -2,8 +2,8 @@
 `bench.engines` builds the argument list; this module only runs it).
 
 The server gets its own process group (so Ctrl-C in the terminal reaches only roofline, which then
-stops the whole group) and, on Linux, a parent-death signal, so even a killed `roofline bench` leaves
-no server behind. Its environment carries a random token: a descendant that left the group (a
+stops the whole group) and, on Linux, a parent-death signal, so even a killed `roofline bench`
+leaves no server behind. Its environment carries a random token: a descendant that left the group (a
 worker started in a new session, or a child orphaned when the server crashed) still carries it, and
 `stop` ends every process that does (Linux, through /proc).
 """
@@ -32,7 +32,8 @@ except (OSError, AttributeError):
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
-    """Ask the kernel to send `sig` to this process when its parent dies (Linux; elsewhere a no-op)."""
+    """Ask the kernel to send `sig` to this process when its parent dies (Linux; elsewhere a
+    no-op)."""
     if _prctl is not None:
         _prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
 
@@ -43,17 +44,27 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def command_from_template(template: str, port: int, host: str, model: str | None = None) -> list[str]:
+def command_from_template(
+    template: str, port: int, host: str, model: str | None = None
+) -> list[str]:
     """A command line written by the user, split like a shell would (never run by one), with
     {port}, {host}, {python} and {model} filled in."""
     if "{model}" in template and model is None:
         raise UserError(f"the engine command {template!r} uses {{model}}: give --model")
     try:
-        return shlex.split(template.format(port=port, host=host, python=shlex.quote(sys.executable),
-                                           model=shlex.quote(model or "")))
+        return shlex.split(
+            template.format(
+                port=port,
+                host=host,
+                python=shlex.quote(sys.executable),
+                model=shlex.quote(model or ""),
+            )
+        )
     except (KeyError, IndexError, ValueError) as e:
-        raise UserError(f"cannot read --engine-cmd {template!r} ({e}); use the placeholders "
-                        "{port}, {host}, {python}, {model}") from None
+        raise UserError(
+            f"cannot read --engine-cmd {template!r} ({e}); use the placeholders "
+            "{port}, {host}, {python}, {model}"
+        ) from None
 
 
 TOKEN_VARIABLE = "ROOFLINE_SERVER_TOKEN"
@@ -88,10 +99,21 @@ class ServerDied(UserError):
 
 
 class LocalServer:
-    """A server process: `with LocalServer(argv, ...) as s:` starts it, waits for health, stops it."""
+    """A server process: `with LocalServer(argv, ...) as s:` starts it, waits for health, stops
+    it."""
 
-    def __init__(self, argv: list[str], *, host: str, port: int, log_path: Path, ready_timeout_s: float = 300.0,
-                 health_path: str = "/health", env: dict[str, str] | None = None, stop_grace_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        host: str,
+        port: int,
+        log_path: Path,
+        ready_timeout_s: float = 300.0,
+        health_path: str = "/health",
+        env: dict[str, str] | None = None,
+        stop_grace_s: float = 10.0,
+    ) -> None:
         self.argv = argv
         self.host = host
         self.port = port
@@ -124,8 +146,15 @@ class LocalServer:
         log = open(self.log_path, "ab")
         env = {**os.environ, **self.env, TOKEN_VARIABLE: self.token}
         try:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         env=env, start_new_session=True, preexec_fn=die_with_parent)
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
         except OSError as e:
             raise UserError(f"cannot start the server {self.argv[0]!r} ({e.strerror})") from None
         finally:
@@ -136,13 +165,19 @@ class LocalServer:
         while True:
             code = self.proc.poll()
             if code is not None:
-                raise ServerDied(f"the server exited with code {code} before {self.health_path} answered; "
-                                 f"its log is {self.log_path}", self.tail())
+                raise ServerDied(
+                    f"the server exited with code {code} before {self.health_path} answered; "
+                    f"its log is {self.log_path}",
+                    self.tail(),
+                )
             if self._healthy(timeout_s=min(2.0, max(0.1, deadline - time.monotonic()))):
                 return
             if time.monotonic() > deadline:
-                raise ServerDied(f"the server did not answer {self.health_path} within {self.ready_timeout_s:g}s; "
-                                 f"its log is {self.log_path}", self.tail())
+                raise ServerDied(
+                    f"the server did not answer {self.health_path} within {self.ready_timeout_s:g}s; "
+                    f"its log is {self.log_path}",
+                    self.tail(),
+                )
             time.sleep(0.1)
 
     def _healthy(self, timeout_s: float = 2.0) -> bool:
@@ -163,9 +198,9 @@ class LocalServer:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self, grace_s: float | None = None) -> None:
-        """SIGTERM to the server's process group, SIGKILL after grace_s (default: stop_grace_s); waits
-        for the exit. What the server left behind is killed even when the server itself already exited:
-        the rest of its group, and every process carrying its token."""
+        """SIGTERM to the server's process group, SIGKILL after grace_s (default: stop_grace_s);
+        waits for the exit. What the server left behind is killed even when the server itself
+        already exited: the rest of its group, and every process carrying its token."""
         p = self.proc
         if p is None:
             return

@@ -37,7 +37,9 @@ class Scenario:
     rate_per_s: float = 0.0
     arrivals: str = "poisson"
     burstiness: float = 1.0  # gamma shape; 1 is Poisson
-    max_concurrency: int | None = None  # open loop: requests beyond it wait (the wait counts in TTFT)
+    max_concurrency: int | None = (
+        None  # open loop: requests beyond it wait (the wait counts in TTFT)
+    )
     num_requests: int | None = None
     duration_s: float | None = None
 
@@ -50,17 +52,27 @@ class Scenario:
         return "sequential"
 
     def to_dict(self) -> dict:
-        d = {"name": self.name, "kind": self.kind, "num_requests": self.num_requests, "duration_s": self.duration_s}
+        d = {
+            "name": self.name,
+            "kind": self.kind,
+            "num_requests": self.num_requests,
+            "duration_s": self.duration_s,
+        }
         if self.kind == "rate":
-            d.update(rate_per_s=self.rate_per_s, arrivals=self.arrivals, burstiness=self.burstiness,
-                     max_concurrency=self.max_concurrency)
+            d.update(
+                rate_per_s=self.rate_per_s,
+                arrivals=self.arrivals,
+                burstiness=self.burstiness,
+                max_concurrency=self.max_concurrency,
+            )
         else:
             d["concurrency"] = self.concurrency
         return d
 
 
 def default_num_requests(s: Scenario, prompts: int, reps: int) -> int:
-    """prompts x reps; at least 4 requests per stream (closed loop) or 20 s of arrivals (open loop)."""
+    """prompts x reps; at least 4 requests per stream (closed loop) or 20 s of arrivals (open
+    loop)."""
     base = prompts * reps
     if s.kind == "concurrency":
         return max(base, 4 * s.concurrency)
@@ -75,9 +87,17 @@ def planned_requests(s: Scenario, prompts: int, reps: int) -> int | None:
     return s.num_requests or (None if s.duration_s else default_num_requests(s, prompts, reps))
 
 
-def arrival_offsets_s(rate_per_s: float, arrivals: str, burstiness: float, *, count: int | None,
-                      duration_s: float | None, seed: int) -> list[float]:
-    """Arrival times in seconds from the start: `count` of them, or all that fall inside duration_s."""
+def arrival_offsets_s(
+    rate_per_s: float,
+    arrivals: str,
+    burstiness: float,
+    *,
+    count: int | None,
+    duration_s: float | None,
+    seed: int,
+) -> list[float]:
+    """Arrival times in seconds from the start: `count` of them, or all that fall inside
+    duration_s."""
     if count is None and duration_s is None:
         raise ValueError("arrivals need a count or a duration")
     rng = random.Random(seed)
@@ -105,11 +125,22 @@ async def _one(client: Client, rec: RequestRecord, body: bytes, sink: Sink) -> N
 
 
 def _record(job_id: int, job: Job, scenario: Scenario, worker: int) -> RequestRecord:
-    return RequestRecord(id=job_id, scenario=scenario.name, prompt=job.prompt.id, rep=job.rep, worker=worker)
+    return RequestRecord(
+        id=job_id, scenario=scenario.name, prompt=job.prompt.id, rep=job.rep, worker=worker
+    )
 
 
-async def closed_loop(client: Client, scenario: Scenario, streams: int, jobs: Iterator[tuple[int, Job]],
-                      body_for: BodyFor, sink: Sink, *, start_ns: int, worker: int = 0) -> None:
+async def closed_loop(
+    client: Client,
+    scenario: Scenario,
+    streams: int,
+    jobs: Iterator[tuple[int, Job]],
+    body_for: BodyFor,
+    sink: Sink,
+    *,
+    start_ns: int,
+    worker: int = 0,
+) -> None:
     """`streams` slots sending back to back until `jobs` runs out or the duration has passed."""
     end_ns = start_ns + int(scenario.duration_s * NS_PER_S) if scenario.duration_s else None
 
@@ -131,10 +162,19 @@ async def closed_loop(client: Client, scenario: Scenario, streams: int, jobs: It
     await _gather_or_cancel([slot() for _ in range(streams)])
 
 
-async def open_loop(client: Client, scenario: Scenario, arrivals: Iterable[tuple[float, int, Job]],
-                    body_for: BodyFor, sink: Sink, *, start_ns: int, worker: int = 0,
-                    max_concurrency: int | None = None) -> None:
-    """Send each job at start + its arrival offset; at most max_concurrency in flight (others wait)."""
+async def open_loop(
+    client: Client,
+    scenario: Scenario,
+    arrivals: Iterable[tuple[float, int, Job]],
+    body_for: BodyFor,
+    sink: Sink,
+    *,
+    start_ns: int,
+    worker: int = 0,
+    max_concurrency: int | None = None,
+) -> None:
+    """Send each job at start + its arrival offset; at most max_concurrency in flight (others
+    wait)."""
     gate = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     tasks: list[asyncio.Task] = []
 
@@ -187,8 +227,9 @@ async def _cancel_all(tasks: list[asyncio.Future]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def numbered(jobs: Iterator[Job], first_id: int, *, share: tuple[int, int] = (0, 1),
-             limit: int | None = None) -> Iterator[tuple[int, Job]]:
+def numbered(
+    jobs: Iterator[Job], first_id: int, *, share: tuple[int, int] = (0, 1), limit: int | None = None
+) -> Iterator[tuple[int, Job]]:
     """(id, job) pairs, ids counting from first_id; a worker's share takes every count-th job."""
     index, count = share
     pairs = zip(itertools.count(first_id), jobs)

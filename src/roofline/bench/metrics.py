@@ -47,14 +47,16 @@ def e2e_seconds(chunk_ns: Sequence[int]) -> float | None:
 
 
 def tpot_seconds(ttft_s: float | None, e2e_s: float | None, output_tokens: int) -> float | None:
-    """(E2E - TTFT) / (n - 1): the mean time per token after the first (vLLM's and MLPerf's TPOT)."""
+    """(E2E - TTFT) / (n - 1): the mean time per token after the first (vLLM's and MLPerf's
+    TPOT)."""
     if ttft_s is None or e2e_s is None or output_tokens < 2:
         return None
     return (e2e_s - ttft_s) / (output_tokens - 1)
 
 
 def output_speed_tok_per_s(tpot_s: float | None) -> float | None:
-    """Tokens per second after the first token of one request (Artificial Analysis' Output Speed)."""
+    """Tokens per second after the first token of one request (Artificial Analysis' Output
+    Speed)."""
     if tpot_s is None or tpot_s <= 0:
         return None
     return 1.0 / tpot_s
@@ -65,7 +67,8 @@ def chunk_gaps_seconds(chunk_ns: Sequence[int]) -> list[float]:
 
 
 def itl_per_token_seconds(chunk_ns: Sequence[int], chunk_tokens: Sequence[int]) -> list[float]:
-    """One gap per token after the first; a chunk's gap is split evenly over the tokens it carried."""
+    """One gap per token after the first; a chunk's gap is split evenly over the tokens it
+    carried."""
     if not chunk_ns:
         return []
     out = [0.0] * max(chunk_tokens[0] - 1, 0)
@@ -121,7 +124,8 @@ def distribution(values: Iterable[float | None]) -> dict[str, float] | None:
 
 
 def window_seconds(lines: Sequence[Mapping[str, Any]]) -> float:
-    """First intended send -> last end over the given lines (their `intended_ns` share one origin)."""
+    """First intended send -> last end over the given lines (their `intended_ns` share one
+    origin)."""
     if not lines:
         return 0.0
     start = min(ln["intended_ns"] for ln in lines)
@@ -144,8 +148,11 @@ def meets_slo(metrics: Mapping[str, Any], slo_s: Mapping[str, float]) -> bool:
     return True
 
 
-def goodput(per_request: Sequence[Mapping[str, Any]], slo_s: Mapping[str, float], window_s: float) -> dict:
-    """Rates counting only the successful requests that meet every SLO (per_request: their metrics)."""
+def goodput(
+    per_request: Sequence[Mapping[str, Any]], slo_s: Mapping[str, float], window_s: float
+) -> dict:
+    """Rates counting only the successful requests that meet every SLO (per_request: their
+    metrics)."""
     good = [m for m in per_request if meets_slo(m, slo_s)]
     return {
         "slo_s": dict(slo_s),
@@ -168,7 +175,9 @@ def parse_slo(text: str) -> dict[str, float]:
         key = key.strip().lower()
         if not sep or key not in SLO_METRICS:
             known = ", ".join(SLO_METRICS)
-            raise UserError(f"unknown SLO {part!r}: write KEY=TIME with KEY one of {known}, e.g. ttft=450ms,tpot=40ms")
+            raise UserError(
+                f"unknown SLO {part!r}: write KEY=TIME with KEY one of {known}, e.g. ttft=450ms,tpot=40ms"
+            )
         seconds = parse_seconds(value, what=f"SLO {key}")
         if not math.isfinite(seconds) or seconds <= 0:
             raise UserError(f"SLO {key} must be a positive time (got {value!r})")

@@ -9,11 +9,12 @@ Emission is driven by one timer heap per process rather than a sleep per stream:
 ~1.5 ms early (epoll rounds timeouts up to whole ms) and sleeps the rest precisely, then writes
 every event that is due. Several processes can share the port (`--workers`).
 
-`--hold-after N` answers the first N completion requests (per process) and holds every later one open
-after its first token, never finishing it, printing `holding request #K` as it does: a test that
-interrupts a run gets one that cannot have finished, whatever the speed of the machine.
+`--hold-after N` answers the first N completion requests (per process) and holds every later one
+open after its first token, never finishing it, printing `holding request #K` as it does: a test
+that interrupts a run gets one that cannot have finished, whatever the speed of the machine.
 
-    python -m roofline.bench.nullserver --port 0 --ttft 20ms --gap 5ms --tokens 100 --tokens-per-chunk 2
+    python -m roofline.bench.nullserver --port 0 --ttft 20ms --gap 5ms --tokens 100
+    --tokens-per-chunk 2
 """
 
 from __future__ import annotations
@@ -54,11 +55,21 @@ END_CHUNKED = b"0\r\n\r\n"  # the last chunk of a chunked body
 DONE_AND_END = sse_frame(b"[DONE]") + END_CHUNKED
 
 
-def http_response(status: int, body: bytes, ctype: bytes = b"application/json", extra: bytes = b"") -> bytes:
-    reason = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 429: b"Too Many Requests",
-              500: b"Internal Server Error", 503: b"Service Unavailable"}.get(status, b"Error")
-    return (b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nServer: roofline-nullserver\r\n%s\r\n%s"
-            % (status, reason, ctype, len(body), extra, body))
+def http_response(
+    status: int, body: bytes, ctype: bytes = b"application/json", extra: bytes = b""
+) -> bytes:
+    reason = {
+        200: b"OK",
+        400: b"Bad Request",
+        404: b"Not Found",
+        429: b"Too Many Requests",
+        500: b"Internal Server Error",
+        503: b"Service Unavailable",
+    }.get(status, b"Error")
+    return (
+        b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nServer: roofline-nullserver\r\n%s\r\n%s"
+        % (status, reason, ctype, len(body), extra, body)
+    )
 
 
 class Emitter:
@@ -163,16 +174,25 @@ class NullProtocol(asyncio.Protocol):
 
 
 class NullServer:
-    def __init__(self, schedule: Schedule, *, model: str = "null", faults: list[str] | None = None,
-                 bytes_per_token: int | None = None, strict: bool = False,
-                 file_bytes_per_token: int | None = None) -> None:
+    def __init__(
+        self,
+        schedule: Schedule,
+        *,
+        model: str = "null",
+        faults: list[str] | None = None,
+        bytes_per_token: int | None = None,
+        strict: bool = False,
+        file_bytes_per_token: int | None = None,
+    ) -> None:
         self.schedule = schedule
         self.model = model
         self.faults = faults or []
         self.bytes_per_token = bytes_per_token
         self.file_bytes_per_token = file_bytes_per_token
         self.strict = strict  # reject stream_options.continuous_usage_stats, like OpenAI's own API
-        self.hold_after: int | None = None  # completion requests answered; later ones are held open (None: all)
+        self.hold_after: int | None = (
+            None  # completion requests answered; later ones are held open (None: all)
+        )
         self.count = itertools.count()
         self.emitter: Emitter | None = None
         self.templates: dict[tuple, list[tuple[int, bytes]]] = {}
@@ -192,7 +212,11 @@ class NullServer:
     def models_json(self) -> dict:
         m: dict = {"id": self.model, "object": "model", "owned_by": "roofline"}
         if self.bytes_per_token:
-            m["roofline"] = {"bytes_per_token": self.bytes_per_token, "dtype": "fp32", "path": "null"}
+            m["roofline"] = {
+                "bytes_per_token": self.bytes_per_token,
+                "dtype": "fp32",
+                "path": "null",
+            }
             if self.file_bytes_per_token:
                 m["roofline"]["file_bytes_per_token"] = self.file_bytes_per_token
         return {"object": "list", "data": [m]}
@@ -224,7 +248,9 @@ class NullServer:
         events = self.templates.get(key)
         if events is None:  # the same for every request with these options: built once
             events = self.templates[key] = self.stream_events(*key)
-        plan = [(conn.recv_ns, conn.send, (_HEAD_SSE,))] + [(conn.recv_ns + off, conn.send_event, (tpl,)) for off, tpl in events]
+        plan = [(conn.recv_ns, conn.send, (_HEAD_SSE,))] + [
+            (conn.recv_ns + off, conn.send_event, (tpl,)) for off, tpl in events
+        ]
         plan.append((plan[-1][0], conn.send, (DONE_AND_END,)))
         if fault:
             plan = faultserver.alter_plan(fault, plan, conn)
@@ -232,7 +258,9 @@ class NullServer:
             plan = plan[: 3 if chat else 2]
         self.emitter.play(plan)
 
-    def stream_events(self, chat: bool, n: int, usage: bool, per_chunk: bool) -> list[tuple[int, bytes]]:
+    def stream_events(
+        self, chat: bool, n: int, usage: bool, per_chunk: bool
+    ) -> list[tuple[int, bytes]]:
         """(offset_ns, JSON template without its closing `roofline_t_ns` value) for every event."""
         s = self.schedule
         offsets, tokens = s.chunk_offsets_ns(n), s.chunk_tokens(n)
@@ -242,7 +270,11 @@ class NullServer:
         def template(choice: dict | None, done: int, with_usage: bool) -> bytes:
             obj = dict(head, choices=[choice] if choice else [])
             if with_usage:
-                obj["usage"] = {"prompt_tokens": 8, "completion_tokens": done, "total_tokens": 8 + done}
+                obj["usage"] = {
+                    "prompt_tokens": 8,
+                    "completion_tokens": done,
+                    "total_tokens": 8 + done,
+                }
             return json.dumps(obj, separators=(",", ":")).encode()[:-1] + b',"roofline_t_ns":'
 
         def choice(text: str | None, finish: str | None) -> dict:
@@ -265,10 +297,22 @@ class NullServer:
 
     def whole_answer(self, chat: bool, n: int) -> dict:
         text = TOKEN_TEXT * n
-        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
-                  if chat else {"index": 0, "text": text, "finish_reason": "length"})
-        return {"id": "null", "object": "chat.completion" if chat else "text_completion", "model": self.model,
-                "choices": [choice], "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}}
+        choice = (
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "length",
+            }
+            if chat
+            else {"index": 0, "text": text, "finish_reason": "length"}
+        )
+        return {
+            "id": "null",
+            "object": "chat.completion" if chat else "text_completion",
+            "model": self.model,
+            "choices": [choice],
+            "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n},
+        }
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -299,31 +343,65 @@ def serve_socket(sock: socket.socket, server: NullServer) -> None:
 def main(argv: list[str] | None = None) -> None:
     from roofline.units import parse_seconds
 
-    ap = argparse.ArgumentParser(prog="python -m roofline.bench.nullserver", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m roofline.bench.nullserver", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0, help="0 picks a free port (printed on stdout)")
     ap.add_argument("--ttft", default="50ms", help="request received -> first token chunk")
-    ap.add_argument("--gap", default="10ms", help="time between tokens (a chunk of k tokens comes k gaps after the last)")
-    ap.add_argument("--tokens", type=int, default=32, help="output tokens per request (capped by max_tokens)")
+    ap.add_argument(
+        "--gap",
+        default="10ms",
+        help="time between tokens (a chunk of k tokens comes k gaps after the last)",
+    )
+    ap.add_argument(
+        "--tokens", type=int, default=32, help="output tokens per request (capped by max_tokens)"
+    )
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
     ap.add_argument("--model", default="null")
     ap.add_argument("--workers", type=int, default=1, help="processes sharing the port")
-    ap.add_argument("--faults", default="", help=f"comma list cycled over requests: {', '.join(faultserver.FAULTS)}")
-    ap.add_argument("--bytes-per-token", type=int, default=None, help="advertise a roofline.bytes_per_token in /v1/models")
-    ap.add_argument("--file-bytes-per-token", type=int, default=None,
-                    help="with --bytes-per-token: advertise a roofline.file_bytes_per_token (the file's own) too")
-    ap.add_argument("--strict", action="store_true", help="reject stream_options other than include_usage")
-    ap.add_argument("--hold-after", type=int, default=None, metavar="N",
-                    help="answer N completion requests (per process), then hold each later one open after its first "
-                         "token and print 'holding request #K' (for tests that interrupt a run)")
+    ap.add_argument(
+        "--faults",
+        default="",
+        help=f"comma list cycled over requests: {', '.join(faultserver.FAULTS)}",
+    )
+    ap.add_argument(
+        "--bytes-per-token",
+        type=int,
+        default=None,
+        help="advertise a roofline.bytes_per_token in /v1/models",
+    )
+    ap.add_argument(
+        "--file-bytes-per-token",
+        type=int,
+        default=None,
+        help="with --bytes-per-token: advertise a roofline.file_bytes_per_token (the file's own) too",
+    )
+    ap.add_argument(
+        "--strict", action="store_true", help="reject stream_options other than include_usage"
+    )
+    ap.add_argument(
+        "--hold-after",
+        type=int,
+        default=None,
+        metavar="N",
+        help="answer N completion requests (per process), then hold each later one open after its first "
+        "token and print 'holding request #K' (for tests that interrupt a run)",
+    )
     a = ap.parse_args(argv)
     schedule = Schedule(parse_seconds(a.ttft), parse_seconds(a.gap), a.tokens, a.tokens_per_chunk)
     faults = [f.strip() for f in a.faults.split(",") if f.strip()]
     for f in faults:
         if f not in faultserver.FAULTS:
             ap.error(f"unknown fault {f!r}; known: {', '.join(faultserver.FAULTS)}")
-    server = NullServer(schedule, model=a.model, faults=faults, bytes_per_token=a.bytes_per_token, strict=a.strict,
-                        file_bytes_per_token=a.file_bytes_per_token)
+    server = NullServer(
+        schedule,
+        model=a.model,
+        faults=faults,
+        bytes_per_token=a.bytes_per_token,
+        strict=a.strict,
+        file_bytes_per_token=a.file_bytes_per_token,
+    )
     server.hold_after = a.hold_after
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # so the finally below stops the workers
     sock = listening_socket(a.host, a.port)

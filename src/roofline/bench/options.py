@@ -18,7 +18,9 @@ def rates_per_s(text: str) -> list[float]:
     try:
         values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise UserError(f"--rate must be comma-separated numbers of requests per second, e.g. 2,4,8 (got {text!r})") from None
+        raise UserError(
+            f"--rate must be comma-separated numbers of requests per second, e.g. 2,4,8 (got {text!r})"
+        ) from None
     if not values or any(not (0 < v < float("inf")) for v in values):  # also rejects nan
         raise UserError(f"--rate values must be positive requests per second (got {text!r})")
     return values
@@ -28,7 +30,9 @@ def check_positive(name: str, value: float | None, *, allow_zero: bool = False) 
     if value is None:
         return
     if value < 0 or (value == 0 and not allow_zero):
-        raise UserError(f"{name} must be {'zero or more' if allow_zero else 'positive'} (got {value})")
+        raise UserError(
+            f"{name} must be {'zero or more' if allow_zero else 'positive'} (got {value})"
+        )
 
 
 def seconds(name: str, text: str | None) -> float | None:
@@ -74,7 +78,15 @@ def plan_from_options(o: Mapping[str, Any]):
         raise UserError(f"--usage must be auto, {', '.join(USAGE_LEVELS)} (got {o['usage']!r})")
     if o["arrivals"] not in ARRIVALS:
         raise UserError(f"--arrivals must be one of {', '.join(ARRIVALS)} (got {o['arrivals']!r})")
-    for name in ("max_tokens", "reps", "workers", "burstiness", "gpus", "max_concurrency", "num_requests"):
+    for name in (
+        "max_tokens",
+        "reps",
+        "workers",
+        "burstiness",
+        "gpus",
+        "max_concurrency",
+        "num_requests",
+    ):
         check_positive("--" + name.replace("_", "-"), o[name])
     check_positive("--warmup", o["warmup"], allow_zero=True)
     if o["synthetic"] and o["prompts"]:
@@ -89,8 +101,13 @@ def plan_from_options(o: Mapping[str, Any]):
         tokenizer = load_tokenizer(o["tokenizer"])
     ignore_eos = o["ignore_eos"]
     if o["synthetic"]:
-        ins, outs = parse_length(o["input_len"], what="--input-len"), parse_length(o["output_len"], what="--output-len")
-        prompts = synthetic_prompts(o["num_requests"] or 64, ins, outs, seed=o["seed"], tokenizer=tokenizer)
+        ins, outs = (
+            parse_length(o["input_len"], what="--input-len"),
+            parse_length(o["output_len"], what="--output-len"),
+        )
+        prompts = synthetic_prompts(
+            o["num_requests"] or 64, ins, outs, seed=o["seed"], tokenizer=tokenizer
+        )
         ignore_eos = True
     elif o["prompts"]:
         prompts = load_prompts_jsonl(o["prompts"])
@@ -98,22 +115,54 @@ def plan_from_options(o: Mapping[str, Any]):
         prompts = builtin_prompts()
     scenarios = []
     if o["concurrency"]:
-        scenarios += [Scenario("concurrency", concurrency=c, num_requests=o["num_requests"], duration_s=duration)
-                      for c in parse_int_list(o["concurrency"], what="--concurrency")]
+        scenarios += [
+            Scenario(
+                "concurrency", concurrency=c, num_requests=o["num_requests"], duration_s=duration
+            )
+            for c in parse_int_list(o["concurrency"], what="--concurrency")
+        ]
     if o["rate"]:
-        scenarios += [Scenario("rate", rate_per_s=r, arrivals=o["arrivals"], burstiness=o["burstiness"],
-                               max_concurrency=o["max_concurrency"], num_requests=o["num_requests"], duration_s=duration)
-                      for r in rates_per_s(o["rate"])]
+        scenarios += [
+            Scenario(
+                "rate",
+                rate_per_s=r,
+                arrivals=o["arrivals"],
+                burstiness=o["burstiness"],
+                max_concurrency=o["max_concurrency"],
+                num_requests=o["num_requests"],
+                duration_s=duration,
+            )
+            for r in rates_per_s(o["rate"])
+        ]
     if not scenarios:
         scenarios = [Scenario("sequential", num_requests=o["num_requests"], duration_s=duration)]
     started = o["engine"] or ("command" if o["engine_cmd"] else None)
-    label = o["label"] or (host_label(o["url"]) if started is None else "engine" if started == "command" else started)
+    label = o["label"] or (
+        host_label(o["url"]) if started is None else "engine" if started == "command" else started
+    )
     return BenchPlan(
-        url=o["url"] or "", prompts=prompts, scenarios=scenarios, api=o["api"], api_key=o["api_key"],
-        served_model=o["served_model"], model=o["model"], hardware=o["hardware"], gpus=o["gpus"], reps=o["reps"],
-        max_tokens=o["max_tokens"], temperature=o["temperature"], ignore_eos=ignore_eos, usage=o["usage"],
-        warmup=o["warmup"], timeout_s=timeout, workers=o["workers"], tokenizer=o["tokenizer"], seed=o["seed"],
-        slo_s=slo, label=label, argv=list(sys.argv[1:]),
+        url=o["url"] or "",
+        prompts=prompts,
+        scenarios=scenarios,
+        api=o["api"],
+        api_key=o["api_key"],
+        served_model=o["served_model"],
+        model=o["model"],
+        hardware=o["hardware"],
+        gpus=o["gpus"],
+        reps=o["reps"],
+        max_tokens=o["max_tokens"],
+        temperature=o["temperature"],
+        ignore_eos=ignore_eos,
+        usage=o["usage"],
+        warmup=o["warmup"],
+        timeout_s=timeout,
+        workers=o["workers"],
+        tokenizer=o["tokenizer"],
+        seed=o["seed"],
+        slo_s=slo,
+        label=label,
+        argv=list(sys.argv[1:]),
     )
 
 
@@ -131,7 +180,9 @@ def engine_from_options(o: Mapping[str, Any]):
     if o["url"]:
         raise UserError("give either a URL or an engine to start, not both")
     if template and name not in (None, "command"):
-        raise UserError(f"--engine-cmd starts the command engine; drop --engine {name} or --engine-cmd")
+        raise UserError(
+            f"--engine-cmd starts the command engine; drop --engine {name} or --engine-cmd"
+        )
     launcher = get_launcher(name or "command")
     if launcher.name == "command" and not template:
         raise UserError("--engine command needs --engine-cmd TEMPLATE")
@@ -140,5 +191,11 @@ def engine_from_options(o: Mapping[str, Any]):
     reason = launcher.unavailable()
     if reason:
         raise UserError(reason)
-    return EngineSpec(launcher, config, tuple(extra), template, o["model"],
-                      seconds("--engine-timeout", o["engine_timeout"]) or 300.0)
+    return EngineSpec(
+        launcher,
+        config,
+        tuple(extra),
+        template,
+        o["model"],
+        seconds("--engine-timeout", o["engine_timeout"]) or 300.0,
+    )

@@ -26,9 +26,17 @@ class RequestSpec:
 
     def body(self, job: Job) -> bytes:
         p = job.prompt
-        return request_body(self.endpoint, model=self.model, prompt=p.prompt, messages=p.messages,
-                            max_tokens=p.max_tokens or self.max_tokens, temperature=self.temperature,
-                            ignore_eos=self.ignore_eos, usage=self.usage, extra=self.extra)
+        return request_body(
+            self.endpoint,
+            model=self.model,
+            prompt=p.prompt,
+            messages=p.messages,
+            max_tokens=p.max_tokens or self.max_tokens,
+            temperature=self.temperature,
+            ignore_eos=self.ignore_eos,
+            usage=self.usage,
+            extra=self.extra,
+        )
 
 
 @dataclass
@@ -60,7 +68,8 @@ class BenchPlan:
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> BenchPlan:
-        """The plan of `roofline bench`'s options, each checked (bench.options; UserError on the first bad one)."""
+        """The plan of `roofline bench`'s options, each checked (bench.options; UserError on the
+        first bad one)."""
         from roofline.bench.options import plan_from_options
 
         return plan_from_options(options)
@@ -74,14 +83,27 @@ class Share:
     count: int = 1
     streams: int = 1  # closed loop: slots in this process; open loop: connections to pre-open
 
-    def closed_jobs(self, plan: BenchPlan, scenario: Scenario, first_id: int) -> Iterator[tuple[int, Job]]:
+    def closed_jobs(
+        self, plan: BenchPlan, scenario: Scenario, first_id: int
+    ) -> Iterator[tuple[int, Job]]:
         limit = planned_requests(scenario, len(plan.prompts), plan.reps)
-        cycle = scenario.duration_s is not None or (limit is not None and limit > len(plan.prompts) * plan.reps)
-        return numbered(jobs(plan.prompts, plan.reps, cycle=cycle), first_id, share=(self.index, self.count), limit=limit)
+        cycle = scenario.duration_s is not None or (
+            limit is not None and limit > len(plan.prompts) * plan.reps
+        )
+        return numbered(
+            jobs(plan.prompts, plan.reps, cycle=cycle),
+            first_id,
+            share=(self.index, self.count),
+            limit=limit,
+        )
 
-    def arrivals(self, plan: BenchPlan, scenario: Scenario, first_id: int) -> list[tuple[float, int, Job]]:
+    def arrivals(
+        self, plan: BenchPlan, scenario: Scenario, first_id: int
+    ) -> list[tuple[float, int, Job]]:
         offsets = open_loop_offsets_s(plan, scenario)
-        all_jobs = zip(offsets, itertools.count(first_id), jobs(plan.prompts, plan.reps, cycle=True))
+        all_jobs = zip(
+            offsets, itertools.count(first_id), jobs(plan.prompts, plan.reps, cycle=True)
+        )
         return [a for i, a in enumerate(all_jobs) if i % self.count == self.index]
 
     def max_in_flight(self, scenario: Scenario) -> int | None:
@@ -97,9 +119,14 @@ def _part(total: int, index: int, count: int) -> int:
 
 
 def open_loop_offsets_s(plan: BenchPlan, scenario: Scenario) -> list[float]:
-    return arrival_offsets_s(scenario.rate_per_s, scenario.arrivals, scenario.burstiness,
-                             count=planned_requests(scenario, len(plan.prompts), plan.reps),
-                             duration_s=scenario.duration_s, seed=plan.seed)
+    return arrival_offsets_s(
+        scenario.rate_per_s,
+        scenario.arrivals,
+        scenario.burstiness,
+        count=planned_requests(scenario, len(plan.prompts), plan.reps),
+        duration_s=scenario.duration_s,
+        seed=plan.seed,
+    )
 
 
 def shares(scenario: Scenario, workers: int, plan: BenchPlan) -> list[Share]:

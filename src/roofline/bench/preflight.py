@@ -2,18 +2,19 @@
 
 Two things are settled before any request is measured:
 
-- Nothing answers at the URL (refused, unresolvable, no answer within the timeout, not HTTP): the run
-  stops with one line (`UserError`, exit 2) instead of running every request into an empty table.
-  Any HTTP answer counts as a server, even an error status: a server without `/v1/models` is still
-  measured.
+- Nothing answers at the URL (refused, unresolvable, no answer within the timeout, not HTTP): the
+  run stops with one line (`UserError`, exit 2) instead of running every request into an empty
+  table. Any HTTP answer counts as a server, even an error status: a server without `/v1/models` is
+  still measured.
 - The server's `/v1/models` entry for the served model carries `"roofline": {"bytes_per_token": N,
-  "hardware": "local", ...}` (what `roofline serve` reports) and neither `--model` nor `--hardware` was
-  given: the run is held against N bytes per token over the read bandwidth of the server's machine.
-  For `"hardware": "local"` (or none) that is this machine: the plan's hardware becomes `local`, and the
-  session measures the read bandwidth in the run's own window, as for `bench --engine embedded`
-  (`bench.session`); but only when the URL's host is this machine: another machine's bandwidth cannot
-  be measured from here, and the note says to give `--hardware`. Any other `hardware` value is taken as
-  `--hardware` would be (a catalogue name or a bandwidth such as 8TB/s).
+  "hardware": "local", ...}` (what `roofline serve` reports) and neither `--model` nor `--hardware`
+  was given: the run is held against N bytes per token over the read bandwidth of the server's
+  machine. For `"hardware": "local"` (or none) that is this machine: the plan's hardware becomes
+  `local`, and the session measures the read bandwidth in the run's own window, as for `bench
+  --engine embedded` (`bench.session`); but only when the URL's host is this machine: another
+  machine's bandwidth cannot be measured from here, and the note says to give `--hardware`. Any
+  other `hardware` value is taken as `--hardware` would be (a catalogue name or a bandwidth such as
+  8TB/s).
 """
 
 from __future__ import annotations
@@ -37,40 +38,59 @@ PREFLIGHT_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True)
 class ServerFacts:
-    """What the server said before the run: the listed models and, when its entry carries it, the weight
-    bytes read per decoded token and the hardware it runs on."""
+    """What the server said before the run: the listed models and, when its entry carries it, the
+    weight bytes read per decoded token and the hardware it runs on."""
 
     url: str
     status: int  # of GET /v1/models
     models: tuple[str, ...] = ()
     served: str | None = None
     bytes_per_token: float | None = None
-    file_bytes_per_token: float | None = None  # the entry's `roofline.file_bytes_per_token`: the file's own
-    hardware: str | None = None  # the entry's `roofline.hardware` ("local": the server's own machine)
+    file_bytes_per_token: float | None = (
+        None  # the entry's `roofline.file_bytes_per_token`: the file's own
+    )
+    hardware: str | None = (
+        None  # the entry's `roofline.hardware` ("local": the server's own machine)
+    )
     local: bool = False  # the URL's host is this machine
 
     def to_json(self) -> dict[str, Any]:
-        return {"url": self.url, "status": self.status, "models": list(self.models), "served": self.served,
-                "bytes_per_token": self.bytes_per_token, "file_bytes_per_token": self.file_bytes_per_token,
-                "hardware": self.hardware, "local": self.local}
+        return {
+            "url": self.url,
+            "status": self.status,
+            "models": list(self.models),
+            "served": self.served,
+            "bytes_per_token": self.bytes_per_token,
+            "file_bytes_per_token": self.file_bytes_per_token,
+            "hardware": self.hardware,
+            "local": self.local,
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ServerFacts:
-        return cls(url=str(d["url"]), status=int(d["status"]), models=tuple(d.get("models") or ()),
-                   served=d.get("served"), bytes_per_token=d.get("bytes_per_token"),
-                   file_bytes_per_token=d.get("file_bytes_per_token"), hardware=d.get("hardware"),
-                   local=bool(d.get("local")))
+        return cls(
+            url=str(d["url"]),
+            status=int(d["status"]),
+            models=tuple(d.get("models") or ()),
+            served=d.get("served"),
+            bytes_per_token=d.get("bytes_per_token"),
+            file_bytes_per_token=d.get("file_bytes_per_token"),
+            hardware=d.get("hardware"),
+            local=bool(d.get("local")),
+        )
 
 
-def bytes_per_token_of(info: Mapping[str, Any] | None, key: str = "bytes_per_token") -> float | None:
-    """The entry's `bytes_per_token` (or another byte count, `key`) when it is a positive finite number of
-    plausible size, else None."""
+def bytes_per_token_of(
+    info: Mapping[str, Any] | None, key: str = "bytes_per_token"
+) -> float | None:
+    """The entry's `bytes_per_token` (or another byte count, `key`) when it is a positive finite
+    number of plausible size, else None."""
     return plausible_bytes((info or {}).get(key))
 
 
 def is_this_machine(host: str) -> bool:
-    """True when host is a loopback or unspecified address, or resolves to an address of this machine
-    (one a socket can bind to)."""
+    """True when host is a loopback or unspecified address, or resolves to an address of this
+    machine (one a socket can bind to)."""
     try:
         infos = socket.getaddrinfo(host, None, type=socket.SOCK_DGRAM)
     except OSError:
@@ -96,9 +116,13 @@ def server_facts(plan: BenchPlan, *, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> 
     ep = parse_endpoint(plan.url, api=plan.api, api_key=plan.api_key)
     path = f"{ep.base_path}/models"
     try:
-        status, _, body = asyncio.run(fetch(ep, path, timeout_s=min(timeout_s, plan.timeout_s or timeout_s)))
+        status, _, body = asyncio.run(
+            fetch(ep, path, timeout_s=min(timeout_s, plan.timeout_s or timeout_s))
+        )
     except FetchError as e:
-        raise UserError(f"no server answers at {ep.url}: {e}. Start it, or check the host and port") from None
+        raise UserError(
+            f"no server answers at {ep.url}: {e}. Start it, or check the host and port"
+        ) from None
     models: list[str] = []
     info = None
     if status == 200:
@@ -112,21 +136,28 @@ def server_facts(plan: BenchPlan, *, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> 
     else:
         served = plan.served_model or plan.model
     hardware = (info or {}).get("hardware")
-    return ServerFacts(url=ep.url, status=status, models=tuple(models), served=served,
-                       bytes_per_token=bytes_per_token_of(info),
-                       file_bytes_per_token=bytes_per_token_of(info, "file_bytes_per_token"),
-                       hardware=hardware if isinstance(hardware, str) and hardware.strip() else None,
-                       local=is_this_machine(ep.host))
+    return ServerFacts(
+        url=ep.url,
+        status=status,
+        models=tuple(models),
+        served=served,
+        bytes_per_token=bytes_per_token_of(info),
+        file_bytes_per_token=bytes_per_token_of(info, "file_bytes_per_token"),
+        hardware=hardware if isinstance(hardware, str) and hardware.strip() else None,
+        local=is_this_machine(ep.host),
+    )
 
 
 def ceiling_hardware(facts: ServerFacts) -> tuple[str | None, str]:
-    """(the hardware to hold the run against, a note for the user) for a server that reports its bytes per
-    token; (None, why not) when it cannot be held against anything."""
+    """(the hardware to hold the run against, a note for the user) for a server that reports its
+    bytes per token; (None, why not) when it cannot be held against anything."""
     if facts.bytes_per_token is None:
         return None, ""
     mb = facts.bytes_per_token / 1e6
     if facts.file_bytes_per_token:  # what the file stores beside it: the run is shown against both
-        mb_text = f"{mb:,.1f} MB per token (the file stores {facts.file_bytes_per_token / 1e6:,.1f} MB)"
+        mb_text = (
+            f"{mb:,.1f} MB per token (the file stores {facts.file_bytes_per_token / 1e6:,.1f} MB)"
+        )
     else:
         mb_text = f"{mb:,.1f} MB per token"
     if facts.hardware not in (None, LOCAL):
@@ -134,21 +165,31 @@ def ceiling_hardware(facts: ServerFacts) -> tuple[str | None, str]:
         try:
             hardware_bandwidth_bytes_per_s(facts.hardware)
         except UserError:
-            return None, (f"the server reads {mb_text} on hardware {named!r}, which is not known here: "
-                          "give --hardware NAME (or a bandwidth like 100GB/s) for a ceiling")
+            return None, (
+                f"the server reads {mb_text} on hardware {named!r}, which is not known here: "
+                "give --hardware NAME (or a bandwidth like 100GB/s) for a ceiling"
+            )
         return facts.hardware, f"the server reads {mb_text} on {named} (its /v1/models entry)"
     if not facts.local:
-        return None, (f"the server reads {mb_text} but runs on another machine, whose bandwidth cannot "
-                      "be measured from here: give --hardware NAME (or a bandwidth like 100GB/s) for a ceiling")
-    return LOCAL, (f"the server reads {mb_text} (its /v1/models entry) on this machine: the run is held "
-                   "against this machine's measured read bandwidth")
+        return None, (
+            f"the server reads {mb_text} but runs on another machine, whose bandwidth cannot "
+            "be measured from here: give --hardware NAME (or a bandwidth like 100GB/s) for a ceiling"
+        )
+    return LOCAL, (
+        f"the server reads {mb_text} (its /v1/models entry) on this machine: the run is held "
+        "against this machine's measured read bandwidth"
+    )
 
 
-def preflight(plan: BenchPlan, note: Callable[[str], None] = lambda _: None, *,
-              timeout_s: float = PREFLIGHT_TIMEOUT_S) -> BenchPlan:
-    """Check that a server answers at the plan's URL (UserError if not) and return the plan to run: with
-    the hardware the run is held against when the server reports its bytes per token and the user gave
-    neither --model nor --hardware."""
+def preflight(
+    plan: BenchPlan,
+    note: Callable[[str], None] = lambda _: None,
+    *,
+    timeout_s: float = PREFLIGHT_TIMEOUT_S,
+) -> BenchPlan:
+    """Check that a server answers at the plan's URL (UserError if not) and return the plan to run:
+    with the hardware the run is held against when the server reports its bytes per token and the
+    user gave neither --model nor --hardware."""
     facts = server_facts(plan, timeout_s=timeout_s)
     if plan.model is not None or plan.hardware is not None:
         return plan
@@ -157,5 +198,8 @@ def preflight(plan: BenchPlan, note: Callable[[str], None] = lambda _: None, *,
         note(text)
     if hardware is None:
         return plan
-    return replace(plan, hardware=hardware,
-                   provenance_extra={**plan.provenance_extra, "ceiling_from_server": facts.to_json()})
+    return replace(
+        plan,
+        hardware=hardware,
+        provenance_extra={**plan.provenance_extra, "ceiling_from_server": facts.to_json()},
+    )

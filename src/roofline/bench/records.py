@@ -41,9 +41,13 @@ class RequestRecord:
     error_kind: str = ""  # "" when the request succeeded
     error: str = ""
     text: str = ""
-    server_chunk_ns: list[int] | None = None  # a server's own send stamps (`roofline_t_ns`), if offered
+    server_chunk_ns: list[int] | None = (
+        None  # a server's own send stamps (`roofline_t_ns`), if offered
+    )
     passes: int | None = None  # weight passes (verify steps) the server reports, if it does
-    retried: bool = False  # sent again once on a fresh connection after a stale keep-alive one closed
+    retried: bool = (
+        False  # sent again once on a fresh connection after a stale keep-alive one closed
+    )
     # raw stream, kept from the last byte until `tokens.finalize` has decoded it (never written)
     raw_events_ns: list[int] | None = None
     raw_payloads: list[bytes] | None = None
@@ -54,7 +58,8 @@ class RequestRecord:
         return not self.error_kind
 
     def to_json(self, origin_ns: int) -> dict[str, Any]:
-        """The JSONL line: intended time relative to the run origin, the rest relative to intended."""
+        """The JSONL line: intended time relative to the run origin, the rest relative to
+        intended."""
         base = self.intended_ns
 
         def rel(t: int) -> int | None:

@@ -38,7 +38,9 @@ def make_run_dir(folder: Path) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UserError(f"cannot create run folder {str(folder)!r} ({e.strerror}); pass --out to a writable place") from None
+        raise UserError(
+            f"cannot create run folder {str(folder)!r} ({e.strerror}); pass --out to a writable place"
+        ) from None
     if (folder / REQUESTS).exists() and (folder / REQUESTS).stat().st_size:
         raise UserError(f"{str(folder)!r} already holds a run ({REQUESTS}); pass another --out")
     return folder
@@ -56,7 +58,7 @@ class RequestLog:
         data = (json.dumps(rec.to_json(self.origin_ns), separators=(",", ":")) + "\n").encode()
         view = memoryview(data)
         while view:
-            view = view[os.write(self.fd, view):]
+            view = view[os.write(self.fd, view) :]
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -65,7 +67,8 @@ class RequestLog:
 
 
 def read_requests(folder: Path) -> tuple[list[dict[str, Any]], int]:
-    """The lines of requests.jsonl, and how many could not be read (a line cut by a kill mid-write)."""
+    """The lines of requests.jsonl, and how many could not be read (a line cut by a kill
+    mid-write)."""
     lines, bad = [], 0
     try:
         text = (folder / REQUESTS).read_text(encoding="utf-8")

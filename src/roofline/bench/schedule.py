@@ -42,7 +42,9 @@ class Schedule:
         n = self.output_tokens(max_tokens)
         t = self.chunk_offsets_ns(n)
         k = self.chunk_tokens(n)
-        m = metrics.request_metrics({"chunk_ns": t, "chunk_tokens": k, "output_tokens": n, "sent_ns": 0})
+        m = metrics.request_metrics(
+            {"chunk_ns": t, "chunk_tokens": k, "output_tokens": n, "sent_ns": 0}
+        )
         itl = metrics.itl_per_token_seconds(t, k)
         gaps = metrics.chunk_gaps_seconds(t)
         m["itl_mean_s"] = sum(itl) / len(itl) if itl else None

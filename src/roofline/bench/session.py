@@ -10,16 +10,17 @@ from pathlib import Path
 from typing import Any
 
 from roofline.bench.against import LOCAL, held_against_window, resolve_ceiling
+from roofline.bench.driver import Outcome, Progress, discover, run_bench
 from roofline.bench.engines import Launcher, start_engine
 from roofline.bench.plan import BenchPlan
-from roofline.bench.driver import Outcome, Progress, discover, run_bench
 from roofline.errors import UserError
 from roofline.hardware.window import BandwidthWindow, Measure, short_probe
 
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """An engine to start for the session: a launcher from `bench.engines.LAUNCHERS` and what it gets."""
+    """An engine to start for the session: a launcher from `bench.engines.LAUNCHERS` and what it
+    gets."""
 
     launcher: Launcher | None = None  # None: measure the URL in the plan, start nothing
     config: Mapping[str, Any] = field(default_factory=dict)  # the launcher's knobs
@@ -34,50 +35,104 @@ class EngineSpec:
         return self.launcher is not None
 
 
-def run_session(plan: BenchPlan, run_dir: Path, progress: Progress, engine: EngineSpec | None = None,
-                *, measure_bandwidth: Measure | None = None, model_file: str | None = None) -> Outcome:
+def run_session(
+    plan: BenchPlan,
+    run_dir: Path,
+    progress: Progress,
+    engine: EngineSpec | None = None,
+    *,
+    measure_bandwidth: Measure | None = None,
+    model_file: str | None = None,
+) -> Outcome:
     """Run the plan (against a started engine when asked); the engine is stopped in every case.
 
-    A run held against this machine (`--hardware local`, and the embedded engine unless --hardware says
-    otherwise) is held against the read bandwidth measured in its own window: a short probe right before
-    the requests and another right after, the higher of the two (`roofline.hardware.window`).
-    measure_bandwidth() -> (bytes/s, kernel) is that probe (the short best-of-kernels one by default).
-    The embedded engine's profile is measured first if `roofline probe` never ran here.
-    model_file: the engine's model (a local .gguf or safetensors folder) when this session did not start
-    it (tune starts its own): the file's bytes per token are counted from it when the server does not
-    report them; a started engine's model argument is used the same way."""
+    A run held against this machine (`--hardware local`, and the embedded engine unless --hardware
+    says otherwise) is held against the read bandwidth measured in its own window: a short probe
+    right before the requests and another right after, the higher of the two
+    (`roofline.hardware.window`). measure_bandwidth() -> (bytes/s, kernel) is that probe (the short
+    best-of-kernels one by default). The embedded engine's profile is measured first if `roofline
+    probe` never ran here. model_file: the engine's model (a local .gguf or safetensors folder) when
+    this session did not start it (tune starts its own): the file's bytes per token are counted from
+    it when the server does not report them; a started engine's model argument is used the same
+    way."""
     if engine is None or not engine.wanted:
-        return _measure(plan, run_dir, progress, default_local=False, measure=measure_bandwidth, model_file=model_file)
+        return _measure(
+            plan,
+            run_dir,
+            progress,
+            default_local=False,
+            measure=measure_bandwidth,
+            model_file=model_file,
+        )
     launcher = engine.launcher
     embedded = launcher.name == "embedded"
     if embedded and plan.hardware in (None, "local"):
         ensure_local_profile(progress)
-    with start_engine(launcher, model=engine.model, config=engine.config, log_path=run_dir / "server.log",
-                      extra_args=engine.args, template=engine.template, host=engine.host,
-                      ready_timeout_s=engine.ready_timeout_s,
-                      on_start=lambda s: progress.note(f"starting {' '.join(s.argv)}")) as server:
+    with start_engine(
+        launcher,
+        model=engine.model,
+        config=engine.config,
+        log_path=run_dir / "server.log",
+        extra_args=engine.args,
+        template=engine.template,
+        host=engine.host,
+        ready_timeout_s=engine.ready_timeout_s,
+        on_start=lambda s: progress.note(f"starting {' '.join(s.argv)}"),
+    ) as server:
         progress.note(f"server ready at {server.url}")
-        started = {"name": launcher.name, "version": launcher.version(), "config": dict(engine.config),
-                   "argv": server.argv, "log": str(server.log_path)}
-        plan = replace(plan, url=server.url, provenance_extra={**plan.provenance_extra, "engine": started})
-        return _measure(plan, run_dir, progress, default_local=embedded, measure=measure_bandwidth,
-                        model_file=model_file or engine.model)
+        started = {
+            "name": launcher.name,
+            "version": launcher.version(),
+            "config": dict(engine.config),
+            "argv": server.argv,
+            "log": str(server.log_path),
+        }
+        plan = replace(
+            plan, url=server.url, provenance_extra={**plan.provenance_extra, "engine": started}
+        )
+        return _measure(
+            plan,
+            run_dir,
+            progress,
+            default_local=embedded,
+            measure=measure_bandwidth,
+            model_file=model_file or engine.model,
+        )
 
 
-def _measure(plan: BenchPlan, run_dir: Path, progress: Progress, *, default_local: bool,
-             measure: Measure | None, model_file: str | None = None) -> Outcome:
+def _measure(
+    plan: BenchPlan,
+    run_dir: Path,
+    progress: Progress,
+    *,
+    default_local: bool,
+    measure: Measure | None,
+    model_file: str | None = None,
+) -> Outcome:
     info = asyncio.run(discover(plan))
     hardware = plan.hardware or ("local" if default_local else None)
-    measure = measure or (lambda: short_probe(by="the run window of `roofline bench` (or a tune trial)"))
+    measure = measure or (
+        lambda: short_probe(by="the run window of `roofline bench` (or a tune trial)")
+    )
     window = None
-    if hardware == LOCAL:  # the bandwidth of these minutes, not a profile's: a shared machine drifts
+    if (
+        hardware == LOCAL
+    ):  # the bandwidth of these minutes, not a profile's: a shared machine drifts
         before, kernel = measure()
         window = BandwidthWindow(before, before_kernel=kernel)
-        progress.note(f"read bandwidth before the run: {before / 1e9:.1f} GB/s (best of the probe's read kernels: {kernel})")
+        progress.note(
+            f"read bandwidth before the run: {before / 1e9:.1f} GB/s (best of the probe's read kernels: {kernel})"
+        )
     try:
-        ceiling, note = resolve_ceiling(model=plan.model, hardware=hardware, served=info.get("served"),
-                                        server_info=info.get("roofline"), gpus=plan.gpus, window=window,
-                                        model_file=model_file or plan.model)
+        ceiling, note = resolve_ceiling(
+            model=plan.model,
+            hardware=hardware,
+            served=info.get("served"),
+            server_info=info.get("roofline"),
+            gpus=plan.gpus,
+            window=window,
+            model_file=model_file or plan.model,
+        )
     except UserError as e:
         if plan.hardware:  # asked for explicitly: the user must fix it before anything is measured
             raise
@@ -90,25 +145,43 @@ def _measure(plan: BenchPlan, run_dir: Path, progress: Progress, *, default_loca
         progress.note(f"discovery: {info['error']}")
     settle = None
     if window is not None and ceiling is not None:
+
         def settle(held: Any) -> tuple[Any, dict]:
             after, kernel = measure()
             closed = window.closed(after, kernel)
-            progress.note(f"read bandwidth after the run: {after / 1e9:.1f} GB/s ({kernel}); the run is held against "
-                          f"{closed.bound_bytes_per_s / 1e9:.1f} GB/s, the higher"
-                          + (f" (drift {100 * (closed.drift_fraction or 0):.0f}%: the machine was busy)"
-                             if closed.drift_is_large() else ""))
+            progress.note(
+                f"read bandwidth after the run: {after / 1e9:.1f} GB/s ({kernel}); the run is held against "
+                f"{closed.bound_bytes_per_s / 1e9:.1f} GB/s, the higher"
+                + (
+                    f" (drift {100 * (closed.drift_fraction or 0):.0f}%: the machine was busy)"
+                    if closed.drift_is_large()
+                    else ""
+                )
+            )
             return held_against_window(held, closed), {"local_bandwidth": closed.to_json()}
-    return run_bench(plan, run_dir, progress, ceiling=ceiling, info=info, ceiling_note=note, settle_ceiling=settle)
+
+    return run_bench(
+        plan,
+        run_dir,
+        progress,
+        ceiling=ceiling,
+        info=info,
+        ceiling_note=note,
+        settle_ceiling=settle,
+    )
 
 
 def ensure_local_profile(progress: Progress) -> None:
     """The embedded engine is held against this machine's measured bandwidth: measure it once if
-    `roofline probe` never ran here (before the server starts, so nothing else competes for memory)."""
+    `roofline probe` never ran here (before the server starts, so nothing else competes for
+    memory)."""
     from roofline.hardware.probe import measure_profile
     from roofline.hardware.profile import load_local_profile, save_profile
 
     if load_local_profile() is not None:
         return
-    progress.note("no measured profile of this machine yet: running `roofline probe` first (about 20 s)")
+    progress.note(
+        "no measured profile of this machine yet: running `roofline probe` first (about 20 s)"
+    )
     path = save_profile(measure_profile())
     progress.note(f"profile saved to {path}")

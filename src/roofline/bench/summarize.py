@@ -11,8 +11,16 @@ from typing import Any
 from roofline.bench import metrics
 from roofline.bench.records import PHASE_WARMUP
 
-DISTRIBUTIONS = ("ttft_s", "tpot_s", "itl_s", "chunk_gap_s", "e2e_s", "output_speed_tok_per_s",
-                 "send_lag_s", "tokens_per_chunk")
+DISTRIBUTIONS = (
+    "ttft_s",
+    "tpot_s",
+    "itl_s",
+    "chunk_gap_s",
+    "e2e_s",
+    "output_speed_tok_per_s",
+    "send_lag_s",
+    "tokens_per_chunk",
+)
 
 
 def scenario_names(lines: Sequence[Mapping[str, Any]], planned: Sequence[str] = ()) -> list[str]:
@@ -23,7 +31,12 @@ def scenario_names(lines: Sequence[Mapping[str, Any]], planned: Sequence[str] = 
     return names
 
 
-def summarize_scenario(lines: Sequence[Mapping[str, Any]], *, ceiling: Any = None, slo_s: Mapping[str, float] | None = None) -> dict:
+def summarize_scenario(
+    lines: Sequence[Mapping[str, Any]],
+    *,
+    ceiling: Any = None,
+    slo_s: Mapping[str, float] | None = None,
+) -> dict:
     """One scenario's summary. `lines` may include warm-up lines; they are counted, not measured."""
     warm = [ln for ln in lines if ln.get("phase") == PHASE_WARMUP]
     meas = [ln for ln in lines if ln.get("phase") != PHASE_WARMUP]
@@ -67,7 +80,9 @@ def summarize_scenario(lines: Sequence[Mapping[str, Any]], *, ceiling: Any = Non
         out["slo_percentiles_met"] = _mlperf_check(out["metrics"], slo_s)
     out["passes"] = _passes(ok, per)
     if ceiling is not None:
-        out["vs_ceiling"] = vs_ceiling(ceiling, out["metrics"]["output_speed_tok_per_s"], out["passes"])
+        out["vs_ceiling"] = vs_ceiling(
+            ceiling, out["metrics"]["output_speed_tok_per_s"], out["passes"]
+        )
     return out
 
 
@@ -91,42 +106,59 @@ def prompt_spread(ok: Sequence[Mapping[str, Any]], per: Sequence[Mapping[str, An
     rows = []
     for prompt, speeds in by.items():
         med = statistics.median(speeds)
-        rows.append({
-            "prompt": prompt,
-            "reps": len(speeds),
-            "output_speed_median_tok_per_s": med,
-            "output_speed_min_tok_per_s": min(speeds),
-            "output_speed_max_tok_per_s": max(speeds),
-            "spread_pct": 100.0 * (max(speeds) - min(speeds)) / med if med else None,
-            "ttft_median_s": statistics.median(ttft[prompt]),
-        })
+        rows.append(
+            {
+                "prompt": prompt,
+                "reps": len(speeds),
+                "output_speed_median_tok_per_s": med,
+                "output_speed_min_tok_per_s": min(speeds),
+                "output_speed_max_tok_per_s": max(speeds),
+                "spread_pct": 100.0 * (max(speeds) - min(speeds)) / med if med else None,
+                "ttft_median_s": statistics.median(ttft[prompt]),
+            }
+        )
     return rows
 
 
-def vs_ceiling(ceiling: Any, speed: Mapping[str, float] | None, passes: Mapping[str, Any] | None = None) -> dict:
+def vs_ceiling(
+    ceiling: Any, speed: Mapping[str, float] | None, passes: Mapping[str, Any] | None = None
+) -> dict:
     """Median per-request decode rate against the batch-1 ceiling, and the bandwidth it implies.
 
-    With speculation (the server reports more than one token per weight pass) the ceiling bounds weight
-    passes, not tokens: each pass reads the weights once, and Output Speed = passes/s x tokens/pass can beat
-    the one-token ceiling. Then passes/s is what is held against it (basis "passes"). Above 100% the
-    figure that must be wrong is named (`suspect`, `note`: see `bench.against.above_ceiling`). When the
-    ceiling knows the file's bytes per token, the same rate is held against the file's ceiling too
-    (`percent_of_file_ceiling`)."""
-    d = {"ceiling_tok_per_s": ceiling.tok_per_s, "bytes_per_token": ceiling.bytes_per_token,
-         "bandwidth_bytes_per_s": ceiling.bandwidth_bytes_per_s, "basis": "tokens"}
+    With speculation (the server reports more than one token per weight pass) the ceiling bounds
+    weight passes, not tokens: each pass reads the weights once, and Output Speed = passes/s x
+    tokens/pass can beat the one-token ceiling. Then passes/s is what is held against it (basis
+    "passes"). Above 100% the figure that must be wrong is named (`suspect`, `note`: see
+    `bench.against.above_ceiling`). When the ceiling knows the file's bytes per token, the same rate
+    is held against the file's ceiling too (`percent_of_file_ceiling`)."""
+    d = {
+        "ceiling_tok_per_s": ceiling.tok_per_s,
+        "bytes_per_token": ceiling.bytes_per_token,
+        "bandwidth_bytes_per_s": ceiling.bandwidth_bytes_per_s,
+        "basis": "tokens",
+    }
     if speed:
         measured = speed["p50"]
-        d.update(measured_tok_per_s=measured, percent_of_ceiling=ceiling.percent_of_ceiling(measured),
-                 effective_bandwidth_bytes_per_s=ceiling.effective_bandwidth_bytes_per_s(measured))
+        d.update(
+            measured_tok_per_s=measured,
+            percent_of_ceiling=ceiling.percent_of_ceiling(measured),
+            effective_bandwidth_bytes_per_s=ceiling.effective_bandwidth_bytes_per_s(measured),
+        )
         per_pass, rate = (passes or {}).get("tokens_per_pass"), (passes or {}).get("passes_per_s")
         if per_pass and rate and per_pass > 1.0:
-            d.update(basis="passes", passes_per_s=rate, tokens_per_pass=per_pass,
-                     percent_of_ceiling=ceiling.percent_of_ceiling(rate),
-                     effective_bandwidth_bytes_per_s=ceiling.effective_bandwidth_bytes_per_s(rate),
-                     tokens_percent_of_one_token_ceiling=ceiling.percent_of_ceiling(measured))
+            d.update(
+                basis="passes",
+                passes_per_s=rate,
+                tokens_per_pass=per_pass,
+                percent_of_ceiling=ceiling.percent_of_ceiling(rate),
+                effective_bandwidth_bytes_per_s=ceiling.effective_bandwidth_bytes_per_s(rate),
+                tokens_percent_of_one_token_ceiling=ceiling.percent_of_ceiling(measured),
+            )
         from roofline.bench.against import ceiling_excess
 
-        d.update(ceiling_excess(ceiling, d["percent_of_ceiling"]) or {})  # above 100%: "suspect" and "note"
+        d.update(
+            ceiling_excess(ceiling, d["percent_of_ceiling"]) or {}
+        )  # above 100%: "suspect" and "note"
     file_bytes = getattr(ceiling, "file_bytes_per_token", None)
     if file_bytes:  # the same rate against the bytes the file stores: what the model needs
         d.update(file_bytes_per_token=file_bytes, file_ceiling_tok_per_s=ceiling.file_tok_per_s)
@@ -144,8 +176,11 @@ def _passes(ok: Sequence[Mapping[str, Any]], per: Sequence[Mapping[str, Any]]) -
     passes = sum(ln["passes"] for ln, _ in with_passes)
     tokens = sum(m["output_tokens"] for _, m in with_passes)
     decode_s = sum((m["e2e_s"] - m["ttft_s"]) for _, m in with_passes if m["e2e_s"] is not None)
-    return {"requests": len(with_passes), "tokens_per_pass": tokens / passes if passes else None,
-            "passes_per_s": (passes - len(with_passes)) / decode_s if decode_s > 0 else None}
+    return {
+        "requests": len(with_passes),
+        "tokens_per_pass": tokens / passes if passes else None,
+        "passes_per_s": (passes - len(with_passes)) / decode_s if decode_s > 0 else None,
+    }
 
 
 def _mlperf_check(dists: Mapping[str, Any], slo_s: Mapping[str, float]) -> dict[str, bool | None]:
@@ -158,13 +193,21 @@ def _mlperf_check(dists: Mapping[str, Any], slo_s: Mapping[str, float]) -> dict[
     return out
 
 
-def summarize(lines: Sequence[Mapping[str, Any]], *, provenance: Mapping[str, Any], ceiling: Any = None,
-              slo_s: Mapping[str, float] | None = None, unreadable_lines: int = 0) -> dict:
+def summarize(
+    lines: Sequence[Mapping[str, Any]],
+    *,
+    provenance: Mapping[str, Any],
+    ceiling: Any = None,
+    slo_s: Mapping[str, float] | None = None,
+    unreadable_lines: int = 0,
+) -> dict:
     planned = [s["name"] for s in provenance.get("scenarios", ())]
     scenarios = []
     for name in scenario_names(lines, planned):
         sl = [ln for ln in lines if ln.get("scenario") == name]
-        spec = next((s for s in provenance.get("scenarios", ()) if s["name"] == name), {"name": name})
+        spec = next(
+            (s for s in provenance.get("scenarios", ()) if s["name"] == name), {"name": name}
+        )
         scenarios.append({"scenario": spec, **summarize_scenario(sl, ceiling=ceiling, slo_s=slo_s)})
     return {
         "provenance": dict(provenance),

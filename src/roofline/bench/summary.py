@@ -1,9 +1,10 @@
-"""A bench run's summary as types: `RunSummary` of `ScenarioSummary`s, with one `to_json`/`from_json`.
+"""A bench run's summary as types: `RunSummary` of `ScenarioSummary`s, with one
+`to_json`/`from_json`.
 
-`summarize.py` computes the JSON that `summary.json` holds; these types read it back (the Markdown and
-terminal tables, `roofline report`). Field names are the JSON keys. Keys a type does not know (older or
-newer run folders, figures added later) are kept in `extra` and written back by `to_json`, so a run
-folder written by another version still loads and round-trips.
+`summarize.py` computes the JSON that `summary.json` holds; these types read it back (the Markdown
+and terminal tables, `roofline report`). Field names are the JSON keys. Keys a type does not know
+(older or newer run folders, figures added later) are kept in `extra` and written back by `to_json`,
+so a run folder written by another version still loads and round-trips.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any
 def _split(cls: type, d: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
     names = {f.name for f in fields(cls)} - {"extra"}
     d = dict(d or {})
-    return {k: v for k, v in d.items() if k in names}, {k: v for k, v in d.items() if k not in names}
+    return {k: v for k, v in d.items() if k in names}, {
+        k: v for k, v in d.items() if k not in names
+    }
 
 
 def _plain(obj: Any) -> dict[str, Any]:
@@ -77,7 +80,10 @@ class RequestCounts:
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> RequestCounts:
         known, _ = _split(cls, d)
-        fails = {k: Failure(int(v.get("count", 0)), str(v.get("example") or "")) for k, v in (known.pop("failures", None) or {}).items()}
+        fails = {
+            k: Failure(int(v.get("count", 0)), str(v.get("example") or ""))
+            for k, v in (known.pop("failures", None) or {}).items()
+        }
         return cls(failures=fails, **known)
 
 
@@ -138,7 +144,8 @@ class Passes:
 
 @dataclass(frozen=True)
 class VsCeiling:
-    """The median per-request decode rate held against the batch-1 ceiling (see summarize.vs_ceiling)."""
+    """The median per-request decode rate held against the batch-1 ceiling (see
+    summarize.vs_ceiling)."""
 
     ceiling_tok_per_s: float | None = None
     bytes_per_token: float | None = None
@@ -150,11 +157,17 @@ class VsCeiling:
     passes_per_s: float | None = None
     tokens_per_pass: float | None = None
     tokens_percent_of_one_token_ceiling: float | None = None
-    suspect: str | None = None  # above 100%: the figure that must be wrong (bench.against.above_ceiling)
+    suspect: str | None = (
+        None  # above 100%: the figure that must be wrong (bench.against.above_ceiling)
+    )
     note: str | None = None  # above 100%: why, printed beside the percentage
-    file_bytes_per_token: float | None = None  # the weights as the model's file stores them (None: unknown)
+    file_bytes_per_token: float | None = (
+        None  # the weights as the model's file stores them (None: unknown)
+    )
     file_ceiling_tok_per_s: float | None = None  # bandwidth / file_bytes_per_token
-    percent_of_file_ceiling: float | None = None  # the same rate (tokens or passes) against the file's ceiling
+    percent_of_file_ceiling: float | None = (
+        None  # the same rate (tokens or passes) against the file's ceiling
+    )
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -197,13 +210,16 @@ class ScenarioSummary:
         return cls(
             scenario=ScenarioInfo.from_json(known.pop("scenario", None)),
             requests=RequestCounts.from_json(known.pop("requests", None)),
-            metrics={k: Distribution.from_json(v) for k, v in (known.pop("metrics", None) or {}).items()},
+            metrics={
+                k: Distribution.from_json(v) for k, v in (known.pop("metrics", None) or {}).items()
+            },
             token_sources=dict(known.pop("token_sources", None) or {}),
             prompts=tuple(_typed(PromptSpread, p) for p in known.pop("prompts", None) or ()),
             goodput=_typed(Goodput, known.pop("goodput", None)),
             passes=_typed(Passes, known.pop("passes", None)),
             vs_ceiling=_typed(VsCeiling, known.pop("vs_ceiling", None)),
-            extra=extra, **known,
+            extra=extra,
+            **known,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -221,18 +237,23 @@ class CeilingFigures:
     model: str = ""
     hardware: str = ""
     assumptions: tuple[str, ...] = ()
-    file_bytes_per_token: float | None = None  # the weights as the model's file stores them (None: unknown)
+    file_bytes_per_token: float | None = (
+        None  # the weights as the model's file stores them (None: unknown)
+    )
     file_tok_per_s: float | None = None  # the file's ceiling: bandwidth / file_bytes_per_token
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def read_ratio(self) -> float | None:
         """Bytes the engine reads per token over the file's (None when the file's are unknown)."""
-        return self.bytes_per_token / self.file_bytes_per_token if self.file_bytes_per_token else None
+        return (
+            self.bytes_per_token / self.file_bytes_per_token if self.file_bytes_per_token else None
+        )
 
     @property
     def bytes_from_engine(self) -> bool:
-        """The bytes per token are the engine's own count (its server reported them), not roofline's."""
+        """The bytes per token are the engine's own count (its server reported them), not
+        roofline's."""
         from roofline.bench.against import SERVER_BYTES_NOTE
 
         return any(a.startswith(SERVER_BYTES_NOTE) for a in self.assumptions)
@@ -261,9 +282,15 @@ class RunSummary:
 
     @property
     def model_label(self) -> str | None:
-        """The model as far as it is known: served name, else --model, else the ceiling's; None if none."""
+        """The model as far as it is known: served name, else --model, else the ceiling's; None if
+        none."""
         p = self.provenance
-        return p.get("served_model") or p.get("model") or (self.ceiling.model if self.ceiling else None) or None
+        return (
+            p.get("served_model")
+            or p.get("model")
+            or (self.ceiling.model if self.ceiling else None)
+            or None
+        )
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RunSummary:
@@ -272,7 +299,9 @@ class RunSummary:
             provenance=dict(known.get("provenance") or {}),
             scenarios=tuple(ScenarioSummary.from_json(s) for s in known.get("scenarios") or ()),
             ceiling=CeilingFigures.from_json(known.get("ceiling")),
-            slo_s=known.get("slo_s"), unreadable_lines=int(known.get("unreadable_lines") or 0), extra=extra,
+            slo_s=known.get("slo_s"),
+            unreadable_lines=int(known.get("unreadable_lines") or 0),
+            extra=extra,
         )
 
     def to_json(self) -> dict[str, Any]:

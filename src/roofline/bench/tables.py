@@ -39,15 +39,36 @@ def num(x: float | None, fmt: str = "{:.1f}") -> str:
 
 
 def latency_table(summary: RunSummary) -> Table:
-    headers = ["scenario", "ok", "failed", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms",
-               "ITL p99 ms", "chunk gap p99 ms", "E2E p50 s"]
+    headers = [
+        "scenario",
+        "ok",
+        "failed",
+        "TTFT p50 ms",
+        "TTFT p99 ms",
+        "TPOT p50 ms",
+        "TPOT p99 ms",
+        "ITL p99 ms",
+        "chunk gap p99 ms",
+        "E2E p50 s",
+    ]
     rows = []
     for s in summary.scenarios:
         m = s.metric
         e2e = m("e2e_s")
-        rows.append([s.name, str(s.requests.ok), str(s.requests.failed),
-                     _ms(m("ttft_s"), "p50"), _ms(m("ttft_s"), "p99"), _ms(m("tpot_s"), "p50"), _ms(m("tpot_s"), "p99"),
-                     _ms(m("itl_s"), "p99"), _ms(m("chunk_gap_s"), "p99"), num(e2e and e2e.p50, "{:.2f}")])
+        rows.append(
+            [
+                s.name,
+                str(s.requests.ok),
+                str(s.requests.failed),
+                _ms(m("ttft_s"), "p50"),
+                _ms(m("ttft_s"), "p99"),
+                _ms(m("tpot_s"), "p50"),
+                _ms(m("tpot_s"), "p99"),
+                _ms(m("itl_s"), "p99"),
+                _ms(m("chunk_gap_s"), "p99"),
+                num(e2e and e2e.p50, "{:.2f}"),
+            ]
+        )
     return ("latency", headers, rows, [])
 
 
@@ -65,8 +86,14 @@ def rates_table(summary: RunSummary) -> Table:
     rows = []
     for s in summary.scenarios:
         speed = s.metric("output_speed_tok_per_s")
-        row = [s.name, num(speed and speed.p50), num(speed and speed.min), num(speed and speed.max),
-               num(s.requests_per_s, "{:.2f}"), num(s.output_tok_per_s)]
+        row = [
+            s.name,
+            num(speed and speed.p50),
+            num(speed and speed.min),
+            num(speed and speed.max),
+            num(s.requests_per_s, "{:.2f}"),
+            num(s.output_tok_per_s),
+        ]
         if has_slo:
             g = s.goodput
             row += [num(g and g.requests_per_s, "{:.2f}"), num(g and g.output_tok_per_s)]
@@ -87,29 +114,43 @@ def _ceiling_notes(summary: RunSummary) -> list[str]:
     c = summary.ceiling
     if c is None:
         return []
-    notes = [(f"ceiling: {c.tok_per_s:.1f} tok/s = {c.bandwidth_bytes_per_s / 1e9:.1f} GB/s / "
-              f"{c.bytes_per_token / 1e6:.1f} MB per token ({c.hardware or 'hardware'}, batch 1)")]
+    notes = [
+        (
+            f"ceiling: {c.tok_per_s:.1f} tok/s = {c.bandwidth_bytes_per_s / 1e9:.1f} GB/s / "
+            f"{c.bytes_per_token / 1e6:.1f} MB per token ({c.hardware or 'hardware'}, batch 1)"
+        )
+    ]
     notes += file_ceiling_notes(c)
     for s in summary.scenarios:
         v = s.vs_ceiling
         if v is None or v.measured_tok_per_s is None:
             continue
         if v.basis == "passes":
-            notes.append(f"{s.name}: decode {v.measured_tok_per_s:.1f} tok/s = "
-                         f"{v.passes_per_s:.1f} weight passes/s x {v.tokens_per_pass:.2f} tokens/pass; "
-                         f"passes/s = {v.percent_of_ceiling:.1f}% of the ceiling (effective bandwidth "
-                         f"{v.effective_bandwidth_bytes_per_s / 1e9:.2f} GB/s). Speculation verifies several "
-                         f"tokens per pass, so tokens/s may pass the one-token ceiling "
-                         f"({v.tokens_percent_of_one_token_ceiling:.1f}% of it) while every pass still reads "
-                         f"all the weights")
+            notes.append(
+                f"{s.name}: decode {v.measured_tok_per_s:.1f} tok/s = "
+                f"{v.passes_per_s:.1f} weight passes/s x {v.tokens_per_pass:.2f} tokens/pass; "
+                f"passes/s = {v.percent_of_ceiling:.1f}% of the ceiling (effective bandwidth "
+                f"{v.effective_bandwidth_bytes_per_s / 1e9:.2f} GB/s). Speculation verifies several "
+                f"tokens per pass, so tokens/s may pass the one-token ceiling "
+                f"({v.tokens_percent_of_one_token_ceiling:.1f}% of it) while every pass still reads "
+                f"all the weights"
+            )
         else:
-            notes.append(f"{s.name}: decode {v.measured_tok_per_s:.1f} tok/s = {v.percent_of_ceiling:.1f}% of the "
-                         f"ceiling" + ("" if v.percent_of_file_ceiling is None else
-                                       f", {v.percent_of_file_ceiling:.1f}% of the file's")
-                         + f", effective bandwidth {v.effective_bandwidth_bytes_per_s / 1e9:.2f} GB/s")
+            notes.append(
+                f"{s.name}: decode {v.measured_tok_per_s:.1f} tok/s = {v.percent_of_ceiling:.1f}% of the "
+                f"ceiling"
+                + (
+                    ""
+                    if v.percent_of_file_ceiling is None
+                    else f", {v.percent_of_file_ceiling:.1f}% of the file's"
+                )
+                + f", effective bandwidth {v.effective_bandwidth_bytes_per_s / 1e9:.2f} GB/s"
+            )
         if v.note:  # above 100%: which figure is suspect, and why
             notes.append(f"{s.name}: {v.note}")
-        ratio = read_ratio_line(c.bytes_per_token, c.file_bytes_per_token, v.percent_of_file_ceiling)
+        ratio = read_ratio_line(
+            c.bytes_per_token, c.file_bytes_per_token, v.percent_of_file_ceiling
+        )
         if ratio:  # the engine reads more (or fewer) bytes than the file stores
             notes.append(f"{s.name}: {ratio}")
     notes += [f"assumption: {a}" for a in c.assumptions]
@@ -117,23 +158,34 @@ def _ceiling_notes(summary: RunSummary) -> list[str]:
 
 
 def file_ceiling_notes(c: CeilingFigures) -> list[str]:
-    """The file's ceiling beside the engine's: "file's ceiling: 279.5 tok/s = 27.0 GB/s / 96.6 MB per token
-    (the weights as the file stores them)", or why it is missing when the engine's own count was used."""
+    """The file's ceiling beside the engine's: "file's ceiling: 279.5 tok/s = 27.0 GB/s / 96.6 MB
+    per token (the weights as the file stores them)", or why it is missing when the engine's own
+    count was used."""
     if c.file_bytes_per_token and c.file_tok_per_s:
-        return [(f"file's ceiling: {c.file_tok_per_s:.1f} tok/s = {c.bandwidth_bytes_per_s / 1e9:.1f} GB/s / "
-                 f"{c.file_bytes_per_token / 1e6:.1f} MB per token (the weights as the model's file stores them; "
-                 f"the engine reads {c.read_ratio:.2f}x that)")]
+        return [
+            (
+                f"file's ceiling: {c.file_tok_per_s:.1f} tok/s = {c.bandwidth_bytes_per_s / 1e9:.1f} GB/s / "
+                f"{c.file_bytes_per_token / 1e6:.1f} MB per token (the weights as the model's file stores them; "
+                f"the engine reads {c.read_ratio:.2f}x that)"
+            )
+        ]
     if c.bytes_from_engine:
-        return ["file's ceiling: unknown (the server does not report the bytes its model file stores, and no local "
-                "model file was given to count them)"]
+        return [
+            "file's ceiling: unknown (the server does not report the bytes its model file stores, and no local "
+            "model file was given to count them)"
+        ]
     return []
 
 
 def token_source_note(s: ScenarioSummary) -> str | None:
-    """'sequential: output tokens counted by the server's running usage count in every chunk (12 requests)'."""
+    """'sequential: output tokens counted by the server's running usage count in every chunk (12
+    requests)'."""
     if not s.token_sources:
         return None
-    parts = [f"{TOKEN_SOURCE_WORDS.get(k, k)} ({plural(n, 'request')})" for k, n in s.token_sources.items()]
+    parts = [
+        f"{TOKEN_SOURCE_WORDS.get(k, k)} ({plural(n, 'request')})"
+        for k, n in s.token_sources.items()
+    ]
     return f"{s.name}: output tokens counted by " + "; ".join(parts)
 
 
@@ -142,27 +194,42 @@ def result_notes(summary: RunSummary) -> list[str]:
     for s in summary.scenarios:
         lag = s.metric("send_lag_s")
         if lag:
-            notes.append(f"{s.name}: send lag p50 {1e3 * lag.p50:.2f} ms, max {1e3 * lag.max:.2f} ms (counted in TTFT)")
+            notes.append(
+                f"{s.name}: send lag p50 {1e3 * lag.p50:.2f} ms, max {1e3 * lag.max:.2f} ms (counted in TTFT)"
+            )
         src = token_source_note(s)
         if src:
             notes.append(src)
         p = s.passes
         if p and p.tokens_per_pass:
-            notes.append(f"{s.name}: {p.tokens_per_pass:.2f} tokens per weight pass, "
-                         f"{num(p.passes_per_s)} passes/s (server-reported)")
+            notes.append(
+                f"{s.name}: {p.tokens_per_pass:.2f} tokens per weight pass, "
+                f"{num(p.passes_per_s)} passes/s (server-reported)"
+            )
         tpc = s.metric("tokens_per_chunk")
         if tpc and tpc.mean > 1.01:
-            notes.append(f"{s.name}: {tpc.mean:.2f} tokens per chunk on average (speculation or "
-                         f"stream interval > 1): ITL spreads each chunk gap over its tokens")
+            notes.append(
+                f"{s.name}: {tpc.mean:.2f} tokens per chunk on average (speculation or "
+                f"stream interval > 1): ITL spreads each chunk gap over its tokens"
+            )
         g = s.goodput
         if g:
-            notes.append(f"{s.name}: {g.requests_meeting_slo} of {s.requests.ok} requests met every SLO; "
-                         "p99 within its limit: "
-                         + (", ".join(f"{k} {'yes' if ok else 'no'}" for k, ok in (s.slo_percentiles_met or {}).items())
-                            or "-"))
+            notes.append(
+                f"{s.name}: {g.requests_meeting_slo} of {s.requests.ok} requests met every SLO; "
+                "p99 within its limit: "
+                + (
+                    ", ".join(
+                        f"{k} {'yes' if ok else 'no'}"
+                        for k, ok in (s.slo_percentiles_met or {}).items()
+                    )
+                    or "-"
+                )
+            )
     if summary.unreadable_lines:
-        notes.append(f"{plural(summary.unreadable_lines, 'unreadable line')} in requests.jsonl skipped "
-                     "(a line cut by an interrupted run)")
+        notes.append(
+            f"{plural(summary.unreadable_lines, 'unreadable line')} in requests.jsonl skipped "
+            "(a line cut by an interrupted run)"
+        )
     return notes
 
 
@@ -170,12 +237,30 @@ def prompts_table(summary: RunSummary) -> Table | None:
     rows = []
     for s in summary.scenarios:
         for p in s.prompts:
-            rows.append([s.name, p.prompt, str(p.reps), num(p.output_speed_median_tok_per_s),
-                         num(p.output_speed_min_tok_per_s), num(p.output_speed_max_tok_per_s),
-                         num(p.spread_pct, "{:.1f}%"), num(None if p.ttft_median_s is None else 1e3 * p.ttft_median_s)])
+            rows.append(
+                [
+                    s.name,
+                    p.prompt,
+                    str(p.reps),
+                    num(p.output_speed_median_tok_per_s),
+                    num(p.output_speed_min_tok_per_s),
+                    num(p.output_speed_max_tok_per_s),
+                    num(p.spread_pct, "{:.1f}%"),
+                    num(None if p.ttft_median_s is None else 1e3 * p.ttft_median_s),
+                ]
+            )
     if not rows:
         return None
-    headers = ["scenario", "prompt", "reps", "median tok/s", "min", "max", "spread", "TTFT median ms"]
+    headers = [
+        "scenario",
+        "prompt",
+        "reps",
+        "median tok/s",
+        "min",
+        "max",
+        "spread",
+        "TTFT median ms",
+    ]
     return ("per prompt (Output Speed over reps)", headers, rows, [])
 
 
@@ -190,7 +275,16 @@ def failures_table(summary: RunSummary) -> Table | None:
 
 
 def tables(summary: RunSummary) -> list[Table]:
-    return [t for t in (latency_table(summary), rates_table(summary), prompts_table(summary), failures_table(summary)) if t]
+    return [
+        t
+        for t in (
+            latency_table(summary),
+            rates_table(summary),
+            prompts_table(summary),
+            failures_table(summary),
+        )
+        if t
+    ]
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -200,7 +294,8 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> 
 
 
 def title(summary: RunSummary) -> str:
-    """'roofline bench: http://127.0.0.1:8000/v1/chat/completions (smollm2)'; the model only when known."""
+    """'roofline bench: http://127.0.0.1:8000/v1/chat/completions (smollm2)'; the model only when
+    known."""
     endpoint = summary.provenance.get("endpoint") or "?"
     model = summary.model_label
     return f"roofline bench: {endpoint}" + (f" ({model})" if model else "")
@@ -210,7 +305,15 @@ def provenance_lines(summary: RunSummary) -> list[str]:
     """What ran, where and when; a key the run did not record is left out, not printed as None."""
     prov = summary.provenance
     out = []
-    for key in ("time_utc", "roofline_version", "endpoint", "served_model", "model", "hardware", "usage_used"):
+    for key in (
+        "time_utc",
+        "roofline_version",
+        "endpoint",
+        "served_model",
+        "model",
+        "hardware",
+        "usage_used",
+    ):
         if prov.get(key) not in (None, ""):
             out.append(f"{key}: {prov[key]}")
     server = prov.get("server") or {}

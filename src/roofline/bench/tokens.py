@@ -31,7 +31,9 @@ from typing import Any
 from roofline.bench.records import RequestRecord
 
 _TEXT_KEYS = ("content", "reasoning_content", "reasoning")
-_MAX_COUNT = 2**31 - 1  # a token or pass count beyond this is nonsense (and overflows float arithmetic)
+_MAX_COUNT = (
+    2**31 - 1
+)  # a token or pass count beyond this is nonsense (and overflows float arithmetic)
 _MAX_STAMP_NS = 2**63 - 1  # a perf_counter_ns() stamp
 
 
@@ -40,7 +42,8 @@ class MalformedEvent(ValueError):
 
 
 def apportion(total: int, weights: Sequence[float]) -> list[int]:
-    """Split an integer total in proportion to weights (largest remainder): the parts sum to total."""
+    """Split an integer total in proportion to weights (largest remainder): the parts sum to
+    total."""
     s = float(sum(weights))
     if total <= 0 or s <= 0:
         return [0] * len(weights)
@@ -76,7 +79,8 @@ def _reason(e: BaseException) -> str:
 
 
 def describe(value: object, limit: int = 60) -> str:
-    """A short description of any JSON value for an error message; never raises (huge ints, deep nesting)."""
+    """A short description of any JSON value for an error message; never raises (huge ints, deep
+    nesting)."""
     if value.__class__ is int and value.bit_length() > 40:
         return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
     try:
@@ -151,7 +155,8 @@ def _event_text(obj: dict) -> tuple[str, str | None]:
 
 
 def _passes(obj: dict) -> int | None:
-    """Weight passes (verify steps) when a server reports them: SGLang's `spec_verify_ct`, or ours."""
+    """Weight passes (verify steps) when a server reports them: SGLang's `spec_verify_ct`, or
+    ours."""
     for holder in (obj.get("usage"), obj.get("meta_info"), obj.get("roofline")):
         if holder.__class__ is dict:
             for key in ("spec_verify_ct", "passes"):
@@ -180,14 +185,18 @@ def finalize(
     saw_done: bool,
     tokenizer: Any = None,
 ) -> None:
-    """Fill rec's chunks, token counts, text and finish reason; mark it failed if the stream was bad.
-    Never raises: whatever the server sent, the outcome is this one request's record."""
+    """Fill rec's chunks, token counts, text and finish reason; mark it failed if the stream was
+    bad. Never raises: whatever the server sent, the outcome is this one request's record."""
     try:
         _finalize(rec, events_ns, payloads, saw_done, tokenizer)
     except MalformedEvent as e:
         _fail(rec, "malformed_event", str(e))
-    except Exception as e:  # noqa: BLE001 -- last line of defence: one request lost, never the run
-        _fail(rec, "malformed_event", f"events could not be decoded ({type(e).__name__}: {describe(str(e), 160)})")
+    except Exception as e:
+        _fail(
+            rec,
+            "malformed_event",
+            f"events could not be decoded ({type(e).__name__}: {describe(str(e), 160)})",
+        )
 
 
 def _fail(rec: RequestRecord, kind: str, reason: str) -> None:
@@ -195,8 +204,13 @@ def _fail(rec: RequestRecord, kind: str, reason: str) -> None:
     rec.chunk_ns, rec.chunk_tokens, rec.output_tokens, rec.server_chunk_ns = [], [], 0, None
 
 
-def _finalize(rec: RequestRecord, events_ns: Sequence[int], payloads: Sequence[bytes], saw_done: bool,
-              tokenizer: Any) -> None:
+def _finalize(
+    rec: RequestRecord,
+    events_ns: Sequence[int],
+    payloads: Sequence[bytes],
+    saw_done: bool,
+    tokenizer: Any,
+) -> None:
     objs = decode_events(payloads)
     if isinstance(objs, str):
         rec.error_kind, rec.error = "malformed_sse", objs
@@ -211,7 +225,9 @@ def _finalize(rec: RequestRecord, events_ns: Sequence[int], payloads: Sequence[b
         try:
             if obj.get("error") is not None:
                 rec.error_kind = "stream_error"
-                rec.error = f"server error in stream after {i} events: {_error_message(obj['error'])}"
+                rec.error = (
+                    f"server error in stream after {i} events: {_error_message(obj['error'])}"
+                )
                 return
             text, finish = _event_text(obj)
             if finish:
@@ -228,7 +244,11 @@ def _finalize(rec: RequestRecord, events_ns: Sequence[int], payloads: Sequence[b
                 cum.append(None)
             else:
                 raise MalformedEvent(f"usage is {describe(usage)}, not an object")
-            if "meta_info" in obj or "roofline" in obj or (usage is not None and ("spec_verify_ct" in usage or "passes" in usage)):
+            if (
+                "meta_info" in obj
+                or "roofline" in obj
+                or (usage is not None and ("spec_verify_ct" in usage or "passes" in usage))
+            ):
                 found = _passes(obj)
                 if found is not None:
                     passes = found
@@ -239,7 +259,9 @@ def _finalize(rec: RequestRecord, events_ns: Sequence[int], payloads: Sequence[b
         except MalformedEvent as e:
             raise MalformedEvent(f"event {i}: {e}") from None
         texts.append(text)
-    prompt_tokens = _count(final_usage.get("prompt_tokens"), "usage.prompt_tokens") if final_usage else None
+    prompt_tokens = (
+        _count(final_usage.get("prompt_tokens"), "usage.prompt_tokens") if final_usage else None
+    )
 
     counts, source = _counts(texts, cum, final_usage, tokenizer)
     keep = [i for i, k in enumerate(counts) if k > 0]
@@ -263,7 +285,9 @@ def _finalize(rec: RequestRecord, events_ns: Sequence[int], payloads: Sequence[b
         rec.error = f"stream finished ({rec.finish_reason or '[DONE]'}) without any output token"
 
 
-def _counts(texts: list[str], cum: list[int | None], final_usage: dict | None, tokenizer: Any) -> tuple[list[int], str]:
+def _counts(
+    texts: list[str], cum: list[int | None], final_usage: dict | None, tokenizer: Any
+) -> tuple[list[int], str]:
     # Per-event usage: every event that carries text reports the running count.
     if any(c is not None for c in cum) and all(c is not None for c, t in zip(cum, texts) if t):
         counts, prev = [], 0
@@ -302,14 +326,19 @@ def tokens_per_text_piece(tokenizer: Any, texts: Sequence[str]) -> list[int]:
 
 
 def load_tokenizer(path: str) -> Any:
-    """A `tokenizers` tokenizer from a local tokenizer.json (imported only when one is asked for)."""
+    """A `tokenizers` tokenizer from a local tokenizer.json (imported only when one is asked
+    for)."""
     from roofline.errors import UserError
 
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        raise UserError("--tokenizer needs the `tokenizers` package: pip install tokenizers") from None
+        raise UserError(
+            "--tokenizer needs the `tokenizers` package: pip install tokenizers"
+        ) from None
     try:
         return Tokenizer.from_file(path)
-    except Exception as e:  # noqa: BLE001 -- tokenizers raises plain Exception subclasses
-        raise UserError(f"cannot load tokenizer {path!r} ({e}); give a local tokenizer.json") from None
+    except Exception as e:
+        raise UserError(
+            f"cannot load tokenizer {path!r} ({e}); give a local tokenizer.json"
+        ) from None

@@ -23,14 +23,26 @@ from roofline.bench.results import RequestLog
 _START_MARGIN_NS = 50_000_000  # after the last worker is ready
 
 
-def _worker_main(plan: BenchPlan, spec: RequestSpec, scenario: Scenario, share: Share, first_id: int,
-                 log_path: str, origin_ns: int, q: Any, start: Any, go: Any) -> None:
-    from roofline.bench.launch import die_with_parent
+def _worker_main(
+    plan: BenchPlan,
+    spec: RequestSpec,
+    scenario: Scenario,
+    share: Share,
+    first_id: int,
+    log_path: str,
+    origin_ns: int,
+    q: Any,
+    start: Any,
+    go: Any,
+) -> None:
     from roofline.bench.driver import measure_share
+    from roofline.bench.launch import die_with_parent
     from roofline.bench.tokens import load_tokenizer
 
     die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop (it sends SIGTERM)
+    signal.signal(
+        signal.SIGINT, signal.SIG_IGN
+    )  # the parent decides when to stop (it sends SIGTERM)
     tokenizer = load_tokenizer(plan.tokenizer) if plan.tokenizer else None
     log = RequestLog(log_path, origin_ns)
 
@@ -47,11 +59,20 @@ def _worker_main(plan: BenchPlan, spec: RequestSpec, scenario: Scenario, share: 
     async def main() -> float:
         task = asyncio.current_task()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-        return await measure_share(plan, spec, scenario, share, first_id, sink, worker=share.index,
-                                   tokenizer=tokenizer, start_at=start_at)
+        return await measure_share(
+            plan,
+            spec,
+            scenario,
+            share,
+            first_id,
+            sink,
+            worker=share.index,
+            tokenizer=tokenizer,
+            start_at=start_at,
+        )
 
-    # CPU seconds as one process counts them (measure_share: from the common start to the last record);
-    # only a cancelled share falls back to the whole run's, set-up included.
+    # CPU seconds as one process counts them (measure_share: from the common start to the last
+    # record); only a cancelled share falls back to the whole run's, set-up included.
     cpu0 = time.process_time()
     cpu = None
     try:
@@ -63,17 +84,29 @@ def _worker_main(plan: BenchPlan, spec: RequestSpec, scenario: Scenario, share: 
         q.put(("cpu", share.index, cpu if cpu is not None else time.process_time() - cpu0))
 
 
-async def run_workers(plan: BenchPlan, spec: RequestSpec, scenario: Scenario, parts: list[Share], first_id: int,
-                      log: RequestLog, progress: Any) -> tuple[float, int]:
+async def run_workers(
+    plan: BenchPlan,
+    spec: RequestSpec,
+    scenario: Scenario,
+    parts: list[Share],
+    first_id: int,
+    log: RequestLog,
+    progress: Any,
+) -> tuple[float, int]:
     """Run the shares in worker processes; (their total CPU seconds, the highest request id)."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     start = ctx.Value("q", 0)
     go = ctx.Event()
     log_path = str(log.path)
-    procs = [ctx.Process(target=_worker_main, daemon=True,
-                         args=(plan, spec, scenario, p, first_id, log_path, log.origin_ns, q, start, go))
-             for p in parts]
+    procs = [
+        ctx.Process(
+            target=_worker_main,
+            daemon=True,
+            args=(plan, spec, scenario, p, first_id, log_path, log.origin_ns, q, start, go),
+        )
+        for p in parts
+    ]
     for p in procs:
         p.start()
     ready, cpu, last_id, reported = 0, 0.0, -1, 0

@@ -35,19 +35,28 @@ def _prompt_from_obj(obj: Any, where: str, default_id: str) -> Prompt:
     if isinstance(obj, str):
         return Prompt(id=default_id, prompt=obj)
     if not isinstance(obj, dict):
-        raise UserError(f"{where}: each line must be a JSON object or string (got {type(obj).__name__})")
+        raise UserError(
+            f"{where}: each line must be a JSON object or string (got {type(obj).__name__})"
+        )
     prompt, messages = obj.get("prompt"), obj.get("messages")
     if prompt is None and messages is None:
         raise UserError(f'{where}: needs "prompt" or "messages"')
     if prompt is not None and not isinstance(prompt, str):
         raise UserError(f'{where}: "prompt" must be a string')
-    if messages is not None and not (isinstance(messages, list) and all(isinstance(m, dict) for m in messages)):
+    if messages is not None and not (
+        isinstance(messages, list) and all(isinstance(m, dict) for m in messages)
+    ):
         raise UserError(f'{where}: "messages" must be a list of {{"role", "content"}} objects')
     max_tokens = obj.get("max_tokens")
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens <= 0):
         raise UserError(f'{where}: "max_tokens" must be a positive whole number')
-    return Prompt(id=str(obj.get("id", default_id)), prompt=prompt, messages=messages,
-                  max_tokens=max_tokens, category=str(obj.get("category", "")))
+    return Prompt(
+        id=str(obj.get("id", default_id)),
+        prompt=prompt,
+        messages=messages,
+        max_tokens=max_tokens,
+        category=str(obj.get("category", "")),
+    )
 
 
 def parse_prompts_jsonl(text: str, source: str) -> list[Prompt]:
@@ -58,13 +67,17 @@ def parse_prompts_jsonl(text: str, source: str) -> list[Prompt]:
         try:
             obj = json.loads(line)
         except ValueError as e:
-            raise UserError(f"{source} line {n} is not JSON ({e.msg}); write one JSON object per line") from None
+            raise UserError(
+                f"{source} line {n} is not JSON ({e.msg}); write one JSON object per line"
+            ) from None
         out.append(_prompt_from_obj(obj, f"{source} line {n}", f"p{len(out)}"))
     if not out:
         raise UserError(f"{source} holds no prompts")
     ids = [p.id for p in out]
     if len(set(ids)) != len(ids):
-        raise UserError(f"{source}: prompt ids must be unique (repeated: {sorted({i for i in ids if ids.count(i) > 1})})")
+        raise UserError(
+            f"{source}: prompt ids must be unique (repeated: {sorted({i for i in ids if ids.count(i) > 1})})"
+        )
     return out
 
 
@@ -78,7 +91,11 @@ def load_prompts_jsonl(path: str | Path) -> list[Prompt]:
 
 
 def builtin_prompts() -> list[Prompt]:
-    text = resources.files("roofline").joinpath("data/prompts/builtin.jsonl").read_text(encoding="utf-8")
+    text = (
+        resources.files("roofline")
+        .joinpath("data/prompts/builtin.jsonl")
+        .read_text(encoding="utf-8")
+    )
     return parse_prompts_jsonl(text, "builtin.jsonl")
 
 
@@ -114,14 +131,100 @@ def parse_length(text: str, *, what: str) -> Length:
                 return Length(n, n)
     except ValueError:
         pass
-    raise UserError(f"cannot read {what} {text!r}: write N (fixed), A-B (uniform) or MEAN~STD (normal), all positive")
+    raise UserError(
+        f"cannot read {what} {text!r}: write N (fixed), A-B (uniform) or MEAN~STD (normal), all positive"
+    )
 
 
 # Short common words, each about one token in the usual BPE vocabularies.
-_WORDS = ["the", "of", "and", "to", "in", "is", "it", "that", "for", "on", "with", "as", "was", "at", "by", "be", "this", "from", "or", "have", "an", "are", "not", "but", "all", "were", "when", "we", "there", "can", "more", "if", "no", "out", "so", "said", "what", "up", "its", "about", "into", "than", "them", "time", "only", "new", "some", "could", "these", "two", "may", "first", "then", "do", "any", "like", "my", "now", "over", "such", "our", "man", "me", "even", "most", "made", "after", "also", "did", "many", "off", "before", "must", "well", "back", "through", "years", "much", "where", "your", "way"]
+_WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "it",
+    "that",
+    "for",
+    "on",
+    "with",
+    "as",
+    "was",
+    "at",
+    "by",
+    "be",
+    "this",
+    "from",
+    "or",
+    "have",
+    "an",
+    "are",
+    "not",
+    "but",
+    "all",
+    "were",
+    "when",
+    "we",
+    "there",
+    "can",
+    "more",
+    "if",
+    "no",
+    "out",
+    "so",
+    "said",
+    "what",
+    "up",
+    "its",
+    "about",
+    "into",
+    "than",
+    "them",
+    "time",
+    "only",
+    "new",
+    "some",
+    "could",
+    "these",
+    "two",
+    "may",
+    "first",
+    "then",
+    "do",
+    "any",
+    "like",
+    "my",
+    "now",
+    "over",
+    "such",
+    "our",
+    "man",
+    "me",
+    "even",
+    "most",
+    "made",
+    "after",
+    "also",
+    "did",
+    "many",
+    "off",
+    "before",
+    "must",
+    "well",
+    "back",
+    "through",
+    "years",
+    "much",
+    "where",
+    "your",
+    "way",
+]
 
 
-def synthetic_prompts(count: int, input_len: Length, output_len: Length, *, seed: int = 0, tokenizer: Any = None) -> list[Prompt]:
+def synthetic_prompts(
+    count: int, input_len: Length, output_len: Length, *, seed: int = 0, tokenizer: Any = None
+) -> list[Prompt]:
     """Random word prompts of the drawn lengths (tokens: exact with a tokenizer, else ~1 per word).
 
     Each starts with a unique number so that no two share a cached prefix."""
@@ -137,7 +240,9 @@ def synthetic_prompts(count: int, input_len: Length, output_len: Length, *, seed
                 text += " " + " ".join(rng.choice(_WORDS) for _ in range(n_in - len(enc.ids)))
                 enc = tokenizer.encode(text, add_special_tokens=False)
             text = text[: enc.offsets[n_in - 1][1]]
-        out.append(Prompt(id=f"s{i}", prompt=text, max_tokens=output_len.draw(rng), category="synthetic"))
+        out.append(
+            Prompt(id=f"s{i}", prompt=text, max_tokens=output_len.draw(rng), category="synthetic")
+        )
     return out
 
 

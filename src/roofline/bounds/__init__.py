@@ -1,1 +1,2 @@
-"""Pure functions from bytes, FLOPs and machine figures to speed limits: decode, prefill, parallel, speculative, cost."""
+"""Pure functions from bytes, FLOPs and machine figures to speed limits: decode, prefill, parallel,
+speculative, cost."""

@@ -1,4 +1,5 @@
-"""One ceiling analysis: a model, a machine and the options -> every bound, and the assumptions behind it.
+"""One ceiling analysis: a model, a machine and the options -> every bound, and the assumptions
+behind it.
 
 This is where the spec (bytes, FLOPs) meets the hardware (bandwidth, memory, FLOP/s); the formulas
 themselves live in decode.py, prefill.py, parallel.py, speculative.py and cost.py.
@@ -50,7 +51,13 @@ _COMPUTE_DTYPES = {
     "fp32": ("fp32", "tf32", "bf16", "fp16"),
     "fp16": ("fp16", "bf16", "fp32"),
 }
-_DEFAULT_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8")  # bf16 checkpoints, and int4/GGUF dequantized
+_DEFAULT_DTYPES = (
+    "bf16",
+    "fp16",
+    "fp32",
+    "tf32",
+    "fp8",
+)  # bf16 checkpoints, and int4/GGUF dequantized
 
 
 @dataclass(frozen=True)
@@ -88,9 +95,15 @@ def check_request(r: CeilingRequest) -> None:
     if not _whole(r.context) or not 0 <= r.context <= 10**9:
         raise UserError(f"--context must be a whole number of tokens from 0 up (got {r.context!r})")
     if not _number(r.efficiency) or not 0 < r.efficiency <= 1:
-        raise UserError(f"--efficiency must be in (0, 1], e.g. 0.7 for 70% of peak bandwidth (got {r.efficiency!r})")
-    if r.bandwidth_bytes_per_s is not None and not (_number(r.bandwidth_bytes_per_s) and r.bandwidth_bytes_per_s > 0):
-        raise UserError(f"bandwidth must be positive, e.g. 8TB/s (got {r.bandwidth_bytes_per_s!r} B/s)")
+        raise UserError(
+            f"--efficiency must be in (0, 1], e.g. 0.7 for 70% of peak bandwidth (got {r.efficiency!r})"
+        )
+    if r.bandwidth_bytes_per_s is not None and not (
+        _number(r.bandwidth_bytes_per_s) and r.bandwidth_bytes_per_s > 0
+    ):
+        raise UserError(
+            f"bandwidth must be positive, e.g. 8TB/s (got {r.bandwidth_bytes_per_s!r} B/s)"
+        )
     if not r.batches or any(not _whole(b) or b < 1 for b in r.batches):
         raise UserError(f"--batch must list whole numbers >= 1 (got {r.batches!r})")
     if not _number(r.mfu) or not 0 < r.mfu <= 1:
@@ -98,11 +111,31 @@ def check_request(r: CeilingRequest) -> None:
     checks = (
         (r.gpus, lambda v: _whole(v) and v >= 1, "--gpus must be a whole number >= 1"),
         (r.tp, lambda v: _whole(v) and v >= 1, "--tp must be a whole number >= 1"),
-        (r.allreduce_us, lambda v: _number(v) and v >= 0, "--allreduce-us must be >= 0 microseconds"),
-        (r.prompt_tokens, lambda v: _whole(v) and v >= 1, "--prompt-tokens must be a whole number >= 1"),
-        (r.price_per_hour, lambda v: _number(v) and v >= 0, "--price-per-hour must be >= 0 dollars"),
-        (r.alpha, lambda v: _number(v) and 0 <= v <= 1, "--alpha (acceptance rate) must be in [0, 1]"),
-        (r.gamma, lambda v: _whole(v) and 1 <= v <= 1024, "--gamma (draft length) must be a whole number from 1 to 1024"),
+        (
+            r.allreduce_us,
+            lambda v: _number(v) and v >= 0,
+            "--allreduce-us must be >= 0 microseconds",
+        ),
+        (
+            r.prompt_tokens,
+            lambda v: _whole(v) and v >= 1,
+            "--prompt-tokens must be a whole number >= 1",
+        ),
+        (
+            r.price_per_hour,
+            lambda v: _number(v) and v >= 0,
+            "--price-per-hour must be >= 0 dollars",
+        ),
+        (
+            r.alpha,
+            lambda v: _number(v) and 0 <= v <= 1,
+            "--alpha (acceptance rate) must be in [0, 1]",
+        ),
+        (
+            r.gamma,
+            lambda v: _whole(v) and 1 <= v <= 1024,
+            "--gamma (draft length) must be a whole number from 1 to 1024",
+        ),
     )
     for value, ok, message in checks:
         if value is not None and not ok(value):
@@ -133,16 +166,22 @@ def _hardware(r: CeilingRequest) -> Hardware:
     if r.tp is not None and r.gpus is None and hw.devices == 1 and not hw.measured and r.tp > 1:
         hw = hw.scaled(r.tp)  # --tp 8 on a single-GPU entry means eight of them
     if r.tp is not None and r.tp > hw.devices:
-        raise UserError(f"--tp {r.tp} needs {r.tp} devices but {hw.key} has {hw.devices}; add --gpus {r.tp}")
+        raise UserError(
+            f"--tp {r.tp} needs {r.tp} devices but {hw.key} has {hw.devices}; add --gpus {r.tp}"
+        )
     return hw
 
 
-def _assumptions(r: CeilingRequest, spec: ModelSpec, hw: Hardware, budget: TokenBudget, bw_peak: float) -> list[str]:
+def _assumptions(
+    r: CeilingRequest, spec: ModelSpec, hw: Hardware, budget: TokenBudget, bw_peak: float
+) -> list[str]:
     out = []
     per = fmt_bandwidth(hw.per_device_bandwidth_bytes_per_s)
     source = "given with --bandwidth" if r.bandwidth_bytes_per_s else hw.bandwidth_note
     devices = f"= {hw.devices} x {per} " if hw.devices > 1 and not r.bandwidth_bytes_per_s else ""
-    out.append(f"bandwidth {fmt_bandwidth(bw_peak)} {devices}({source}) x efficiency {r.efficiency:.0%}")
+    out.append(
+        f"bandwidth {fmt_bandwidth(bw_peak)} {devices}({source}) x efficiency {r.efficiency:.0%}"
+    )
     if r.context:
         out.append(
             f"context {r.context:,} tokens: KV cache in {budget.kv_format.name} adds "
@@ -151,7 +190,10 @@ def _assumptions(r: CeilingRequest, spec: ModelSpec, hw: Hardware, budget: Token
         )
     else:
         out.append("context 0: weights only, no KV cache read (set --context to add it)")
-    out.append(f"weights: {spec.quant_note}" + (f"; overridden by --weights {r.weights}" if r.weights else ""))
+    out.append(
+        f"weights: {spec.quant_note}"
+        + (f"; overridden by --weights {r.weights}" if r.weights else "")
+    )
     small = [row for row in budget.rows if not row.counted]
     if small:
         share = budget.small_bytes / max(budget.bytes_per_token + budget.small_bytes, 1.0)
@@ -160,28 +202,41 @@ def _assumptions(r: CeilingRequest, spec: ModelSpec, hw: Hardware, budget: Token
             f"small tensors left out ({fmt_bytes(budget.small_bytes)}, {pct} of the bytes), so the bound "
             "stays an upper bound; --all-tensors counts them"
         )
-    out.append("fits = all weights (every expert) + batch x KV at the context <= memory; no room kept for activations")
+    out.append(
+        "fits = all weights (every expert) + batch x KV at the context <= memory; no room kept for activations"
+    )
     if hw.devices > 1:
-        out.append(f"{hw.devices} devices: bandwidth, memory and FLOP/s add up; no communication cost except --tp")
+        out.append(
+            f"{hw.devices} devices: bandwidth, memory and FLOP/s add up; no communication cost except --tp"
+        )
     if spec.is_moe and max(r.batches) > 1:
-        out.append("batched MoE steps read the experts the batch touches: E x (1 - (1 - k/E)^batch), uniform routing")
+        out.append(
+            "batched MoE steps read the experts the batch touches: E x (1 - (1 - k/E)^batch), uniform routing"
+        )
     out.extend(spec.notes)
     out.extend(hw.notes)
     return out
 
 
 def analyse(r: CeilingRequest) -> tuple[Ceiling, CeilingAnalysis]:
-    """The batch-1 Ceiling, and every number the command prints (`CeilingAnalysis.to_json` for --json)."""
+    """The batch-1 Ceiling, and every number the command prints (`CeilingAnalysis.to_json` for
+    --json)."""
     check_request(r)
     spec = load_spec(r.model)
     formats = resolve_formats(spec, r.weights)
-    kv_fmt = parse_format(r.kv, what="KV-cache format") if r.kv else None  # None: the checkpoint dtype
-    budget = token_budget(spec, formats, context_tokens=r.context, kv_format=kv_fmt, all_tensors=r.all_tensors)
+    kv_fmt = (
+        parse_format(r.kv, what="KV-cache format") if r.kv else None
+    )  # None: the checkpoint dtype
+    budget = token_budget(
+        spec, formats, context_tokens=r.context, kv_format=kv_fmt, all_tensors=r.all_tensors
+    )
     hw = _hardware(r)
     bw_peak = r.bandwidth_bytes_per_s or hw.bandwidth_bytes_per_s
     bw = bw_peak * r.efficiency
     assumptions = _assumptions(r, spec, hw, budget, bw_peak)
-    ceiling = Ceiling(budget.bytes_per_token, bw, model=spec.name, hardware=hw.key, assumptions=tuple(assumptions))
+    ceiling = Ceiling(
+        budget.bytes_per_token, bw, model=spec.name, hardware=hw.key, assumptions=tuple(assumptions)
+    )
 
     dtype = compute_dtype(_main_format(budget), hw)
     peak = hw.flops.get(dtype) if dtype else None
@@ -191,45 +246,86 @@ def analyse(r: CeilingRequest) -> tuple[Ceiling, CeilingAnalysis]:
     batches = []
     for b in r.batches:
         step = batch_decode(
-            batch=b, weight_bytes=budget.weight_bytes, kv_bytes_per_sequence=budget.kv_bytes,
-            bandwidth_bytes_per_s=bw, resident_weight_bytes=budget.resident_weight_bytes,
+            batch=b,
+            weight_bytes=budget.weight_bytes,
+            kv_bytes_per_sequence=budget.kv_bytes,
+            bandwidth_bytes_per_s=bw,
+            resident_weight_bytes=budget.resident_weight_bytes,
             memory_bytes=hw.memory_bytes,
-            expert_bytes_at_top_k=experts.bytes_active if experts is not None and experts.counted else 0.0,
-            num_experts=moe.num_experts if moe else 0, top_k=moe.top_k if moe else 0,
-            flops_per_token=flops_per_token, peak_flops=peak,
+            expert_bytes_at_top_k=experts.bytes_active
+            if experts is not None and experts.counted
+            else 0.0,
+            num_experts=moe.num_experts if moe else 0,
+            top_k=moe.top_k if moe else 0,
+            flops_per_token=flops_per_token,
+            peak_flops=peak,
         )
-        batches.append(BatchBound(
-            batch=b, seconds_per_step=step.seconds_per_step, tok_per_s_per_user=step.tok_per_s_per_user,
-            tok_per_s_total=step.tok_per_s_total, bytes_per_step=step.bytes_per_step,
-            resident_bytes=step.resident_bytes, fits=step.fits, limited_by=step.limited_by,
-            experts_per_layer=step.experts_per_layer,
-            dollars_per_million_tokens=(
-                dollars_per_million_tokens(r.price_per_hour, step.tok_per_s_total)
-                if r.price_per_hour is not None else None),
-        ))
+        batches.append(
+            BatchBound(
+                batch=b,
+                seconds_per_step=step.seconds_per_step,
+                tok_per_s_per_user=step.tok_per_s_per_user,
+                tok_per_s_total=step.tok_per_s_total,
+                bytes_per_step=step.bytes_per_step,
+                resident_bytes=step.resident_bytes,
+                fits=step.fits,
+                limited_by=step.limited_by,
+                experts_per_layer=step.experts_per_layer,
+                dollars_per_million_tokens=(
+                    dollars_per_million_tokens(r.price_per_hour, step.tok_per_s_total)
+                    if r.price_per_hour is not None
+                    else None
+                ),
+            )
+        )
 
     tp_bound = prefill = spec_bound = None
     if r.tp is not None or r.allreduce_us is not None:
         tp = r.tp or hw.devices
         t = tensor_parallel(
-            bytes_per_token=budget.bytes_per_token, tp=tp,
-            per_device_bandwidth_bytes_per_s=bw_peak / hw.devices, efficiency=r.efficiency,
-            num_layers=spec.num_layers, allreduce_seconds=(r.allreduce_us or 0.0) * 1e-6,
+            bytes_per_token=budget.bytes_per_token,
+            tp=tp,
+            per_device_bandwidth_bytes_per_s=bw_peak / hw.devices,
+            efficiency=r.efficiency,
+            num_layers=spec.num_layers,
+            allreduce_seconds=(r.allreduce_us or 0.0) * 1e-6,
         )
         tp_bound = TensorParallelBound(
-            tp=tp, allreduce_us=r.allreduce_us or 0.0, seconds_per_token=t.seconds_per_token,
-            tok_per_s=t.tok_per_s, stream_seconds=t.stream_seconds, allreduce_seconds=t.allreduce_seconds,
-            scaling_efficiency=t.scaling_efficiency)
-        latency = f"{r.allreduce_us:g} µs" if r.allreduce_us is not None else "0 µs (not given: pass --allreduce-us)"
-        assumptions.append(f"tensor parallel {tp}: 2 all-reduces per layer x {spec.num_layers} layers x {latency}")
+            tp=tp,
+            allreduce_us=r.allreduce_us or 0.0,
+            seconds_per_token=t.seconds_per_token,
+            tok_per_s=t.tok_per_s,
+            stream_seconds=t.stream_seconds,
+            allreduce_seconds=t.allreduce_seconds,
+            scaling_efficiency=t.scaling_efficiency,
+        )
+        latency = (
+            f"{r.allreduce_us:g} µs"
+            if r.allreduce_us is not None
+            else "0 µs (not given: pass --allreduce-us)"
+        )
+        assumptions.append(
+            f"tensor parallel {tp}: 2 all-reduces per layer x {spec.num_layers} layers x {latency}"
+        )
 
     if r.prompt_tokens is not None:
         if peak is None:
-            raise UserError(f"{hw.key} lists no FLOP/s figure, so there is no prefill bound; drop --prompt-tokens")
+            raise UserError(
+                f"{hw.key} lists no FLOP/s figure, so there is no prefill bound; drop --prompt-tokens"
+            )
         seconds = prefill_seconds_lower_bound(
-            flops_per_token=flops_per_token, prompt_tokens=r.prompt_tokens, peak_flops=peak, mfu=r.mfu)
-        prefill = PrefillBound(prompt_tokens=r.prompt_tokens, mfu=r.mfu, dtype=dtype, peak_flops=peak,
-                               ttft_seconds=seconds)
+            flops_per_token=flops_per_token,
+            prompt_tokens=r.prompt_tokens,
+            peak_flops=peak,
+            mfu=r.mfu,
+        )
+        prefill = PrefillBound(
+            prompt_tokens=r.prompt_tokens,
+            mfu=r.mfu,
+            dtype=dtype,
+            peak_flops=peak,
+            ttft_seconds=seconds,
+        )
         assumptions.append(
             f"prefill: 2 x {active_or_matmul(spec)} params x tokens at {r.mfu:.0%} of the {dtype} dense peak "
             f"({fmt_flops(peak)}); attention-score FLOPs not counted"
@@ -240,34 +336,80 @@ def analyse(r: CeilingRequest) -> tuple[Ceiling, CeilingAnalysis]:
         gamma = r.gamma or g_best
         s = speedup(r.alpha, gamma, r.draft_cost)
         spec_bound = SpeculativeBound(
-            alpha=r.alpha, gamma=gamma, draft_cost=r.draft_cost,
-            tokens_per_pass=expected_tokens_per_pass(r.alpha, gamma), speedup=s,
-            tok_per_s=ceiling.tok_per_s * s, best_gamma=g_best, best_speedup=s_best)
-        assumptions.append("speculative: a verify pass of gamma + 1 tokens costs one plain pass (memory-bound)")
+            alpha=r.alpha,
+            gamma=gamma,
+            draft_cost=r.draft_cost,
+            tokens_per_pass=expected_tokens_per_pass(r.alpha, gamma),
+            speedup=s,
+            tok_per_s=ceiling.tok_per_s * s,
+            best_gamma=g_best,
+            best_speedup=s_best,
+        )
+        assumptions.append(
+            "speculative: a verify pass of gamma + 1 tokens costs one plain pass (memory-bound)"
+        )
 
     result = CeilingAnalysis(
         model=ModelFigures(
-            name=spec.name, architecture=spec.architecture, params_total=total_params(spec),
-            params_active=active_params(spec), flops_per_token=flops_per_token, layers=spec.num_layers,
-            kv_bytes_per_token=budget.kv_bytes_per_token),
+            name=spec.name,
+            architecture=spec.architecture,
+            params_total=total_params(spec),
+            params_active=active_params(spec),
+            flops_per_token=flops_per_token,
+            layers=spec.num_layers,
+            kv_bytes_per_token=budget.kv_bytes_per_token,
+        ),
         hardware=HardwareFigures(
-            key=hw.key, name=hw.name, label=hw.label(), devices=hw.devices,
-            bandwidth_bytes_per_s=hw.bandwidth_bytes_per_s, memory_bytes=hw.memory_bytes, flops=dict(hw.flops),
-            interconnect=hw.interconnect, source=hw.source, read=hw.read, vendor_claim=hw.vendor_claim,
-            measured=hw.measured),
-        context_tokens=r.context, efficiency=r.efficiency, bandwidth_bytes_per_s=bw,
+            key=hw.key,
+            name=hw.name,
+            label=hw.label(),
+            devices=hw.devices,
+            bandwidth_bytes_per_s=hw.bandwidth_bytes_per_s,
+            memory_bytes=hw.memory_bytes,
+            flops=dict(hw.flops),
+            interconnect=hw.interconnect,
+            source=hw.source,
+            read=hw.read,
+            vendor_claim=hw.vendor_claim,
+            measured=hw.measured,
+        ),
+        context_tokens=r.context,
+        efficiency=r.efficiency,
+        bandwidth_bytes_per_s=bw,
         components=tuple(
-            ComponentBytes(key=row.key, label=row.label, params=row.params_active, params_stored=row.params_total,
-                           format=row.fmt.name, format_label=row.fmt.label(), bits_per_weight=row.fmt.bits_per_weight,
-                           bytes=row.bytes_active, bytes_stored=row.bytes_total, counted=row.counted)
-            for row in budget.rows),
-        kv=KvFigures(format=budget.kv_format.name, bytes_per_token=budget.kv_bytes_per_token,
-                     bytes_per_sequence=budget.kv_bytes),
-        weight_bytes=budget.weight_bytes, small_bytes=budget.small_bytes,
-        bytes_per_token=budget.bytes_per_token, resident_weight_bytes=budget.resident_weight_bytes,
-        decode=DecodeBound(seconds_per_token=ceiling.seconds_per_token, tok_per_s=ceiling.tok_per_s),
-        batches=tuple(batches), compute_dtype=dtype, peak_flops=peak,
-        tensor_parallel=tp_bound, prefill=prefill, speculative=spec_bound, assumptions=tuple(assumptions),
+            ComponentBytes(
+                key=row.key,
+                label=row.label,
+                params=row.params_active,
+                params_stored=row.params_total,
+                format=row.fmt.name,
+                format_label=row.fmt.label(),
+                bits_per_weight=row.fmt.bits_per_weight,
+                bytes=row.bytes_active,
+                bytes_stored=row.bytes_total,
+                counted=row.counted,
+            )
+            for row in budget.rows
+        ),
+        kv=KvFigures(
+            format=budget.kv_format.name,
+            bytes_per_token=budget.kv_bytes_per_token,
+            bytes_per_sequence=budget.kv_bytes,
+        ),
+        weight_bytes=budget.weight_bytes,
+        small_bytes=budget.small_bytes,
+        bytes_per_token=budget.bytes_per_token,
+        resident_weight_bytes=budget.resident_weight_bytes,
+        decode=DecodeBound(
+            seconds_per_token=ceiling.seconds_per_token, tok_per_s=ceiling.tok_per_s
+        ),
+        batches=tuple(batches),
+        compute_dtype=dtype,
+        peak_flops=peak,
+        tensor_parallel=tp_bound,
+        prefill=prefill,
+        speculative=spec_bound,
+        assumptions=tuple(assumptions),
     )
     return ceiling, result
 

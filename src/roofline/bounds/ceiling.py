@@ -3,10 +3,11 @@
     seconds_per_token >= bytes_per_token / bandwidth_bytes_per_s
     tok_per_s         <= bandwidth_bytes_per_s / bytes_per_token
 
-`Ceiling` is what the other legs (bench, tune, report) hold a measurement against. When the bytes per
-token are what an engine reads at its own format, `file_bytes_per_token` (when known) is what the model's
-file stores, counted the same way: the second ceiling, bandwidth / file bytes, which a measurement is
-shown against too (an engine that expands a 4-bit file to fp32 reads several times what it must).
+`Ceiling` is what the other legs (bench, tune, report) hold a measurement against. When the bytes
+per token are what an engine reads at its own format, `file_bytes_per_token` (when known) is what
+the model's file stores, counted the same way: the second ceiling, bandwidth / file bytes, which a
+measurement is shown against too (an engine that expands a 4-bit file to fp32 reads several times
+what it must).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ class Ceiling:
     model: str = ""
     hardware: str = ""
     assumptions: tuple[str, ...] = field(default_factory=tuple)
-    file_bytes_per_token: float | None = None  # the weights as the model's file stores them, when known
+    file_bytes_per_token: float | None = (
+        None  # the weights as the model's file stores them, when known
+    )
 
     @property
     def seconds_per_token(self) -> float:
@@ -37,16 +40,25 @@ class Ceiling:
 
     @property
     def file_tok_per_s(self) -> float | None:
-        """The ceiling of the file's own bytes: bandwidth / file_bytes_per_token (None when not known)."""
-        return self.bandwidth_bytes_per_s / self.file_bytes_per_token if self.file_bytes_per_token else None
+        """The ceiling of the file's own bytes: bandwidth / file_bytes_per_token (None when not
+        known)."""
+        return (
+            self.bandwidth_bytes_per_s / self.file_bytes_per_token
+            if self.file_bytes_per_token
+            else None
+        )
 
     @property
     def read_ratio(self) -> float | None:
-        """Bytes read per token over the file's: 5.57 when an engine expands a 4-bit file to fp32."""
-        return self.bytes_per_token / self.file_bytes_per_token if self.file_bytes_per_token else None
+        """Bytes read per token over the file's: 5.57 when an engine expands a 4-bit file to
+        fp32."""
+        return (
+            self.bytes_per_token / self.file_bytes_per_token if self.file_bytes_per_token else None
+        )
 
     def percent_of_file_ceiling(self, measured_tok_per_s: float) -> float | None:
-        """Measured decode rate as a percentage of the file's ceiling (None when the file's bytes are unknown)."""
+        """Measured decode rate as a percentage of the file's ceiling (None when the file's bytes
+        are unknown)."""
         c = self.file_tok_per_s
         return 100.0 * measured_tok_per_s / c if c else None
 
@@ -63,8 +75,14 @@ class Ceiling:
             "seconds_per_token": self.seconds_per_token,
             "tok_per_s": self.tok_per_s,
             "assumptions": list(self.assumptions),
-            **({"file_bytes_per_token": self.file_bytes_per_token, "file_tok_per_s": self.file_tok_per_s}
-               if self.file_bytes_per_token else {}),
+            **(
+                {
+                    "file_bytes_per_token": self.file_bytes_per_token,
+                    "file_tok_per_s": self.file_tok_per_s,
+                }
+                if self.file_bytes_per_token
+                else {}
+            ),
         }
 
 
@@ -79,17 +97,21 @@ def ceiling_for(
 ) -> Ceiling:
     """The batch-1 decode ceiling of `model` on `hardware`.
 
-    model: a catalogue name or alias ('openai/gpt-oss-120b', 'qwen3-8b'), a config.json, or its folder.
-    hardware: a catalogue name ('b200', 'h100-sxm', 'gb200-nvl72') or 'local' (the profile `roofline
-    probe` measured). gpus: how many devices (figures add up); 1 keeps the entry as listed (one card,
-    or all 72 GPUs of 'gb200-nvl72'). weights/kv: format overrides as on the
-    command line ('fp8', 'experts=mxfp4,attention=bf16'). Raises UserError on any bad input.
+    model: a catalogue name or alias ('openai/gpt-oss-120b', 'qwen3-8b'), a config.json, or its
+    folder. hardware: a catalogue name ('b200', 'h100-sxm', 'gb200-nvl72') or 'local' (the profile
+    `roofline probe` measured). gpus: how many devices (figures add up); 1 keeps the entry as listed
+    (one card, or all 72 GPUs of 'gb200-nvl72'). weights/kv: format overrides as on the command line
+    ('fp8', 'experts=mxfp4,attention=bf16'). Raises UserError on any bad input.
     """
     from roofline.bounds.analysis import CeilingRequest, analyse
 
     request = CeilingRequest(
-        model=model, hardware=hardware, gpus=None if gpus == 1 else gpus, context=context,
-        weights=weights, kv=kv,
+        model=model,
+        hardware=hardware,
+        gpus=None if gpus == 1 else gpus,
+        context=context,
+        weights=weights,
+        kv=kv,
     )
     ceiling, _ = analyse(request)
     return ceiling

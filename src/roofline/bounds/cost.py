@@ -1,6 +1,6 @@
 """Cost per million output tokens from an hourly price.
 
-    $/Mtok = price_per_hour / (3600 x tok_per_s) x 1e6
+$/Mtok = price_per_hour / (3600 x tok_per_s) x 1e6
 """
 
 from __future__ import annotations

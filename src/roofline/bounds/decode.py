@@ -1,9 +1,9 @@
 """Decode bounds: one pass over the weights (and each sequence's KV cache) per step.
 
-    seconds_per_step >= max(bytes_per_step / bandwidth, flops_per_step / peak_flops)
-    bytes_per_step    = weight bytes (experts: those touched by the batch) + batch x KV bytes per sequence
-    per-user tok/s    = 1 / seconds_per_step;   aggregate tok/s = batch / seconds_per_step
-    fits              = resident weights (every expert) + batch x KV bytes per sequence <= memory
+seconds_per_step >= max(bytes_per_step / bandwidth, flops_per_step / peak_flops)
+bytes_per_step    = weight bytes (experts: those touched by the batch) + batch x KV bytes per sequence
+per-user tok/s    = 1 / seconds_per_step;   aggregate tok/s = batch / seconds_per_step
+fits              = resident weights (every expert) + batch x KV bytes per sequence <= memory
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ def batch_decode(
 ) -> BatchDecode:
     """The decode step of `batch` sequences at one context length.
 
-    `weight_bytes` is what batch 1 reads, of which `expert_bytes_at_top_k` are routed experts: a batch
-    reads the experts its tokens touch, E x (1 - (1 - k/E)^batch) per layer instead of k.
+    `weight_bytes` is what batch 1 reads, of which `expert_bytes_at_top_k` are routed experts: a
+    batch reads the experts its tokens touch, E x (1 - (1 - k/E)^batch) per layer instead of k.
     """
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise UserError(f"batch sizes must be whole numbers >= 1 (got {batch!r})")
@@ -81,13 +81,20 @@ def batch_decode(
     read_weights = weight_bytes
     if num_experts and top_k and expert_bytes_at_top_k:
         experts = expected_distinct_experts(num_experts, top_k, batch)
-        read_weights = weight_bytes - expert_bytes_at_top_k + expert_bytes_at_top_k * experts / top_k
+        read_weights = (
+            weight_bytes - expert_bytes_at_top_k + expert_bytes_at_top_k * experts / top_k
+        )
     kv = batch * kv_bytes_per_sequence
     memory_s = decode_seconds_per_token(read_weights + kv, bandwidth_bytes_per_s)
     compute_s = batch * flops_per_token / peak_flops if peak_flops and flops_per_token else 0.0
     resident = resident_weight_bytes + kv
     return BatchDecode(
-        batch=batch, weight_bytes_per_step=read_weights, kv_bytes_per_step=kv, memory_seconds=memory_s,
-        compute_seconds=compute_s, resident_bytes=resident, fits=fits_in_memory(resident, memory_bytes),
+        batch=batch,
+        weight_bytes_per_step=read_weights,
+        kv_bytes_per_step=kv,
+        memory_seconds=memory_s,
+        compute_seconds=compute_s,
+        resident_bytes=resident,
+        fits=fits_in_memory(resident, memory_bytes),
         experts_per_layer=experts,
     )

@@ -44,8 +44,8 @@ def fmt_params(n: float) -> str:
 
 
 def fmt_seconds(s: float) -> str:
-    """A duration in the unit its size calls for: 1e-5 -> '10.0 µs'; 0.000622 -> '0.622 ms'; 0.083 -> '83.0 ms';
-    2.587 -> '2.59 s'; 184.124 -> '3.1 min'; 7200 -> '2.0 h'."""
+    """A duration in the unit its size calls for: 1e-5 -> '10.0 µs'; 0.000622 -> '0.622 ms'; 0.083
+    -> '83.0 ms'; 2.587 -> '2.59 s'; 184.124 -> '3.1 min'; 7200 -> '2.0 h'."""
     if s < 1e-4:
         return f"{s * 1e6:.1f} µs"
     if s < 0.01:

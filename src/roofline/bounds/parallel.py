@@ -1,10 +1,11 @@
 """Bounds with the model spread over several accelerators.
 
 Tensor parallelism: each of TP devices streams 1/TP of the bytes, then the layer's partial sums are
-all-reduced (twice per layer: after attention and after the MLP), and an all-reduce of a small vector
-costs its latency, not its bytes:
+all-reduced (twice per layer: after attention and after the MLP), and an all-reduce of a small
+vector costs its latency, not its bytes:
 
-    seconds_per_token = bytes / (TP x per_device_bandwidth x efficiency) + layers x 2 x allreduce_latency
+    seconds_per_token = bytes / (TP x per_device_bandwidth x efficiency) + layers x 2 x
+    allreduce_latency
 
 Expert parallelism: with E experts and top-k routing, a batch of n tokens touches on average
 
@@ -23,7 +24,9 @@ from roofline.errors import UserError
 
 def expected_distinct_experts(num_experts: int, top_k: int, tokens: int) -> float:
     if num_experts < 1 or not 1 <= top_k <= num_experts or tokens < 0:
-        raise UserError(f"need 1 <= top_k <= experts and tokens >= 0 (got {top_k} of {num_experts}, {tokens})")
+        raise UserError(
+            f"need 1 <= top_k <= experts and tokens >= 0 (got {top_k} of {num_experts}, {tokens})"
+        )
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
 
 

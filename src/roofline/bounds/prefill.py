@@ -14,7 +14,8 @@ from roofline.errors import UserError
 def prefill_seconds_lower_bound(
     *, flops_per_token: float, prompt_tokens: int, peak_flops: float, mfu: float
 ) -> float:
-    """`peak_flops` is the dense peak of all devices together; `flops_per_token` = 2 x active params."""
+    """`peak_flops` is the dense peak of all devices together; `flops_per_token` = 2 x active
+    params."""
     if isinstance(prompt_tokens, bool) or not isinstance(prompt_tokens, int) or prompt_tokens < 0:
         raise UserError(f"prompt tokens must be a whole number >= 0 (got {prompt_tokens!r})")
     if not 0 < mfu <= 1:

@@ -1,4 +1,5 @@
-"""`CeilingAnalysis`: every number one ceiling analysis found, typed, with one `to_json`/`from_json`.
+"""`CeilingAnalysis`: every number one ceiling analysis found, typed, with one
+`to_json`/`from_json`.
 
 `bounds.analysis.analyse` builds it; `roofline ceiling` prints it (rich, Markdown, `--json`) and
 `roofline report` draws it. The JSON keys are the field names, so `to_json` is what `--json` prints.
@@ -155,16 +156,23 @@ class CeilingAnalysis:
         return cls(
             model=ModelFigures(**_known(ModelFigures, d["model"])),
             hardware=HardwareFigures(**_known(HardwareFigures, d["hardware"])),
-            context_tokens=int(d.get("context_tokens") or 0), efficiency=float(d.get("efficiency", 1.0)),
+            context_tokens=int(d.get("context_tokens") or 0),
+            efficiency=float(d.get("efficiency", 1.0)),
             bandwidth_bytes_per_s=float(d["bandwidth_bytes_per_s"]),
-            components=tuple(ComponentBytes(**_known(ComponentBytes, c)) for c in d.get("components") or ()),
-            kv=KvFigures(**_known(KvFigures, d["kv"])), weight_bytes=float(d["weight_bytes"]),
-            small_bytes=float(d.get("small_bytes") or 0.0), bytes_per_token=float(d["bytes_per_token"]),
+            components=tuple(
+                ComponentBytes(**_known(ComponentBytes, c)) for c in d.get("components") or ()
+            ),
+            kv=KvFigures(**_known(KvFigures, d["kv"])),
+            weight_bytes=float(d["weight_bytes"]),
+            small_bytes=float(d.get("small_bytes") or 0.0),
+            bytes_per_token=float(d["bytes_per_token"]),
             resident_weight_bytes=float(d.get("resident_weight_bytes") or d["weight_bytes"]),
             decode=DecodeBound(**_known(DecodeBound, d["decode"])),
             batches=tuple(BatchBound(**_known(BatchBound, b)) for b in d.get("batches") or ()),
-            compute_dtype=d.get("compute_dtype"), peak_flops=d.get("peak_flops"),
+            compute_dtype=d.get("compute_dtype"),
+            peak_flops=d.get("peak_flops"),
             tensor_parallel=_opt(TensorParallelBound, d.get("tensor_parallel")),
-            prefill=_opt(PrefillBound, d.get("prefill")), speculative=_opt(SpeculativeBound, d.get("speculative")),
+            prefill=_opt(PrefillBound, d.get("prefill")),
+            speculative=_opt(SpeculativeBound, d.get("speculative")),
             assumptions=tuple(d.get("assumptions") or ()),
         )

@@ -1,4 +1,5 @@
-"""Speculative decoding (Leviathan et al.): a cheap draft proposes gamma tokens, the target verifies them in one pass.
+"""Speculative decoding (Leviathan et al.): a cheap draft proposes gamma tokens, the target verifies
+them in one pass.
 
 With per-token acceptance probability alpha and a draft pass costing c target passes:
 
@@ -38,4 +39,6 @@ def speedup(alpha: float, gamma: int, draft_cost: float) -> float:
 def best_gamma(alpha: float, draft_cost: float, max_gamma: int = 64) -> tuple[int, float]:
     """The draft length in 1..max_gamma with the largest speedup, and that speedup."""
     _check(alpha, 1, draft_cost)
-    return max(((g, speedup(alpha, g, draft_cost)) for g in range(1, max_gamma + 1)), key=lambda t: t[1])
+    return max(
+        ((g, speedup(alpha, g, draft_cost)) for g in range(1, max_gamma + 1)), key=lambda t: t[1]
+    )

@@ -46,9 +46,16 @@ class _RichProgress:
         from roofline.cli.progress import live_progress
 
         # a live bar on a terminal, one plain line per scenario in a pipe or a file
-        self.p = live_progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                               TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
-                               console=Console(stderr=True), refresh_per_second=4, transient=False)
+        self.p = live_progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("failed {task.fields[failed]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            refresh_per_second=4,
+            transient=False,
+        )
         self.task = None
         self.failed = 0
         self.p.start()
@@ -75,45 +82,174 @@ class _RichProgress:
 def register(app: typer.Typer) -> None:
     @app.command("bench", help=HELP)
     def bench(
-        url: str | None = typer.Argument(None, help="Server URL: http://HOST:PORT, .../v1, or .../v1/chat/completions."),
-        model: str | None = typer.Option(None, "--model", help="Model for the ceiling (catalogue name, config.json or folder); also the served name when the server lists it."),
-        hardware: str | None = typer.Option(None, "--hardware", help="Hardware for the ceiling: a catalogue name, 'local' (the profile from `roofline probe`) or a bandwidth like 8TB/s."),
-        gpus: int = typer.Option(1, "--gpus", help="GPUs the model is spread over, for the ceiling."),
-        served_model: str | None = typer.Option(None, "--served-model", help="Model name to send; default: found through GET /v1/models."),
-        api: str | None = typer.Option(None, "--api", help="chat (/v1/chat/completions, default) or completions (/v1/completions)."),
-        api_key: str | None = typer.Option(None, "--api-key", envvar="ROOFLINE_API_KEY", help="Bearer token (or set ROOFLINE_API_KEY)."),
-        prompts: Path | None = typer.Option(None, "--prompts", help="JSONL prompt file: {\"prompt\": ...} or {\"messages\": [...]} per line, optional id and max_tokens."),
-        synthetic: bool = typer.Option(False, "--synthetic", help="Random-word prompts of --input-len tokens asking for --output-len tokens (sets --ignore-eos)."),
-        input_len: str = typer.Option("1024", "--input-len", help="Synthetic prompt length: N, A-B (uniform) or MEAN~STD (normal)."),
-        output_len: str = typer.Option("256", "--output-len", help="Synthetic output length: N, A-B or MEAN~STD."),
-        max_tokens: int = typer.Option(256, "--max-tokens", help="Most tokens to generate per request (a prompt's own max_tokens wins)."),
-        ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Ask the server to keep generating past end-of-sequence (vLLM, SGLang, llama.cpp)."),
-        temperature: float = typer.Option(0.0, "--temperature", help="Sampling temperature; 0 is greedy (the default, for repeatable runs)."),
-        reps: int = typer.Option(3, "--reps", help="Times each prompt is sent; the summary shows the median and the spread."),
-        concurrency: str | None = typer.Option(None, "--concurrency", help="Closed loop: streams kept busy, a sweep like 1,4,16,64."),
-        rate: str | None = typer.Option(None, "--rate", help="Open loop: arrivals per second, a sweep like 2,4,8."),
-        arrivals: str = typer.Option("poisson", "--arrivals", help="Open-loop arrival process: poisson, gamma or constant."),
-        burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape for --arrivals gamma (below 1 burstier; 1 is Poisson)."),
-        max_concurrency: int | None = typer.Option(None, "--max-concurrency", help="Open loop: most requests in flight; later ones wait and the wait counts in TTFT."),
-        duration: str | None = typer.Option(None, "--duration", help="Run each scenario this long (e.g. 60s, 2m) instead of a request count."),
-        num_requests: int | None = typer.Option(None, "--num-requests", help="Measured requests per scenario (default: prompts x reps; 4 per stream; 20 s of arrivals)."),
-        warmup: int = typer.Option(1, "--warmup", help="Warm-up requests before each scenario, recorded but left out of the results."),
-        timeout: str = typer.Option("600s", "--timeout", help="Per-request timeout, e.g. 30s; a request past it fails as 'timeout'."),
-        slo: str | None = typer.Option(None, "--slo", help="Goodput limits, e.g. ttft=450ms,tpot=40ms (keys: ttft, tpot, e2e, itl)."),
-        workers: int = typer.Option(1, "--workers", help="Client processes; use more when one cannot keep up (see --calibrate)."),
-        tokenizer: str | None = typer.Option(None, "--tokenizer", help="Local tokenizer.json to count tokens when the server gives no per-chunk usage."),
-        usage: str = typer.Option("auto", "--usage", help="Token accounting to ask for: auto, per-chunk, final or none (auto falls back when refused)."),
+        url: str | None = typer.Argument(
+            None, help="Server URL: http://HOST:PORT, .../v1, or .../v1/chat/completions."
+        ),
+        model: str | None = typer.Option(
+            None,
+            "--model",
+            help="Model for the ceiling (catalogue name, config.json or folder); also the served name when the server lists it.",
+        ),
+        hardware: str | None = typer.Option(
+            None,
+            "--hardware",
+            help="Hardware for the ceiling: a catalogue name, 'local' (the profile from `roofline probe`) or a bandwidth like 8TB/s.",
+        ),
+        gpus: int = typer.Option(
+            1, "--gpus", help="GPUs the model is spread over, for the ceiling."
+        ),
+        served_model: str | None = typer.Option(
+            None,
+            "--served-model",
+            help="Model name to send; default: found through GET /v1/models.",
+        ),
+        api: str | None = typer.Option(
+            None,
+            "--api",
+            help="chat (/v1/chat/completions, default) or completions (/v1/completions).",
+        ),
+        api_key: str | None = typer.Option(
+            None,
+            "--api-key",
+            envvar="ROOFLINE_API_KEY",
+            help="Bearer token (or set ROOFLINE_API_KEY).",
+        ),
+        prompts: Path | None = typer.Option(
+            None,
+            "--prompts",
+            help='JSONL prompt file: {"prompt": ...} or {"messages": [...]} per line, optional id and max_tokens.',
+        ),
+        synthetic: bool = typer.Option(
+            False,
+            "--synthetic",
+            help="Random-word prompts of --input-len tokens asking for --output-len tokens (sets --ignore-eos).",
+        ),
+        input_len: str = typer.Option(
+            "1024",
+            "--input-len",
+            help="Synthetic prompt length: N, A-B (uniform) or MEAN~STD (normal).",
+        ),
+        output_len: str = typer.Option(
+            "256", "--output-len", help="Synthetic output length: N, A-B or MEAN~STD."
+        ),
+        max_tokens: int = typer.Option(
+            256,
+            "--max-tokens",
+            help="Most tokens to generate per request (a prompt's own max_tokens wins).",
+        ),
+        ignore_eos: bool = typer.Option(
+            False,
+            "--ignore-eos",
+            help="Ask the server to keep generating past end-of-sequence (vLLM, SGLang, llama.cpp).",
+        ),
+        temperature: float = typer.Option(
+            0.0,
+            "--temperature",
+            help="Sampling temperature; 0 is greedy (the default, for repeatable runs).",
+        ),
+        reps: int = typer.Option(
+            3,
+            "--reps",
+            help="Times each prompt is sent; the summary shows the median and the spread.",
+        ),
+        concurrency: str | None = typer.Option(
+            None, "--concurrency", help="Closed loop: streams kept busy, a sweep like 1,4,16,64."
+        ),
+        rate: str | None = typer.Option(
+            None, "--rate", help="Open loop: arrivals per second, a sweep like 2,4,8."
+        ),
+        arrivals: str = typer.Option(
+            "poisson", "--arrivals", help="Open-loop arrival process: poisson, gamma or constant."
+        ),
+        burstiness: float = typer.Option(
+            1.0,
+            "--burstiness",
+            help="Gamma shape for --arrivals gamma (below 1 burstier; 1 is Poisson).",
+        ),
+        max_concurrency: int | None = typer.Option(
+            None,
+            "--max-concurrency",
+            help="Open loop: most requests in flight; later ones wait and the wait counts in TTFT.",
+        ),
+        duration: str | None = typer.Option(
+            None,
+            "--duration",
+            help="Run each scenario this long (e.g. 60s, 2m) instead of a request count.",
+        ),
+        num_requests: int | None = typer.Option(
+            None,
+            "--num-requests",
+            help="Measured requests per scenario (default: prompts x reps; 4 per stream; 20 s of arrivals).",
+        ),
+        warmup: int = typer.Option(
+            1,
+            "--warmup",
+            help="Warm-up requests before each scenario, recorded but left out of the results.",
+        ),
+        timeout: str = typer.Option(
+            "600s",
+            "--timeout",
+            help="Per-request timeout, e.g. 30s; a request past it fails as 'timeout'.",
+        ),
+        slo: str | None = typer.Option(
+            None,
+            "--slo",
+            help="Goodput limits, e.g. ttft=450ms,tpot=40ms (keys: ttft, tpot, e2e, itl).",
+        ),
+        workers: int = typer.Option(
+            1,
+            "--workers",
+            help="Client processes; use more when one cannot keep up (see --calibrate).",
+        ),
+        tokenizer: str | None = typer.Option(
+            None,
+            "--tokenizer",
+            help="Local tokenizer.json to count tokens when the server gives no per-chunk usage.",
+        ),
+        usage: str = typer.Option(
+            "auto",
+            "--usage",
+            help="Token accounting to ask for: auto, per-chunk, final or none (auto falls back when refused).",
+        ),
         seed: int = typer.Option(0, "--seed", help="Seed for arrivals and synthetic prompts."),
-        out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/<time>-<label>)."),
+        out: Path | None = typer.Option(
+            None, "--out", help="Run folder (default runs/<time>-<label>)."
+        ),
         label: str | None = typer.Option(None, "--label", help="Name in the default run folder."),
-        calibrate: bool = typer.Option(False, "--calibrate", help="Measure this client against a built-in null server with an exact schedule."),
-        engine: str | None = typer.Option(None, "--engine", help="Start a local engine and benchmark it: embedded (roofline serve), llamacpp, vllm, sglang, or command (with --engine-cmd); --model says what it serves."),
-        engine_arg: list[str] = typer.Option([], "--engine-arg", help="Engine setting (repeat): a knob as name=value (e.g. threads=2), or an argument passed as it is (e.g. --engine-arg=--max-seq-len --engine-arg=512)."),
-        engine_cmd: str | None = typer.Option(None, "--engine-cmd", help="Start this server command ({port}, {host}, {python}, {model} are filled in; never run by a shell)."),
-        engine_timeout: str = typer.Option("300s", "--engine-timeout", help="How long a started engine may take to become ready (answer its health route)."),
+        calibrate: bool = typer.Option(
+            False,
+            "--calibrate",
+            help="Measure this client against a built-in null server with an exact schedule.",
+        ),
+        engine: str | None = typer.Option(
+            None,
+            "--engine",
+            help="Start a local engine and benchmark it: embedded (roofline serve), llamacpp, vllm, sglang, or command (with --engine-cmd); --model says what it serves.",
+        ),
+        engine_arg: list[str] = typer.Option(
+            [],
+            "--engine-arg",
+            help="Engine setting (repeat): a knob as name=value (e.g. threads=2), or an argument passed as it is (e.g. --engine-arg=--max-seq-len --engine-arg=512).",
+        ),
+        engine_cmd: str | None = typer.Option(
+            None,
+            "--engine-cmd",
+            help="Start this server command ({port}, {host}, {python}, {model} are filled in; never run by a shell).",
+        ),
+        engine_timeout: str = typer.Option(
+            "300s",
+            "--engine-timeout",
+            help="How long a started engine may take to become ready (answer its health route).",
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-        as_markdown: bool = typer.Option(False, "--markdown", help="Print the summary as Markdown."),
-        no_report: bool = typer.Option(False, "--no-report", help="Skip report.html (charts) at the end; summary.md is still written."),
+        as_markdown: bool = typer.Option(
+            False, "--markdown", help="Print the summary as Markdown."
+        ),
+        no_report: bool = typer.Option(
+            False,
+            "--no-report",
+            help="Skip report.html (charts) at the end; summary.md is still written.",
+        ),
     ) -> None:
         run_until_signal(_run, dict(locals()))
 
@@ -124,14 +260,16 @@ def _run(o: dict) -> int:
     from roofline.bench.launch import ServerDied
     from roofline.bench.options import engine_from_options
     from roofline.bench.plan import BenchPlan
-    from roofline.bench.tables import tables, write_markdown
     from roofline.bench.results import default_run_dir
     from roofline.bench.session import run_session
     from roofline.bench.summary import RunSummary
+    from roofline.bench.tables import tables, write_markdown
 
     engine = engine_from_options(o)
     plan = BenchPlan.from_options(o)
-    if engine is None:  # a URL: one line and exit 2 when no server answers; its bytes per token set the ceiling
+    if (
+        engine is None
+    ):  # a URL: one line and exit 2 when no server answers; its bytes per token set the ceiling
         from roofline.bench.preflight import preflight
 
         plan = preflight(plan, lambda text: typer.echo(text, err=True))
@@ -181,13 +319,27 @@ def _calibrate(o: dict) -> int:
     finally:
         progress.stop()
     headers, rows, notes = table_rows(results)
-    data = [{"case": r.case.name, "concurrency": r.case.concurrency, "workers": r.case.workers,
-             "schedule": vars(r.case.schedule), "metrics": r.rows, **r.facts} for r in results]
+    data = [
+        {
+            "case": r.case.name,
+            "concurrency": r.case.concurrency,
+            "workers": r.case.workers,
+            "schedule": vars(r.case.schedule),
+            "metrics": r.rows,
+            **r.facts,
+        }
+        for r in results
+    ]
     write_json(Path(run_dir) / "calibration.json", data)
     if o["as_json"]:
         output.print_json(data)
     else:
-        output.emit_table("client calibration against the null server (exact schedule)", headers, rows,
-                          as_markdown=o["as_markdown"], notes=notes)
+        output.emit_table(
+            "client calibration against the null server (exact schedule)",
+            headers,
+            rows,
+            as_markdown=o["as_markdown"],
+            notes=notes,
+        )
     typer.echo(f"run folder: {run_dir}", err=True)
     return 0

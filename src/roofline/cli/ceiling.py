@@ -1,7 +1,8 @@
 """`roofline ceiling`, `roofline hardware list`, `roofline models list`.
 
 Thin: parse options, call `roofline.bounds.analysis.analyse`, print (rich, --markdown or --json).
-Imports stay light (no torch, numba, aiohttp, numpy): this command must answer in well under a second.
+Imports stay light (no torch, numba, aiohttp, numpy): this command must answer in well under a
+second.
 """
 
 from __future__ import annotations
@@ -12,17 +13,20 @@ import typer
 
 from roofline.cli.output import console, emit_table, print_json, print_wrapped
 
-_MODEL_HELP = ("A catalogue name or alias (see `roofline models list`), a config.json or a folder "
-               "holding one, a .gguf file, or a safetensors checkpoint (a folder with config.json "
-               "and *.safetensors, or one .safetensors file with config.json beside it). From a "
-               "model file only the headers are read: the bytes per token are counted from each "
-               "tensor's stored type and shape.")
+_MODEL_HELP = (
+    "A catalogue name or alias (see `roofline models list`), a config.json or a folder "
+    "holding one, a .gguf file, or a safetensors checkpoint (a folder with config.json "
+    "and *.safetensors, or one .safetensors file with config.json beside it). From a "
+    "model file only the headers are read: the bytes per token are counted from each "
+    "tensor's stored type and shape."
+)
 
 
 def _breakdown(result) -> tuple[list[list[str]], list[str]]:
     from roofline.bounds.humanize import fmt_bytes, fmt_params
 
-    # One unit for the whole column: GB (two decimals, as the guide quotes them), MB for small models.
+    # One unit for the whole column: GB (two decimals, as the guide quotes them), MB for small
+    # models.
     scale, unit = (1e9, "GB") if result.bytes_per_token >= 1e9 else (1e6, "MB")
     size = lambda n: f"{n / scale:,.2f} {unit}"
     rows, left_out = [], []
@@ -33,9 +37,22 @@ def _breakdown(result) -> tuple[list[list[str]], list[str]]:
             left_out.append(f"{c.label} {fmt_bytes(c.bytes)}")
     kv = result.kv
     if result.context_tokens:
-        rows.append([f"KV cache ({result.context_tokens:,} tokens)", "", kv.format, size(kv.bytes_per_sequence)])
-    rows.append(["total", fmt_params(sum(c.params for c in result.components if c.counted)), "",
-                 size(result.bytes_per_token)])
+        rows.append(
+            [
+                f"KV cache ({result.context_tokens:,} tokens)",
+                "",
+                kv.format,
+                size(kv.bytes_per_sequence),
+            ]
+        )
+    rows.append(
+        [
+            "total",
+            fmt_params(sum(c.params for c in result.components if c.counted)),
+            "",
+            size(result.bytes_per_token),
+        ]
+    )
     notes = [f"not counted (small tensors): {'; '.join(left_out)}"] if left_out else []
     return rows, notes
 
@@ -57,26 +74,47 @@ def _bounds(result) -> list[list[str]]:
         rate = fmt_rate(b.tok_per_s_per_user)
         if b.batch > 1:
             rate = f"{rate}/user, {fmt_rate(b.tok_per_s_total)} total"
-        rows.append([f"decode batch {b.batch}", fmt_seconds(b.seconds_per_step), rate, "; ".join(notes)])
+        rows.append(
+            [f"decode batch {b.batch}", fmt_seconds(b.seconds_per_step), rate, "; ".join(notes)]
+        )
     t = result.tensor_parallel
     if t:
-        rows.append([f"TP {t.tp}, {t.allreduce_us:g} µs all-reduce", fmt_seconds(t.seconds_per_token),
-                     fmt_rate(t.tok_per_s), f"{t.scaling_efficiency:.0%} streaming bytes"])
+        rows.append(
+            [
+                f"TP {t.tp}, {t.allreduce_us:g} µs all-reduce",
+                fmt_seconds(t.seconds_per_token),
+                fmt_rate(t.tok_per_s),
+                f"{t.scaling_efficiency:.0%} streaming bytes",
+            ]
+        )
     p = result.prefill
     if p:
-        rows.append([f"prefill {p.prompt_tokens:,} tokens (TTFT)", f">= {fmt_seconds(p.ttft_seconds)}", "",
-                     f"{p.mfu:.0%} MFU, {p.dtype} peak"])
+        rows.append(
+            [
+                f"prefill {p.prompt_tokens:,} tokens (TTFT)",
+                f">= {fmt_seconds(p.ttft_seconds)}",
+                "",
+                f"{p.mfu:.0%} MFU, {p.dtype} peak",
+            ]
+        )
     s = result.speculative
     if s:
-        rows.append([f"speculative a={s.alpha:g} g={s.gamma} c={s.draft_cost:g}", fmt_seconds(1 / s.tok_per_s),
-                     f"{fmt_rate(s.tok_per_s)} ({s.speedup:.2f}x)",
-                     f"{s.tokens_per_pass:.2f} tok/pass; best g={s.best_gamma}: {s.best_speedup:.2f}x"])
+        rows.append(
+            [
+                f"speculative a={s.alpha:g} g={s.gamma} c={s.draft_cost:g}",
+                fmt_seconds(1 / s.tok_per_s),
+                f"{fmt_rate(s.tok_per_s)} ({s.speedup:.2f}x)",
+                f"{s.tokens_per_pass:.2f} tok/pass; best g={s.best_gamma}: {s.best_speedup:.2f}x",
+            ]
+        )
     return rows
 
 
-_SPECULATIVE_LEGEND = ("speculative row: a = the chance that each drafted token is accepted (--alpha), g = tokens "
-                       "drafted before one verify pass (--gamma), c = what one draft pass costs, in passes of the "
-                       "target model (--draft-cost; 0.05: a draft model reading 1/20 of the target's bytes)")
+_SPECULATIVE_LEGEND = (
+    "speculative row: a = the chance that each drafted token is accepted (--alpha), g = tokens "
+    "drafted before one verify pass (--gamma), c = what one draft pass costs, in passes of the "
+    "target model (--draft-cost; 0.05: a draft model reading 1/20 of the target's bytes)"
+)
 
 
 def _line(text: str, *, as_markdown: bool) -> None:
@@ -93,20 +131,37 @@ def _print(result, *, as_markdown: bool) -> None:
     head = "## " if as_markdown else ""
     _line(f"{head}{m.name} on {hw.label}", as_markdown=as_markdown)
     _line("", as_markdown=as_markdown)
-    _line(f"{fmt_params(m.params_total)} params, {fmt_params(m.params_active)} active ({m.architecture}); "
-          f"{fmt_bandwidth(result.bandwidth_bytes_per_s)} usable bandwidth, {fmt_bytes(hw.memory_bytes, 1)} memory",
-          as_markdown=as_markdown)
+    _line(
+        f"{fmt_params(m.params_total)} params, {fmt_params(m.params_active)} active ({m.architecture}); "
+        f"{fmt_bandwidth(result.bandwidth_bytes_per_s)} usable bandwidth, {fmt_bytes(hw.memory_bytes, 1)} memory",
+        as_markdown=as_markdown,
+    )
     _line("", as_markdown=as_markdown)
     rows, notes = _breakdown(result)
-    emit_table(None, ["bytes per decoded token", "params", "format", "bytes"], rows, as_markdown=as_markdown,
-               notes=notes)
+    emit_table(
+        None,
+        ["bytes per decoded token", "params", "format", "bytes"],
+        rows,
+        as_markdown=as_markdown,
+        notes=notes,
+    )
     _line("", as_markdown=as_markdown)
     assumptions = ["assumptions:"] + [f"- {a}" for a in result.assumptions]
     if result.speculative:
         assumptions.append(f"- {_SPECULATIVE_LEGEND}")
     if as_markdown:
-        assumptions = ["**assumptions**", *result.assumptions, *([_SPECULATIVE_LEGEND] if result.speculative else [])]
-    emit_table(None, ["bound", "time", "tok/s", "notes"], _bounds(result), as_markdown=as_markdown, notes=assumptions)
+        assumptions = [
+            "**assumptions**",
+            *result.assumptions,
+            *([_SPECULATIVE_LEGEND] if result.speculative else []),
+        ]
+    emit_table(
+        None,
+        ["bound", "time", "tok/s", "notes"],
+        _bounds(result),
+        as_markdown=as_markdown,
+        notes=assumptions,
+    )
 
 
 def _warn_about_context(model: str, context: int) -> None:
@@ -121,42 +176,100 @@ def _warn_about_context(model: str, context: int) -> None:
 
 def ceiling(
     model: str = typer.Argument(..., help=_MODEL_HELP),
-    hardware: str = typer.Option("local", "--hardware", "-H", help="Catalogue name (see `roofline hardware list`), "
-                                 "'8xh100' for eight, or 'local' for the profile `roofline probe` measured."),
-    gpus: int | None = typer.Option(None, "--gpus", help="Number of devices; bandwidth, memory and FLOP/s add up."),
-    context: int = typer.Option(0, "--context", help="Tokens already in the context: adds their KV cache to every step."),
-    batch: str = typer.Option("1", "--batch", help="Batch sizes to bound, comma-separated, e.g. 1,8,32."),
-    weights: str | None = typer.Option(None, "--weights", help="Weight format for everything (fp8, mxfp4, nvfp4, "
-                                          "int4, q4_0...) and/or per component: experts=mxfp4,attention=bf16."),
-    kv: str | None = typer.Option(None, "--kv", help="KV-cache format (bf16, fp8...); default: the checkpoint dtype."),
-    efficiency: float = typer.Option(1.0, "--efficiency", help="Share of the bandwidth an engine reaches, in (0, 1]."),
-    bandwidth: str | None = typer.Option(None, "--bandwidth", help="Use this bandwidth instead, e.g. 32.8GB/s."),
-    all_tensors: bool = typer.Option(False, "--all-tensors", help="Also count router, norms, biases and the embedding row."),
-    tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel degree: adds 2 all-reduces per layer."),
-    allreduce_us: float | None = typer.Option(None, "--allreduce-us", help="Latency of one all-reduce, microseconds."),
-    prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", help="Bound the prefill (TTFT) of a prompt this long."),
-    mfu: float = typer.Option(0.4, "--mfu", help="Model FLOPs utilisation assumed for prefill, in (0, 1]."),
-    price_per_hour: float | None = typer.Option(None, "--price-per-hour", help="Dollars per hour for all the devices: "
-                                                   "adds cost per million output tokens."),
-    alpha: float | None = typer.Option(None, "--alpha", help="Speculative decoding: per-token acceptance rate."),
-    gamma: int | None = typer.Option(None, "--gamma", help="Speculative decoding: draft length (default: the best)."),
-    draft_cost: float = typer.Option(0.05, "--draft-cost", help="Speculative decoding: one draft pass in target passes."),
+    hardware: str = typer.Option(
+        "local",
+        "--hardware",
+        "-H",
+        help="Catalogue name (see `roofline hardware list`), "
+        "'8xh100' for eight, or 'local' for the profile `roofline probe` measured.",
+    ),
+    gpus: int | None = typer.Option(
+        None, "--gpus", help="Number of devices; bandwidth, memory and FLOP/s add up."
+    ),
+    context: int = typer.Option(
+        0, "--context", help="Tokens already in the context: adds their KV cache to every step."
+    ),
+    batch: str = typer.Option(
+        "1", "--batch", help="Batch sizes to bound, comma-separated, e.g. 1,8,32."
+    ),
+    weights: str | None = typer.Option(
+        None,
+        "--weights",
+        help="Weight format for everything (fp8, mxfp4, nvfp4, "
+        "int4, q4_0...) and/or per component: experts=mxfp4,attention=bf16.",
+    ),
+    kv: str | None = typer.Option(
+        None, "--kv", help="KV-cache format (bf16, fp8...); default: the checkpoint dtype."
+    ),
+    efficiency: float = typer.Option(
+        1.0, "--efficiency", help="Share of the bandwidth an engine reaches, in (0, 1]."
+    ),
+    bandwidth: str | None = typer.Option(
+        None, "--bandwidth", help="Use this bandwidth instead, e.g. 32.8GB/s."
+    ),
+    all_tensors: bool = typer.Option(
+        False, "--all-tensors", help="Also count router, norms, biases and the embedding row."
+    ),
+    tp: int | None = typer.Option(
+        None, "--tp", help="Tensor-parallel degree: adds 2 all-reduces per layer."
+    ),
+    allreduce_us: float | None = typer.Option(
+        None, "--allreduce-us", help="Latency of one all-reduce, microseconds."
+    ),
+    prompt_tokens: int | None = typer.Option(
+        None, "--prompt-tokens", help="Bound the prefill (TTFT) of a prompt this long."
+    ),
+    mfu: float = typer.Option(
+        0.4, "--mfu", help="Model FLOPs utilisation assumed for prefill, in (0, 1]."
+    ),
+    price_per_hour: float | None = typer.Option(
+        None,
+        "--price-per-hour",
+        help="Dollars per hour for all the devices: adds cost per million output tokens.",
+    ),
+    alpha: float | None = typer.Option(
+        None, "--alpha", help="Speculative decoding: per-token acceptance rate."
+    ),
+    gamma: int | None = typer.Option(
+        None, "--gamma", help="Speculative decoding: draft length (default: the best)."
+    ),
+    draft_cost: float = typer.Option(
+        0.05, "--draft-cost", help="Speculative decoding: one draft pass in target passes."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print every number as JSON."),
     as_markdown: bool = typer.Option(False, "--markdown", help="Print Markdown tables."),
-    plot: Path | None = typer.Option(None, "--plot", help="Also write the roofline chart (intensity against "
-                                        "FLOP/s: the decode points at each --batch, the prefill point) to this "
-                                        ".html, .svg or .png file."),
+    plot: Path | None = typer.Option(
+        None,
+        "--plot",
+        help="Also write the roofline chart (intensity against "
+        "FLOP/s: the decode points at each --batch, the prefill point) to this "
+        ".html, .svg or .png file.",
+    ),
 ) -> None:
-    """How fast can this model decode on this machine: bytes per token / bandwidth, and the bounds around it."""
+    """How fast can this model decode on this machine: bytes per token / bandwidth, and the bounds
+    around it."""
     from roofline.bounds.analysis import CeilingRequest, analyse
     from roofline.units import parse_bytes_per_s, parse_int_list
 
     request = CeilingRequest(
-        model=model, hardware=hardware, gpus=gpus, context=context,
-        batches=tuple(parse_int_list(batch, what="--batch")), weights=weights, kv=kv, efficiency=efficiency,
+        model=model,
+        hardware=hardware,
+        gpus=gpus,
+        context=context,
+        batches=tuple(parse_int_list(batch, what="--batch")),
+        weights=weights,
+        kv=kv,
+        efficiency=efficiency,
         bandwidth_bytes_per_s=parse_bytes_per_s(bandwidth) if bandwidth is not None else None,
-        all_tensors=all_tensors, tp=tp, allreduce_us=allreduce_us, prompt_tokens=prompt_tokens, mfu=mfu,
-        price_per_hour=price_per_hour, alpha=alpha, gamma=gamma, draft_cost=draft_cost,
+        all_tensors=all_tensors,
+        tp=tp,
+        allreduce_us=allreduce_us,
+        prompt_tokens=prompt_tokens,
+        mfu=mfu,
+        price_per_hour=price_per_hour,
+        alpha=alpha,
+        gamma=gamma,
+        draft_cost=draft_cost,
     )
     _, result = analyse(request)
     _warn_about_context(model, context)
@@ -188,7 +301,8 @@ def hardware_list(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
     as_markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table."),
 ) -> None:
-    """The hardware catalogue: bandwidth, memory, dense FLOP/s, interconnect and source of each entry."""
+    """The hardware catalogue: bandwidth, memory, dense FLOP/s, interconnect and source of each
+    entry."""
     from dataclasses import asdict
 
     from roofline.bounds.humanize import fmt_bandwidth, fmt_bytes, fmt_flops
@@ -200,23 +314,44 @@ def hardware_list(
         return
     local = _local_hardware()  # this machine's row, once `roofline probe` has measured it
     shown = [*entries, local] if local else entries
-    rows = [[h.key, h.name, str(h.devices), fmt_bandwidth(h.bandwidth_bytes_per_s), fmt_bytes(h.memory_bytes),
-             ", ".join(f"{k} {fmt_flops(v)}" for k, v in h.flops.items() if k in ("bf16", "fp8", "fp4")),
-             "vendor" if h.vendor_claim else "measured", h.read[:10] or "?"] for h in shown]
-    notes = ["dense (no sparsity) peaks; figures cover all devices of an entry; --gpus N scales them",
-             "local: this machine, as `roofline probe` last measured it" if local
-             else "local: this machine, once `roofline probe` has measured it",
-             "sources (taken down on the date in the 'read' column):",
-             *(f"{h.key}: {h.source or 'no source recorded'}" for h in shown)]
-    emit_table("hardware", ["name", "what", "devices", "bandwidth", "memory", "dense FLOP/s", "figures", "read"],
-               rows, as_markdown=as_markdown, notes=notes)
+    rows = [
+        [
+            h.key,
+            h.name,
+            str(h.devices),
+            fmt_bandwidth(h.bandwidth_bytes_per_s),
+            fmt_bytes(h.memory_bytes),
+            ", ".join(
+                f"{k} {fmt_flops(v)}" for k, v in h.flops.items() if k in ("bf16", "fp8", "fp4")
+            ),
+            "vendor" if h.vendor_claim else "measured",
+            h.read[:10] or "?",
+        ]
+        for h in shown
+    ]
+    notes = [
+        "dense (no sparsity) peaks; figures cover all devices of an entry; --gpus N scales them",
+        "local: this machine, as `roofline probe` last measured it"
+        if local
+        else "local: this machine, once `roofline probe` has measured it",
+        "sources (taken down on the date in the 'read' column):",
+        *(f"{h.key}: {h.source or 'no source recorded'}" for h in shown),
+    ]
+    emit_table(
+        "hardware",
+        ["name", "what", "devices", "bandwidth", "memory", "dense FLOP/s", "figures", "read"],
+        rows,
+        as_markdown=as_markdown,
+        notes=notes,
+    )
 
 
 def models_list(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
     as_markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table."),
 ) -> None:
-    """The model catalogue: config.json snapshots (with source and date) and the guide's illustrative shapes."""
+    """The model catalogue: config.json snapshots (with source and date) and the guide's
+    illustrative shapes."""
     from roofline.bounds.humanize import fmt_params
     from roofline.modelspec.catalogue import catalogue_models
     from roofline.modelspec.components import active_params, total_params
@@ -225,17 +360,40 @@ def models_list(
     entries = []
     for m in catalogue_models():
         spec = spec_from_config(m.config, name=m.id)
-        entries.append({"id": m.id, "aliases": list(m.aliases), "architecture": spec.architecture,
-                        "params_total": total_params(spec), "params_active": active_params(spec),
-                        "source": m.source, "retrieved": m.retrieved, "kind": m.kind})
+        entries.append(
+            {
+                "id": m.id,
+                "aliases": list(m.aliases),
+                "architecture": spec.architecture,
+                "params_total": total_params(spec),
+                "params_active": active_params(spec),
+                "source": m.source,
+                "retrieved": m.retrieved,
+                "kind": m.kind,
+            }
+        )
     if as_json:
         print_json(entries)
         return
     # the short aliases; the other repository names an entry answers to are in --json
-    rows = [[e["id"], ", ".join(a for a in e["aliases"] if "/" not in a), e["architecture"],
-             fmt_params(e["params_total"]), fmt_params(e["params_active"]), e["retrieved"]] for e in entries]
-    emit_table("models", ["id", "aliases", "architecture", "params", "active", "read"], rows, as_markdown=as_markdown,
-               notes=["sources and every alias: `roofline models list --json`"])
+    rows = [
+        [
+            e["id"],
+            ", ".join(a for a in e["aliases"] if "/" not in a),
+            e["architecture"],
+            fmt_params(e["params_total"]),
+            fmt_params(e["params_active"]),
+            e["retrieved"],
+        ]
+        for e in entries
+    ]
+    emit_table(
+        "models",
+        ["id", "aliases", "architecture", "params", "active", "read"],
+        rows,
+        as_markdown=as_markdown,
+        notes=["sources and every alias: `roofline models list --json`"],
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -1,4 +1,5 @@
-"""The sub-command modules, in the order `roofline --help` lists them. Each exposes `register(app)`."""
+"""The sub-command modules, in the order `roofline --help` lists them. Each exposes
+`register(app)`."""
 
 from __future__ import annotations
 

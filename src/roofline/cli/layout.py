@@ -1,12 +1,13 @@
 """Fitting a table to the width at hand without ever cutting a number.
 
-rich shrinks a table that is too wide by cutting cells (`344…`) or folding them mid-number. Here each
-column gets a floor it never goes below: a numeric column (every cell a number, perhaps with a unit) is as
-wide as its widest cell and never wraps; a text column may wrap at spaces but is at least as wide as its
-longest word. Whatever room is left goes to the text columns. When even the floors do not fit (a pipe at
-40 columns, a table with many columns), the table is printed as one block per row: the row's first cell, then
-the other cells' `header: value` items side by side on indented lines, wrapped at spaces only. A word is never
-split, in either layout: a number, a path or a URL longer than the line stands whole.
+rich shrinks a table that is too wide by cutting cells (`344…`) or folding them mid-number. Here
+each column gets a floor it never goes below: a numeric column (every cell a number, perhaps with a
+unit) is as wide as its widest cell and never wraps; a text column may wrap at spaces but is at
+least as wide as its longest word. Whatever room is left goes to the text columns. When even the
+floors do not fit (a pipe at 40 columns, a table with many columns), the table is printed as one
+block per row: the row's first cell, then the other cells' `header: value` items side by side on
+indented lines, wrapped at spaces only. A word is never split, in either layout: a number, a path or
+a URL longer than the line stands whole.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from rich.text import Text
 
 # one vertical border per column (plus the closing one) and one space of padding on either side
 BORDER_AND_PADDING_PER_COLUMN = 3
-# a number first (after a sign, currency, approximation or comparison mark), a few words at most: "3.35 TB/s",
-# "+2.05%", "$1.20/M", "2026-11-29" (a longer cell such as "1,609/user, 12,874 total" wraps between its words)
+# a number first (after a sign, currency, approximation or comparison mark), a few words at most:
+# "3.35 TB/s", "+2.05%", "$1.20/M", "2026-11-29" (a longer cell such as "1,609/user, 12,874 total"
+# wraps between its words)
 _NUMERIC_CELL = re.compile(r"^[-+~≈<>=≤≥$(]*\s?\d")
 _MAX_NUMERIC_WORDS = 2
 
@@ -34,13 +36,18 @@ def is_numeric_cell(cell: str) -> bool:
 
 
 def _is_placeholder(cell: str) -> bool:
-    """An empty cell or a short mark with no digit in it ('-', 'n/a', '?'): no say in the column's kind."""
+    """An empty cell or a short mark with no digit in it ('-', 'n/a', '?'): no say in the column's
+    kind."""
     return len(cell.strip()) <= 3 and not any(ch.isdigit() for ch in cell)
 
 
-def numeric_columns(headers: Sequence[str], rows: Sequence[Sequence[str]], *, leading: bool = False) -> list[bool]:
-    """Whether each column holds numbers only (placeholders aside), never the first column (it names the row).
-    leading=True: whether every cell starts with a number (such a column is right-aligned, even where it wraps)."""
+def numeric_columns(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, leading: bool = False
+) -> list[bool]:
+    """Whether each column holds numbers only (placeholders aside), never the first column (it names
+    the row). leading=True: whether every cell starts with a number (such a column is right-aligned,
+    even where it wraps)."""
+
     def fits(cell: str) -> bool:
         return bool(_NUMERIC_CELL.match(cell)) if leading else is_numeric_cell(cell)
 
@@ -59,9 +66,11 @@ def _widest_word(text: str) -> int:
     return max((cell_len(w) for w in text.split()), default=0)
 
 
-def column_widths(headers: Sequence[str], rows: Sequence[Sequence[str]], total_width: int) -> list[int] | None:
-    """Content widths of the columns so that the table fits in total_width characters, or None when it cannot
-    without cutting a number (or a word)."""
+def column_widths(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], total_width: int
+) -> list[int] | None:
+    """Content widths of the columns so that the table fits in total_width characters, or None when
+    it cannot without cutting a number (or a word)."""
     numeric = numeric_columns(headers, rows)
     desired, floor = [], []
     for i, h in enumerate(headers):
@@ -69,7 +78,8 @@ def column_widths(headers: Sequence[str], rows: Sequence[Sequence[str]], total_w
         widest_cell = max((_widest_line(c) for c in cells), default=0)
         widest_word = max((_widest_word(c) for c in cells), default=0)
         desired.append(max(widest_cell, _widest_line(h), 1))
-        # a number column never wraps its cells, a text column wraps at spaces; headers wrap at spaces in both
+        # a number column never wraps its cells, a text column wraps at spaces; headers wrap at
+        # spaces in both
         floor.append(max(widest_cell if numeric[i] else widest_word, _widest_word(h), 1))
     room = total_width - BORDER_AND_PADDING_PER_COLUMN * len(headers) - 1
     if sum(desired) <= room:
@@ -78,8 +88,9 @@ def column_widths(headers: Sequence[str], rows: Sequence[Sequence[str]], total_w
         return None
     widths = list(floor)
     spare = room - sum(widths)
-    # whole columns first, the cheapest first (each one unwrapped is a column read at a glance), then the rest of
-    # the room to the column furthest from its natural width, one character at a time
+    # whole columns first, the cheapest first (each one unwrapped is a column read at a glance),
+    # then the rest of the room to the column furthest from its natural width, one character at a
+    # time
     for gap, i in sorted((desired[i] - widths[i], i) for i in range(len(widths))):
         if 0 < gap <= spare:
             widths[i] += gap
@@ -109,9 +120,11 @@ def wrap_words(text: str, width: int, *, indent: str = "", hanging: str = "") ->
     return lines
 
 
-def pack_items(items: Sequence[str], width: int, *, indent: str, hanging: str, sep: str = "  ") -> list[str]:
-    """Items side by side on lines of at most `width` (an item never split across lines unless it alone is
-    wider than a line; then it wraps at spaces)."""
+def pack_items(
+    items: Sequence[str], width: int, *, indent: str, hanging: str, sep: str = "  "
+) -> list[str]:
+    """Items side by side on lines of at most `width` (an item never split across lines unless it
+    alone is wider than a line; then it wraps at spaces)."""
     lines: list[str] = []
     line = ""
     for item in items:
@@ -134,7 +147,9 @@ def pack_items(items: Sequence[str], width: int, *, indent: str, hanging: str, s
 class FitTable:
     """A table that picks its layout when printed, for the width of the console it is printed on."""
 
-    def __init__(self, title: str | None, headers: Sequence[Any], rows: Iterable[Sequence[Any]]) -> None:
+    def __init__(
+        self, title: str | None, headers: Sequence[Any], rows: Iterable[Sequence[Any]]
+    ) -> None:
         self.title = title
         self.headers = [str(h) for h in headers]
         self.rows = [["" if c is None else str(c) for c in r] for r in rows]
@@ -142,7 +157,8 @@ class FitTable:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         widths = column_widths(self.headers, self.rows, options.max_width)
         if self.title and widths is not None:
-            # on a line of its own rather than as the table's title, which rich pads with spaces to the table's width
+            # on a line of its own rather than as the table's title, which rich pads with spaces to
+            # the table's width
             for line in wrap_words(self.title, options.max_width):
                 yield Segment(line)
                 yield Segment.line()
@@ -156,16 +172,24 @@ class FitTable:
         right = numeric_columns(self.headers, self.rows, leading=True)
         t = Table()
         for h, w, num, r in zip(self.headers, widths, numeric, right, strict=True):
-            # the header wraps at spaces even over a column that does not ('TTFT p50 ms' on three lines)
-            t.add_column(Text(h, no_wrap=False, overflow="fold"), justify="right" if r else "left", width=w,
-                         no_wrap=num, overflow="fold")
+            # the header wraps at spaces even over a column that does not ('TTFT p50 ms' on three
+            # lines)
+            t.add_column(
+                Text(h, no_wrap=False, overflow="fold"),
+                justify="right" if r else "left",
+                width=w,
+                no_wrap=num,
+                overflow="fold",
+            )
         for r in self.rows:
             t.add_row(*(Text(c) for c in r))
         return t
 
     def block_lines(self, width: int) -> Iterator[str]:
-        """One block per row: its first cell, then `header: value` items packed on indented lines."""
-        # a heading: the title, or else the first column's header ('bytes per decoded token', 'bound')
+        """One block per row: its first cell, then `header: value` items packed on indented
+        lines."""
+        # a heading: the title, or else the first column's header ('bytes per decoded token',
+        # 'bound')
         yield from wrap_words(self.title or self.headers[0], width)
         for r in self.rows:
             if not r:
@@ -177,8 +201,9 @@ class FitTable:
             yield from pack_items(items, width, indent="  ", hanging="    ")
 
     def blocks(self, width: int) -> Iterator[Segment]:
-        # segments, not Text: rich would fold a word longer than the line (a URL, a path) that wrap_words kept whole;
-        # print with crop=False so that such a line is not cut at the edge either
+        # segments, not Text: rich would fold a word longer than the line (a URL, a path) that
+        # wrap_words kept whole; print with crop=False so that such a line is not cut at the edge
+        # either
         for line in self.block_lines(width):
             yield Segment(line)
             yield Segment.line()

@@ -34,7 +34,8 @@ for _register in commands.REGISTRARS:
 
 
 def run() -> None:
-    """Console-script entry point: one clear line and exit code 2 for any mistake the user can fix."""
+    """Console-script entry point: one clear line and exit code 2 for any mistake the user can
+    fix."""
     try:
         app(standalone_mode=False)
     except UserError as e:
@@ -50,9 +51,12 @@ def run() -> None:
         sys.exit(130)
     except Exception as e:  # click usage errors arrive here in non-standalone mode
         # typer >= 0.2x vendors its own click, so test for the interface, not for click's class
-        if callable(getattr(e, "format_message", None)) and isinstance(getattr(e, "exit_code", None), int):
+        if callable(getattr(e, "format_message", None)) and isinstance(
+            getattr(e, "exit_code", None), int
+        ):
             if not e.format_message().strip():
-                # `roofline` (or `roofline hardware`) alone: click printed the help, and has nothing to add
+                # `roofline` (or `roofline hardware`) alone: click printed the help, and has nothing
+                # to add
                 sys.exit(e.exit_code)
             ctx = getattr(e, "ctx", None)
             where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""

@@ -1,4 +1,5 @@
-"""One way to print results: a rich table for people, --json and --markdown for machines and docs."""
+"""One way to print results: a rich table for people, --json and --markdown for machines and
+docs."""
 
 from __future__ import annotations
 
@@ -38,7 +39,9 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str
     return "\n".join(lines)
 
 
-def rich_table(title: str | None, headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> FitTable:
+def rich_table(
+    title: str | None, headers: Sequence[str], rows: Iterable[Sequence[Any]]
+) -> FitTable:
     """A table for people that never cuts a number, whatever the width (see FitTable)."""
     return FitTable(title, headers, rows)
 
@@ -67,15 +70,26 @@ def emit_table(
 
 
 def print_wrapped(c: Console, text: str, *, indent: str = "", hanging: str = "  ") -> None:
-    """Print text wrapped at spaces to the console's width, never inside a word (a number, a path, a URL):
-    a word longer than the line stands on a line of its own. Continuation lines are indented by `hanging`."""
+    """Print text wrapped at spaces to the console's width, never inside a word (a number, a path, a
+    URL): a word longer than the line stands on a line of its own. Continuation lines are indented
+    by `hanging`."""
     for line in wrap_words(text, c.width, indent=indent, hanging=indent + hanging):
-        c.print(Text(line), soft_wrap=True)  # wrapped already: rich must neither fold nor crop a long word
+        c.print(
+            Text(line), soft_wrap=True
+        )  # wrapped already: rich must neither fold nor crop a long word
 
 
-# Functions Python runs around os.fork (subprocess starts engines) whose exceptions it prints and ignores:
-# a KeyboardInterrupt raised while one of them runs would be lost, so the signal is delivered again later.
-_AT_FORK = {"_acquireLock", "_releaseLock", "_after_fork", "_at_fork_reinit", "_prepareFork", "_afterFork"}
+# Functions Python runs around os.fork (subprocess starts engines) whose exceptions it prints and
+# ignores: a KeyboardInterrupt raised while one of them runs would be lost, so the signal is
+# delivered again later.
+_AT_FORK = {
+    "_acquireLock",
+    "_releaseLock",
+    "_after_fork",
+    "_at_fork_reinit",
+    "_prepareFork",
+    "_afterFork",
+}
 
 
 def _sigterm_as_interrupt(signum, frame):
@@ -92,8 +106,9 @@ def _sigterm_as_interrupt(signum, frame):
 
 
 def run_until_signal(run, opts) -> None:
-    """Run a long command with SIGTERM treated like Ctrl-C (stop what was started, keep what was measured),
-    then exit with its code. Not typer.Exit: the app runs with standalone_mode=False, which swallows codes."""
+    """Run a long command with SIGTERM treated like Ctrl-C (stop what was started, keep what was
+    measured), then exit with its code. Not typer.Exit: the app runs with standalone_mode=False,
+    which swallows codes."""
     import signal
 
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)

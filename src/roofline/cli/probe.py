@@ -1,4 +1,5 @@
-"""`roofline probe`: measure this machine's memory bandwidth and matrix rates, and save the profile."""
+"""`roofline probe`: measure this machine's memory bandwidth and matrix rates, and save the
+profile."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from typing import Any
 
 import typer
 
-QUICK_SIZE_BYTES = 1 << 30  # the full size still: server CPUs have last-level caches of 256 MiB and more
+QUICK_SIZE_BYTES = (
+    1 << 30
+)  # the full size still: server CPUs have last-level caches of 256 MiB and more
 QUICK_REPEATS = 3
 QUICK_MATMUL_N = 1024
 QUICK_CUDA_MATMUL_N = 4096
@@ -29,34 +32,53 @@ def register(app: typer.Typer) -> None:
 
 def probe(
     size: str | None = typer.Option(
-        None, "--size", help="Bytes each bandwidth kernel streams per pass, all its arrays together (e.g. 1GiB, "
-        "256MiB, 1e9). Keep it far above the last-level cache. Default 1GiB."),
+        None,
+        "--size",
+        help="Bytes each bandwidth kernel streams per pass, all its arrays together (e.g. 1GiB, "
+        "256MiB, 1e9). Keep it far above the last-level cache. Default 1GiB.",
+    ),
     repeats: int | None = typer.Option(
-        None, "--repeats", help="Timed passes per kernel, after 2 warm-up passes; the table shows their "
-        "best, median and min. Default 10, or 3 with --quick."),
+        None,
+        "--repeats",
+        help="Timed passes per kernel, after 2 warm-up passes; the table shows their "
+        "best, median and min. Default 10, or 3 with --quick.",
+    ),
     threads: int | None = typer.Option(
-        None, "--threads", help="Threads for the CPU kernels. Default: every CPU this process may use."),
+        None,
+        "--threads",
+        help="Threads for the CPU kernels. Default: every CPU this process may use.",
+    ),
     quick: bool = typer.Option(
-        False, "--quick", help="A rough probe in a few seconds (smaller matrices, 3 passes)."),
+        False, "--quick", help="A rough probe in a few seconds (smaller matrices, 3 passes)."
+    ),
     save: bool = typer.Option(
-        True, "--save/--no-save", help="Save the profile to the user cache (read by --hardware local)."),
+        True,
+        "--save/--no-save",
+        help="Save the profile to the user cache (read by --hardware local).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the whole profile as JSON."),
     as_markdown: bool = typer.Option(False, "--markdown", help="Print the table as Markdown."),
 ) -> None:
-    """Measure this machine: read, copy and triad bandwidth, and matvec / matmul rates; save the profile."""
+    """Measure this machine: read, copy and triad bandwidth, and matvec / matmul rates; save the
+    profile."""
     from roofline.hardware import probe as hw
     from roofline.units import parse_bytes
 
     settings: dict[str, Any] = {
-        "size_bytes": parse_bytes(size, what="--size") if size is not None
+        "size_bytes": parse_bytes(size, what="--size")
+        if size is not None
         else (QUICK_SIZE_BYTES if quick else hw.DEFAULT_SIZE_BYTES),
-        "repeats": repeats if repeats is not None else (QUICK_REPEATS if quick else hw.DEFAULT_REPEATS),
+        "repeats": repeats
+        if repeats is not None
+        else (QUICK_REPEATS if quick else hw.DEFAULT_REPEATS),
         "threads": threads,
         "matmul_n": QUICK_MATMUL_N if quick else hw.DEFAULT_MATMUL_N,
         "cuda_matmul_n": QUICK_CUDA_MATMUL_N if quick else hw.CUDA_MATMUL_N,
     }
     # checked before the progress bar starts, so a mistake prints as one clean line
-    hw.check_settings(settings["size_bytes"], settings["repeats"], threads, matmul_n=settings["matmul_n"])
+    hw.check_settings(
+        settings["size_bytes"], settings["repeats"], threads, matmul_n=settings["matmul_n"]
+    )
     profile = _measure_with_progress(settings)
     profile["settings"]["quick"] = quick
 
@@ -75,9 +97,15 @@ def _measure_with_progress(settings: dict[str, Any]) -> dict[str, Any]:
     from roofline.cli.progress import live_progress
     from roofline.hardware.probe import measure_profile
 
-    columns = (TextColumn("probe: {task.description:<26}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-               TimeElapsedColumn())
-    with live_progress(*columns, console=Console(stderr=True), transient=True, label="probe: ") as bar:
+    columns = (
+        TextColumn("probe: {task.description:<26}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+    )
+    with live_progress(
+        *columns, console=Console(stderr=True), transient=True, label="probe: "
+    ) as bar:
         task = bar.add_task("starting", total=None)
 
         def progress(what: str, done: int, total: int) -> None:
@@ -88,7 +116,10 @@ def _measure_with_progress(settings: dict[str, Any]) -> dict[str, Any]:
 
 def _cells(stats: dict[str, Any], divisor: float) -> list[str]:
     """best (the fastest pass), median, min."""
-    return [f"{stats.get('best', stats['max']) / divisor:,.1f}", *(f"{stats[s] / divisor:,.1f}" for s in ("median", "min"))]
+    return [
+        f"{stats.get('best', stats['max']) / divisor:,.1f}",
+        *(f"{stats[s] / divisor:,.1f}" for s in ("median", "min")),
+    ]
 
 
 def _rows(results: dict[str, Any], backend_of: dict[str, str], prefix: str = "") -> list[list[str]]:
@@ -98,10 +129,26 @@ def _rows(results: dict[str, Any], backend_of: dict[str, str], prefix: str = "")
         if not stats:
             continue
         kernels = stats.get("kernels") if key == "read" else None
-        backend = f"best of {len(kernels)}: {stats.get('kernel')}" if kernels else backend_of.get(key, "")
-        rows.append([prefix + label + (" (ceiling)" if kernels else ""), *_cells(stats, divisor), unit, backend])
+        backend = (
+            f"best of {len(kernels)}: {stats.get('kernel')}" if kernels else backend_of.get(key, "")
+        )
+        rows.append(
+            [
+                prefix + label + (" (ceiling)" if kernels else ""),
+                *_cells(stats, divisor),
+                unit,
+                backend,
+            ]
+        )
         for name, each in (kernels or {}).items():  # each read kernel under the ceiling's row
-            rows.append([f"{prefix}  read: {name}", *_cells(each, divisor), unit, "numba" if name != "numpy-sum" else "numpy"])
+            rows.append(
+                [
+                    f"{prefix}  read: {name}",
+                    *_cells(each, divisor),
+                    unit,
+                    "numba" if name != "numpy-sum" else "numpy",
+                ]
+            )
     return rows
 
 
@@ -116,17 +163,23 @@ def _print(profile: dict[str, Any], path: Any, *, as_json: bool, as_markdown: bo
     rows = _rows(profile, profile["backends"]["kernels"])
     if "cuda" in profile:
         gpu = profile["cuda"]
-        rows += _rows(gpu, {key: gpu["backend"] for _, key, *_ in _ROWS}, prefix=f"{gpu['device']}: ")
+        rows += _rows(
+            gpu, {key: gpu["backend"] for _, key, *_ in _ROWS}, prefix=f"{gpu['device']}: "
+        )
     s = profile["settings"]
     notes = [
-        (f"{profile['cpu']}, threads: {profile['threads']}; {s['repeats']} timed passes per kernel after "
-        f"{s['warmup']} warm-up; {s['size_bytes'] / 2**20:,.0f} MiB per bandwidth kernel and matvec, "
-        f"{_matmul_sizes(profile.get('flops', {}), s['matmul_n'])}."),
+        (
+            f"{profile['cpu']}, threads: {profile['threads']}; {s['repeats']} timed passes per kernel after "
+            f"{s['warmup']} warm-up; {s['size_bytes'] / 2**20:,.0f} MiB per bandwidth kernel and matvec, "
+            f"{_matmul_sizes(profile.get('flops', {}), s['matmul_n'])}."
+        ),
         "Bytes counted as STREAM does (copy 2 arrays, triad 3); the CPU's write-allocate reads are not counted.",
-        ("best = the fastest timed pass. The ceiling's read bandwidth is the best pass of the best read kernel (as "
-        "STREAM reports its best time and the Empirical Roofline Toolkit its maximum over trials); the median is "
-        "the typical rate. Read kernels: numpy sum and a SIMD sum over one slice per thread, and a gemv shaped like "
-        "a decode step (every weight row read once)."),
+        (
+            "best = the fastest timed pass. The ceiling's read bandwidth is the best pass of the best read kernel (as "
+            "STREAM reports its best time and the Empirical Roofline Toolkit its maximum over trials); the median is "
+            "the typical rate. Read kernels: numpy sum and a SIMD sum over one slice per thread, and a gemv shaped like "
+            "a decode step (every weight row read once)."
+        ),
         f"Profile saved to {path}" if path else "Profile not saved (--no-save).",
     ]
     kept = _kept_best_note(profile)
@@ -138,25 +191,34 @@ def _print(profile: dict[str, Any], path: Any, *, as_json: bool, as_markdown: bo
 
 
 def _kept_best_note(profile: dict[str, Any]) -> str | None:
-    """When the saved profile keeps a best read rate above this probe's (a run window, or an earlier probe,
-    measured more): that rate, when and by what, since it is what `--hardware local` uses."""
+    """When the saved profile keeps a best read rate above this probe's (a run window, or an earlier
+    probe, measured more): that rate, when and by what, since it is what `--hardware local` uses."""
     from roofline.hardware.profile import BEST_READ, probe_best_read
 
     kept, own = profile.get(BEST_READ), probe_best_read(profile)
-    if not isinstance(kept, dict) or own is None or not kept.get("bytes_per_s", 0) > own["bytes_per_s"]:
+    if (
+        not isinstance(kept, dict)
+        or own is None
+        or not kept.get("bytes_per_s", 0) > own["bytes_per_s"]
+    ):
         return None
-    return (f"This probe's best read pass, {own['bytes_per_s'] / 1e9:,.1f} GB/s, is below the best this machine has "
-            f"shown: {kept['bytes_per_s'] / 1e9:,.1f} GB/s by {kept.get('by', '?')} at {kept.get('measured_at', '?')}; "
-            "the profile keeps that one, so --hardware local stays a bound.")
+    return (
+        f"This probe's best read pass, {own['bytes_per_s'] / 1e9:,.1f} GB/s, is below the best this machine has "
+        f"shown: {kept['bytes_per_s'] / 1e9:,.1f} GB/s by {kept.get('by', '?')} at {kept.get('measured_at', '?')}; "
+        "the profile keeps that one, so --hardware local stays a bound."
+    )
 
 
 def _matmul_sizes(flops: dict, asked: int) -> str:
-    """'2048² matmul', or each matmul's own size where the probe took a smaller one (a pass would have
-    taken over timing.MATMUL_PASS_SECONDS): 'matmul fp32 2048², bf16 512²'."""
+    """'2048² matmul', or each matmul's own size where the probe took a smaller one (a pass would
+    have taken over timing.MATMUL_PASS_SECONDS): 'matmul fp32 2048², bf16 512²'."""
     from roofline.hardware.timing import MATMUL_PASS_SECONDS
 
-    used = {k.removeprefix("matmul_"): v.get("n", asked) for k, v in flops.items()
-            if k.startswith("matmul_") and isinstance(v, dict)}
+    used = {
+        k.removeprefix("matmul_"): v.get("n", asked)
+        for k, v in flops.items()
+        if k.startswith("matmul_") and isinstance(v, dict)
+    }
     if all(n == asked for n in used.values()):
         return f"{asked}² matmul"
     sizes = ", ".join(f"{k} {n}²" for k, n in used.items())

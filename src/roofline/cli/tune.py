@@ -1,6 +1,8 @@
-"""`roofline tune`: launch an engine with one configuration after another, measure each, keep the exact ones.
+"""`roofline tune`: launch an engine with one configuration after another, measure each, keep the
+exact ones.
 
-Only typer, rich and the standard library at module level; the tuner (and Optuna) are imported inside.
+Only typer, rich and the standard library at module level; the tuner (and Optuna) are imported
+inside.
 """
 
 from __future__ import annotations
@@ -23,32 +25,106 @@ Results go to a run folder (printed): tune.json (for `roofline report`), trials.
 def register(app: typer.Typer) -> None:
     @app.command("tune", help=HELP)
     def tune(
-        engine: str = typer.Option("embedded", "--engine", help="Engine to start: embedded, llamacpp, vllm or sglang."),
-        model: str | None = typer.Option(None, "--model", help="Model to serve (embedded: a .gguf file or folder; default SmolLM2-135M-Instruct)."),
-        space: Path | None = typer.Option(None, "--space", help="Search space TOML file (knobs, ranges or choices, conditions)."),
-        preset: str | None = typer.Option(None, "--preset", help="Built-in space: embedded, vllm-ngram, llamacpp, b200-ladder (default: the engine's own)."),
-        strategy: str = typer.Option("ladder", "--strategy", help="ladder (one knob at a time, the study's method), grid (every combination) or tpe (Optuna)."),
-        trials: int | None = typer.Option(None, "--trials", help="Most trials to run, baseline included (default: the whole ladder or grid; 20 for tpe)."),
-        objective: str = typer.Option("speed", "--objective", help="speed (single-stream Output Speed), goodput (tok/s meeting --slo) or cost ($/Mtok, --price-per-hour)."),
-        reps: int = typer.Option(2, "--reps", help="Times each prompt is sent per trial; the spread across reps is the noise a gain must beat."),
-        max_tokens: int = typer.Option(96, "--max-tokens", help="Tokens generated per request (and compared by the exactness gate)."),
-        prompts: Path | None = typer.Option(None, "--prompts", help="JSONL prompt file instead of the four built-in prompts."),
-        hardware: str | None = typer.Option(None, "--hardware", help="Hardware for the ceiling: a catalogue name (b200), 'local', or a bandwidth like 8TB/s (embedded: local)."),
-        storage: str | None = typer.Option(None, "--storage", help="Study storage URL, e.g. postgresql://user@host/db to share one study between machines (default: SQLite in the run folder)."),
-        study: str = typer.Option("tune", "--study", help="Study name in the storage (workers with the same name share it)."),
-        resume: Path | None = typer.Option(None, "--resume", help="Continue the run in this folder: interrupted trials run again, finished ones are kept."),
-        allow_inexact: bool = typer.Option(False, "--allow-inexact", help="Let a configuration whose greedy outputs differ from the baseline's be chosen as best."),
+        engine: str = typer.Option(
+            "embedded", "--engine", help="Engine to start: embedded, llamacpp, vllm or sglang."
+        ),
+        model: str | None = typer.Option(
+            None,
+            "--model",
+            help="Model to serve (embedded: a .gguf file or folder; default SmolLM2-135M-Instruct).",
+        ),
+        space: Path | None = typer.Option(
+            None, "--space", help="Search space TOML file (knobs, ranges or choices, conditions)."
+        ),
+        preset: str | None = typer.Option(
+            None,
+            "--preset",
+            help="Built-in space: embedded, vllm-ngram, llamacpp, b200-ladder (default: the engine's own).",
+        ),
+        strategy: str = typer.Option(
+            "ladder",
+            "--strategy",
+            help="ladder (one knob at a time, the study's method), grid (every combination) or tpe (Optuna).",
+        ),
+        trials: int | None = typer.Option(
+            None,
+            "--trials",
+            help="Most trials to run, baseline included (default: the whole ladder or grid; 20 for tpe).",
+        ),
+        objective: str = typer.Option(
+            "speed",
+            "--objective",
+            help="speed (single-stream Output Speed), goodput (tok/s meeting --slo) or cost ($/Mtok, --price-per-hour).",
+        ),
+        reps: int = typer.Option(
+            2,
+            "--reps",
+            help="Times each prompt is sent per trial; the spread across reps is the noise a gain must beat.",
+        ),
+        max_tokens: int = typer.Option(
+            96,
+            "--max-tokens",
+            help="Tokens generated per request (and compared by the exactness gate).",
+        ),
+        prompts: Path | None = typer.Option(
+            None, "--prompts", help="JSONL prompt file instead of the four built-in prompts."
+        ),
+        hardware: str | None = typer.Option(
+            None,
+            "--hardware",
+            help="Hardware for the ceiling: a catalogue name (b200), 'local', or a bandwidth like 8TB/s (embedded: local).",
+        ),
+        storage: str | None = typer.Option(
+            None,
+            "--storage",
+            help="Study storage URL, e.g. postgresql://user@host/db to share one study between machines (default: SQLite in the run folder).",
+        ),
+        study: str = typer.Option(
+            "tune",
+            "--study",
+            help="Study name in the storage (workers with the same name share it).",
+        ),
+        resume: Path | None = typer.Option(
+            None,
+            "--resume",
+            help="Continue the run in this folder: interrupted trials run again, finished ones are kept.",
+        ),
+        allow_inexact: bool = typer.Option(
+            False,
+            "--allow-inexact",
+            help="Let a configuration whose greedy outputs differ from the baseline's be chosen as best.",
+        ),
         runs: Path = typer.Option(Path("runs"), "--runs", help="Folder the run folder is made in."),
-        engine_arg: list[str] = typer.Option([], "--engine-arg", help="knob=value fixes a knob for the baseline and every trial; anything else is passed to the engine as is (repeat)."),
-        slo: str | None = typer.Option(None, "--slo", help="goodput: limits like ttft=2s,tpot=100ms."),
-        concurrency: int = typer.Option(4, "--concurrency", help="goodput and cost: streams kept busy."),
-        price_per_hour: float | None = typer.Option(None, "--price-per-hour", help="cost: the machine's price in dollars per hour."),
-        engine_timeout: str = typer.Option("300s", "--engine-timeout", help="How long an engine may take to answer its health check."),
-        timeout: str = typer.Option("300s", "--timeout", help="Per-request timeout; a request past it fails."),
+        engine_arg: list[str] = typer.Option(
+            [],
+            "--engine-arg",
+            help="knob=value fixes a knob for the baseline and every trial; anything else is passed to the engine as is (repeat).",
+        ),
+        slo: str | None = typer.Option(
+            None, "--slo", help="goodput: limits like ttft=2s,tpot=100ms."
+        ),
+        concurrency: int = typer.Option(
+            4, "--concurrency", help="goodput and cost: streams kept busy."
+        ),
+        price_per_hour: float | None = typer.Option(
+            None, "--price-per-hour", help="cost: the machine's price in dollars per hour."
+        ),
+        engine_timeout: str = typer.Option(
+            "300s",
+            "--engine-timeout",
+            help="How long an engine may take to answer its health check.",
+        ),
+        timeout: str = typer.Option(
+            "300s", "--timeout", help="Per-request timeout; a request past it fails."
+        ),
         seed: int = typer.Option(0, "--seed", help="Seed for TPE's draws."),
         as_json: bool = typer.Option(False, "--json", help="Print tune.json's content."),
         as_markdown: bool = typer.Option(False, "--markdown", help="Print the result as Markdown."),
-        no_report: bool = typer.Option(False, "--no-report", help="Skip report.html (ladder, sweeps, roofline charts) at the end."),
+        no_report: bool = typer.Option(
+            False,
+            "--no-report",
+            help="Skip report.html (ladder, sweeps, roofline charts) at the end.",
+        ),
     ) -> None:
         run_until_signal(_run, dict(locals()))
 
@@ -91,8 +167,12 @@ def _new_options(o: dict):
     get_strategy(o["strategy"])
     for name in ("trials", "reps", "max_tokens", "concurrency"):
         _positive("--" + name.replace("_", "-"), o[name])
-    get_objective(o["objective"], ObjectiveSettings(o["concurrency"], parse_slo(o["slo"]) if o["slo"] else None,
-                                                    o["price_per_hour"]))
+    get_objective(
+        o["objective"],
+        ObjectiveSettings(
+            o["concurrency"], parse_slo(o["slo"]) if o["slo"] else None, o["price_per_hour"]
+        ),
+    )
     if o["space"] and o["preset"]:
         raise UserError("give --space or --preset, not both")
     if o["space"]:
@@ -103,17 +183,23 @@ def _new_options(o: dict):
     if fixed:
         sp = sp.with_baseline(fixed)
         check_config(launcher, sp.baseline)
-    launcher.argv(model=o["model"], port=1, host="127.0.0.1", config=sp.baseline, extra_args=extra)  # e.g. no --model
+    launcher.argv(
+        model=o["model"], port=1, host="127.0.0.1", config=sp.baseline, extra_args=extra
+    )  # e.g. no --model
     if o["engine"] == "embedded" and not o["model"]:
         from roofline.engine.default_model import default_model_path
 
         default_model_path()  # a missing default model is a one-line error now, not a failed baseline
     hardware = o["hardware"] or ("local" if o["engine"] == "embedded" else None)
-    if hardware and o["engine"] != "embedded" and o["model"]:  # fail before launching, not after every trial
+    if (
+        hardware and o["engine"] != "embedded" and o["model"]
+    ):  # fail before launching, not after every trial
         from roofline.bench.against import resolve_ceiling
         from roofline.modelspec.catalogue import load_spec
 
-        if hardware == "local":  # the bandwidth is measured per trial; the bytes need the model's config
+        if (
+            hardware == "local"
+        ):  # the bandwidth is measured per trial; the bytes need the model's config
             load_spec(o["model"])
         else:
             resolve_ceiling(model=o["model"], hardware=hardware, served=None, server_info=None)
@@ -122,13 +208,27 @@ def _new_options(o: dict):
 
         load_prompts_jsonl(o["prompts"])
     return TuneOptions(
-        engine=o["engine"], model=o["model"], space=sp.to_json(), strategy=o["strategy"], objective=o["objective"],
-        trials=o["trials"], reps=o["reps"], max_tokens=o["max_tokens"],
-        prompts=str(o["prompts"].resolve()) if o["prompts"] else None, hardware=hardware, storage=o["storage"],
-        study=o["study"], allow_inexact=o["allow_inexact"], concurrency=o["concurrency"], slo=o["slo"],
-        price_per_hour=o["price_per_hour"], extra_args=tuple(extra),
+        engine=o["engine"],
+        model=o["model"],
+        space=sp.to_json(),
+        strategy=o["strategy"],
+        objective=o["objective"],
+        trials=o["trials"],
+        reps=o["reps"],
+        max_tokens=o["max_tokens"],
+        prompts=str(o["prompts"].resolve()) if o["prompts"] else None,
+        hardware=hardware,
+        storage=o["storage"],
+        study=o["study"],
+        allow_inexact=o["allow_inexact"],
+        concurrency=o["concurrency"],
+        slo=o["slo"],
+        price_per_hour=o["price_per_hour"],
+        extra_args=tuple(extra),
         ready_timeout_s=_seconds("--engine-timeout", o["engine_timeout"]),
-        request_timeout_s=_seconds("--timeout", o["timeout"]), seed=o["seed"])
+        request_timeout_s=_seconds("--timeout", o["timeout"]),
+        seed=o["seed"],
+    )
 
 
 def _run(o: dict) -> int:
@@ -158,8 +258,11 @@ def _run(o: dict) -> int:
         result = run_tune(options, run_dir, display)
     except KeyboardInterrupt:
         display.stop()
-        typer.echo(f"interrupted: the engine was stopped and the study kept; continue with\n"
-                   f"  roofline tune --resume {run_dir}", err=True)
+        typer.echo(
+            f"interrupted: the engine was stopped and the study kept; continue with\n"
+            f"  roofline tune --resume {run_dir}",
+            err=True,
+        )
         return 130
     except BaselineFailed as e:
         display.stop()
@@ -177,15 +280,18 @@ def _run(o: dict) -> int:
 
 
 def _display(options):
-    from roofline.tune.objectives import OBJECTIVES
     from roofline.cli.tune_output import RichDisplay, planned_total
+    from roofline.tune.objectives import OBJECTIVES
     from roofline.tune.search import get_strategy
     from roofline.tune.space import Space
     from roofline.tune.tuner import budget
 
     strategy = get_strategy(options.strategy)
     plan = strategy.plan(Space.from_json(options.space))
-    return RichDisplay(planned_total(plan, budget(options), strategy.open_ended), OBJECTIVES[options.objective].unit)
+    return RichDisplay(
+        planned_total(plan, budget(options), strategy.open_ended),
+        OBJECTIVES[options.objective].unit,
+    )
 
 
 def _print(result, *, as_json: bool, as_markdown: bool) -> None:

@@ -1,4 +1,5 @@
-"""The embedded engine: a compact decoder for the Llama family, its scheduler and its OpenAI-compatible server.
+"""The embedded engine: a compact decoder for the Llama family, its scheduler and its
+OpenAI-compatible server.
 
     from roofline.engine import load_runner, SamplingParams, generate
     runner = load_runner()                      # the default model, fp32

@@ -1,8 +1,9 @@
-"""Atomic counters and waiting, for the decode worker threads' phase counters (decode.py), as LLVM IR.
+"""Atomic counters and waiting, for the decode worker threads' phase counters (decode.py), as LLVM
+IR.
 
-numba has no atomics or memory-ordering primitives in nopython code; these are thin intrinsics over LLVM's:
-fetch_add (a sequentially consistent `atomicrmw add`), load_acquire (an acquire `load atomic`), the x86
-`pause` spin hint and a short sleep.
+numba has no atomics or memory-ordering primitives in nopython code; these are thin intrinsics over
+LLVM's: fetch_add (a sequentially consistent `atomicrmw add`), load_acquire (an acquire `load
+atomic`), the x86 `pause` spin hint and a short sleep.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ def _element_pointer(context, builder, aryty, ary, index_ty, index):
 
 
 def _pause(builder) -> None:
-    fn = builder.module.declare_intrinsic("llvm.x86.sse2.pause", fnty=ir.FunctionType(ir.VoidType(), []))
+    fn = builder.module.declare_intrinsic(
+        "llvm.x86.sse2.pause", fnty=ir.FunctionType(ir.VoidType(), [])
+    )
     builder.call(fn, [])
 
 
@@ -37,7 +40,11 @@ def _is_counter_array(a) -> bool:
 @intrinsic
 def fetch_add(typingctx, counters, i, value):
     """Atomically counters[i] += value; returns the value before (sequentially consistent)."""
-    if not (_is_counter_array(counters) and isinstance(i, types.Integer) and isinstance(value, types.Integer)):
+    if not (
+        _is_counter_array(counters)
+        and isinstance(i, types.Integer)
+        and isinstance(value, types.Integer)
+    ):
         return None
 
     def codegen(context, builder, sig, args):
@@ -50,8 +57,8 @@ def fetch_add(typingctx, counters, i, value):
 
 @intrinsic
 def load_acquire(typingctx, counters, i):
-    """counters[i], read atomically with acquire ordering (later reads see what was written before the
-    fetch_add that stored it)."""
+    """counters[i], read atomically with acquire ordering (later reads see what was written before
+    the fetch_add that stored it)."""
     if not (_is_counter_array(counters) and isinstance(i, types.Integer)):
         return None
 
@@ -76,17 +83,22 @@ def spin_pause(typingctx):
 
 @intrinsic
 def nap(typingctx, microseconds):
-    """Sleep for about this many microseconds (POSIX usleep; a pause elsewhere). A thread that has waited a
-    while for another one sleeps instead of spinning, so that its core goes idle and the scheduler can run
-    the thread it waits for there (a busy machine may have taken that thread's own core)."""
+    """Sleep for about this many microseconds (POSIX usleep; a pause elsewhere). A thread that has
+    waited a while for another one sleeps instead of spinning, so that its core goes idle and the
+    scheduler can run the thread it waits for there (a busy machine may have taken that thread's own
+    core)."""
     if not isinstance(microseconds, types.Integer):
         return None
 
     def codegen(context, builder, sig, args):
         if _POSIX:
             i32 = ir.IntType(32)
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [i32]), "usleep")
-            builder.call(fn, [builder.trunc(context.cast(builder, args[0], sig.args[0], types.int64), i32)])
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(i32, [i32]), "usleep"
+            )
+            builder.call(
+                fn, [builder.trunc(context.cast(builder, args[0], sig.args[0], types.int64), i32)]
+            )
         elif _X86:
             _pause(builder)
         return context.get_dummy_value()

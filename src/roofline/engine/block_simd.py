@@ -352,9 +352,14 @@ def stored_dot_rows(typingctx, w, off, fmt, x, ix, x_stride, n, rows):
         sx = context.cast(builder, args[5], sx_ty, types.intp)
         n_v = context.cast(builder, args[6], n_ty, types.intp)
         starts = [builder.add(ix, builder.mul(sx, _k(r))) for r in range(m)]  # row r of x
-        loads = [_loader(builder, types.float32,
-                         _flat_f32(context, builder, x_ty, args[3], types.intp, start))
-                 for start in starts]
+        loads = [
+            _loader(
+                builder,
+                types.float32,
+                _flat_f32(context, builder, x_ty, args[3], types.intp, start),
+            )
+            for start in starts
+        ]
         code = context.cast(builder, args[2], fmt_ty, types.int32)
         results = [cgutils.alloca_once(builder, _F32) for _ in range(m)]
         _switch(

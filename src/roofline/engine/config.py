@@ -1,4 +1,5 @@
-"""The shape of a Llama-family decoder, as read from a checkpoint (GGUF metadata or HF config.json)."""
+"""The shape of a Llama-family decoder, as read from a checkpoint (GGUF metadata or HF
+config.json)."""
 
 from __future__ import annotations
 
@@ -32,11 +33,22 @@ class ModelConfig:
         # A checkpoint whose numbers contradict each other is corrupt, not a model to guess at.
         if self.arch not in SUPPORTED_ARCHS:
             raise ValueError(f"arch {self.arch!r} is not one of {SUPPORTED_ARCHS}")
-        for field in ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "ffn", "vocab_size", "max_seq_len"):
+        for field in (
+            "n_layers",
+            "hidden",
+            "n_heads",
+            "n_kv_heads",
+            "head_dim",
+            "ffn",
+            "vocab_size",
+            "max_seq_len",
+        ):
             if getattr(self, field) <= 0:
                 raise ValueError(f"{field} must be positive, got {getattr(self, field)}")
         if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
+            raise ValueError(
+                f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}"
+            )
         if self.head_dim % 2:
             raise ValueError(f"head_dim {self.head_dim} must be even for RoPE")
 

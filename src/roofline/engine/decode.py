@@ -1,32 +1,38 @@
-"""One decode pass over all layers for k token rows, run by the worker threads in a single parallel region.
+"""One decode pass over all layers for k token rows, run by the worker threads in a single parallel
+region.
 
-A decode step at this model size is ~150 small operations (five per layer), most of them a few tens of
-microseconds. Launching a parallel region per operation costs a fork/join each, and the serial steps in
-between (norms, RoPE, the softmax merge) leave the other threads idle. Here the threads enter one region
-per pass and walk the same list of phases; a phase is a set of units (row blocks of a matrix, attention
-chunks), and a phase may start only when every unit of the phase before it is done:
+A decode step at this model size is ~150 small operations (five per layer), most of them a few tens
+of microseconds. Launching a parallel region per operation costs a fork/join each, and the serial
+steps in between (norms, RoPE, the softmax merge) leave the other threads idle. Here the threads
+enter one region per pass and walk the same list of phases; a phase is a set of units (row blocks of
+a matrix, attention chunks), and a phase may start only when every unit of the phase before it is
+done:
 
-    per layer:  qkv rows (+ a private RMSNorm)  |  bias, RoPE, K/V to cache (one unit)  |  attention chunks
+    per layer:  qkv rows (+ a private RMSNorm)  |  bias, RoPE, K/V to cache (one unit)  |  attention
+    chunks
                 |  o rows, += x (+ a private merge of the chunks)  |  gate/up rows and SiLU (+ a private
                 RMSNorm)  |  down rows, += x
     then:       lm_head rows (+ a private final RMSNorm of the logit rows)
 
-The units of a phase are split evenly over the threads (equal weight bytes); each thread takes runs of its
-own share in order -- a quarter of what is left of it at a time, so few atomics, and contiguous memory
-streams -- then takes over units of other threads' shares that nobody has started. So threads finish a
-phase together even when one is slowed down, and a thread that never runs cannot stall the pass (its
-share is done by the others). Counters per phase, each on its own cache line: claimed[t] (units of thread
-t's share handed out, atomic fetch-add) and done (units finished). A thread waits for done == units
-before the next phase: spinning (`pause`) for ~50 us, then napping 20 us at a time, so that on a busy
-machine a waiting thread gives its core to the one it waits for. Every unit does the same arithmetic
-whichever thread runs it: results are those of a one-thread pass, bit for bit.
+The units of a phase are split evenly over the threads (equal weight bytes); each thread takes runs
+of its own share in order -- a quarter of what is left of it at a time, so few atomics, and
+contiguous memory streams -- then takes over units of other threads' shares that nobody has started.
+So threads finish a phase together even when one is slowed down, and a thread that never runs cannot
+stall the pass (its share is done by the others). Counters per phase, each on its own cache line:
+claimed[t] (units of thread t's share handed out, atomic fetch-add) and done (units finished). A
+thread waits for done == units before the next phase: spinning (`pause`) for ~50 us, then napping 20
+us at a time, so that on a busy machine a waiting thread gives its core to the one it waits for.
+Every unit does the same arithmetic whichever thread runs it: results are those of a one-thread
+pass, bit for bit.
 
-Norms and the attention merge are computed by every thread into its own buffer before it claims units
-that need them: they are cheap, and it saves a phase each. Their inputs are stable while any unit of the
-phase that needs them is unclaimed, since the next writer of those inputs is a later phase.
+Norms and the attention merge are computed by every thread into its own buffer before it claims
+units that need them: they are cheap, and it saves a phase each. Their inputs are stable while any
+unit of the phase that needs them is unclaimed, since the next writer of those inputs is a later
+phase.
 
-Measured here (SmolLM2-135M, bf16, 2 threads, context ~150): per layer the matrix phases stream at the
-machine's read bandwidth, attention ~11 us, the K/V phase ~2.5 us, phase changes well under 1 us.
+Measured here (SmolLM2-135M, bf16, 2 threads, context ~150): per layer the matrix phases stream at
+the machine's read bandwidth, attention ~11 us, the K/V phase ~2.5 us, phase changes well under 1
+us.
 """
 
 from __future__ import annotations
@@ -51,17 +57,19 @@ from roofline.engine.matrices import embed_into
 
 PHASES_PER_LAYER = 6
 LINE = 8  # int64 counters per cache line: each counter gets a line of its own
-SPINS_BEFORE_NAP = 2000  # x ~25 ns per `pause` here: ~50 us, while phases end within a few us of each other
+SPINS_BEFORE_NAP = (
+    2000  # x ~25 ns per `pause` here: ~50 us, while phases end within a few us of each other
+)
 NAP_MICROSECONDS = 20
 UNIT_BYTES = 16384  # weight bytes per matrix unit: the grain of the even finish
 
 
 @njit(**_JIT)
 def _claim(counters, phase, tid, n_threads, n_units):
-    """Next run of units of the phase for thread tid, as (first, count): from its own share first, then from
-    other threads' unstarted ones; count 0 when none is left. A run is a quarter of what is left of that
-    share (at least one unit): few atomics while there is much to do, single units near the end, so that
-    the threads finish together."""
+    """Next run of units of the phase for thread tid, as (first, count): from its own share first,
+    then from other threads' unstarted ones; count 0 when none is left. A run is a quarter of what
+    is left of that share (at least one unit): few atomics while there is much to do, single units
+    near the end, so that the threads finish together."""
     base = phase * (n_threads + 1)
     for k in range(n_threads):
         owner = (tid + k) % n_threads
@@ -114,7 +122,8 @@ def _matvec_phase(counters, phase, tid, n_threads, w, scale, x, out, accumulate,
 
 @njit(**_JIT)
 def _gate_up_phase(counters, phase, tid, n_threads, w, scale, x, gu, act, scratch, unit_bytes):
-    """[g | u] = W x for a block of gate rows and the same block of up rows, then act = SiLU(g) * u on it."""
+    """[g | u] = W x for a block of gate rows and the same block of up rows, then act = SiLU(g) * u
+    on it."""
     ffn = act.shape[1]
     per = max(16, _rows_per_unit(w, unit_bytes) // 16 * 16)  # whole 16-column SiLU blocks
     n_units = (ffn + per - 1) // per
@@ -123,7 +132,9 @@ def _gate_up_phase(counters, phase, tid, n_threads, w, scale, x, gu, act, scratc
         u, count = _claim(counters, phase, tid, n_threads, n_units)
         if count == 0:
             break
-        for v in range(u, u + count):  # gate and up rows of one unit, then its SiLU: act stays in L1
+        for v in range(
+            u, u + count
+        ):  # gate and up rows of one unit, then its SiLU: act stays in L1
             j0, j1 = v * per, min((v + 1) * per, ffn)
             matvec_rows(w, scale, x, gu, j0, j1, False)
             matvec_rows(w, scale, x, gu, ffn + j0, ffn + j1, False)
@@ -134,9 +145,34 @@ def _gate_up_phase(counters, phase, tid, n_threads, w, scale, x, gu, act, scratc
 
 @njit(**_JIT)
 def _worker(tid, n_threads, counters, rows, layers, head, cache, buffers, attn, unit_bytes):
-    """Thread tid's walk through the phases (module docstring). Arguments come in tuples (see decode_rows)."""
-    slots, positions, cache_positions, tree_base, tree_path, logit_rows, n_heads, eps, use_qk_norm = rows
-    attn_norm, wqkv, qkv_scale, bqkv, q_norm, k_norm, wo, o_scale, mlp_norm, wgu, gu_scale, wd, d_scale = layers
+    """Thread tid's walk through the phases (module docstring). Arguments come in tuples (see
+    decode_rows)."""
+    (
+        slots,
+        positions,
+        cache_positions,
+        tree_base,
+        tree_path,
+        logit_rows,
+        n_heads,
+        eps,
+        use_qk_norm,
+    ) = rows
+    (
+        attn_norm,
+        wqkv,
+        qkv_scale,
+        bqkv,
+        q_norm,
+        k_norm,
+        wo,
+        o_scale,
+        mlp_norm,
+        wgu,
+        gu_scale,
+        wd,
+        d_scale,
+    ) = layers
     final_norm, lm_head, lm_scale = head
     cos, sin, k_cache, v_cache = cache
     x, h_all, att_all, picked_all, qkv, gu, act, logits = buffers
@@ -148,12 +184,40 @@ def _worker(tid, n_threads, counters, rows, layers, head, cache, buffers, attn, 
     phase = 0
     for layer in range(wqkv.shape[0]):
         rms_norm(x, attn_norm[layer], eps, h)
-        _matvec_phase(counters, phase, tid, n_threads, wqkv[layer], qkv_scale[layer], h, qkv, False, unit_bytes)
+        _matvec_phase(
+            counters,
+            phase,
+            tid,
+            n_threads,
+            wqkv[layer],
+            qkv_scale[layer],
+            h,
+            qkv,
+            False,
+            unit_bytes,
+        )
         phase += 1
-        mine = _claim(counters, phase, tid, n_threads, 1)[1]  # one unit: the thread that claims it does it
+        mine = _claim(counters, phase, tid, n_threads, 1)[
+            1
+        ]  # one unit: the thread that claims it does it
         if mine:
-            qkv_to_cache(qkv, bqkv[layer], q_norm[layer], k_norm[layer], use_qk_norm, eps, n_heads, cos, sin, slots,
-                         positions, cache_positions, layer, k_cache, v_cache)
+            qkv_to_cache(
+                qkv,
+                bqkv[layer],
+                q_norm[layer],
+                k_norm[layer],
+                use_qk_norm,
+                eps,
+                n_heads,
+                cos,
+                sin,
+                slots,
+                positions,
+                cache_positions,
+                layer,
+                k_cache,
+                v_cache,
+            )
         _finish(counters, phase, n_threads, 1, mine)
         phase += 1
         done = 0
@@ -162,45 +226,130 @@ def _worker(tid, n_threads, counters, rows, layers, head, cache, buffers, attn, 
             if count == 0:
                 break
             for v in range(u, u + count):
-                attend_unit(v, first_unit, qkv, n_heads, slots, positions, tree_base, tree_path, layer, k_cache, v_cache,
-                            scores, part_out, part_max, part_sum, g_k, g_v, g_s)
+                attend_unit(
+                    v,
+                    first_unit,
+                    qkv,
+                    n_heads,
+                    slots,
+                    positions,
+                    tree_base,
+                    tree_path,
+                    layer,
+                    k_cache,
+                    v_cache,
+                    scores,
+                    part_out,
+                    part_max,
+                    part_sum,
+                    g_k,
+                    g_v,
+                    g_s,
+                )
             done += count
         _finish(counters, phase, n_threads, n_units_attn, done)
         phase += 1
         merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, att)
-        _matvec_phase(counters, phase, tid, n_threads, wo[layer], o_scale[layer], att, x, True, unit_bytes)
+        _matvec_phase(
+            counters, phase, tid, n_threads, wo[layer], o_scale[layer], att, x, True, unit_bytes
+        )
         phase += 1
         rms_norm(x, mlp_norm[layer], eps, h)
-        _gate_up_phase(counters, phase, tid, n_threads, wgu[layer], gu_scale[layer], h, gu, act, silu_scratch, unit_bytes)
+        _gate_up_phase(
+            counters,
+            phase,
+            tid,
+            n_threads,
+            wgu[layer],
+            gu_scale[layer],
+            h,
+            gu,
+            act,
+            silu_scratch,
+            unit_bytes,
+        )
         phase += 1
-        _matvec_phase(counters, phase, tid, n_threads, wd[layer], d_scale[layer], act, x, True, unit_bytes)
+        _matvec_phase(
+            counters, phase, tid, n_threads, wd[layer], d_scale[layer], act, x, True, unit_bytes
+        )
         phase += 1
     for j in range(logit_rows.shape[0]):
         picked[j] = x[logit_rows[j]]
     rms_norm(picked, final_norm, eps, h[: picked.shape[0]])
-    _matvec_phase(counters, phase, tid, n_threads, lm_head, lm_scale, h[: picked.shape[0]], logits, False, unit_bytes)
+    _matvec_phase(
+        counters,
+        phase,
+        tid,
+        n_threads,
+        lm_head,
+        lm_scale,
+        h[: picked.shape[0]],
+        logits,
+        False,
+        unit_bytes,
+    )
 
 
 @njit(parallel=True, **_JIT)
 def _run_workers(n_threads, counters, rows, layers, head, cache, buffers, attn, unit_bytes):
-    for tid in prange(n_threads):  # the loop index is unsigned inside the parallel region: one signature
-        _worker(np.int64(tid), n_threads, counters, rows, layers, head, cache, buffers, attn, unit_bytes)
+    for tid in prange(
+        n_threads
+    ):  # the loop index is unsigned inside the parallel region: one signature
+        _worker(
+            np.int64(tid), n_threads, counters, rows, layers, head, cache, buffers, attn, unit_bytes
+        )
 
 
 @njit(**_JIT)
 def decode_rows(
-    tokens, slots, positions, cache_positions, tree_base, tree_path, embed, embed_scale, attn_norm, wqkv, qkv_scale, bqkv, q_norm, k_norm, use_qk_norm,
-    wo, o_scale, mlp_norm, wgu, gu_scale, wd, d_scale, final_norm, lm_head, lm_scale, cos, sin, k_cache, v_cache,
-    n_heads, eps, logit_rows, logits, n_threads, unit_bytes=UNIT_BYTES,
+    tokens,
+    slots,
+    positions,
+    cache_positions,
+    tree_base,
+    tree_path,
+    embed,
+    embed_scale,
+    attn_norm,
+    wqkv,
+    qkv_scale,
+    bqkv,
+    q_norm,
+    k_norm,
+    use_qk_norm,
+    wo,
+    o_scale,
+    mlp_norm,
+    wgu,
+    gu_scale,
+    wd,
+    d_scale,
+    final_norm,
+    lm_head,
+    lm_scale,
+    cos,
+    sin,
+    k_cache,
+    v_cache,
+    n_heads,
+    eps,
+    logit_rows,
+    logits,
+    n_threads,
+    unit_bytes=UNIT_BYTES,
 ):
-    """Run all layers for k token rows, row r being token tokens[r] of slot slots[r] at position positions[r];
-    write each row's K/V into the cache at cache_positions[r] (= positions[r] except for draft-tree nodes; see
-    `kernels.attend_unit` for tree_base and tree_path, which give each row's context), and the float32 logits of row logit_rows[j] into logits[j] (a
-    prefill needs only its last row's). Stacked weights: wqkv (L, q+2kv, hidden), wo (L, hidden, q),
-    wgu (L, 2 ffn, hidden), wd (L, hidden, ffn), each with per-output-row scales (L, rows). n_threads: the
-    workers to start (numba's thread count for this calling thread); unit_bytes: weight bytes per matrix unit."""
+    """Run all layers for k token rows, row r being token tokens[r] of slot slots[r] at position
+    positions[r]; write each row's K/V into the cache at cache_positions[r] (= positions[r] except
+    for draft-tree nodes; see `kernels.attend_unit` for tree_base and tree_path, which give each
+    row's context), and the float32 logits of row logit_rows[j] into logits[j] (a prefill needs only
+    its last row's). Stacked weights: wqkv (L, q+2kv, hidden), wo (L, hidden, q), wgu (L, 2 ffn,
+    hidden), wd (L, hidden, ffn), each with per-output-row scales (L, rows). n_threads: the workers
+    to start (numba's thread count for this calling thread); unit_bytes: weight bytes per matrix
+    unit."""
     k = tokens.shape[0]
-    n_layers, qkv_dim = bqkv.shape  # (stored rows are bytes: the sizes come from the float32 arrays)
+    n_layers, qkv_dim = (
+        bqkv.shape
+    )  # (stored rows are bytes: the sizes come from the float32 arrays)
     hidden, ffn = attn_norm.shape[1], gu_scale.shape[1] // 2
     n_kv, head_dim = v_cache.shape[2], v_cache.shape[4]
     q_dim = n_heads * head_dim
@@ -208,16 +357,54 @@ def decode_rows(
     for r in range(k):
         embed_into(embed, embed_scale, tokens[r], x, r)
     first_unit, n_chunks = attention_units(positions, n_kv)
-    scores, part_out, part_max, part_sum = attention_scratch(first_unit[-1], n_heads // n_kv, head_dim)
+    scores, part_out, part_max, part_sum = attention_scratch(
+        first_unit[-1], n_heads // n_kv, head_dim
+    )
     gather_k, gather_v, gather_s = gather_scratch(n_threads, tree_path.shape[1], head_dim)
     n_phases = n_layers * PHASES_PER_LAYER + 1
     counters = np.zeros(n_phases * (n_threads + 1) * LINE, dtype=np.int64)
-    buffers = (x, np.empty((n_threads, k, hidden), dtype=np.float32), np.empty((n_threads, k, q_dim), dtype=np.float32),
-               np.empty((n_threads, logit_rows.shape[0], hidden), dtype=np.float32),
-               np.empty((k, qkv_dim), dtype=np.float32), np.empty((k, 2 * ffn), dtype=np.float32),
-               np.empty((k, ffn), dtype=np.float32), logits)
-    _run_workers(n_threads, counters, (slots, positions, cache_positions, tree_base, tree_path, logit_rows, n_heads, eps,
-                                       use_qk_norm),
-                 (attn_norm, wqkv, qkv_scale, bqkv, q_norm, k_norm, wo, o_scale, mlp_norm, wgu, gu_scale, wd, d_scale),
-                 (final_norm, lm_head, lm_scale), (cos, sin, k_cache, v_cache), buffers,
-                 (first_unit, n_chunks, scores, part_out, part_max, part_sum, gather_k, gather_v, gather_s), unit_bytes)
+    buffers = (
+        x,
+        np.empty((n_threads, k, hidden), dtype=np.float32),
+        np.empty((n_threads, k, q_dim), dtype=np.float32),
+        np.empty((n_threads, logit_rows.shape[0], hidden), dtype=np.float32),
+        np.empty((k, qkv_dim), dtype=np.float32),
+        np.empty((k, 2 * ffn), dtype=np.float32),
+        np.empty((k, ffn), dtype=np.float32),
+        logits,
+    )
+    _run_workers(
+        n_threads,
+        counters,
+        (
+            slots,
+            positions,
+            cache_positions,
+            tree_base,
+            tree_path,
+            logit_rows,
+            n_heads,
+            eps,
+            use_qk_norm,
+        ),
+        (
+            attn_norm,
+            wqkv,
+            qkv_scale,
+            bqkv,
+            q_norm,
+            k_norm,
+            wo,
+            o_scale,
+            mlp_norm,
+            wgu,
+            gu_scale,
+            wd,
+            d_scale,
+        ),
+        (final_norm, lm_head, lm_scale),
+        (cos, sin, k_cache, v_cache),
+        buffers,
+        (first_unit, n_chunks, scores, part_out, part_max, part_sum, gather_k, gather_v, gather_s),
+        unit_bytes,
+    )

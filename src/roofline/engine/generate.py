@@ -46,16 +46,20 @@ class GenerationTimings:
         return self.prompt_tokens / self.prefill_seconds if self.prefill_seconds > 0 else 0.0
 
 
-def decode_one_token(runner, slot: int, token: int, params: SamplingParams, rng: np.random.Generator) -> int:
+def decode_one_token(
+    runner, slot: int, token: int, params: SamplingParams, rng: np.random.Generator
+) -> int:
     """Feed `token` at the slot's next position and sample the token after it."""
     logits = runner.decode([slot], [token])[0]
     return sample(logits, params, rng)
 
 
-def speculative_decode(runner, slot: int, token: int, seq: Sequence,
-                       speculation: RequestSpeculation | None) -> tuple[list[int], str]:
-    """One pass: `token` plus whatever the proposer drafts after it; the sequence takes the accepted drafts and
-    the target's own next token (stopping when it is done). Returns those tokens and the text made final."""
+def speculative_decode(
+    runner, slot: int, token: int, seq: Sequence, speculation: RequestSpeculation | None
+) -> tuple[list[int], str]:
+    """One pass: `token` plus whatever the proposer drafts after it; the sequence takes the accepted
+    drafts and the target's own next token (stopping when it is done). Returns those tokens and the
+    text made final."""
     tree = DraftTree.empty()
     if speculation is not None:
         tree = speculation.draft(seq.prompt_ids + seq.output_ids, room_for_draft(seq, runner, slot))
@@ -66,15 +70,25 @@ def speculative_decode(runner, slot: int, token: int, seq: Sequence,
 
 
 class Generation:
-    """Iterating yields token ids; `text()` yields the text as it becomes final instead. Either way the
-    loop runs once; afterwards `sequence` holds the ids and finish reason, `timings` the timings."""
+    """Iterating yields token ids; `text()` yields the text as it becomes final instead. Either way
+    the loop runs once; afterwards `sequence` holds the ids and finish reason, `timings` the
+    timings."""
 
-    def __init__(self, runner, prompt_ids: Seq[int], params: SamplingParams, *, slot: int = 0,
-                 speculation: RequestSpeculation | None = None) -> None:
+    def __init__(
+        self,
+        runner,
+        prompt_ids: Seq[int],
+        params: SamplingParams,
+        *,
+        slot: int = 0,
+        speculation: RequestSpeculation | None = None,
+    ) -> None:
         self.runner = runner
         self.slot = slot
         self.speculation = speculation
-        self.params = fit_to_context(len(prompt_ids), params, runner.max_seq_len)  # ContextLengthError if no room
+        self.params = fit_to_context(
+            len(prompt_ids), params, runner.max_seq_len
+        )  # ContextLengthError if no room
         self.sequence = Sequence(prompt_ids, self.params, runner.tokenizer)
         self.timings = GenerationTimings(prompt_tokens=len(prompt_ids))
         self._started = False
@@ -119,8 +133,17 @@ class Generation:
                 yield text
 
 
-def generate(runner, prompt_ids: Seq[int], params: SamplingParams | None = None, *, slot: int = 0,
-             speculation: RequestSpeculation | None = None) -> Generation:
-    """Decode one sequence: `for token in generate(...)`, or `.text()` for streamed text; then `.timings`.
-    speculation: one request's proposer (`speculate.step.speculation_factory(options, runner)()`)."""
-    return Generation(runner, list(prompt_ids), params or SamplingParams(), slot=slot, speculation=speculation)
+def generate(
+    runner,
+    prompt_ids: Seq[int],
+    params: SamplingParams | None = None,
+    *,
+    slot: int = 0,
+    speculation: RequestSpeculation | None = None,
+) -> Generation:
+    """Decode one sequence: `for token in generate(...)`, or `.text()` for streamed text; then
+    `.timings`. speculation: one request's proposer (`speculate.step.speculation_factory(options,
+    runner)()`)."""
+    return Generation(
+        runner, list(prompt_ids), params or SamplingParams(), slot=slot, speculation=speculation
+    )

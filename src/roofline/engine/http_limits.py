@@ -1,18 +1,21 @@
-"""What one HTTP request may cost the server: its header and body sizes, the time to send the body, and
-the socket options every connection gets.
+"""What one HTTP request may cost the server: its header and body sizes, the time to send the body,
+and the socket options every connection gets.
 
 Defaults, and why:
-- body 4 MiB: a 128k-token prompt is ~0.5 MB of text (~4 bytes a token), twice that JSON-escaped, and
-  a prompt of 128k token ids ~0.9 MB; 4 MiB leaves room for every real request and stops a 20 MB body
-  from being parsed and tokenized at all (measured before: 13-33 s of a blocked loop, GBs of RSS).
-- headers 16 KiB and 100 fields: h11's default buffer (nginx allows 4 x 8 KiB); the openai SDK sends ~15.
-- 30 s to receive a body: 4 MiB at 1 Mbit/s; a client slower than that holds a connection for nothing.
+- body 4 MiB: a 128k-token prompt is ~0.5 MB of text (~4 bytes a token), twice that JSON-escaped,
+  and a prompt of 128k token ids ~0.9 MB; 4 MiB leaves room for every real request and stops a 20 MB
+  body from being parsed and tokenized at all (measured before: 13-33 s of a blocked loop, GBs of
+  RSS).
+- headers 16 KiB and 100 fields: h11's default buffer (nginx allows 4 x 8 KiB); the openai SDK sends
+  ~15.
+- 30 s to receive a body: 4 MiB at 1 Mbit/s; a client slower than that holds a connection for
+  nothing.
 
 The connection class is uvicorn's h11 protocol plus TCP_NODELAY on every accepted socket: without it
-Nagle's algorithm holds a response's last small write until the client's delayed ACK (~40 ms on Linux),
-and that delay would land in every latency the bench measures. h11 rather than httptools: h11 answers an
-HTTP/1.0 client without chunked encoding (close-delimited), bounds the header block, and reports a
-malformed request through an error we can answer in JSON.
+Nagle's algorithm holds a response's last small write until the client's delayed ACK (~40 ms on
+Linux), and that delay would land in every latency the bench measures. h11 rather than httptools:
+h11 answers an HTTP/1.0 client without chunked encoding (close-delimited), bounds the header block,
+and reports a malformed request through an error we can answer in JSON.
 """
 
 from __future__ import annotations
@@ -51,8 +54,8 @@ def set_nodelay(sock) -> None:
 
 
 class NoDelayH11Protocol(H11Protocol):
-    """uvicorn's h11 connection with TCP_NODELAY set when accepted, and a JSON body (431 for an oversized
-    header block) on the requests h11 refuses to parse."""
+    """uvicorn's h11 connection with TCP_NODELAY set when accepted, and a JSON body (431 for an
+    oversized header block) on the requests h11 refuses to parse."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -63,7 +66,9 @@ class NoDelayH11Protocol(H11Protocol):
             try:
                 return next_event()
             except h11.RemoteProtocolError as e:
-                self._refusal_status = e.error_status_hint if e.error_status_hint in (400, 414, 431) else 400
+                self._refusal_status = (
+                    e.error_status_hint if e.error_status_hint in (400, 414, 431) else 400
+                )
                 raise
 
         self.conn.next_event = remembering_next_event
@@ -76,10 +81,17 @@ class NoDelayH11Protocol(H11Protocol):
         status = self._refusal_status
         why = "the request headers are too large" if status == 431 else "malformed HTTP request"
         body = json.dumps(APIError(status, why, code="bad_http_request").body()).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                   (b"connection", b"close")]
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
         try:
-            for event in (h11.Response(status_code=status, headers=headers), h11.Data(data=body), h11.EndOfMessage()):
+            for event in (
+                h11.Response(status_code=status, headers=headers),
+                h11.Data(data=body),
+                h11.EndOfMessage(),
+            ):
                 self.transport.write(self.conn.send(event))
         except h11.LocalProtocolError:  # the peer broke the exchange past the point of answering
             pass
@@ -87,20 +99,28 @@ class NoDelayH11Protocol(H11Protocol):
 
 
 def check_headers(headers: list[tuple[bytes, bytes]], limits: Limits) -> None:
-    """A 431 for too many header fields or too many header bytes. (h11 bounds the bytes it buffers of a
-    header block still incomplete; one that arrives whole in a single read is measured here.)"""
+    """A 431 for too many header fields or too many header bytes. (h11 bounds the bytes it buffers
+    of a header block still incomplete; one that arrives whole in a single read is measured
+    here.)"""
     if len(headers) > limits.max_header_count:
-        raise APIError(431, f"too many request headers ({len(headers)}; at most {limits.max_header_count})",
-                       code="headers_too_large")
+        raise APIError(
+            431,
+            f"too many request headers ({len(headers)}; at most {limits.max_header_count})",
+            code="headers_too_large",
+        )
     size = sum(len(name) + len(value) + 4 for name, value in headers)  # "name: value\r\n"
     if size > limits.max_header_bytes:
-        raise APIError(431, f"the request headers take {size} bytes; at most {limits.max_header_bytes}",
-                       code="headers_too_large")
+        raise APIError(
+            431,
+            f"the request headers take {size} bytes; at most {limits.max_header_bytes}",
+            code="headers_too_large",
+        )
 
 
 async def read_body(request, limits: Limits) -> bytes:
-    """The request body, refused with a 413 once it passes max_body_bytes (before reading any of it when
-    Content-Length says so) and with a 408 when it takes longer than body_timeout_s to arrive."""
+    """The request body, refused with a 413 once it passes max_body_bytes (before reading any of it
+    when Content-Length says so) and with a 408 when it takes longer than body_timeout_s to
+    arrive."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
         raise _too_large(int(declared), limits)
@@ -118,11 +138,18 @@ async def read_body(request, limits: Limits) -> bytes:
     try:
         await asyncio.wait_for(receive(), limits.body_timeout_s)
     except TimeoutError:
-        raise APIError(408, f"the request body did not arrive within {limits.body_timeout_s:g} s",
-                       code="request_timeout") from None
+        raise APIError(
+            408,
+            f"the request body did not arrive within {limits.body_timeout_s:g} s",
+            code="request_timeout",
+        ) from None
     return b"".join(parts)
 
 
 def _too_large(size: int, limits: Limits) -> APIError:
-    return APIError(413, f"the request body has {size} bytes or more; this server takes at most "
-                    f"{limits.max_body_bytes} (--max-body-bytes)", code="request_too_large")
+    return APIError(
+        413,
+        f"the request body has {size} bytes or more; this server takes at most "
+        f"{limits.max_body_bytes} (--max-body-bytes)",
+        code="request_too_large",
+    )

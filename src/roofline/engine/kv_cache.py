@@ -2,17 +2,19 @@
 
 Layouts, float32:
     keys   (slots, layers, kv_heads, S / B, head_dim, B), B = KEY_BLOCK: transposed within blocks of B
-           positions, so that the scores q . k_t of B consecutive positions come from one contiguous row
-           (vectorised over t), a chunk of positions is one contiguous stretch of memory, and writing a
-           key touches one 4 KiB block (a fully transposed (head_dim, S) layout spreads it over head_dim
-           rows S * 4 bytes apart);
-    values (slots, layers, kv_heads, S, head_dim), so that sum_t p_t v_t is vectorised over head_dim.
-S is max_seq_len rounded up to a whole number of attention chunks (ATTN_CHUNK positions), so that the
-kernels may read any chunk whole. Bytes per cached token: 2 (K and V) * layers * kv_heads * head_dim * 4.
+           positions, so that the scores q . k_t of B consecutive positions come from one contiguous
+           row (vectorised over t), a chunk of positions is one contiguous stretch of memory, and
+           writing a key touches one 4 KiB block (a fully transposed (head_dim, S) layout spreads it
+           over head_dim rows S * 4 bytes apart);
+    values (slots, layers, kv_heads, S, head_dim), so that sum_t p_t v_t is vectorised over
+    head_dim.
+S is max_seq_len rounded up to a whole number of attention chunks (ATTN_CHUNK positions), so that
+the kernels may read any chunk whole. Bytes per cached token: 2 (K and V) * layers * kv_heads *
+head_dim * 4.
 
-The arrays come from np.zeros, which maps untouched pages lazily: a long max_seq_len costs address space,
-not memory, until positions are written. `lengths[slot]` is the number of positions written (the next
-token's position).
+The arrays come from np.zeros, which maps untouched pages lazily: a long max_seq_len costs address
+space, not memory, until positions are written. `lengths[slot]` is the number of positions written
+(the next token's position).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import numpy as np
 from roofline.engine.config import ModelConfig
 
 KEY_BLOCK = 16  # positions per key block: one AVX-512 register of float32 scores
-ATTN_CHUNK = 128  # positions per attention work unit of the decode kernels (a multiple of KEY_BLOCK)
+ATTN_CHUNK = (
+    128  # positions per attention work unit of the decode kernels (a multiple of KEY_BLOCK)
+)
 
 
 class KVCache:
@@ -30,11 +34,17 @@ class KVCache:
 
     def __init__(self, config: ModelConfig, n_slots: int, max_seq_len: int) -> None:
         if n_slots < 1 or max_seq_len < 1:
-            raise ValueError(f"need at least one slot and one position (got {n_slots} slots, {max_seq_len} positions)")
+            raise ValueError(
+                f"need at least one slot and one position (got {n_slots} slots, {max_seq_len} positions)"
+            )
         c = config
         n_blocks = -(-max_seq_len // ATTN_CHUNK) * (ATTN_CHUNK // KEY_BLOCK)
-        self.k = np.zeros((n_slots, c.n_layers, c.n_kv_heads, n_blocks, c.head_dim, KEY_BLOCK), dtype=np.float32)
-        self.v = np.zeros((n_slots, c.n_layers, c.n_kv_heads, n_blocks * KEY_BLOCK, c.head_dim), dtype=np.float32)
+        self.k = np.zeros(
+            (n_slots, c.n_layers, c.n_kv_heads, n_blocks, c.head_dim, KEY_BLOCK), dtype=np.float32
+        )
+        self.v = np.zeros(
+            (n_slots, c.n_layers, c.n_kv_heads, n_blocks * KEY_BLOCK, c.head_dim), dtype=np.float32
+        )
         self.lengths = np.zeros(n_slots, dtype=np.int64)
         self.n_slots = n_slots
         self.max_seq_len = max_seq_len
@@ -42,7 +52,9 @@ class KVCache:
     def check_slot(self, slot: int) -> int:
         slot = int(slot)
         if not 0 <= slot < self.n_slots:
-            raise ValueError(f"slot {slot} is out of range: this runner has {self.n_slots} slots (max_batch)")
+            raise ValueError(
+                f"slot {slot} is out of range: this runner has {self.n_slots} slots (max_batch)"
+            )
         return slot
 
     def check_room(self, slot: int, n_new: int) -> None:
@@ -53,15 +65,17 @@ class KVCache:
             )
 
     def torch_views(self, slot: int):
-        """(k, v) of one slot as torch tensors sharing this memory: k (layers, kv_heads, S / B, head_dim, B),
-        v (layers, kv_heads, S, head_dim); `write_keys` / `read_keys` index the blocked keys by position."""
+        """(k, v) of one slot as torch tensors sharing this memory: k (layers, kv_heads, S / B,
+        head_dim, B), v (layers, kv_heads, S, head_dim); `write_keys` / `read_keys` index the
+        blocked keys by position."""
         import torch
 
         return torch.from_numpy(self.k[slot]), torch.from_numpy(self.v[slot])
 
     def truncate(self, slot: int, length: int) -> None:
-        """Forget positions >= length (e.g. rejected speculative tokens). Nothing reads a position before it is
-        written again, but they are zeroed too, so that the slot is exactly as if they had never been written."""
+        """Forget positions >= length (e.g. rejected speculative tokens). Nothing reads a position
+        before it is written again, but they are zeroed too, so that the slot is exactly as if they
+        had never been written."""
         end = int(self.lengths[slot])
         if not 0 <= length <= end:
             raise ValueError(f"cannot truncate slot {slot} of length {end} to {length}")
@@ -72,14 +86,17 @@ class KVCache:
         self.lengths[slot] = length
 
     def move(self, slot: int, sources, first: int) -> None:
-        """Copy the K/V of positions `sources` (increasing) to first, first + 1, ... (an accepted path of a
-        draft tree becomes contiguous). Every source is >= its destination, and all are read before any write."""
+        """Copy the K/V of positions `sources` (increasing) to first, first + 1, ... (an accepted
+        path of a draft tree becomes contiguous). Every source is >= its destination, and all are
+        read before any write."""
         src = np.asarray(sources, dtype=np.int64)
         dst = np.arange(first, first + src.size)
         if src.size and (np.any(src < dst) or src[-1] >= self.lengths[slot]):
             raise ValueError(f"cannot move positions {src.tolist()} of slot {slot} to {first}..")
         k, v = self.k[slot], self.v[slot]
-        k[:, :, dst // KEY_BLOCK, :, dst % KEY_BLOCK] = k[:, :, src // KEY_BLOCK, :, src % KEY_BLOCK]
+        k[:, :, dst // KEY_BLOCK, :, dst % KEY_BLOCK] = k[
+            :, :, src // KEY_BLOCK, :, src % KEY_BLOCK
+        ]
         v[:, :, dst] = v[:, :, src]
 
     def release(self, slot: int) -> None:
@@ -87,8 +104,9 @@ class KVCache:
 
 
 def write_keys(k_blocks, start: int, keys) -> None:
-    """Store keys (T, kv_heads, head_dim) at positions start..start+T-1 of one layer's blocked key cache
-    k_blocks (kv_heads, S / B, head_dim, B) (torch tensors; position p lives at [:, p // B, :, p % B])."""
+    """Store keys (T, kv_heads, head_dim) at positions start..start+T-1 of one layer's blocked key
+    cache k_blocks (kv_heads, S / B, head_dim, B) (torch tensors; position p lives at [:, p // B, :,
+    p % B])."""
     import torch
 
     pos = torch.arange(start, start + keys.shape[0])
@@ -96,9 +114,9 @@ def write_keys(k_blocks, start: int, keys) -> None:
 
 
 def read_keys(k_blocks, end: int):
-    """Keys of positions 0..end-1 of one layer's blocked key cache, as an (end, kv_heads, head_dim) view of a
-    (kv_heads, head_dim, end) tensor (the memory order of the transposed cache, which the attention GEMMs
-    were written against: the same strides give the same summation order)."""
+    """Keys of positions 0..end-1 of one layer's blocked key cache, as an (end, kv_heads, head_dim)
+    view of a (kv_heads, head_dim, end) tensor (the memory order of the transposed cache, which the
+    attention GEMMs were written against: the same strides give the same summation order)."""
     blocks = -(-end // KEY_BLOCK)
     g, _, d, b = k_blocks.shape
     keys_t = k_blocks[:, :blocks].permute(0, 2, 1, 3).reshape(g, d, blocks * b)[:, :, :end]

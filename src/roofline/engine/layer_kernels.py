@@ -2,20 +2,20 @@
 
 Decoding one token at batch 1 reads every weight once, so the step is bound by memory bandwidth, and
 torch's eager CPU matrix-vector kernels stream only a third of it at this model size. Here each
-projection is a set of row dot products in fp32 (each row of W is streamed once and dotted with every
-input row while it sits in L1):
+projection is a set of row dot products in fp32 (each row of W is streamed once and dotted with
+every input row while it sits in L1):
 
     out[r, o] = scale[o] * sum_i W[o, i] * x[r, i]     (fp32 accumulation, W widened in-register)
 
-W is fp32 (scale 1), bf16 stored as uint16 (scale 1) -- a bf16 is the top half of an fp32, so widening is
-a shift by 16 and a bitcast (`_f32_from_bf16_bits`) and the memory stream is half as long -- or int8
-with one fp32 scale per output row (weight-only int8, a quarter of the fp32 stream).
+W is fp32 (scale 1), bf16 stored as uint16 (scale 1) -- a bf16 is the top half of an fp32, so
+widening is a shift by 16 and a bitcast (`_f32_from_bf16_bits`) and the memory stream is half as
+long -- or int8 with one fp32 scale per output row (weight-only int8, a quarter of the fp32 stream).
 
 Every float reduction (row dots, RMSNorm sums of squares, softmax sums) goes through `simd.dot` /
 `simd.vsum`, which fix the summation order in the emitted code: a row's result is the same whichever
-rows, slots, threads or compilation produced it, so row r of a k-row pass is bit-identical to a 1-row
-pass on that row (batched decode == each sequence alone; a speculative verify == plain decode steps).
-`decode.decode_rows` schedules these pieces over the worker threads.
+rows, slots, threads or compilation produced it, so row r of a k-row pass is bit-identical to a
+1-row pass on that row (batched decode == each sequence alone; a speculative verify == plain decode
+steps). `decode.decode_rows` schedules these pieces over the worker threads.
 
 Per layer (x: residual stream, one row per token):
     h = RMSNorm(x);  [q|k|v] = Wqkv h (+ bias);  q, k = RoPE(qk-norm(q, k));  append k, v to the cache
@@ -50,13 +50,18 @@ def _f32_from_i32_bits(typingctx, bits):
 
 @njit(fastmath=True, error_model="numpy", inline="always")
 def exp_nonpos(x):
-    """e^x for x <= 0, within ~3 ulp (relative 4e-7), branch-free so that loops over it vectorise (calls
-    to libm's expf do not): e^x = 2^n e^r with n = round(x / ln 2), |r| <= ln2 / 2, e^r by its degree-7 Taylor-like polynomial
-    (Cephes' coefficients), 2^n built from its exponent bits. Inputs below -87 give ~1e-38 instead of 0."""
+    """e^x for x <= 0, within ~3 ulp (relative 4e-7), branch-free so that loops over it vectorise
+    (calls to libm's expf do not): e^x = 2^n e^r with n = round(x / ln 2), |r| <= ln2 / 2, e^r by
+    its degree-7 Taylor-like polynomial (Cephes' coefficients), 2^n built from its exponent bits.
+    Inputs below -87 give ~1e-38 instead of 0."""
     x = max(x, np.float32(-87.0))
-    k = np.int32(np.float32(0.5) - x * np.float32(1.44269504))  # floor(0.5 - x / ln2) >= 0 by truncation
+    k = np.int32(
+        np.float32(0.5) - x * np.float32(1.44269504)
+    )  # floor(0.5 - x / ln2) >= 0 by truncation
     n = -np.float32(k)  # round(x / ln2)
-    r = x - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)  # x - n ln2, ln2 split in two
+    r = (
+        x - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
+    )  # x - n ln2, ln2 split in two
     p = np.float32(1.9875691500e-4)
     p = p * r + np.float32(1.3981999507e-3)
     p = p * r + np.float32(8.3334519073e-3)
@@ -69,10 +74,10 @@ def exp_nonpos(x):
 
 @njit(**_JIT)
 def matvec_rows(w, scale, x, out, o0, o1, accumulate):
-    """out[r, o] = scale[o] * sum_i w[o, i] * x[r, i] (or += when accumulate) for rows o in [o0, o1) of w and
-    every row r of x; w (n_out, n_in) fp32, bf16 bits or int8, scale (n_out,) float32 (ones unless int8:
-    multiplying by 1 is exact), or stored rows (`matrices`). Each row of w is read once, for up to four rows
-    of x at a time."""
+    """out[r, o] = scale[o] * sum_i w[o, i] * x[r, i] (or += when accumulate) for rows o in [o0, o1)
+    of w and every row r of x; w (n_out, n_in) fp32, bf16 bits or int8, scale (n_out,) float32 (ones
+    unless int8: multiplying by 1 is exact), or stored rows (`matrices`). Each row of w is read
+    once, for up to four rows of x at a time."""
     matvec(w, scale, x, out, o0, o1, accumulate)
 
 
@@ -89,7 +94,8 @@ def rms_norm(x, weight, eps, out):
 
 @njit(**_JIT)
 def _head_rms_norm(v, start, width, weight, eps):
-    """In place: RMSNorm of v[start:start+width] (one head) with a per-head-dim weight (Qwen3 q/k norm)."""
+    """In place: RMSNorm of v[start:start+width] (one head) with a per-head-dim weight (Qwen3 q/k
+    norm)."""
     ss = simd.dot(v, start, v, start, width)
     inv = np.float32(1.0) / np.sqrt(ss / np.float32(width) + np.float32(eps))
     for i in range(width):
@@ -99,7 +105,7 @@ def _head_rms_norm(v, start, width, weight, eps):
 @njit(**_JIT)
 def _rope_head(v, start, cos_row, sin_row):
     """In place RoPE on one head in HF's rotate-half layout: pairs (i, i + d/2) turn by angle pos * inv_freq_i.
-        a' = a cos - b sin,   b' = b cos + a sin"""
+    a' = a cos - b sin,   b' = b cos + a sin"""
     half = cos_row.shape[0]
     for i in range(half):
         a = v[start + i]
@@ -109,14 +115,29 @@ def _rope_head(v, start, cos_row, sin_row):
 
 
 @njit(**_JIT)
-def qkv_to_cache(qkv, bias, q_norm, k_norm, use_qk_norm, eps, n_heads, cos, sin, slots, positions, cache_positions,
-                 layer, k_cache, v_cache):
-    """Per row: add bias, per-head q/k norm (Qwen3), RoPE on q and k heads at the row's position, then write k
-    and v at the row's cache position of its slot (the same position, except for the nodes of a draft tree:
-    a node at depth d sits at a later cache position, but turns by its position in the sequence).
-    qkv rows are [q (n_heads*d) | k (n_kv*d) | v (n_kv*d)]; q stays in qkv.
-    Cache layouts (kv_cache.py): k_cache (slots, L, n_kv, S/B, d, B) -- keys transposed in blocks of B
-    positions --, v_cache (slots, L, n_kv, S, d)."""
+def qkv_to_cache(
+    qkv,
+    bias,
+    q_norm,
+    k_norm,
+    use_qk_norm,
+    eps,
+    n_heads,
+    cos,
+    sin,
+    slots,
+    positions,
+    cache_positions,
+    layer,
+    k_cache,
+    v_cache,
+):
+    """Per row: add bias, per-head q/k norm (Qwen3), RoPE on q and k heads at the row's position,
+    then write k and v at the row's cache position of its slot (the same position, except for the
+    nodes of a draft tree: a node at depth d sits at a later cache position, but turns by its
+    position in the sequence). qkv rows are [q (n_heads*d) | k (n_kv*d) | v (n_kv*d)]; q stays in
+    qkv. Cache layouts (kv_cache.py): k_cache (slots, L, n_kv, S/B, d, B) -- keys transposed in
+    blocks of B positions --, v_cache (slots, L, n_kv, S, d)."""
     n_kv, head_dim = v_cache.shape[2], v_cache.shape[4]
     block = k_cache.shape[5]
     q_dim = n_heads * head_dim
@@ -141,10 +162,10 @@ def qkv_to_cache(qkv, bias, q_norm, k_norm, use_qk_norm, eps, n_heads, cos, sin,
 
 # Causal GQA attention of each row's q heads over its slot's cache up to and including its position:
 #     out_h = sum_t softmax_t(q_h . k_t / sqrt(d)) v_t,   t = 0..pos,  kv head = h // (n_heads / n_kv)
-# in work units (`attend_unit`) whose partial results `merge_attention` combines. A unit: one row, one kv head
-# with its query heads, ATTN_CHUNK positions of context (a multiple of the key block; the cache holds whole
-# chunks). Units depend only on their own row's data and context length, so a row's result never depends on
-# the batch.
+# in work units (`attend_unit`) whose partial results `merge_attention` combines. A unit: one row,
+# one kv head with its query heads, ATTN_CHUNK positions of context (a multiple of the key block;
+# the cache holds whole chunks). Units depend only on their own row's data and context length, so a
+# row's result never depends on the batch.
 ATTN_CHUNK = kv_cache.ATTN_CHUNK
 KEY_BLOCK = kv_cache.KEY_BLOCK
 
@@ -152,8 +173,9 @@ KEY_BLOCK = kv_cache.KEY_BLOCK
 @njit(**_JIT)
 def attention_units(positions, n_kv):
     """(first_unit, n_chunks): row r owns units first_unit[r] .. first_unit[r+1]-1, n_chunks[r] =
-    ceil((pos_r + 1) / ATTN_CHUNK) chunks of n_kv units each: unit first_unit[r] + c * n_kv + g is chunk c of
-    kv head g (full chunks first, so that threads taking units in order finish close together)."""
+    ceil((pos_r + 1) / ATTN_CHUNK) chunks of n_kv units each: unit first_unit[r] + c * n_kv + g is
+    chunk c of kv head g (full chunks first, so that threads taking units in order finish close
+    together)."""
     n_chunks = (positions + ATTN_CHUNK) // ATTN_CHUNK
     first_unit = np.zeros(positions.shape[0] + 1, dtype=np.int64)
     for r in range(positions.shape[0]):
@@ -162,24 +184,44 @@ def attention_units(positions, n_kv):
 
 
 @njit(**_JIT)
-def attend_unit(u, first_unit, qkv, n_heads, slots, positions, tree_base, tree_path, layer, k_cache, v_cache, scores,
-                part_out, part_max, part_sum, gather_k, gather_v, gather_s):
+def attend_unit(
+    u,
+    first_unit,
+    qkv,
+    n_heads,
+    slots,
+    positions,
+    tree_base,
+    tree_path,
+    layer,
+    k_cache,
+    v_cache,
+    scores,
+    part_out,
+    part_max,
+    part_sum,
+    gather_k,
+    gather_v,
+    gather_s,
+):
     """Unit u: partial softmax attention of the `group` query heads of one kv head g over one chunk
     [t0, t0 + n) of one row's context:
-        part_max[u, j] = max_t s_jt,  part_sum[u, j] = sum_t exp(s_jt - max),  part_out[u, j] = sum_t exp(s_jt - max) v_t
-    with s_jt = q_j . k_t / sqrt(d) summed over d in order for each t, and o_j summed over t in order.
-    Query heads go in pairs (`simd.block_scores`, `simd.weighted_rows`; an odd one is paired with itself);
-    scores of a partial chunk are computed up to the end of its last key tile and ignored past n.
-    scores: scratch (units, group, ATTN_CHUNK).
+        part_max[u, j] = max_t s_jt,  part_sum[u, j] = sum_t exp(s_jt - max),  part_out[u, j] =
+        sum_t exp(s_jt - max) v_t
+    with s_jt = q_j . k_t / sqrt(d) summed over d in order for each t, and o_j summed over t in
+    order. Query heads go in pairs (`simd.block_scores`, `simd.weighted_rows`; an odd one is paired
+    with itself); scores of a partial chunk are computed up to the end of its last key tile and
+    ignored past n. scores: scratch (units, group, ATTN_CHUNK).
 
-    Draft trees (tree attention): the context of row r is positions t < tree_base[r], which sit at their own
-    place in the cache, then positions tree_base[r] .. positions[r], which are the row's ancestors in a draft
-    tree and sit at cache positions tree_path[r, t - tree_base[r]] (tree_base[r] > positions[r] for a plain
-    row). Those few keys and values are first gathered, in sequence order, into the thread's scratch
-    (gather_k laid out as the cache's key blocks, gather_v, gather_s for a pair of heads' scores), and go
-    through the same two inner loops: each score is the same dot over d, and the value sum continues the
-    same FMA chain over t (`weighted_rows(..., accumulate)`). So a tree node's attention is bit-identical to
-    the attention of the same token decoded alone at that position -- a tree mask without a mask matrix."""
+    Draft trees (tree attention): the context of row r is positions t < tree_base[r], which sit at
+    their own place in the cache, then positions tree_base[r] .. positions[r], which are the row's
+    ancestors in a draft tree and sit at cache positions tree_path[r, t - tree_base[r]]
+    (tree_base[r] > positions[r] for a plain row). Those few keys and values are first gathered, in
+    sequence order, into the thread's scratch (gather_k laid out as the cache's key blocks,
+    gather_v, gather_s for a pair of heads' scores), and go through the same two inner loops: each
+    score is the same dot over d, and the value sum continues the same FMA chain over t
+    (`weighted_rows(..., accumulate)`). So a tree node's attention is bit-identical to the attention
+    of the same token decoded alone at that position -- a tree mask without a mask matrix."""
     r = 0
     while first_unit[r + 1] <= u:
         r += 1
@@ -189,7 +231,9 @@ def attend_unit(u, first_unit, qkv, n_heads, slots, positions, tree_base, tree_p
     scale = np.float32(1.0 / math.sqrt(head_dim))
     t0 = c * ATTN_CHUNK
     n = min(ATTN_CHUNK, positions[r] + 1 - t0)
-    n_direct = min(n, max(0, tree_base[r] - t0))  # positions read in place; the other n - n_direct are gathered
+    n_direct = min(
+        n, max(0, tree_base[r] - t0)
+    )  # positions read in place; the other n - n_direct are gathered
     n_tree = n - n_direct
     keys, values = k_cache[slots[r], layer, g], v_cache[slots[r], layer, g]
     q0 = r * qkv.shape[1] + g * group * head_dim  # flat offset of the group's first query head
@@ -199,8 +243,18 @@ def attend_unit(u, first_unit, qkv, n_heads, slots, positions, tree_base, tree_p
     for ja in range(0, group, 2):
         jb = min(ja + 1, group - 1)
         for p0 in range(0, n_direct, tile):
-            simd.block_scores(keys, (t0 + p0) * head_dim, head_dim, qkv, q0 + ja * head_dim, q0 + jb * head_dim, scale,
-                              scores, s0 + ja * ATTN_CHUNK + p0, s0 + jb * ATTN_CHUNK + p0)
+            simd.block_scores(
+                keys,
+                (t0 + p0) * head_dim,
+                head_dim,
+                qkv,
+                q0 + ja * head_dim,
+                q0 + jb * head_dim,
+                scale,
+                scores,
+                s0 + ja * ATTN_CHUNK + p0,
+                s0 + jb * ATTN_CHUNK + p0,
+            )
     if n_tree > 0:
         first = t0 + n_direct - tree_base[r]  # index in tree_path[r] of the first gathered position
         for i in range(n_tree):
@@ -214,8 +268,18 @@ def attend_unit(u, first_unit, qkv, n_heads, slots, positions, tree_base, tree_p
         for ja in range(0, group, 2):
             jb = min(ja + 1, group - 1)
             for p0 in range(0, n_tree, tile):
-                simd.block_scores(gather_k, p0 * head_dim, head_dim, qkv, q0 + ja * head_dim, q0 + jb * head_dim, scale,
-                                  gather_s, p0, width + p0)
+                simd.block_scores(
+                    gather_k,
+                    p0 * head_dim,
+                    head_dim,
+                    qkv,
+                    q0 + ja * head_dim,
+                    q0 + jb * head_dim,
+                    scale,
+                    gather_s,
+                    p0,
+                    width + p0,
+                )
             for i in range(n_tree):
                 sc[ja, n_direct + i] = gather_s[i]
                 sc[jb, n_direct + i] = gather_s[width + i]
@@ -231,28 +295,53 @@ def attend_unit(u, first_unit, qkv, n_heads, slots, positions, tree_base, tree_p
         jb = min(ja + 1, group - 1)
         oa, ob = (u * group + ja) * head_dim, (u * group + jb) * head_dim
         if n_direct > 0:
-            simd.weighted_rows(values, t0 * head_dim, n_direct, head_dim, scores, s0 + ja * ATTN_CHUNK,
-                               s0 + jb * ATTN_CHUNK, part_out, oa, ob, False)
+            simd.weighted_rows(
+                values,
+                t0 * head_dim,
+                n_direct,
+                head_dim,
+                scores,
+                s0 + ja * ATTN_CHUNK,
+                s0 + jb * ATTN_CHUNK,
+                part_out,
+                oa,
+                ob,
+                False,
+            )
         if n_tree > 0:
-            simd.weighted_rows(gather_v, 0, n_tree, head_dim, scores, s0 + ja * ATTN_CHUNK + n_direct,
-                               s0 + jb * ATTN_CHUNK + n_direct, part_out, oa, ob, n_direct > 0)
+            simd.weighted_rows(
+                gather_v,
+                0,
+                n_tree,
+                head_dim,
+                scores,
+                s0 + ja * ATTN_CHUNK + n_direct,
+                s0 + jb * ATTN_CHUNK + n_direct,
+                part_out,
+                oa,
+                ob,
+                n_direct > 0,
+            )
 
 
 @njit(**_JIT)
 def gather_scratch(n_threads, path_len, head_dim):
-    """(gather_k, gather_v, gather_s) per thread for draft-tree rows whose ancestor paths hold up to path_len
-    positions: keys in whole score tiles of key blocks, values, and a pair of heads' scores."""
+    """(gather_k, gather_v, gather_s) per thread for draft-tree rows whose ancestor paths hold up to
+    path_len positions: keys in whole score tiles of key blocks, values, and a pair of heads'
+    scores."""
     tile = simd.SCORE_TILE * KEY_BLOCK
     padded = max(1, (path_len + tile - 1) // tile) * tile
-    return (np.zeros((n_threads, padded * head_dim), dtype=np.float32),
-            np.zeros((n_threads, padded, head_dim), dtype=np.float32),
-            np.zeros((n_threads, 2 * padded), dtype=np.float32))
+    return (
+        np.zeros((n_threads, padded * head_dim), dtype=np.float32),
+        np.zeros((n_threads, padded, head_dim), dtype=np.float32),
+        np.zeros((n_threads, 2 * padded), dtype=np.float32),
+    )
 
 
 @njit(**_JIT)
 def merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out):
     """Combine the chunks of each (row, head) as in flash-decoding:
-        m = max_c m_c,   out_h = sum_c e^(m_c - m) o_c / sum_c e^(m_c - m) l_c"""
+    m = max_c m_c,   out_h = sum_c e^(m_c - m) o_c / sum_c e^(m_c - m) l_c"""
     group, head_dim = part_out.shape[1], part_out.shape[2]
     for r in range(n_chunks.shape[0]):
         n_kv = (first_unit[r + 1] - first_unit[r]) // n_chunks[r]
@@ -279,17 +368,21 @@ def merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out):
 @njit(**_JIT)
 def attention_scratch(n_units, group, head_dim):
     """(scores, part_out, part_max, part_sum) for n_units attention units."""
-    return (np.empty((n_units, group, ATTN_CHUNK), dtype=np.float32), np.empty((n_units, group, head_dim), dtype=np.float32),
-            np.empty((n_units, group), dtype=np.float32), np.empty((n_units, group), dtype=np.float32))
+    return (
+        np.empty((n_units, group, ATTN_CHUNK), dtype=np.float32),
+        np.empty((n_units, group, head_dim), dtype=np.float32),
+        np.empty((n_units, group), dtype=np.float32),
+        np.empty((n_units, group), dtype=np.float32),
+    )
 
 
 @njit(**_JIT)
 def silu_mul(gate_up, out, j0=0, j1=-1, scratch=None):
-    """out[:, j] = SiLU(g) * u for columns j in [j0, j1) (all by default) with [g | u] = gate_up rows;
-    SiLU(g) = g sigmoid(g), and with e = exp(-|g|) <= 1 sigmoid(g) = 1 / (1 + e) for g >= 0 and e / (1 + e)
-    for g < 0 (no overflow either way). Sixteen columns at a time (`simd.silu_block`; a ragged end goes
-    through a padded copy), so a column's value never depends on the range it was computed in.
-    scratch: (4, 16) float32, allocated when not given."""
+    """out[:, j] = SiLU(g) * u for columns j in [j0, j1) (all by default) with [g | u] = gate_up
+    rows; SiLU(g) = g sigmoid(g), and with e = exp(-|g|) <= 1 sigmoid(g) = 1 / (1 + e) for g >= 0
+    and e / (1 + e) for g < 0 (no overflow either way). Sixteen columns at a time
+    (`simd.silu_block`; a ragged end goes through a padded copy), so a column's value never depends
+    on the range it was computed in. scratch: (4, 16) float32, allocated when not given."""
     ffn = out.shape[1]
     end = ffn if j1 < 0 else j1
     lanes = 16
@@ -302,11 +395,16 @@ def silu_mul(gate_up, out, j0=0, j1=-1, scratch=None):
             if m == lanes:
                 for l in range(lanes):
                     e[l] = exp_nonpos(-abs(gate_up[r, j + l]))
-                simd.silu_block(gate_up, r * 2 * ffn + j, r * 2 * ffn + ffn + j, e, out, r * ffn + j)
+                simd.silu_block(
+                    gate_up, r * 2 * ffn + j, r * 2 * ffn + ffn + j, e, out, r * ffn + j
+                )
             else:
                 for l in range(lanes):
                     g = gate_up[r, j + l] if l < m else np.float32(0.0)
-                    pad[0, l], pad[1, l] = g, (gate_up[r, ffn + j + l] if l < m else np.float32(0.0))
+                    pad[0, l], pad[1, l] = (
+                        g,
+                        (gate_up[r, ffn + j + l] if l < m else np.float32(0.0)),
+                    )
                     e[l] = exp_nonpos(-abs(g))
                 simd.silu_block(pad, 0, lanes, e, res, 0)
                 for l in range(m):

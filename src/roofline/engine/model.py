@@ -1,10 +1,11 @@
-"""The Llama-family decoder in plain torch: the readable reference forward (the tests hold the engine to it;
-the runner prefills through engine/prefill.py, which computes the same layer on the packed weights).
+"""The Llama-family decoder in plain torch: the readable reference forward (the tests hold the
+engine to it; the runner prefills through engine/prefill.py, which computes the same layer on the
+packed weights).
 
-Covers Llama 2/3 (incl. llama3 RoPE scaling), Mistral, SmolLM, Qwen2 (q/k/v bias) and Qwen3 (per-head
-RMSNorm on q and k). Weights come as a dict under Hugging Face names with HF layouts (Linear weight is
-(out_features, in_features)), float32, bfloat16, or int8 with per-row scales under `<name>_scale`;
-activations are float32 throughout. Per layer:
+Covers Llama 2/3 (incl. llama3 RoPE scaling), Mistral, SmolLM, Qwen2 (q/k/v bias) and Qwen3
+(per-head RMSNorm on q and k). Weights come as a dict under Hugging Face names with HF layouts
+(Linear weight is (out_features, in_features)), float32, bfloat16, or int8 with per-row scales under
+`<name>_scale`; activations are float32 throughout. Per layer:
 
     h = RMSNorm(x) = x / sqrt(mean(x^2) + eps) * w
     q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv)        split into heads of head_dim d
@@ -38,10 +39,17 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
     if kind == "linear":  # positions divided by factor
         return inv_freq / float(scaling["factor"])
     if kind == "llama3":
-        if "original_max_position_embeddings" not in scaling:  # GGUF: llama.cpp's exact per-frequency divisors
+        if (
+            "original_max_position_embeddings" not in scaling
+        ):  # GGUF: llama.cpp's exact per-frequency divisors
             return inv_freq / torch.tensor(scaling["freq_factors"], dtype=torch.float32)
-        # Llama 3.1: keep high frequencies, divide low ones by `factor`, blend in between (wavelength w = 2 pi / f).
-        factor, low, high = float(scaling["factor"]), float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+        # Llama 3.1: keep high frequencies, divide low ones by `factor`, blend in between
+        # (wavelength w = 2 pi / f).
+        factor, low, high = (
+            float(scaling["factor"]),
+            float(scaling["low_freq_factor"]),
+            float(scaling["high_freq_factor"]),
+        )
         ctx = float(scaling["original_max_position_embeddings"])
         wavelen = 2 * math.pi / inv_freq
         scaled = torch.where(wavelen > ctx / low, inv_freq / factor, inv_freq)
@@ -49,11 +57,14 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
         blended = (1 - smooth) * scaled / factor + smooth * scaled
         medium = ~(wavelen < ctx / high) & ~(wavelen > ctx / low)
         return torch.where(medium, blended, scaled)
-    raise UserError(f"RoPE scaling type {kind!r} is not supported (supported: default, linear, llama3)")
+    raise UserError(
+        f"RoPE scaling type {kind!r} is not supported (supported: default, linear, llama3)"
+    )
 
 
 def rope_tables(config: ModelConfig, n_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of pos * inv_freq for pos in [0, n_positions): two float32 (n_positions, head_dim / 2)."""
+    """cos and sin of pos * inv_freq for pos in [0, n_positions): two float32 (n_positions, head_dim
+    / 2)."""
     angles = torch.outer(torch.arange(n_positions, dtype=torch.float32), rope_inv_freq(config))
     return angles.cos().contiguous(), angles.sin().contiguous()
 
@@ -63,7 +74,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: (T, heads, d); cos/sin: (T, d/2). Rotate-half pairs (i, i + d/2): (a, b) -> (a c - b s, b c + a s)."""
+    """x: (T, heads, d); cos/sin: (T, d/2). Rotate-half pairs (i, i + d/2): (a, b) -> (a c - b s, b
+    c + a s)."""
     a, b = x.chunk(2, dim=-1)
     c, s = cos[:, None, :], sin[:, None, :]
     return torch.cat((a * c - b * s, b * c + a * s), dim=-1)
@@ -81,11 +93,14 @@ def embedding_rows(weights: Mapping[str, torch.Tensor], token_ids: torch.Tensor)
     """The embedding rows of token_ids as float32 (int8 rows times their scales)."""
     name = "model.embed_tokens.weight"
     rows = weights[name][token_ids].float()
-    return rows * weights[name + "_scale"][token_ids][:, None] if name + "_scale" in weights else rows
+    return (
+        rows * weights[name + "_scale"][token_ids][:, None] if name + "_scale" in weights else rows
+    )
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-    """x W^T (+ b) with float32 activations; bf16 weights multiply bf16-rounded activations (a bf16 GEMM)."""
+    """x W^T (+ b) with float32 activations; bf16 weights multiply bf16-rounded activations (a bf16
+    GEMM)."""
     if w.dtype != x.dtype:
         y = F.linear(x.to(w.dtype), w).float()
     else:
@@ -94,15 +109,19 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> torch.Tensor:
-    """Causal GQA attention. q: (T, H, d) at positions start..start+T-1; k, v: (S, G, d) at positions 0..S-1.
-    Query i sees keys 0..start+i. Returns (T, H*d)."""
+    """Causal GQA attention. q: (T, H, d) at positions start..start+T-1; k, v: (S, G, d) at
+    positions 0..S-1. Query i sees keys 0..start+i. Returns (T, H*d)."""
     T, H, d = q.shape
     S = k.shape[0]
     key_pos = torch.arange(S)
     allowed = key_pos[None, :] <= (start + torch.arange(T))[:, None]  # (T, S) causal mask
     out = F.scaled_dot_product_attention(
-        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
-        attn_mask=allowed, scale=1.0 / math.sqrt(d), enable_gqa=True,
+        q.transpose(0, 1)[None],
+        k.transpose(0, 1)[None],
+        v.transpose(0, 1)[None],
+        attn_mask=allowed,
+        scale=1.0 / math.sqrt(d),
+        enable_gqa=True,
     )
     return out[0].transpose(0, 1).reshape(T, H * d)
 
@@ -119,11 +138,11 @@ def forward(
 ) -> torch.Tensor:
     """Logits (T, vocab) float32 for token_ids (T,) at positions start..start+T-1.
 
-    cache: (k, v) of one sequence, float32, k (n_layers, n_kv_heads, S / B, head_dim, B) (keys transposed in
-    blocks of B positions, as the decode kernels read them; see kv_cache.py), v (n_layers, n_kv_heads, S,
-    head_dim); this call writes its
-    K/V at positions start.. and attends over 0..start+T-1. Without a cache, start must be 0.
-    rope: (cos, sin) tables from `rope_tables` covering the positions. last_only: logits of the last token only.
+    cache: (k, v) of one sequence, float32, k (n_layers, n_kv_heads, S / B, head_dim, B) (keys
+    transposed in blocks of B positions, as the decode kernels read them; see kv_cache.py), v
+    (n_layers, n_kv_heads, S, head_dim); this call writes its K/V at positions start.. and attends
+    over 0..start+T-1. Without a cache, start must be 0. rope: (cos, sin) tables from `rope_tables`
+    covering the positions. last_only: logits of the last token only.
     """
     c = config
     T = token_ids.shape[0]
@@ -135,8 +154,14 @@ def forward(
     for i in range(c.n_layers):
         p = f"model.layers.{i}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], c.rms_eps)
-        q, k, v = (linear(h, dense_weight(w, p + f"self_attn.{n}_proj.weight"), w.get(p + f"self_attn.{n}_proj.bias"))
-                   for n in "qkv")
+        q, k, v = (
+            linear(
+                h,
+                dense_weight(w, p + f"self_attn.{n}_proj.weight"),
+                w.get(p + f"self_attn.{n}_proj.bias"),
+            )
+            for n in "qkv"
+        )
         q = q.view(T, c.n_heads, c.head_dim)
         k, v = k.view(T, c.n_kv_heads, c.head_dim), v.view(T, c.n_kv_heads, c.head_dim)
         if c.qk_norm:  # Qwen3: RMSNorm over each head's d values, before RoPE
@@ -156,4 +181,7 @@ def forward(
     if last_only:
         x = x[-1:]
     x = rms_norm(x, w["model.norm.weight"], c.rms_eps)
-    return linear(x, dense_weight(w, "lm_head.weight" if "lm_head.weight" in w else "model.embed_tokens.weight"))
+    return linear(
+        x,
+        dense_weight(w, "lm_head.weight" if "lm_head.weight" in w else "model.embed_tokens.weight"),
+    )

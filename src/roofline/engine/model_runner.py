@@ -1,14 +1,15 @@
 """ModelRunner: the weights in decode layout, the KV cache, and the two steps of generation.
 
-prefill(slot, ids, start=0): the prompt, K/V written from position `start`, in chunks cut at the multiples of
-    `prefill_chunk_tokens` (one call, or one chunk per call from the scheduler: the same arithmetic) -- short
-    chunks through the numba kernels, long ones through torch GEMMs (engine/prefill.py).
-decode(slots, ids): one new token for each slot at that slot's own position, all rows in one call of the
-    numba kernels (`decode.decode_rows`), which reads each weight once for the whole batch.
+prefill(slot, ids, start=0): the prompt, K/V written from position `start`, in chunks cut at the
+    multiples of `prefill_chunk_tokens` (one call, or one chunk per call from the scheduler: the
+    same arithmetic) -- short chunks through the numba kernels, long ones through torch GEMMs
+    (engine/prefill.py).
+decode(slots, ids): one new token for each slot at that slot's own position, all rows in one call of
+    the numba kernels (`decode.decode_rows`), which reads each weight once for the whole batch.
 extend(slot, ids): several tokens of one slot in one kernel pass (a speculative verify).
 
-The weights are packed once (`weights.pack_weights`: fused, stacked over layers, fp32 / bf16 / int8);
-torch views of the same memory serve prefill, so nothing is held twice.
+The weights are packed once (`weights.pack_weights`: fused, stacked over layers, fp32 / bf16 /
+int8); torch views of the same memory serve prefill, so nothing is held twice.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from collections.abc import Sequence as Seq
 import numpy as np
 
 from roofline.engine.config import ModelConfig
-from roofline.engine.loaders.checkpoint import file_bytes_per_token
 from roofline.engine.kv_cache import KVCache
+from roofline.engine.loaders.checkpoint import file_bytes_per_token
 from roofline.engine.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS
 from roofline.engine.threads import ThreadChooser
 from roofline.engine.weights import (
@@ -34,8 +35,9 @@ from roofline.hardware.probe import usable_cpu_count as available_cores
 
 __all__ = ["DTYPES", "KERNEL_PREFILL_MAX_TOKENS", "ModelRunner", "available_cores", "load_runner"]
 
-# Prompts up to this length prefill through the decode kernels: below it they beat torch's small-M GEMMs
-# here (measured: 4 tokens 25 vs 69 ms, 16 tokens 92 vs 127 ms, 32 tokens about even, fp32, 2 threads).
+# Prompts up to this length prefill through the decode kernels: below it they beat torch's small-M
+# GEMMs here (measured: 4 tokens 25 vs 69 ms, 16 tokens 92 vs 127 ms, 32 tokens about even, fp32, 2
+# threads).
 KERNEL_PREFILL_MAX_TOKENS = 24
 PASS_COST_ROWS = (1, 2, 3, 5, 9, 13, 17, 25)  # row counts timed for the speculation cost model
 
@@ -43,10 +45,19 @@ PASS_COST_ROWS = (1, 2, 3, 5, 9, 13, 17, 25)  # row counts timed for the specula
 class ModelRunner:
     """Owns the weights and the KV cache. Not thread-safe: one thread calls it."""
 
-    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS  # prompts are prefilled in chunks cut at its multiples
+    prefill_chunk_tokens: int = (
+        DEFAULT_PREFILL_CHUNK_TOKENS  # prompts are prefilled in chunks cut at its multiples
+    )
 
-    def __init__(self, checkpoint, *, dtype: str = "fp32", threads: int | None = None, max_batch: int = 1,
-                 max_seq_len: int | None = None) -> None:
+    def __init__(
+        self,
+        checkpoint,
+        *,
+        dtype: str = "fp32",
+        threads: int | None = None,
+        max_batch: int = 1,
+        max_seq_len: int | None = None,
+    ) -> None:
         from roofline.engine.model import rope_tables
 
         self.config: ModelConfig = checkpoint.config
@@ -55,9 +66,11 @@ class ModelRunner:
         self.path: str = str(checkpoint.path)
         self.dtype = dtype
         self.threads = threads or available_cores()  # the most a pass runs on
-        # threads=None: each pass runs on the count that measured fastest lately (threads.ThreadChooser);
-        # a given count is used as it is
-        self.thread_chooser: ThreadChooser | None = ThreadChooser(self.threads) if threads is None else None
+        # threads=None: each pass runs on the count that measured fastest lately
+        # (threads.ThreadChooser); a given count is used as it is
+        self.thread_chooser: ThreadChooser | None = (
+            ThreadChooser(self.threads) if threads is None else None
+        )
         self._timed_passes = 0
         self.max_batch = int(max_batch)
         self.max_seq_len = int(max_seq_len or self.config.max_seq_len)
@@ -74,12 +87,17 @@ class ModelRunner:
         self.cache = KVCache(self.config, self.max_batch, self.max_seq_len)
         # what the model needs: the same count over the tensors as the file stores them
         self.file_bytes_per_token: int = file_bytes_per_token(checkpoint)
-        self.unit_bytes: int | None = None  # weight bytes per work unit of the decode threads; None: decode.UNIT_BYTES
-        self._pass_costs: dict[int, float] | None = None  # rows -> time relative to one row (measure_pass_costs)
+        self.unit_bytes: int | None = (
+            None  # weight bytes per work unit of the decode threads; None: decode.UNIT_BYTES
+        )
+        self._pass_costs: dict[int, float] | None = (
+            None  # rows -> time relative to one row (measure_pass_costs)
+        )
 
     def _use_threads(self, torch_too: bool = False) -> int:
-        """Set the thread count for the next pass and return it. numba's count is per calling thread, so it is
-        checked on every call, from the calling thread; torch's matters only for the torch prefill."""
+        """Set the thread count for the next pass and return it. numba's count is per calling
+        thread, so it is checked on every call, from the calling thread; torch's matters only for
+        the torch prefill."""
         import numba
 
         chooser = self.thread_chooser
@@ -95,18 +113,22 @@ class ModelRunner:
         return n
 
     def _record_pass(self, threads: int, rows: int, seconds: float) -> None:
-        """Tell the chooser how long a kernel pass took (the first pass may have compiled: not counted)."""
+        """Tell the chooser how long a kernel pass took (the first pass may have compiled: not
+        counted)."""
         self._timed_passes += 1
         if self.thread_chooser is not None and self._timed_passes > 1:
             self.thread_chooser.record(threads, rows, seconds)
 
     def _check_ids(self, token_ids: Seq[int]) -> np.ndarray:
-        # Plain Python on the few ids of a decode step: a decode step follows a pass that streamed all the
-        # weights through the caches, and each numpy call on cold caches costs tens of microseconds.
+        # Plain Python on the few ids of a decode step: a decode step follows a pass that streamed
+        # all the weights through the caches, and each numpy call on cold caches costs tens of
+        # microseconds.
         ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
         values = ids.tolist() if ids.size <= 64 else (int(ids.min()), int(ids.max()))
         if values and (min(values) < 0 or max(values) >= self.config.vocab_size):
-            raise ValueError(f"token ids must be in [0, {self.config.vocab_size}), got {min(values)}..{max(values)}")
+            raise ValueError(
+                f"token ids must be in [0, {self.config.vocab_size}), got {min(values)}..{max(values)}"
+            )
         return ids
 
     def position(self, slot: int) -> int:
@@ -120,17 +142,20 @@ class ModelRunner:
         """Roll the slot back to `length` positions (drop rejected speculative tokens)."""
         self.cache.truncate(self.cache.check_slot(slot), int(length))
 
-    def prefill(self, slot: int, token_ids: Seq[int], *, start: int = 0, logits: bool = True) -> np.ndarray | None:
-        """Write a prompt's tokens at positions start, start + 1, ... of the slot; float32 logits (vocab,) of
-        the last one (None with logits=False). start=0 resets the slot; a later start continues a prompt
-        whose first `start` tokens are in the slot (the scheduler's chunked prefill) and must be a multiple
-        of `prefill_chunk_tokens`.
+    def prefill(
+        self, slot: int, token_ids: Seq[int], *, start: int = 0, logits: bool = True
+    ) -> np.ndarray | None:
+        """Write a prompt's tokens at positions start, start + 1, ... of the slot; float32 logits
+        (vocab,) of the last one (None with logits=False). start=0 resets the slot; a later start
+        continues a prompt whose first `start` tokens are in the slot (the scheduler's chunked
+        prefill) and must be a multiple of `prefill_chunk_tokens`.
 
         The work is cut into chunks at fixed positions, the multiples of `prefill_chunk_tokens`
-        (engine/prefill_chunks.py), so a prompt prefilled in one call and one prefilled a chunk at a time
-        between other requests' steps run the same chunks: their logits and K/V are bit-identical. A chunk
-        of up to KERNEL_PREFILL_MAX_TOKENS tokens runs through the decode kernels, a longer one through
-        torch GEMMs and attention over the cached K/V (engine/prefill.py)."""
+        (engine/prefill_chunks.py), so a prompt prefilled in one call and one prefilled a chunk at a
+        time between other requests' steps run the same chunks: their logits and K/V are
+        bit-identical. A chunk of up to KERNEL_PREFILL_MAX_TOKENS tokens runs through the decode
+        kernels, a longer one through torch GEMMs and attention over the cached K/V
+        (engine/prefill.py)."""
         import torch
 
         from roofline.engine.prefill import prefill_chunk
@@ -143,56 +168,127 @@ class ModelRunner:
         if start == 0:
             self.cache.release(slot)
         elif start != self.position(slot) or start % self.prefill_chunk_tokens:
-            raise ValueError(f"slot {slot} holds {self.position(slot)} positions; a prefill cannot continue at {start} "
-                             f"(it continues where the slot ends, at a multiple of {self.prefill_chunk_tokens})")
+            raise ValueError(
+                f"slot {slot} holds {self.position(slot)} positions; a prefill cannot continue at {start} "
+                f"(it continues where the slot ends, at a multiple of {self.prefill_chunk_tokens})"
+            )
         self.cache.check_room(slot, ids.size)
         out = None
         for a, b in chunk_bounds(start, start + ids.size, self.prefill_chunk_tokens):
             chunk = ids[a - start : b - start]
             want = logits and b == start + ids.size
             if chunk.size <= KERNEL_PREFILL_MAX_TOKENS:
-                out = self._run_rows(chunk, np.full(chunk.size, slot, dtype=np.int64),
-                                     np.arange(a, b, dtype=np.int64), last_only=True)[0]
+                out = self._run_rows(
+                    chunk,
+                    np.full(chunk.size, slot, dtype=np.int64),
+                    np.arange(a, b, dtype=np.int64),
+                    last_only=True,
+                )[0]
             else:
                 self._use_threads(torch_too=True)
-                trial = self.thread_chooser.torch_layer_trial() if self.thread_chooser is not None else None
+                trial = (
+                    self.thread_chooser.torch_layer_trial()
+                    if self.thread_chooser is not None
+                    else None
+                )
                 with torch.inference_mode():
-                    out = prefill_chunk(self.config, self.weights, chunk, slot, a, self.cache.k, self.cache.v,
-                                        self._cos, self._sin, logits=want, trial=trial)
+                    out = prefill_chunk(
+                        self.config,
+                        self.weights,
+                        chunk,
+                        slot,
+                        a,
+                        self.cache.k,
+                        self.cache.v,
+                        self._cos,
+                        self._sin,
+                        logits=want,
+                        trial=trial,
+                    )
             self.cache.lengths[slot] = b
         return out if logits else None
 
-    def _run_rows(self, tokens: np.ndarray, slots: np.ndarray, positions: np.ndarray, *, last_only: bool = False,
-                  cache_positions: np.ndarray | None = None, tree_base: np.ndarray | None = None,
-                  tree_path: np.ndarray | None = None) -> np.ndarray:
+    def _run_rows(
+        self,
+        tokens: np.ndarray,
+        slots: np.ndarray,
+        positions: np.ndarray,
+        *,
+        last_only: bool = False,
+        cache_positions: np.ndarray | None = None,
+        tree_base: np.ndarray | None = None,
+        tree_path: np.ndarray | None = None,
+    ) -> np.ndarray:
         from roofline.engine.decode import UNIT_BYTES, decode_rows
 
         w, c = self.weights, self.config
         n = tokens.shape[0]
-        if tree_base is None:  # no draft tree: every row's context is its slot's positions 0..position
-            cache_positions, tree_base, tree_path = positions, positions + 1, np.zeros((n, 1), dtype=np.int64)
+        if (
+            tree_base is None
+        ):  # no draft tree: every row's context is its slot's positions 0..position
+            cache_positions, tree_base, tree_path = (
+                positions,
+                positions + 1,
+                np.zeros((n, 1), dtype=np.int64),
+            )
         logit_rows = np.arange(n - 1 if last_only else 0, n, dtype=np.int64)
         logits = np.empty((logit_rows.shape[0], c.vocab_size), dtype=np.float32)
         n_threads = self._use_threads()
         started = time.perf_counter()
-        decode_rows(tokens, slots, positions, cache_positions, tree_base, tree_path, w.embed, w.embed_scale,
-                    w.attn_norm, w.wqkv, w.qkv_scale, w.bqkv, w.q_norm, w.k_norm, c.qk_norm, w.wo, w.o_scale, w.mlp_norm,
-                    w.wgu, w.gu_scale, w.wd, w.d_scale, w.final_norm, w.lm_head, w.lm_scale, self._cos, self._sin,
-                    self.cache.k, self.cache.v, c.n_heads, np.float32(c.rms_eps), logit_rows, logits, n_threads,
-                    self.unit_bytes or UNIT_BYTES)
+        decode_rows(
+            tokens,
+            slots,
+            positions,
+            cache_positions,
+            tree_base,
+            tree_path,
+            w.embed,
+            w.embed_scale,
+            w.attn_norm,
+            w.wqkv,
+            w.qkv_scale,
+            w.bqkv,
+            w.q_norm,
+            w.k_norm,
+            c.qk_norm,
+            w.wo,
+            w.o_scale,
+            w.mlp_norm,
+            w.wgu,
+            w.gu_scale,
+            w.wd,
+            w.d_scale,
+            w.final_norm,
+            w.lm_head,
+            w.lm_scale,
+            self._cos,
+            self._sin,
+            self.cache.k,
+            self.cache.v,
+            c.n_heads,
+            np.float32(c.rms_eps),
+            logit_rows,
+            logits,
+            n_threads,
+            self.unit_bytes or UNIT_BYTES,
+        )
         self._record_pass(n_threads, n, time.perf_counter() - started)
         return logits
 
     def decode(self, slots: Seq[int], token_ids: Seq[int]) -> np.ndarray:
-        """One token per slot, each at its slot's own position; float32 logits (len(slots), vocab)."""
+        """One token per slot, each at its slot's own position; float32 logits (len(slots),
+        vocab)."""
         ids = self._check_ids(token_ids)
         if ids.size != len(slots) or ids.size == 0:
-            raise ValueError(f"decode needs one token per slot (got {len(slots)} slots, {ids.size} tokens)")
+            raise ValueError(
+                f"decode needs one token per slot (got {len(slots)} slots, {ids.size} tokens)"
+            )
         return np.concatenate(self.step([(s, [int(t)], None) for s, t in zip(slots, ids.tolist())]))
 
     def extend(self, slot: int, token_ids: Seq[int]) -> np.ndarray:
-        """Several tokens for one slot at consecutive positions in one pass (a speculative verify of a chain);
-        logits (len(token_ids), vocab), each row bit-identical to what decoding the tokens one by one gives."""
+        """Several tokens for one slot at consecutive positions in one pass (a speculative verify of
+        a chain); logits (len(token_ids), vocab), each row bit-identical to what decoding the tokens
+        one by one gives."""
         if len(token_ids) == 0:
             raise ValueError("extend needs at least one token")
         return self.step([(slot, token_ids, None)])[0]
@@ -200,12 +296,13 @@ class ModelRunner:
     def step(self, batch: Seq[tuple[int, Seq[int], Seq[int] | None]]) -> list[np.ndarray]:
         """One weight pass for several slots, each with its rows: (slot, tokens, parents).
 
-        tokens[0] is the slot's next token, at position L = the slot's length; tokens[1:] are draft nodes.
-        parents[i] is the row that row i follows (parents[0] = -1; None = a chain, row i follows row i - 1).
-        Row i is written to the cache at L + i and turns (RoPE) by its position in the sequence, L + depth(i);
-        it attends to positions < L and to its ancestors (tree attention, `kernels.attend_unit`). Returns
-        float32 logits (len(tokens), vocab) per slot: row i's are bit-identical to decoding the path to it
-        one token at a time. Every row stays in the cache: `keep` then keeps an accepted path."""
+        tokens[0] is the slot's next token, at position L = the slot's length; tokens[1:] are draft
+        nodes. parents[i] is the row that row i follows (parents[0] = -1; None = a chain, row i
+        follows row i - 1). Row i is written to the cache at L + i and turns (RoPE) by its position
+        in the sequence, L + depth(i); it attends to positions < L and to its ancestors (tree
+        attention, `kernels.attend_unit`). Returns float32 logits (len(tokens), vocab) per slot: row
+        i's are bit-identical to decoding the path to it one token at a time. Every row stays in the
+        cache: `keep` then keeps an accepted path."""
         slot_list = [self.cache.check_slot(s) for s, _, _ in batch]
         if len(set(slot_list)) != len(slot_list):
             raise ValueError(f"decode slots must be distinct, got {slot_list}")
@@ -219,7 +316,9 @@ class ModelRunner:
             self.cache.check_room(slot, len(ids))
             start = int(self.cache.lengths[slot])
             for i, path in enumerate(_ancestor_rows(parents, len(ids))):
-                plain = len(path) - 1 == path[-1]  # ancestors are rows 0..i-1: in place, nothing to gather
+                plain = (
+                    len(path) - 1 == path[-1]
+                )  # ancestors are rows 0..i-1: in place, nothing to gather
                 lead = len(path) if plain else next(j for j, row in enumerate(path) if row != j)
                 tokens.append(ids[i])
                 slots.append(slot)
@@ -232,16 +331,22 @@ class ModelRunner:
         tree_path = np.zeros((len(paths), width), dtype=np.int64)
         for r, p in enumerate(paths):
             tree_path[r, : len(p)] = p
-        logits = self._run_rows(np.array(tokens, dtype=np.int64), np.array(slots, dtype=np.int64),
-                                np.array(positions, dtype=np.int64), cache_positions=np.array(cache_pos, dtype=np.int64),
-                                tree_base=np.array(bases, dtype=np.int64), tree_path=tree_path)
+        logits = self._run_rows(
+            np.array(tokens, dtype=np.int64),
+            np.array(slots, dtype=np.int64),
+            np.array(positions, dtype=np.int64),
+            cache_positions=np.array(cache_pos, dtype=np.int64),
+            tree_base=np.array(bases, dtype=np.int64),
+            tree_path=tree_path,
+        )
         for slot, n in zip(slot_list, sizes):
             self.cache.lengths[slot] += n
         return np.split(logits, np.cumsum(sizes)[:-1])
 
     def keep(self, slot: int, start: int, rows: Seq[int]) -> None:
-        """After a step from length `start`: keep rows `rows` (an accepted path: 0, then each row's child) as
-        positions start, start + 1, ... and drop every other row of that step (rejected drafts)."""
+        """After a step from length `start`: keep rows `rows` (an accepted path: 0, then each row's
+        child) as positions start, start + 1, ... and drop every other row of that step (rejected
+        drafts)."""
         slot = self.cache.check_slot(slot)
         rows = [int(r) for r in rows]
         if rows != list(range(len(rows))):
@@ -249,8 +354,9 @@ class ModelRunner:
         self.cache.truncate(slot, start + len(rows))
 
     def measure_pass_costs(self, rows: Seq[int] = PASS_COST_ROWS, reps: int = 3) -> None:
-        """Time weight passes over several row counts of one slot (median of reps each), relative to a one-row
-        pass: what a speculative verify of k drafted tokens costs (`pass_cost`). Once per runner."""
+        """Time weight passes over several row counts of one slot (median of reps each), relative to
+        a one-row pass: what a speculative verify of k drafted tokens costs (`pass_cost`). Once per
+        runner."""
         import time
 
         if self._pass_costs is not None:
@@ -273,8 +379,9 @@ class ModelRunner:
         self._pass_costs = {r: seconds[r] / seconds[1] for r in rows}
 
     def pass_cost(self, rows: int) -> float:
-        """Time of a pass over `rows` rows of one slot relative to one row (linear between measured counts,
-        extrapolated past the last); 1 + 0.1 per extra row before `measure_pass_costs` ran."""
+        """Time of a pass over `rows` rows of one slot relative to one row (linear between measured
+        counts, extrapolated past the last); 1 + 0.1 per extra row before `measure_pass_costs`
+        ran."""
         table = self._pass_costs
         if not table or len(table) < 2:
             return 1.0 + 0.1 * (rows - 1)
@@ -286,8 +393,8 @@ class ModelRunner:
         return c1 + (c1 - c0) * (rows - r1) / (r1 - r0)
 
     def warmup(self) -> None:
-        """Compile (or load from numba's cache) the decode kernels, run torch's prefill path once (its first
-        call is slow), and touch the weights."""
+        """Compile (or load from numba's cache) the decode kernels, run torch's prefill path once
+        (its first call is slow), and touch the weights."""
         n = min(KERNEL_PREFILL_MAX_TOKENS + 1, self.max_seq_len - 1)
         if n > 0:
             self.prefill(0, [0] * n)
@@ -296,8 +403,8 @@ class ModelRunner:
         self.seed_threads()
 
     def seed_threads(self, rounds: int = 4) -> None:
-        """Time one-row passes on each candidate thread count, side by side, and start the adaptive choice
-        from the fastest (nothing to do for a given thread count)."""
+        """Time one-row passes on each candidate thread count, side by side, and start the adaptive
+        choice from the fastest (nothing to do for a given thread count)."""
         chooser = self.thread_chooser
         if chooser is None or len(chooser.candidates) < 2 or self.max_seq_len < 2:
             return
@@ -324,13 +431,22 @@ def _ancestor_rows(parents: Seq[int] | None, n: int) -> list[list[int]]:
     paths: list[list[int]] = []
     for i, p in enumerate(parents):
         if (i == 0) != (p == -1) or not -1 <= p < i:
-            raise ValueError(f"parents must start with -1 and point to earlier rows, got {list(parents)}")
+            raise ValueError(
+                f"parents must start with -1 and point to earlier rows, got {list(parents)}"
+            )
         paths.append([0] if i == 0 else paths[p] + [i])
     return paths
 
 
-def load_runner(model: str | os.PathLike | None = None, *, dtype: str = "fp32", threads: int | None = None,
-                max_batch: int = 1, max_seq_len: int | None = None, warmup: bool = True) -> ModelRunner:
+def load_runner(
+    model: str | os.PathLike | None = None,
+    *,
+    dtype: str = "fp32",
+    threads: int | None = None,
+    max_batch: int = 1,
+    max_seq_len: int | None = None,
+    warmup: bool = True,
+) -> ModelRunner:
     """Load a checkpoint (None = the default model) into a ModelRunner ready to decode."""
     from roofline.engine.loaders import load_checkpoint
 
@@ -338,14 +454,22 @@ def load_runner(model: str | os.PathLike | None = None, *, dtype: str = "fp32", 
         raise UserError(f"dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}")
     cores = available_cores()
     if threads is not None and not 1 <= threads <= cores:
-        raise UserError(f"threads must be between 1 and {cores} (the cores available here), got {threads}")
+        raise UserError(
+            f"threads must be between 1 and {cores} (the cores available here), got {threads}"
+        )
     if max_batch < 1:
         raise UserError(f"max_batch must be at least 1, got {max_batch}")
-    checkpoint = load_checkpoint(model, dequantize=dtype != "stored")  # stored: the file's rows only
+    checkpoint = load_checkpoint(
+        model, dequantize=dtype != "stored"
+    )  # stored: the file's rows only
     limit = checkpoint.config.max_seq_len
     if max_seq_len is not None and not 1 <= max_seq_len <= limit:
-        raise UserError(f"max_seq_len must be between 1 and the model's context length {limit}, got {max_seq_len}")
-    runner = ModelRunner(checkpoint, dtype=dtype, threads=threads, max_batch=max_batch, max_seq_len=max_seq_len)
+        raise UserError(
+            f"max_seq_len must be between 1 and the model's context length {limit}, got {max_seq_len}"
+        )
+    runner = ModelRunner(
+        checkpoint, dtype=dtype, threads=threads, max_batch=max_batch, max_seq_len=max_seq_len
+    )
     del checkpoint  # the runner keeps its own packed copy
     if warmup:
         runner.warmup()

@@ -1,9 +1,9 @@
-"""One prefill chunk of a prompt: torch GEMMs for the projections, torch's blocked attention over the cached
-K/V, the decode kernels' row-wise pieces for everything else.
+"""One prefill chunk of a prompt: torch GEMMs for the projections, torch's blocked attention over
+the cached K/V, the decode kernels' row-wise pieces for everything else.
 
-Chunks are cut at fixed positions (engine/prefill_chunks.py), so every caller runs the same chunks. A chunk
-[p, p + T) attends to the slot's cached positions 0..p-1 and causally to itself; its K/V go into the cache
-before the next chunk. Per layer, on T rows (x: the residual stream):
+Chunks are cut at fixed positions (engine/prefill_chunks.py), so every caller runs the same chunks.
+A chunk [p, p + T) attends to the slot's cached positions 0..p-1 and causally to itself; its K/V go
+into the cache before the next chunk. Per layer, on T rows (x: the residual stream):
 
     h = RMSNorm(x)                                   layer_kernels.rms_norm (one thread)
     qkv = h Wqkv^T                                   one GEMM over the fused [Wq; Wk; Wv]
@@ -13,18 +13,19 @@ before the next chunk. Per layer, on T rows (x: the residual stream):
     x += (SiLU(g) u) Wd^T                            layer_kernels.silu_mul, one GEMM
     logits = RMSNorm(x[-1]) W_lm^T                   layer_kernels.matvec_rows (the decode kernels' dot order)
 
-Few, large operations: each multi-threaded op ends at a barrier, and on a shared machine a barrier can wait
-a whole scheduler time slice for a descheduled thread, so the element-wise steps run in one thread inside
-numba kernels and only the GEMMs and the attention use torch's threads.
+Few, large operations: each multi-threaded op ends at a barrier, and on a shared machine a barrier
+can wait a whole scheduler time slice for a descheduled thread, so the element-wise steps run in one
+thread inside numba kernels and only the GEMMs and the attention use torch's threads.
 
-The GEMMs are float32 at every weight format: bf16 and int8 matrices are widened (times their row scales)
-one matrix at a time into a scratch buffer, which costs a memory pass over the weights per chunk -- cheap next
-to the T-row GEMM, and much faster than torch's bf16 GEMM on CPUs without bf16 instructions.
+The GEMMs are float32 at every weight format: bf16 and int8 matrices are widened (times their row
+scales) one matrix at a time into a scratch buffer, which costs a memory pass over the weights per
+chunk -- cheap next to the T-row GEMM, and much faster than torch's bf16 GEMM on CPUs without bf16
+instructions.
 
-Attention: torch's CPU flash-attention kernel (blocks with an online softmax): memory grows with T times the
-context, never with the context squared; the first chunk of a prompt uses its causal form, later ones an
-additive mask that hides the chunk's own future positions. Grouped-query heads share their kv head in place
-(enable_gqa), no K/V copied per query head.
+Attention: torch's CPU flash-attention kernel (blocks with an online softmax): memory grows with T
+times the context, never with the context squared; the first chunk of a prompt uses its causal form,
+later ones an additive mask that hides the chunk's own future positions. Grouped-query heads share
+their kv head in place (enable_gqa), no K/V copied per query head.
 """
 
 from __future__ import annotations
@@ -48,13 +49,17 @@ __all__ = ["attention", "keys_for_attention", "prefill_chunk"]
 
 def _torch(a: np.ndarray) -> torch.Tensor:
     """A torch view of a numpy array (bf16 bits, stored as uint16, viewed as torch.bfloat16)."""
-    return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if a.dtype == np.uint16 else torch.from_numpy(a)
+    return (
+        torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+        if a.dtype == np.uint16
+        else torch.from_numpy(a)
+    )
 
 
 class _Widener:
-    """float32 (out, in) views of one packed matrix at a time: fp32 as stored, bf16 and int8 widened (int8 times
-    its row scales) and stored rows (`matrices`) widened by the decode kernels' own loaders, into a scratch
-    buffer that is reused for every matrix."""
+    """float32 (out, in) views of one packed matrix at a time: fp32 as stored, bf16 and int8 widened
+    (int8 times its row scales) and stored rows (`matrices`) widened by the decode kernels' own
+    loaders, into a scratch buffer that is reused for every matrix."""
 
     def __init__(self, w: DecodeWeights, c: ModelConfig):
         self.stored = w.wqkv.dtype == np.uint8
@@ -65,7 +70,8 @@ class _Widener:
         self._pool: ThreadPoolExecutor | None = None
 
     def _widen_stored(self, rows: np.ndarray, codes: np.ndarray, out: np.ndarray) -> None:
-        """Widen stored rows on torch's thread count, in Python threads (the kernel releases the GIL)."""
+        """Widen stored rows on torch's thread count, in Python threads (the kernel releases the
+        GIL)."""
         parts = torch.get_num_threads()
         cuts = [len(rows) * j // parts for j in range(parts + 1)]
         if parts == 1:
@@ -73,8 +79,10 @@ class _Widener:
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(parts)
-        jobs = [self._pool.submit(matrices.stored_rows_f32, rows[a:b], codes[a:b], out[a:b])
-                for a, b in zip(cuts, cuts[1:])]
+        jobs = [
+            self._pool.submit(matrices.stored_rows_f32, rows[a:b], codes[a:b], out[a:b])
+            for a, b in zip(cuts, cuts[1:])
+        ]
         for job in jobs:
             job.result()
 
@@ -104,60 +112,84 @@ def embeddings(w: DecodeWeights, token_ids: np.ndarray) -> np.ndarray:
         x = np.empty((token_ids.shape[0], w.attn_norm.shape[1]), np.float32)
         matrices.embed_rows(w.embed, w.embed_scale, token_ids, x)
         return x
-    x = (w.embed[token_ids].astype(np.float32) if w.embed.dtype != np.uint16
-         else (w.embed[token_ids].astype(np.uint32) << 16).view(np.float32))
+    x = (
+        w.embed[token_ids].astype(np.float32)
+        if w.embed.dtype != np.uint16
+        else (w.embed[token_ids].astype(np.uint32) << 16).view(np.float32)
+    )
     x *= w.embed_scale[token_ids][:, None]
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
 def keys_for_attention(k_cache_layer: np.ndarray, end: int) -> torch.Tensor:
-    """Keys of positions 0..end-1 of one slot's layer, (kv_heads, end, d), from the blocked, transposed cache
-    (kv_heads, S / B, d, B): a copy (the cache is laid out for the decode kernels), made by numpy in one
-    thread."""
+    """Keys of positions 0..end-1 of one slot's layer, (kv_heads, end, d), from the blocked,
+    transposed cache (kv_heads, S / B, d, B): a copy (the cache is laid out for the decode kernels),
+    made by numpy in one thread."""
     nb = -(-end // KEY_BLOCK)
     g, _, d, b = k_cache_layer.shape
     keys = np.ascontiguousarray(k_cache_layer[:, :nb].transpose(0, 1, 3, 2)).reshape(g, nb * b, d)
     return torch.from_numpy(keys)[:, :end]
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int, mask: torch.Tensor | None) -> torch.Tensor:
-    """q (T, H, d) at positions start..start+T-1; k, v (G, S = start + T, d); query i sees keys 0..start+i:
-    the causal form when start == 0, else `mask` (T, S), 0 where a key is seen and -inf where not.
-    Returns (T, H, d)."""
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """q (T, H, d) at positions start..start+T-1; k, v (G, S = start + T, d); query i sees keys
+    0..start+i: the causal form when start == 0, else `mask` (T, S), 0 where a key is seen and -inf
+    where not. Returns (T, H, d)."""
     d = q.shape[2]
     qh = q.transpose(0, 1)[None]
     if start == 0:
-        out = F.scaled_dot_product_attention(qh, k[None], v[None], is_causal=True, scale=1.0 / math.sqrt(d),
-                                             enable_gqa=True)
+        out = F.scaled_dot_product_attention(
+            qh, k[None], v[None], is_causal=True, scale=1.0 / math.sqrt(d), enable_gqa=True
+        )
     else:
-        out = F.scaled_dot_product_attention(qh, k[None], v[None], attn_mask=mask, scale=1.0 / math.sqrt(d),
-                                             enable_gqa=True)
+        out = F.scaled_dot_product_attention(
+            qh, k[None], v[None], attn_mask=mask, scale=1.0 / math.sqrt(d), enable_gqa=True
+        )
     return out[0].transpose(0, 1)
 
 
 def causal_mask(start: int, T: int) -> torch.Tensor:
-    """(T, start + T) float32: 0 where query i (at start + i) sees key t (t <= start + i), -inf elsewhere."""
+    """(T, start + T) float32: 0 where query i (at start + i) sees key t (t <= start + i), -inf
+    elsewhere."""
     mask = torch.zeros(T, start + T)
     mask[:, start:] = torch.triu(torch.full((T, T), float("-inf")), diagonal=1)
     return mask
 
 
-def prefill_chunk(config: ModelConfig, w: DecodeWeights, token_ids: np.ndarray, slot: int, start: int,
-                  k_cache: np.ndarray, v_cache: np.ndarray, cos: np.ndarray, sin: np.ndarray,
-                  *, logits: bool = True, trial: TorchLayerTrial | None = None) -> np.ndarray | None:
-    """Run token_ids (T,) at positions start..start+T-1 of `slot`, whose cache holds positions 0..start-1:
-    k_cache (slots, layers, kv_heads, S / B, d, B), v_cache (slots, layers, kv_heads, S, d) (kv_cache.py);
-    cos/sin (positions, d / 2). Writes the chunk's K/V; returns the float32 logits (vocab,) of its last token
-    (None when logits=False). Call under torch.inference_mode() with torch's thread count set; with a `trial`
-    (engine/threads.py) each layer runs on the thread count it gives, and its time is reported back. torch's
-    operations here give the same bits on any thread count (a test checks), so a trial changes no result."""
+def prefill_chunk(
+    config: ModelConfig,
+    w: DecodeWeights,
+    token_ids: np.ndarray,
+    slot: int,
+    start: int,
+    k_cache: np.ndarray,
+    v_cache: np.ndarray,
+    cos: np.ndarray,
+    sin: np.ndarray,
+    *,
+    logits: bool = True,
+    trial: TorchLayerTrial | None = None,
+) -> np.ndarray | None:
+    """Run token_ids (T,) at positions start..start+T-1 of `slot`, whose cache holds positions
+    0..start-1: k_cache (slots, layers, kv_heads, S / B, d, B), v_cache (slots, layers, kv_heads, S,
+    d) (kv_cache.py); cos/sin (positions, d / 2). Writes the chunk's K/V; returns the float32 logits
+    (vocab,) of its last token (None when logits=False). Call under torch.inference_mode() with
+    torch's thread count set; with a `trial` (engine/threads.py) each layer runs on the thread count
+    it gives, and its time is reported back. torch's operations here give the same bits on any
+    thread count (a test checks), so a trial changes no result."""
     c = config
     T, end = token_ids.shape[0], start + token_ids.shape[0]
     qd, kvd, hidden, eps = c.q_dim, c.kv_dim, c.hidden, np.float32(c.rms_eps)
     widen = _Widener(w, c)
     x = embeddings(w, token_ids)
     h, qkv = np.empty((T, hidden), np.float32), np.empty((T, qd + 2 * kvd), np.float32)
-    att, gu, act = np.empty((T, qd), np.float32), np.empty((T, 2 * c.ffn), np.float32), np.empty((T, c.ffn), np.float32)
+    att, gu, act = (
+        np.empty((T, qd), np.float32),
+        np.empty((T, 2 * c.ffn), np.float32),
+        np.empty((T, c.ffn), np.float32),
+    )
     X, Hh, QKV, ATT, GU, ACT = (torch.from_numpy(a) for a in (x, h, qkv, att, gu, act))
     slots, positions = np.full(T, slot, dtype=np.int64), np.arange(start, end, dtype=np.int64)
     mask = causal_mask(start, T) if start else None
@@ -172,10 +204,27 @@ def prefill_chunk(config: ModelConfig, w: DecodeWeights, token_ids: np.ndarray, 
                 layer_started = time.perf_counter()
             layer_kernels.rms_norm(x, w.attn_norm[i], eps, h)
             torch.mm(Hh, widen.layer(w.wqkv, i, w.qkv_scale, hidden).T, out=QKV)
-            layer_kernels.qkv_to_cache(qkv, w.bqkv[i], w.q_norm[i], w.k_norm[i], c.qk_norm, eps, c.n_heads, cos, sin, slots,
-                                 positions, positions, i, k_cache, v_cache)
+            layer_kernels.qkv_to_cache(
+                qkv,
+                w.bqkv[i],
+                w.q_norm[i],
+                w.k_norm[i],
+                c.qk_norm,
+                eps,
+                c.n_heads,
+                cos,
+                sin,
+                slots,
+                positions,
+                positions,
+                i,
+                k_cache,
+                v_cache,
+            )
             keys = keys_for_attention(k_cache[slot, i], end)
-            att.reshape(T, c.n_heads, c.head_dim)[...] = attention(q, keys, v_slot[i, :, :end], start, mask).numpy()
+            att.reshape(T, c.n_heads, c.head_dim)[...] = attention(
+                q, keys, v_slot[i, :, :end], start, mask
+            ).numpy()
             X.addmm_(ATT, widen.layer(w.wo, i, w.o_scale, qd).T)
             layer_kernels.rms_norm(x, w.mlp_norm[i], eps, h)
             torch.mm(Hh, widen.layer(w.wgu, i, w.gu_scale, hidden).T, out=GU)

@@ -1,22 +1,22 @@
 """Where a prompt's prefill is cut: at every multiple of the chunk size, whoever runs it.
 
-The scheduler runs a prompt one chunk per turn between decode steps; `ModelRunner.prefill` runs all the
-chunks of what it is given in a row. Both cut at the same fixed positions (never at "what this step's
-budget had left"), so the same chunks run in the same order on the same data, and a request's logits do
-not depend on what else was running. Pure arithmetic: no torch, no numpy.
+The scheduler runs a prompt one chunk per turn between decode steps; `ModelRunner.prefill` runs all
+the chunks of what it is given in a row. Both cut at the same fixed positions (never at "what this
+step's budget had left"), so the same chunks run in the same order on the same data, and a request's
+logits do not depend on what else was running. Pure arithmetic: no torch, no numpy.
 """
 
 from __future__ import annotations
 
-# Chunk size (tokens) of the default runner: a 2-core CPU prefills the default model at ~0.3-0.7 ms a token,
-# so a chunk holds the other requests' next decode step back by well under a second, while GEMMs of this
-# many rows already run near the machine's peak (see benchmarks/prefill.py).
+# Chunk size (tokens) of the default runner: a 2-core CPU prefills the default model at ~0.3-0.7 ms
+# a token, so a chunk holds the other requests' next decode step back by well under a second, while
+# GEMMs of this many rows already run near the machine's peak (see benchmarks/prefill.py).
 DEFAULT_PREFILL_CHUNK_TOKENS = 256
 
 
 def chunk_end(position: int, total: int, chunk_tokens: int) -> int:
-    """End (exclusive) of the chunk that holds `position` in a prompt of `total` tokens: the next multiple
-    of chunk_tokens after position, or the prompt's end."""
+    """End (exclusive) of the chunk that holds `position` in a prompt of `total` tokens: the next
+    multiple of chunk_tokens after position, or the prompt's end."""
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be at least 1, got {chunk_tokens}")
     return min(total, (position // chunk_tokens + 1) * chunk_tokens)

@@ -1,4 +1,5 @@
-"""The OpenAI wire format: request models (validated with pydantic), response and chunk builders, errors.
+"""The OpenAI wire format: request models (validated with pydantic), response and chunk builders,
+errors.
 
 Validation is strict about types (a string where a number belongs is a 400, not a silent cast) and
 lenient about fields it does not use (clients such as the `openai` SDK send extras). Every error
@@ -23,13 +24,33 @@ from roofline.engine.sequence import context_error
 class APIError(Exception):
     """An error with its HTTP status and OpenAI-style body."""
 
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 code: str | None = None, param: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+    ):
         super().__init__(message)
-        self.status, self.message, self.type, self.code, self.param = status, message, type, code, param
+        self.status, self.message, self.type, self.code, self.param = (
+            status,
+            message,
+            type,
+            code,
+            param,
+        )
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
 
 class _Strict(BaseModel):
@@ -51,7 +72,9 @@ class _SamplingFields(_Strict):
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None  # vLLM extension
     ignore_eos: bool = False  # vLLM extension
-    return_token_ids: bool = False  # vLLM extension: each choice (each chunk) carries its output token ids
+    return_token_ids: bool = (
+        False  # vLLM extension: each choice (each chunk) carries its output token ids
+    )
     speculative: bool = True  # roofline extension: false = decode this request without drafts
     n: int = 1
     stream: bool = False
@@ -60,7 +83,9 @@ class _SamplingFields(_Strict):
     def stop_strings(self) -> tuple[str, ...]:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         if any(s == "" for s in stops):
-            raise APIError(400, "stop strings must not be empty", param="stop", code="invalid_value")
+            raise APIError(
+                400, "stop strings must not be empty", param="stop", code="invalid_value"
+            )
         return tuple(stops)
 
     def wanted_max_tokens(self) -> int | None:
@@ -85,8 +110,12 @@ class ChatMessage(_Strict):
         parts = []
         for p in self.content:
             if p.type != "text" or p.text is None:
-                raise APIError(400, f"only text content parts are supported, got {p.type!r}",
-                               param="messages", code="invalid_value")
+                raise APIError(
+                    400,
+                    f"only text content parts are supported, got {p.type!r}",
+                    param="messages",
+                    code="invalid_value",
+                )
             parts.append(p.text)
         return "".join(parts)
 
@@ -98,11 +127,18 @@ class ChatCompletionRequest(_SamplingFields):
 
     def wanted_max_tokens(self) -> int | None:
         # The newer name wins when both are sent, as in OpenAI's API.
-        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        return (
+            self.max_completion_tokens
+            if self.max_completion_tokens is not None
+            else self.max_tokens
+        )
 
     def template_messages(self) -> list[dict[str, str]]:
         # "developer" is the newer name of "system"; chat templates only know the latter.
-        return [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in self.messages]
+        return [
+            {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+            for m in self.messages
+        ]
 
 
 class CompletionRequest(_SamplingFields):
@@ -113,8 +149,12 @@ class CompletionRequest(_SamplingFields):
     def single_prompt(self) -> str | list[int]:
         if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str):
             if len(self.prompt) != 1:
-                raise APIError(400, "only one prompt per request is supported", param="prompt",
-                               code="invalid_value")
+                raise APIError(
+                    400,
+                    "only one prompt per request is supported",
+                    param="prompt",
+                    code="invalid_value",
+                )
             return self.prompt[0]
         if isinstance(self.prompt, list) and not self.prompt:
             raise APIError(400, "prompt must not be empty", param="prompt", code="invalid_value")
@@ -130,44 +170,63 @@ _JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 
 def parse_json_body(raw: bytes) -> Any:
-    """The body as JSON; a 400 for bad JSON, nesting deeper than MAX_JSON_DEPTH (naming the top-level field
-    that nests) and strings with a lone UTF-16 surrogate (`"\\ud800"`, which no tokenizer can take)."""
+    """The body as JSON; a 400 for bad JSON, nesting deeper than MAX_JSON_DEPTH (naming the
+    top-level field that nests) and strings with a lone UTF-16 surrogate (`"\\ud800"`, which no
+    tokenizer can take)."""
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise APIError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
+        raise APIError(
+            400, f"the request body is not valid JSON: {e}", code="invalid_json"
+        ) from None
     except RecursionError:
         data = None
-    # Cheap tests on the raw text first (a body of 800k token ids is walked for nothing otherwise): fewer
-    # brackets than the depth limit cannot nest that deep, and a lone surrogate can only come from an escape.
+    # Cheap tests on the raw text first (a body of 800k token ids is walked for nothing otherwise):
+    # fewer brackets than the depth limit cannot nest that deep, and a lone surrogate can only come
+    # from an escape.
     deep_enough = raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH
     where = (_too_deep(data) if data is not None else _too_deep_raw(raw)) if deep_enough else None
     if where is not None:
-        raise APIError(400, f"{where or 'the request body'}: JSON nested deeper than {MAX_JSON_DEPTH} levels",
-                       param=where or None, code="invalid_json")
+        raise APIError(
+            400,
+            f"{where or 'the request body'}: JSON nested deeper than {MAX_JSON_DEPTH} levels",
+            param=where or None,
+            code="invalid_json",
+        )
     where = _lone_surrogate_path(data) if _SURROGATE_ESCAPE.search(raw) else None
     if where is not None:
-        raise APIError(400, f"{where or 'the request body'}: a string holds a lone UTF-16 surrogate, which is not "
-                       "text; send valid Unicode", param=where or None, code="invalid_value")
+        raise APIError(
+            400,
+            f"{where or 'the request body'}: a string holds a lone UTF-16 surrogate, which is not "
+            "text; send valid Unicode",
+            param=where or None,
+            code="invalid_value",
+        )
     return data
 
 
 def _too_deep(data: Any) -> str | None:
-    """The top-level key (or "" for the body itself) under which `data` nests deeper than MAX_JSON_DEPTH."""
+    """The top-level key (or "" for the body itself) under which `data` nests deeper than
+    MAX_JSON_DEPTH."""
     stack = [(data, 1, "")]
     while stack:
         node, depth, top = stack.pop()
         if depth > MAX_JSON_DEPTH:
             return top
         if isinstance(node, dict):
-            stack += [(v, depth + 1, top if depth > 1 else str(k)) for k, v in node.items() if type(v) in _NESTS]
+            stack += [
+                (v, depth + 1, top if depth > 1 else str(k))
+                for k, v in node.items()
+                if type(v) in _NESTS
+            ]
         elif isinstance(node, list):
             stack += [(v, depth + 1, top) for v in node if type(v) in _NESTS]
     return None
 
 
 def _too_deep_raw(raw: bytes) -> str:
-    """The top-level key under which unparsable-deep JSON first passes MAX_JSON_DEPTH (scanned, not parsed)."""
+    """The top-level key under which unparsable-deep JSON first passes MAX_JSON_DEPTH (scanned, not
+    parsed)."""
     text = raw.decode("utf-8", "replace")
     depth, key, last_string, i = 0, "", "", 0
     while i < len(text):
@@ -191,7 +250,8 @@ def _too_deep_raw(raw: bytes) -> str:
 
 
 def _lone_surrogate_path(data: Any) -> str | None:
-    """Dotted path of the first string (value or key) with a lone surrogate; "" = the body itself."""
+    """Dotted path of the first string (value or key) with a lone surrogate; "" = the body
+    itself."""
     stack: list[tuple[Any, str]] = [(data, "")]
     while stack:
         node, path = stack.pop()
@@ -204,17 +264,34 @@ def _lone_surrogate_path(data: Any) -> str | None:
                 if _LONE_SURROGATE.search(k):
                     return sub
                 stack.append((v, sub))
-        elif isinstance(node, list):  # a list of token ids is the long case: skip its numbers without a path
-            stack += [(v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(node) if type(v) in _TEXTS]
+        elif isinstance(
+            node, list
+        ):  # a list of token ids is the long case: skip its numbers without a path
+            stack += [
+                (v, f"{path}.{i}" if path else str(i))
+                for i, v in enumerate(node)
+                if type(v) in _TEXTS
+            ]
     return None
 
 
-_UNSUPPORTED = ("logprobs", "top_logprobs", "echo", "best_of", "presence_penalty", "frequency_penalty",
-                "logit_bias", "tools", "suffix")
+_UNSUPPORTED = (
+    "logprobs",
+    "top_logprobs",
+    "echo",
+    "best_of",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "tools",
+    "suffix",
+)
 
 
 def _is_union_tag(loc_part: Any) -> bool:
-    return isinstance(loc_part, str) and ("[" in loc_part or loc_part in {"str", "int", "float", "bool", "list", "dict"})
+    return isinstance(loc_part, str) and (
+        "[" in loc_part or loc_part in {"str", "int", "float", "bool", "list", "dict"}
+    )
 
 
 def parse_request(model_cls: type[_SamplingFields], data: Any) -> _SamplingFields:
@@ -225,17 +302,29 @@ def parse_request(model_cls: type[_SamplingFields], data: Any) -> _SamplingField
         req = model_cls.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
-        # pydantic names the union member that failed ("stop.str"); the client only needs the field path.
+        # pydantic names the union member that failed ("stop.str"); the client only needs the field
+        # path.
         where = ".".join(str(x) for x in err["loc"] if not _is_union_tag(x)) or None
-        raise APIError(400, f"{where}: {err['msg']}" if where else err["msg"], param=where,
-                       code="missing_field" if err["type"] == "missing" else "invalid_type"
-                       if err["type"].endswith("_type") else "invalid_value") from None
+        raise APIError(
+            400,
+            f"{where}: {err['msg']}" if where else err["msg"],
+            param=where,
+            code="missing_field"
+            if err["type"] == "missing"
+            else "invalid_type"
+            if err["type"].endswith("_type")
+            else "invalid_value",
+        ) from None
     if req.n != 1:
         raise APIError(400, "only n=1 is supported", param="n", code="invalid_value")
     for name in _UNSUPPORTED:  # better a clear 400 than a silently ignored option
         if data.get(name) and not (name == "best_of" and data[name] == 1):
-            raise APIError(400, f"{name} is not supported by this server; leave it out", param=name,
-                           code="unsupported_parameter")
+            raise APIError(
+                400,
+                f"{name} is not supported by this server; leave it out",
+                param=name,
+                code="unsupported_parameter",
+            )
     return req
 
 
@@ -248,8 +337,12 @@ def sampling_params(req: _SamplingFields, prompt_tokens: int, max_seq_len: int) 
     if err:
         if prompt_tokens == 0:
             raise APIError(400, err, param=req.prompt_field, code="invalid_value")
-        raise APIError(400, err, param="max_tokens" if prompt_tokens < max_seq_len else req.prompt_field,
-                       code="context_length_exceeded")
+        raise APIError(
+            400,
+            err,
+            param="max_tokens" if prompt_tokens < max_seq_len else req.prompt_field,
+            code="context_length_exceeded",
+        )
     return SamplingParams(
         max_tokens=wanted if wanted is not None else max_seq_len - prompt_tokens,
         temperature=req.temperature,
@@ -263,12 +356,16 @@ def sampling_params(req: _SamplingFields, prompt_tokens: int, max_seq_len: int) 
 
 
 def usage_dict(usage: Usage) -> dict[str, int]:
-    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.total_tokens}
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
 
 
 class ResponseBuilder:
-    """Builds the response objects of one request: same id, creation time and model on every chunk."""
+    """Builds the response objects of one request: same id, creation time and model on every
+    chunk."""
 
     def __init__(self, model: str, *, chat: bool):
         self.chat = chat
@@ -279,13 +376,24 @@ class ResponseBuilder:
     def _head(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def full(self, text: str, finish_reason: str, usage: Usage, *, token_ids: list[int] | None = None,
-             stats: dict[str, int] | None = None) -> dict[str, Any]:
-        """The whole response; token_ids when the request asked for them; stats = the request's weight passes
-        and draft counts (`"roofline"`: passes, drafted_tokens, accepted_tokens)."""
+    def full(
+        self,
+        text: str,
+        finish_reason: str,
+        usage: Usage,
+        *,
+        token_ids: list[int] | None = None,
+        stats: dict[str, int] | None = None,
+    ) -> dict[str, Any]:
+        """The whole response; token_ids when the request asked for them; stats = the request's
+        weight passes and draft counts (`"roofline"`: passes, drafted_tokens, accepted_tokens)."""
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "finish_reason": finish_reason, "logprobs": None}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": finish_reason,
+                "logprobs": None,
+            }
             obj = "chat.completion"
         else:
             choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
@@ -297,9 +405,16 @@ class ResponseBuilder:
             out["roofline"] = stats
         return out
 
-    def chunk(self, *, text: str | None = None, role: bool = False, finish_reason: str | None = None,
-              with_usage_field: bool = False, token_ids: list[int] | None = None,
-              stats: dict[str, int] | None = None) -> dict[str, Any]:
+    def chunk(
+        self,
+        *,
+        text: str | None = None,
+        role: bool = False,
+        finish_reason: str | None = None,
+        with_usage_field: bool = False,
+        token_ids: list[int] | None = None,
+        stats: dict[str, int] | None = None,
+    ) -> dict[str, Any]:
         if self.chat:
             delta: dict[str, Any] = {}
             if role:
@@ -309,13 +424,20 @@ class ResponseBuilder:
             choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
             out = {**self._head("chat.completion.chunk"), "choices": [choice]}
         else:
-            choice = {"index": 0, "text": text or "", "finish_reason": finish_reason, "logprobs": None}
+            choice = {
+                "index": 0,
+                "text": text or "",
+                "finish_reason": finish_reason,
+                "logprobs": None,
+            }
             out = {**self._head("text_completion"), "choices": [choice]}
         if token_ids is not None:
             choice["token_ids"] = token_ids
         if stats is not None:
             out["roofline"] = stats
-        if with_usage_field:  # OpenAI sends "usage": null on every chunk but the last when asked for usage
+        if (
+            with_usage_field
+        ):  # OpenAI sends "usage": null on every chunk but the last when asked for usage
             out["usage"] = None
         return out
 
@@ -329,5 +451,9 @@ class ResponseBuilder:
 
 def sse(data: dict[str, Any] | str) -> bytes:
     """One server-sent event: `data: <json>` and a blank line."""
-    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    payload = (
+        data
+        if isinstance(data, str)
+        else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    )
     return f"data: {payload}\n\n".encode()

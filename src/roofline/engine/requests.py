@@ -1,5 +1,5 @@
-"""One request as the scheduler's callers see it: the events it produces, its usage, its handle, and a
-sink that hands events to an asyncio loop. (Re-exported by `engine.scheduler`.)"""
+"""One request as the scheduler's callers see it: the events it produces, its usage, its handle, and
+a sink that hands events to an asyncio loop. (Re-exported by `engine.scheduler`.)"""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ class RequestHandle:
         self._wake = wake
 
     def cancel(self) -> None:
-        """Ask the scheduler to drop the request; its slot is freed at the start of the next step."""
+        """Ask the scheduler to drop the request; its slot is freed at the start of the next
+        step."""
         self._cancelled = True  # a bool store is atomic; the scheduler thread reads it each step
         self._wake()
 
@@ -58,7 +59,8 @@ class RequestHandle:
 
 
 def asyncio_sink(loop: asyncio.AbstractEventLoop) -> tuple[Sink, asyncio.Queue[Event]]:
-    """A sink that hands events to `loop` (call it from the loop's thread); read them from the queue."""
+    """A sink that hands events to `loop` (call it from the loop's thread); read them from the
+    queue."""
     queue: asyncio.Queue[Event] = asyncio.Queue()
 
     def sink(event: Event) -> None:

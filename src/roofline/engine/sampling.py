@@ -1,8 +1,9 @@
 """Choosing the next token from a row of logits: greedy, or temperature / top-k / top-p sampling.
 
-With logits z and temperature T the sampling distribution is p_i = exp(z_i / T) / sum_j exp(z_j / T).
-top-k keeps the k most likely tokens; top-p (nucleus) keeps the smallest set of most likely tokens whose
-mass reaches p. Both renormalise what they keep. T == 0 means greedy: argmax, the lowest index on ties.
+With logits z and temperature T the sampling distribution is p_i = exp(z_i / T) / sum_j exp(z_j /
+T). top-k keeps the k most likely tokens; top-p (nucleus) keeps the smallest set of most likely
+tokens whose mass reaches p. Both renormalise what they keep. T == 0 means greedy: argmax, the
+lowest index on ties.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Nucleus sampling looks at this many most likely tokens first (an O(vocab) partition instead of a full
-# O(vocab log vocab) sort); only when their mass falls short of top_p does it sort the whole row.
+# Nucleus sampling looks at this many most likely tokens first (an O(vocab) partition instead of a
+# full O(vocab log vocab) sort); only when their mass falls short of top_p does it sort the whole
+# row.
 _NUCLEUS_CANDIDATES = 256
 
 
@@ -76,13 +78,19 @@ def sample(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator)
     if k == vocab and params.top_p >= 1.0:
         # Plain temperature sampling over the full vocabulary: inverse-CDF draw.
         probs = _softmax(scaled)
-        return int(min(np.searchsorted(np.cumsum(probs), rng.random() * probs.sum(), side="right"), vocab - 1))
+        return int(
+            min(
+                np.searchsorted(np.cumsum(probs), rng.random() * probs.sum(), side="right"),
+                vocab - 1,
+            )
+        )
     # The candidates: top-k, or (nucleus only) a short list that usually holds the top_p mass.
     order = _candidates(scaled, min(k, _NUCLEUS_CANDIDATES) if k == vocab else k)
     top = scaled.max()
     weights = np.exp(scaled[order] - top)  # unnormalised probabilities of the candidates
     if params.top_p < 1.0:
-        # Mass is measured against what top-k kept (renormalised, as HF and vLLM do) or the full row.
+        # Mass is measured against what top-k kept (renormalised, as HF and vLLM do) or the full
+        # row.
         total = weights.sum() if k < vocab else np.exp(scaled - top).sum()
         if k == vocab and weights.sum() < params.top_p * total:
             order = _candidates(scaled, vocab)  # the short list fell short: sort everything
@@ -96,9 +104,10 @@ def sample(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator)
 
 
 def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """The distribution `sample` draws from, as a dense float64 vector (vocab,): temperature, then top-k, then
-    top-p over what top-k kept, renormalised; greedy is a point mass on the argmax. Speculative sampling needs
-    the probabilities themselves (accept a draft token x with probability p(x))."""
+    """The distribution `sample` draws from, as a dense float64 vector (vocab,): temperature, then
+    top-k, then top-p over what top-k kept, renormalised; greedy is a point mass on the argmax.
+    Speculative sampling needs the probabilities themselves (accept a draft token x with probability
+    p(x))."""
     vocab = logits.shape[0]
     p = np.zeros(vocab, dtype=np.float64)
     if params.greedy:
@@ -109,7 +118,9 @@ def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     order = _candidates(scaled, k)
     weights = np.exp(scaled[order] - scaled.max())
     if params.top_p < 1.0:
-        keep = int(np.searchsorted(np.cumsum(weights), params.top_p * weights.sum(), side="left")) + 1
+        keep = (
+            int(np.searchsorted(np.cumsum(weights), params.top_p * weights.sum(), side="left")) + 1
+        )
         order, weights = order[:keep], weights[:keep]
     p[order] = weights / weights.sum()
     return p

@@ -1,22 +1,23 @@
 """Continuous batching: one background thread owns the `ModelRunner` and steps every live request.
 
-Each step (1) drops cancelled requests and frees their slots, (2) runs prefill chunks within a per-step
-prompt-token budget (vLLM's `max_num_batched_tokens`, SGLang's chunked prefill), and (3) runs one batched
-pass for all sequences whose prompt is done, samples each row and feeds the token to the request's
-`Sequence`. With speculation a request's rows in that pass are its last token plus its draft
-(speculate/step.py): the pass verifies every draft at once, each request keeps its accepted path (its own
-slot's KV only), and may get several tokens. What a step produced becomes an `Event` handed to the
-request's sink; `asyncio_sink` turns that into an `asyncio.Queue` on the caller's event loop. Nothing here
-is global: a server owns one `Scheduler`. `submit` fits each request to the context (`sequence.fit_to_context`).
+Each step (1) drops cancelled requests and frees their slots, (2) runs prefill chunks within a
+per-step prompt-token budget (vLLM's `max_num_batched_tokens`, SGLang's chunked prefill), and (3)
+runs one batched pass for all sequences whose prompt is done, samples each row and feeds the token
+to the request's `Sequence`. With speculation a request's rows in that pass are its last token plus
+its draft (speculate/step.py): the pass verifies every draft at once, each request keeps its
+accepted path (its own slot's KV only), and may get several tokens. What a step produced becomes an
+`Event` handed to the request's sink; `asyncio_sink` turns that into an `asyncio.Queue` on the
+caller's event loop. Nothing here is global: a server owns one `Scheduler`. `submit` fits each
+request to the context (`sequence.fit_to_context`).
 
 Chunked prefill: a prompt is prefilled in the runner's chunks, cut at fixed positions (multiples of
-`runner.prefill_chunk_tokens`, engine/prefill_chunks.py), never at "what the budget had left", so a request's
-logits are the same however its chunks were interleaved with other requests. Per step: new requests first
-(FIFO, each its first chunk, while the budget lasts; the step's first chunk always runs), then the prefills
-in progress in turn (the one at the head always gets a chunk, so a stream of new arrivals cannot starve
-it). A short request that arrives during a long prefill waits for at most about one chunk; decodes wait
-for at most about a budget plus a chunk of prefill per step; a request cancelled mid-prefill is dropped
-before its next chunk.
+`runner.prefill_chunk_tokens`, engine/prefill_chunks.py), never at "what the budget had left", so a
+request's logits are the same however its chunks were interleaved with other requests. Per step: new
+requests first (FIFO, each its first chunk, while the budget lasts; the step's first chunk always
+runs), then the prefills in progress in turn (the one at the head always gets a chunk, so a stream
+of new arrivals cannot starve it). A short request that arrives during a long prefill waits for at
+most about one chunk; decodes wait for at most about a budget plus a chunk of prefill per step; a
+request cancelled mid-prefill is dropped before its next chunk.
 """
 
 from __future__ import annotations
@@ -37,11 +38,26 @@ from roofline.engine.sampling import SamplingParams, sample
 from roofline.engine.scheduler_stats import SchedulerStats
 from roofline.engine.sequence import Sequence, fit_to_context
 from roofline.engine.speculate.adaptive import SpecStats
-from roofline.engine.speculate.step import RequestSpeculation, draft_all, room_for_draft, settle, verify_rows
+from roofline.engine.speculate.step import (
+    RequestSpeculation,
+    draft_all,
+    room_for_draft,
+    settle,
+    verify_rows,
+)
 
-__all__ = ["DEFAULT_PREFILL_TOKEN_BUDGET", "Event", "RequestHandle", "Scheduler", "Sink", "Usage", "asyncio_sink"]
+__all__ = [
+    "DEFAULT_PREFILL_TOKEN_BUDGET",
+    "Event",
+    "RequestHandle",
+    "Scheduler",
+    "Sink",
+    "Usage",
+    "asyncio_sink",
+]
 
-# Prompt tokens prefilled per step: one default chunk (a step may add the head of the prefills in progress).
+# Prompt tokens prefilled per step: one default chunk (a step may add the head of the prefills in
+# progress).
 DEFAULT_PREFILL_TOKEN_BUDGET = DEFAULT_PREFILL_CHUNK_TOKENS
 _log = logging.getLogger(__name__)
 
@@ -59,13 +75,21 @@ class _Work:
 
 
 class Scheduler:
-    """Continuous batching over one runner. Use as a context manager, or `start()` then `close()`."""
+    """Continuous batching over one runner. Use as a context manager, or `start()` then
+    `close()`."""
 
-    def __init__(self, runner, *, prefill_token_budget: int = DEFAULT_PREFILL_TOKEN_BUDGET,
-                 clock: Callable[[], float] = time.perf_counter,
-                 speculation: Callable[[], RequestSpeculation] | None = None):
+    def __init__(
+        self,
+        runner,
+        *,
+        prefill_token_budget: int = DEFAULT_PREFILL_TOKEN_BUDGET,
+        clock: Callable[[], float] = time.perf_counter,
+        speculation: Callable[[], RequestSpeculation] | None = None,
+    ):
         self.runner = runner
-        self.speculation = speculation  # maker of one request's speculation (None: the server never drafts)
+        self.speculation = (
+            speculation  # maker of one request's speculation (None: the server never drafts)
+        )
         self.max_batch = int(runner.max_batch)
         self.max_seq_len = int(runner.max_seq_len)
         self.prefill_token_budget = prefill_token_budget
@@ -73,7 +97,9 @@ class Scheduler:
         self._cv = threading.Condition()
         self._inbox: deque[_Work] = deque()  # submitted, not yet seen by the scheduler thread
         self._waiting: deque[_Work] = deque()  # scheduler thread only
-        self._prefilling: deque[_Work] = deque()  # holding a slot, prompt not done (scheduler thread only)
+        self._prefilling: deque[_Work] = (
+            deque()
+        )  # holding a slot, prompt not done (scheduler thread only)
         self._running: list[_Work] = []  # scheduler thread only
         self._free_slots = list(range(self.max_batch - 1, -1, -1))  # pop() hands out slot 0 first
         self._ids = itertools.count(1)
@@ -82,23 +108,29 @@ class Scheduler:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def loading(cls, load: Callable[[], object], speculation: Callable[[object], object] | None = None,
-                **kwargs) -> Scheduler:
-        """Load the runner on the scheduler's own thread (and `speculation(runner)`, the maker of each request's
-        speculation: it may load a draft runner and times verify passes), then step there; returns once it is
-        loaded (re-raising whatever the load raised).
+    def loading(
+        cls,
+        load: Callable[[], object],
+        speculation: Callable[[object], object] | None = None,
+        **kwargs,
+    ) -> Scheduler:
+        """Load the runner on the scheduler's own thread (and `speculation(runner)`, the maker of
+        each request's speculation: it may load a draft runner and times verify passes), then step
+        there; returns once it is loaded (re-raising whatever the load raised).
 
-        Why: torch and numba each keep an OpenMP thread team per calling thread. When the weights were
-        loaded (torch ops) on one thread and the decode kernels ran on another, the kernels ran at the
-        speed of a single thread on a 2-core machine (measured: 23 ms against 18 ms per token). Loading
-        and decoding on one thread keeps both teams on that thread."""
+        Why: torch and numba each keep an OpenMP thread team per calling thread. When the weights
+        were loaded (torch ops) on one thread and the decode kernels ran on another, the kernels ran
+        at the speed of a single thread on a 2-core machine (measured: 23 ms against 18 ms per
+        token). Loading and decoding on one thread keeps both teams on that thread."""
         box: dict = {}
         ready = threading.Event()
 
         def boot() -> None:
             try:
                 runner = load()
-                scheduler = cls(runner, speculation=speculation(runner) if speculation else None, **kwargs)
+                scheduler = cls(
+                    runner, speculation=speculation(runner) if speculation else None, **kwargs
+                )
                 scheduler._thread = threading.current_thread()
                 box["scheduler"] = scheduler
             except BaseException as e:  # handed to the caller, which re-raises it
@@ -117,7 +149,9 @@ class Scheduler:
     # ---- caller side (any thread) -------------------------------------------------------------
     def start(self) -> Scheduler:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="roofline-scheduler", daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop, name="roofline-scheduler", daemon=True
+            )
             self._thread.start()
         return self
 
@@ -137,11 +171,14 @@ class Scheduler:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def submit(self, prompt_ids: Seq[int], params: SamplingParams, sink: Sink, *, speculate: bool = True) -> RequestHandle:
-        """Queue one request; `max_tokens` is trimmed to the context left after the prompt. speculate=False:
-        this request decodes without drafts even when the server speculates.
+    def submit(
+        self, prompt_ids: Seq[int], params: SamplingParams, sink: Sink, *, speculate: bool = True
+    ) -> RequestHandle:
+        """Queue one request; `max_tokens` is trimmed to the context left after the prompt.
+        speculate=False: this request decodes without drafts even when the server speculates.
 
-        Raises sequence.ContextLengthError when the prompt leaves no room, RuntimeError after close()."""
+        Raises sequence.ContextLengthError when the prompt leaves no room, RuntimeError after
+        close()."""
         prompt_ids = list(prompt_ids)
         params = fit_to_context(len(prompt_ids), params, self.max_seq_len)
         seq = Sequence(prompt_ids, params, self.runner.tokenizer)
@@ -149,7 +186,14 @@ class Scheduler:
             if self._stopping:
                 raise RuntimeError("the scheduler is shut down")
             handle = RequestHandle(next(self._ids), self._wake)
-            self._inbox.append(_Work(handle, seq, sink, spec=self.speculation() if speculate and self.speculation else None))
+            self._inbox.append(
+                _Work(
+                    handle,
+                    seq,
+                    sink,
+                    spec=self.speculation() if speculate and self.speculation else None,
+                )
+            )
             self._stats.requests_total += 1
             self._stats.queued += 1
             self._cv.notify_all()
@@ -172,7 +216,13 @@ class Scheduler:
     def _loop(self) -> None:
         while True:
             with self._cv:
-                while not (self._stopping or self._inbox or self._waiting or self._prefilling or self._running):
+                while not (
+                    self._stopping
+                    or self._inbox
+                    or self._waiting
+                    or self._prefilling
+                    or self._running
+                ):
                     self._cv.wait()
                 if self._stopping:
                     break
@@ -209,9 +259,9 @@ class Scheduler:
         return chunk_end(w.prefilled, n, size) - w.prefilled
 
     def _prefill_chunks(self) -> bool:
-        """This step's prefill chunks, within the prompt-token budget: new requests' first chunks (FIFO, into
-        free slots), then one chunk each for the prefills in progress, head first (it always runs), each
-        moving to the back of the line. Returns whether any chunk ran."""
+        """This step's prefill chunks, within the prompt-token budget: new requests' first chunks
+        (FIFO, into free slots), then one chunk each for the prefills in progress, head first (it
+        always runs), each moving to the back of the line. Returns whether any chunk ran."""
         budget, ran = self.prefill_token_budget, 0
         in_progress = len(self._prefilling)
         while self._waiting and self._free_slots:
@@ -225,7 +275,9 @@ class Scheduler:
             self._run_chunk(w)
         for i in range(in_progress):
             w = self._prefilling[0]
-            if w.handle.cancelled:  # hung up since the step began: free the slot before another chunk
+            if (
+                w.handle.cancelled
+            ):  # hung up since the step began: free the slot before another chunk
                 self._prefilling.popleft()
                 self._finish(w, "abort")
                 continue
@@ -239,7 +291,8 @@ class Scheduler:
         return ran > 0
 
     def _run_chunk(self, w: _Work) -> None:
-        """One prefill chunk of w; after the last, w joins the running requests with its first token sampled."""
+        """One prefill chunk of w; after the last, w joins the running requests with its first token
+        sampled."""
         prompt = w.seq.prompt_ids
         start, end = w.prefilled, w.prefilled + self._chunk_tokens(w)
         last = end == len(prompt)
@@ -267,9 +320,19 @@ class Scheduler:
         """One pass for every running request: its last token, plus its draft when it speculates."""
         batch = list(self._running)
         try:
-            trees = draft_all([(w.spec, w.seq.prompt_ids + w.seq.output_ids, room_for_draft(w.seq, self.runner, w.slot))
-                               for w in batch])
-            rows = [(w.slot, *verify_rows(w.seq.output_ids[-1], tree)) for w, tree in zip(batch, trees)]
+            trees = draft_all(
+                [
+                    (
+                        w.spec,
+                        w.seq.prompt_ids + w.seq.output_ids,
+                        room_for_draft(w.seq, self.runner, w.slot),
+                    )
+                    for w in batch
+                ]
+            )
+            rows = [
+                (w.slot, *verify_rows(w.seq.output_ids[-1], tree)) for w, tree in zip(batch, trees)
+            ]
             starts = [self.runner.position(w.slot) for w in batch]
             logits = self.runner.step(rows)
         except Exception as e:
@@ -313,8 +376,15 @@ class Scheduler:
         else:
             self._emit(w, Event(text, tokens))
 
-    def _finish(self, w: _Work, reason: str, *, text: str = "", token_ids: tuple[int, ...] = (),
-                error: str | None = None) -> None:
+    def _finish(
+        self,
+        w: _Work,
+        reason: str,
+        *,
+        text: str = "",
+        token_ids: tuple[int, ...] = (),
+        error: str | None = None,
+    ) -> None:
         if w.slot is not None:
             try:
                 self.runner.release(w.slot)

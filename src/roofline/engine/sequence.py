@@ -2,12 +2,12 @@
 
 Text is released incrementally and only when it can no longer change:
 - bytes of a UTF-8 character split across tokens wait until the character is complete;
-- text that could be the beginning of a stop string waits until it cannot be (and a stop string, once
-  seen, is cut off together with everything after it).
+- text that could be the beginning of a stop string waits until it cannot be (and a stop string,
+  once seen, is cut off together with everything after it).
 
-Context limit: a request needs `prompt_tokens + max_tokens <= max_seq_len` KV positions (the last sampled
-token is never written back), so `fit_to_context` refuses prompts that leave no room and trims `max_tokens`
-to what is left; the `Sequence` then ends with "length" exactly at the limit.
+Context limit: a request needs `prompt_tokens + max_tokens <= max_seq_len` KV positions (the last
+sampled token is never written back), so `fit_to_context` refuses prompts that leave no room and
+trims `max_tokens` to what is left; the `Sequence` then ends with "length" exactly at the limit.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ class ContextLengthError(ValueError):
 
 
 def fit_to_context(prompt_tokens: int, params: SamplingParams, max_seq_len: int) -> SamplingParams:
-    """`params` with max_tokens trimmed to the context the prompt leaves; ContextLengthError when it leaves none."""
+    """`params` with max_tokens trimmed to the context the prompt leaves; ContextLengthError when it
+    leaves none."""
     err = context_error(prompt_tokens, None, max_seq_len)
     if err:
         raise ContextLengthError(err)
@@ -73,7 +74,9 @@ class Sequence:
         self.finish_reason: str | None = None
         self.rng = np.random.default_rng(params.seed)
         self._tokenizer = tokenizer
-        self._stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else tokenizer.eos_ids)
+        self._stop_ids = frozenset(params.stop_token_ids) | (
+            frozenset() if params.ignore_eos else tokenizer.eos_ids
+        )
         self._hidden_ids = frozenset(getattr(tokenizer, "special_ids", ()))
         # Incremental UTF-8: keeps the bytes of an unfinished character between tokens.
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -120,7 +123,8 @@ class Sequence:
         return out
 
     def flush(self) -> str:
-        """Held-back text once the sequence is done (empty after a stop string: it and what follows are dropped)."""
+        """Held-back text once the sequence is done (empty after a stop string: it and what follows
+        are dropped)."""
         if not self.done:
             return ""
         out = self._pending + self._utf8.decode(b"", final=True)

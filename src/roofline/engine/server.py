@@ -57,8 +57,15 @@ _DISCONNECTED = object()  # put into a request's queue when its client goes away
 class _ServerState:
     """What the routes share: the runner's facts, the scheduler, the key. One per app."""
 
-    def __init__(self, scheduler: Scheduler, served_model_name: str | None, api_key: str | None,
-                 limits: Limits, drain: Drain, metrics_require_key: bool):
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        served_model_name: str | None,
+        api_key: str | None,
+        limits: Limits,
+        drain: Drain,
+        metrics_require_key: bool,
+    ):
         self.runner = scheduler.runner
         self.scheduler = scheduler
         self.model_name = served_model_name or self.runner.name
@@ -69,7 +76,9 @@ class _ServerState:
         self.created = int(time.time())
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SchedulerCollector(scheduler))
-        self.refused: collections.Counter[int] = collections.Counter()  # HTTP status -> requests refused
+        self.refused: collections.Counter[int] = (
+            collections.Counter()
+        )  # HTTP status -> requests refused
         self.registry.register(RefusalCollector(self.refused))
 
     def check_auth(self, request: Request) -> None:
@@ -77,50 +86,76 @@ class _ServerState:
             return
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.api_key.encode()):
-            raise APIError(401, "missing or incorrect API key: send the server's --api-key as "
-                           "'Authorization: Bearer <key>'", code="invalid_api_key")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            token.strip().encode(), self.api_key.encode()
+        ):
+            raise APIError(
+                401,
+                "missing or incorrect API key: send the server's --api-key as "
+                "'Authorization: Bearer <key>'",
+                code="invalid_api_key",
+            )
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:
-            raise APIError(404, f"the model {model!r} does not exist; this server serves {self.model_name!r}",
-                           param="model", code="model_not_found")
+            raise APIError(
+                404,
+                f"the model {model!r} does not exist; this server serves {self.model_name!r}",
+                param="model",
+                code="model_not_found",
+            )
 
     def model_card(self) -> dict[str, Any]:
-        """A /v1/models entry. `roofline.bytes_per_token` = weight bytes this engine reads per decoded token at
-        its dtype (the runner's count, as bench and tune use it): bench holds a run against the local
-        ceiling with it; `file_bytes_per_token` = the same count over the weights as the file stores them
-        (what the model needs), the second ceiling every run is shown against. No file path: the server's
-        disk layout is nobody's business."""
+        """A /v1/models entry. `roofline.bytes_per_token` = weight bytes this engine reads per
+        decoded token at its dtype (the runner's count, as bench and tune use it): bench holds a run
+        against the local ceiling with it; `file_bytes_per_token` = the same count over the weights
+        as the file stores them (what the model needs), the second ceiling every run is shown
+        against. No file path: the server's disk layout is nobody's business."""
         r = self.runner
         return {
-            "id": self.model_name, "object": "model", "created": self.created, "owned_by": "roofline",
+            "id": self.model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "roofline",
             "max_model_len": self.scheduler.max_seq_len,
-            "roofline": {"bytes_per_token": int(r.bytes_per_token),
-                         "file_bytes_per_token": int(r.file_bytes_per_token), "dtype": r.dtype, "hardware": "local",
-                         "max_batch": self.scheduler.max_batch, "max_seq_len": self.scheduler.max_seq_len},
+            "roofline": {
+                "bytes_per_token": int(r.bytes_per_token),
+                "file_bytes_per_token": int(r.file_bytes_per_token),
+                "dtype": r.dtype,
+                "hardware": "local",
+                "max_batch": self.scheduler.max_batch,
+                "max_seq_len": self.scheduler.max_seq_len,
+            },
         }
 
     def parse(self, raw: bytes, chat: bool):
         """Parse and validate a body (in a worker thread: a few MB of JSON take a while)."""
-        return parse_request(ChatCompletionRequest if chat else CompletionRequest, parse_json_body(raw))
+        return parse_request(
+            ChatCompletionRequest if chat else CompletionRequest, parse_json_body(raw)
+        )
 
     def refuse_long_text(self, texts: list[str], param: str) -> None:
-        """A 400 before tokenizing when the byte length alone proves the prompt overflows the context: no
-        token stands for more than `max_token_bytes` bytes, so B bytes are at least B / max_token_bytes tokens."""
+        """A 400 before tokenizing when the byte length alone proves the prompt overflows the
+        context: no token stands for more than `max_token_bytes` bytes, so B bytes are at least B /
+        max_token_bytes tokens."""
         per_token = getattr(self.runner.tokenizer, "max_token_bytes", None)
         if not per_token:
             return
         n_bytes = sum(len(t.encode("utf-8")) for t in texts)
         at_least = -(-n_bytes // per_token)
         if at_least >= self.scheduler.max_seq_len:
-            raise APIError(400, f"this model's maximum context length is {self.scheduler.max_seq_len} tokens, but the "
-                           f"prompt has at least {at_least} ({n_bytes} bytes of text, at most {per_token} bytes a "
-                           "token); shorten the prompt", param=param, code="context_length_exceeded")
+            raise APIError(
+                400,
+                f"this model's maximum context length is {self.scheduler.max_seq_len} tokens, but the "
+                f"prompt has at least {at_least} ({n_bytes} bytes of text, at most {per_token} bytes a "
+                "token); shorten the prompt",
+                param=param,
+                code="context_length_exceeded",
+            )
 
     def prompt_ids(self, req, chat: bool) -> list[int]:
-        """Template and tokenize (slow on long prompts: called in a worker thread). In a chat only the
-        template may emit special tokens; what the messages say is tokenized as text."""
+        """Template and tokenize (slow on long prompts: called in a worker thread). In a chat only
+        the template may emit special tokens; what the messages say is tokenized as text."""
         tok = self.runner.tokenizer
         if chat:
             messages = req.template_messages()
@@ -128,28 +163,48 @@ class _ServerState:
             try:
                 if hasattr(tok, "encode_chat"):
                     return tok.encode_chat(messages, add_generation_prompt=True)
-                return tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True), add_special_tokens=False)
+                return tok.encode(
+                    tok.apply_chat_template(messages, add_generation_prompt=True),
+                    add_special_tokens=False,
+                )
             except APIError:
                 raise
-            except (UserError, ValueError, TypeError) as e:  # templates raise on, e.g., roles they do not accept
-                raise APIError(400, f"the model's chat template rejected the messages: {e}",
-                               param="messages", code="invalid_value") from None
+            except (
+                UserError,
+                ValueError,
+                TypeError,
+            ) as e:  # templates raise on, e.g., roles they do not accept
+                raise APIError(
+                    400,
+                    f"the model's chat template rejected the messages: {e}",
+                    param="messages",
+                    code="invalid_value",
+                ) from None
         prompt = req.single_prompt()
         if isinstance(prompt, str):
             self.refuse_long_text([prompt], "prompt")
             return tok.encode(prompt, add_special_tokens=True)
         vocab = self.runner.config.vocab_size
         if any(not 0 <= t < vocab for t in prompt):
-            raise APIError(400, f"prompt token ids must lie in [0, {vocab})", param="prompt", code="invalid_value")
+            raise APIError(
+                400,
+                f"prompt token ids must lie in [0, {vocab})",
+                param="prompt",
+                code="invalid_value",
+            )
         return list(prompt)
 
 
 class _CancellingStream(StreamingResponse):
-    """A streaming response that cancels its request however the stream ends (done, error, disconnect)."""
+    """A streaming response that cancels its request however the stream ends (done, error,
+    disconnect)."""
 
     def __init__(self, content: AsyncIterator[bytes], handle: RequestHandle, done):
-        super().__init__(content, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        super().__init__(
+            content,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
         self._handle = handle
         self._done = done
 
@@ -162,24 +217,32 @@ class _CancellingStream(StreamingResponse):
 
 
 def _shutting_down() -> APIError:
-    return APIError(503, "the server is shutting down; retry on another instance", type="server_error",
-                    code="shutting_down")
+    return APIError(
+        503,
+        "the server is shutting down; retry on another instance",
+        type="server_error",
+        code="shutting_down",
+    )
 
 
 def _error_event_body(event: Event) -> dict[str, Any]:
-    return APIError(500, event.error or "generation failed", type="server_error", code="engine_error").body()
+    return APIError(
+        500, event.error or "generation failed", type="server_error", code="engine_error"
+    ).body()
 
 
 def _stats(event: Event) -> dict[str, int] | None:
     return event.spec.to_json() if event.spec is not None else None
 
 
-async def _stream_events(queue: asyncio.Queue, builder: ResponseBuilder, include_usage: bool,
-                         token_ids: bool = False) -> AsyncIterator[bytes]:
-    """SSE chunks: (chat) a role chunk, one chunk per event that carries text (an event may carry several
-    tokens: a verify step that accepted drafts), a finish chunk with the request's pass and draft counts
-    (`"roofline"`), the usage chunk with empty choices when asked for, then [DONE]. token_ids: every chunk
-    carries the ids of its tokens (then an event with ids but no text yet gets a chunk too)."""
+async def _stream_events(
+    queue: asyncio.Queue, builder: ResponseBuilder, include_usage: bool, token_ids: bool = False
+) -> AsyncIterator[bytes]:
+    """SSE chunks: (chat) a role chunk, one chunk per event that carries text (an event may carry
+    several tokens: a verify step that accepted drafts), a finish chunk with the request's pass and
+    draft counts (`"roofline"`), the usage chunk with empty choices when asked for, then [DONE].
+    token_ids: every chunk carries the ids of its tokens (then an event with ids but no text yet
+    gets a chunk too)."""
     if builder.chat:
         yield sse(builder.chunk(text="", role=True, with_usage_field=include_usage))
     while True:
@@ -191,19 +254,35 @@ async def _stream_events(queue: asyncio.Queue, builder: ResponseBuilder, include
             yield sse(_error_event_body(event))
             break
         if event.text or (token_ids and event.token_ids):
-            yield sse(builder.chunk(text=event.text, with_usage_field=include_usage,
-                                    token_ids=list(event.token_ids) if token_ids else None))
+            yield sse(
+                builder.chunk(
+                    text=event.text,
+                    with_usage_field=include_usage,
+                    token_ids=list(event.token_ids) if token_ids else None,
+                )
+            )
         if event.final:
-            yield sse(builder.chunk(finish_reason=event.finish_reason, with_usage_field=include_usage,
-                                    stats=_stats(event), token_ids=[] if token_ids else None))
+            yield sse(
+                builder.chunk(
+                    finish_reason=event.finish_reason,
+                    with_usage_field=include_usage,
+                    stats=_stats(event),
+                    token_ids=[] if token_ids else None,
+                )
+            )
             if include_usage and event.usage is not None:
                 yield sse(builder.usage_chunk(event.usage, _stats(event)))
             break
     yield sse("[DONE]")
 
 
-async def _collect(request: Request, queue: asyncio.Queue, handle: RequestHandle, builder: ResponseBuilder,
-                   token_ids: bool = False) -> Response:
+async def _collect(
+    request: Request,
+    queue: asyncio.Queue,
+    handle: RequestHandle,
+    builder: ResponseBuilder,
+    token_ids: bool = False,
+) -> Response:
     """Wait for the whole completion; a client that hangs up meanwhile cancels its request."""
 
     async def watch_disconnect() -> None:
@@ -230,8 +309,15 @@ async def _collect(request: Request, queue: asyncio.Queue, handle: RequestHandle
         handle.cancel()
     if event.finish_reason == "error":
         return JSONResponse(_error_event_body(event), status_code=500)
-    return JSONResponse(builder.full("".join(parts), event.finish_reason, event.usage,
-                                     token_ids=ids if token_ids else None, stats=_stats(event)))
+    return JSONResponse(
+        builder.full(
+            "".join(parts),
+            event.finish_reason,
+            event.usage,
+            token_ids=ids if token_ids else None,
+            stats=_stats(event),
+        )
+    )
 
 
 class _HeaderCount:
@@ -246,23 +332,34 @@ class _HeaderCount:
                 check_headers(scope["headers"], self.limits)
             except APIError as e:
                 self.refused[e.status] += 1
-                await JSONResponse(e.body(), status_code=e.status, headers={"Connection": "close"})(scope, receive, send)
+                await JSONResponse(e.body(), status_code=e.status, headers={"Connection": "close"})(
+                    scope, receive, send
+                )
                 return
         await self.app(scope, receive, send)
 
 
-def create_app(runner=None, *, scheduler: Scheduler | None = None, served_model_name: str | None = None,
-               api_key: str | None = None, limits: Limits | None = None, grace_s: float = 10.0,
-               metrics_require_key: bool = False) -> FastAPI:
-    """The ASGI app for one runner, or for a scheduler already stepping one (`Scheduler.loading`). Its
-    lifespan starts the scheduler thread (if not started yet) and stops it on shutdown. Serve it with
-    `uvicorn_server` (which applies `limits` to the connections and `grace_s` to stopping)."""
+def create_app(
+    runner=None,
+    *,
+    scheduler: Scheduler | None = None,
+    served_model_name: str | None = None,
+    api_key: str | None = None,
+    limits: Limits | None = None,
+    grace_s: float = 10.0,
+    metrics_require_key: bool = False,
+) -> FastAPI:
+    """The ASGI app for one runner, or for a scheduler already stepping one (`Scheduler.loading`).
+    Its lifespan starts the scheduler thread (if not started yet) and stops it on shutdown. Serve it
+    with `uvicorn_server` (which applies `limits` to the connections and `grace_s` to stopping)."""
     if scheduler is None:
         scheduler = Scheduler(runner)
     if metrics_require_key and not api_key:
         raise ValueError("metrics_require_key needs an api_key")
     limits = limits or Limits()
-    state = _ServerState(scheduler, served_model_name, api_key, limits, Drain(grace_s), metrics_require_key)
+    state = _ServerState(
+        scheduler, served_model_name, api_key, limits, Drain(grace_s), metrics_require_key
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -272,26 +369,45 @@ def create_app(runner=None, *, scheduler: Scheduler | None = None, served_model_
         finally:
             await asyncio.to_thread(state.scheduler.close)
 
-    app = FastAPI(title="roofline", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="roofline", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.state.roofline = state
     app.add_middleware(_HeaderCount, limits=limits, refused=state.refused)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
         state.refused[exc.status] += 1
-        headers = {"Connection": "close"} if exc.status in (408, 431) or exc.code == "shutting_down" else None
+        headers = (
+            {"Connection": "close"}
+            if exc.status in (408, 431) or exc.code == "shutting_down"
+            else None
+        )
         return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
     @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:  # still logged, with its traceback
-        return JSONResponse(APIError(500, f"internal error ({type(exc).__name__}); see the server log",
-                                     type="server_error", code="internal_error").body(), status_code=500)
+    async def _unexpected(
+        request: Request, exc: Exception
+    ) -> JSONResponse:  # still logged, with its traceback
+        return JSONResponse(
+            APIError(
+                500,
+                f"internal error ({type(exc).__name__}); see the server log",
+                type="server_error",
+                code="internal_error",
+            ).body(),
+            status_code=500,
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-        return JSONResponse(APIError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}",
-                                     code=code).body(), status_code=exc.status_code)
+        return JSONResponse(
+            APIError(
+                exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", code=code
+            ).body(),
+            status_code=exc.status_code,
+        )
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -336,17 +452,23 @@ def create_app(runner=None, *, scheduler: Scheduler | None = None, served_model_
             try:
                 handle = state.scheduler.submit(prompt_ids, params, sink, speculate=req.speculative)
             except RuntimeError as e:
-                raise APIError(503, f"{e}; retry later", type="server_error", code="unavailable") from None
+                raise APIError(
+                    503, f"{e}; retry later", type="server_error", code="unavailable"
+                ) from None
             drain.watch(queue)
             builder = ResponseBuilder(state.model_name, chat=chat)
             if req.stream:
+
                 def done() -> None:
                     drain.unwatch(queue)
                     drain.end()
 
                 streaming = True
-                return _CancellingStream(_stream_events(queue, builder, req.include_usage(), req.return_token_ids),
-                                         handle, done)
+                return _CancellingStream(
+                    _stream_events(queue, builder, req.include_usage(), req.return_token_ids),
+                    handle,
+                    done,
+                )
             try:
                 return await _collect(request, queue, handle, builder, req.return_token_ids)
             finally:
@@ -367,11 +489,12 @@ def create_app(runner=None, *, scheduler: Scheduler | None = None, served_model_
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (port 0 = any free port); bound before serving so the address is known."""
+    """A listening TCP socket (port 0 = any free port); bound before serving so the address is
+    known."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP, not the default 0: asyncio turns Nagle off only on sockets whose proto says TCP, and an
-    # accepted socket inherits the listener's (Linux also inherits TCP_NODELAY itself; each connection sets
-    # it again when accepted, see http_limits.NoDelayH11Protocol).
+    # IPPROTO_TCP, not the default 0: asyncio turns Nagle off only on sockets whose proto says TCP,
+    # and an accepted socket inherits the listener's (Linux also inherits TCP_NODELAY itself; each
+    # connection sets it again when accepted, see http_limits.NoDelayH11Protocol).
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     set_nodelay(sock)
@@ -386,11 +509,19 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def uvicorn_server(app: FastAPI, *, log_level: str = "warning") -> GracefulServer:
-    """A uvicorn server for `app`; run it with `.run(sockets=[bind_socket(...)])`. It stops on SIGINT and
-    SIGTERM as shutdown.py says (the app's grace period), then the lifespan stops the scheduler."""
+    """A uvicorn server for `app`; run it with `.run(sockets=[bind_socket(...)])`. It stops on
+    SIGINT and SIGTERM as shutdown.py says (the app's grace period), then the lifespan stops the
+    scheduler."""
     import uvicorn
 
     state: _ServerState = app.state.roofline
-    config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5, access_log=False,
-                            http=NoDelayH11Protocol, h11_max_incomplete_event_size=state.limits.max_header_bytes)
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+        access_log=False,
+        http=NoDelayH11Protocol,
+        h11_max_incomplete_event_size=state.limits.max_header_bytes,
+    )
     return GracefulServer(config, state.drain)

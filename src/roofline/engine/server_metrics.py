@@ -1,11 +1,11 @@
 """Prometheus exposition of the scheduler's counters (read at scrape time, nothing global).
 
-Names follow Prometheus conventions (`_total` counters, `_seconds` histograms):
-requests accepted / finished (by reason) / cancelled / failed, prompt and generated tokens, requests
-running and queued, the wall time of each scheduler step (one batched decode plus any prefills it
-admitted) and of each prefill, and decode steps with the tokens they produced (mean batch = ratio);
-speculation: weight passes per request, draft tokens verified and accepted (acceptance rate). Apart from
-the scheduler's: requests the HTTP layer refused (bad input, auth, limits, stopping), by status.
+Names follow Prometheus conventions (`_total` counters, `_seconds` histograms): requests accepted /
+finished (by reason) / cancelled / failed, prompt and generated tokens, requests running and queued,
+the wall time of each scheduler step (one batched decode plus any prefills it admitted) and of each
+prefill, and decode steps with the tokens they produced (mean batch = ratio); speculation: weight
+passes per request, draft tokens verified and accepted (acceptance rate). Apart from the
+scheduler's: requests the HTTP layer refused (bad input, auth, limits, stopping), by status.
 """
 
 from __future__ import annotations
@@ -38,43 +38,92 @@ class SchedulerCollector:
 
     def collect(self) -> Iterator[Metric]:
         s, p = self.scheduler.stats(), self.prefix
-        yield CounterMetricFamily(f"{p}_requests", "Requests accepted by the scheduler.", value=s.requests_total)
-        finished = CounterMetricFamily(f"{p}_requests_finished", "Requests that finished, by finish reason.",
-                                       labels=["finish_reason"])
+        yield CounterMetricFamily(
+            f"{p}_requests", "Requests accepted by the scheduler.", value=s.requests_total
+        )
+        finished = CounterMetricFamily(
+            f"{p}_requests_finished",
+            "Requests that finished, by finish reason.",
+            labels=["finish_reason"],
+        )
         for reason in sorted(set(s.finished) | {"stop", "length"}):
             finished.add_metric([reason], s.finished.get(reason, 0))
         yield finished
-        yield CounterMetricFamily(f"{p}_requests_cancelled", "Requests cancelled (client gone) before they finished.",
-                                  value=s.cancelled)
-        yield CounterMetricFamily(f"{p}_requests_failed", "Requests that ended with an engine error.", value=s.failed)
-        yield CounterMetricFamily(f"{p}_prompt_tokens", "Prompt tokens prefilled.", value=s.prompt_tokens_total)
-        yield CounterMetricFamily(f"{p}_generation_tokens", "Tokens generated.", value=s.generation_tokens_total)
-        yield GaugeMetricFamily(f"{p}_requests_running", "Requests holding a slot.", value=s.running)
-        yield GaugeMetricFamily(f"{p}_requests_queued", "Requests waiting for a slot.", value=s.queued)
-        yield GaugeMetricFamily(f"{p}_max_batch", "Slots (sequences decoded together at most).",
-                                value=self.scheduler.max_batch)
-        yield _histogram(f"{p}_step_seconds", "Wall time of one scheduler step (prefills admitted + one batched decode).",
-                         s.step_seconds)
-        yield _histogram(f"{p}_prefill_seconds", "Wall time of one request's prefill.", s.prefill_seconds)
-        yield CounterMetricFamily(f"{p}_decode_steps", "Batched decode calls.", value=s.decode_steps)
-        yield CounterMetricFamily(f"{p}_decode_batch_tokens", "Sequences decoded, summed over decode calls "
-                                  "(divide by decode_steps for the mean batch).", value=s.decode_batch_total)
-        yield CounterMetricFamily(f"{p}_decode_rows", "Rows of all decode passes: one per sequence plus its "
-                                  "draft tokens when it speculates.", value=s.decode_rows_total)
-        yield CounterMetricFamily(f"{p}_request_weight_passes", "Weight passes of finished requests (prefill and "
-                                  "decode steps; divide generated tokens by it for tokens per pass).", value=s.spec.passes)
-        yield CounterMetricFamily(f"{p}_spec_draft_tokens", "Draft tokens verified (finished requests).",
-                                  value=s.spec.drafted)
-        yield CounterMetricFamily(f"{p}_spec_accepted_tokens", "Draft tokens accepted (finished requests); "
-                                  "acceptance rate = accepted / draft.", value=s.spec.accepted)
+        yield CounterMetricFamily(
+            f"{p}_requests_cancelled",
+            "Requests cancelled (client gone) before they finished.",
+            value=s.cancelled,
+        )
+        yield CounterMetricFamily(
+            f"{p}_requests_failed", "Requests that ended with an engine error.", value=s.failed
+        )
+        yield CounterMetricFamily(
+            f"{p}_prompt_tokens", "Prompt tokens prefilled.", value=s.prompt_tokens_total
+        )
+        yield CounterMetricFamily(
+            f"{p}_generation_tokens", "Tokens generated.", value=s.generation_tokens_total
+        )
+        yield GaugeMetricFamily(
+            f"{p}_requests_running", "Requests holding a slot.", value=s.running
+        )
+        yield GaugeMetricFamily(
+            f"{p}_requests_queued", "Requests waiting for a slot.", value=s.queued
+        )
+        yield GaugeMetricFamily(
+            f"{p}_max_batch",
+            "Slots (sequences decoded together at most).",
+            value=self.scheduler.max_batch,
+        )
+        yield _histogram(
+            f"{p}_step_seconds",
+            "Wall time of one scheduler step (prefills admitted + one batched decode).",
+            s.step_seconds,
+        )
+        yield _histogram(
+            f"{p}_prefill_seconds", "Wall time of one request's prefill.", s.prefill_seconds
+        )
+        yield CounterMetricFamily(
+            f"{p}_decode_steps", "Batched decode calls.", value=s.decode_steps
+        )
+        yield CounterMetricFamily(
+            f"{p}_decode_batch_tokens",
+            "Sequences decoded, summed over decode calls "
+            "(divide by decode_steps for the mean batch).",
+            value=s.decode_batch_total,
+        )
+        yield CounterMetricFamily(
+            f"{p}_decode_rows",
+            "Rows of all decode passes: one per sequence plus its draft tokens when it speculates.",
+            value=s.decode_rows_total,
+        )
+        yield CounterMetricFamily(
+            f"{p}_request_weight_passes",
+            "Weight passes of finished requests (prefill and "
+            "decode steps; divide generated tokens by it for tokens per pass).",
+            value=s.spec.passes,
+        )
+        yield CounterMetricFamily(
+            f"{p}_spec_draft_tokens",
+            "Draft tokens verified (finished requests).",
+            value=s.spec.drafted,
+        )
+        yield CounterMetricFamily(
+            f"{p}_spec_accepted_tokens",
+            "Draft tokens accepted (finished requests); acceptance rate = accepted / draft.",
+            value=s.spec.accepted,
+        )
         rate = s.spec.acceptance_rate
-        yield GaugeMetricFamily(f"{p}_spec_acceptance_rate", "Accepted / drafted tokens so far (NaN before any "
-                                "draft).", value=float("nan") if rate is None else rate)
+        yield GaugeMetricFamily(
+            f"{p}_spec_acceptance_rate",
+            "Accepted / drafted tokens so far (NaN before any draft).",
+            value=float("nan") if rate is None else rate,
+        )
 
 
 class RefusalCollector:
-    """Requests answered with an error before the scheduler saw them (400 bad input, 401 key, 404 model,
-    408 slow body, 413 big body, 431 big headers, 503 stopping), by status; `counts` is the server's."""
+    """Requests answered with an error before the scheduler saw them (400 bad input, 401 key, 404
+    model, 408 slow body, 413 big body, 431 big headers, 503 stopping), by status; `counts` is the
+    server's."""
 
     STATUSES = (400, 401, 404, 408, 413, 431, 503)
 
@@ -83,8 +132,11 @@ class RefusalCollector:
         self.prefix = prefix
 
     def collect(self) -> Iterator[Metric]:
-        fam = CounterMetricFamily(f"{self.prefix}_http_refused", "Requests refused before reaching the scheduler, "
-                                  "by HTTP status.", labels=["status"])
+        fam = CounterMetricFamily(
+            f"{self.prefix}_http_refused",
+            "Requests refused before reaching the scheduler, by HTTP status.",
+            labels=["status"],
+        )
         for status in sorted(set(self.counts) | set(self.STATUSES)):
             fam.add_metric([str(status)], self.counts.get(status, 0))
         yield fam

@@ -1,11 +1,11 @@
 """Stopping the server without cutting anyone off mid-chunk.
 
-On SIGTERM or SIGINT: stop accepting connections, answer requests that arrive on open connections with a
-JSON 503, give the requests in flight `grace_s` to finish, then end each one still open: a stream gets an
-SSE error event and `[DONE]`, a waiting non-streamed request a JSON 503. Only then does uvicorn close the
-connections and the lifespan stop the scheduler, so nothing is cancelled under a running response (the
-source of the CancelledError tracebacks a plain uvicorn shutdown logged). A second Ctrl-C ends the grace
-period at once.
+On SIGTERM or SIGINT: stop accepting connections, answer requests that arrive on open connections
+with a JSON 503, give the requests in flight `grace_s` to finish, then end each one still open: a
+stream gets an SSE error event and `[DONE]`, a waiting non-streamed request a JSON 503. Only then
+does uvicorn close the connections and the lifespan stop the scheduler, so nothing is cancelled
+under a running response (the source of the CancelledError tracebacks a plain uvicorn shutdown
+logged). A second Ctrl-C ends the grace period at once.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ SHUTDOWN = object()  # put into a request's event queue when the grace period is
 
 
 class Drain:
-    """The requests in flight (counted from the moment their route starts) and their event queues."""
+    """The requests in flight (counted from the moment their route starts) and their event
+    queues."""
 
     def __init__(self, grace_s: float = 10.0):
         self.grace_s = grace_s
@@ -56,8 +57,8 @@ class Drain:
 
 
 class GracefulServer(uvicorn.Server):
-    """uvicorn's server with the stop sequence above; a caught signal is not re-raised afterwards, so the
-    process can say that it stopped and exit 0."""
+    """uvicorn's server with the stop sequence above; a caught signal is not re-raised afterwards,
+    so the process can say that it stopped and exit 0."""
 
     def __init__(self, config: uvicorn.Config, drain: Drain):
         super().__init__(config)
@@ -79,7 +80,9 @@ class GracefulServer(uvicorn.Server):
     async def shutdown(self, sockets=None) -> None:
         drain, loop = self.drain, asyncio.get_running_loop()
         drain.stopping = True
-        for server in self.servers:  # stop accepting; open connections still get their answers (a 503 if new)
+        for server in (
+            self.servers
+        ):  # stop accepting; open connections still get their answers (a 503 if new)
             server.close()
         for sock in sockets or []:
             sock.close()
@@ -91,5 +94,7 @@ class GracefulServer(uvicorn.Server):
             deadline = loop.time() + 5.0
             while drain.in_flight and loop.time() < deadline:
                 await asyncio.sleep(0.02)
-        self.force_exit = False  # the requests are ended: let uvicorn close the connections and the lifespan
+        self.force_exit = (
+            False  # the requests are ended: let uvicorn close the connections and the lifespan
+        )
         await super().shutdown(sockets=None)

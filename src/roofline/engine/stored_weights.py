@@ -79,8 +79,26 @@ def pack_stored(config: ModelConfig, checkpoint) -> DecodeWeights:
     else:
         lm_head, lm_fmt = _single(stored_rows(checkpoint, "lm_head.weight"))
     norm = vector(t["model.norm.weight"])
-    return DecodeWeights(embed, embed_fmt, attn_norm, wqkv, qkv_fmt, bqkv, q_norm, k_norm, wo,
-                         o_fmt, mlp_norm, wgu, gu_fmt, wd, d_fmt, norm, lm_head, lm_fmt)
+    return DecodeWeights(
+        embed,
+        embed_fmt,
+        attn_norm,
+        wqkv,
+        qkv_fmt,
+        bqkv,
+        q_norm,
+        k_norm,
+        wo,
+        o_fmt,
+        mlp_norm,
+        wgu,
+        gu_fmt,
+        wd,
+        d_fmt,
+        norm,
+        lm_head,
+        lm_fmt,
+    )
 
 
 def _row_bytes(codes: np.ndarray, n_in: int) -> int:

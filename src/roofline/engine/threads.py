@@ -1,39 +1,43 @@
 """How many threads a weight pass runs on, chosen from measured pass times (the adaptive default).
 
-On a machine where another process keeps a core busy, a pass split over every core waits at each phase
-change for the thread whose core was taken (and the OS hands that core back only at the end of a time
-slice): all cores can be slower than one. Nothing tells a process how busy its cores are going to be, so
-the runner measures it: it times its own passes and, every so often, runs one pass on another candidate
-thread count (all cores, half of them, ..., one). A probe that beats the recent passes of the current count
-(same row count, so the same work) is repeated on the next pass; two wins in a row switch to it. A probe
-that loses doubles the wait before the next probe (up to `LONGEST_INTERVAL` passes), so on a quiet machine
-the probes cost a fraction of a percent (on fewer than all cores the wait stops at
-`FEWER_THREADS_LONGEST_INTERVAL`, so a neighbour that left is noticed within a second or so). The kernels
-sum in a fixed order whatever the thread count, so switching never changes a result.
+On a machine where another process keeps a core busy, a pass split over every core waits at each
+phase change for the thread whose core was taken (and the OS hands that core back only at the end of
+a time slice): all cores can be slower than one. Nothing tells a process how busy its cores are
+going to be, so the runner measures it: it times its own passes and, every so often, runs one pass
+on another candidate thread count (all cores, half of them, ..., one). A probe that beats the recent
+passes of the current count (same row count, so the same work) is repeated on the next pass; two
+wins in a row switch to it. A probe that loses doubles the wait before the next probe (up to
+`LONGEST_INTERVAL` passes), so on a quiet machine the probes cost a fraction of a percent (on fewer
+than all cores the wait stops at `FEWER_THREADS_LONGEST_INTERVAL`, so a neighbour that left is
+noticed within a second or so). The kernels sum in a fixed order whatever the thread count, so
+switching never changes a result.
 
 A neighbour that starts (or stops) shows in the current count's own pass times long before the next
-scheduled probe: when `CHANGE_PASSES` passes in a row take `CHANGE_RATIO` times longer (or shorter) than
-that count's history before them, conditions have changed. The history is cut to those passes, the wait
-goes back to `FIRST_INTERVAL` and the other counts are probed from the next pass on: a neighbour that
-started costs a handful of slow passes, not `LONGEST_INTERVAL` of them (measured here: 2 -> 1 thread took
-three 64-token generations before, six passes with it).
+scheduled probe: when `CHANGE_PASSES` passes in a row take `CHANGE_RATIO` times longer (or shorter)
+than that count's history before them, conditions have changed. The history is cut to those passes,
+the wait goes back to `FIRST_INTERVAL` and the other counts are probed from the next pass on: a
+neighbour that started costs a handful of slow passes, not `LONGEST_INTERVAL` of them (measured
+here: 2 -> 1 thread took three 64-token generations before, six passes with it).
 
-torch's prefill splits every operation statically between its threads and needs all of them running at
-once; it gets the full count only while the passes show that the extra cores really deliver
-(`TORCH_MIN_SPEEDUP`); otherwise the chosen count, or one thread while the full count is chosen but barely
-faster. A prefill chunk then checks that choice itself (`TorchLayerTrial`): every layer of a chunk is the
-same work, so layer 1 runs on the chosen count, layer 2 on another, and the rest of the chunk on the
-faster; the verdict starts the next chunk. A prompt that arrives just after a neighbour did (the decode
-passes have not seen it yet) costs one layer on the slower count, not the whole prefill.
+torch's prefill splits every operation statically between its threads and needs all of them running
+at once; it gets the full count only while the passes show that the extra cores really deliver
+(`TORCH_MIN_SPEEDUP`); otherwise the chosen count, or one thread while the full count is chosen but
+barely faster. A prefill chunk then checks that choice itself (`TorchLayerTrial`): every layer of a
+chunk is the same work, so layer 1 runs on the chosen count, layer 2 on another, and the rest of the
+chunk on the faster; the verdict starts the next chunk. A prompt that arrives just after a neighbour
+did (the decode passes have not seen it yet) costs one layer on the slower count, not the whole
+prefill.
 
-Idle OpenMP workers: torch and numba each keep a pool of OpenMP threads (two copies of libgomp here), and
-by default a worker that finishes its part spins for a few milliseconds before it sleeps. On a busy machine
-that spin takes the core from the thread everyone waits for: with one CPU-bound neighbour on two cores a
-250-token torch prefill on two threads took 4-9 s instead of 0.2-1 s. `prefer_passive_omp_waits` asks for
-sleeping workers (OMP_WAIT_POLICY=PASSIVE) unless the user chose a policy; it takes effect only for a
-runtime loaded after it, so the engine package calls it on import, before torch or numba start threads.
+Idle OpenMP workers: torch and numba each keep a pool of OpenMP threads (two copies of libgomp
+here), and by default a worker that finishes its part spins for a few milliseconds before it sleeps.
+On a busy machine that spin takes the core from the thread everyone waits for: with one CPU-bound
+neighbour on two cores a 250-token torch prefill on two threads took 4-9 s instead of 0.2-1 s.
+`prefer_passive_omp_waits` asks for sleeping workers (OMP_WAIT_POLICY=PASSIVE) unless the user chose
+a policy; it takes effect only for a runtime loaded after it, so the engine package calls it on
+import, before torch or numba start threads.
 
-The rest of this module is bookkeeping only (no clock, no threads): the runner passes in the times it measured.
+The rest of this module is bookkeeping only (no clock, no threads): the runner passes in the times
+it measured.
 """
 
 from __future__ import annotations
@@ -47,19 +51,24 @@ OMP_WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 
 FIRST_INTERVAL = 8  # passes between probes right after a switch
 LONGEST_INTERVAL = 64  # passes between probes once the current count keeps winning
-# ... while fewer than all cores run: one thread's passes look the same whether the neighbour left or not,
-# so only a probe of the larger counts can tell; a 2-thread probe beside a busy neighbour cost ~10% of one pass
+# ... while fewer than all cores run: one thread's passes look the same whether the neighbour left
+# or not, so only a probe of the larger counts can tell; a 2-thread probe beside a busy neighbour
+# cost ~10% of one pass
 FEWER_THREADS_LONGEST_INTERVAL = 16
 HISTORY = 8  # recent pass times kept per (threads, rows)
 WIN_MARGIN = 0.97  # a probe wins when it takes under this fraction of the current count's median
-CHANGE_RATIO = 1.25  # the current count's passes this much slower (or faster) than its history: a change
+CHANGE_RATIO = (
+    1.25  # the current count's passes this much slower (or faster) than its history: a change
+)
 CHANGE_PASSES = 3  # ... for this many passes in a row (a single slow pass is noise)
-TORCH_MIN_SPEEDUP = 1.15  # all cores for torch only when they made the kernel passes this much faster
+TORCH_MIN_SPEEDUP = (
+    1.15  # all cores for torch only when they made the kernel passes this much faster
+)
 
 
 def prefer_passive_omp_waits(environ=os.environ, modules=sys.modules) -> bool:
-    """Set OMP_WAIT_POLICY=PASSIVE unless a wait policy or spin count is set already, or torch is loaded
-    (its OpenMP runtime has read the environment by then). True when it set it."""
+    """Set OMP_WAIT_POLICY=PASSIVE unless a wait policy or spin count is set already, or torch is
+    loaded (its OpenMP runtime has read the environment by then). True when it set it."""
     if any(name in environ for name in OMP_WAIT_VARIABLES) or "torch" in modules:
         return False
     environ["OMP_WAIT_POLICY"] = "PASSIVE"
@@ -77,9 +86,16 @@ def candidate_thread_counts(most: int) -> tuple[int, ...]:
 
 
 class ThreadChooser:
-    """The thread count for the next pass (`threads_for_pass`), learned from `record`ed pass times."""
+    """The thread count for the next pass (`threads_for_pass`), learned from `record`ed pass
+    times."""
 
-    def __init__(self, most: int, *, first_interval: int = FIRST_INTERVAL, longest_interval: int = LONGEST_INTERVAL):
+    def __init__(
+        self,
+        most: int,
+        *,
+        first_interval: int = FIRST_INTERVAL,
+        longest_interval: int = LONGEST_INTERVAL,
+    ):
         self.candidates = candidate_thread_counts(most)
         self.current = self.candidates[0]
         self.first_interval = max(1, int(first_interval))
@@ -93,14 +109,24 @@ class ThreadChooser:
         self._next_probe = 0  # index into candidates, round robin over the others
         self._pending: int | None = None  # a probe (or its confirmation) runs on the next pass
         self._wins = 0
-        self._speedup: dict[int, float] = {}  # candidate -> its time / the full count's, last compared
-        self.pinned: int | None = None  # set: every pass runs on this count and nothing is learned (`seed`)
-        self.torch_verdict: int | None = None  # the faster count of the last prefill chunk's layer trial
+        self._speedup: dict[
+            int, float
+        ] = {}  # candidate -> its time / the full count's, last compared
+        self.pinned: int | None = (
+            None  # set: every pass runs on this count and nothing is learned (`seed`)
+        )
+        self.torch_verdict: int | None = (
+            None  # the faster count of the last prefill chunk's layer trial
+        )
 
     def threads_for_pass(self) -> int:
         if self.pinned is not None:
             return self.pinned
-        if self._pending is None and len(self.candidates) > 1 and self._since_probe >= self.interval:
+        if (
+            self._pending is None
+            and len(self.candidates) > 1
+            and self._since_probe >= self.interval
+        ):
             others = [c for c in self.candidates if c != self.current]
             self._pending = others[self._next_probe % len(others)]
             self._next_probe += 1
@@ -138,13 +164,16 @@ class ThreadChooser:
 
     @staticmethod
     def _conditions_changed(history: deque[float]) -> bool:
-        """True (and the history cut to its newest CHANGE_PASSES) when those all lie CHANGE_RATIO or more
-        above, or all below, the median of the passes before them."""
+        """True (and the history cut to its newest CHANGE_PASSES) when those all lie CHANGE_RATIO or
+        more above, or all below, the median of the passes before them."""
         if len(history) < 2 * CHANGE_PASSES:
             return False
         times = list(history)
         before, latest = median(times[:-CHANGE_PASSES]), times[-CHANGE_PASSES:]
-        if not (all(t > CHANGE_RATIO * before for t in latest) or all(t * CHANGE_RATIO < before for t in latest)):
+        if not (
+            all(t > CHANGE_RATIO * before for t in latest)
+            or all(t * CHANGE_RATIO < before for t in latest)
+        ):
             return False
         history.clear()
         history.extend(latest)
@@ -163,13 +192,21 @@ class ThreadChooser:
     def _end_probe(self, *, won: bool) -> None:
         self._pending, self._wins, self._since_probe = None, 0, 0
         if not won:
-            longest = self.longest_interval if self.current == self.candidates[0] else \
-                min(self.longest_interval, max(self.first_interval, FEWER_THREADS_LONGEST_INTERVAL))
+            longest = (
+                self.longest_interval
+                if self.current == self.candidates[0]
+                else min(
+                    self.longest_interval, max(self.first_interval, FEWER_THREADS_LONGEST_INTERVAL)
+                )
+            )
             self.interval = min(longest, self.interval * 2)
 
     def seed(self, seconds_by_threads: dict[int, list[float]]) -> None:
-        """Start from the candidate with the shortest median of these passes (timed side by side, same rows)."""
-        medians = {n: median(v) for n, v in seconds_by_threads.items() if v and n in self.candidates}
+        """Start from the candidate with the shortest median of these passes (timed side by side,
+        same rows)."""
+        medians = {
+            n: median(v) for n, v in seconds_by_threads.items() if v and n in self.candidates
+        }
         if not medians:
             return
         self.current = min(medians, key=lambda n: (medians[n], -n))
@@ -180,10 +217,10 @@ class ThreadChooser:
                     self._speedup[n] = m / medians[full]
 
     def torch_threads(self) -> int:
-        """Threads for torch's statically split operations: the last layer trial's verdict when there is one;
-        else the full count only when the last comparison showed it at least TORCH_MIN_SPEEDUP faster than
-        every smaller count measured, else the current count (and 1 when it is unknown whether the extra
-        cores are free)."""
+        """Threads for torch's statically split operations: the last layer trial's verdict when
+        there is one; else the full count only when the last comparison showed it at least
+        TORCH_MIN_SPEEDUP faster than every smaller count measured, else the current count (and 1
+        when it is unknown whether the extra cores are free)."""
         if self.torch_verdict is not None:
             return self.torch_verdict
         full = self.candidates[0]
@@ -204,9 +241,10 @@ class ThreadChooser:
 
 
 class TorchLayerTrial:
-    """One prefill chunk's check of torch's thread count: layers 0 and 1 on `start`, layer 2 on `other`, every
-    later layer on whichever of the two ran its layer faster (`other` only when under WIN_MARGIN of `start`'s
-    time, and layer 1 rather than 0, which pays for first touches). The verdict goes to the chooser."""
+    """One prefill chunk's check of torch's thread count: layers 0 and 1 on `start`, layer 2 on
+    `other`, every later layer on whichever of the two ran its layer faster (`other` only when under
+    WIN_MARGIN of `start`'s time, and layer 1 rather than 0, which pays for first touches). The
+    verdict goes to the chooser."""
 
     TRIAL_LAYERS = (1, 2)
 
@@ -229,4 +267,3 @@ class TorchLayerTrial:
             self.choice = self.other if won else self.start
             if self.chooser is not None:
                 self.chooser.torch_verdict = self.choice
-

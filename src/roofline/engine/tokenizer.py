@@ -1,9 +1,10 @@
 """Text <-> token ids for one checkpoint, and its chat template.
 
-The splitting and merging is done by the `tokenizers` library (built from a GGUF's vocabulary or read from
-an HF tokenizer.json by the loaders); this class adds what a runner needs around it: BOS/EOS ids, whether
-to prepend BOS, exact bytes per token for streaming, and the checkpoint's Jinja chat template rendered in a
-sandbox (the template comes from the model file, so it is untrusted code).
+The splitting and merging is done by the `tokenizers` library (built from a GGUF's vocabulary or
+read from an HF tokenizer.json by the loaders); this class adds what a runner needs around it:
+BOS/EOS ids, whether to prepend BOS, exact bytes per token for streaming, and the checkpoint's Jinja
+chat template rendered in a sandbox (the template comes from the model file, so it is untrusted
+code).
 """
 
 from __future__ import annotations
@@ -15,16 +16,22 @@ from collections.abc import Sequence
 from datetime import datetime
 from functools import lru_cache
 
-# How the vocabulary spells bytes: "byte_level" (GPT-2: every byte is a printable stand-in character),
-# "sentencepiece" (U+2581 for a space, <0xAB> tokens for raw bytes), or None (plain text).
+# How the vocabulary spells bytes: "byte_level" (GPT-2: every byte is a printable stand-in
+# character), "sentencepiece" (U+2581 for a space, <0xAB> tokens for raw bytes), or None (plain
+# text).
 PIECE_KINDS = ("byte_level", "sentencepiece", None)
 
 
 @lru_cache(maxsize=1)
 def byte_level_alphabet() -> dict[int, str]:
-    """GPT-2's byte -> printable character table: printable Latin-1 bytes stand for themselves, the other 68
-    bytes (controls, space, ...) map to U+0100 onwards in byte order. Pure and constant, hence the cache."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    """GPT-2's byte -> printable character table: printable Latin-1 bytes stand for themselves, the
+    other 68 bytes (controls, space, ...) map to U+0100 onwards in byte order. Pure and constant,
+    hence the cache."""
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     table = {b: chr(b) for b in printable}
     extra = 0
     for b in range(256):
@@ -34,10 +41,10 @@ def byte_level_alphabet() -> dict[int, str]:
     return table
 
 
-# Above this many characters a text is tokenized through `encode_batch`, which releases the GIL (plain
-# `encode` holds it: 3 MB of text stalled every other thread, an event loop included, for 8 s here).
-# Short texts keep `encode`: a batch call also marks the library's thread pool used, after which a fork
-# prints a warning.
+# Above this many characters a text is tokenized through `encode_batch`, which releases the GIL
+# (plain `encode` holds it: 3 MB of text stalled every other thread, an event loop included, for 8 s
+# here). Short texts keep `encode`: a batch call also marks the library's thread pool used, after
+# which a fork prints a warning.
 _GIL_FREE_CHARS = 64 * 1024
 
 
@@ -48,11 +55,13 @@ def _backend_ids(backend, text: str) -> list[int]:
 
 
 class _ChatTemplateError(Exception):
-    """Raised by a template's raise_exception(); turned into a UserError with the template's message."""
+    """Raised by a template's raise_exception(); turned into a UserError with the template's
+    message."""
 
 
 def _render_chat_template(template: str, **context) -> str:
-    """Render a Hugging Face-style chat template with jinja2's sandbox (the settings transformers uses)."""
+    """Render a Hugging Face-style chat template with jinja2's sandbox (the settings transformers
+    uses)."""
     from jinja2 import TemplateError
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -63,9 +72,17 @@ def _render_chat_template(template: str, **context) -> str:
         raise _ChatTemplateError(message)
 
     def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
-        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+        return json.dumps(
+            value,
+            ensure_ascii=ensure_ascii,
+            indent=indent,
+            separators=separators,
+            sort_keys=sort_keys,
+        )
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
+    )
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
@@ -91,8 +108,8 @@ def _message_text(content) -> str:
 
 
 class Tokenizer:
-    """A checkpoint's tokenizer. `backend` is a `tokenizers.Tokenizer` with no post-processor: BOS is added
-    here, from `add_bos`, so GGUF and HF checkpoints behave alike."""
+    """A checkpoint's tokenizer. `backend` is a `tokenizers.Tokenizer` with no post-processor: BOS
+    is added here, from `add_bos`, so GGUF and HF checkpoints behave alike."""
 
     def __init__(
         self,
@@ -117,18 +134,31 @@ class Tokenizer:
         self.eos_token = eos_token
         self.piece_kind = piece_kind
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
-        self.special_ids = frozenset(idx for idx, token in backend.get_added_tokens_decoder().items() if token.special)
+        self.special_ids = frozenset(
+            idx for idx, token in backend.get_added_tokens_decoder().items() if token.special
+        )
         self._bytes_table: list[bytes] | None = None
-        self._plain_backend = None  # a copy that reads special-token spellings as text (built on first use)
-        specials = {token.content: idx for idx, token in backend.get_added_tokens_decoder().items() if token.special}
+        self._plain_backend = (
+            None  # a copy that reads special-token spellings as text (built on first use)
+        )
+        specials = {
+            token.content: idx
+            for idx, token in backend.get_added_tokens_decoder().items()
+            if token.special
+        }
         self._special_by_text = specials
-        self._special_re = (re.compile("|".join(re.escape(t) for t in sorted(specials, key=len, reverse=True)))
-                            if specials else None)
+        self._special_re = (
+            re.compile("|".join(re.escape(t) for t in sorted(specials, key=len, reverse=True)))
+            if specials
+            else None
+        )
 
-    # --- text <-> ids -------------------------------------------------------------------------------
+    # --- text <-> ids
+    # -------------------------------------------------------------------------------
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        """Token ids of `text`; special markers in the text (e.g. <|im_start|>) become their single ids.
-        BOS is prepended when the checkpoint asks for it (add_bos) and add_special_tokens is set."""
+        """Token ids of `text`; special markers in the text (e.g. <|im_start|>) become their single
+        ids. BOS is prepended when the checkpoint asks for it (add_bos) and add_special_tokens is
+        set."""
         ids = _backend_ids(self.backend, text)
         if add_special_tokens and self.add_bos:
             ids = [self.bos_id, *ids]
@@ -143,7 +173,8 @@ class Tokenizer:
         return self.backend.id_to_token(int(token_id)) or ""
 
     def token_bytes(self, token_id: int) -> bytes:
-        """The exact bytes one token stands for (streaming decoders join these and cut at UTF-8 boundaries)."""
+        """The exact bytes one token stands for (streaming decoders join these and cut at UTF-8
+        boundaries)."""
         if self._bytes_table is None:
             self._bytes_table = self._build_bytes_table()
         token_id = int(token_id)
@@ -172,11 +203,15 @@ class Tokenizer:
                 table[idx] = piece.encode("utf-8")
         return table
 
-    # --- chat ---------------------------------------------------------------------------------------
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **extra) -> str:
-        """The prompt text for `messages` ([{"role": ..., "content": ...}]) under the checkpoint's template;
-        a plain 'role: content' layout when it has none. Encode the result with add_special_tokens=False
-        (as transformers does): a template writes any BOS it wants itself."""
+    # --- chat
+    # ---------------------------------------------------------------------------------------
+    def apply_chat_template(
+        self, messages: list[dict], add_generation_prompt: bool = True, **extra
+    ) -> str:
+        """The prompt text for `messages` ([{"role": ..., "content": ...}]) under the checkpoint's
+        template; a plain 'role: content' layout when it has none. Encode the result with
+        add_special_tokens=False (as transformers does): a template writes any BOS it wants
+        itself."""
         messages = [{**m, "content": _message_text(m.get("content"))} for m in messages]
         if not self.chat_template:
             return _plain_chat(messages, add_generation_prompt)
@@ -190,8 +225,9 @@ class Tokenizer:
         )
 
     def encode_text(self, text: str) -> list[int]:
-        """Token ids of `text` read as plain text: a special token's spelling (e.g. `<|im_start|>`) becomes
-        ordinary tokens, never the control id. No BOS. For what a client wrote inside a message."""
+        """Token ids of `text` read as plain text: a special token's spelling (e.g. `<|im_start|>`)
+        becomes ordinary tokens, never the control id. No BOS. For what a client wrote inside a
+        message."""
         if self._special_re is None:
             return _backend_ids(self.backend, text)
         if self._plain_backend is None:  # a benign race: two threads may each build one
@@ -203,11 +239,12 @@ class Tokenizer:
         return _backend_ids(self._plain_backend, text)
 
     def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
-        """The prompt ids of a chat, where only the template may emit special tokens: what the messages
-        contain is tokenized as text (`encode_text`), so `<|im_start|>system` in a user message cannot open
-        a system turn. Equal to `encode(apply_chat_template(...), add_special_tokens=False)` whenever no
-        message spells a special token. Raises ValueError (with a client-facing reason) when the template
-        rewrites the contents in a way this cannot follow and a message spells a special token."""
+        """The prompt ids of a chat, where only the template may emit special tokens: what the
+        messages contain is tokenized as text (`encode_text`), so `<|im_start|>system` in a user
+        message cannot open a system turn. Equal to `encode(apply_chat_template(...),
+        add_special_tokens=False)` whenever no message spells a special token. Raises ValueError
+        (with a client-facing reason) when the template rewrites the contents in a way this cannot
+        follow and a message spells a special token."""
         messages = [{**m, "content": _message_text(m.get("content"))} for m in messages]
         contents = [m["content"] for m in messages]
         if not self.chat_template:
@@ -217,25 +254,34 @@ class Tokenizer:
             return self.encode(real, add_special_tokens=False)
         nonce = uuid.uuid4().hex
         marked = self.apply_chat_template(
-            [{**m, "content": f"\ue000{nonce}:{i}\ue001"} for i, m in enumerate(messages)], add_generation_prompt)
-        pieces = re.split(f"\ue000{nonce}:(\\d+)\ue001", marked)  # template, index, template, index, ..., template
+            [{**m, "content": f"\ue000{nonce}:{i}\ue001"} for i, m in enumerate(messages)],
+            add_generation_prompt,
+        )
+        pieces = re.split(
+            f"\ue000{nonce}:(\\d+)\ue001", marked
+        )  # template, index, template, index, ..., template
         order = [int(i) for i in pieces[1::2]]
         if sorted(order) == list(range(len(messages))):
-            for variant in (contents, [c.strip() for c in contents]):  # templates often `| trim` the content
+            for variant in (
+                contents,
+                [c.strip() for c in contents],
+            ):  # templates often `| trim` the content
                 segments = [(pieces[0], True)]
                 for k, i in enumerate(order):
                     segments += [(variant[i], False), (pieces[2 * k + 2], True)]
                 if "".join(text for text, _ in segments) == real:
                     return self._encode_segments(segments)
         if any(self._special_re.search(c) for c in contents):
-            raise ValueError("a message spells a special token of this model (e.g. "
-                             f"{next(iter(self._special_by_text))!r}); leave such markers out of message contents")
+            raise ValueError(
+                "a message spells a special token of this model (e.g. "
+                f"{next(iter(self._special_by_text))!r}); leave such markers out of message contents"
+            )
         return self.encode(real, add_special_tokens=False)
 
     def _encode_segments(self, segments: list[tuple[str, bool]]) -> list[int]:
-        """(text, from_template) pieces -> ids: special-token spellings are control ids only in template
-        pieces; the text between them (template and contents joined) is tokenized in one go as plain text,
-        as the whole prompt would be."""
+        """(text, from_template) pieces -> ids: special-token spellings are control ids only in
+        template pieces; the text between them (template and contents joined) is tokenized in one go
+        as plain text, as the whole prompt would be."""
         ids: list[int] = []
         buf: list[str] = []
         for text, from_template in segments:
@@ -244,7 +290,7 @@ class Tokenizer:
                 continue
             pos = 0
             for m in self._special_re.finditer(text):
-                buf.append(text[pos:m.start()])
+                buf.append(text[pos : m.start()])
                 if any(buf):
                     ids.extend(self.encode_text("".join(buf)))
                 buf.clear()
@@ -257,9 +303,10 @@ class Tokenizer:
 
     @property
     def max_token_bytes(self) -> int | None:
-        """The most bytes of input text one token stands for, when that is a safe bound: then a text of B
-        bytes has at least ceil(B / max_token_bytes) tokens, and an over-long prompt can be refused before
-        tokenizing it. None when a normalizer may shrink the text or unknown characters are fused."""
+        """The most bytes of input text one token stands for, when that is a safe bound: then a text
+        of B bytes has at least ceil(B / max_token_bytes) tokens, and an over-long prompt can be
+        refused before tokenizing it. None when a normalizer may shrink the text or unknown
+        characters are fused."""
         if not hasattr(self, "_max_token_bytes"):
             self._max_token_bytes = self._safe_max_token_bytes()
         return self._max_token_bytes
@@ -269,11 +316,23 @@ class Tokenizer:
         if (spec.get("model") or {}).get("fuse_unk"):
             return None
         norm = spec.get("normalizer")
-        parts = (norm.get("normalizers") or []) if norm and norm.get("type") == "Sequence" else [norm] if norm else []
-        for part in parts:  # prepending, and spaces spelled U+2581 (which token_bytes maps back), only add text
+        parts = (
+            (norm.get("normalizers") or [])
+            if norm and norm.get("type") == "Sequence"
+            else [norm]
+            if norm
+            else []
+        )
+        for part in (
+            parts
+        ):  # prepending, and spaces spelled U+2581 (which token_bytes maps back), only add text
             if part.get("type") == "Prepend":
                 continue
-            if part.get("type") == "Replace" and part.get("pattern") == {"String": " "} and part.get("content") == "\u2581":
+            if (
+                part.get("type") == "Replace"
+                and part.get("pattern") == {"String": " "}
+                and part.get("content") == "\u2581"
+            ):
                 continue
             return None
         if self._bytes_table is None:

@@ -1,1 +1,2 @@
-"""Machines: the catalogue of vendor figures, and the profile `roofline probe` measures on this one."""
+"""Machines: the catalogue of vendor figures, and the profile `roofline probe` measures on this
+one."""

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any
 
 from roofline.errors import UserError
 
@@ -23,7 +24,9 @@ class Hardware:
     devices: int  # accelerators the figures below cover
     bandwidth_bytes_per_s: float  # all devices together
     memory_bytes: float  # all devices together
-    flops: Mapping[str, float] = field(default_factory=dict)  # dense peak per dtype, all devices together
+    flops: Mapping[str, float] = field(
+        default_factory=dict
+    )  # dense peak per dtype, all devices together
     interconnect: str = ""
     interconnect_bytes_per_s: float | None = None
     source: str = ""
@@ -39,21 +42,25 @@ class Hardware:
         return self.bandwidth_bytes_per_s / self.devices
 
     def label(self) -> str:
-        """'NVIDIA B200 (HGX)', '8 x NVIDIA H100 SXM (80 GB)', or 'NVIDIA GB200 NVL72 (...), 8 of 72 devices'."""
+        """'NVIDIA B200 (HGX)', '8 x NVIDIA H100 SXM (80 GB)', or 'NVIDIA GB200 NVL72 (...), 8 of 72
+        devices'."""
         if self.devices == self.unit_devices:
             return self.name
         if self.unit_devices == 1:
             return f"{self.devices} x {self.name}"
         return f"{self.name}, {self.devices} of {self.unit_devices} devices"
 
-    def scaled(self, devices: int) -> "Hardware":
+    def scaled(self, devices: int) -> Hardware:
         """The same accelerator, `devices` of them."""
         if devices == self.devices:
             return self
         f = devices / self.devices
         return replace(
-            self, devices=devices, bandwidth_bytes_per_s=self.bandwidth_bytes_per_s * f,
-            memory_bytes=self.memory_bytes * f, flops={k: v * f for k, v in self.flops.items()},
+            self,
+            devices=devices,
+            bandwidth_bytes_per_s=self.bandwidth_bytes_per_s * f,
+            memory_bytes=self.memory_bytes * f,
+            flops={k: v * f for k, v in self.flops.items()},
         )
 
 
@@ -70,17 +77,23 @@ def hardware_from_entry(key: str, entry: dict[str, Any]) -> Hardware:
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise UserError(f"hardware entry {key!r}: devices must be a whole number >= 1")
     flops = entry.get("flops", {})
-    if not isinstance(flops, dict) or any(not isinstance(v, (int, float)) or v <= 0 for v in flops.values()):
+    if not isinstance(flops, dict) or any(
+        not isinstance(v, (int, float)) or v <= 0 for v in flops.values()
+    ):
         raise UserError(f"hardware entry {key!r}: flops must map dtypes to positive FLOP/s")
     vendor = bool(entry.get("vendor_claim", True))
     return Hardware(
-        key=key, name=str(entry.get("name", key)), devices=devices,
+        key=key,
+        name=str(entry.get("name", key)),
+        devices=devices,
         bandwidth_bytes_per_s=_positive(entry, "bandwidth_bytes_per_s", key),
         memory_bytes=_positive(entry, "memory_bytes", key),
         flops={str(k): float(v) for k, v in flops.items()},
         interconnect=str(entry.get("interconnect", "")),
         interconnect_bytes_per_s=entry.get("interconnect_bytes_per_s"),
-        source=str(entry.get("source", "")), read=str(entry.get("read", "")), vendor_claim=vendor,
+        source=str(entry.get("source", "")),
+        read=str(entry.get("read", "")),
+        vendor_claim=vendor,
         unit_devices=devices,
         bandwidth_note="vendor peak" if vendor else "catalogue figure",
         notes=tuple(entry.get("notes", ())),
@@ -105,7 +118,8 @@ def _lookup(name: str) -> tuple[str, dict[str, Any]] | None:
 
 
 def get_hardware(name: str, gpus: int | None = None) -> Hardware:
-    """Catalogue hardware (or 'local', the profile `roofline probe` measured), scaled to `gpus` devices.
+    """Catalogue hardware (or 'local', the profile `roofline probe` measured), scaled to `gpus`
+    devices.
 
     `gpus` None keeps the entry's own count (1 for a card, 72 for an NVL72 rack); a name such as
     '8xh100' or '8x-h100' sets the count too.
@@ -129,6 +143,8 @@ def get_hardware(name: str, gpus: int | None = None) -> Hardware:
     found = _lookup(text)
     if found is None:
         known = ", ".join(sorted(_catalogue()))
-        raise UserError(f"unknown hardware {name!r}; use one of: {known}, local (see `roofline hardware list`)")
+        raise UserError(
+            f"unknown hardware {name!r}; use one of: {known}, local (see `roofline hardware list`)"
+        )
     hw = hardware_from_entry(*found)
     return hw.scaled(gpus) if gpus is not None else hw

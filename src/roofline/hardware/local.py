@@ -1,12 +1,13 @@
 """`--hardware local`: this machine, from the profile `roofline probe` measured and saved.
 
-Bandwidth is the best measured read pass over the probe's read kernels (a bound, as STREAM's best rate
-is; see `roofline.hardware.readbw`), with the typical (median) rate and the spread in the assumptions so
-they are never hidden; profiles written before the probe kept a best fall back to their median. When a
-run window (the short probe before and after each bench, tune or generate run) measured more than the
-probe did, the profile's `best_read` holds that rate, and it is the bandwidth, with when and by what it
-was measured: a probe taken in a slow minute never puts the ceiling below what the machine has shown. Memory
-is the machine's RAM, and the dense FLOP/s per dtype are the medians of the matrix-matrix runs.
+Bandwidth is the best measured read pass over the probe's read kernels (a bound, as STREAM's best
+rate is; see `roofline.hardware.readbw`), with the typical (median) rate and the spread in the
+assumptions so they are never hidden; profiles written before the probe kept a best fall back to
+their median. When a run window (the short probe before and after each bench, tune or generate run)
+measured more than the probe did, the profile's `best_read` holds that rate, and it is the
+bandwidth, with when and by what it was measured: a probe taken in a slow minute never puts the
+ceiling below what the machine has shown. Memory is the machine's RAM, and the dense FLOP/s per
+dtype are the medians of the matrix-matrix runs.
 """
 
 from __future__ import annotations
@@ -33,30 +34,44 @@ def hardware_from_profile(profile: dict[str, Any]) -> Hardware:
     has_best = isinstance(best, (int, float)) and not isinstance(best, bool) and best > 0
     bandwidth = float(best) if has_best else typical
     if bandwidth is None:
-        raise UserError("the measured profile has no positive read bandwidth; re-run `roofline probe`")
+        raise UserError(
+            "the measured profile has no positive read bandwidth; re-run `roofline probe`"
+        )
     top = best_read(profile)
-    raised = top is not None and float(top["bytes_per_s"]) > bandwidth  # a window's, or an earlier probe's
+    raised = (
+        top is not None and float(top["bytes_per_s"]) > bandwidth
+    )  # a window's, or an earlier probe's
     memory = profile.get("memory_bytes")
     if isinstance(memory, bool) or not isinstance(memory, (int, float)) or not memory > 0:
         raise UserError("the measured profile has no memory size; re-run `roofline probe`")
     flops_in = profile.get("flops") if isinstance(profile.get("flops"), dict) else {}
-    flops = {dtype: m for kernel, dtype in _FLOPS_KERNELS.items() if (m := positive_median(flops_in.get(kernel)))}
+    flops = {
+        dtype: m
+        for kernel, dtype in _FLOPS_KERNELS.items()
+        if (m := positive_median(flops_in.get(kernel)))
+    }
     runs = read.get("runs")
     n = f", {len(runs)} runs" if isinstance(runs, list) else ""
     spread = f"min {_gb_per_s(read.get('min'))}, max {_gb_per_s(read.get('max'))} GB/s{n}"
     if has_best:
         kernels = read.get("kernels") if isinstance(read.get("kernels"), dict) else {}
-        how = (f"measured read bandwidth, best pass of {len(kernels) or 'the'} read kernels ({read.get('kernel', '?')}); "
-               f"typical (median) {_gb_per_s(typical)} GB/s; {spread}")
+        how = (
+            f"measured read bandwidth, best pass of {len(kernels) or 'the'} read kernels ({read.get('kernel', '?')}); "
+            f"typical (median) {_gb_per_s(typical)} GB/s; {spread}"
+        )
     else:
         how = f"measured read bandwidth, median; {spread}"
     when = str(profile.get("measured_at", "?"))
     source = f"measured by `roofline probe` at {when}"
-    if raised:  # a run window (or an earlier probe) measured more: the bound is what the machine has shown
+    if (
+        raised
+    ):  # a run window (or an earlier probe) measured more: the bound is what the machine has shown
         kernel = f" ({top['kernel']})" if top.get("kernel") else ""
-        how = (f"best read bandwidth measured on this machine: {_gb_per_s(top['bytes_per_s'])} GB/s by {top['by']}"
-               f"{kernel} at {top['measured_at']}, above the probe's {_gb_per_s(bandwidth)} GB/s at {when}; the "
-               f"probe's {how}")
+        how = (
+            f"best read bandwidth measured on this machine: {_gb_per_s(top['bytes_per_s'])} GB/s by {top['by']}"
+            f"{kernel} at {top['measured_at']}, above the probe's {_gb_per_s(bandwidth)} GB/s at {when}; the "
+            f"probe's {how}"
+        )
         source = f"{source}; best read rate by {top['by']} at {top['measured_at']}"
         bandwidth = float(top["bytes_per_s"])
     threads = profile.get("threads")

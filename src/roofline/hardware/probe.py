@@ -1,25 +1,26 @@
 """Measure this machine: memory bandwidth (read, copy, triad) and matrix rates (matvec, matmul).
 
-Each kernel runs `warmup` untimed passes, then `repeats` timed ones. A pass's rate is the bytes it must
-move (or FLOPs it must do) over its seconds; every run is kept, so the spread shows. Bytes are counted as
-STREAM counts them, per pass over arrays of n fp32 elements:
+Each kernel runs `warmup` untimed passes, then `repeats` timed ones. A pass's rate is the bytes it
+must move (or FLOPs it must do) over its seconds; every run is kept, so the spread shows. Bytes are
+counted as STREAM counts them, per pass over arrays of n fp32 elements:
     read   s = sum(a)        4n bytes   (1 array)
     copy   b = a             8n bytes   (2 arrays)
     triad  a = b + s*c      12n bytes   (3 arrays)
-The read most CPUs add to allocate a written cache line is not counted, so copy and triad can come out
-below read; that is the machine, not the probe.
+The read most CPUs add to allocate a written cache line is not counted, so copy and triad can come
+out below read; that is the machine, not the probe.
 
-The read is the figure a ceiling uses, so it is measured as `roofline.hardware.readbw` says: several read
-kernels (`roofline.hardware.read_kernels`: numpy sum, a SIMD sum, a decode-shaped gemv), interleaved passes,
-the best pass of the best kernel as the bound and that kernel's median as the typical rate (STREAM and the
-Empirical Roofline Toolkit report their best too). Copy and triad use numpy: its element-wise loops are
-single-threaded, so each array is cut into one contiguous slice per thread, run in a thread pool (numpy
-releases the GIL inside its loops), so the threads stream at once. The triad goes block by block so s*c
-lands in a scratch buffer that stays in cache, not a full-size temporary that would add two arrays of
-traffic. BLAS calls get the same thread count through threadpoolctl. fp32 matmul uses numpy too, with or
-without torch, so profiles stay comparable (side by side on a 2-core machine, OpenBLAS sgemm at n=2048
-had a higher median than torch). torch, when installed, adds bf16 matmul, which numpy lacks, and measures
-everything on a CUDA device.
+The read is the figure a ceiling uses, so it is measured as `roofline.hardware.readbw` says: several
+read kernels (`roofline.hardware.read_kernels`: numpy sum, a SIMD sum, a decode-shaped gemv),
+interleaved passes, the best pass of the best kernel as the bound and that kernel's median as the
+typical rate (STREAM and the Empirical Roofline Toolkit report their best too). Copy and triad use
+numpy: its element-wise loops are single-threaded, so each array is cut into one contiguous slice
+per thread, run in a thread pool (numpy releases the GIL inside its loops), so the threads stream at
+once. The triad goes block by block so s*c lands in a scratch buffer that stays in cache, not a
+full-size temporary that would add two arrays of traffic. BLAS calls get the same thread count
+through threadpoolctl. fp32 matmul uses numpy too, with or without torch, so profiles stay
+comparable (side by side on a 2-core machine, OpenBLAS sgemm at n=2048 had a higher median than
+torch). torch, when installed, adds bf16 matmul, which numpy lacks, and measures everything on a
+CUDA device.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from roofline.errors import UserError
+from roofline.hardware.machine import (
+    cpu_model_name,
+    optional_torch,
+    total_memory_bytes,
+    usable_cpu_count,
+)
 from roofline.hardware.read_kernels import (
     FP32_BYTES,
     TRIAD_BLOCK_ELEMS,
@@ -38,12 +45,6 @@ from roofline.hardware.read_kernels import (
     matvec_shape,
     slices,
     triad_slice,
-)
-from roofline.hardware.machine import (
-    cpu_model_name,
-    optional_torch,
-    total_memory_bytes,
-    usable_cpu_count,
 )
 from roofline.hardware.readbw import measure_read_bandwidth
 from roofline.hardware.timing import (
@@ -54,11 +55,14 @@ from roofline.hardware.timing import (
     time_passes_seconds,
 )
 
-DEFAULT_SIZE_BYTES = 1 << 30  # per kernel, all its arrays together: far beyond any CPU's last-level cache
+DEFAULT_SIZE_BYTES = (
+    1 << 30
+)  # per kernel, all its arrays together: far beyond any CPU's last-level cache
 DEFAULT_REPEATS = 10
 DEFAULT_WARMUP = 2
 DEFAULT_MATMUL_N = 2048  # 2n^3 = 17 GFLOP per fp32 pass: long enough for a CPU to reach its peak
-# (smaller where a pass would take over timing.MATMUL_PASS_SECONDS: the size used is kept as the stats' "n")
+# (smaller where a pass would take over timing.MATMUL_PASS_SECONDS: the size used is kept as the
+# stats' "n")
 CUDA_MATMUL_N = 8192  # 1.1 TFLOP per pass: a GPU needs big tiles to fill its tensor cores
 MIN_SIZE_BYTES = 1 << 20
 
@@ -72,7 +76,8 @@ Step = tuple[str, str, Callable[[], dict[tuple[str, ...], Stats]]]
 def numpy_stream_steps(
     size_bytes: int, repeats: int, warmup: int, threads: int, pool: ThreadPoolExecutor
 ) -> list[Step]:
-    """read, copy and triad over `size_bytes` of fp32 arrays in all (split evenly between the arrays)."""
+    """read, copy and triad over `size_bytes` of fp32 arrays in all (split evenly between the
+    arrays)."""
     import numpy as np
 
     def timed(kernel: str, n: int, per_slice: Callable[[slice], Any], arrays: int) -> dict:
@@ -94,11 +99,16 @@ def numpy_stream_steps(
         a, b, c = (np.full(n, v, dtype=np.float32) for v in (0.0, 1.0, 2.0))
         return timed("triad", n, lambda p: triad_slice(a, b, c, np.float32(3.0), p), arrays=3)
 
-    return [("read", "best of read kernels", read), ("copy", "numpy", copy), ("triad", "numpy", triad)]
+    return [
+        ("read", "best of read kernels", read),
+        ("copy", "numpy", copy),
+        ("triad", "numpy", triad),
+    ]
 
 
 def read_bandwidth_now_bytes_per_s() -> float:
-    """The short best-of-kernels read probe (about a second, `roofline.hardware.readbw.read_bandwidth_now`)."""
+    """The short best-of-kernels read probe (about a second,
+    `roofline.hardware.readbw.read_bandwidth_now`)."""
     from roofline.hardware.readbw import read_bandwidth_now_bytes_per_s as now
 
     return now()
@@ -120,7 +130,9 @@ def numpy_matvec_step(size_bytes: int, repeats: int, warmup: int) -> Step:
         rows, cols = matvec_shape(size_bytes)
         a = np.full((rows, cols), 1.0, dtype=np.float32)
         x, y = np.full(cols, 1.0, dtype=np.float32), np.empty(rows, dtype=np.float32)
-        return matvec_results(rows, cols, time_passes_seconds(lambda: np.matmul(a, x, out=y), repeats, warmup))
+        return matvec_results(
+            rows, cols, time_passes_seconds(lambda: np.matmul(a, x, out=y), repeats, warmup)
+        )
 
     return ("matvec_fp32", "numpy", matvec)
 
@@ -138,7 +150,9 @@ def numpy_matmul_step(n: int, repeats: int, warmup: int) -> Step:
 
         used = matmul_n_within(n, pass_at)
         seconds = time_passes_seconds(pass_at(used), repeats, warmup)
-        return {("flops", "matmul_fp32"): {**rate_stats(2.0 * used**3, seconds), "n": used}}  # n^3 multiply-adds
+        return {
+            ("flops", "matmul_fp32"): {**rate_stats(2.0 * used**3, seconds), "n": used}
+        }  # n^3 multiply-adds
 
     return ("matmul_fp32", "numpy", matmul)
 
@@ -146,7 +160,9 @@ def numpy_matmul_step(n: int, repeats: int, warmup: int) -> Step:
 # ---- torch kernels (CPU matmuls; everything on CUDA) ---------------------------------------------
 
 
-def torch_matmul_step(torch: Any, device: str, dtype_name: str, n: int, repeats: int, warmup: int) -> Step:
+def torch_matmul_step(
+    torch: Any, device: str, dtype_name: str, n: int, repeats: int, warmup: int
+) -> Step:
     def matmul() -> dict:
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
         gen = torch.Generator(device=device).manual_seed(0)
@@ -160,7 +176,9 @@ def torch_matmul_step(torch: Any, device: str, dtype_name: str, n: int, repeats:
         # a GPU's pass is timed by events and is short at any n; a CPU's slow path gets a smaller n
         used = n if device == "cuda" else matmul_n_within(n, pass_at)
         seconds = _torch_time(torch, device, pass_at(used), repeats, warmup)
-        return {("flops", f"matmul_{dtype_name}"): {**rate_stats(2.0 * used**3, seconds), "n": used}}
+        return {
+            ("flops", f"matmul_{dtype_name}"): {**rate_stats(2.0 * used**3, seconds), "n": used}
+        }
 
     return (f"matmul_{dtype_name}", f"torch-{device}", matmul)
 
@@ -171,7 +189,9 @@ def torch_device_steps(
     """All kernels on one torch device, counted exactly as the numpy ones are."""
 
     def full(n: int | tuple[int, int], value: float) -> Any:
-        return torch.full(n if isinstance(n, tuple) else (n,), value, dtype=torch.float32, device=device)
+        return torch.full(
+            n if isinstance(n, tuple) else (n,), value, dtype=torch.float32, device=device
+        )
 
     def timed(kernel: str, n: int, run_pass: Callable[[], Any], arrays: int) -> dict:
         seconds = _torch_time(torch, device, run_pass, repeats, warmup)
@@ -196,15 +216,23 @@ def torch_device_steps(
     def matvec() -> dict:
         rows, cols = matvec_shape(size_bytes)
         a, x, y = full((rows, cols), 1.0), full(cols, 1.0), full(rows, 0.0)
-        return matvec_results(rows, cols, _torch_time(torch, device, lambda: torch.mv(a, x, out=y), repeats, warmup))
+        return matvec_results(
+            rows, cols, _torch_time(torch, device, lambda: torch.mv(a, x, out=y), repeats, warmup)
+        )
 
     backend = f"torch-{device}"
-    steps: list[Step] = [(name, backend, fn) for name, fn in
-                         (("read", read), ("copy", copy), ("triad", triad), ("matvec_fp32", matvec))]
-    return steps + [torch_matmul_step(torch, device, d, matmul_n, repeats, warmup) for d in ("fp32", "bf16")]
+    steps: list[Step] = [
+        (name, backend, fn)
+        for name, fn in (("read", read), ("copy", copy), ("triad", triad), ("matvec_fp32", matvec))
+    ]
+    return steps + [
+        torch_matmul_step(torch, device, d, matmul_n, repeats, warmup) for d in ("fp32", "bf16")
+    ]
 
 
-def _torch_time(torch: Any, device: str, run_pass: Callable[[], Any], repeats: int, warmup: int) -> list[float]:
+def _torch_time(
+    torch: Any, device: str, run_pass: Callable[[], Any], repeats: int, warmup: int
+) -> list[float]:
     if device == "cuda":
         return cuda_time_passes_seconds(torch, run_pass, repeats, warmup)
     return time_passes_seconds(run_pass, repeats, warmup)
@@ -212,7 +240,8 @@ def _torch_time(torch: Any, device: str, run_pass: Callable[[], Any], repeats: i
 
 @contextmanager
 def cpu_threads(threads: int, torch: Any | None) -> Iterator[None]:
-    """Run BLAS and torch on `threads` threads for the duration, then give back what was set before."""
+    """Run BLAS and torch on `threads` threads for the duration, then give back what was set
+    before."""
     from threadpoolctl import threadpool_limits
 
     before = torch.get_num_threads() if torch is not None else None
@@ -240,7 +269,8 @@ def measure_profile(
     cuda_matmul_n: int = CUDA_MATMUL_N,
     use_cuda: bool = True,
 ) -> dict[str, Any]:
-    """Measure every kernel and return the profile (shape in `roofline.hardware.profile`); saves nothing."""
+    """Measure every kernel and return the profile (shape in `roofline.hardware.profile`); saves
+    nothing."""
     import numpy as np
 
     from roofline import __version__
@@ -250,13 +280,21 @@ def measure_profile(
     torch = optional_torch()
     rows, cols = matvec_shape(size_bytes)
     profile: dict[str, Any] = {
-        "name": "local", "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "roofline_version": __version__, "cpu": cpu_model_name(), "threads": threads,
+        "name": "local",
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "roofline_version": __version__,
+        "cpu": cpu_model_name(),
+        "threads": threads,
         "memory_bytes": total_memory_bytes(),
         "backends": {"kernels": {}, "versions": {"numpy": np.__version__}},
         "settings": {
-            "size_bytes": size_bytes, "repeats": repeats, "warmup": warmup, "threads": threads, "matmul_n": matmul_n,
-            "matvec_shape": [rows, cols], "triad_block_bytes": TRIAD_BLOCK_ELEMS * FP32_BYTES,
+            "size_bytes": size_bytes,
+            "repeats": repeats,
+            "warmup": warmup,
+            "threads": threads,
+            "matmul_n": matmul_n,
+            "matvec_shape": [rows, cols],
+            "triad_block_bytes": TRIAD_BLOCK_ELEMS * FP32_BYTES,
             "byte_counting": "STREAM: read 1 array, copy 2, triad 3; write-allocate traffic not counted",
         },
     }
@@ -265,20 +303,30 @@ def measure_profile(
 
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="probe") as pool:
         steps = numpy_stream_steps(size_bytes, repeats, warmup, threads, pool)
-        steps += [numpy_matvec_step(size_bytes, repeats, warmup), numpy_matmul_step(matmul_n, repeats, warmup)]
+        steps += [
+            numpy_matvec_step(size_bytes, repeats, warmup),
+            numpy_matmul_step(matmul_n, repeats, warmup),
+        ]
         if torch is not None:  # numpy has no bf16
             steps.append(torch_matmul_step(torch, "cpu", "bf16", matmul_n, repeats, warmup))
         cuda_steps = []
         if use_cuda and torch is not None and torch.cuda.is_available():
-            cuda_steps = torch_device_steps(torch, "cuda", size_bytes, cuda_matmul_n, repeats, warmup)
+            cuda_steps = torch_device_steps(
+                torch, "cuda", size_bytes, cuda_matmul_n, repeats, warmup
+            )
             profile["cuda"] = {
                 "device": torch.cuda.get_device_name(0),
                 "memory_bytes": torch.cuda.get_device_properties(0).total_memory,
                 "backend": "torch-cuda",
-                "settings": {"size_bytes": size_bytes, "repeats": repeats, "warmup": warmup, "matmul_n": cuda_matmul_n,
-                             "matvec_shape": [rows, cols],
-                             # "highest" means fp32 matmuls really are fp32 (no TF32 shortcut)
-                             "float32_matmul_precision": torch.get_float32_matmul_precision()},
+                "settings": {
+                    "size_bytes": size_bytes,
+                    "repeats": repeats,
+                    "warmup": warmup,
+                    "matmul_n": cuda_matmul_n,
+                    "matvec_shape": [rows, cols],
+                    # "highest" means fp32 matmuls really are fp32 (no TF32 shortcut)
+                    "float32_matmul_precision": torch.get_float32_matmul_precision(),
+                },
             }
         with cpu_threads(threads, torch):
             _run_steps(profile, steps, cuda_steps, progress)
@@ -308,19 +356,31 @@ def _put(d: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     d[path[-1]] = value
 
 
-def check_settings(size_bytes: int, repeats: int, threads: int | None, *, warmup: int = DEFAULT_WARMUP,
-                   matmul_n: int = DEFAULT_MATMUL_N) -> None:
+def check_settings(
+    size_bytes: int,
+    repeats: int,
+    threads: int | None,
+    *,
+    warmup: int = DEFAULT_WARMUP,
+    matmul_n: int = DEFAULT_MATMUL_N,
+) -> None:
     """Raise a UserError naming the option that is out of range; threads=None means all CPUs."""
     memory_bytes = total_memory_bytes()
     if size_bytes < MIN_SIZE_BYTES:
-        raise UserError(f"--size must be at least 1MiB (got {size_bytes} bytes); use well above the "
-                        "CPU's last-level cache, e.g. 1GiB, to measure memory rather than cache")
+        raise UserError(
+            f"--size must be at least 1MiB (got {size_bytes} bytes); use well above the "
+            "CPU's last-level cache, e.g. 1GiB, to measure memory rather than cache"
+        )
     if memory_bytes and size_bytes > memory_bytes // 2:
-        raise UserError(f"--size {size_bytes} bytes is over half of this machine's {memory_bytes} bytes of memory; "
-                        "use a smaller size, e.g. 1GiB")
+        raise UserError(
+            f"--size {size_bytes} bytes is over half of this machine's {memory_bytes} bytes of memory; "
+            "use a smaller size, e.g. 1GiB"
+        )
     if repeats < 1:
         raise UserError(f"--repeats must be at least 1 (got {repeats})")
     if threads is not None and threads < 1:
         raise UserError(f"--threads must be at least 1 (got {threads})")
     if warmup < 0 or matmul_n < 1:
-        raise UserError(f"warm-up passes must be >= 0 and the matmul size >= 1 (got {warmup}, {matmul_n})")
+        raise UserError(
+            f"warm-up passes must be >= 0 and the matmul size >= 1 (got {warmup}, {matmul_n})"
+        )

@@ -1,7 +1,7 @@
 """Where the measured profile of this machine lives, and how it is written and read back.
 
-The profile is one JSON file, `<cache dir>/hardware/local.json`, written by `roofline probe` and read
-by `--hardware local`. Its shape (rates in bytes/s and FLOP/s, each with its spread):
+The profile is one JSON file, `<cache dir>/hardware/local.json`, written by `roofline probe` and
+read by `--hardware local`. Its shape (rates in bytes/s and FLOP/s, each with its spread):
 
     {"name": "local", "measured_at": iso8601, "roofline_version": str, "cpu": str, "threads": int,
      "memory_bytes": int,
@@ -13,22 +13,23 @@ by `--hardware local`. Its shape (rates in bytes/s and FLOP/s, each with its spr
 
     STATS = {"median": float, "min": float, "max": float, "runs": [float, ...]}
 
-`bandwidth_bytes_per_s.read` is the best read kernel's STATS plus `"best"` (its fastest pass: the figure
-`--hardware local` uses), `"kernel"` (its name) and `"kernels"` ({name: STATS} for every read kernel).
+`bandwidth_bytes_per_s.read` is the best read kernel's STATS plus `"best"` (its fastest pass: the
+figure `--hardware local` uses), `"kernel"` (its name) and `"kernels"` ({name: STATS} for every read
+kernel).
 
 `flops.matmul_bf16` is present only when torch is installed (numpy has no bf16), `cuda` only when
 torch sees a CUDA device.
 
-`best_read` keeps the bound a bound: the best read rate any measurement on this machine has shown, the
-probe's or a run window's (the short probe bench, tune and generate take right before and after each
-run, `hardware.window.short_probe`), with when and by what it was measured:
+`best_read` keeps the bound a bound: the best read rate any measurement on this machine has shown,
+the probe's or a run window's (the short probe bench, tune and generate take right before and after
+each run, `hardware.window.short_probe`), with when and by what it was measured:
 
     "best_read": {"bytes_per_s": float, "measured_at": iso8601, "by": str, "kernel": str}
 
-It only rises. A window that measures more replaces it (`note_read_rate`); a new `roofline probe` keeps
-the old one when the old one is higher (same CPU), so a probe taken in a slow minute does not lower the
-ceiling of `--hardware local` below what the machine has shown it can do. Profiles written before it
-existed read as if it were the probe's own best.
+It only rises. A window that measures more replaces it (`note_read_rate`); a new `roofline probe`
+keeps the old one when the old one is higher (same CPU), so a probe taken in a slow minute does not
+lower the ceiling of `--hardware local` below what the machine has shown it can do. Profiles written
+before it existed read as if it were the probe's own best.
 """
 
 from __future__ import annotations
@@ -63,10 +64,12 @@ def profile_path() -> Path:
 
 
 def save_profile(d: dict[str, Any]) -> Path:
-    """Write the profile atomically: a temporary file in the same folder, then a rename over the old one.
+    """Write the profile atomically: a temporary file in the same folder, then a rename over the old
+    one.
 
     A reader therefore sees either the previous profile or the new one, never half a file. `d`'s
-    `best_read` is set first (in place): the higher of its own and the saved profile's (`kept_best_read`).
+    `best_read` is set first (in place): the higher of its own and the saved profile's
+    (`kept_best_read`).
     """
     path = profile_path()
     best = kept_best_read(d, _previous(path))
@@ -76,8 +79,10 @@ def save_profile(d: dict[str, Any]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=".local.", suffix=".json.tmp")
     except OSError as e:
-        raise UserError(f"cannot write the profile in {path.parent} ({e.strerror}); "
-                        f"set {CACHE_DIR_ENV} to a writable folder or pass --no-save") from None
+        raise UserError(
+            f"cannot write the profile in {path.parent} ({e.strerror}); "
+            f"set {CACHE_DIR_ENV} to a writable folder or pass --no-save"
+        ) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(d, f, indent=2)
@@ -92,7 +97,8 @@ def save_profile(d: dict[str, Any]) -> Path:
 
 
 def _previous(path: Path) -> dict[str, Any] | None:
-    """The saved profile as it is, or None when there is none or it cannot be read (it is being replaced)."""
+    """The saved profile as it is, or None when there is none or it cannot be read (it is being
+    replaced)."""
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -106,8 +112,9 @@ def _rate(v: Any) -> float | None:
 
 
 def probe_best_read(d: dict[str, Any]) -> dict[str, Any] | None:
-    """The probe's own read figure as a `best_read` record: its best pass (the median in profiles older than
-    the best), measured at the profile's time by `roofline probe`; None when it has none."""
+    """The probe's own read figure as a `best_read` record: its best pass (the median in profiles
+    older than the best), measured at the profile's time by `roofline probe`; None when it has
+    none."""
     bw = d.get("bandwidth_bytes_per_s")
     read = bw.get("read") if isinstance(bw, dict) else None
     if not isinstance(read, dict):
@@ -115,13 +122,17 @@ def probe_best_read(d: dict[str, Any]) -> dict[str, Any] | None:
     rate = _rate(read.get("best")) or positive_median(read)
     if rate is None:
         return None
-    return {"bytes_per_s": rate, "measured_at": str(d.get("measured_at") or "?"), "by": PROBE,
-            "kernel": str(read.get("kernel") or "")}
+    return {
+        "bytes_per_s": rate,
+        "measured_at": str(d.get("measured_at") or "?"),
+        "by": PROBE,
+        "kernel": str(read.get("kernel") or ""),
+    }
 
 
 def best_read(d: dict[str, Any]) -> dict[str, Any] | None:
-    """The best read rate this profile records: its `best_read`, or the probe's own when that is higher
-    (or when the profile predates `best_read`)."""
+    """The best read rate this profile records: its `best_read`, or the probe's own when that is
+    higher (or when the profile predates `best_read`)."""
     kept = d.get(BEST_READ)
     kept = kept if isinstance(kept, dict) and _rate(kept.get("bytes_per_s")) else None
     probe = probe_best_read(d)
@@ -130,8 +141,8 @@ def best_read(d: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def kept_best_read(new: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The `best_read` a profile about to be saved carries: the higher of its own and the old profile's,
-    the old one only when it was measured on the same CPU."""
+    """The `best_read` a profile about to be saved carries: the higher of its own and the old
+    profile's, the old one only when it was measured on the same CPU."""
     candidates = [best_read(new)]
     if old is not None and old.get("cpu") == new.get("cpu"):
         candidates.append(best_read(old))
@@ -139,10 +150,12 @@ def kept_best_read(new: dict[str, Any], old: dict[str, Any] | None) -> dict[str,
     return max(candidates, key=lambda c: float(c["bytes_per_s"])) if candidates else None
 
 
-def note_read_rate(bytes_per_s: float, *, by: str, kernel: str = "", measured_at: str | None = None) -> bool:
-    """Raise the saved profile's `best_read` to `bytes_per_s` when that is higher than any rate it records;
-    True when it did. Nothing happens without a saved profile (there is no bound to raise), and a profile
-    that cannot be read or written is left as it is: a run never fails over this."""
+def note_read_rate(
+    bytes_per_s: float, *, by: str, kernel: str = "", measured_at: str | None = None
+) -> bool:
+    """Raise the saved profile's `best_read` to `bytes_per_s` when that is higher than any rate it
+    records; True when it did. Nothing happens without a saved profile (there is no bound to raise),
+    and a profile that cannot be read or written is left as it is: a run never fails over this."""
     rate = _rate(bytes_per_s)
     if rate is None:
         return False
@@ -155,8 +168,12 @@ def note_read_rate(bytes_per_s: float, *, by: str, kernel: str = "", measured_at
     have = best_read(d)
     if have is not None and rate <= float(have["bytes_per_s"]):
         return False
-    d[BEST_READ] = {"bytes_per_s": rate, "measured_at": measured_at or datetime.now(UTC).isoformat(timespec="seconds"),
-                    "by": by, "kernel": kernel}
+    d[BEST_READ] = {
+        "bytes_per_s": rate,
+        "measured_at": measured_at or datetime.now(UTC).isoformat(timespec="seconds"),
+        "by": by,
+        "kernel": kernel,
+    }
     try:
         save_profile(d)
     except (UserError, OSError):
@@ -165,26 +182,34 @@ def note_read_rate(bytes_per_s: float, *, by: str, kernel: str = "", measured_at
 
 
 def load_local_profile() -> dict[str, Any] | None:
-    """The saved profile, or None when `roofline probe` has not been run; a damaged file is a UserError."""
+    """The saved profile, or None when `roofline probe` has not been run; a damaged file is a
+    UserError."""
     path = profile_path()
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise UserError(f"cannot read the hardware profile {path} ({e.strerror}); re-run `roofline probe`") from None
+        raise UserError(
+            f"cannot read the hardware profile {path} ({e.strerror}); re-run `roofline probe`"
+        ) from None
     try:
         d = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise UserError(f"the hardware profile {path} is not valid JSON; re-run `roofline probe`") from None
+        raise UserError(
+            f"the hardware profile {path} is not valid JSON; re-run `roofline probe`"
+        ) from None
     problem = profile_problem(d)
     if problem:
-        raise UserError(f"the hardware profile {path} is unusable ({problem}); re-run `roofline probe`")
+        raise UserError(
+            f"the hardware profile {path} is unusable ({problem}); re-run `roofline probe`"
+        )
     return d
 
 
 def profile_problem(d: Any) -> str | None:
-    """What makes `d` unusable as a profile (a short phrase), or None when it has what readers need."""
+    """What makes `d` unusable as a profile (a short phrase), or None when it has what readers
+    need."""
     if not isinstance(d, dict):
         return "not a JSON object"
     for section in ("bandwidth_bytes_per_s", "flops"):

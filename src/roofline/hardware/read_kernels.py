@@ -1,18 +1,19 @@
 """The CPU kernels the probe times: the read kernels (whose best is the ceiling's bandwidth) and the
 helpers the STREAM-style copy and triad share with them.
 
-Read kernels, each reading every byte of one fp32 buffer once per pass (`READ_KERNELS`, one registry):
+Read kernels, each reading every byte of one fp32 buffer once per pass (`READ_KERNELS`, one
+registry):
 
     numpy-sum  numpy's sum over one contiguous slice per thread, in a thread pool (numpy releases the GIL)
     simd-sum   `roofline.simd.vsum` (four 16-lane partial sums, numba, GIL released) the same way; numpy's
-               sum can be compute-bound below the memory's rate (measured on a 2-core Xeon host: 5.7 GB/s
-               on 64 MiB where this kernel read 22 GB/s)
+               sum can be compute-bound below the memory's rate (measured on a 2-core Xeon host: 5.7
+               GB/s on 64 MiB where this kernel read 22 GB/s)
     gemv       y = W x with W the whole buffer as rows of MATVEC_COLS floats, rows split over numba's
                threads, each row one `roofline.simd.dot`: the access pattern of a decode step, which
                reads every weight row once per token
 
-Which of them streams fastest depends on the CPU, its prefetchers and the threads; an engine's decode
-loop is closest to the gemv. The probe keeps all three and takes the best.
+Which of them streams fastest depends on the CPU, its prefetchers and the threads; an engine's
+decode loop is closest to the gemv. The probe keeps all three and takes the best.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from typing import Any
 
 FP32_BYTES = 4
 MATVEC_COLS = 4096  # a hidden-size-like row length; the matrix has size_bytes / (4 * cols) rows
-TRIAD_BLOCK_ELEMS = 1 << 18  # 1 MiB of fp32 scratch per thread: stays in L2/L3 (best of 128K-1M elements, measured)
+TRIAD_BLOCK_ELEMS = (
+    1 << 18
+)  # 1 MiB of fp32 scratch per thread: stays in L2/L3 (best of 128K-1M elements, measured)
 
 # make(buffer, threads, pool) -> (one pass over the buffer, bytes that pass reads), or None when the
 # kernel cannot run here (numba missing)
@@ -77,8 +80,8 @@ def simd_read_kernel() -> Callable | None:
 
 
 def gemv_kernel() -> Callable | None:
-    """gemv(w, x, y): y[o] = sum_i w[o, i] * x[i] for every row o of the C-contiguous fp32 matrix w, rows
-    shared out over numba's threads (prange); None without numba."""
+    """gemv(w, x, y): y[o] = sum_i w[o, i] * x[i] for every row o of the C-contiguous fp32 matrix w,
+    rows shared out over numba's threads (prange); None without numba."""
     try:
         import numba
     except ImportError:
@@ -98,7 +101,9 @@ def _numpy_sum_pass(buf: Any, threads: int, pool: ThreadPoolExecutor) -> ReadPas
     import numpy as np
 
     parts = slices(buf.size, threads)
-    return (lambda: in_parallel(pool, lambda p: np.add.reduce(buf[p]), parts)), buf.size * FP32_BYTES
+    return (
+        lambda: in_parallel(pool, lambda p: np.add.reduce(buf[p]), parts)
+    ), buf.size * FP32_BYTES
 
 
 def _simd_sum_pass(buf: Any, threads: int, pool: ThreadPoolExecutor) -> ReadPass | None:
@@ -107,7 +112,9 @@ def _simd_sum_pass(buf: Any, threads: int, pool: ThreadPoolExecutor) -> ReadPass
         return None
     reader(buf, 0, min(64, buf.size))  # compile (or load from numba's cache) before timing
     parts = slices(buf.size, threads)
-    return (lambda: in_parallel(pool, lambda p: reader(buf, p.start, p.stop - p.start), parts)), buf.size * FP32_BYTES
+    return (
+        lambda: in_parallel(pool, lambda p: reader(buf, p.start, p.stop - p.start), parts)
+    ), buf.size * FP32_BYTES
 
 
 def _gemv_pass(buf: Any, threads: int, pool: ThreadPoolExecutor) -> ReadPass | None:

@@ -1,22 +1,22 @@
-"""The read bandwidth a ceiling is held against: the best sustained rate over several read kernels and
-several passes, with the median beside it as the typical rate.
+"""The read bandwidth a ceiling is held against: the best sustained rate over several read kernels
+and several passes, with the median beside it as the typical rate.
 
 Why the best, and not the median: a bandwidth ceiling must be a bound, and every slower pass is the
-machine doing less than it can (another process on the memory bus, a page fault, a kernel that did not
-saturate it), never more. The reference benchmarks choose their figure the same way:
+machine doing less than it can (another process on the memory bus, a page fault, a kernel that did
+not saturate it), never more. The reference benchmarks choose their figure the same way:
 
 - STREAM (McCalpin, `stream.c`) times each kernel NTIMES times, skips the first pass, and prints
   "Best Rate MB/s" = bytes / the minimum time (average and maximum times beside it);
 - the Empirical Roofline Toolkit (ERT 1.1, `ert_core.py` then `Scripts/maximum.py`) runs
   ERT_NUM_EXPERIMENTS trials and keeps the maximum bandwidth over trials for each working set;
 - likwid-bench times a loop of iterations lasting at least `-s` seconds and reports its MByte/s, and
-  ships many read kernels (load, sum, in scalar, SSE, AVX and AVX-512 forms) because which instructions
-  reach the memory's peak differs between CPUs.
+  ships many read kernels (load, sum, in scalar, SSE, AVX and AVX-512 forms) because which
+  instructions reach the memory's peak differs between CPUs.
 
-So: several kernels (`roofline.hardware.read_kernels.READ_KERNELS`), one untimed warm-up pass each, then
-`repeats` rounds in which each kernel runs one timed pass (interleaved, so a drifting machine touches
-every kernel alike). The best is the highest pass rate of any kernel; typical is the median of the passes
-of the kernel that gave it.
+So: several kernels (`roofline.hardware.read_kernels.READ_KERNELS`), one untimed warm-up pass each,
+then `repeats` rounds in which each kernel runs one timed pass (interleaved, so a drifting machine
+touches every kernel alike). The best is the highest pass rate of any kernel; typical is the median
+of the passes of the kernel that gave it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ from typing import Any
 from roofline.hardware.read_kernels import FP32_BYTES, READ_KERNELS
 from roofline.hardware.timing import Stats, stats_of_rates, time_one_pass_seconds
 
-SHORT_SIZE_BYTES = 1 << 30  # the short probe's buffer: far above any CPU's last-level cache (the largest seen: 260 MiB)
+SHORT_SIZE_BYTES = (
+    1 << 30
+)  # the short probe's buffer: far above any CPU's last-level cache (the largest seen: 260 MiB)
 SHORT_REPEATS = 3
 SHORT_WARMUP = 1
 
@@ -63,12 +65,15 @@ def best_of_kernels(rates: Sequence[KernelRates]) -> KernelRates:
 
 @dataclass(frozen=True)
 class ReadBandwidth:
-    """The read kernels' rates from one measurement; `best_bytes_per_s` is the figure a ceiling uses."""
+    """The read kernels' rates from one measurement; `best_bytes_per_s` is the figure a ceiling
+    uses."""
 
     kernels: tuple[KernelRates, ...]
     size_bytes: int = 0
     threads: int = 0
-    skipped: tuple[str, ...] = field(default_factory=tuple)  # kernels that could not run here (no numba)
+    skipped: tuple[str, ...] = field(
+        default_factory=tuple
+    )  # kernels that could not run here (no numba)
 
     @property
     def best(self) -> KernelRates:
@@ -88,32 +93,55 @@ class ReadBandwidth:
         return self.best.kernel
 
     def profile_stats(self) -> Stats:
-        """The profile's `bandwidth_bytes_per_s.read` entry: the best kernel's STATS, plus `best`, the
-        kernel's name and every kernel's own STATS (see `roofline.hardware.profile`)."""
-        return {**self.best.stats(), "best": self.best_bytes_per_s, "kernel": self.best_kernel,
-                "kernels": {k.kernel: k.stats() for k in self.kernels}}
+        """The profile's `bandwidth_bytes_per_s.read` entry: the best kernel's STATS, plus `best`,
+        the kernel's name and every kernel's own STATS (see `roofline.hardware.profile`)."""
+        return {
+            **self.best.stats(),
+            "best": self.best_bytes_per_s,
+            "kernel": self.best_kernel,
+            "kernels": {k.kernel: k.stats() for k in self.kernels},
+        }
 
     def summary(self) -> str:
         """One line: the best, the typical, and each kernel's best."""
         each = ", ".join(f"{k.kernel} {k.best_bytes_per_s / 1e9:.1f}" for k in self.kernels)
-        return (f"{self.best_bytes_per_s / 1e9:.1f} GB/s best ({self.best_kernel}), typical "
-                f"{self.typical_bytes_per_s / 1e9:.1f}; best per kernel: {each} GB/s")
+        return (
+            f"{self.best_bytes_per_s / 1e9:.1f} GB/s best ({self.best_kernel}), typical "
+            f"{self.typical_bytes_per_s / 1e9:.1f}; best per kernel: {each} GB/s"
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"best_bytes_per_s": self.best_bytes_per_s, "typical_bytes_per_s": self.typical_bytes_per_s,
-                "best_kernel": self.best_kernel, "size_bytes": self.size_bytes, "threads": self.threads,
-                "kernels": {k.kernel: list(k.runs) for k in self.kernels}, "skipped": list(self.skipped)}
+        return {
+            "best_bytes_per_s": self.best_bytes_per_s,
+            "typical_bytes_per_s": self.typical_bytes_per_s,
+            "best_kernel": self.best_kernel,
+            "size_bytes": self.size_bytes,
+            "threads": self.threads,
+            "kernels": {k.kernel: list(k.runs) for k in self.kernels},
+            "skipped": list(self.skipped),
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ReadBandwidth:
-        return cls(kernels=tuple(KernelRates(name, tuple(float(r) for r in runs)) for name, runs in d["kernels"].items()),
-                   size_bytes=int(d.get("size_bytes", 0)), threads=int(d.get("threads", 0)),
-                   skipped=tuple(d.get("skipped", ())))
+        return cls(
+            kernels=tuple(
+                KernelRates(name, tuple(float(r) for r in runs))
+                for name, runs in d["kernels"].items()
+            ),
+            size_bytes=int(d.get("size_bytes", 0)),
+            threads=int(d.get("threads", 0)),
+            skipped=tuple(d.get("skipped", ())),
+        )
 
 
-def measure_read_bandwidth(size_bytes: int, repeats: int, warmup: int, threads: int,
-                           pool: ThreadPoolExecutor | None = None,
-                           kernels: Sequence[str] | None = None) -> ReadBandwidth:
+def measure_read_bandwidth(
+    size_bytes: int,
+    repeats: int,
+    warmup: int,
+    threads: int,
+    pool: ThreadPoolExecutor | None = None,
+    kernels: Sequence[str] | None = None,
+) -> ReadBandwidth:
     """Time every read kernel over one fp32 buffer of size_bytes (see the module's docstring)."""
     import numpy as np
 
@@ -139,19 +167,33 @@ def measure_read_bandwidth(size_bytes: int, repeats: int, warmup: int, threads: 
     finally:
         if own_pool:
             pool.shutdown()
-    return ReadBandwidth(tuple(KernelRates(n, tuple(r)) for n, r in runs.items()), size_bytes=size_bytes,
-                         threads=threads, skipped=tuple(skipped))
+    return ReadBandwidth(
+        tuple(KernelRates(n, tuple(r)) for n, r in runs.items()),
+        size_bytes=size_bytes,
+        threads=threads,
+        skipped=tuple(skipped),
+    )
 
 
 def short_probe_size_bytes(memory_bytes: int | None) -> int:
     """SHORT_SIZE_BYTES, or a quarter of the machine's memory when that is less."""
-    return SHORT_SIZE_BYTES if not memory_bytes else max(1 << 20, min(SHORT_SIZE_BYTES, memory_bytes // 4))
+    return (
+        SHORT_SIZE_BYTES
+        if not memory_bytes
+        else max(1 << 20, min(SHORT_SIZE_BYTES, memory_bytes // 4))
+    )
 
 
-def read_bandwidth_now(threads: int | None = None, *, size_bytes: int | None = None, repeats: int = SHORT_REPEATS,
-                       warmup: int = SHORT_WARMUP) -> ReadBandwidth:
-    """The short probe (about a second): every read kernel over 1 GiB, one warm-up and three timed passes
-    each. The bandwidth of these minutes, to hold a run taken now against (a shared host drifts)."""
+def read_bandwidth_now(
+    threads: int | None = None,
+    *,
+    size_bytes: int | None = None,
+    repeats: int = SHORT_REPEATS,
+    warmup: int = SHORT_WARMUP,
+) -> ReadBandwidth:
+    """The short probe (about a second): every read kernel over 1 GiB, one warm-up and three timed
+    passes each. The bandwidth of these minutes, to hold a run taken now against (a shared host
+    drifts)."""
     from roofline.hardware.machine import total_memory_bytes, usable_cpu_count
 
     threads = usable_cpu_count() if threads is None else threads

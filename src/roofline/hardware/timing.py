@@ -35,10 +35,14 @@ def time_one_pass_seconds(run_pass: Callable[[], Any]) -> float:
 
 
 def cuda_time_passes_seconds(
-    torch: Any, run_pass: Callable[[], Any], repeats: int, warmup: int, min_run_seconds: float = 1e-3
+    torch: Any,
+    run_pass: Callable[[], Any],
+    repeats: int,
+    warmup: int,
+    min_run_seconds: float = 1e-3,
 ) -> list[float]:
-    """Device seconds per pass from CUDA events, which leave out the host's launch latency. Short passes
-    are timed `inner` at a time, so that one timed run lasts at least min_run_seconds."""
+    """Device seconds per pass from CUDA events, which leave out the host's launch latency. Short
+    passes are timed `inner` at a time, so that one timed run lasts at least min_run_seconds."""
 
     def per_pass_seconds(inner: int) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -56,15 +60,20 @@ def cuda_time_passes_seconds(
 
 
 MATMUL_PASS_SECONDS = 0.5  # the longest a CPU matmul pass should take (a bf16 GEMM without bf16
-# instructions ran at ~1.3 GFLOP/s here: the default n=2048 took ~25 s a pass, minutes for the probe)
+# instructions ran at ~1.3 GFLOP/s here: the default n=2048 took ~25 s a pass, minutes for the
+# probe)
 MIN_MATMUL_N = 256
 
 
-def matmul_n_within(n_max: int, pass_at: Callable[[int], Callable[[], Any]],
-                    budget_seconds: float = MATMUL_PASS_SECONDS) -> int:
-    """The matmul size to time: n_max, or less where one pass of it would take over budget_seconds, judged
-    from the faster of two passes of `pass_at(MIN_MATMUL_N)` (a pass on operands of that size; time grows as
-    n^3). A multiple of 64, never below MIN_MATMUL_N; n_max itself when it is that small already."""
+def matmul_n_within(
+    n_max: int,
+    pass_at: Callable[[int], Callable[[], Any]],
+    budget_seconds: float = MATMUL_PASS_SECONDS,
+) -> int:
+    """The matmul size to time: n_max, or less where one pass of it would take over budget_seconds,
+    judged from the faster of two passes of `pass_at(MIN_MATMUL_N)` (a pass on operands of that
+    size; time grows as n^3). A multiple of 64, never below MIN_MATMUL_N; n_max itself when it is
+    that small already."""
     if n_max <= MIN_MATMUL_N:
         return n_max
     run_pass = pass_at(MIN_MATMUL_N)

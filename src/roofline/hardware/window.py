@@ -1,11 +1,12 @@
-"""The bandwidth window of one run: the machine's read bandwidth measured right before and right after
-it, and the figure the run is held against.
+"""The bandwidth window of one run: the machine's read bandwidth measured right before and right
+after it, and the figure the run is held against.
 
-A shared machine's bandwidth drifts from minute to minute (measured here: the same kernel at 23-35 GB/s
-within minutes), so a run is held against bandwidth measured in its own minutes, not a profile taken
-earlier. Of the two measurements the higher is the bound: neither can exceed what the memory delivers, and
-the lower one only shows the machine doing less than it can. When they differ by more than
-DRIFT_NOTE_FRACTION of the higher, the drift is shown: the run shared the machine with something else.
+A shared machine's bandwidth drifts from minute to minute (measured here: the same kernel at 23-35
+GB/s within minutes), so a run is held against bandwidth measured in its own minutes, not a profile
+taken earlier. Of the two measurements the higher is the bound: neither can exceed what the memory
+delivers, and the lower one only shows the machine doing less than it can. When they differ by more
+than DRIFT_NOTE_FRACTION of the higher, the drift is shown: the run shared the machine with
+something else.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ def drift_fraction(before_bytes_per_s: float, after_bytes_per_s: float) -> float
 
 @dataclass(frozen=True)
 class BandwidthWindow:
-    """Read bandwidth (bytes/s, each the best of the short probe's kernels) before and after one run;
-    `after_bytes_per_s` is None until the run is over (or when it was interrupted)."""
+    """Read bandwidth (bytes/s, each the best of the short probe's kernels) before and after one
+    run; `after_bytes_per_s` is None until the run is over (or when it was interrupted)."""
 
     before_bytes_per_s: float
     after_bytes_per_s: float | None = None
@@ -52,35 +53,54 @@ class BandwidthWindow:
 
     def closed(self, after_bytes_per_s: float, after_kernel: str = "") -> BandwidthWindow:
         """This window with the measurement after the run added."""
-        return BandwidthWindow(self.before_bytes_per_s, after_bytes_per_s, self.before_kernel, after_kernel)
+        return BandwidthWindow(
+            self.before_bytes_per_s, after_bytes_per_s, self.before_kernel, after_kernel
+        )
 
     def describe(self) -> str:
-        """The window as one assumption line (starts with "bandwidth", as every ceiling's bandwidth line does)."""
+        """The window as one assumption line (starts with "bandwidth", as every ceiling's bandwidth
+        line does)."""
+
         def gb(x: float, kernel: str) -> str:
             return f"{x / 1e9:.1f} GB/s" + (f" ({kernel})" if kernel else "")
 
         if self.after_bytes_per_s is None:
-            return (f"bandwidth {self.bound_bytes_per_s / 1e9:.1f} GB/s: this machine's read bandwidth measured right "
-                    f"before the run, best of the probe's read kernels ({gb(self.before_bytes_per_s, self.before_kernel)})")
-        text = (f"bandwidth {self.bound_bytes_per_s / 1e9:.1f} GB/s: this machine's read bandwidth measured in the run's "
-                f"window, the higher of before {gb(self.before_bytes_per_s, self.before_kernel)} and after "
-                f"{gb(self.after_bytes_per_s, self.after_kernel)}, each the best of the probe's read kernels")
+            return (
+                f"bandwidth {self.bound_bytes_per_s / 1e9:.1f} GB/s: this machine's read bandwidth measured right "
+                f"before the run, best of the probe's read kernels ({gb(self.before_bytes_per_s, self.before_kernel)})"
+            )
+        text = (
+            f"bandwidth {self.bound_bytes_per_s / 1e9:.1f} GB/s: this machine's read bandwidth measured in the run's "
+            f"window, the higher of before {gb(self.before_bytes_per_s, self.before_kernel)} and after "
+            f"{gb(self.after_bytes_per_s, self.after_kernel)}, each the best of the probe's read kernels"
+        )
         if self.drift_is_large():
-            text += (f"; it drifted {100 * (self.drift_fraction or 0):.0f}% during the run: something else used the "
-                     "memory, so compare runs side by side")
+            text += (
+                f"; it drifted {100 * (self.drift_fraction or 0):.0f}% during the run: something else used the "
+                "memory, so compare runs side by side"
+            )
         return text
 
     def to_json(self) -> dict[str, Any]:
-        return {"before_bytes_per_s": self.before_bytes_per_s, "after_bytes_per_s": self.after_bytes_per_s,
-                "before_kernel": self.before_kernel, "after_kernel": self.after_kernel,
-                "bound_bytes_per_s": self.bound_bytes_per_s, "drift_fraction": self.drift_fraction,
-                "drift_is_large": self.drift_is_large()}
+        return {
+            "before_bytes_per_s": self.before_bytes_per_s,
+            "after_bytes_per_s": self.after_bytes_per_s,
+            "before_kernel": self.before_kernel,
+            "after_kernel": self.after_kernel,
+            "bound_bytes_per_s": self.bound_bytes_per_s,
+            "drift_fraction": self.drift_fraction,
+            "drift_is_large": self.drift_is_large(),
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> BandwidthWindow:
         after = d.get("after_bytes_per_s")
-        return cls(float(d["before_bytes_per_s"]), None if after is None else float(after),
-                   str(d.get("before_kernel", "")), str(d.get("after_kernel", "")))
+        return cls(
+            float(d["before_bytes_per_s"]),
+            None if after is None else float(after),
+            str(d.get("before_kernel", "")),
+            str(d.get("after_kernel", "")),
+        )
 
 
 # measure() -> (bytes/s, kernel that gave it)
@@ -100,9 +120,9 @@ RUN_WINDOW = "a run window's short probe"
 
 
 def short_probe(by: str = RUN_WINDOW) -> tuple[float, str]:
-    """The short probe's best read rate and its kernel (the default `Measure`). A rate above the best the
-    saved profile records raises it (`profile.note_read_rate`, credited to `by`), so the profile stays a
-    bound on what this machine has shown it can read."""
+    """The short probe's best read rate and its kernel (the default `Measure`). A rate above the
+    best the saved profile records raises it (`profile.note_read_rate`, credited to `by`), so the
+    profile stays a bound on what this machine has shown it can read."""
     from roofline.hardware.profile import note_read_rate
     from roofline.hardware.readbw import read_bandwidth_now
 

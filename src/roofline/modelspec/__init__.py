@@ -1,1 +1,2 @@
-"""Model → bytes and FLOPs: parse a config.json into a ModelSpec and count what one decoded token reads."""
+"""Model → bytes and FLOPs: parse a config.json into a ModelSpec and count what one decoded token
+reads."""

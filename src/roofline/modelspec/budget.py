@@ -1,8 +1,8 @@
 """Bytes per decoded token, by component: parameters x bits per weight / 8, plus the KV cache.
 
-    bytes_per_token = sum over counted components of params_read x bits / 8
-                    + kv_bytes_at_context(context)
-    resident_bytes  = sum over all components of params_stored x bits / 8   (what must fit in memory)
+bytes_per_token = sum over counted components of params_read x bits / 8
+                + kv_bytes_at_context(context)
+resident_bytes  = sum over all components of params_stored x bits / 8   (what must fit in memory)
 """
 
 from __future__ import annotations
@@ -74,11 +74,22 @@ def token_budget(
     all_tensors: bool = False,
 ) -> TokenBudget:
     """The per-component byte budget of decoding one token at `context_tokens` of context."""
-    if isinstance(context_tokens, bool) or not isinstance(context_tokens, int) or context_tokens < 0:
+    if (
+        isinstance(context_tokens, bool)
+        or not isinstance(context_tokens, int)
+        or context_tokens < 0
+    ):
         raise UserError(f"context must be a whole number of tokens >= 0 (got {context_tokens!r})")
     kv_fmt = kv_format or parse_format(spec.dtype)
     rows = tuple(
-        BudgetRow(c.key, c.label, c.params_active, c.params_total, formats[c.key], all_tensors or not c.small)
+        BudgetRow(
+            c.key,
+            c.label,
+            c.params_active,
+            c.params_total,
+            formats[c.key],
+            all_tensors or not c.small,
+        )
         for c in components(spec)
     )
     return TokenBudget(
@@ -92,8 +103,9 @@ def token_budget(
 
 
 def context_warning(spec: ModelSpec, context_tokens: int) -> str | None:
-    """One line when the context is longer than the model was built for (its max_position_embeddings):
-    the bound is still computed, but no checkpoint of this shape decodes that far."""
+    """One line when the context is longer than the model was built for (its
+    max_position_embeddings): the bound is still computed, but no checkpoint of this shape decodes
+    that far."""
     limit = spec.max_position_embeddings
     if limit is None or context_tokens <= limit:
         return None

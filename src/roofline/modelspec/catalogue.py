@@ -1,5 +1,5 @@
-"""The model catalogue (data/models/*.json) and `load_spec`: a file, a folder, or a catalogue name -> ModelSpec.
-A GGUF file or a safetensors checkpoint goes to `spec.files`.
+"""The model catalogue (data/models/*.json) and `load_spec`: a file, a folder, or a catalogue name
+-> ModelSpec. A GGUF file or a safetensors checkpoint goes to `spec.files`.
 
 Each catalogue file holds one model: {"id": "openai/gpt-oss-120b", "aliases": [...], "source": URL,
 "retrieved": date, "config": {... the config.json contents ...}}. Names resolve case-insensitively
@@ -43,8 +43,13 @@ def catalogue_models() -> list[CatalogueModel]:
         d = json.loads(entry.read_text(encoding="utf-8"))
         out.append(
             CatalogueModel(
-                id=d["id"], aliases=tuple(d.get("aliases", ())), source=d["source"], retrieved=d["retrieved"],
-                config=d["config"], title=d.get("title", ""), kind=d.get("kind", "config.json"),
+                id=d["id"],
+                aliases=tuple(d.get("aliases", ())),
+                source=d["source"],
+                retrieved=d["retrieved"],
+                config=d["config"],
+                title=d.get("title", ""),
+                kind=d.get("kind", "config.json"),
             )
         )
     return sorted(out, key=lambda m: m.id.lower())
@@ -62,14 +67,18 @@ def _read_config_file(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise UserError(f"{path} is not a UTF-8 text file; point at a config.json, a .gguf file "
-                        "or a safetensors checkpoint") from None
+        raise UserError(
+            f"{path} is not a UTF-8 text file; point at a config.json, a .gguf file "
+            "or a safetensors checkpoint"
+        ) from None
     except OSError as e:
         raise UserError(f"cannot read {path} ({e.strerror}); check the path") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise UserError(f"{path} is not valid JSON (line {e.lineno}: {e.msg}); fix the file") from None
+        raise UserError(
+            f"{path} is not valid JSON (line {e.lineno}: {e.msg}); fix the file"
+        ) from None
     except RecursionError:
         raise UserError(f"{path} nests too deeply to be a config.json") from None
     except ValueError:  # an integer past Python's int-from-string limit (4,300 digits by default)
@@ -86,7 +95,9 @@ def load_spec(source: str) -> ModelSpec:
     path, a folder holding one, or a catalogue name/alias."""
     text = str(source).strip()
     if not text:
-        raise UserError("give a model: a catalogue name (see `roofline models list`), a config.json or its folder")
+        raise UserError(
+            "give a model: a catalogue name (see `roofline models list`), a config.json or its folder"
+        )
     path = Path(text).expanduser()
     from roofline.modelspec.model_files import model_file_kind  # it imports this module
 
@@ -97,7 +108,9 @@ def load_spec(source: str) -> ModelSpec:
     if path.is_dir():
         cfg_path = path / "config.json"
         if not cfg_path.is_file():
-            raise UserError(f"{path} holds no config.json; point at the model's folder or its config.json")
+            raise UserError(
+                f"{path} holds no config.json; point at the model's folder or its config.json"
+            )
         return spec_from_config(_read_config_file(cfg_path), name=path.resolve().name or text)
     if path.is_file():
         parent = path.resolve().parent.name

@@ -11,9 +11,9 @@ Per layer, with h = hidden, H = query heads, K = kv heads, d = head_dim:
     router            h*E (+ E bias)
 
 plus the embedding table (one row read per token) and lm_head (all of it read per token; the same
-tensor as the embeddings when tied). Router, norms, biases, attention sinks and the embedding row are
-"small": listed, and left out of the ceiling unless asked for (they are < 1% of the bytes of every
-model in the catalogue, and leaving bytes out keeps the bound an upper bound on speed).
+tensor as the embeddings when tied). Router, norms, biases, attention sinks and the embedding row
+are "small": listed, and left out of the ceiling unless asked for (they are < 1% of the bytes of
+every model in the catalogue, and leaving bytes out keeps the bound an upper bound on speed).
 
 A spec read from a model file (`spec.stored`) keeps these labels but takes each component's counts
 from the file's tensors.
@@ -42,7 +42,9 @@ def _attention_matrices(spec: ModelSpec) -> tuple[int, int]:
         m = spec.mla
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
         q = h * m.q_lora_rank + m.q_lora_rank * H * qk if m.q_lora_rank else h * H * qk
-        kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * H * (m.qk_nope_head_dim + m.v_head_dim)
+        kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * H * (
+            m.qk_nope_head_dim + m.v_head_dim
+        )
         o = H * m.v_head_dim * h
         return q + kv + o, (m.q_lora_rank or 0) + m.kv_lora_rank
     d, K = spec.head_dim, spec.num_kv_heads
@@ -83,21 +85,29 @@ def components(spec: ModelSpec) -> list[Component]:
     attn, attn_norms = _attention_matrices(spec)
     label = "attention (MLA)" if spec.mla else "attention (q,k,v,o)"
     out.append(Component("attention", label, L * attn, L * attn))
-    small += L * (attn_norms + _attention_bias(spec) + (spec.num_heads if spec.attention_sinks else 0))
+    small += L * (
+        attn_norms + _attention_bias(spec) + (spec.num_heads if spec.attention_sinks else 0)
+    )
     small += L * spec.norms_per_layer * h + h  # per-layer norms + the final norm
 
     if n_dense and spec.intermediate_size:
         mats, bias = _mlp_params(spec, spec.intermediate_size)
-        out.append(Component("mlp", f"dense MLP ({n_dense} layers)", n_dense * mats, n_dense * mats))
+        out.append(
+            Component("mlp", f"dense MLP ({n_dense} layers)", n_dense * mats, n_dense * mats)
+        )
         small += n_dense * bias if spec.mlp_bias else 0
     if moe:
         mats, bias = _mlp_params(spec, moe.expert_intermediate)
         label = f"routed experts (top-{moe.top_k} of {moe.num_experts})"
-        out.append(Component("experts", label, n_moe * moe.num_experts * mats, n_moe * moe.top_k * mats))
+        out.append(
+            Component("experts", label, n_moe * moe.num_experts * mats, n_moe * moe.top_k * mats)
+        )
         if moe.shared_intermediate:
             s_mats, _ = _mlp_params(spec, moe.shared_intermediate)
             s_mats += h if moe.shared_gate else 0
-            out.append(Component("shared_experts", "shared experts", n_moe * s_mats, n_moe * s_mats))
+            out.append(
+                Component("shared_experts", "shared experts", n_moe * s_mats, n_moe * s_mats)
+            )
         router = n_moe * (h * moe.num_experts + (moe.num_experts if moe.router_bias else 0))
         out.append(Component("router", "router", router, router, small=True))
         if moe.expert_bias:
@@ -107,7 +117,11 @@ def components(spec: ModelSpec) -> list[Component]:
     head_label = "lm_head (tied to embeddings)" if spec.tie_word_embeddings else "lm_head"
     out.append(Component("lm_head", head_label, 0.0 if spec.tie_word_embeddings else V * h, V * h))
     out.append(Component("embeddings", "embedding row", V * h, h, small=True))
-    out.append(Component("norms", "norms/biases/sinks", small + small_stored, small + small_read, small=True))
+    out.append(
+        Component(
+            "norms", "norms/biases/sinks", small + small_stored, small + small_read, small=True
+        )
+    )
     return _as_stored(spec, out) if spec.stored else out
 
 
@@ -115,12 +129,23 @@ def _as_stored(spec: ModelSpec, computed: list[Component]) -> list[Component]:
     """The components a model file holds, with the parameters its tensors give (labels as
     computed)."""
     stored = {s.key: s for s in spec.stored}
-    out = [Component(c.key, c.label, stored[c.key].params_stored, stored[c.key].params_read,
-                     c.small) for c in computed if c.key in stored]
+    out = [
+        Component(c.key, c.label, stored[c.key].params_stored, stored[c.key].params_read, c.small)
+        for c in computed
+        if c.key in stored
+    ]
     named = {c.key for c in computed}
-    out += [Component(s.key, "other tensors" if s.key == "weights" else s.key, s.params_stored,
-                      s.params_read, small=s.key in ("router", "embeddings", "norms"))
-            for s in spec.stored if s.key not in named]
+    out += [
+        Component(
+            s.key,
+            "other tensors" if s.key == "weights" else s.key,
+            s.params_stored,
+            s.params_read,
+            small=s.key in ("router", "embeddings", "norms"),
+        )
+        for s in spec.stored
+        if s.key not in named
+    ]
     return out
 
 
@@ -132,10 +157,13 @@ def active_params(spec: ModelSpec) -> float:
     """Distinct parameters one token touches: everything read, including its embedding row (which is
     part of lm_head when the two are tied, so not counted twice)."""
     return sum(
-        c.params_active for c in components(spec) if not (c.key == "embeddings" and spec.tie_word_embeddings)
+        c.params_active
+        for c in components(spec)
+        if not (c.key == "embeddings" and spec.tie_word_embeddings)
     )
 
 
 def matmul_params_per_token(spec: ModelSpec) -> float:
-    """Parameters that take part in a matrix multiply for one token (the embedding lookup and norms do not)."""
+    """Parameters that take part in a matrix multiply for one token (the embedding lookup and norms
+    do not)."""
     return sum(c.params_active for c in components(spec) if c.key not in ("embeddings", "norms"))

@@ -38,15 +38,26 @@ class Family:
     mla: bool = False  # multi-head latent attention: kv_lora_rank is required, never GQA
     window_rule: str = "all"
     moe_layout: str = "default"  # "llama4": shared expert of intermediate_size, dense layers intermediate_size_mlp
-    defaults: Mapping[str, Any] = field(default_factory=dict)  # transformers' values for keys left out
+    defaults: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # transformers' values for keys left out
     defaults_source: str = ""  # where `defaults` were read: file, class and transformers version
 
 
 # model_type -> traits. Families without a transformers configuration class (remote code) get no
 # defaults: a key their config leaves out is refused rather than guessed.
 _TRAITS: dict[str, dict[str, Any]] = {
-    "llama": {}, "mistral": {}, "mixtral": {}, "granite": {}, "smollm3": {}, "phi3": {},
-    "olmo": {}, "olmo2": {}, "cohere": {}, "internlm2": {}, "yi": {},
+    "llama": {},
+    "mistral": {},
+    "mixtral": {},
+    "granite": {},
+    "smollm3": {},
+    "phi3": {},
+    "olmo": {},
+    "olmo2": {},
+    "cohere": {},
+    "internlm2": {},
+    "yi": {},
     "qwen2": {"attention_bias": "qkv", "window_rule": "after_max_window"},
     "qwen2_moe": {"attention_bias": "qkv", "window_rule": "qwen2_moe"},
     "qwen3": {"qk_norm": True, "window_rule": "after_max_window"},
@@ -55,9 +66,15 @@ _TRAITS: dict[str, dict[str, Any]] = {
     "gemma2": {"norms_per_layer": 4, "window_rule": "alternate"},
     "gemma3_text": {"norms_per_layer": 4, "qk_norm": True, "window_rule": "pattern"},
     "starcoder2": {"gated": False, "attention_bias": "qkvo", "mlp_bias": True},
-    "gpt_oss": {"sinks": True, "expert_bias": True, "router_bias": True, "attention_bias": "qkvo",
-                "window_rule": "alternate"},
-    "deepseek_v2": {"mla": True}, "deepseek_v3": {"mla": True, "router_bias": True},
+    "gpt_oss": {
+        "sinks": True,
+        "expert_bias": True,
+        "router_bias": True,
+        "attention_bias": "qkvo",
+        "window_rule": "alternate",
+    },
+    "deepseek_v2": {"mla": True},
+    "deepseek_v3": {"mla": True, "router_bias": True},
     "kimi_k2": {"mla": True, "router_bias": True},
     # Llama 4: q/k get a weightless L2 norm (no parameters), so no qk_norm here.
     "llama4_text": {"window_rule": "chunked", "moe_layout": "llama4"},
@@ -65,8 +82,16 @@ _TRAITS: dict[str, dict[str, Any]] = {
 }
 
 # Multimodal wrappers: the language model's own type when text_config does not name it.
-TEXT_OF = {"gemma3": "gemma3_text", "mistral3": "mistral", "llava": "llama", "llava_next": "llama",
-           "qwen2_5_vl": "qwen2", "qwen2_vl": "qwen2", "paligemma": "gemma", "llama4": "llama4_text"}
+TEXT_OF = {
+    "gemma3": "gemma3_text",
+    "mistral3": "mistral",
+    "llava": "llama",
+    "llava_next": "llama",
+    "qwen2_5_vl": "qwen2",
+    "qwen2_vl": "qwen2",
+    "paligemma": "gemma",
+    "llama4": "llama4_text",
+}
 
 
 @lru_cache(maxsize=1)
@@ -83,7 +108,12 @@ def _families() -> dict[str, Family]:
     for mt, traits in _TRAITS.items():
         entry = data["families"].get(mt, {})
         source = f"{entry['source']}, transformers {version}" if entry else ""
-        out[mt] = Family(model_type=mt, defaults=dict(entry.get("defaults", {})), defaults_source=source, **traits)
+        out[mt] = Family(
+            model_type=mt,
+            defaults=dict(entry.get("defaults", {})),
+            defaults_source=source,
+            **traits,
+        )
     return out
 
 
@@ -96,7 +126,8 @@ def get_family(model_type: str) -> Family | None:
 
 
 def with_defaults(cfg: Mapping[str, Any], family: Family) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """The config with the family's defaults filled in for the keys it leaves out, and which those were."""
+    """The config with the family's defaults filled in for the keys it leaves out, and which those
+    were."""
     merged = dict(cfg)
     filled = []
     for key, value in family.defaults.items():

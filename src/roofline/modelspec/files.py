@@ -81,8 +81,11 @@ class FileWeights:
     @property
     def params_read(self) -> int:
         """Distinct parameters one token reads (the tied embedding row is part of the lm_head)."""
-        return sum(c.params_read for c in self.components
-                   if not (c.key == "embeddings" and self.tied_embeddings))
+        return sum(
+            c.params_read
+            for c in self.components
+            if not (c.key == "embeddings" and self.tied_embeddings)
+        )
 
     @property
     def bytes_stored(self) -> int:
@@ -100,8 +103,12 @@ class FileWeights:
         """Every field, plus the totals (bytes_per_token, params_total, ...), as JSON values."""
         out = dataclasses.asdict(self)
         out["type_bytes"] = dict(self.type_bytes)
-        out.update(bytes_per_token=self.bytes_per_token, bytes_stored=self.bytes_stored,
-                   params_total=self.params_total, params_read=self.params_read)
+        out.update(
+            bytes_per_token=self.bytes_per_token,
+            bytes_stored=self.bytes_stored,
+            params_total=self.params_total,
+            params_read=self.params_read,
+        )
         return out
 
 
@@ -139,14 +146,17 @@ class _Tally:
         else:
             p_read = p_plain + p_exp * top_k // num_experts
             b_read = b_plain + b_exp * top_k // num_experts
-        return ComponentWeights(key, _format_name(self.types[key]), p_plain + p_exp, p_read,
-                                b_plain + b_exp, b_read)
+        return ComponentWeights(
+            key, _format_name(self.types[key]), p_plain + p_exp, p_read, b_plain + b_exp, b_read
+        )
 
 
 def _moe_shape(spec: ModelSpec, source: str) -> tuple[int, int]:
     if spec.moe is None:
-        raise UserError(f"{source} holds routed-expert tensors but its metadata names no experts "
-                        "(their count and how many each token uses); the file is incomplete")
+        raise UserError(
+            f"{source} holds routed-expert tensors but its metadata names no experts "
+            "(their count and how many each token uses); the file is incomplete"
+        )
     return spec.moe.top_k, spec.moe.num_experts
 
 
@@ -168,28 +178,41 @@ def count_weights(files: ModelFiles, spec: ModelSpec) -> FileWeights:
         raise UserError(f"{files.source} holds no token embedding tensor; is it a language model?")
     if tied:
         e = built["embeddings"]
-        built["lm_head"] = ComponentWeights("lm_head", e.format, 0, e.params_stored, 0,
-                                            e.bytes_stored)
+        built["lm_head"] = ComponentWeights(
+            "lm_head", e.format, 0, e.params_stored, 0, e.bytes_stored
+        )
     if files.quantized:
         built = _with_config_params(built, dataclasses.replace(spec, tie_word_embeddings=tied))
     by_type = dict(sorted(type_bytes.items(), key=lambda kv: (-kv[1], kv[0])))
     return FileWeights(
-        source=files.source, kind=files.kind, files=tuple(str(p) for p in files.paths),
-        components=tuple(built[k] for k in COMPONENT_KEYS if k in built), type_bytes=by_type,
-        tied_embeddings=tied, tensors_counted=len(files.tensors) - skipped,
-        tensors_skipped=skipped, bytes_skipped=skipped_bytes, params_from_config=files.quantized,
+        source=files.source,
+        kind=files.kind,
+        files=tuple(str(p) for p in files.paths),
+        components=tuple(built[k] for k in COMPONENT_KEYS if k in built),
+        type_bytes=by_type,
+        tied_embeddings=tied,
+        tensors_counted=len(files.tensors) - skipped,
+        tensors_skipped=skipped,
+        bytes_skipped=skipped_bytes,
+        params_from_config=files.quantized,
     )
 
 
-def _with_config_params(built: dict[str, ComponentWeights],
-                        spec: ModelSpec) -> dict[str, ComponentWeights]:
+def _with_config_params(
+    built: dict[str, ComponentWeights], spec: ModelSpec
+) -> dict[str, ComponentWeights]:
     """Quantized safetensors pack weights into integer elements: parameters from the config."""
     arithmetic = {c.key: c for c in components(spec)}
     out = {}
     for key, c in built.items():
         a = arithmetic.get(key)
-        out[key] = c if a is None else dataclasses.replace(
-            c, params_stored=round(a.params_total), params_read=round(a.params_active))
+        out[key] = (
+            c
+            if a is None
+            else dataclasses.replace(
+                c, params_stored=round(a.params_total), params_read=round(a.params_active)
+            )
+        )
     return out
 
 
@@ -201,8 +224,10 @@ def _note(fw: FileWeights, name: str) -> str:
     types = ", ".join(f"{t} {_mb(b)}" for t, b in fw.type_bytes.items())
     tied = ", which as the tied lm_head is also read in full" if fw.tied_embeddings else ""
     params = "; params from config.json (packed quantized tensors)" if fw.params_from_config else ""
-    return (f"as stored in {name} ({fw.tensors_counted} tensors: {types}); every tensor read once "
-            f"per token except the embedding table (one row){tied}{params}")
+    return (
+        f"as stored in {name} ({fw.tensors_counted} tensors: {types}); every tensor read once "
+        f"per token except the embedding table (one row){tied}{params}"
+    )
 
 
 def spec_with_file_weights(base: ModelSpec, fw: FileWeights, name: str) -> ModelSpec:
@@ -214,13 +239,17 @@ def spec_with_file_weights(base: ModelSpec, fw: FileWeights, name: str) -> Model
         formats[c.key] = WeightFormat(c.format, c.bits_per_weight, "as stored in the file")
     notes = list(base.notes)
     if fw.tensors_skipped:
-        notes.append(f"{fw.tensors_skipped} tensors ({_mb(fw.bytes_skipped)}: vision/audio towers, "
-                     "multi-token-prediction layers) are not read to decode text, not counted")
+        notes.append(
+            f"{fw.tensors_skipped} tensors ({_mb(fw.bytes_skipped)}: vision/audio towers, "
+            "multi-token-prediction layers) are not read to decode text, not counted"
+        )
     return dataclasses.replace(
-        base, tie_word_embeddings=fw.tied_embeddings, default_formats=formats,
-        quant_note=_note(fw, name), notes=tuple(notes),
-        stored=tuple(StoredComponent(c.key, c.params_stored, c.params_read)
-                     for c in fw.components),
+        base,
+        tie_word_embeddings=fw.tied_embeddings,
+        default_formats=formats,
+        quant_note=_note(fw, name),
+        notes=tuple(notes),
+        stored=tuple(StoredComponent(c.key, c.params_stored, c.params_read) for c in fw.components),
     )
 
 
@@ -238,8 +267,10 @@ def _stamp(path: Path) -> tuple[str, tuple[int, ...]]:
 def _read(stamp: tuple[str, tuple[int, ...]], source: str) -> tuple[FileWeights, ModelSpec]:
     files = locate_model_files(Path(stamp[0]), source)
     if files is None:
-        raise UserError(f"{source} is not a GGUF file, a .safetensors file or a folder holding a "
-                        "safetensors checkpoint")
+        raise UserError(
+            f"{source} is not a GGUF file, a .safetensors file or a folder holding a "
+            "safetensors checkpoint"
+        )
     fw = count_weights(files, files.spec)
     return fw, spec_with_file_weights(files.spec, fw, files.name)
 

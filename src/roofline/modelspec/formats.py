@@ -34,7 +34,9 @@ class WeightFormat:
     def label(self) -> str:
         """'bf16', 'mxfp4 (4.25 bit)': the bits are shown when they are not a whole byte count."""
         bits = self.bits_per_weight
-        if any(abs(bits - whole) < 0.01 for whole in (8.0, 16.0, 32.0)):  # fp8 + block scales reads as fp8
+        if any(
+            abs(bits - whole) < 0.01 for whole in (8.0, 16.0, 32.0)
+        ):  # fp8 + block scales reads as fp8
             return self.name
         return f"{self.name} ({bits:g} bit)"
 
@@ -57,16 +59,29 @@ FORMATS: dict[str, WeightFormat] = {
 }
 
 _ALIASES = {
-    "float32": "fp32", "f32": "fp32",
+    "float32": "fp32",
+    "f32": "fp32",
     "bfloat16": "bf16",
-    "float16": "fp16", "f16": "fp16", "half": "fp16",
-    "float8": "fp8", "e4m3": "fp8", "fp8_e4m3": "fp8", "float8_e4m3fn": "fp8", "e5m2": "fp8",
+    "float16": "fp16",
+    "f16": "fp16",
+    "half": "fp16",
+    "float8": "fp8",
+    "e4m3": "fp8",
+    "fp8_e4m3": "fp8",
+    "float8_e4m3fn": "fp8",
+    "e5m2": "fp8",
     "fp8_e5m2": "fp8",
-    "f8_e4m3": "fp8", "f8_e5m2": "fp8", "f8_e4m3fnuz": "fp8", "f8_e5m2fnuz": "fp8",  # safetensors
-    "mx4": "mxfp4", "mxfp4_e2m1": "mxfp4",
+    "f8_e4m3": "fp8",
+    "f8_e5m2": "fp8",
+    "f8_e4m3fnuz": "fp8",
+    "f8_e5m2fnuz": "fp8",  # safetensors
+    "mx4": "mxfp4",
+    "mxfp4_e2m1": "mxfp4",
     "fp4": "nvfp4",
-    "int4_g128": "int4", "w4a16": "int4",
-    "q8": "q8_0", "q4": "q4_0",
+    "int4_g128": "int4",
+    "w4a16": "int4",
+    "q8": "q8_0",
+    "q4": "q4_0",
 }
 
 
@@ -95,10 +110,15 @@ def fp8_block_format(block_size: list | tuple | None) -> WeightFormat:
 
 
 def group_int_format(bits: int, group_size: int | None) -> WeightFormat:
-    """GPTQ/AWQ-style integer weights: `bits` per weight + one fp16 scale per group (-1/None: per channel)."""
+    """GPTQ/AWQ-style integer weights: `bits` per weight + one fp16 scale per group (-1/None: per
+    channel)."""
     if bits not in (2, 3, 4, 8):
         shown = bits if isinstance(bits, int) and abs(bits) < 10**6 else "an unreadable number of"
         raise UserError(f"unsupported quantized weight width {shown} bit; pass --weights")
-    if not group_size or not 0 < group_size <= 2**20:  # a group past any row's length is per channel
+    if (
+        not group_size or not 0 < group_size <= 2**20
+    ):  # a group past any row's length is per channel
         return WeightFormat(f"int{bits}", float(bits), "per-channel scale")
-    return WeightFormat(f"int{bits}-g{group_size}", bits + 16.0 / group_size, f"group-{group_size}, fp16 scale")
+    return WeightFormat(
+        f"int{bits}-g{group_size}", bits + 16.0 / group_size, f"group-{group_size}, fp16 scale"
+    )

@@ -28,12 +28,27 @@ from roofline.modelspec.gguf_header import ArrayValue, GgufHeader
 
 # GGUF general.architecture -> Hugging Face model_type (the family registry's key).
 MODEL_TYPE_OF_ARCH = {
-    "llama": "llama", "mistral": "mistral", "granite": "granite", "smollm3": "smollm3",
-    "phi3": "phi3", "olmo": "olmo", "olmo2": "olmo2", "command-r": "cohere", "cohere": "cohere",
+    "llama": "llama",
+    "mistral": "mistral",
+    "granite": "granite",
+    "smollm3": "smollm3",
+    "phi3": "phi3",
+    "olmo": "olmo",
+    "olmo2": "olmo2",
+    "command-r": "cohere",
+    "cohere": "cohere",
     "internlm2": "internlm2",
-    "qwen2": "qwen2", "qwen2moe": "qwen2_moe", "qwen3": "qwen3", "qwen3moe": "qwen3_moe",
-    "gemma": "gemma", "gemma2": "gemma2", "gemma3": "gemma3_text", "starcoder2": "starcoder2",
-    "gpt-oss": "gpt_oss", "deepseek2": "deepseek_v2", "llama4": "llama4_text",
+    "qwen2": "qwen2",
+    "qwen2moe": "qwen2_moe",
+    "qwen3": "qwen3",
+    "qwen3moe": "qwen3_moe",
+    "gemma": "gemma",
+    "gemma2": "gemma2",
+    "gemma3": "gemma3_text",
+    "starcoder2": "starcoder2",
+    "gpt-oss": "gpt_oss",
+    "deepseek2": "deepseek_v2",
+    "llama4": "llama4_text",
 }
 
 # config.json key <- GGUF key (after the "{arch}." prefix), copied when the file has it.
@@ -67,24 +82,29 @@ def _mla(get, cfg: dict[str, Any]) -> None:
     cfg["qk_rope_head_dim"] = rope
     if isinstance(key_len, int) and isinstance(rope, int):
         cfg["qk_nope_head_dim"] = key_len - rope
-    cfg["v_head_dim"] = (_number(get("attention.value_length_mla"))
-                         or _number(get("attention.value_length")))
+    cfg["v_head_dim"] = _number(get("attention.value_length_mla")) or _number(
+        get("attention.value_length")
+    )
 
 
-def config_from_gguf(header: GgufHeader, *, has_output: bool, vocab_rows: int | None,
-                     expert_router_bias: bool) -> dict[str, Any]:
+def config_from_gguf(
+    header: GgufHeader, *, has_output: bool, vocab_rows: int | None, expert_router_bias: bool
+) -> dict[str, Any]:
     """The config.json a GGUF file's metadata stands for; UserError when it lacks what decoding
     needs."""
     path: Path = header.path
     meta = header.metadata
     arch = meta.get("general.architecture")
     if not isinstance(arch, str) or not arch:
-        raise UserError(f"{path}: GGUF metadata has no general.architecture; the file is not a "
-                        "model")
+        raise UserError(
+            f"{path}: GGUF metadata has no general.architecture; the file is not a model"
+        )
     model_type = MODEL_TYPE_OF_ARCH.get(arch)
     if model_type is None:
-        raise UserError(f"{path}: GGUF architecture {arch[:40]!r} is not one roofline reads; it "
-                        f"reads {', '.join(sorted(MODEL_TYPE_OF_ARCH))}")
+        raise UserError(
+            f"{path}: GGUF architecture {arch[:40]!r} is not one roofline reads; it "
+            f"reads {', '.join(sorted(MODEL_TYPE_OF_ARCH))}"
+        )
     get = lambda key: meta.get(f"{arch}.{key}")  # noqa: E731
     for key in _REQUIRED:
         if get(key) is None:
@@ -96,11 +116,16 @@ def config_from_gguf(header: GgufHeader, *, has_output: bool, vocab_rows: int | 
         model_type = "deepseek_v3"
     nextn, blocks = _number(get("nextn_predict_layers")) or 0, _number(get("block_count"))
     if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in (nextn, blocks)):
-        raise UserError(f"{path}: GGUF metadata has {arch}.block_count={blocks!r}, "
-                        f"nextn_predict_layers={nextn!r}; they must be whole numbers")
-    cfg: dict[str, Any] = {"model_type": model_type, "torch_dtype": "float16",
-                           "num_hidden_layers": blocks - nextn,
-                           "tie_word_embeddings": not has_output}
+        raise UserError(
+            f"{path}: GGUF metadata has {arch}.block_count={blocks!r}, "
+            f"nextn_predict_layers={nextn!r}; they must be whole numbers"
+        )
+    cfg: dict[str, Any] = {
+        "model_type": model_type,
+        "torch_dtype": "float16",
+        "num_hidden_layers": blocks - nextn,
+        "tie_word_embeddings": not has_output,
+    }
     if nextn:
         cfg["num_nextn_predict_layers"] = nextn
     for config_key, gguf_key in _COPIED:

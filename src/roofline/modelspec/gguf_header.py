@@ -36,8 +36,19 @@ _KEPT_ITEMS = 4096
 _DEFAULT_ALIGNMENT_BYTES = 32
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 # value type -> (struct code, bytes); 8 string and 9 array are read apart
-_SCALARS = {0: ("B", 1), 1: ("b", 1), 2: ("H", 2), 3: ("h", 2), 4: ("I", 4), 5: ("i", 4),
-            6: ("f", 4), 7: ("?", 1), 10: ("Q", 8), 11: ("q", 8), 12: ("d", 8)}
+_SCALARS = {
+    0: ("B", 1),
+    1: ("b", 1),
+    2: ("H", 2),
+    3: ("h", 2),
+    4: ("I", 4),
+    5: ("i", 4),
+    6: ("f", 4),
+    7: ("?", 1),
+    10: ("Q", 8),
+    11: ("q", 8),
+    12: ("d", 8),
+}
 _STRING, _ARRAY = 8, 9
 
 
@@ -106,7 +117,7 @@ class _Reader:
     def raw_string(self) -> bytes:
         n = self.u64()
         start = self.take(n)
-        return self.buf[start:start + n]
+        return self.buf[start : start + n]
 
     def skip_strings(self, count: int) -> None:
         buf, pos, size, unpack = self.buf, self.pos, self.size, _U64.unpack_from
@@ -172,9 +183,11 @@ def _tensor(r: _Reader, path: Path, types: dict[int, GgmlType]) -> tuple[StoredT
     type_id, offset = r.u32(), r.u64()
     t = types.get(type_id)
     if t is None:
-        raise UserError(f"{path}: tensor {name!r} has unknown GGML type id {type_id} "
-                        "(data/ggml_types.toml lists the types ggml knows); is the file corrupt or "
-                        "from a newer llama.cpp?")
+        raise UserError(
+            f"{path}: tensor {name!r} has unknown GGML type id {type_id} "
+            "(data/ggml_types.toml lists the types ggml knows); is the file corrupt or "
+            "from a newer llama.cpp?"
+        )
     n = 1
     for d in dims:
         n *= d
@@ -182,11 +195,19 @@ def _tensor(r: _Reader, path: Path, types: dict[int, GgmlType]) -> tuple[StoredT
         raise _corrupt(path, f"tensor {name!r} claims {n:,} elements")
     ne0 = dims[0] if dims else 1
     if ne0 % t.block_elements:
-        raise _corrupt(path, f"tensor {name!r} has rows of {ne0} elements, not a multiple of "
-                             f"{t.name}'s block of {t.block_elements}")
-    tensor = StoredTensor(name=name, type_name=t.name, shape=tuple(dims), n_elements=n,
-                          n_bytes=n // t.block_elements * t.block_bytes,
-                          row_count=n // ne0 if ne0 else 0)
+        raise _corrupt(
+            path,
+            f"tensor {name!r} has rows of {ne0} elements, not a multiple of "
+            f"{t.name}'s block of {t.block_elements}",
+        )
+    tensor = StoredTensor(
+        name=name,
+        type_name=t.name,
+        shape=tuple(dims),
+        n_elements=n,
+        n_bytes=n // t.block_elements * t.block_bytes,
+        row_count=n // ne0 if ne0 else 0,
+    )
     return tensor, offset
 
 
@@ -203,9 +224,11 @@ def _parse(path: Path, buf: mmap.mmap, size: int) -> GgufHeader:
     r.take(8)
     n_tensors, n_kv = r.u64(), r.u64()
     if n_tensors > size // 24 or n_kv > size // 12:  # each takes at least that many bytes
-        raise UserError(f"{path}: the header claims {n_tensors:,} tensors and {n_kv:,} metadata "
-                        f"keys, more than {size:,} bytes can hold; the file is truncated or "
-                        "corrupt")
+        raise UserError(
+            f"{path}: the header claims {n_tensors:,} tensors and {n_kv:,} metadata "
+            f"keys, more than {size:,} bytes can hold; the file is truncated or "
+            "corrupt"
+        )
     metadata: dict[str, Any] = {}
     where = "the metadata"
     try:
@@ -224,8 +247,10 @@ def _parse(path: Path, buf: mmap.mmap, size: int) -> GgufHeader:
             tensors.append(tensor)
             offsets.append(offset)
     except _Cut:
-        raise UserError(f"{path}: the file ends inside {where} (it has {size:,} bytes); it is "
-                        "truncated or not a whole GGUF file") from None
+        raise UserError(
+            f"{path}: the file ends inside {where} (it has {size:,} bytes); it is "
+            "truncated or not a whole GGUF file"
+        ) from None
     alignment = _alignment(path, metadata)
     data_start = -(-r.pos // alignment) * alignment
     seen: set[str] = set()
@@ -234,14 +259,26 @@ def _parse(path: Path, buf: mmap.mmap, size: int) -> GgufHeader:
             raise _corrupt(path, f"tensor {t.name!r} appears twice")
         seen.add(t.name)
         if offset % alignment:
-            raise _corrupt(path, f"tensor {t.name!r} starts at offset {offset:,}, not a "
-                                 f"multiple of the alignment {alignment}")
+            raise _corrupt(
+                path,
+                f"tensor {t.name!r} starts at offset {offset:,}, not a "
+                f"multiple of the alignment {alignment}",
+            )
         end = data_start + offset + t.n_bytes
         if end > size:
-            raise UserError(f"{path}: tensor {t.name!r} ends at byte {end:,} but the file has "
-                            f"{size:,} bytes; it is truncated (an interrupted download?)")
-    return GgufHeader(path=path, version=version, metadata=metadata, tensors=tuple(tensors),
-                      alignment_bytes=alignment, data_offset_bytes=data_start, file_bytes=size)
+            raise UserError(
+                f"{path}: tensor {t.name!r} ends at byte {end:,} but the file has "
+                f"{size:,} bytes; it is truncated (an interrupted download?)"
+            )
+    return GgufHeader(
+        path=path,
+        version=version,
+        metadata=metadata,
+        tensors=tuple(tensors),
+        alignment_bytes=alignment,
+        data_offset_bytes=data_start,
+        file_bytes=size,
+    )
 
 
 def read_gguf_header(path: str | os.PathLike[str]) -> GgufHeader:
@@ -252,8 +289,9 @@ def read_gguf_header(path: str | os.PathLike[str]) -> GgufHeader:
         with open(p, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < 24:
-                raise UserError(f"{p}: {size} bytes is too short for a GGUF header; the file is "
-                                "truncated")
+                raise UserError(
+                    f"{p}: {size} bytes is too short for a GGUF header; the file is truncated"
+                )
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
                 return _parse(p, buf, size)
     except OSError as e:

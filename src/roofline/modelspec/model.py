@@ -41,7 +41,8 @@ class MoESpec:
 
 @dataclass(frozen=True)
 class MLASpec:
-    """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): the cache holds one latent per layer."""
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): the cache holds one latent per
+    layer."""
 
     q_lora_rank: int | None  # None: q is a plain hidden -> heads x (nope + rope) projection
     kv_lora_rank: int
@@ -92,7 +93,9 @@ class ModelSpec:
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3, Gemma 3)
     norms_per_layer: int = 2  # hidden-sized norms per layer (Gemma 2/3 have 4)
     attention_sinks: bool = False  # gpt-oss: one learned logit per head per layer
-    layer_windows: tuple[int | None, ...] = ()  # per layer: window or chunk length in tokens, None = full
+    layer_windows: tuple[
+        int | None, ...
+    ] = ()  # per layer: window or chunk length in tokens, None = full
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     explicit: ExplicitParams | None = None
@@ -100,7 +103,9 @@ class ModelSpec:
     default_formats: Mapping[str, WeightFormat] | None = field(default=None, compare=False)
     quant_note: str = ""  # how default_formats were derived (or why they could not be)
     mtp_layers: int = 0  # multi-token-prediction layers shipped with the checkpoint (not in decode)
-    max_position_embeddings: int | None = None  # the longest context the model was built for, when known
+    max_position_embeddings: int | None = (
+        None  # the longest context the model was built for, when known
+    )
     notes: tuple[str, ...] = ()
     stored: tuple[StoredComponent, ...] = ()  # from a model file: replaces the arithmetic
 

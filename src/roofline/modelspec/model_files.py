@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from roofline.errors import UserError
-from roofline.modelspec.catalogue import _read_config_file  # the one config.json reader and its errors
+from roofline.modelspec.catalogue import (
+    _read_config_file,
+)  # the one config.json reader and its errors
 from roofline.modelspec.gguf_config import config_from_gguf
 from roofline.modelspec.gguf_header import MAGIC, read_gguf_header
 from roofline.modelspec.model import ModelSpec
@@ -59,9 +61,12 @@ def _gguf(path: Path, source: str) -> ModelFiles:
     header = read_gguf_header(path)
     names = {t.name: t for t in header.tensors}
     embed = names.get("token_embd.weight")
-    cfg = config_from_gguf(header, has_output="output.weight" in names,
-                           vocab_rows=embed.row_count if embed else None,
-                           expert_router_bias=any("exp_probs_b" in n for n in names))
+    cfg = config_from_gguf(
+        header,
+        has_output="output.weight" in names,
+        vocab_rows=embed.row_count if embed else None,
+        expert_router_bias=any("exp_probs_b" in n for n in names),
+    )
     try:
         spec = spec_from_config(cfg, name=path.name)
     except UserError as e:
@@ -81,8 +86,10 @@ def _shard_files(folder: Path) -> list[Path]:
         files = [folder / str(f) for f in sorted(set(map(str, weight_map.values())))]
         missing = [f.name for f in files if not f.is_file()]
         if missing:
-            raise UserError(f"{index} names {len(missing)} file(s) the folder lacks "
-                            f"({missing[0]} ...); the download is incomplete")
+            raise UserError(
+                f"{index} names {len(missing)} file(s) the folder lacks "
+                f"({missing[0]} ...); the download is incomplete"
+            )
         return files
     if (folder / "model.safetensors").is_file():
         return [folder / "model.safetensors"]
@@ -101,13 +108,16 @@ def _safetensors(path: Path, source: str) -> ModelFiles:
     else:
         m = _SHARD.search(path.name)
         if m:
-            raise UserError(f"{path} is one shard of {int(m.group(1))}; point at its folder to "
-                            "count them all")
+            raise UserError(
+                f"{path} is one shard of {int(m.group(1))}; point at its folder to count them all"
+            )
         folder, files = path.parent, [path]
     config = folder / "config.json"
     if not config.is_file():
-        raise UserError(f"{path}: no config.json beside the safetensors file(s); the shape of the "
-                        "model (layers, heads, context) comes from it")
+        raise UserError(
+            f"{path}: no config.json beside the safetensors file(s); the shape of the "
+            "model (layers, heads, context) comes from it"
+        )
     cfg = _read_config_file(config)
     name = folder.resolve().name or str(folder)
     spec = spec_from_config(cfg, name=name)
@@ -116,13 +126,16 @@ def _safetensors(path: Path, source: str) -> ModelFiles:
     for f in files:
         for t in read_safetensors_header(f).tensors:
             if t.name in where:
-                raise UserError(f"tensor {t.name!r} is in both {where[t.name]} and {f}; one "
-                                "checkpoint per folder (or a model.safetensors.index.json naming "
-                                "the shards)")
+                raise UserError(
+                    f"tensor {t.name!r} is in both {where[t.name]} and {f}; one "
+                    "checkpoint per folder (or a model.safetensors.index.json naming "
+                    "the shards)"
+                )
             where[t.name] = f
             tensors.append(t)
-    return ModelFiles("safetensors", source, name, tuple(files), tuple(tensors), spec,
-                      _quantized(cfg))
+    return ModelFiles(
+        "safetensors", source, name, tuple(files), tuple(tensors), spec, _quantized(cfg)
+    )
 
 
 def locate_model_files(path: Path, source: str) -> ModelFiles | None:

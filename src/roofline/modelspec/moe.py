@@ -3,11 +3,11 @@
 MoE layouts:
 - default (Mixtral, Qwen-MoE, DeepSeek, gpt-oss): experts of `moe_intermediate_size` (else
   `intermediate_size`); layers from `first_k_dense_replace` on, every `moe_layer_freq`-th, every
-  `decoder_sparse_step`-th, minus `mlp_only_layers`; shared experts from `n_shared_experts` x width or
-  `shared_expert_intermediate_size`;
-- llama4: experts and the one shared expert are `intermediate_size` wide; MoE layers are `moe_layers`
-  or every `interleave_moe_layer_step`-th layer counting from step - 1 (Scout: all 48, Maverick:
-  1, 3, ..., 47); the other layers are dense MLPs of `intermediate_size_mlp`.
+  `decoder_sparse_step`-th, minus `mlp_only_layers`; shared experts from `n_shared_experts` x width
+  or `shared_expert_intermediate_size`;
+- llama4: experts and the one shared expert are `intermediate_size` wide; MoE layers are
+  `moe_layers` or every `interleave_moe_layer_step`-th layer counting from step - 1 (Scout: all 48,
+  Maverick: 1, 3, ..., 47); the other layers are dense MLPs of `intermediate_size_mlp`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def _routed_layers(cfg: dict, family: Family, num_layers: int) -> tuple[int, ...
     step = whole(cfg, "decoder_sparse_step", default=1, maximum=MAX_LAYERS)
     mlp_only = set(layer_list(cfg, "mlp_only_layers"))
     return tuple(
-        i for i in range(num_layers)
+        i
+        for i in range(num_layers)
         if i >= first_dense and i % freq == 0 and (i + 1) % step == 0 and i not in mlp_only
     )
 
@@ -43,10 +44,18 @@ def moe_spec(cfg: dict, family: Family, num_layers: int) -> MoESpec | None:
             break
     if not n_experts:
         return None
-    top_k_key = next((k for k in ("num_experts_per_tok", "experts_per_token", "moe_topk") if cfg.get(k) is not None),
-                     None)
+    top_k_key = next(
+        (
+            k
+            for k in ("num_experts_per_tok", "experts_per_token", "moe_topk")
+            if cfg.get(k) is not None
+        ),
+        None,
+    )
     if top_k_key is None:
-        raise UserError("config names routed experts but not how many each token uses (num_experts_per_tok)")
+        raise UserError(
+            "config names routed experts but not how many each token uses (num_experts_per_tok)"
+        )
     top_k = whole(cfg, top_k_key, maximum=n_experts)
     if family.moe_layout == "llama4":
         inter = whole(cfg, "intermediate_size")
@@ -59,10 +68,14 @@ def moe_spec(cfg: dict, family: Family, num_layers: int) -> MoESpec | None:
         if cfg.get("shared_expert_intermediate_size"):
             shared = whole(cfg, "shared_expert_intermediate_size")
     return MoESpec(
-        num_experts=n_experts, top_k=top_k, expert_intermediate=inter,
-        moe_layers=_routed_layers(cfg, family, num_layers), shared_intermediate=shared,
+        num_experts=n_experts,
+        top_k=top_k,
+        expert_intermediate=inter,
+        moe_layers=_routed_layers(cfg, family, num_layers),
+        shared_intermediate=shared,
         shared_gate=family.model_type == "qwen2_moe" and shared > 0,
-        expert_bias=family.expert_bias, router_bias=family.router_bias,
+        expert_bias=family.expert_bias,
+        router_bias=family.router_bias,
     )
 
 
@@ -73,12 +86,15 @@ def dense_width(cfg: dict, family: Family, dense_layers: int) -> int:
 
 
 def mla_spec(cfg: dict, given: dict, family: Family, name: str) -> MLASpec | None:
-    """Latent attention, or None for ordinary GQA. `given` is the config as written (before defaults):
-    a family built on MLA whose config sets kv_lora_rank to null is refused, never read as GQA."""
+    """Latent attention, or None for ordinary GQA. `given` is the config as written (before
+    defaults): a family built on MLA whose config sets kv_lora_rank to null is refused, never read
+    as GQA."""
     if family.mla:
         if "kv_lora_rank" in given and given["kv_lora_rank"] is None:
             default = family.defaults.get("kv_lora_rank")
-            hint = f" (transformers' default is {default}: drop the key to use it)" if default else ""
+            hint = (
+                f" (transformers' default is {default}: drop the key to use it)" if default else ""
+            )
             raise UserError(
                 f"{name}: config has kv_lora_rank=null, but {family.model_type} caches a latent of that rank; "
                 f"set it{hint}"

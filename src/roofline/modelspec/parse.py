@@ -28,16 +28,26 @@ from roofline.modelspec.values import MAX_LAYERS, positive_float, shown, whole
 from roofline.modelspec.windows import layer_windows
 
 # Defaulted keys not worth a line in the assumptions: they change no byte of a decoded token.
-_QUIET = {"max_position_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "max_window_layers",
-          "qkv_bias", "use_qk_norm", "no_rope_layer_interval", "decoder_sparse_step", "sliding_window",
-          "attention_chunk_size"}
+_QUIET = {
+    "max_position_embeddings",
+    "attention_bias",
+    "mlp_bias",
+    "use_sliding_window",
+    "max_window_layers",
+    "qkv_bias",
+    "use_qk_norm",
+    "no_rope_layer_interval",
+    "decoder_sparse_step",
+    "sliding_window",
+    "attention_chunk_size",
+}
 
 
 def _model_type(value: Any, where: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise UserError(f"config's {where} is {shown(value)}; it must be a name such as \"llama\"")
+        raise UserError(f'config\'s {where} is {shown(value)}; it must be a name such as "llama"')
     return value
 
 
@@ -46,10 +56,15 @@ def _flatten(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
     top_type = _model_type(cfg.get("model_type"), "model_type")
     text = cfg.get("text_config")
     if isinstance(text, dict):
-        merged = {k: v for k, v in cfg.items() if k in ("quantization_config", "torch_dtype", "dtype",
-                                                         "tie_word_embeddings")}
+        merged = {
+            k: v
+            for k, v in cfg.items()
+            if k in ("quantization_config", "torch_dtype", "dtype", "tie_word_embeddings")
+        }
         merged.update(text)
-        mt = _model_type(text.get("model_type"), "text_config.model_type") or TEXT_OF.get(top_type, top_type)
+        mt = _model_type(text.get("model_type"), "text_config.model_type") or TEXT_OF.get(
+            top_type, top_type
+        )
         if mt == "llama4":  # some Llama 4 text_configs repeat the wrapper's type
             mt = "llama4_text"
         return merged, mt
@@ -59,7 +74,8 @@ def _flatten(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
 
 def _dtype(cfg: dict[str, Any]) -> str:
-    """The checkpoint's dtype name; bf16 when the config does not say or says something unreadable."""
+    """The checkpoint's dtype name; bf16 when the config does not say or says something
+    unreadable."""
     d = cfg.get("torch_dtype", cfg.get("dtype"))
     if not isinstance(d, str):
         return "bfloat16"
@@ -71,7 +87,8 @@ def _dtype(cfg: dict[str, Any]) -> str:
 
 
 def _shape_spec(cfg: dict, name: str) -> ModelSpec:
-    """The guide's illustrative shapes: (params, active, layers, kv_heads, head_dim) and nothing else."""
+    """The guide's illustrative shapes: (params, active, layers, kv_heads, head_dim) and nothing
+    else."""
     total, active = positive_float(cfg, "params"), positive_float(cfg, "active_params")
     if active > total:
         raise UserError(f"{name}: active_params ({active:g}) exceeds params ({total:g})")
@@ -80,22 +97,35 @@ def _shape_spec(cfg: dict, name: str) -> ModelSpec:
     dtype = _dtype(cfg)
     formats, note = default_formats(cfg.get("quantization_config"), dtype)
     return ModelSpec(
-        name=name, architecture="roofline_shape", num_layers=layers, hidden_size=0,
-        num_heads=kv_heads, num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=0, vocab_size=0,
-        layer_windows=(None,) * layers, explicit=ExplicitParams(total, active),
-        dtype=dtype, default_formats=formats, quant_note=note,
+        name=name,
+        architecture="roofline_shape",
+        num_layers=layers,
+        hidden_size=0,
+        num_heads=kv_heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=0,
+        vocab_size=0,
+        layer_windows=(None,) * layers,
+        explicit=ExplicitParams(total, active),
+        dtype=dtype,
+        default_formats=formats,
+        quant_note=note,
     )
 
 
 def _family(mt: str, name: str) -> Family:
     family = get_family(mt)
     if family is None:
-        raise UserError(f"{name}: unknown architecture {shown(mt)}; roofline knows {', '.join(known_types())}")
+        raise UserError(
+            f"{name}: unknown architecture {shown(mt)}; roofline knows {', '.join(known_types())}"
+        )
     return family
 
 
 def spec_from_config(cfg: Any, name: str = "model") -> ModelSpec:
-    """Parse a Hugging Face config.json dict. Raises UserError for anything it cannot make sense of."""
+    """Parse a Hugging Face config.json dict. Raises UserError for anything it cannot make sense
+    of."""
     if not isinstance(cfg, dict):
         raise UserError(f"{name}: config.json must hold a JSON object")
     given, mt = _flatten(cfg)
@@ -111,9 +141,13 @@ def spec_from_config(cfg: Any, name: str = "model") -> ModelSpec:
     heads = whole(cfg, "num_attention_heads", maximum=10**5)
     kv_heads = whole(cfg, "num_key_value_heads", default=heads, maximum=heads)
     head_dim = whole(cfg, "head_dim", default=None)
-    if head_dim is None:  # transformers' __post_init__: hidden / heads when the family has no default
+    if (
+        head_dim is None
+    ):  # transformers' __post_init__: hidden / heads when the family has no default
         if hidden % heads:
-            raise UserError(f"{name}: hidden_size {hidden} is not a multiple of {heads} heads and head_dim is not given")
+            raise UserError(
+                f"{name}: hidden_size {hidden} is not a multiple of {heads} heads and head_dim is not given"
+            )
         head_dim = hidden // heads
     vocab = whole(cfg, "vocab_size", maximum=10**8)
     mla = mla_spec(cfg, given, family, name)
@@ -122,7 +156,9 @@ def spec_from_config(cfg: Any, name: str = "model") -> ModelSpec:
 
     tied = cfg.get("tie_word_embeddings", False)
     if not isinstance(tied, bool):
-        raise UserError(f"{name}: config has tie_word_embeddings={shown(tied)}; it must be true or false")
+        raise UserError(
+            f"{name}: config has tie_word_embeddings={shown(tied)}; it must be true or false"
+        )
     attention_bias = family.attention_bias
     if cfg.get("attention_bias") is True:
         attention_bias = attention_bias or "qkvo"
@@ -132,22 +168,43 @@ def spec_from_config(cfg: Any, name: str = "model") -> ModelSpec:
     notes = []
     mtp = whole(cfg, "num_nextn_predict_layers", default=0, minimum=0, maximum=MAX_LAYERS)
     if mtp:
-        notes.append(f"{mtp} multi-token-prediction layer(s) ship with the checkpoint; plain decode skips them")
+        notes.append(
+            f"{mtp} multi-token-prediction layer(s) ship with the checkpoint; plain decode skips them"
+        )
     chunked = [w for w in windows if w is not None] if family.window_rule == "chunked" else []
     if chunked:
-        notes.append(f"{len(chunked)} of {num_layers} layers attend in chunks of {max(chunked):,} tokens: at a context "
-                     "C each reads min(C, chunk) tokens of KV, the most a chunk holds")
+        notes.append(
+            f"{len(chunked)} of {num_layers} layers attend in chunks of {max(chunked):,} tokens: at a context "
+            "C each reads min(C, chunk) tokens of KV, the most a chunk holds"
+        )
     defaulted = defaults_note(family, filled, tuple(k for k in filled if k not in _QUIET))
     if defaulted:
         notes.append(defaulted)
     max_positions = whole(cfg, "max_position_embeddings", default=None, maximum=10**12)
     return ModelSpec(
-        name=name, architecture=mt, num_layers=num_layers, hidden_size=hidden, num_heads=heads,
-        num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=inter, vocab_size=vocab,
-        tie_word_embeddings=tied, gated_mlp=family.gated, attention_bias=attention_bias,
+        name=name,
+        architecture=mt,
+        num_layers=num_layers,
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=inter,
+        vocab_size=vocab,
+        tie_word_embeddings=tied,
+        gated_mlp=family.gated,
+        attention_bias=attention_bias,
         mlp_bias=family.mlp_bias or cfg.get("mlp_bias") is True,
-        qk_norm=family.qk_norm, norms_per_layer=family.norms_per_layer,
-        attention_sinks=family.sinks, layer_windows=windows,
-        moe=moe, mla=mla, dtype=dtype, default_formats=formats, quant_note=note,
-        mtp_layers=mtp, max_position_embeddings=max_positions, notes=tuple(notes),
+        qk_norm=family.qk_norm,
+        norms_per_layer=family.norms_per_layer,
+        attention_sinks=family.sinks,
+        layer_windows=windows,
+        moe=moe,
+        mla=mla,
+        dtype=dtype,
+        default_formats=formats,
+        quant_note=note,
+        mtp_layers=mtp,
+        max_position_embeddings=max_positions,
+        notes=tuple(notes),
     )

@@ -1,14 +1,17 @@
-"""Weight format per component: from the checkpoint's `quantization_config`, then the user's overrides.
+"""Weight format per component: from the checkpoint's `quantization_config`, then the user's
+overrides.
 
 Examples of what checkpoints say:
 - gpt-oss: `{"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn",
-  "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}` -> routed experts MXFP4, the rest bf16.
+  "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}` -> routed experts MXFP4, the rest
+  bf16.
 - DeepSeek-V3 / Kimi K2: `{"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}`
   -> every linear layer fp8 with a 128x128 block scale; router, embeddings, lm_head and norms bf16.
 - GPTQ / AWQ: `{"bits": 4, "group_size": 128}` -> int4 + one fp16 scale per 128 weights.
 
 Overrides (`--weights`): one format for every component (`fp8`), per component
-(`experts=mxfp4,attention=bf16`), or both (`fp8,lm_head=bf16`). Norms keep their own dtype unless named.
+(`experts=mxfp4,attention=bf16`), or both (`fp8,lm_head=bf16`). Norms keep their own dtype unless
+named.
 """
 
 from __future__ import annotations
@@ -28,27 +31,47 @@ from roofline.modelspec.formats import (
 )
 from roofline.modelspec.model import COMPONENT_KEYS, ModelSpec
 
-LINEAR = ("weights", "attention", "mlp", "experts", "shared_experts")  # what quantizers convert by default
+LINEAR = (
+    "weights",
+    "attention",
+    "mlp",
+    "experts",
+    "shared_experts",
+)  # what quantizers convert by default
 
 _KEY_ALIASES = {
-    "attn": "attention", "self_attn": "attention",
-    "dense": "mlp", "ffn": "mlp", "dense_mlp": "mlp",
-    "moe": "experts", "routed": "experts", "routed_experts": "experts", "expert": "experts",
-    "shared": "shared_experts", "shared_expert": "shared_experts",
+    "attn": "attention",
+    "self_attn": "attention",
+    "dense": "mlp",
+    "ffn": "mlp",
+    "dense_mlp": "mlp",
+    "moe": "experts",
+    "routed": "experts",
+    "routed_experts": "experts",
+    "expert": "experts",
+    "shared": "shared_experts",
+    "shared_expert": "shared_experts",
     "gate": "router",
-    "head": "lm_head", "lm-head": "lm_head", "output": "lm_head",
-    "embed": "embeddings", "embedding": "embeddings", "embed_tokens": "embeddings",
-    "norm": "norms", "biases": "norms",
+    "head": "lm_head",
+    "lm-head": "lm_head",
+    "output": "lm_head",
+    "embed": "embeddings",
+    "embedding": "embeddings",
+    "embed_tokens": "embeddings",
+    "norm": "norms",
+    "biases": "norms",
 }
 
 
 def _text(value: Any, default: str = "") -> str:
-    """A config string, or the default for anything else (a number there may be too long to print)."""
+    """A config string, or the default for anything else (a number there may be too long to
+    print)."""
     return value if isinstance(value, str) else default
 
 
 def _components_named_by(pattern: str) -> set[str]:
-    """Which components a module-name pattern such as 'model.layers.*.self_attn' or 're:.*mlp.gate$' covers."""
+    """Which components a module-name pattern such as 'model.layers.*.self_attn' or 're:.*mlp.gate$'
+    covers."""
     p = pattern.lower()
     hits: set[str] = set()
     if "lm_head" in p:
@@ -75,7 +98,10 @@ def _method_format(qc: dict[str, Any], method: str) -> tuple[WeightFormat, tuple
     if method in ("fp8", "fbgemm_fp8"):
         return fp8_block_format(qc.get("weight_block_size")), LINEAR
     if method in ("gptq", "awq"):
-        bits, group = qc.get("bits", qc.get("w_bit")), qc.get("group_size", qc.get("q_group_size", 128))
+        bits, group = (
+            qc.get("bits", qc.get("w_bit")),
+            qc.get("group_size", qc.get("q_group_size", 128)),
+        )
         if isinstance(bits, bool) or not isinstance(bits, int):
             raise UserError(f"{method} quantization_config has no usable 'bits'; pass --weights")
         group = group if isinstance(group, int) and not isinstance(group, bool) else 128
@@ -121,7 +147,9 @@ def default_formats(
     if quantization_config in (None, {}):
         return formats, f"{base.name} checkpoint"
     if not isinstance(quantization_config, dict):
-        raise UserError("config's quantization_config must be an object; fix the config or pass --weights")
+        raise UserError(
+            "config's quantization_config must be an object; fix the config or pass --weights"
+        )
     method = _text(quantization_config.get("quant_method")).lower()
     found = _method_format(quantization_config, method)
     if found is None:
@@ -137,7 +165,9 @@ def default_formats(
     for k in converted:
         if k not in keep:
             formats[k] = fmt
-    quantized = ", ".join(k for k in COMPONENT_KEYS if formats[k] is fmt and k != "weights") or "nothing"
+    quantized = (
+        ", ".join(k for k in COMPONENT_KEYS if formats[k] is fmt and k != "weights") or "nothing"
+    )
     return formats, f"{method}: {quantized} in {fmt.label()}, the rest {base.name}"
 
 
@@ -159,28 +189,38 @@ def parse_weight_overrides(text: str) -> tuple[WeightFormat | None, dict[str, We
             named[key] = parse_format(value)
         else:
             if bare is not None:
-                raise UserError(f"--weights names two formats for everything ({bare.name}, {item}); give one")
+                raise UserError(
+                    f"--weights names two formats for everything ({bare.name}, {item}); give one"
+                )
             bare = parse_format(item)
     if bare is None and not named:
-        raise UserError("--weights is empty; give a format such as fp8 or experts=mxfp4,attention=bf16")
+        raise UserError(
+            "--weights is empty; give a format such as fp8 or experts=mxfp4,attention=bf16"
+        )
     return bare, named
 
 
 def resolve_formats(spec: ModelSpec, weights: str | None) -> dict[str, WeightFormat]:
-    """The format of every component: the checkpoint's defaults, then --weights on top (which may name
-    only components the model has)."""
+    """The format of every component: the checkpoint's defaults, then --weights on top (which may
+    name only components the model has)."""
     defaults: Mapping[str, WeightFormat] | None = spec.default_formats
     if not weights or not str(weights).strip():
         if defaults is None:
-            raise UserError(f"{spec.name}: {spec.quant_note}; pass --weights FORMAT (e.g. --weights fp8)")
+            raise UserError(
+                f"{spec.name}: {spec.quant_note}; pass --weights FORMAT (e.g. --weights fp8)"
+            )
         return dict(defaults)
     bare, named = parse_weight_overrides(weights)
     if defaults is None and bare is None:
-        raise UserError(f"{spec.name}: {spec.quant_note}; add a format for everything, e.g. --weights bf16,{weights}")
+        raise UserError(
+            f"{spec.name}: {spec.quant_note}; add a format for everything, e.g. --weights bf16,{weights}"
+        )
     present = {c.key for c in components(spec)}
     missing = sorted(set(named) - present)
     if missing:
-        raise UserError(f"{spec.name} has no {', '.join(missing)} component; it has: {', '.join(sorted(present))}")
+        raise UserError(
+            f"{spec.name} has no {', '.join(missing)} component; it has: {', '.join(sorted(present))}"
+        )
     out = dict(defaults) if defaults is not None else {}
     if bare is not None:
         norm_fmt = out.get("norms", parse_format(spec.dtype))

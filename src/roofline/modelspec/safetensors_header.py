@@ -21,11 +21,28 @@ from roofline.modelspec.tensor_roles import StoredTensor
 
 # dtype -> bits per element, as the safetensors format names them (sub-byte types pack whole bytes).
 DTYPE_BITS = {
-    "BOOL": 8, "U8": 8, "I8": 8, "F8_E4M3": 8, "F8_E5M2": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8,
-    "F8_E8M0": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
-    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
-    "I32": 32, "U32": 32, "F32": 32,
-    "I64": 64, "U64": 64, "F64": 64, "C64": 64,
+    "BOOL": 8,
+    "U8": 8,
+    "I8": 8,
+    "F8_E4M3": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3FNUZ": 8,
+    "F8_E5M2FNUZ": 8,
+    "F8_E8M0": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "I64": 64,
+    "U64": 64,
+    "F64": 64,
+    "C64": 64,
 }
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library refuses longer headers too
 
@@ -48,26 +65,42 @@ def _tensor(path: Path, name: str, entry: Any, data_bytes: int) -> tuple[StoredT
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if dtype not in DTYPE_BITS:
         raise _bad(path, f"tensor {name!r} has unknown dtype {str(dtype)[:20]!r}")
-    if not isinstance(shape, list) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0
-                                          for d in shape):
+    if not isinstance(shape, list) or any(
+        isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape
+    ):
         raise _bad(path, f"tensor {name!r} has shape {str(shape)[:40]}, not a list of sizes")
-    if (not isinstance(offsets, list) or len(offsets) != 2
-            or any(isinstance(o, bool) or not isinstance(o, int) for o in offsets)):
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or any(isinstance(o, bool) or not isinstance(o, int) for o in offsets)
+    ):
         raise _bad(path, f"tensor {name!r} has data_offsets {str(offsets)[:40]}, not [begin, end]")
     begin, end = offsets
     if not 0 <= begin <= end <= data_bytes:
-        raise _bad(path, f"tensor {name!r} has data at [{begin:,}, {end:,}) but the data holds "
-                         f"{data_bytes:,} bytes")
+        raise _bad(
+            path,
+            f"tensor {name!r} has data at [{begin:,}, {end:,}) but the data holds "
+            f"{data_bytes:,} bytes",
+        )
     n = 1
     for d in shape:
         n *= d
     n_bits = n * DTYPE_BITS[dtype]
     if n_bits != 8 * (end - begin):
-        raise _bad(path, f"tensor {name!r} ({dtype} {shape}) should take {n_bits / 8:,.0f} bytes "
-                         f"but its offsets give {end - begin:,}")
+        raise _bad(
+            path,
+            f"tensor {name!r} ({dtype} {shape}) should take {n_bits / 8:,.0f} bytes "
+            f"but its offsets give {end - begin:,}",
+        )
     rows = n // shape[-1] if shape and shape[-1] else (1 if not shape else 0)
-    tensor = StoredTensor(name=name, type_name=dtype, shape=tuple(shape), n_elements=n,
-                          n_bytes=end - begin, row_count=rows)
+    tensor = StoredTensor(
+        name=name,
+        type_name=dtype,
+        shape=tuple(shape),
+        n_elements=n,
+        n_bytes=end - begin,
+        row_count=rows,
+    )
     return tensor, begin, end
 
 
@@ -106,5 +139,9 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
     for (_, end_a, a), (begin_b, _, b) in zip(spans, spans[1:]):
         if begin_b < end_a:
             raise _bad(p, f"tensors {a!r} and {b!r} overlap")
-    return SafetensorsHeader(path=p, tensors=tuple(tensors),
-                             metadata={str(k): str(v) for k, v in meta.items()}, file_bytes=size)
+    return SafetensorsHeader(
+        path=p,
+        tensors=tuple(tensors),
+        metadata={str(k): str(v) for k, v in meta.items()},
+        file_bytes=size,
+    )

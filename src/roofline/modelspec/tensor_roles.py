@@ -40,11 +40,26 @@ class TensorRole:
 
 
 # First name parts of towers that decoding text never reads (GGUF mmproj files use v., a., mm.).
-_NOT_TEXT_HEADS = frozenset({
-    "vision_tower", "vision_model", "visual", "vision", "audio_tower", "audio", "mm", "v", "a",
-    "multi_modal_projector", "mm_projector", "mtp", "image_newline", "patch_embed", "embed_vision",
-    "embed_audio",
-})
+_NOT_TEXT_HEADS = frozenset(
+    {
+        "vision_tower",
+        "vision_model",
+        "visual",
+        "vision",
+        "audio_tower",
+        "audio",
+        "mm",
+        "v",
+        "a",
+        "multi_modal_projector",
+        "mm_projector",
+        "mtp",
+        "image_newline",
+        "patch_embed",
+        "embed_vision",
+        "embed_audio",
+    }
+)
 _LAYER = re.compile(r"(?:^|\.)(?:blk|layers|h|block|blocks)\.(\d+)\.")
 _SHARED = ("shexp", "shared_expert", "shared_experts", "shared_mlp")
 _ROUTER = ("ffn_gate_inp", "exp_probs_b", "router", "e_score_correction_bias")
@@ -109,7 +124,7 @@ def role_of(name: str, *, gguf: bool, num_layers: int) -> TensorRole | None:
     plain = name
     for prefix in ("model.language_model.", "language_model.model.", "language_model.", "model."):
         if plain.startswith(prefix):
-            plain = plain[len(prefix):]
+            plain = plain[len(prefix) :]
             break
     parts = plain.split(".")
     if parts[0] in _NOT_TEXT_HEADS or any(w in plain for w in ("vision", "visual", "audio")):

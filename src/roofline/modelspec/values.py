@@ -24,17 +24,27 @@ def shown(v: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def whole(cfg: dict, key: str, *, default: Any = ..., minimum: int = 1, maximum: int = MAX_DIM) -> Any:
+def whole(
+    cfg: dict, key: str, *, default: Any = ..., minimum: int = 1, maximum: int = MAX_DIM
+) -> Any:
     """A whole number from the config, or the default when the key is missing or null."""
-    v = cfg.get(key, None)
+    v = cfg.get(key)
     if v is None:
         if default is ...:
-            raise UserError(f"config is missing {key!r}; is this a decoder-only transformer's config.json?")
+            raise UserError(
+                f"config is missing {key!r}; is this a decoder-only transformer's config.json?"
+            )
         return default
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float))
+        or (isinstance(v, float) and not math.isfinite(v))
+    ):
         raise UserError(f"config has {key}={shown(v)}; it must be a whole number")
     if v != int(v) or not minimum <= v <= maximum:
-        raise UserError(f"config has {key}={shown(v)}; expected a whole number from {minimum} to {maximum}")
+        raise UserError(
+            f"config has {key}={shown(v)}; expected a whole number from {minimum} to {maximum}"
+        )
     return int(v)
 
 
@@ -46,8 +56,8 @@ def positive_float(cfg: dict, key: str) -> float:
 
 
 def layer_list(cfg: dict, key: str) -> list[int]:
-    """A list of layer indices (ones outside the model are ignored, as transformers does); missing or
-    null is the empty list."""
+    """A list of layer indices (ones outside the model are ignored, as transformers does); missing
+    or null is the empty list."""
     v = cfg.get(key) or []
     if not isinstance(v, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in v):
         raise UserError(f"config has {key}={shown(v)}; it must be a list of layer numbers")

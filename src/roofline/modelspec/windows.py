@@ -15,8 +15,8 @@ the family registry (`families.py`) names the rule transformers applies when the
 - "qwen2_moe": with `use_sliding_window`, even layers below `max_window_layers` slide;
 - "chunked" (Llama 4): layers that use RoPE (`no_rope_layers[i]` = 1; by default all but every
   `no_rope_layer_interval`-th) attend in chunks; the others are global;
-- "all" (Mistral 7B v0.1, Mixtral, Phi-3, Starcoder2): `sliding_window` alone means every layer slides.
-`use_sliding_window: false` turns windows off in every family that has the key.
+- "all" (Mistral 7B v0.1, Mixtral, Phi-3, Starcoder2): `sliding_window` alone means every layer
+slides. `use_sliding_window: false` turns windows off in every family that has the key.
 """
 
 from __future__ import annotations
@@ -36,9 +36,13 @@ def _tokens(cfg: dict[str, Any], key: str) -> int | None:
     w = cfg.get(key)
     if w is None or w is False:
         return None
-    bad_float = isinstance(w, float) and (not math.isfinite(w) or w != int(w))  # (a huge int has no float)
+    bad_float = isinstance(w, float) and (
+        not math.isfinite(w) or w != int(w)
+    )  # (a huge int has no float)
     if isinstance(w, bool) or not isinstance(w, (int, float)) or bad_float or w < 0:
-        raise UserError(f"config has {key}={shown(w)}; it must be a whole number of tokens (or null)")
+        raise UserError(
+            f"config has {key}={shown(w)}; it must be a whole number of tokens (or null)"
+        )
     return int(w) or None  # 0 means no window
 
 
@@ -63,12 +67,16 @@ def _from_layer_types(cfg: dict[str, Any], num_layers: int) -> tuple[int | None,
         if kind in _SLIDING_TYPES:
             window = _tokens(cfg, "sliding_window")
             if window is None:
-                raise UserError("config's layer_types names sliding-window layers but sliding_window is not set")
+                raise UserError(
+                    "config's layer_types names sliding-window layers but sliding_window is not set"
+                )
             out.append(window)
         elif kind in _CHUNKED_TYPES:
             chunk = _tokens(cfg, "attention_chunk_size")
             if chunk is None:
-                raise UserError("config's layer_types names chunked-attention layers but attention_chunk_size is not set")
+                raise UserError(
+                    "config's layer_types names chunked-attention layers but attention_chunk_size is not set"
+                )
             out.append(chunk)
         elif kind in _FULL_TYPES:
             out.append(None)
@@ -91,13 +99,22 @@ def _chunked(cfg: dict[str, Any], num_layers: int) -> tuple[int | None, ...]:
         if interval < 1:
             raise UserError(f"config has no_rope_layer_interval={interval}; it must be at least 1")
         rope = [int((i + 1) % interval != 0) for i in range(num_layers)]
-    if not isinstance(rope, list) or len(rope) < num_layers or any(not isinstance(r, (int, bool)) for r in rope):
-        raise UserError(f"config's no_rope_layers must list 0 or 1 for each of the {num_layers} layers")
+    if (
+        not isinstance(rope, list)
+        or len(rope) < num_layers
+        or any(not isinstance(r, (int, bool)) for r in rope)
+    ):
+        raise UserError(
+            f"config's no_rope_layers must list 0 or 1 for each of the {num_layers} layers"
+        )
     return tuple(chunk if rope[i] else None for i in range(num_layers))
 
 
-def layer_windows(cfg: dict[str, Any], num_layers: int, rule: str = "all") -> tuple[int | None, ...]:
-    """Per layer: the most tokens it attends over (sliding window or chunk), or None for a full layer."""
+def layer_windows(
+    cfg: dict[str, Any], num_layers: int, rule: str = "all"
+) -> tuple[int | None, ...]:
+    """Per layer: the most tokens it attends over (sliding window or chunk), or None for a full
+    layer."""
     if cfg.get("layer_types") is not None:
         return _from_layer_types(cfg, num_layers)
     if rule == "chunked":
@@ -118,7 +135,9 @@ def layer_windows(cfg: dict[str, Any], num_layers: int, rule: str = "all") -> tu
         pattern = 6  # transformers' Gemma3TextConfig: five local layers, then one global
     if pattern is not None:
         if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
-            raise UserError(f"config has sliding_window_pattern={shown(pattern)}; it must be a positive whole number")
+            raise UserError(
+                f"config has sliding_window_pattern={shown(pattern)}; it must be a positive whole number"
+            )
         return tuple(None if (i + 1) % pattern == 0 else window for i in range(num_layers))
     if rule == "alternate":  # even layers slide, odd layers are global
         return tuple(window if i % 2 == 0 else None for i in range(num_layers))

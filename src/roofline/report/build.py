@@ -9,9 +9,9 @@ from pathlib import Path
 
 from roofline.errors import UserError
 from roofline.report.html import page_html
-from roofline.report.run_folders import LoadedRun, load_runs
 from roofline.report.markdown import page_markdown
 from roofline.report.page import Page, Section
+from roofline.report.run_folders import LoadedRun, load_runs
 
 REPORT_HTML = "report.html"
 REPORT_MD = "report.md"
@@ -40,7 +40,9 @@ def _provenance(run: LoadedRun) -> list[str]:
     lines = provenance_lines(run.summary)
     hp = run.provenance.get("hardware_profile") or {}
     if hp:
-        lines.append(f"hardware profile: {hp.get('cpu') or hp.get('name')}, measured {hp.get('measured_at') or '?'}")
+        lines.append(
+            f"hardware profile: {hp.get('cpu') or hp.get('name')}, measured {hp.get('measured_at') or '?'}"
+        )
     return lines
 
 
@@ -75,7 +77,9 @@ def write_page(page: Page, out_dir: Path) -> Written:
         charts_dir.mkdir(exist_ok=True)
     for c in page.charts:
         svg, png = charts_dir / f"{c.key}.svg", charts_dir / f"{c.key}.png"
-        svg.write_text('<?xml version="1.0" encoding="utf-8" standalone="no"?>\n' + c.svg, encoding="utf-8")
+        svg.write_text(
+            '<?xml version="1.0" encoding="utf-8" standalone="no"?>\n' + c.svg, encoding="utf-8"
+        )
         png.write_bytes(c.png)
         files += [svg, png]
     html, md = out_dir / REPORT_HTML, out_dir / REPORT_MD
@@ -91,8 +95,8 @@ def default_compare_dir(run_dirs: Sequence[str | Path]) -> Path:
 
 
 def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = None) -> Written:
-    """The report of one run (written into its folder) or of several side by side (into out_dir, by default
-    a compare-<A>-vs-<B> folder beside the first run)."""
+    """The report of one run (written into its folder) or of several side by side (into out_dir, by
+    default a compare-<A>-vs-<B> folder beside the first run)."""
     if not run_dirs:
         raise UserError("give one or more run folders")
     loaded = load_runs(list(run_dirs))
@@ -109,12 +113,15 @@ def ceiling_page(analysis) -> Page:
     a = analysis
     chart = draw_roofline(roofline_from_analysis(a))
     breakdown, bounds = breakdown_tables(a)
-    section = Section("roofline", (chart,), (breakdown, bounds), tuple(f"assumption: {x}" for x in a.assumptions))
+    section = Section(
+        "roofline", (chart,), (breakdown, bounds), tuple(f"assumption: {x}" for x in a.assumptions)
+    )
     return Page(f"roofline: {a.model.name} on {a.hardware.label}", (section,))
 
 
 def write_ceiling_plot(analysis, path: str | Path) -> Path:
-    """`roofline ceiling --plot FILE`: .html (self-contained page), .svg or .png (the chart alone)."""
+    """`roofline ceiling --plot FILE`: .html (self-contained page), .svg or .png (the chart
+    alone)."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".html", ".htm", ".svg", ".png"):
@@ -124,7 +131,10 @@ def write_ceiling_plot(analysis, path: str | Path) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if suffix == ".svg":
-            path.write_text('<?xml version="1.0" encoding="utf-8" standalone="no"?>\n' + chart.svg, encoding="utf-8")
+            path.write_text(
+                '<?xml version="1.0" encoding="utf-8" standalone="no"?>\n' + chart.svg,
+                encoding="utf-8",
+            )
         elif suffix == ".png":
             path.write_bytes(chart.png)
         else:

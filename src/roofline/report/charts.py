@@ -1,5 +1,6 @@
-"""Rendering one matplotlib figure to a `Chart`: an SVG string (text kept as text, no fonts embedded,
-nothing linked) for the HTML page, PNG bytes for export, and the numbers it was drawn from."""
+"""Rendering one matplotlib figure to a `Chart`: an SVG string (text kept as text, no fonts
+embedded, nothing linked) for the HTML page, PNG bytes for export, and the numbers it was drawn
+from."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-# One palette for every chart: the weight-read floor red, everything else grey (the B200 study's colours).
+# One palette for every chart: the weight-read floor red, everything else grey (the B200 study's
+# colours).
 FLOOR = "#c0392b"
 OTHER = "#9aa0a6"
 MEASURED = "#1f6fb2"
@@ -34,11 +36,19 @@ def pyplot():
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    matplotlib.rcParams.update({
-        "svg.fonttype": "none", "svg.hashsalt": "roofline", "font.family": "sans-serif", "font.size": 10,
-        "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
-        "figure.dpi": 100,
-    })
+    matplotlib.rcParams.update(
+        {
+            "svg.fonttype": "none",
+            "svg.hashsalt": "roofline",
+            "font.family": "sans-serif",
+            "font.size": 10,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "figure.dpi": 100,
+        }
+    )
     return plt
 
 

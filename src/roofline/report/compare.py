@@ -24,23 +24,35 @@ def figures(run: Any) -> list[Figure]:
     out = []
     if run.kind == "bench":
         for s in run.summary.scenarios:
+
             def stat(metric: str, scale: float = 1.0) -> float | None:
                 d = s.metric(metric)  # noqa: B023 (used at once)
                 return None if d is None else scale * d.p50
 
-            out += [Figure(f"{s.name}: Output Speed p50 (tok/s)", stat("output_speed_tok_per_s")),
-                    Figure(f"{s.name}: TTFT p50 (ms)", stat("ttft_s", 1e3)),
-                    Figure(f"{s.name}: TPOT p50 (ms)", stat("tpot_s", 1e3)),
-                    Figure(f"{s.name}: output tok/s", s.output_tok_per_s),
-                    Figure(f"{s.name}: % of ceiling", s.vs_ceiling.percent_of_ceiling if s.vs_ceiling else None)]
+            out += [
+                Figure(f"{s.name}: Output Speed p50 (tok/s)", stat("output_speed_tok_per_s")),
+                Figure(f"{s.name}: TTFT p50 (ms)", stat("ttft_s", 1e3)),
+                Figure(f"{s.name}: TPOT p50 (ms)", stat("tpot_s", 1e3)),
+                Figure(f"{s.name}: output tok/s", s.output_tok_per_s),
+                Figure(
+                    f"{s.name}: % of ceiling",
+                    s.vs_ceiling.percent_of_ceiling if s.vs_ceiling else None,
+                ),
+            ]
             if s.vs_ceiling and s.vs_ceiling.percent_of_file_ceiling is not None:
-                out.append(Figure(f"{s.name}: % of the file's ceiling", s.vs_ceiling.percent_of_file_ceiling))
+                out.append(
+                    Figure(
+                        f"{s.name}: % of the file's ceiling", s.vs_ceiling.percent_of_file_ceiling
+                    )
+                )
     else:
         t = run.tune
         unit = (t.objective or {}).get("unit") or ""
-        out += [Figure(f"baseline ({unit})", t.baseline.value if t.baseline else None),
-                Figure(f"best ({unit})", t.best.value if t.best else None),
-                Figure("gain (x)", t.gain)]
+        out += [
+            Figure(f"baseline ({unit})", t.baseline.value if t.baseline else None),
+            Figure(f"best ({unit})", t.best.value if t.best else None),
+            Figure("gain (x)", t.gain),
+        ]
     return out
 
 
@@ -61,13 +73,17 @@ def comparison_table(runs: Sequence[Any]) -> Table:
         row = [n] + [_fmt(v) for v in vals]
         if two:
             a, b = vals
-            row += [_fmt(b - a) if a is not None and b is not None else "-",
-                    f"{b / a:.3f}" if a and b is not None else "-"]
+            row += [
+                _fmt(b - a) if a is not None and b is not None else "-",
+                f"{b / a:.3f}" if a and b is not None else "-",
+            ]
         rows.append(tuple(row))
     notes = []
     if len(runs) == 2 and not _same_workload(runs):
-        notes.append("the two runs did not run the same workload (prompts, reps, max tokens or scenarios differ): "
-                     "deltas compare different things")
+        notes.append(
+            "the two runs did not run the same workload (prompts, reps, max tokens or scenarios differ): "
+            "deltas compare different things"
+        )
     return Table("side by side", tuple(headers), tuple(rows), tuple(notes))
 
 
@@ -75,8 +91,12 @@ def _workload(run: Any) -> Any:
     if run.kind == "tune":
         return ("tune", (run.tune.objective or {}).get("name"))
     p = run.provenance
-    return (tuple((x or {}).get("id") for x in p.get("prompts") or ()), p.get("reps"), p.get("max_tokens"),
-            tuple(s.name for s in run.summary.scenarios))
+    return (
+        tuple((x or {}).get("id") for x in p.get("prompts") or ()),
+        p.get("reps"),
+        p.get("max_tokens"),
+        tuple(s.name for s in run.summary.scenarios),
+    )
 
 
 def _same_workload(runs: Sequence[Any]) -> bool:
@@ -85,14 +105,22 @@ def _same_workload(runs: Sequence[Any]) -> bool:
 
 def comparison_section(runs: Sequence[Any]) -> Section:
     charts = []
-    data = [d for d in (roofline_of_run(r, prefix=chr(65 + i)) for i, r in enumerate(runs)) if d is not None]
+    data = [
+        d
+        for d in (roofline_of_run(r, prefix=chr(65 + i)) for i, r in enumerate(runs))
+        if d is not None
+    ]
     if data:
         first = data[0]
-        merged = RooflineData(first.bandwidth_bytes_per_s, first.peak_flop_per_s, first.hardware_label,
-                              first.model_label,
-                              tuple(p for p in first.points if p.kind != "measured")
-                              + tuple(p for d in data for p in d.points if p.kind == "measured"),
-                              first.notes + ("Slope and model points: run A's ceiling.",))
+        merged = RooflineData(
+            first.bandwidth_bytes_per_s,
+            first.peak_flop_per_s,
+            first.hardware_label,
+            first.model_label,
+            tuple(p for p in first.points if p.kind != "measured")
+            + tuple(p for d in data for p in d.points if p.kind == "measured"),
+            first.notes + ("Slope and model points: run A's ceiling.",),
+        )
         charts.append(draw_roofline(merged, key="compare_roofline"))
     bars = []
     for i, r in enumerate(runs):

@@ -1,5 +1,6 @@
 """A `Page` as one self-contained HTML file: inline CSS, charts as inline SVG, no script, no link to
-anything outside the file (no fonts, images or stylesheets to fetch), so it opens from disk anywhere."""
+anything outside the file (no fonts, images or stylesheets to fetch), so it opens from disk
+anywhere."""
 
 from __future__ import annotations
 
@@ -29,9 +30,14 @@ code { background: #f4f4f4; padding: 0 .2rem; }
 def _table(t: Table) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in t.headers)
     body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in t.rows)
-    out = [f"<h3>{escape(t.title)}</h3>" if t.title else "", f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
+    out = [
+        f"<h3>{escape(t.title)}</h3>" if t.title else "",
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>",
+    ]
     if t.notes:
-        out.append("<ul class='notes'>" + "".join(f"<li>{escape(n)}</li>" for n in t.notes) + "</ul>")
+        out.append(
+            "<ul class='notes'>" + "".join(f"<li>{escape(n)}</li>" for n in t.notes) + "</ul>"
+        )
     return "\n".join(out)
 
 
@@ -40,20 +46,31 @@ _REF = re.compile(r'(url\(#|href="#)([^)"]+)')
 
 
 def scoped_svg(svg: str, key: str) -> str:
-    """The chart's element ids prefixed with its key: several SVGs share one page, and ids must not clash."""
-    return _REF.sub(lambda m: f"{m.group(1)}{key}-{m.group(2)}", _ID.sub(lambda m: f'{m.group(1)}{key}-{m.group(2)}"', svg))
+    """The chart's element ids prefixed with its key: several SVGs share one page, and ids must not
+    clash."""
+    return _REF.sub(
+        lambda m: f"{m.group(1)}{key}-{m.group(2)}",
+        _ID.sub(lambda m: f'{m.group(1)}{key}-{m.group(2)}"', svg),
+    )
 
 
 def _section(s: Section, exports: bool) -> str:
     out = [f"<section><h2>{escape(s.title)}</h2>"]
     for c in s.charts:
-        files = (f"<div class='exports'>files: report/{escape(c.key)}.svg, report/{escape(c.key)}.png</div>"
-                 if exports else "")
-        out.append(f"<figure id='chart-{escape(c.key)}'>{scoped_svg(c.svg, c.key)}<figcaption><strong>{escape(c.title)}.</strong> "
-                   f"{escape(c.caption)}</figcaption>{files}</figure>")
+        files = (
+            f"<div class='exports'>files: report/{escape(c.key)}.svg, report/{escape(c.key)}.png</div>"
+            if exports
+            else ""
+        )
+        out.append(
+            f"<figure id='chart-{escape(c.key)}'>{scoped_svg(c.svg, c.key)}<figcaption><strong>{escape(c.title)}.</strong> "
+            f"{escape(c.caption)}</figcaption>{files}</figure>"
+        )
     out += [_table(t) for t in s.tables]
     if s.notes:
-        out.append("<ul class='notes'>" + "".join(f"<li>{escape(n)}</li>" for n in s.notes) + "</ul>")
+        out.append(
+            "<ul class='notes'>" + "".join(f"<li>{escape(n)}</li>" for n in s.notes) + "</ul>"
+        )
     out.append("</section>")
     return "\n".join(out)
 
@@ -65,10 +82,15 @@ def page_html(page: Page, *, exports: bool = True) -> str:
         warn = f"<div class='warnings' id='warnings'><strong>Warning: this report is incomplete.</strong><ul>{items}</ul></div>"
     prov = ""
     if page.provenance:
-        prov = ("<section><h2>provenance</h2><ul class='notes'>"
-                + "".join(f"<li>{escape(p)}</li>" for p in page.provenance) + "</ul></section>")
+        prov = (
+            "<section><h2>provenance</h2><ul class='notes'>"
+            + "".join(f"<li>{escape(p)}</li>" for p in page.provenance)
+            + "</ul></section>"
+        )
     body = "\n".join(_section(s, exports) for s in page.sections)
-    return (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<title>{escape(page.title)}</title><style>{_CSS}</style></head>\n"
-            f"<body><h1>{escape(page.title)}</h1>\n{warn}\n{body}\n{prov}\n</body></html>\n")
+    return (
+        f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{escape(page.title)}</title><style>{_CSS}</style></head>\n"
+        f"<body><h1>{escape(page.title)}</h1>\n{warn}\n{body}\n{prov}\n</body></html>\n"
+    )

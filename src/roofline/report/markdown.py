@@ -1,4 +1,5 @@
-"""A `Page` as report.md: for pasting into an issue or pull request (charts linked as report/*.svg)."""
+"""A `Page` as report.md: for pasting into an issue or pull request (charts linked as
+report/*.svg)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from roofline.report.page import Page
 def page_markdown(page: Page) -> str:
     out = [f"# {page.title}", ""]
     if page.warnings:
-        out += ["> **Warning: this report is incomplete.**"] + [f"> - {w}" for w in page.warnings] + [""]
+        out += (
+            ["> **Warning: this report is incomplete.**"]
+            + [f"> - {w}" for w in page.warnings]
+            + [""]
+        )
     for s in page.sections:
         out += [f"## {s.title}", ""]
         for c in s.charts:

@@ -1,5 +1,5 @@
-"""What a report holds, before it is written as HTML or Markdown: sections of charts, tables and notes,
-the warnings met while loading, and the provenance."""
+"""What a report holds, before it is written as HTML or Markdown: sections of charts, tables and
+notes, the warnings met while loading, and the provenance."""
 
 from __future__ import annotations
 
@@ -19,7 +19,12 @@ class Table:
     def of(cls, t: tuple) -> Table:
         """From the (title, headers, rows, notes) tuples bench.report and tune.output build."""
         title, headers, rows, notes = t
-        return cls(str(title), tuple(map(str, headers)), tuple(tuple(map(str, r)) for r in rows), tuple(notes))
+        return cls(
+            str(title),
+            tuple(map(str, headers)),
+            tuple(tuple(map(str, r)) for r in rows),
+            tuple(notes),
+        )
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""Charts of a bench run's requests: the per-prompt spread (each prompt x repetition a point), TTFT and
-TPOT distributions (CDFs), and for load sweeps the speed each user sees against aggregate throughput."""
+"""Charts of a bench run's requests: the per-prompt spread (each prompt x repetition a point), TTFT
+and TPOT distributions (CDFs), and for load sweeps the speed each user sees against aggregate
+throughput."""
 
 from __future__ import annotations
 
@@ -45,7 +46,11 @@ def prompt_reps(lines: Sequence[Mapping[str, Any]]) -> list[PromptRep]:
     for ln in _measured_ok(lines):
         speed = request_metrics(ln)["output_speed_tok_per_s"]
         if speed is not None:
-            out.append(PromptRep(str(ln.get("scenario")), str(ln.get("prompt")), int(ln.get("rep") or 0), speed))
+            out.append(
+                PromptRep(
+                    str(ln.get("scenario")), str(ln.get("prompt")), int(ln.get("rep") or 0), speed
+                )
+            )
     return out
 
 
@@ -69,7 +74,11 @@ def load_points(summary: Any) -> list[LoadPoint]:
         speed = s.metric("output_speed_tok_per_s")
         if speed is None or s.output_tok_per_s is None:
             continue
-        what = plural(s.scenario.streams, "stream") if s.scenario.kind == "concurrency" else f"{s.scenario.rate_per_s:g}/s"
+        what = (
+            plural(s.scenario.streams, "stream")
+            if s.scenario.kind == "concurrency"
+            else f"{s.scenario.rate_per_s:g}/s"
+        )
         out.append(LoadPoint(s.name, what, s.output_tok_per_s, speed.p50))
     return out
 
@@ -83,8 +92,16 @@ def draw_prompt_spread(reps: Sequence[PromptRep], *, key: str = "prompt_spread")
     for k, sc in enumerate(scenarios):
         pts = [r for r in reps if r.scenario == sc]
         xs = [prompts.index(r.prompt) + (k - (len(scenarios) - 1) / 2) * width for r in pts]
-        (dots,) = ax.plot(xs, [r.output_speed_tok_per_s for r in pts], "o", ls="none", ms=5, alpha=0.8,
-                          color=SERIES[k % len(SERIES)], label=sc)
+        (dots,) = ax.plot(
+            xs,
+            [r.output_speed_tok_per_s for r in pts],
+            "o",
+            ls="none",
+            ms=5,
+            alpha=0.8,
+            color=SERIES[k % len(SERIES)],
+            label=sc,
+        )
         dots.set_gid(f"prompt-points-{k}")
     ax.set_xticks(range(len(prompts)), prompts, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("Output Speed (tok/s)")
@@ -103,8 +120,13 @@ def draw_cdfs(curves: Sequence[Cdf], *, key: str = "latency_cdf") -> Chart:
         for c in (c for c in curves if c.metric == metric):
             k = scenarios.index(c.scenario)
             n = len(c.values_s)
-            (line,) = ax.step([1e3 * v for v in c.values_s], [(i + 1) / n for i in range(n)], where="post",
-                              color=SERIES[k % len(SERIES)], label=c.scenario)
+            (line,) = ax.step(
+                [1e3 * v for v in c.values_s],
+                [(i + 1) / n for i in range(n)],
+                where="post",
+                color=SERIES[k % len(SERIES)],
+                label=c.scenario,
+            )
             line.set_gid(f"cdf-{metric}-{k}")
         ax.set_xlabel(label)
         ax.set_ylabel("share of requests")
@@ -113,19 +135,33 @@ def draw_cdfs(curves: Sequence[Cdf], *, key: str = "latency_cdf") -> Chart:
         axes[1].legend(fontsize=8)
     fig.suptitle("latency distributions (CDF)", fontsize=10)
     fig.tight_layout()
-    return render(fig, key, "Latency distributions", "The share of requests at or below each TTFT and TPOT.",
-                  list(curves))
+    return render(
+        fig,
+        key,
+        "Latency distributions",
+        "The share of requests at or below each TTFT and TPOT.",
+        list(curves),
+    )
 
 
 def draw_load(points: Sequence[LoadPoint], *, key: str = "load_sweep") -> Chart:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.0))
-    (line,) = ax.plot([p.output_tok_per_s for p in points], [p.per_user_tok_per_s for p in points], "o-",
-                      color=SERIES[0])
+    (line,) = ax.plot(
+        [p.output_tok_per_s for p in points],
+        [p.per_user_tok_per_s for p in points],
+        "o-",
+        color=SERIES[0],
+    )
     line.set_gid("load-points")
     for p in points:
-        ax.annotate(p.streams_or_rate, (p.output_tok_per_s, p.per_user_tok_per_s), textcoords="offset points",
-                    xytext=(5, 5), fontsize=8)
+        ax.annotate(
+            p.streams_or_rate,
+            (p.output_tok_per_s, p.per_user_tok_per_s),
+            textcoords="offset points",
+            xytext=(5, 5),
+            fontsize=8,
+        )
     ax.set_xlabel("aggregate output tok/s")
     ax.set_ylabel("per-user Output Speed p50 (tok/s)")
     ax.set_title("load sweep: what each user sees against what the server delivers")

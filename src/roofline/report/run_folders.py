@@ -49,12 +49,16 @@ def _read_json(path: Path, warnings: list[str]) -> Any:
 def load_run(folder: str | Path) -> LoadedRun:
     path = Path(folder)
     if not path.is_dir():
-        raise UserError(f"{str(path)!r} is not a folder; give a run folder that bench or tune wrote")
+        raise UserError(
+            f"{str(path)!r} is not a folder; give a run folder that bench or tune wrote"
+        )
     if (path / TUNE_JSON).exists() or (path / TRIALS_JSONL).exists():
         return _load_tune(path)
     if any((path / n).exists() for n in (SUMMARY_JSON, REQUESTS, PROVENANCE)):
         return _load_bench(path)
-    raise UserError(f"{str(path)!r} holds no run: expected {SUMMARY_JSON} or {REQUESTS} (bench) or {TUNE_JSON} (tune)")
+    raise UserError(
+        f"{str(path)!r} holds no run: expected {SUMMARY_JSON} or {REQUESTS} (bench) or {TUNE_JSON} (tune)"
+    )
 
 
 def _load_bench(path: Path) -> LoadedRun:
@@ -65,15 +69,21 @@ def _load_bench(path: Path) -> LoadedRun:
         prov = {}
     lines, bad = read_requests(path)
     if not (path / REQUESTS).exists():
-        warnings.append(f"{REQUESTS} is missing: no per-request charts (latency distributions, per-prompt spread)")
+        warnings.append(
+            f"{REQUESTS} is missing: no per-request charts (latency distributions, per-prompt spread)"
+        )
     if bad:
-        warnings.append(f"{bad} line(s) of {REQUESTS} could not be read (cut by an interrupted run?) and were skipped")
+        warnings.append(
+            f"{bad} line(s) of {REQUESTS} could not be read (cut by an interrupted run?) and were skipped"
+        )
     data = _read_json(path / SUMMARY_JSON, warnings)
     if data is not None:
         try:
             summary = RunSummary.from_json(data)
         except (KeyError, TypeError, ValueError) as e:
-            warnings.append(f"{SUMMARY_JSON} has an unexpected shape ({e}); summarized again from {REQUESTS}")
+            warnings.append(
+                f"{SUMMARY_JSON} has an unexpected shape ({e}); summarized again from {REQUESTS}"
+            )
             summary = None
     else:
         summary = None
@@ -81,17 +91,31 @@ def _load_bench(path: Path) -> LoadedRun:
         from roofline.bench.summarize import summarize
 
         if data is None:
-            warnings.append(f"{SUMMARY_JSON} is missing (the run did not finish?): summarized from {REQUESTS}, "
-                            "without the ceiling")
-        summary = RunSummary.from_json(json.loads(json.dumps(
-            summarize(lines, provenance=prov, unreadable_lines=bad), default=str)))
+            warnings.append(
+                f"{SUMMARY_JSON} is missing (the run did not finish?): summarized from {REQUESTS}, "
+                "without the ceiling"
+            )
+        summary = RunSummary.from_json(
+            json.loads(
+                json.dumps(summarize(lines, provenance=prov, unreadable_lines=bad), default=str)
+            )
+        )
     elif bad and not summary.unreadable_lines:
-        summary = RunSummary(summary.provenance, summary.scenarios, summary.ceiling, summary.slo_s, bad, summary.extra)
+        summary = RunSummary(
+            summary.provenance,
+            summary.scenarios,
+            summary.ceiling,
+            summary.slo_s,
+            bad,
+            summary.extra,
+        )
     if prov.get("interrupted"):
         warnings.append("the run was interrupted: it covers the requests that ended")
     if summary.requests_ok == 0:
         warnings.append("no successful request in this run: nothing measured to chart")
-    return LoadedRun(path, "bench", summary=summary, requests=tuple(lines), warnings=tuple(warnings))
+    return LoadedRun(
+        path, "bench", summary=summary, requests=tuple(lines), warnings=tuple(warnings)
+    )
 
 
 def _load_tune(path: Path) -> LoadedRun:
@@ -102,9 +126,13 @@ def _load_tune(path: Path) -> LoadedRun:
     data = _read_json(path / TUNE_JSON, warnings)
     if data is not None:
         try:
-            return LoadedRun(path, "tune", tune=TuneResult.from_json(data), warnings=tuple(warnings))
+            return LoadedRun(
+                path, "tune", tune=TuneResult.from_json(data), warnings=tuple(warnings)
+            )
         except (KeyError, TypeError, ValueError) as e:
-            warnings.append(f"{TUNE_JSON} has an unexpected shape ({e}); read {TRIALS_JSONL} instead")
+            warnings.append(
+                f"{TUNE_JSON} has an unexpected shape ({e}); read {TRIALS_JSONL} instead"
+            )
     trials, bad = [], 0
     try:
         text = (path / TRIALS_JSONL).read_text(encoding="utf-8")
@@ -117,15 +145,29 @@ def _load_tune(path: Path) -> LoadedRun:
             except (KeyError, TypeError, ValueError):
                 bad += 1
     if data is None:
-        warnings.append(f"{TUNE_JSON} is missing (the run did not finish?): the trials of {TRIALS_JSONL} only, "
-                        "no ladder or best")
+        warnings.append(
+            f"{TUNE_JSON} is missing (the run did not finish?): the trials of {TRIALS_JSONL} only, "
+            "no ladder or best"
+        )
     if bad:
         warnings.append(f"{bad} line(s) of {TRIALS_JSONL} could not be read and were skipped")
     first = trials[0] if trials else None
-    result = TuneResult(engine=first.engine if first else "?", model=None, strategy="?",
-                        objective={"name": first.objective if first else "speed", "direction": "maximize",
-                                   "unit": "tok/s", "label": "Output Speed"},
-                        space={}, study={}, run_dir=str(path), trials=tuple(trials), interrupted=True)
+    result = TuneResult(
+        engine=first.engine if first else "?",
+        model=None,
+        strategy="?",
+        objective={
+            "name": first.objective if first else "speed",
+            "direction": "maximize",
+            "unit": "tok/s",
+            "label": "Output Speed",
+        },
+        space={},
+        study={},
+        run_dir=str(path),
+        trials=tuple(trials),
+        interrupted=True,
+    )
     return LoadedRun(path, "tune", tune=result, warnings=tuple(warnings))
 
 

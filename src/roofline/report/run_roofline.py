@@ -1,8 +1,9 @@
-"""The roofline of measured runs: where each bench scenario or tune trial sits, and the hardware's roofs.
+"""The roofline of measured runs: where each bench scenario or tune trial sits, and the hardware's
+roofs.
 
 A run knows its bytes per token and bandwidth (its ceiling). FLOPs per token come from the model's
-config when the model is in the catalogue (2 x matmul params), else they are estimated from the bytes
-and the weight dtype the server reported (2 FLOPs per weight read), and the chart says which.
+config when the model is in the catalogue (2 x matmul params), else they are estimated from the
+bytes and the weight dtype the server reported (2 FLOPs per weight read), and the chart says which.
 """
 
 from __future__ import annotations
@@ -13,11 +14,24 @@ from typing import Any
 from roofline.errors import UserError
 from roofline.report.roofline_chart import RooflineData, RooflinePoint, model_points
 
-_BYTES_PER_WEIGHT = {"fp32": 4.0, "float32": 4.0, "bf16": 2.0, "bfloat16": 2.0, "fp16": 2.0, "float16": 2.0,
-                     "fp8": 1.0, "int8": 1.0, "q8_0": 1.0625, "int4": 0.5, "q4_0": 0.5625}
+_BYTES_PER_WEIGHT = {
+    "fp32": 4.0,
+    "float32": 4.0,
+    "bf16": 2.0,
+    "bfloat16": 2.0,
+    "fp16": 2.0,
+    "float16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "q8_0": 1.0625,
+    "int4": 0.5,
+    "q4_0": 0.5625,
+}
 
 
-def flops_per_token(models: Sequence[str | None], bytes_per_token: float, dtype: str | None) -> tuple[float, str]:
+def flops_per_token(
+    models: Sequence[str | None], bytes_per_token: float, dtype: str | None
+) -> tuple[float, str]:
     """(FLOPs per decoded token, how it was found)."""
     for m in models:
         spec = _spec(m)
@@ -47,18 +61,26 @@ def _hardware(name: str) -> Any:
 
     try:
         return get_hardware(name)
-    except (UserError, OSError, ValueError, KeyError, TypeError):  # unknown name, or no probe profile here
+    except (
+        UserError,
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+    ):  # unknown name, or no probe profile here
         return None
 
 
 def compute_roof(hardware: str | None, dtype: str | None = None) -> tuple[float | None, str]:
-    """(dense FLOP/s, label): the hardware's figure for the run's weight dtype if it lists one, else a
-    catalogue entry's bf16 (or best listed) figure; for a literal bandwidth or 'local', this machine's
-    probe, its fastest measured matmul."""
+    """(dense FLOP/s, label): the hardware's figure for the run's weight dtype if it lists one, else
+    a catalogue entry's bf16 (or best listed) figure; for a literal bandwidth or 'local', this
+    machine's probe, its fastest measured matmul."""
     names = [hardware] if hardware and "B/s" not in hardware else []
     if "local" not in names:
         names.append("local")
-    wanted = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get((dtype or "").lower(), (dtype or "").lower())
+    wanted = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(
+        (dtype or "").lower(), (dtype or "").lower()
+    )
     for name in names:
         hw = _hardware(name)
         if hw is None or not hw.flops:
@@ -68,14 +90,18 @@ def compute_roof(hardware: str | None, dtype: str | None = None) -> tuple[float 
         elif name == "local":
             pick = max(hw.flops, key=hw.flops.get)
         else:
-            pick = next((d for d in ("bf16", "fp16", "fp32") if d in hw.flops), max(hw.flops, key=hw.flops.get))
+            pick = next(
+                (d for d in ("bf16", "fp16", "fp32") if d in hw.flops),
+                max(hw.flops, key=hw.flops.get),
+            )
         where = "this machine's probe" if name == "local" else hw.label()
         return hw.flops[pick], f"{where}, {pick}"
     return None, "no FLOP/s figure"
 
 
 def _tokens_per_pass(reported: float | None) -> float:
-    """Tokens each weight pass decodes: 1, or more with speculation (a verify pass multiplies several rows)."""
+    """Tokens each weight pass decodes: 1, or more with speculation (a verify pass multiplies
+    several rows)."""
     return reported if reported and reported > 1.0 else 1.0
 
 
@@ -87,8 +113,14 @@ def _bench_points(run: Any, flops: float, prefix: str | None) -> list[RooflinePo
         if speed is None:
             continue
         rows = s.scenario.streams * _tokens_per_pass(s.passes.tokens_per_pass if s.passes else None)
-        out.append(RooflinePoint(f"{prefix}: {s.name}" if prefix else s.name, "measured",
-                                 rows * flops / s_ceiling.bytes_per_token, s.scenario.streams * speed.p50 * flops))
+        out.append(
+            RooflinePoint(
+                f"{prefix}: {s.name}" if prefix else s.name,
+                "measured",
+                rows * flops / s_ceiling.bytes_per_token,
+                s.scenario.streams * speed.p50 * flops,
+            )
+        )
     return out
 
 
@@ -105,16 +137,21 @@ def _trial_points(tune: Any, flops: float, bytes_per_token: float) -> list[Roofl
 
 
 def _baseline_dtype(run: Any) -> str | None:
-    """The weight dtype of a tune run's baseline: its knob, else what the server told the trial's bench."""
+    """The weight dtype of a tune run's baseline: its knob, else what the server told the trial's
+    bench."""
     import json
 
-    base = run.tune.baseline or next((t for t in run.tune.trials if t.slot.kind == "baseline"), None)
+    base = run.tune.baseline or next(
+        (t for t in run.tune.trials if t.slot.kind == "baseline"), None
+    )
     if base is None:
         return None
     if base.config.get("dtype"):
         return str(base.config["dtype"])
     try:
-        prov = json.loads((run.path / str(base.folder) / "bench" / "provenance.json").read_text(encoding="utf-8"))
+        prov = json.loads(
+            (run.path / str(base.folder) / "bench" / "provenance.json").read_text(encoding="utf-8")
+        )
     except (OSError, ValueError, TypeError):
         return None
     return ((prov.get("server") or {}).get("roofline") or {}).get("dtype")
@@ -137,7 +174,12 @@ def roofline_of_run(run: Any, prefix: str | None = None) -> RooflineData | None:
             return None
         prov = run.provenance
         info = (prov.get("server") or {}).get("roofline") or {}
-        models, bpt, bw, hardware = [prov.get("model"), prov.get("served_model")], c.bytes_per_token, c.bandwidth_bytes_per_s, prov.get("hardware") or c.hardware
+        models, bpt, bw, hardware = (
+            [prov.get("model"), prov.get("served_model")],
+            c.bytes_per_token,
+            c.bandwidth_bytes_per_s,
+            prov.get("hardware") or c.hardware,
+        )
         label = run.summary.model_label or c.model or "model"
         dtype = info.get("dtype")
     else:
@@ -145,15 +187,35 @@ def roofline_of_run(run: Any, prefix: str | None = None) -> RooflineData | None:
         if not ceiling:
             return None
         bpt, bw = float(ceiling["bytes_per_token"]), float(ceiling["bandwidth_bytes_per_s"])
-        models, hardware, label = [run.tune.model, ceiling.get("model")], ceiling.get("hardware"), run.tune.model or ceiling.get("model") or "model"
+        models, hardware, label = (
+            [run.tune.model, ceiling.get("model")],
+            ceiling.get("hardware"),
+            run.tune.model or ceiling.get("model") or "model",
+        )
         dtype = _baseline_dtype(run)
     flops, how = flops_per_token(models, bpt, dtype)
     peak, where = compute_roof(hardware, dtype)
     data = RooflineData(bw, peak, hardware_label(hardware), str(label), ())
-    measured = _bench_points(run, flops, prefix) if run.kind == "bench" else _trial_points(run.tune, flops, bpt)
-    notes = ((f"FLOPs per token: {flops / 1e6:.4g} MFLOP ({how}); bytes per token {bpt / 1e6:.4g} MB; "
-              f"bandwidth {bw / 1e9:.4g} GB/s (the run's ceiling); compute roof: {where}."),
-             ("Measured points: median Output Speed x streams x FLOPs per token, at streams (x tokens per weight "
-              "pass with speculation) x FLOPs / bytes per token."))
-    return RooflineData(bw, peak, data.hardware_label, data.model_label,
-                        tuple(model_points(flops, bpt, data) + measured), notes)
+    measured = (
+        _bench_points(run, flops, prefix)
+        if run.kind == "bench"
+        else _trial_points(run.tune, flops, bpt)
+    )
+    notes = (
+        (
+            f"FLOPs per token: {flops / 1e6:.4g} MFLOP ({how}); bytes per token {bpt / 1e6:.4g} MB; "
+            f"bandwidth {bw / 1e9:.4g} GB/s (the run's ceiling); compute roof: {where}."
+        ),
+        (
+            "Measured points: median Output Speed x streams x FLOPs per token, at streams (x tokens per weight "
+            "pass with speculation) x FLOPs / bytes per token."
+        ),
+    )
+    return RooflineData(
+        bw,
+        peak,
+        data.hardware_label,
+        data.model_label,
+        tuple(model_points(flops, bpt, data) + measured),
+        notes,
+    )

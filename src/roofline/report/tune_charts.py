@@ -1,5 +1,5 @@
-"""Charts of a `roofline tune` run: the ladder (each step's result, its gain and the spread it had to
-beat) and the sweeps (per knob: the objective at each value, every repetition a point)."""
+"""Charts of a `roofline tune` run: the ladder (each step's result, its gain and the spread it had
+to beat) and the sweeps (per knob: the objective at each value, every repetition a point)."""
 
 from __future__ import annotations
 
@@ -41,17 +41,33 @@ def ladder_steps(tune: Any) -> list[LadderStep]:
     first = rows[0].get("before") or {}
     out = []
     if first.get("objective") is not None:
-        out.append(LadderStep("baseline", float(first["objective"]), first.get("spread"), None, True))
+        out.append(
+            LadderStep("baseline", float(first["objective"]), first.get("spread"), None, True)
+        )
     for r in rows:
         tried = [p for p in r.get("tried") or () if p.get("objective") is not None]
         if r.get("best_objective") is not None:
             best = next((p for p in tried if p.get("value") == r.get("best_value")), {})
-            out.append(LadderStep(f"{r['knob']}={r.get('best_value')}", float(r["best_objective"]), best.get("spread"),
-                                  r.get("gain_pct"), bool(r.get("kept"))))
+            out.append(
+                LadderStep(
+                    f"{r['knob']}={r.get('best_value')}",
+                    float(r["best_objective"]),
+                    best.get("spread"),
+                    r.get("gain_pct"),
+                    bool(r.get("kept")),
+                )
+            )
         elif tried:  # nothing eligible (inexact or failed): the fastest tried, in grey, marked
             fastest = max(tried, key=lambda p: p["objective"])
-            out.append(LadderStep(f"{r['knob']}={fastest.get('value')} ({fastest.get('status')})",
-                                  float(fastest["objective"]), fastest.get("spread"), None, False))
+            out.append(
+                LadderStep(
+                    f"{r['knob']}={fastest.get('value')} ({fastest.get('status')})",
+                    float(fastest["objective"]),
+                    fastest.get("spread"),
+                    None,
+                    False,
+                )
+            )
     return out
 
 
@@ -64,8 +80,14 @@ def sweeps_of(tune: Any) -> list[Sweep]:
             if p.get("objective") is None:
                 continue
             t = trials.get(p.get("trial"))
-            reps = tuple(t.rep_values) if t is not None and t.rep_values else (float(p["objective"]),)
-            pts.append(SweepPoint(p.get("value"), float(p["objective"]), reps, str(p.get("status") or "ok")))
+            reps = (
+                tuple(t.rep_values) if t is not None and t.rep_values else (float(p["objective"]),)
+            )
+            pts.append(
+                SweepPoint(
+                    p.get("value"), float(p["objective"]), reps, str(p.get("status") or "ok")
+                )
+            )
         if pts:
             out.append(Sweep(knob, tuple(pts)))
     return out
@@ -76,18 +98,31 @@ def draw_ladder(steps: Sequence[LadderStep], unit: str, *, key: str = "ladder") 
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     xs = range(len(steps))
     colours = [MEASURED if s.kept else OTHER for s in steps]
-    bars = ax.bar(xs, [s.objective for s in steps], color=colours,
-                  yerr=[[(s.spread or 0.0) / 2 for s in steps], [(s.spread or 0.0) / 2 for s in steps]], capsize=4)
+    bars = ax.bar(
+        xs,
+        [s.objective for s in steps],
+        color=colours,
+        yerr=[[(s.spread or 0.0) / 2 for s in steps], [(s.spread or 0.0) / 2 for s in steps]],
+        capsize=4,
+    )
     for i, (b, s) in enumerate(zip(bars.patches, steps)):
         b.set_gid(f"step-{i}")
         text = f"{s.objective:.1f}" + ("" if s.gain_pct is None else f"\n{s.gain_pct:+.1f}%")
-        ax.text(b.get_x() + b.get_width() * 0.92, b.get_height() + (s.spread or 0.0) / 2, text, ha="right",
-                va="bottom", fontsize=8)
+        ax.text(
+            b.get_x() + b.get_width() * 0.92,
+            b.get_height() + (s.spread or 0.0) / 2,
+            text,
+            ha="right",
+            va="bottom",
+            fontsize=8,
+        )
     ax.set_xticks(list(xs), [s.label for s in steps], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel(unit)
     ax.set_title("ladder: one knob at a time (blue kept, grey not kept)")
-    caption = ("Each bar is the best value a step tried, with its gain over the step's start; the whisker is "
-               "the spread across repetitions that a gain had to beat to be kept.")
+    caption = (
+        "Each bar is the best value a step tried, with its gain over the step's start; the whisker is "
+        "the spread across repetitions that a gain had to beat to be kept."
+    )
     return render(fig, key, "Ladder", caption, list(steps))
 
 
@@ -103,7 +138,9 @@ def draw_sweeps(sweeps: Sequence[Sweep], unit: str, *, key: str = "sweeps") -> C
         ax.plot(xs, [p.objective for p in sw.points], "-", color=SERIES[k % len(SERIES)], lw=1.5)
         rep_x = [x for x, p in zip(xs, sw.points) for _ in p.reps]
         rep_y = [r for p in sw.points for r in p.reps]
-        (dots,) = ax.plot(rep_x, rep_y, "o", color=SERIES[k % len(SERIES)], ms=4, alpha=0.7, ls="none")
+        (dots,) = ax.plot(
+            rep_x, rep_y, "o", color=SERIES[k % len(SERIES)], ms=4, alpha=0.7, ls="none"
+        )
         dots.set_gid(f"sweep-{sw.knob}")
         bad = [(x, p.objective) for x, p in zip(xs, sw.points) if p.status == "inexact"]
         if bad:
@@ -113,8 +150,12 @@ def draw_sweeps(sweeps: Sequence[Sweep], unit: str, *, key: str = "sweeps") -> C
         ax.set_ylabel(unit, fontsize=8)
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
-    fig.suptitle("sweeps: the objective at each value of a knob (dots: repetitions; x: inexact)", fontsize=10)
+    fig.suptitle(
+        "sweeps: the objective at each value of a knob (dots: repetitions; x: inexact)", fontsize=10
+    )
     fig.tight_layout()
-    caption = ("Per knob, the best measured trial at each value (exact ones first); each dot is one "
-               "repetition, the line joins the medians.")
+    caption = (
+        "Per knob, the best measured trial at each value (exact ones first); each dot is one "
+        "repetition, the line joins the medians."
+    )
     return render(fig, key, "Sweeps", caption, list(sweeps))

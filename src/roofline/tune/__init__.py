@@ -1,1 +1,2 @@
-"""Tuning: launch an engine with one configuration after another, measure it with bench, keep the exact ones."""
+"""Tuning: launch an engine with one configuration after another, measure it with bench, keep the
+exact ones."""

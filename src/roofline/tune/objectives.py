@@ -38,7 +38,11 @@ def _ok_metrics(lines: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def speed_value(lines: Sequence[Mapping[str, Any]], settings: ObjectiveSettings) -> float | None:
     """Median Output Speed (tok/s after the first token) over the successful requests."""
-    speeds = [m["output_speed_tok_per_s"] for m in _ok_metrics(lines) if m["output_speed_tok_per_s"] is not None]
+    speeds = [
+        m["output_speed_tok_per_s"]
+        for m in _ok_metrics(lines)
+        if m["output_speed_tok_per_s"] is not None
+    ]
     return statistics.median(speeds) if speeds else None
 
 
@@ -47,7 +51,9 @@ def goodput_value(lines: Sequence[Mapping[str, Any]], settings: ObjectiveSetting
     per = _ok_metrics(lines)
     if not per:
         return None
-    return metrics.goodput(per, settings.slo_s or {}, metrics.window_seconds(lines))["output_tok_per_s"]
+    return metrics.goodput(per, settings.slo_s or {}, metrics.window_seconds(lines))[
+        "output_tok_per_s"
+    ]
 
 
 def cost_value(lines: Sequence[Mapping[str, Any]], settings: ObjectiveSettings) -> float | None:
@@ -77,10 +83,20 @@ class Objective:
 
 
 OBJECTIVES: dict[str, Objective] = {
-    "speed": Objective("speed", "maximize", "tok/s", "Output Speed (single stream, median)", speed_value),
-    "goodput": Objective("goodput", "maximize", "tok/s", "goodput (output tok/s meeting the SLOs)", goodput_value,
-                         concurrent=True),
-    "cost": Objective("cost", "minimize", "$/Mtok", "cost per million output tokens", cost_value, concurrent=True),
+    "speed": Objective(
+        "speed", "maximize", "tok/s", "Output Speed (single stream, median)", speed_value
+    ),
+    "goodput": Objective(
+        "goodput",
+        "maximize",
+        "tok/s",
+        "goodput (output tok/s meeting the SLOs)",
+        goodput_value,
+        concurrent=True,
+    ),
+    "cost": Objective(
+        "cost", "minimize", "$/Mtok", "cost per million output tokens", cost_value, concurrent=True
+    ),
 }
 
 
@@ -91,7 +107,9 @@ def get_objective(name: str, settings: ObjectiveSettings) -> Objective:
     if name == "goodput" and not settings.slo_s:
         raise UserError("--objective goodput needs --slo, e.g. --slo ttft=2s,tpot=100ms")
     if name == "cost" and settings.price_per_hour is None:
-        raise UserError("--objective cost needs --price-per-hour (the machine's price in dollars per hour)")
+        raise UserError(
+            "--objective cost needs --price-per-hour (the machine's price in dollars per hour)"
+        )
     if settings.concurrency < 1:
         raise UserError(f"--concurrency must be at least 1 (got {settings.concurrency})")
     return OBJECTIVES[name]
@@ -104,8 +122,11 @@ class Measurement:
     spread: float | None = None  # max - min of rep_values (None with fewer than two)
 
 
-def measure(objective: Objective, lines: Sequence[Mapping[str, Any]], settings: ObjectiveSettings) -> Measurement:
-    """The objective over the measured (non-warm-up) lines, and its value on each repetition alone."""
+def measure(
+    objective: Objective, lines: Sequence[Mapping[str, Any]], settings: ObjectiveSettings
+) -> Measurement:
+    """The objective over the measured (non-warm-up) lines, and its value on each repetition
+    alone."""
     measured = [ln for ln in lines if ln.get("phase") != "warmup"]
     value = objective.value(measured, settings)
     reps = sorted({ln.get("rep", 0) for ln in measured})

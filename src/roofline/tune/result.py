@@ -1,15 +1,16 @@
-"""What a tuning run found, as data: `TuneResult`, written to RUN_DIR/tune.json for `roofline report`.
+"""What a tuning run found, as data: `TuneResult`, written to RUN_DIR/tune.json for `roofline
+report`.
 
-    ceiling    the batch-1 ceiling the baseline was held against (when model and hardware are known)
-    baseline   the starting configuration's result (its greedy outputs are the exactness reference)
-    ladder     each step: the knob, the values tried, the best, its gain over the step's start and the
-               spread across repetitions that the gain had to beat, kept or not (ladder strategy)
-    sweeps     per knob, the objective at each value tried (the breadth sweep of the B200 study)
-    trials     every trial with its status (ok / inexact / failed / skipped), log tail on failure
-    best       the best exact configuration (inexact ones only with --allow-inexact), and the exact
-               engine command line that runs it. For the ladder, where its climb ended: a faster
-               measurement within the spread is noise until more repetitions show otherwise
-    fastest    the fastest eligible trial measured (the same as best for grid and TPE)
+ceiling    the batch-1 ceiling the baseline was held against (when model and hardware are known)
+baseline   the starting configuration's result (its greedy outputs are the exactness reference)
+ladder     each step: the knob, the values tried, the best, its gain over the step's start and the
+           spread across repetitions that the gain had to beat, kept or not (ladder strategy)
+sweeps     per knob, the objective at each value tried (the breadth sweep of the B200 study)
+trials     every trial with its status (ok / inexact / failed / skipped), log tail on failure
+best       the best exact configuration (inexact ones only with --allow-inexact), and the exact
+           engine command line that runs it. For the ladder, where its climb ended: a faster
+           measurement within the spread is noise until more repetitions show otherwise
+fastest    the fastest eligible trial measured (the same as best for grid and TPE)
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ class TuneResult:
 
     @property
     def serve_command(self) -> list[str]:
-        """The best trial's command line to run again: without the loopback host and free port the trial was
-        given (`--host H`, `--port N`, or their `=` forms), so the engine's own defaults apply."""
+        """The best trial's command line to run again: without the loopback host and free port the
+        trial was given (`--host H`, `--port N`, or their `=` forms), so the engine's own defaults
+        apply."""
         return without_trial_address(self.best_command)
 
     @property
@@ -61,32 +63,59 @@ class TuneResult:
         b, s = self.best, self.baseline
         if not b or not s or not b.value or not s.value:
             return None
-        return b.value / s.value if self.objective.get("direction") == "maximize" else s.value / b.value
+        return (
+            b.value / s.value
+            if self.objective.get("direction") == "maximize"
+            else s.value / b.value
+        )
 
     def to_json(self) -> dict:
-        return {"engine": self.engine, "model": self.model, "strategy": self.strategy,
-                "objective": dict(self.objective), "space": dict(self.space), "study": dict(self.study),
-                "run_dir": self.run_dir, "allow_inexact": self.allow_inexact,
-                "ceiling": None if self.ceiling is None else dict(self.ceiling),
-                "baseline": self.baseline.to_json() if self.baseline else None,
-                "best": self.best.to_json() if self.best else None, "best_command": self.best_command,
-                "fastest": self.fastest.to_json() if self.fastest else None,
-                "gain": self.gain, "ladder": [dict(s) for s in self.ladder],
-                "sweeps": {k: [dict(p) for p in v] for k, v in self.sweeps.items()},
-                "trials": [t.to_json() for t in self.trials], "interrupted": self.interrupted, "wall_s": self.wall_s}
+        return {
+            "engine": self.engine,
+            "model": self.model,
+            "strategy": self.strategy,
+            "objective": dict(self.objective),
+            "space": dict(self.space),
+            "study": dict(self.study),
+            "run_dir": self.run_dir,
+            "allow_inexact": self.allow_inexact,
+            "ceiling": None if self.ceiling is None else dict(self.ceiling),
+            "baseline": self.baseline.to_json() if self.baseline else None,
+            "best": self.best.to_json() if self.best else None,
+            "best_command": self.best_command,
+            "fastest": self.fastest.to_json() if self.fastest else None,
+            "gain": self.gain,
+            "ladder": [dict(s) for s in self.ladder],
+            "sweeps": {k: [dict(p) for p in v] for k, v in self.sweeps.items()},
+            "trials": [t.to_json() for t in self.trials],
+            "interrupted": self.interrupted,
+            "wall_s": self.wall_s,
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TuneResult:
         def trial(x: Any) -> TrialResult | None:
             return TrialResult.from_json(x) if x else None
 
-        return cls(engine=d["engine"], model=d.get("model"), strategy=d["strategy"], objective=dict(d["objective"]),
-                   space=dict(d.get("space") or {}), study=dict(d.get("study") or {}), run_dir=d.get("run_dir", ""),
-                   allow_inexact=bool(d.get("allow_inexact", False)), ceiling=d.get("ceiling"),
-                   baseline=trial(d.get("baseline")), best=trial(d.get("best")), fastest=trial(d.get("fastest")),
-                   ladder=tuple(d.get("ladder") or ()), sweeps=dict(d.get("sweeps") or {}),
-                   trials=tuple(TrialResult.from_json(t) for t in d.get("trials") or ()),
-                   interrupted=bool(d.get("interrupted", False)), wall_s=d.get("wall_s"))
+        return cls(
+            engine=d["engine"],
+            model=d.get("model"),
+            strategy=d["strategy"],
+            objective=dict(d["objective"]),
+            space=dict(d.get("space") or {}),
+            study=dict(d.get("study") or {}),
+            run_dir=d.get("run_dir", ""),
+            allow_inexact=bool(d.get("allow_inexact", False)),
+            ceiling=d.get("ceiling"),
+            baseline=trial(d.get("baseline")),
+            best=trial(d.get("best")),
+            fastest=trial(d.get("fastest")),
+            ladder=tuple(d.get("ladder") or ()),
+            sweeps=dict(d.get("sweeps") or {}),
+            trials=tuple(TrialResult.from_json(t) for t in d.get("trials") or ()),
+            interrupted=bool(d.get("interrupted", False)),
+            wall_s=d.get("wall_s"),
+        )
 
 
 TRIAL_ADDRESS_FLAGS = ("--host", "--port")
@@ -105,8 +134,17 @@ def without_trial_address(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def build_result(options: Any, space: Space, run_dir: Path, results: Sequence[TrialResult], states: Mapping[str, int],
-                 *, interrupted: bool = False, wall_s: float | None = None, storage: str = "") -> TuneResult:
+def build_result(
+    options: Any,
+    space: Space,
+    run_dir: Path,
+    results: Sequence[TrialResult],
+    states: Mapping[str, int],
+    *,
+    interrupted: bool = False,
+    wall_s: float | None = None,
+    storage: str = "",
+) -> TuneResult:
     """The TuneResult of a study's finished trials (options: the run's TuneOptions)."""
     from roofline.tune.objectives import OBJECTIVES
 
@@ -114,22 +152,48 @@ def build_result(options: Any, space: Space, run_dir: Path, results: Sequence[Tr
     rule = Rule(obj.direction, options.allow_inexact)
     baseline = rule.best([r for r in results if r.slot.kind == "baseline"])
     ceiling = (baseline.metrics.get("ceiling") if baseline else None) or next(
-        (r.metrics["ceiling"] for r in results if r.metrics.get("ceiling")), None)
+        (r.metrics["ceiling"] for r in results if r.metrics.get("ceiling")), None
+    )
     ladder = ladder_rows(space, results, rule) if options.strategy == "ladder" else []
     return TuneResult(
-        engine=options.engine, model=options.model, strategy=options.strategy,
-        objective={"name": obj.name, "direction": obj.direction, "unit": obj.unit, "label": obj.label},
-        space=space.to_json(), study={"name": options.study, "storage": storage, "trials": dict(states)},
-        run_dir=str(run_dir), allow_inexact=options.allow_inexact, ceiling=ceiling, baseline=baseline,
-        best=ladder_current(space, results, rule, len(space.dimensions) + 1) if options.strategy == "ladder"
-        else rule.best(results), fastest=rule.best(results), ladder=tuple(ladder), sweeps=sweeps(space, results, rule),
-        trials=tuple(results), interrupted=interrupted, wall_s=wall_s)
+        engine=options.engine,
+        model=options.model,
+        strategy=options.strategy,
+        objective={
+            "name": obj.name,
+            "direction": obj.direction,
+            "unit": obj.unit,
+            "label": obj.label,
+        },
+        space=space.to_json(),
+        study={"name": options.study, "storage": storage, "trials": dict(states)},
+        run_dir=str(run_dir),
+        allow_inexact=options.allow_inexact,
+        ceiling=ceiling,
+        baseline=baseline,
+        best=ladder_current(space, results, rule, len(space.dimensions) + 1)
+        if options.strategy == "ladder"
+        else rule.best(results),
+        fastest=rule.best(results),
+        ladder=tuple(ladder),
+        sweeps=sweeps(space, results, rule),
+        trials=tuple(results),
+        interrupted=interrupted,
+        wall_s=wall_s,
+    )
 
 
 def _point(r: TrialResult, knob_value: Any) -> dict[str, Any]:
     reps = r.rep_values or ()
-    return {"value": knob_value, "objective": r.value, "min": min(reps) if reps else None,
-            "max": max(reps) if reps else None, "spread": r.spread, "status": r.status, "trial": r.number}
+    return {
+        "value": knob_value,
+        "objective": r.value,
+        "min": min(reps) if reps else None,
+        "max": max(reps) if reps else None,
+        "spread": r.spread,
+        "status": r.status,
+        "trial": r.number,
+    }
 
 
 def ladder_rows(space: Space, results: Sequence[TrialResult], rule: Rule) -> list[dict[str, Any]]:
@@ -139,26 +203,42 @@ def ladder_rows(space: Space, results: Sequence[TrialResult], rule: Rule) -> lis
     for s in steps:
         best = rule.best(s.tried)
         before = s.before
-        rows.append({
-            "round": s.round, "knob": s.knob,
-            "before": None if before is None else {"trial": before.number, "objective": before.value,
-                                                   "spread": before.spread, "config": dict(before.config)},
-            "tried": [_point(r, r.config.get(s.knob)) for r in s.tried],
-            "best_value": None if best is None else best.config.get(s.knob),
-            "best_objective": None if best is None else best.value,
-            "kept": s.kept is not None,
-            "gain": s.gain,
-            "gain_pct": (100.0 * s.gain / before.value) if s.gain is not None and before and before.value else None,
-            "spread": max(before.spread or 0.0, best.spread or 0.0) if before and best else None,
-            "after": (s.kept or before).value if (s.kept or before) else None,
-            "note": s.note,
-        })
+        rows.append(
+            {
+                "round": s.round,
+                "knob": s.knob,
+                "before": None
+                if before is None
+                else {
+                    "trial": before.number,
+                    "objective": before.value,
+                    "spread": before.spread,
+                    "config": dict(before.config),
+                },
+                "tried": [_point(r, r.config.get(s.knob)) for r in s.tried],
+                "best_value": None if best is None else best.config.get(s.knob),
+                "best_objective": None if best is None else best.value,
+                "kept": s.kept is not None,
+                "gain": s.gain,
+                "gain_pct": (100.0 * s.gain / before.value)
+                if s.gain is not None and before and before.value
+                else None,
+                "spread": max(before.spread or 0.0, best.spread or 0.0)
+                if before and best
+                else None,
+                "after": (s.kept or before).value if (s.kept or before) else None,
+                "note": s.note,
+            }
+        )
     return rows
 
 
-def sweeps(space: Space, results: Sequence[TrialResult], rule: Rule) -> dict[str, list[dict[str, Any]]]:
-    """Per knob: the objective at each of its values. For each value the best measured trial that ran
-    it (exact ones first), so the curve shows what the knob can do; inexact points stay marked."""
+def sweeps(
+    space: Space, results: Sequence[TrialResult], rule: Rule
+) -> dict[str, list[dict[str, Any]]]:
+    """Per knob: the objective at each of its values. For each value the best measured trial that
+    ran it (exact ones first), so the curve shows what the knob can do; inexact points stay
+    marked."""
     out: dict[str, list[dict[str, Any]]] = {}
     measured = [r for r in results if r.value is not None and r.status in ("ok", "inexact")]
     for d in space.dimensions:

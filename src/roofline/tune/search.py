@@ -1,7 +1,7 @@
 """Search strategies: which configuration a tuner runs next.
 
-Every strategy starts from the baseline (trial 0), whose greedy outputs every other trial must match.
-Each strategy is two small functions in `STRATEGIES`:
+Every strategy starts from the baseline (trial 0), whose greedy outputs every other trial must
+match. Each strategy is two small functions in `STRATEGIES`:
 
 - `plan(space)`: the slots enqueued when the study is created. A slot is a configuration to run (or,
   for the ladder, a knob value to try on top of whatever is best when its turn comes). Enqueuing
@@ -23,9 +23,10 @@ The strategies:
   reference the others are measured against, affordable only for small spaces.
 - **tpe**: Optuna's Tree-structured Parzen Estimator. After a few random trials it models which
   regions of the space gave good results and samples there; conditional knobs are asked for only
-  when their condition holds (define-by-run), so a proposer's knobs are learned only from trials that
-  used that proposer. Inexact trials are reported to it as violated constraints, so it learns to
-  avoid them without their speed counting as a success (`Trial.set_constraint`). For spaces too big for a grid.
+  when their condition holds (define-by-run), so a proposer's knobs are learned only from trials
+  that used that proposer. Inexact trials are reported to it as violated constraints, so it learns
+  to avoid them without their speed counting as a success (`Trial.set_constraint`). For spaces too
+  big for a grid.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ TUNED = ("ok", "inexact")  # statuses that carry a measured value
 
 @dataclass(frozen=True)
 class Slot:
-    """What a claimed trial is for: the baseline, one ladder step's value, a grid point, or a TPE draw."""
+    """What a claimed trial is for: the baseline, one ladder step's value, a grid point, or a TPE
+    draw."""
 
     kind: str  # "baseline" | "ladder" | "grid" | "tpe"
     round: int = 0  # baseline 0; the ladder's step (1 = first knob); grid and tpe 1
@@ -50,15 +52,25 @@ class Slot:
     config: Mapping[str, Any] | None = None  # fixed configurations (baseline, grid)
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "round": self.round, "knob": self.knob, "value": self.value,
-                "config": None if self.config is None else dict(self.config)}
+        return {
+            "kind": self.kind,
+            "round": self.round,
+            "knob": self.knob,
+            "value": self.value,
+            "config": None if self.config is None else dict(self.config),
+        }
 
     @classmethod
     def from_json(cls, d: Mapping | None) -> Slot:
         if not d:
             return cls("tpe", 1)
-        return cls(d["kind"], int(d.get("round", 0)), d.get("knob"), d.get("value"),
-                   None if d.get("config") is None else dict(d["config"]))
+        return cls(
+            d["kind"],
+            int(d.get("round", 0)),
+            d.get("knob"),
+            d.get("value"),
+            None if d.get("config") is None else dict(d["config"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -69,7 +81,9 @@ class Rule:
     allow_inexact: bool = False
 
     def eligible(self, r: Any) -> bool:
-        return r.value is not None and (r.status == "ok" or (r.status == "inexact" and self.allow_inexact))
+        return r.value is not None and (
+            r.status == "ok" or (r.status == "inexact" and self.allow_inexact)
+        )
 
     def gain(self, new: float, old: float) -> float:
         """How much better new is than old, in the objective's unit (positive = better)."""
@@ -79,12 +93,17 @@ class Rule:
         ok = [r for r in results if self.eligible(r)]
         if not ok:
             return None
-        return max(ok, key=lambda r: r.value) if self.direction == "maximize" else min(ok, key=lambda r: r.value)
+        return (
+            max(ok, key=lambda r: r.value)
+            if self.direction == "maximize"
+            else min(ok, key=lambda r: r.value)
+        )
 
 
 @dataclass(frozen=True)
 class View:
-    """What a worker knows when it configures a slot: finished results, and slots not yet finished."""
+    """What a worker knows when it configures a slot: finished results, and slots not yet
+    finished."""
 
     results: Sequence[Any]  # TrialResult-like: number, slot, config, status, value, spread
     unfinished: Sequence[Slot] = ()
@@ -97,7 +116,9 @@ class Decision:
     reason: str = ""
 
 
-# -- the ladder ----------------------------------------------------------------------------------------
+# -- the ladder
+# ----------------------------------------------------------------------------------------
+
 
 def ladder_plan(space: Space) -> list[Slot]:
     """The baseline, then for each knob in order each value other than the one the baseline runs."""
@@ -117,15 +138,17 @@ class Step:
     before: Any  # the best result when the step started
     tried: tuple  # results of this step, in trial order
     kept: Any | None  # the result that became the new best, or None
-    gain: float | None  # kept.value - before.value in the objective's direction (None when not kept)
+    gain: (
+        float | None
+    )  # kept.value - before.value in the objective's direction (None when not kept)
     note: str
 
 
 def ladder_steps(space: Space, results: Sequence[Any], rule: Rule) -> tuple[Any | None, list[Step]]:
     """Replay the ladder over finished results: (the baseline result, the steps taken so far).
 
-    A step is complete when none of its slots is unfinished; the caller passes only finished results,
-    and steps with no results yet are left out."""
+    A step is complete when none of its slots is unfinished; the caller passes only finished
+    results, and steps with no results yet are left out."""
     by_round: dict[int, list] = {}
     for r in sorted(results, key=lambda r: r.number):
         by_round.setdefault(r.slot.round, []).append(r)
@@ -147,7 +170,9 @@ def ladder_steps(space: Space, results: Sequence[Any], rule: Rule) -> tuple[Any 
             g = rule.gain(cand.value, current.value)
             if g > margin:
                 kept, gain = cand, g
-                note = f"kept {d.name}={cand.config.get(d.name)}: gain {g:.3g} > spread {margin:.3g}"
+                note = (
+                    f"kept {d.name}={cand.config.get(d.name)}: gain {g:.3g} > spread {margin:.3g}"
+                )
             else:
                 note = f"not kept: best {d.name}={cand.config.get(d.name)} gains {g:.3g}, within spread {margin:.3g}"
         steps.append(Step(i, d.name, current, tried, kept, gain, note))
@@ -156,8 +181,11 @@ def ladder_steps(space: Space, results: Sequence[Any], rule: Rule) -> tuple[Any 
     return baseline, steps
 
 
-def ladder_current(space: Space, results: Sequence[Any], rule: Rule, before_round: int) -> Any | None:
-    """The best result after the steps before `before_round` (the configuration the next step builds on)."""
+def ladder_current(
+    space: Space, results: Sequence[Any], rule: Rule, before_round: int
+) -> Any | None:
+    """The best result after the steps before `before_round` (the configuration the next step builds
+    on)."""
     baseline, steps = ladder_steps(space, [r for r in results if r.slot.round < before_round], rule)
     current = baseline
     for s in steps:
@@ -166,7 +194,9 @@ def ladder_current(space: Space, results: Sequence[Any], rule: Rule, before_roun
     return current
 
 
-def ladder_configure(space: Space, slot: Slot, view: View, rule: Rule, trial: Any = None) -> Decision:
+def ladder_configure(
+    space: Space, slot: Slot, view: View, rule: Rule, trial: Any = None
+) -> Decision:
     if slot.kind == "baseline":
         return Decision("run", dict(slot.config or {}))
     if any(u.round < slot.round for u in view.unfinished):
@@ -177,17 +207,21 @@ def ladder_configure(space: Space, slot: Slot, view: View, rule: Rule, trial: An
     config = space.resolve({**current.config, slot.knob: slot.value})
     if slot.knob not in config:
         cond = " and ".join(c.describe() for c in space.dimension(slot.knob).conditions)
-        return Decision("skip", reason=f"{slot.knob} is inactive on the current best ({cond} does not hold)")
+        return Decision(
+            "skip", reason=f"{slot.knob} is inactive on the current best ({cond} does not hold)"
+        )
     if space.effective(config) == space.effective(current.config):
         return Decision("skip", reason=f"{slot.knob}={slot.value} is what the current best runs")
     return Decision("run", config)
 
 
-# -- the grid ------------------------------------------------------------------------------------------
+# -- the grid
+# ------------------------------------------------------------------------------------------
+
 
 def grid_configs(space: Space) -> list[dict[str, Any]]:
-    """Every combination of the space's values on top of the baseline; a knob whose condition does not
-    hold is left out (so it does not multiply the grid)."""
+    """Every combination of the space's values on top of the baseline; a knob whose condition does
+    not hold is left out (so it does not multiply the grid)."""
     out: list[dict[str, Any]] = []
 
     def walk(i: int, config: dict[str, Any]) -> None:
@@ -214,11 +248,15 @@ def grid_plan(space: Space) -> list[Slot]:
     return slots
 
 
-def fixed_configure(space: Space, slot: Slot, view: View, rule: Rule, trial: Any = None) -> Decision:
+def fixed_configure(
+    space: Space, slot: Slot, view: View, rule: Rule, trial: Any = None
+) -> Decision:
     return Decision("run", dict(slot.config or {}))
 
 
-# -- TPE -------------------------------------------------------------------------------------------------
+# -- TPE
+# -------------------------------------------------------------------------------------------------
+
 
 def tpe_plan(space: Space) -> list[Slot]:
     return [Slot("baseline", 0, config=dict(space.baseline))]
@@ -234,9 +272,13 @@ def suggest_config(trial: Any, space: Space) -> dict[str, Any]:
         if d.kind == "choice":
             config[d.name] = trial.suggest_categorical(d.name, list(d.choices))
         elif d.kind == "int":
-            config[d.name] = trial.suggest_int(d.name, int(d.low), int(d.high), step=int(d.step or 1), log=d.log)
+            config[d.name] = trial.suggest_int(
+                d.name, int(d.low), int(d.high), step=int(d.step or 1), log=d.log
+            )
         else:
-            config[d.name] = trial.suggest_float(d.name, float(d.low), float(d.high), step=d.step, log=d.log)
+            config[d.name] = trial.suggest_float(
+                d.name, float(d.low), float(d.high), step=d.step, log=d.log
+            )
     return config
 
 
@@ -253,7 +295,9 @@ def tpe_sampler(seed: int | None) -> Any:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=8)
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, group=True, n_startup_trials=8
+        )
 
 
 def plain_sampler(seed: int | None) -> Any:
@@ -274,11 +318,30 @@ class Strategy:
 
 
 STRATEGIES: dict[str, Strategy] = {
-    "ladder": Strategy("ladder", "one knob at a time, keep what beats the spread (the B200 study's method)",
-                       ladder_plan, ladder_configure, plain_sampler, False),
-    "grid": Strategy("grid", "every combination of the space's values", grid_plan, fixed_configure, plain_sampler, False),
-    "tpe": Strategy("tpe", "Optuna's TPE sampler: models good regions, for spaces too big for a grid",
-                    tpe_plan, tpe_configure, tpe_sampler, True),
+    "ladder": Strategy(
+        "ladder",
+        "one knob at a time, keep what beats the spread (the B200 study's method)",
+        ladder_plan,
+        ladder_configure,
+        plain_sampler,
+        False,
+    ),
+    "grid": Strategy(
+        "grid",
+        "every combination of the space's values",
+        grid_plan,
+        fixed_configure,
+        plain_sampler,
+        False,
+    ),
+    "tpe": Strategy(
+        "tpe",
+        "Optuna's TPE sampler: models good regions, for spaces too big for a grid",
+        tpe_plan,
+        tpe_configure,
+        tpe_sampler,
+        True,
+    ),
 }
 
 
@@ -292,4 +355,3 @@ def get_strategy(name: str) -> Strategy:
 
 def grid_size(space: Space) -> int:
     return len(grid_plan(space))
-

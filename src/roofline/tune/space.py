@@ -23,12 +23,12 @@ A space is a TOML file (the built-in presets live in `roofline/data/spaces/`):
     required = true                  # optional: the engine needs it set whenever it is active, so a
                                      # configuration that turns it on sets it to its default
 
-Knobs are tuned in the order they are written (the ladder's order), and a condition may only refer to
-a knob written above it, so a configuration can be built knob by knob (Optuna's define-by-run).
+Knobs are tuned in the order they are written (the ladder's order), and a condition may only refer
+to a knob written above it, so a configuration can be built knob by knob (Optuna's define-by-run).
 
-Everything is checked against the launcher's knobs before anything launches: an unknown knob, a range
-on a knob that is not a number, a bad bound or a condition on an unknown knob or value raises a
-UserError naming the knob.
+Everything is checked against the launcher's knobs before anything launches: an unknown knob, a
+range on a knob that is not a number, a bad bound or a condition on an unknown knob or value raises
+a UserError naming the knob.
 """
 
 from __future__ import annotations
@@ -44,7 +44,19 @@ from typing import Any
 from roofline.errors import UserError
 
 _TOP_KEYS = {"source", "date", "engine", "description", "baseline", "knobs"}
-_KNOB_KEYS = {"choices", "low", "high", "step", "log", "points", "default", "when", "unless", "required", "help"}
+_KNOB_KEYS = {
+    "choices",
+    "low",
+    "high",
+    "step",
+    "log",
+    "points",
+    "default",
+    "when",
+    "unless",
+    "required",
+    "help",
+}
 _DEFAULT_POINTS = 5  # values a ladder or grid tries on a range with no step
 _ALL_INTS_UP_TO = 8  # an int range this short (and no step) is tried value by value
 
@@ -100,7 +112,11 @@ class Dimension:
         if self.step is not None:
             n = math.floor((hi - lo) / self.step + 1e-9) + 1
             vals = [lo + i * self.step for i in range(n)]
-        elif self.kind == "int" and not self.log and hi - lo + 1 <= max(self.points or 0, _ALL_INTS_UP_TO):
+        elif (
+            self.kind == "int"
+            and not self.log
+            and hi - lo + 1 <= max(self.points or 0, _ALL_INTS_UP_TO)
+        ):
             vals = list(range(int(lo), int(hi) + 1))
         else:
             n = self.points or _DEFAULT_POINTS
@@ -120,22 +136,43 @@ class Dimension:
             d["choices"] = list(self.choices)
         else:
             d.update(low=self.low, high=self.high, step=self.step, log=self.log, points=self.points)
-        d.update(default=self.default, conditions=[c.to_json() for c in self.conditions], required=self.required)
+        d.update(
+            default=self.default,
+            conditions=[c.to_json() for c in self.conditions],
+            required=self.required,
+        )
         return d
 
     @classmethod
     def from_json(cls, d: Mapping) -> Dimension:
-        return cls(name=d["name"], kind=d["kind"], choices=tuple(d.get("choices") or ()), low=d.get("low"),
-                   high=d.get("high"), step=d.get("step"), log=bool(d.get("log", False)), points=d.get("points"),
-                   default=d.get("default"), conditions=tuple(Condition.from_json(c) for c in d.get("conditions", ())),
-                   required=bool(d.get("required", False)))
+        return cls(
+            name=d["name"],
+            kind=d["kind"],
+            choices=tuple(d.get("choices") or ()),
+            low=d.get("low"),
+            high=d.get("high"),
+            step=d.get("step"),
+            log=bool(d.get("log", False)),
+            points=d.get("points"),
+            default=d.get("default"),
+            conditions=tuple(Condition.from_json(c) for c in d.get("conditions", ())),
+            required=bool(d.get("required", False)),
+        )
 
     def describe(self) -> str:
         if self.kind == "choice":
             what = "{" + ", ".join(map(str, self.choices)) + "}"
         else:
-            what = f"{self.low:g}..{self.high:g}" + (f" step {self.step:g}" if self.step else "") + (" log" if self.log else "")
-        when = f" when {' and '.join(c.describe() for c in self.conditions)}" if self.conditions else ""
+            what = (
+                f"{self.low:g}..{self.high:g}"
+                + (f" step {self.step:g}" if self.step else "")
+                + (" log" if self.log else "")
+            )
+        when = (
+            f" when {' and '.join(c.describe() for c in self.conditions)}"
+            if self.conditions
+            else ""
+        )
         return f"{self.name} {what}{when}"
 
 
@@ -165,8 +202,8 @@ class Space:
         return out
 
     def resolve(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """Drop the knobs whose conditions do not hold and set the required ones that became active, in
-        order (a dropped knob disables its dependants)."""
+        """Drop the knobs whose conditions do not hold and set the required ones that became active,
+        in order (a dropped knob disables its dependants)."""
         out = dict(config)
         for d in self.dimensions:
             if not d.active(self.effective(out)):
@@ -176,22 +213,38 @@ class Space:
         return out
 
     def with_baseline(self, overrides: Mapping[str, Any]) -> Space:
-        """The space with these knobs fixed: set in the baseline (so in every trial) and no longer searched."""
+        """The space with these knobs fixed: set in the baseline (so in every trial) and no longer
+        searched."""
         from dataclasses import replace
 
-        return replace(self, baseline={**self.baseline, **overrides},
-                       dimensions=tuple(d for d in self.dimensions if d.name not in overrides))
+        return replace(
+            self,
+            baseline={**self.baseline, **overrides},
+            dimensions=tuple(d for d in self.dimensions if d.name not in overrides),
+        )
 
     def to_json(self) -> dict:
-        return {"name": self.name, "engine": self.engine, "source": self.source, "date": self.date,
-                "description": self.description, "baseline": dict(self.baseline),
-                "dimensions": [d.to_json() for d in self.dimensions]}
+        return {
+            "name": self.name,
+            "engine": self.engine,
+            "source": self.source,
+            "date": self.date,
+            "description": self.description,
+            "baseline": dict(self.baseline),
+            "dimensions": [d.to_json() for d in self.dimensions],
+        }
 
     @classmethod
     def from_json(cls, d: Mapping) -> Space:
-        return cls(name=d["name"], engine=d.get("engine"), source=d.get("source", ""), date=d.get("date", ""),
-                   description=d.get("description", ""), baseline=dict(d.get("baseline") or {}),
-                   dimensions=tuple(Dimension.from_json(x) for x in d.get("dimensions", ())))
+        return cls(
+            name=d["name"],
+            engine=d.get("engine"),
+            source=d.get("source", ""),
+            date=d.get("date", ""),
+            description=d.get("description", ""),
+            baseline=dict(d.get("baseline") or {}),
+            dimensions=tuple(Dimension.from_json(x) for x in d.get("dimensions", ())),
+        )
 
 
 def preset_names() -> list[str]:
@@ -200,20 +253,25 @@ def preset_names() -> list[str]:
 
 
 def default_preset(engine: str) -> str:
-    """The built-in preset written for this engine (its `engine = ...` line); UserError when there is none."""
+    """The built-in preset written for this engine (its `engine = ...` line); UserError when there
+    is none."""
     folder = resources.files("roofline").joinpath("data/spaces")
     for name in preset_names():
         doc = tomllib.loads(folder.joinpath(f"{name}.toml").read_text(encoding="utf-8"))
         if doc.get("engine") == engine:
             return name
-    raise UserError(f"no built-in space for engine {engine!r}: pass --space FILE (a TOML search space)")
+    raise UserError(
+        f"no built-in space for engine {engine!r}: pass --space FILE (a TOML search space)"
+    )
 
 
 def load_preset(name: str, launcher: Any) -> Space:
     names = preset_names()
     if name not in names:
         raise UserError(f"unknown preset {name!r}; the built-in ones: {', '.join(names)}")
-    text = resources.files("roofline").joinpath(f"data/spaces/{name}.toml").read_text(encoding="utf-8")
+    text = (
+        resources.files("roofline").joinpath(f"data/spaces/{name}.toml").read_text(encoding="utf-8")
+    )
     return parse_space(text, launcher, name=name)
 
 
@@ -227,17 +285,22 @@ def load_space_file(path: str | Path, launcher: Any) -> Space:
 
 
 def parse_space(text: str, launcher: Any, *, name: str = "space") -> Space:
-    """Read and check a space against the launcher's knobs (a UserError names the first bad knob)."""
+    """Read and check a space against the launcher's knobs (a UserError names the first bad
+    knob)."""
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"space {name}: not valid TOML ({e})") from None
     unknown = set(doc) - _TOP_KEYS
     if unknown:
-        raise UserError(f"space {name}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(_TOP_KEYS))}")
+        raise UserError(
+            f"space {name}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(_TOP_KEYS))}"
+        )
     engine = doc.get("engine")
     if engine is not None and engine != launcher.name:
-        raise UserError(f"space {name} is for engine {engine!r}, not {launcher.name!r}; pass --engine {engine}")
+        raise UserError(
+            f"space {name} is for engine {engine!r}, not {launcher.name!r}; pass --engine {engine}"
+        )
     knobs = doc.get("knobs")
     if not isinstance(knobs, dict) or not knobs:
         raise UserError(f"space {name}: needs at least one [knobs.NAME] table")
@@ -250,15 +313,24 @@ def parse_space(text: str, launcher: Any, *, name: str = "space") -> Space:
     for key, value in baseline.items():
         _check_value(name, launcher, key, value, what="baseline")
     _check_config(name, launcher, baseline, what="[baseline]")
-    return Space(name=name, engine=launcher.name, source=str(doc.get("source", "")), date=str(doc.get("date", "")),
-                 description=str(doc.get("description", "")), baseline=baseline, dimensions=tuple(dims))
+    return Space(
+        name=name,
+        engine=launcher.name,
+        source=str(doc.get("source", "")),
+        date=str(doc.get("date", "")),
+        description=str(doc.get("description", "")),
+        baseline=baseline,
+        dimensions=tuple(dims),
+    )
 
 
 def _knob(space: str, launcher: Any, name: str) -> Any:
     knob = launcher.knobs.get(name)
     if knob is None:
         known = ", ".join(launcher.knobs) or "none"
-        raise UserError(f"space {space}: engine {launcher.name} has no knob {name!r}; its knobs: {known}")
+        raise UserError(
+            f"space {space}: engine {launcher.name} has no knob {name!r}; its knobs: {known}"
+        )
     return knob
 
 
@@ -277,19 +349,29 @@ def _check_config(space: str, launcher: Any, config: Mapping[str, Any], *, what:
         raise UserError(f"space {space} {what}: {e}") from None
 
 
-def _dimension(space: str, name: str, spec: Any, launcher: Any, earlier: Sequence[Dimension]) -> Dimension:
+def _dimension(
+    space: str, name: str, spec: Any, launcher: Any, earlier: Sequence[Dimension]
+) -> Dimension:
     knob = _knob(space, launcher, name)
     where = f"space {space}: knob {name!r}"
     if not isinstance(spec, dict):
-        raise UserError(f"{where} must be a table ([knobs.{name}] with choices = [...] or low/high)")
+        raise UserError(
+            f"{where} must be a table ([knobs.{name}] with choices = [...] or low/high)"
+        )
     bad = set(spec) - _KNOB_KEYS
     if bad:
-        raise UserError(f"{where}: unknown key(s) {', '.join(sorted(bad))}; allowed: {', '.join(sorted(_KNOB_KEYS))}")
+        raise UserError(
+            f"{where}: unknown key(s) {', '.join(sorted(bad))}; allowed: {', '.join(sorted(_KNOB_KEYS))}"
+        )
     has_choices, has_range = "choices" in spec, ("low" in spec or "high" in spec)
     if has_choices == has_range:
-        raise UserError(f"{where} needs either choices = [...] or low and high (not both, not neither)")
+        raise UserError(
+            f"{where} needs either choices = [...] or low and high (not both, not neither)"
+        )
     points = spec.get("points")
-    if points is not None and (not isinstance(points, int) or isinstance(points, bool) or points < 2):
+    if points is not None and (
+        not isinstance(points, int) or isinstance(points, bool) or points < 2
+    ):
         raise UserError(f"{where}: points must be a whole number >= 2 (got {points!r})")
     if has_choices:
         choices = spec["choices"]
@@ -307,7 +389,9 @@ def _dimension(space: str, name: str, spec: Any, launcher: Any, earlier: Sequenc
         _check_value(space, launcher, name, default, what="default")
     required = spec.get("required", False)
     if not isinstance(required, bool) or (required and default is None):
-        raise UserError(f"{where}: required = true needs a default (the value set when the knob turns on)")
+        raise UserError(
+            f"{where}: required = true needs a default (the value set when the knob turns on)"
+        )
     conditions = _conditions(space, name, spec, launcher, earlier)
     from dataclasses import replace
 
@@ -343,7 +427,9 @@ def _range(where: str, knob: Any, spec: Mapping, points: int | None) -> Dimensio
     return Dimension(knob.name, knob.kind, low=lo, high=hi, step=step, log=log, points=points)
 
 
-def _conditions(space: str, name: str, spec: Mapping, launcher: Any, earlier: Sequence[Dimension]) -> tuple[Condition, ...]:
+def _conditions(
+    space: str, name: str, spec: Mapping, launcher: Any, earlier: Sequence[Dimension]
+) -> tuple[Condition, ...]:
     out = []
     by_name = {d.name: d for d in earlier}
     for key, negate in (("when", False), ("unless", True)):
@@ -351,18 +437,28 @@ def _conditions(space: str, name: str, spec: Mapping, launcher: Any, earlier: Se
         if table is None:
             continue
         if not isinstance(table, dict) or not table:
-            raise UserError(f"space {space}: knob {name!r}: {key} must be a table like {{spec = [\"ngram\"]}}")
+            raise UserError(
+                f'space {space}: knob {name!r}: {key} must be a table like {{spec = ["ngram"]}}'
+            )
         for other, values in table.items():
             if other == name:
-                raise UserError(f"space {space}: knob {name!r}: a condition cannot refer to the knob itself")
+                raise UserError(
+                    f"space {space}: knob {name!r}: a condition cannot refer to the knob itself"
+                )
             if other not in by_name:
                 later = other in launcher.knobs
                 hint = "write it above this knob" if later else "it is not a knob of the space"
-                raise UserError(f"space {space}: knob {name!r}: condition on {other!r}, which is not an earlier knob ({hint})")
+                raise UserError(
+                    f"space {space}: knob {name!r}: condition on {other!r}, which is not an earlier knob ({hint})"
+                )
             values = values if isinstance(values, list) else [values]
             if not values:
-                raise UserError(f"space {space}: knob {name!r}: condition on {other!r} lists no values")
+                raise UserError(
+                    f"space {space}: knob {name!r}: condition on {other!r} lists no values"
+                )
             for v in values:
-                _check_value(space, launcher, other, v, what=f"condition value (in {name!r}'s {key})")
+                _check_value(
+                    space, launcher, other, v, what=f"condition value (in {name!r}'s {key})"
+                )
             out.append(Condition(other, tuple(values), negate))
     return tuple(out)

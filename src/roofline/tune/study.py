@@ -64,9 +64,12 @@ def with_driver(url: str) -> str:
     that is the one installed (psycopg2-binary is what the `tune` extra installs)."""
     import importlib.util
 
-    if url.startswith("postgresql://") and importlib.util.find_spec("psycopg") is None \
-            and importlib.util.find_spec("psycopg2") is not None:
-        return "postgresql+psycopg2://" + url[len("postgresql://"):]
+    if (
+        url.startswith("postgresql://")
+        and importlib.util.find_spec("psycopg") is None
+        and importlib.util.find_spec("psycopg2") is not None
+    ):
+        return "postgresql+psycopg2://" + url[len("postgresql://") :]
     return url
 
 
@@ -75,31 +78,47 @@ def open_storage(url: str, attempts: int = 6) -> Any:
     import optuna
 
     url = with_driver(url)
-    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    kwargs = (
+        {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    )
     for attempt in range(attempts):
         try:
             return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
         except ImportError as e:
-            raise UserError(f"the storage {shown_url(url)} needs a database driver ({e}); for PostgreSQL: "
-                            "pip install psycopg2-binary") from None
+            raise UserError(
+                f"the storage {shown_url(url)} needs a database driver ({e}); for PostgreSQL: "
+                "pip install psycopg2-binary"
+            ) from None
         except Exception as e:  # sqlalchemy errors: a race on table creation, or a bad URL / server
             if attempt == attempts - 1:
-                raise UserError(f"cannot open the study storage {shown_url(url)} ({type(e).__name__}: "
-                                f"{str(e).splitlines()[0] if str(e) else e})") from None
+                raise UserError(
+                    f"cannot open the study storage {shown_url(url)} ({type(e).__name__}: "
+                    f"{str(e).splitlines()[0] if str(e) else e})"
+                ) from None
             time.sleep(0.2 + 0.5 * random.random())
     raise AssertionError("unreachable")
 
 
-def open_study(storage: Any, name: str, strategy: Strategy, space: Space, fingerprint: Mapping[str, Any],
-               direction: str, seed: int | None) -> tuple[Any, bool]:
-    """(the study, True when this call created it). The creator enqueues the strategy's plan; a joiner
-    waits for it and refuses a study set up for another engine, space, strategy or objective."""
+def open_study(
+    storage: Any,
+    name: str,
+    strategy: Strategy,
+    space: Space,
+    fingerprint: Mapping[str, Any],
+    direction: str,
+    seed: int | None,
+) -> tuple[Any, bool]:
+    """(the study, True when this call created it). The creator enqueues the strategy's plan; a
+    joiner waits for it and refuses a study set up for another engine, space, strategy or
+    objective."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = strategy.sampler(seed)
     try:
-        study = optuna.create_study(storage=storage, study_name=name, direction=direction, sampler=sampler)
+        study = optuna.create_study(
+            storage=storage, study_name=name, direction=direction, sampler=sampler
+        )
         created = True
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
@@ -114,14 +133,18 @@ def open_study(storage: Any, name: str, strategy: Strategy, space: Space, finger
     deadline = time.monotonic() + 120
     while "planned" not in study.user_attrs:
         if time.monotonic() > deadline:
-            raise UserError(f"study {name!r} exists but its plan was never written (its creator died?); "
-                            "use another --study name")
+            raise UserError(
+                f"study {name!r} exists but its plan was never written (its creator died?); "
+                "use another --study name"
+            )
         time.sleep(_POLL_S)
     theirs = study.user_attrs.get("tune") or {}
     for key in ("engine", "space", "strategy", "objective"):
         if theirs.get(key) != fingerprint.get(key):
-            raise UserError(f"study {name!r} was set up with another {key} ({_short(theirs.get(key))}); "
-                            f"join it with the same settings or use another --study name")
+            raise UserError(
+                f"study {name!r} was set up with another {key} ({_short(theirs.get(key))}); "
+                f"join it with the same settings or use another --study name"
+            )
     return study, False
 
 
@@ -130,10 +153,13 @@ def _short(value: Any) -> str:
     return text[:60]
 
 
-# -- who runs a trial ------------------------------------------------------------------------------------
+# -- who runs a trial
+# ------------------------------------------------------------------------------------
+
 
 def _start_ticks(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux), to tell a live pid from a reused one."""
+    """The process's start time in clock ticks since boot (Linux), to tell a live pid from a reused
+    one."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[19]
@@ -161,15 +187,19 @@ def requeue(study: Any, number: int, reason: str) -> None:
     storage = study._storage
     tid = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
     frozen = storage.get_trial(tid)
-    if frozen.state != TrialState.RUNNING:  # recorded already (or another worker's recovery was first)
+    if (
+        frozen.state != TrialState.RUNNING
+    ):  # recorded already (or another worker's recovery was first)
         return
     try:
         storage.set_trial_user_attr(tid, "interrupted", reason)
         storage.set_trial_state_values(tid, TrialState.FAIL)
     except Exception:  # finished meanwhile: nothing to redo
         return
-    study.enqueue_trial(dict(frozen.params), user_attrs={"slot": frozen.user_attrs.get("slot"),
-                                                         "requeued_from": number})
+    study.enqueue_trial(
+        dict(frozen.params),
+        user_attrs={"slot": frozen.user_attrs.get("slot"), "requeued_from": number},
+    )
 
 
 def recover(study: Any, private: bool) -> list[int]:
@@ -186,12 +216,16 @@ def recover(study: Any, private: bool) -> list[int]:
     baselines = [t for t in study.get_trials(deepcopy=False) if _slot(t).kind == "baseline"]
     if baselines and all(t.state in (TrialState.FAIL, TrialState.PRUNED) for t in baselines):
         last = baselines[-1]
-        study.enqueue_trial({}, user_attrs={"slot": last.user_attrs.get("slot"), "requeued_from": last.number})
+        study.enqueue_trial(
+            {}, user_attrs={"slot": last.user_attrs.get("slot"), "requeued_from": last.number}
+        )
         out.append(last.number)
     return out
 
 
-# -- claiming, recording, the view -------------------------------------------------------------------
+# -- claiming, recording, the view
+# -------------------------------------------------------------------
+
 
 def _slot(frozen: Any) -> Slot:
     return Slot.from_json(frozen.user_attrs.get("slot"))
@@ -201,12 +235,16 @@ def _counts(frozen: Any) -> bool:
     """Does this trial use up the budget? Skipped and interrupted ones do not."""
     from optuna.trial import TrialState
 
-    return (frozen.state != TrialState.WAITING and "skipped" not in frozen.user_attrs
-            and "interrupted" not in frozen.user_attrs)
+    return (
+        frozen.state != TrialState.WAITING
+        and "skipped" not in frozen.user_attrs
+        and "interrupted" not in frozen.user_attrs
+    )
 
 
 def claim(study: Any, strategy: Strategy, budget: int | None) -> Any | None:
-    """A trial this worker now holds (RUNNING), or None when the plan is done or the budget spent."""
+    """A trial this worker now holds (RUNNING), or None when the plan is done or the budget
+    spent."""
     import optuna
     from optuna.trial import TrialState
 
@@ -214,7 +252,10 @@ def claim(study: Any, strategy: Strategy, budget: int | None) -> Any | None:
     if budget is not None and sum(map(_counts, trials)) >= budget:
         return None
     storage = study._storage
-    waiting = sorted((t for t in trials if t.state == TrialState.WAITING), key=lambda t: (_slot(t).round, t.number))
+    waiting = sorted(
+        (t for t in trials if t.state == TrialState.WAITING),
+        key=lambda t: (_slot(t).round, t.number),
+    )
     for t in waiting:
         tid = storage.get_trial_id_from_study_id_trial_number(study._study_id, t.number)
         try:
@@ -241,9 +282,16 @@ def results(study: Any) -> list[TrialResult]:
         if "result" in t.user_attrs:
             out.append(TrialResult.from_json(t.user_attrs["result"]))
         elif t.state == TrialState.FAIL:
-            out.append(TrialResult(t.number, _slot(t), dict(t.user_attrs.get("config") or {}), "failed",
-                                   error=f"interrupted: {t.user_attrs.get('interrupted', 'no result recorded')}",
-                                   machine=t.user_attrs.get("worker") or {}))
+            out.append(
+                TrialResult(
+                    t.number,
+                    _slot(t),
+                    dict(t.user_attrs.get("config") or {}),
+                    "failed",
+                    error=f"interrupted: {t.user_attrs.get('interrupted', 'no result recorded')}",
+                    machine=t.user_attrs.get("worker") or {},
+                )
+            )
     return sorted(out, key=lambda r: r.number)
 
 
@@ -251,17 +299,27 @@ def view(study: Any, exclude: int | None = None) -> View:
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
-    unfinished = [_slot(t) for t in trials if t.state in (TrialState.WAITING, TrialState.RUNNING) and t.number != exclude]
+    unfinished = [
+        _slot(t)
+        for t in trials
+        if t.state in (TrialState.WAITING, TrialState.RUNNING) and t.number != exclude
+    ]
     return View(results(study), unfinished)
 
 
-def record(study: Any, trial: Any, result: TrialResult, rule: Rule, outputs: list[Any] | None = None) -> None:
+def record(
+    study: Any, trial: Any, result: TrialResult, rule: Rule, outputs: list[Any] | None = None
+) -> None:
     """Store the result on the trial and finish it: COMPLETE with the value (inexact ones carry a
     violated constraint, which TPE avoids), PRUNED for skipped slots, FAIL for failures."""
     from optuna.trial import TrialState
 
     trial.set_user_attr("config", dict(result.config))
-    if outputs is not None and result.slot.kind == "baseline" and result.status in ("ok", "inexact"):
+    if (
+        outputs is not None
+        and result.slot.kind == "baseline"
+        and result.status in ("ok", "inexact")
+    ):
         trial.set_user_attr("greedy", [o.to_json() for o in outputs])
     trial.set_user_attr("result", result.to_json())
     if result.status in ("ok", "inexact") and result.value is not None:
@@ -284,7 +342,9 @@ def baseline_outputs(study: Any) -> list[dict] | None:
     return None
 
 
-# -- the worker loop -----------------------------------------------------------------------------------
+# -- the worker loop
+# -----------------------------------------------------------------------------------
+
 
 @dataclass
 class Worker:
@@ -304,8 +364,13 @@ class BaselineFailed(UserError):
     """The baseline configuration gave no result: there is nothing to hold other trials against."""
 
 
-def run_worker(w: Worker, evaluate: Evaluate, *, on_start: Callable[[int, Slot, dict], None] = lambda *a: None,
-               on_result: Callable[[TrialResult], None] = lambda r: None) -> int:
+def run_worker(
+    w: Worker,
+    evaluate: Evaluate,
+    *,
+    on_start: Callable[[int, Slot, dict], None] = lambda *a: None,
+    on_result: Callable[[TrialResult], None] = lambda r: None,
+) -> int:
     """Claim, configure, evaluate and record trials until none is left; the number this worker ran.
 
     `evaluate(number, slot, config, baseline_outputs)` runs one trial (baseline_outputs None for the
@@ -329,8 +394,14 @@ def run_worker(w: Worker, evaluate: Evaluate, *, on_start: Callable[[int, Slot, 
             trial.set_user_attr("config", config)
             on_start(trial.number, slot, config)
             result, outputs = evaluate(trial.number, slot, config, reference)
-        except BaseException as e:  # Ctrl-C, or no baseline to compare with: the slot goes back in the queue
-            requeue(w.study, trial.number, "interrupted" if isinstance(e, KeyboardInterrupt) else str(e)[:200])
+        except (
+            BaseException
+        ) as e:  # Ctrl-C, or no baseline to compare with: the slot goes back in the queue
+            requeue(
+                w.study,
+                trial.number,
+                "interrupted" if isinstance(e, KeyboardInterrupt) else str(e)[:200],
+            )
             raise
         record(w.study, trial, result, w.rule, outputs)
         ran += 1

@@ -1,4 +1,5 @@
-"""One trial: start the engine with one configuration, warm it up, measure it, check it is exact, stop it.
+"""One trial: start the engine with one configuration, warm it up, measure it, check it is exact,
+stop it.
 
     start_engine(config)                     the launcher's argv, its own process group, /health
     greedy outputs on the fixed prompt set   temperature 0, one at a time: the exactness evidence,
@@ -7,10 +8,10 @@
     exactness gate                           the greedy outputs against the baseline's
     stop the engine                          whatever happened (no orphan processes)
 
-A configuration whose greedy outputs differ from the baseline's is *inexact*: it is recorded with its
-speed and the first prompt and position where it diverged, and never chosen as best unless the user
-passes --allow-inexact. A configuration that does not start, crashes, hangs or answers nonsense is
-*failed*, with its log tail; the study goes on.
+A configuration whose greedy outputs differ from the baseline's is *inexact*: it is recorded with
+its speed and the first prompt and position where it diverged, and never chosen as best unless the
+user passes --allow-inexact. A configuration that does not start, crashes, hangs or answers nonsense
+is *failed*, with its log tail; the study goes on.
 """
 
 from __future__ import annotations
@@ -44,9 +45,13 @@ class TrialResult:
     value: float | None = None
     spread: float | None = None  # max - min of the per-repetition values
     rep_values: tuple[float, ...] = ()
-    metrics: Mapping[str, Any] = field(default_factory=dict)  # Output Speed median/min/max, % of ceiling, ...
+    metrics: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # Output Speed median/min/max, % of ceiling, ...
     exactness: Mapping[str, Any] | None = None  # bench.engines.Exactness.to_json()
-    machine: Mapping[str, Any] = field(default_factory=dict)  # hostname, worker pid, measured bandwidth
+    machine: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # hostname, worker pid, measured bandwidth
     engine: str = ""
     engine_version: str | None = None
     argv: tuple[str, ...] = ()  # the exact engine command line
@@ -55,35 +60,69 @@ class TrialResult:
     folder: str | None = None  # the trial's folder, relative to the run folder
     started_utc: str | None = None
     seconds: float | None = None
-    # the model's file beside the engine's own format (bench.summary.VsCeiling; None: not known, or a run
-    # folder written before these were kept)
-    file_bytes_per_token: float | None = None  # the weights as the file stores them, per decoded token
+    # the model's file beside the engine's own format (bench.summary.VsCeiling; None: not known, or
+    # a run folder written before these were kept)
+    file_bytes_per_token: float | None = (
+        None  # the weights as the file stores them, per decoded token
+    )
     file_ceiling_tok_per_s: float | None = None  # bandwidth / file_bytes_per_token
     percent_of_file_ceiling: float | None = None  # the measured rate against the file's ceiling
     read_ratio: float | None = None  # bytes the engine reads per token / the file's
 
     def to_json(self) -> dict:
-        return {"number": self.number, "slot": self.slot.to_json(), "config": dict(self.config),
-                "status": self.status, "objective": self.objective, "value": self.value, "spread": self.spread,
-                "rep_values": list(self.rep_values), "metrics": dict(self.metrics),
-                "exactness": None if self.exactness is None else dict(self.exactness), "machine": dict(self.machine),
-                "engine": self.engine, "engine_version": self.engine_version, "argv": list(self.argv),
-                "error": self.error, "log_tail": self.log_tail, "folder": self.folder,
-                "started_utc": self.started_utc, "seconds": self.seconds,
-                "file_bytes_per_token": self.file_bytes_per_token, "file_ceiling_tok_per_s": self.file_ceiling_tok_per_s,
-                "percent_of_file_ceiling": self.percent_of_file_ceiling, "read_ratio": self.read_ratio}
+        return {
+            "number": self.number,
+            "slot": self.slot.to_json(),
+            "config": dict(self.config),
+            "status": self.status,
+            "objective": self.objective,
+            "value": self.value,
+            "spread": self.spread,
+            "rep_values": list(self.rep_values),
+            "metrics": dict(self.metrics),
+            "exactness": None if self.exactness is None else dict(self.exactness),
+            "machine": dict(self.machine),
+            "engine": self.engine,
+            "engine_version": self.engine_version,
+            "argv": list(self.argv),
+            "error": self.error,
+            "log_tail": self.log_tail,
+            "folder": self.folder,
+            "started_utc": self.started_utc,
+            "seconds": self.seconds,
+            "file_bytes_per_token": self.file_bytes_per_token,
+            "file_ceiling_tok_per_s": self.file_ceiling_tok_per_s,
+            "percent_of_file_ceiling": self.percent_of_file_ceiling,
+            "read_ratio": self.read_ratio,
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TrialResult:
-        return cls(number=int(d["number"]), slot=Slot.from_json(d.get("slot")), config=dict(d.get("config") or {}),
-                   status=d["status"], objective=d.get("objective", "speed"), value=d.get("value"),
-                   spread=d.get("spread"), rep_values=tuple(d.get("rep_values") or ()), metrics=dict(d.get("metrics") or {}),
-                   exactness=d.get("exactness"), machine=dict(d.get("machine") or {}), engine=d.get("engine", ""),
-                   engine_version=d.get("engine_version"), argv=tuple(d.get("argv") or ()), error=d.get("error"),
-                   log_tail=d.get("log_tail"), folder=d.get("folder"), started_utc=d.get("started_utc"),
-                   seconds=d.get("seconds"), file_bytes_per_token=d.get("file_bytes_per_token"),
-                   file_ceiling_tok_per_s=d.get("file_ceiling_tok_per_s"),
-                   percent_of_file_ceiling=d.get("percent_of_file_ceiling"), read_ratio=d.get("read_ratio"))
+        return cls(
+            number=int(d["number"]),
+            slot=Slot.from_json(d.get("slot")),
+            config=dict(d.get("config") or {}),
+            status=d["status"],
+            objective=d.get("objective", "speed"),
+            value=d.get("value"),
+            spread=d.get("spread"),
+            rep_values=tuple(d.get("rep_values") or ()),
+            metrics=dict(d.get("metrics") or {}),
+            exactness=d.get("exactness"),
+            machine=dict(d.get("machine") or {}),
+            engine=d.get("engine", ""),
+            engine_version=d.get("engine_version"),
+            argv=tuple(d.get("argv") or ()),
+            error=d.get("error"),
+            log_tail=d.get("log_tail"),
+            folder=d.get("folder"),
+            started_utc=d.get("started_utc"),
+            seconds=d.get("seconds"),
+            file_bytes_per_token=d.get("file_bytes_per_token"),
+            file_ceiling_tok_per_s=d.get("file_ceiling_tok_per_s"),
+            percent_of_file_ceiling=d.get("percent_of_file_ceiling"),
+            read_ratio=d.get("read_ratio"),
+        )
 
 
 @dataclass(frozen=True)
@@ -98,7 +137,9 @@ class TrialSettings:
     reps: int = 2
     max_tokens: int = 128
     hardware: str | None = None  # for the ceiling: "local", a catalogue name or a bandwidth
-    ceiling_model: str | None = None  # model for the ceiling when the server does not report its bytes
+    ceiling_model: str | None = (
+        None  # model for the ceiling when the server does not report its bytes
+    )
     extra_args: tuple[str, ...] = ()
     ready_timeout_s: float = 300.0
     request_timeout_s: float = 300.0
@@ -107,7 +148,8 @@ class TrialSettings:
 
 
 def machine() -> dict[str, Any]:
-    """Where this trial runs: host name, process, and this machine's measured read bandwidth if known."""
+    """Where this trial runs: host name, process, and this machine's measured read bandwidth if
+    known."""
     d: dict[str, Any] = {"hostname": socket.gethostname(), "pid": os.getpid()}
     try:
         from roofline.hardware.profile import load_local_profile
@@ -116,7 +158,9 @@ def machine() -> dict[str, Any]:
     except Exception:  # a damaged profile must not fail a trial
         p = None
     if p:
-        d["read_bandwidth_bytes_per_s"] = ((p.get("bandwidth_bytes_per_s") or {}).get("read") or {}).get("median")
+        d["read_bandwidth_bytes_per_s"] = (
+            (p.get("bandwidth_bytes_per_s") or {}).get("read") or {}
+        ).get("median")
         d["cpu"] = p.get("cpu")
     return d
 
@@ -125,50 +169,94 @@ def skipped(number: int, slot: Slot, reason: str, objective: str) -> TrialResult
     return TrialResult(number, slot, {}, "skipped", objective, error=reason, machine=machine())
 
 
-def run_trial(settings: TrialSettings, number: int, slot: Slot, config: Mapping[str, Any], folder: Path,
-              baseline: Sequence[Any] | None, progress: Progress, *, run_dir: Path | None = None
-              ) -> tuple[TrialResult, list[Any] | None]:
+def run_trial(
+    settings: TrialSettings,
+    number: int,
+    slot: Slot,
+    config: Mapping[str, Any],
+    folder: Path,
+    baseline: Sequence[Any] | None,
+    progress: Progress,
+    *,
+    run_dir: Path | None = None,
+) -> tuple[TrialResult, list[Any] | None]:
     """Run one configuration; (its result, its greedy outputs or None when it failed).
 
-    With `baseline` None this trial is the baseline: its outputs become the reference. KeyboardInterrupt
-    passes through after the engine is stopped; every other error makes a failed result."""
+    With `baseline` None this trial is the baseline: its outputs become the reference.
+    KeyboardInterrupt passes through after the engine is stopped; every other error makes a failed
+    result."""
     from roofline.bench.engines import compare_outputs, start_engine
     from roofline.bench.launch import ServerDied
 
     launcher = settings.launcher
     t0 = time.monotonic()
-    common = {"number": number, "slot": slot, "config": dict(config), "objective": settings.objective.name,
-              "machine": machine(), "engine": launcher.name, "engine_version": _version(launcher),
-              "folder": str(folder.relative_to(run_dir)) if run_dir else str(folder),
-              "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    common = {
+        "number": number,
+        "slot": slot,
+        "config": dict(config),
+        "objective": settings.objective.name,
+        "machine": machine(),
+        "engine": launcher.name,
+        "engine_version": _version(launcher),
+        "folder": str(folder.relative_to(run_dir)) if run_dir else str(folder),
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / "server.log"
     argv: list[str] = []
     try:
-        with start_engine(launcher, model=settings.model, config=config, log_path=log_path,
-                          extra_args=settings.extra_args,
-                          ready_timeout_s=settings.ready_timeout_s, stop_grace_s=settings.stop_grace_s,
-                          on_start=lambda s: argv.extend(s.argv)) as server:
+        with start_engine(
+            launcher,
+            model=settings.model,
+            config=config,
+            log_path=log_path,
+            extra_args=settings.extra_args,
+            ready_timeout_s=settings.ready_timeout_s,
+            stop_grace_s=settings.stop_grace_s,
+            on_start=lambda s: argv.extend(s.argv),
+        ) as server:
             progress.note(f"trial {number}: engine ready ({' '.join(argv)})")
             outputs = _greedy(launcher, server.url, settings)
             summary, lines = _bench(settings, server.url, folder / "bench", progress)
     except KeyboardInterrupt:
         raise
     except ServerDied as e:
-        return TrialResult(status="failed", error=str(e), log_tail=e.tail, argv=tuple(argv),
-                           seconds=time.monotonic() - t0, **common), None
+        return TrialResult(
+            status="failed",
+            error=str(e),
+            log_tail=e.tail,
+            argv=tuple(argv),
+            seconds=time.monotonic() - t0,
+            **common,
+        ), None
     except Exception as e:  # a crash, a hang past its timeout, nonsense answers: the study goes on
-        detail = f"{type(e).__name__}: {e}" if str(e) else "".join(traceback.format_exception_only(e)).strip()
-        return TrialResult(status="failed", error=detail, log_tail=_tail(log_path), argv=tuple(argv),
-                           seconds=time.monotonic() - t0, **common), None
+        detail = (
+            f"{type(e).__name__}: {e}"
+            if str(e)
+            else "".join(traceback.format_exception_only(e)).strip()
+        )
+        return TrialResult(
+            status="failed",
+            error=detail,
+            log_tail=_tail(log_path),
+            argv=tuple(argv),
+            seconds=time.monotonic() - t0,
+            **common,
+        ), None
     _write_outputs(folder / "greedy.json", outputs)
     m = measure(settings.objective, lines, settings.objective_settings)
     found = _metrics(summary)
     common.update(file_figures(summary))
     if m.value is None:
-        return TrialResult(status="failed", error=f"no request succeeded ({_failure_reasons(summary)})",
-                           log_tail=_tail(log_path), argv=tuple(argv), metrics=found,
-                           seconds=time.monotonic() - t0, **common), outputs
+        return TrialResult(
+            status="failed",
+            error=f"no request succeeded ({_failure_reasons(summary)})",
+            log_tail=_tail(log_path),
+            argv=tuple(argv),
+            metrics=found,
+            seconds=time.monotonic() - t0,
+            **common,
+        ), outputs
     if baseline is None:
         from roofline.bench.engines import Exactness
 
@@ -176,9 +264,17 @@ def run_trial(settings: TrialSettings, number: int, slot: Slot, config: Mapping[
         exact = Exactness(True, len(outputs), basis)
     else:
         exact = compare_outputs(baseline, outputs)
-    return TrialResult(status="ok" if exact.exact else "inexact", value=m.value, spread=m.spread,
-                       rep_values=m.rep_values, metrics=found, exactness=exact.to_json(), argv=tuple(argv),
-                       seconds=time.monotonic() - t0, **common), outputs
+    return TrialResult(
+        status="ok" if exact.exact else "inexact",
+        value=m.value,
+        spread=m.spread,
+        rep_values=m.rep_values,
+        metrics=found,
+        exactness=exact.to_json(),
+        argv=tuple(argv),
+        seconds=time.monotonic() - t0,
+        **common,
+    ), outputs
 
 
 def _version(launcher: Any) -> str | None:
@@ -189,38 +285,66 @@ def _version(launcher: Any) -> str | None:
 
 
 def _greedy(launcher: Any, url: str, settings: TrialSettings) -> list[Any]:
-    from roofline.bench.plan import BenchPlan
     from roofline.bench.driver import discover
+    from roofline.bench.plan import BenchPlan
 
-    info = asyncio.run(discover(BenchPlan(url=url, prompts=list(settings.prompts), scenarios=[],
-                                          model=settings.ceiling_model, timeout_s=30.0)))
+    info = asyncio.run(
+        discover(
+            BenchPlan(
+                url=url,
+                prompts=list(settings.prompts),
+                scenarios=[],
+                model=settings.ceiling_model,
+                timeout_s=30.0,
+            )
+        )
+    )
     timeout = settings.request_timeout_s * max(1, len(settings.prompts))
 
     async def go() -> list[Any]:
         return await asyncio.wait_for(
-            launcher.greedy_outputs(url, info.get("served"), list(settings.prompts), settings.max_tokens), timeout)
+            launcher.greedy_outputs(
+                url, info.get("served"), list(settings.prompts), settings.max_tokens
+            ),
+            timeout,
+        )
 
     outputs = asyncio.run(go())
     if len(outputs) != len(settings.prompts):
-        raise RuntimeError(f"the engine gave {len(outputs)} greedy outputs for {len(settings.prompts)} prompts")
+        raise RuntimeError(
+            f"the engine gave {len(outputs)} greedy outputs for {len(settings.prompts)} prompts"
+        )
     return outputs
 
 
-def _bench(settings: TrialSettings, url: str, out: Path, progress: Progress) -> tuple[dict, list[dict]]:
+def _bench(
+    settings: TrialSettings, url: str, out: Path, progress: Progress
+) -> tuple[dict, list[dict]]:
     from roofline.bench.plan import BenchPlan
     from roofline.bench.results import read_requests
     from roofline.bench.session import run_session
 
     os_ = settings.objective_settings
-    # hardware "local": bench holds the trial against the read bandwidth measured right before and after it
+    # hardware "local": bench holds the trial against the read bandwidth measured right before and
+    # after it
     hardware = settings.hardware
-    plan = BenchPlan(url=url, prompts=list(settings.prompts), scenarios=[settings.objective.scenario(os_)],
-                     model=settings.ceiling_model, hardware=hardware, reps=settings.reps,
-                     max_tokens=settings.max_tokens, temperature=0.0, warmup=0,  # the greedy pass warmed it up
-                     usage=settings.usage,
-                     timeout_s=settings.request_timeout_s,
-                     slo_s=dict(os_.slo_s) if os_.slo_s else None, label="tune-trial")
-    # the model file (when local) gives the file's bytes per token if the server does not report them
+    plan = BenchPlan(
+        url=url,
+        prompts=list(settings.prompts),
+        scenarios=[settings.objective.scenario(os_)],
+        model=settings.ceiling_model,
+        hardware=hardware,
+        reps=settings.reps,
+        max_tokens=settings.max_tokens,
+        temperature=0.0,
+        warmup=0,  # the greedy pass warmed it up
+        usage=settings.usage,
+        timeout_s=settings.request_timeout_s,
+        slo_s=dict(os_.slo_s) if os_.slo_s else None,
+        label="tune-trial",
+    )
+    # the model file (when local) gives the file's bytes per token if the server does not report
+    # them
     outcome = _in_thread(lambda: run_session(plan, out, progress, model_file=settings.model))
     if outcome.interrupted:
         raise KeyboardInterrupt
@@ -229,10 +353,11 @@ def _bench(settings: TrialSettings, url: str, out: Path, progress: Progress) -> 
 
 
 def _in_thread(fn: Any) -> Any:
-    """fn() run in a thread, waited for here. In the main thread bench would take SIGTERM over for its
-    event loop and leave it at the default when the loop closes, so a SIGTERM a moment later would kill
-    the tuner outright (the study not told). In a thread bench leaves signals alone, and Ctrl-C or
-    SIGTERM interrupt this wait at once: the caller stops the engine, and the thread's requests fail fast."""
+    """fn() run in a thread, waited for here. In the main thread bench would take SIGTERM over for
+    its event loop and leave it at the default when the loop closes, so a SIGTERM a moment later
+    would kill the tuner outright (the study not told). In a thread bench leaves signals alone, and
+    Ctrl-C or SIGTERM interrupt this wait at once: the caller stops the engine, and the thread's
+    requests fail fast."""
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -258,30 +383,45 @@ def _metrics(summary: Mapping[str, Any]) -> dict[str, Any]:
     s = summary["scenarios"][0]
     speed = s["metrics"].get("output_speed_tok_per_s") or {}
     ttft = s["metrics"].get("ttft_s") or {}
-    out.update(output_speed_median_tok_per_s=speed.get("p50"), output_speed_min_tok_per_s=speed.get("min"),
-               output_speed_max_tok_per_s=speed.get("max"), ttft_median_s=ttft.get("p50"),
-               output_tok_per_s=s.get("output_tok_per_s"), requests_ok=s["requests"]["ok"],
-               requests_failed=s["requests"]["failed"])
+    out.update(
+        output_speed_median_tok_per_s=speed.get("p50"),
+        output_speed_min_tok_per_s=speed.get("min"),
+        output_speed_max_tok_per_s=speed.get("max"),
+        ttft_median_s=ttft.get("p50"),
+        output_tok_per_s=s.get("output_tok_per_s"),
+        requests_ok=s["requests"]["ok"],
+        requests_failed=s["requests"]["failed"],
+    )
     v = s.get("vs_ceiling") or {}
     if v:
-        out.update(percent_of_ceiling=v.get("percent_of_ceiling"), ceiling_tok_per_s=v.get("ceiling_tok_per_s"),
-                   bytes_per_token=v.get("bytes_per_token"))
+        out.update(
+            percent_of_ceiling=v.get("percent_of_ceiling"),
+            ceiling_tok_per_s=v.get("ceiling_tok_per_s"),
+            bytes_per_token=v.get("bytes_per_token"),
+        )
         if v.get("note"):  # above 100%: which figure is suspect, and why
             out.update(ceiling_suspect=v.get("suspect"), ceiling_note=v["note"])
     if s.get("goodput"):
         out["goodput_tok_per_s"] = s["goodput"].get("output_tok_per_s")
     if s.get("passes"):
         out["tokens_per_pass"] = s["passes"].get("tokens_per_pass")
-    out["prompts"] = [{"prompt": p["prompt"], "median_tok_per_s": p["output_speed_median_tok_per_s"],
-                       "spread_pct": p["spread_pct"]} for p in s.get("prompts") or ()]
+    out["prompts"] = [
+        {
+            "prompt": p["prompt"],
+            "median_tok_per_s": p["output_speed_median_tok_per_s"],
+            "spread_pct": p["spread_pct"],
+        }
+        for p in s.get("prompts") or ()
+    ]
     if summary.get("ceiling"):
         out["ceiling"] = summary["ceiling"]
     return out
 
 
 def file_figures(summary: Mapping[str, Any]) -> dict[str, float | None]:
-    """The file's bytes per token, its ceiling and the trial's % of it (TrialResult's file_* fields), read
-    from bench's summary through its types (first scenario); {} when the ceiling does not know the file."""
+    """The file's bytes per token, its ceiling and the trial's % of it (TrialResult's file_*
+    fields), read from bench's summary through its types (first scenario); {} when the ceiling does
+    not know the file."""
     from roofline.bench.summary import RunSummary
 
     try:
@@ -292,8 +432,12 @@ def file_figures(summary: Mapping[str, Any]) -> dict[str, float | None]:
     if c is None or not c.file_bytes_per_token:
         return {}
     v = typed.scenarios[0].vs_ceiling if typed.scenarios else None
-    return {"file_bytes_per_token": c.file_bytes_per_token, "file_ceiling_tok_per_s": c.file_tok_per_s,
-            "percent_of_file_ceiling": v.percent_of_file_ceiling if v else None, "read_ratio": c.read_ratio}
+    return {
+        "file_bytes_per_token": c.file_bytes_per_token,
+        "file_ceiling_tok_per_s": c.file_tok_per_s,
+        "percent_of_file_ceiling": v.percent_of_file_ceiling if v else None,
+        "read_ratio": c.read_ratio,
+    }
 
 
 def _failure_reasons(summary: Mapping[str, Any]) -> str:

@@ -30,11 +30,14 @@ RESULT = "tune.json"
 
 @dataclass(frozen=True)
 class TuneOptions:
-    """Everything that defines a tuning run; saved in the run folder so --resume needs nothing else."""
+    """Everything that defines a tuning run; saved in the run folder so --resume needs nothing
+    else."""
 
     engine: str = "embedded"
     model: str | None = None
-    space: Mapping[str, Any] = field(default_factory=dict)  # Space.to_json(), resolved when the run started
+    space: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # Space.to_json(), resolved when the run started
     strategy: str = "ladder"
     objective: str = "speed"
     trials: int | None = None  # budget; None = the strategy's whole plan (TPE: 20)
@@ -69,7 +72,12 @@ class TuneOptions:
 
     def fingerprint(self) -> dict:
         """What workers sharing one study must agree on."""
-        return {"engine": self.engine, "space": dict(self.space), "strategy": self.strategy, "objective": self.objective}
+        return {
+            "engine": self.engine,
+            "space": dict(self.space),
+            "strategy": self.strategy,
+            "objective": self.objective,
+        }
 
 
 def write_options(run_dir: Path, options: TuneOptions) -> None:
@@ -78,7 +86,9 @@ def write_options(run_dir: Path, options: TuneOptions) -> None:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UserError(f"cannot create the run folder {str(run_dir)!r} ({e.strerror}); pass --runs DIR") from None
+        raise UserError(
+            f"cannot create the run folder {str(run_dir)!r} ({e.strerror}); pass --runs DIR"
+        ) from None
     write_json(run_dir / CONFIG, options.to_json())
 
 
@@ -86,8 +96,10 @@ def read_options(run_dir: Path) -> TuneOptions:
     try:
         return TuneOptions.from_json(json.loads((run_dir / CONFIG).read_text(encoding="utf-8")))
     except FileNotFoundError:
-        raise UserError(f"{str(run_dir)!r} is not a tune run folder (no {CONFIG}); pass the folder a "
-                        "`roofline tune` run printed") from None
+        raise UserError(
+            f"{str(run_dir)!r} is not a tune run folder (no {CONFIG}); pass the folder a "
+            "`roofline tune` run printed"
+        ) from None
     except (ValueError, TypeError, KeyError) as e:
         raise UserError(f"cannot read {run_dir / CONFIG} ({e})") from None
 
@@ -99,18 +111,27 @@ def trial_settings(options: TuneOptions) -> Any:
     from roofline.tune.objectives import ObjectiveSettings, get_objective
     from roofline.tune.trial import TrialSettings
 
-    osettings = ObjectiveSettings(concurrency=options.concurrency,
-                                  slo_s=parse_slo(options.slo) if options.slo else None,
-                                  price_per_hour=options.price_per_hour)
+    osettings = ObjectiveSettings(
+        concurrency=options.concurrency,
+        slo_s=parse_slo(options.slo) if options.slo else None,
+        price_per_hour=options.price_per_hour,
+    )
     return TrialSettings(
-        launcher=get_launcher(options.engine), model=options.model,
-        objective=get_objective(options.objective, osettings), objective_settings=osettings,
+        launcher=get_launcher(options.engine),
+        model=options.model,
+        objective=get_objective(options.objective, osettings),
+        objective_settings=osettings,
         prompts=load_prompts_jsonl(options.prompts) if options.prompts else builtin_prompts(),
-        reps=options.reps, max_tokens=options.max_tokens, hardware=options.hardware,
+        reps=options.reps,
+        max_tokens=options.max_tokens,
+        hardware=options.hardware,
         ceiling_model=None if options.engine == "embedded" else options.model,
-        extra_args=tuple(options.extra_args), ready_timeout_s=options.ready_timeout_s,
-        request_timeout_s=options.request_timeout_s, stop_grace_s=options.stop_grace_s,
-        usage="per-chunk" if options.engine == "embedded" else "auto")  # roofline serve counts tokens per chunk
+        extra_args=tuple(options.extra_args),
+        ready_timeout_s=options.ready_timeout_s,
+        request_timeout_s=options.request_timeout_s,
+        stop_grace_s=options.stop_grace_s,
+        usage="per-chunk" if options.engine == "embedded" else "auto",
+    )  # roofline serve counts tokens per chunk
 
 
 def budget(options: TuneOptions) -> int | None:
@@ -120,7 +141,8 @@ def budget(options: TuneOptions) -> int | None:
 
 
 class Display:
-    """What the run tells the user interface (the CLI draws it with rich); every method may be a no-op."""
+    """What the run tells the user interface (the CLI draws it with rich); every method may be a
+    no-op."""
 
     def bench_progress(self) -> Any:
         from roofline.bench.driver import Progress
@@ -134,8 +156,8 @@ class Display:
 
 
 def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
-    """Run (or continue) the study in run_dir as one worker; the TuneResult. Ctrl-C stops the running
-    engine, puts its trial back in the queue, writes tune.json, and re-raises."""
+    """Run (or continue) the study in run_dir as one worker; the TuneResult. Ctrl-C stops the
+    running engine, puts its trial back in the queue, writes tune.json, and re-raises."""
     from roofline.bench.engines import GreedyOutput
     from roofline.tune import study as st
     from roofline.tune.result import build_result
@@ -151,34 +173,63 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
     rule = Rule(settings.objective.direction, options.allow_inexact)
     url = st.storage_url(run_dir, options.storage)
     storage = st.open_storage(url)
-    seed = options.seed if options.storage is None else options.seed + os.getpid()  # workers draw differently
-    study, created = st.open_study(storage, options.study, strategy, space, options.fingerprint(),
-                                   settings.objective.direction, seed)
+    seed = (
+        options.seed if options.storage is None else options.seed + os.getpid()
+    )  # workers draw differently
+    study, created = st.open_study(
+        storage,
+        options.study,
+        strategy,
+        space,
+        options.fingerprint(),
+        settings.objective.direction,
+        seed,
+    )
     redo = st.recover(study, private=options.storage is None)
     if redo:
         display.note(f"re-running interrupted trial(s) {', '.join(map(str, redo))}")
-    display.note(f"study {options.study!r} in {st.shown_url(url)} ({'created' if created else 'joined'})")
+    display.note(
+        f"study {options.study!r} in {st.shown_url(url)} ({'created' if created else 'joined'})"
+    )
     progress = display.bench_progress()
 
     def write_result(interrupted: bool = False) -> Any:
         from roofline.bench.results import write_json
 
-        result = build_result(options, space, run_dir, st.results(study), study_state(study),
-                              interrupted=interrupted, wall_s=time.monotonic() - t0, storage=st.shown_url(url))
+        result = build_result(
+            options,
+            space,
+            run_dir,
+            st.results(study),
+            study_state(study),
+            interrupted=interrupted,
+            wall_s=time.monotonic() - t0,
+            storage=st.shown_url(url),
+        )
         write_json(run_dir / RESULT, result.to_json())
         return result
 
     def evaluate(number: int, slot: Any, config: dict, reference: list[dict] | None):
         baseline = None if reference is None else [GreedyOutput.from_json(o) for o in reference]
-        return run_trial(settings, number, slot, config, run_dir / "trials" / f"{number:03d}", baseline, progress,
-                         run_dir=run_dir)
+        return run_trial(
+            settings,
+            number,
+            slot,
+            config,
+            run_dir / "trials" / f"{number:03d}",
+            baseline,
+            progress,
+            run_dir=run_dir,
+        )
 
     def on_result(result: Any) -> None:
         _append_line(run_dir / TRIALS, result.to_json())
         tune = write_result()
         display.trial_ended(result, tune.best)
 
-    worker = st.Worker(study, strategy, space, rule, budget=budget(options), objective=options.objective)
+    worker = st.Worker(
+        study, strategy, space, rule, budget=budget(options), objective=options.objective
+    )
     try:
         st.run_worker(worker, evaluate, on_start=display.trial_started, on_result=on_result)
     except KeyboardInterrupt:

@@ -18,15 +18,18 @@ def lookup(tokens, min_n, max_n, k) -> list[int]:
 
 
 def reference(tokens: list[int], min_n: int, max_n: int, k: int) -> list[int]:
-    """Brute force: longest n in [min_n, max_n], earliest earlier occurrence, up to k tokens after it."""
+    """Brute force: longest n in [min_n, max_n], earliest earlier occurrence, up to k tokens after
+    it."""
     length = len(tokens)
     for n in range(max_n, min_n - 1, -1):
         if n >= length:
             continue
-        suffix = tokens[length - n:]
-        for start in range(0, length - n):  # occurrence tokens[start:start+n], ending before the last token
-            if tokens[start:start + n] == suffix:
-                return tokens[start + n:start + n + k][:max(k, 0)]
+        suffix = tokens[length - n :]
+        for start in range(
+            0, length - n
+        ):  # occurrence tokens[start:start+n], ending before the last token
+            if tokens[start : start + n] == suffix:
+                return tokens[start + n : start + n + k][: max(k, 0)]
     return []
 
 
@@ -106,19 +109,26 @@ def test_matches_brute_force(tokens, min_n, extra, k):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(1, 12), st.integers(0, 40), st.integers(1, 5), st.integers(1, 8), st.integers(0, 10_000))
+@given(
+    st.integers(1, 12),
+    st.integers(0, 40),
+    st.integers(1, 5),
+    st.integers(1, 8),
+    st.integers(0, 10_000),
+)
 def test_exact_repetition_proposes_the_true_continuation(period, extra, min_n, k, seed):
     block = np.random.default_rng(seed).permutation(1000)[:period].tolist()  # distinct tokens
     length = period + min_n + extra  # >= one period plus an n-gram: the suffix recurs
-    stream = (block * (length // period + k + 2))
+    stream = block * (length // period + k + 2)
     context = stream[:length]
     got = lookup(context, min_n, 5 + min_n, k)
     assert 1 <= len(got) <= k
-    assert got == stream[length:length + len(got)]
+    assert got == stream[length : length + len(got)]
 
 
 def test_long_context_is_fast():
-    """A loose sanity bound (about 100x what it takes): prompt lookup is called every decode step."""
+    """A loose sanity bound (about 100x what it takes): prompt lookup is called every decode
+    step."""
     rng = np.random.default_rng(1)
     proposer = PromptLookupProposer(SpecOptions(method="ngram"))
     context = rng.integers(0, 50, 8192).tolist()

@@ -16,32 +16,42 @@ def test_defaults_are_valid():
     assert options.num_draft_tokens == 12 and options.trie_scope == "request" and options.tree
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("method", "bogus", "method must be one of none, ngram, trie, draft"),
-    ("k", 0, "k must be >= 1"),
-    ("k", True, "k must be an int"),
-    ("k", 2.0, "k must be an int"),
-    ("prompt_lookup_min", 0, "prompt_lookup_min must be >= 1"),
-    ("prompt_lookup_max", 1, "prompt_lookup_min must be <= prompt_lookup_max"),
-    ("min_bfs_breadth", 0, "min_bfs_breadth must be >= 1"),
-    ("max_bfs_breadth", 0, "min_bfs_breadth must be <= max_bfs_breadth"),
-    ("max_trie_depth", 1, "max_trie_depth must be >= 2"),
-    ("num_draft_tokens", 0, "num_draft_tokens must be >= 1"),
-    ("trie_capacity", 170, "trie_capacity must be >= .* = 171"),
-    ("trie_scope", "global", "trie_scope must be one of request, shared"),
-    ("tree", 1, "tree must be a bool"),
-    ("adaptive", None, "adaptive must be a bool"),
-    ("draft_dtype", "fp16", "draft_dtype must be one of stored, fp32, bf16, int8"),
-    ("draft_model", "", "draft_model must be None or a non-empty string"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("method", "bogus", "method must be one of none, ngram, trie, draft"),
+        ("k", 0, "k must be >= 1"),
+        ("k", True, "k must be an int"),
+        ("k", 2.0, "k must be an int"),
+        ("prompt_lookup_min", 0, "prompt_lookup_min must be >= 1"),
+        ("prompt_lookup_max", 1, "prompt_lookup_min must be <= prompt_lookup_max"),
+        ("min_bfs_breadth", 0, "min_bfs_breadth must be >= 1"),
+        ("max_bfs_breadth", 0, "min_bfs_breadth must be <= max_bfs_breadth"),
+        ("max_trie_depth", 1, "max_trie_depth must be >= 2"),
+        ("num_draft_tokens", 0, "num_draft_tokens must be >= 1"),
+        ("trie_capacity", 170, "trie_capacity must be >= .* = 171"),
+        ("trie_scope", "global", "trie_scope must be one of request, shared"),
+        ("tree", 1, "tree must be a bool"),
+        ("adaptive", None, "adaptive must be a bool"),
+        ("draft_dtype", "fp16", "draft_dtype must be one of stored, fp32, bf16, int8"),
+        ("draft_model", "", "draft_model must be None or a non-empty string"),
+    ],
+)
 def test_invalid_options_name_the_option(field, value, message):
     with pytest.raises(ValueError, match=message):
         SpecOptions(**{field: value})
 
 
 def test_related_limits_accept_equal_values():
-    SpecOptions(prompt_lookup_min=3, prompt_lookup_max=3, min_bfs_breadth=4, max_bfs_breadth=4,
-                max_trie_depth=2, trie_capacity=3, draft_model="some/dir")
+    SpecOptions(
+        prompt_lookup_min=3,
+        prompt_lookup_max=3,
+        min_bfs_breadth=4,
+        max_bfs_breadth=4,
+        max_trie_depth=2,
+        trie_capacity=3,
+        draft_model="some/dir",
+    )
 
 
 def test_none_makes_no_proposer():

@@ -1,6 +1,7 @@
-"""Speculation under continuous batching, and on the default model's real prompts: requests that speculate
-and requests that do not share decode passes, outputs stay those of plain greedy decoding, usage counts stay
-exact, and the pass / draft counts reach the responses and /metrics. Sampling keeps the target distribution."""
+"""Speculation under continuous batching, and on the default model's real prompts: requests that
+speculate and requests that do not share decode passes, outputs stay those of plain greedy decoding,
+usage counts stay exact, and the pass / draft counts reach the responses and /metrics. Sampling
+keeps the target distribution."""
 
 from __future__ import annotations
 
@@ -20,8 +21,14 @@ from roofline.engine.speculate.step import speculation_factory
 from roofline.engine.speculate.tree import DraftTree
 from roofline.engine.speculate.verify import accept
 
-PROMPTS = ["1, 2, 3, 4, 1, 2, 3, 4, 1, 2,", "The capital of France is", "a b c a b c a b", "def fib(n):", "Hello",
-           "x = [1, 2, 3]; y = [1, 2, 3]; z = [1,"]
+PROMPTS = [
+    "1, 2, 3, 4, 1, 2, 3, 4, 1, 2,",
+    "The capital of France is",
+    "a b c a b c a b",
+    "def fib(n):",
+    "Hello",
+    "x = [1, 2, 3]; y = [1, 2, 3]; z = [1,",
+]
 N = 24
 
 
@@ -38,8 +45,15 @@ def test_server_mixed_speculating_and_plain_requests(tiny_gguf, method):
         name = sdk(url).models.list().data[0].id
 
         def run(i: int) -> dict:
-            body = {"model": name, "prompt": PROMPTS[i], "max_tokens": N, "temperature": 0, "ignore_eos": True,
-                    "return_token_ids": True, "speculative": i % 2 == 0}
+            body = {
+                "model": name,
+                "prompt": PROMPTS[i],
+                "max_tokens": N,
+                "temperature": 0,
+                "ignore_eos": True,
+                "return_token_ids": True,
+                "speculative": i % 2 == 0,
+            }
             return httpx.post(url + "/v1/completions", json=body, timeout=60).json()
 
         with ThreadPoolExecutor(len(PROMPTS)) as pool:
@@ -52,34 +66,57 @@ def test_server_mixed_speculating_and_plain_requests(tiny_gguf, method):
         if i % 2:  # opted out: one token per pass after the prefill, nothing drafted
             assert stats == {"passes": N, "drafted_tokens": 0, "accepted_tokens": 0}
         else:
-            assert stats["passes"] + stats["accepted_tokens"] == N  # each pass: accepted drafts + one own token
+            assert (
+                stats["passes"] + stats["accepted_tokens"] == N
+            )  # each pass: accepted drafts + one own token
     assert sum(r["roofline"]["drafted_tokens"] for r in results) > 0
-    assert m["roofline_spec_draft_tokens_total"] == sum(r["roofline"]["drafted_tokens"] for r in results)
-    assert m["roofline_spec_accepted_tokens_total"] == sum(r["roofline"]["accepted_tokens"] for r in results)
-    assert m["roofline_decode_rows_total"] > m["roofline_decode_batch_tokens_total"]  # drafts shared passes
+    assert m["roofline_spec_draft_tokens_total"] == sum(
+        r["roofline"]["drafted_tokens"] for r in results
+    )
+    assert m["roofline_spec_accepted_tokens_total"] == sum(
+        r["roofline"]["accepted_tokens"] for r in results
+    )
+    assert (
+        m["roofline_decode_rows_total"] > m["roofline_decode_batch_tokens_total"]
+    )  # drafts shared passes
 
 
 def test_streamed_tokens_and_usage_with_speculation(tiny_gguf):
     runner = load_runner(str(tiny_gguf), max_batch=2, max_seq_len=128)
     prompt = PROMPTS[0]
     want = greedy_ids(runner, runner.tokenizer.encode(prompt), N)
-    scheduler = Scheduler(runner, speculation=speculation_factory(SpecOptions("ngram", k=4, prompt_lookup_min=1,
-                                                                              adaptive=False), runner))
+    scheduler = Scheduler(
+        runner,
+        speculation=speculation_factory(
+            SpecOptions("ngram", k=4, prompt_lookup_min=1, adaptive=False), runner
+        ),
+    )
     with serving(None, scheduler=scheduler) as url:
         client = sdk(url)
-        chunks = list(client.completions.create(model=client.models.list().data[0].id, prompt=prompt, max_tokens=N,
-                                                temperature=0, stream=True, stream_options={"include_usage": True},
-                                                extra_body={"ignore_eos": True, "return_token_ids": True}))
-    ids = [t for c in chunks if c.choices for t in (c.choices[0].model_extra.get("token_ids") or [])]
+        chunks = list(
+            client.completions.create(
+                model=client.models.list().data[0].id,
+                prompt=prompt,
+                max_tokens=N,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body={"ignore_eos": True, "return_token_ids": True},
+            )
+        )
+    ids = [
+        t for c in chunks if c.choices for t in (c.choices[0].model_extra.get("token_ids") or [])
+    ]
     assert ids == want
     assert chunks[-1].usage.completion_tokens == N
-    assert any(len(c.choices[0].model_extra.get("token_ids") or []) > 1 for c in chunks if c.choices), \
-        "no event carried several accepted tokens"
+    assert any(
+        len(c.choices[0].model_extra.get("token_ids") or []) > 1 for c in chunks if c.choices
+    ), "no event carried several accepted tokens"
 
 
 def test_sampling_keeps_the_target_distribution():
-    """Deterministic guesses accepted with probability p(guess), residual otherwise: the first emitted token
-    is distributed as p, for a chain and for two sibling guesses."""
+    """Deterministic guesses accepted with probability p(guess), residual otherwise: the first
+    emitted token is distributed as p, for a chain and for two sibling guesses."""
     logits = np.log(np.array([0.5, 0.2, 0.15, 0.1, 0.05], dtype=np.float32))
     params = SamplingParams(temperature=1.0)
     p = probabilities(logits, params)
@@ -99,15 +136,28 @@ def default_runner(request):
 
 def test_default_model_real_prompts_identical(default_runner):
     runner, tok = default_runner, default_runner.tokenizer
-    prompts = ["List the first six even numbers, then repeat that list twice.", "Why is the sky blue?"]
-    makers = [speculation_factory(options, runner) for options in (
-        SpecOptions("ngram", k=6, adaptive=False), SpecOptions("trie", adaptive=False), SpecOptions("draft", k=4))]
+    prompts = [
+        "List the first six even numbers, then repeat that list twice.",
+        "Why is the sky blue?",
+    ]
+    makers = [
+        speculation_factory(options, runner)
+        for options in (
+            SpecOptions("ngram", k=6, adaptive=False),
+            SpecOptions("trie", adaptive=False),
+            SpecOptions("draft", k=4),
+        )
+    ]
     for text in prompts:
-        ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]), add_special_tokens=False)
+        ids = tok.encode(
+            tok.apply_chat_template([{"role": "user", "content": text}]), add_special_tokens=False
+        )
         params = SamplingParams(max_tokens=40, temperature=0)
         want = list(generate(runner, ids, params))
         for make in makers:
             options = make().proposer
             got = list(generate(runner, ids, params, speculation=make()))
             i = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), None)
-            assert got == want, f"{type(options).__name__} at {runner.dtype}: first divergent position {i}"
+            assert got == want, (
+                f"{type(options).__name__} at {runner.dtype}: first divergent position {i}"
+            )

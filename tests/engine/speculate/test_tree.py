@@ -20,29 +20,40 @@ def test_chain_mask_is_causal_and_positions_are_prefixes():
     chain = DraftTree.chain([11, 12, 13])
     assert chain.parents == (-1, 0, 1)
     assert chain.is_chain
-    expected = np.array([
-        [1, 0, 0, 0],
-        [1, 1, 0, 0],
-        [1, 1, 1, 0],
-        [1, 1, 1, 1],
-    ], dtype=bool)
+    expected = np.array(
+        [
+            [1, 0, 0, 0],
+            [1, 1, 0, 0],
+            [1, 1, 1, 0],
+            [1, 1, 1, 1],
+        ],
+        dtype=bool,
+    )
     np.testing.assert_array_equal(tree_mask(chain.parents), expected)
     assert ancestor_positions(chain.parents, 10) == [[10], [10, 11], [10, 11, 12], [10, 11, 12, 13]]
 
 
 def test_two_branch_tree_by_hand():
     # rows: root, node0 .. node4
-    expected = np.array([
-        [1, 0, 0, 0, 0, 0],  # root
-        [1, 1, 0, 0, 0, 0],  # node0 <- root
-        [1, 0, 1, 0, 0, 0],  # node1 <- root
-        [1, 1, 0, 1, 0, 0],  # node2 <- node0
-        [1, 0, 1, 0, 1, 0],  # node3 <- node1
-        [1, 1, 0, 1, 0, 1],  # node4 <- node2
-    ], dtype=bool)
+    expected = np.array(
+        [
+            [1, 0, 0, 0, 0, 0],  # root
+            [1, 1, 0, 0, 0, 0],  # node0 <- root
+            [1, 0, 1, 0, 0, 0],  # node1 <- root
+            [1, 1, 0, 1, 0, 0],  # node2 <- node0
+            [1, 0, 1, 0, 1, 0],  # node3 <- node1
+            [1, 1, 0, 1, 0, 1],  # node4 <- node2
+        ],
+        dtype=bool,
+    )
     np.testing.assert_array_equal(tree_mask(TREE_B.parents), expected)
     assert ancestor_positions(TREE_B.parents, 100) == [
-        [100], [100, 101], [100, 102], [100, 101, 103], [100, 102, 104], [100, 101, 103, 105],
+        [100],
+        [100, 101],
+        [100, 102],
+        [100, 101, 103],
+        [100, 102, 104],
+        [100, 101, 103, 105],
     ]
     assert TREE_B.depths() == (1, 1, 2, 2, 3)
     assert TREE_B.children(-1) == [0, 1]
@@ -57,13 +68,16 @@ def test_two_branch_tree_by_hand():
 
 
 def test_wide_tree_by_hand():
-    expected = np.array([
-        [1, 0, 0, 0, 0],
-        [1, 1, 0, 0, 0],
-        [1, 0, 1, 0, 0],
-        [1, 0, 0, 1, 0],
-        [1, 0, 0, 1, 1],
-    ], dtype=bool)
+    expected = np.array(
+        [
+            [1, 0, 0, 0, 0],
+            [1, 1, 0, 0, 0],
+            [1, 0, 1, 0, 0],
+            [1, 0, 0, 1, 0],
+            [1, 0, 0, 1, 1],
+        ],
+        dtype=bool,
+    )
     np.testing.assert_array_equal(tree_mask(TREE_C.parents), expected)
     assert ancestor_positions(TREE_C.parents, 0) == [[0], [0, 1], [0, 2], [0, 3], [0, 3, 4]]
     assert TREE_C.depths() == (1, 1, 1, 2)
@@ -93,14 +107,17 @@ def test_inputs_are_normalised_to_int_tuples():
     assert all(type(t) is int for t in tree.tokens + tree.parents)
 
 
-@pytest.mark.parametrize(("tokens", "parents", "message"), [
-    ((1, 2), (-1,), "differ in length"),
-    ((1,), (0,), r"parents\[0\] = 0"),
-    ((1, 2), (-1, 1), r"parents\[1\] = 1"),
-    ((1, 2), (-1, -2), r"parents\[1\] = -2"),
-    ((1, 1), (-1, -1), "siblings must differ"),
-    ((1, 2, 2), (-1, 0, 0), "siblings must differ"),
-])
+@pytest.mark.parametrize(
+    ("tokens", "parents", "message"),
+    [
+        ((1, 2), (-1,), "differ in length"),
+        ((1,), (0,), r"parents\[0\] = 0"),
+        ((1, 2), (-1, 1), r"parents\[1\] = 1"),
+        ((1, 2), (-1, -2), r"parents\[1\] = -2"),
+        ((1, 1), (-1, -1), "siblings must differ"),
+        ((1, 2, 2), (-1, 0, 0), "siblings must differ"),
+    ],
+)
 def test_invalid_trees_are_rejected(tokens, parents, message):
     with pytest.raises(ValueError, match=message):
         DraftTree(tokens, parents)
@@ -129,7 +146,9 @@ def test_children_and_path_reject_out_of_range():
 def trees(draw) -> DraftTree:
     n = draw(st.integers(0, 20))
     parents = [draw(st.integers(-1, i - 1)) for i in range(n)]
-    return DraftTree(tuple(range(100, 100 + n)), tuple(parents))  # distinct tokens: siblings always differ
+    return DraftTree(
+        tuple(range(100, 100 + n)), tuple(parents)
+    )  # distinct tokens: siblings always differ
 
 
 @settings(max_examples=200, deadline=None)

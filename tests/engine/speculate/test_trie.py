@@ -1,4 +1,5 @@
-"""The suffix trie (insertion, counts, LRU leaf eviction), the breadth schedule and the draft trees it grows."""
+"""The suffix trie (insertion, counts, LRU leaf eviction), the breadth schedule and the draft trees
+it grows."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roofline.engine.speculate import DraftTree, SpecOptions, TrieProposer, bfs_breadth, proposer_factory
+from roofline.engine.speculate import (
+    DraftTree,
+    SpecOptions,
+    TrieProposer,
+    bfs_breadth,
+    proposer_factory,
+)
 from roofline.engine.speculate.base import min_trie_capacity
 from roofline.engine.speculate.trie import ROOT, TokenTrie
 
@@ -28,10 +35,14 @@ def ngrams(trie: TokenTrie) -> dict[tuple[int, ...], int]:
 
 
 def brute_ngrams(tokens: list[int], depth: int) -> Counter:
-    return Counter(tuple(tokens[i:i + n]) for n in range(1, depth + 1) for i in range(len(tokens) - n + 1))
+    return Counter(
+        tuple(tokens[i : i + n]) for n in range(1, depth + 1) for i in range(len(tokens) - n + 1)
+    )
 
 
-# ---- the breadth schedule ------------------------------------------------------------------------------
+# ---- the breadth schedule
+# ------------------------------------------------------------------------------
+
 
 def test_breadth_schedule_defaults():
     table = {m: bfs_breadth(m, 18, 1, 10) for m in (1, 2, 5, 9, 13, 16, 17)}
@@ -57,15 +68,23 @@ def test_breadth_schedule_is_monotone_within_bounds(depth, low, extra):
     assert all(low <= v <= high for v in values)
 
 
-# ---- insertion and counts ------------------------------------------------------------------------------
+# ---- insertion and counts
+# ------------------------------------------------------------------------------
+
 
 def test_insertion_counts_every_ngram_up_to_the_depth():
     trie = TokenTrie(capacity=100, max_depth=3)
     trie.insert([1, 2, 1, 2, 3])
     assert ngrams(trie) == {
-        (1,): 2, (2,): 2, (3,): 1,
-        (1, 2): 2, (2, 1): 1, (2, 3): 1,
-        (1, 2, 1): 1, (2, 1, 2): 1, (1, 2, 3): 1,
+        (1,): 2,
+        (2,): 2,
+        (3,): 1,
+        (1, 2): 2,
+        (2, 1): 1,
+        (2, 3): 1,
+        (1, 2, 1): 1,
+        (2, 1, 2): 1,
+        (1, 2, 3): 1,
     }
     assert trie.size == 9
     assert trie.find([1, 2, 1, 2]) is None
@@ -93,7 +112,7 @@ def test_counts_match_brute_force(tokens, depth):
     assert ngrams(trie) == dict(brute_ngrams(tokens, depth))
     # the tails are the suffixes of length 0..depth-1
     for m, node in enumerate(tails):
-        assert node == trie.find(tokens[len(tokens) - m:])
+        assert node == trie.find(tokens[len(tokens) - m :])
     assert len(tails) == min(len(tokens), depth - 1) + 1
 
 
@@ -102,7 +121,9 @@ def test_token_range_is_checked():
         TokenTrie(100, 4).insert([-1])
 
 
-# ---- eviction ------------------------------------------------------------------------------------------
+# ---- eviction
+# ------------------------------------------------------------------------------------------
+
 
 def test_least_recently_used_leaf_goes_first():
     trie = TokenTrie(capacity=3, max_depth=2)
@@ -131,7 +152,11 @@ def test_only_leaves_are_evicted():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 6), max_size=40), max_size=6), st.integers(2, 5), st.integers(0, 20))
+@given(
+    st.lists(st.lists(st.integers(0, 6), max_size=40), max_size=6),
+    st.integers(2, 5),
+    st.integers(0, 20),
+)
 def test_pool_never_overflows_and_stays_consistent(streams, depth, extra):
     capacity = min_trie_capacity(depth) + extra
     trie = TokenTrie(capacity, depth)
@@ -141,7 +166,7 @@ def test_pool_never_overflows_and_stays_consistent(streams, depth, extra):
             tails = trie.extend(tails, token)
             assert trie.size <= capacity
             # a stream's own tails survive its insertion: they are its suffixes, alive in the trie
-            assert tails == [trie.find(stream[end - m:end]) for m in range(len(tails))]
+            assert tails == [trie.find(stream[end - m : end]) for m in range(len(tails))]
         assert len(ngrams(trie)) == trie.size
         assert all(count >= 1 for count in ngrams(trie).values())
 
@@ -156,13 +181,15 @@ def test_pool_at_the_minimum_capacity_keeps_the_newest_text():
     assert trie.find([0]) is None
 
 
-# ---- draft trees ---------------------------------------------------------------------------------------
+# ---- draft trees
+# ---------------------------------------------------------------------------------------
 
 CONTEXT = [1, 2, 3, 4, 1, 2, 3, 5, 1, 2, 3]
 
 
 def test_draft_tree_by_hand():
-    """Anchor [1, 2, 3] (breadth 9) has children 5 (newer) and 4, each followed by what came after them."""
+    """Anchor [1, 2, 3] (breadth 9) has children 5 (newer) and 4, each followed by what came after
+    them."""
     proposer = TrieProposer(SpecOptions(method="trie"))
     tree = proposer.propose(CONTEXT, 100)
     assert tree == DraftTree(
@@ -205,7 +232,9 @@ def test_long_match_narrows_short_match_widens():
     short = TrieProposer(SpecOptions(method="trie", num_draft_tokens=12)).propose(noise + [0], 100)
     assert len(short.children(-1)) == 10  # one-token match: max_bfs_breadth
     stretch = list(range(100, 130))
-    long = TrieProposer(SpecOptions(method="trie")).propose(noise + stretch + noise[:20] + stretch[:20], 100)
+    long = TrieProposer(SpecOptions(method="trie")).propose(
+        noise + stretch + noise[:20] + stretch[:20], 100
+    )
     assert long.is_chain
     assert long.tokens == tuple((stretch + noise)[20:32])  # what followed the earlier stretch
 
@@ -226,8 +255,12 @@ def test_shared_scope_shares_and_request_scope_does_not():
 
 def test_shared_trie_survives_eviction_of_another_requests_tails():
     depth = 4
-    options = SpecOptions(method="trie", trie_scope="shared", max_trie_depth=depth,
-                          trie_capacity=min_trie_capacity(depth))
+    options = SpecOptions(
+        method="trie",
+        trie_scope="shared",
+        max_trie_depth=depth,
+        trie_capacity=min_trie_capacity(depth),
+    )
     make = proposer_factory(options)
     first, second = make(), make()
     context = [1, 2, 3, 1, 2]
@@ -248,9 +281,17 @@ def test_shared_trie_survives_eviction_of_another_requests_tails():
     st.integers(2, 8),
     st.integers(1, 16),
 )
-def test_every_proposal_is_a_valid_capped_tree(tokens, max_tokens, tree_mode, scope, depth, num_draft):
-    options = SpecOptions(method="trie", tree=tree_mode, trie_scope=scope, max_trie_depth=depth,
-                          num_draft_tokens=num_draft, trie_capacity=min_trie_capacity(depth))
+def test_every_proposal_is_a_valid_capped_tree(
+    tokens, max_tokens, tree_mode, scope, depth, num_draft
+):
+    options = SpecOptions(
+        method="trie",
+        tree=tree_mode,
+        trie_scope=scope,
+        max_trie_depth=depth,
+        num_draft_tokens=num_draft,
+        trie_capacity=min_trie_capacity(depth),
+    )
     make = proposer_factory(options)
     proposer, other = make(), make()
     other.accepted(tokens[::-1])
@@ -271,4 +312,4 @@ def test_repetition_best_path_is_the_true_continuation(period, extra, seed, tree
     proposer = TrieProposer(SpecOptions(method="trie", tree=tree_mode))
     best = proposer.propose(stream[:length], 12).best_path()
     assert len(best) >= 1
-    assert list(best.tokens) == stream[length:length + len(best)]
+    assert list(best.tokens) == stream[length : length + len(best)]

@@ -1,4 +1,5 @@
-"""The one registry of engine launchers, shared by `roofline bench --engine NAME` and `roofline tune`.
+"""The one registry of engine launchers, shared by `roofline bench --engine NAME` and `roofline
+tune`.
 
 A launcher turns a configuration (knobs, checked before anything starts) into an argument list and
 an environment, says which version of its engine is installed, and knows how to ask its engine for
@@ -22,17 +23,36 @@ from pathlib import Path
 from typing import Any
 
 from roofline.bench.engines.base import Knob, Launcher, check_config, parse_engine_args
-from roofline.bench.engines.greedy import Exactness, GreedyOutput, GreedyRequestFailed, compare_outputs
+from roofline.bench.engines.greedy import (
+    Exactness,
+    GreedyOutput,
+    GreedyRequestFailed,
+    compare_outputs,
+)
 from roofline.bench.engines.launchers import COMMAND, EMBEDDED, SGLANG, VLLM
 from roofline.bench.engines.llamacpp import LLAMACPP
 from roofline.bench.launch import LocalServer, ServerDied, free_port
 from roofline.errors import UserError
 
-__all__ = ["LAUNCHERS", "Exactness", "GreedyOutput", "GreedyRequestFailed", "Knob", "Launcher", "ServerDied",
-           "check_config", "compare_outputs", "get_launcher", "parse_engine_args", "start_engine"]
+__all__ = [
+    "LAUNCHERS",
+    "Exactness",
+    "GreedyOutput",
+    "GreedyRequestFailed",
+    "Knob",
+    "Launcher",
+    "ServerDied",
+    "check_config",
+    "compare_outputs",
+    "get_launcher",
+    "parse_engine_args",
+    "start_engine",
+]
 
 DEATH_WAIT_S = 1.0
-LAUNCHERS: dict[str, Launcher] = {launcher.name: launcher for launcher in (EMBEDDED, LLAMACPP, VLLM, SGLANG, COMMAND)}
+LAUNCHERS: dict[str, Launcher] = {
+    launcher.name: launcher for launcher in (EMBEDDED, LLAMACPP, VLLM, SGLANG, COMMAND)
+}
 
 
 def get_launcher(name: str) -> Launcher:
@@ -40,14 +60,25 @@ def get_launcher(name: str) -> Launcher:
     try:
         return LAUNCHERS[name]
     except KeyError:
-        raise UserError(f"unknown engine {name!r}; the known ones: {', '.join(LAUNCHERS)}") from None
+        raise UserError(
+            f"unknown engine {name!r}; the known ones: {', '.join(LAUNCHERS)}"
+        ) from None
 
 
 @contextmanager
-def start_engine(launcher: Launcher, *, model: str | None, config: Mapping[str, Any], log_path: Path,
-                 extra_args: Sequence[str] = (), template: str | None = None, host: str = "127.0.0.1",
-                 ready_timeout_s: float = 300.0, stop_grace_s: float = 10.0,
-                 on_start: Callable[[LocalServer], None] | None = None) -> Iterator[LocalServer]:
+def start_engine(
+    launcher: Launcher,
+    *,
+    model: str | None,
+    config: Mapping[str, Any],
+    log_path: Path,
+    extra_args: Sequence[str] = (),
+    template: str | None = None,
+    host: str = "127.0.0.1",
+    ready_timeout_s: float = 300.0,
+    stop_grace_s: float = 10.0,
+    on_start: Callable[[LocalServer], None] | None = None,
+) -> Iterator[LocalServer]:
     """Start the engine on a free port and yield the ready LocalServer; stop it (and everything it
     started) when the block ends, however it ends.
 
@@ -61,9 +92,19 @@ def start_engine(launcher: Launcher, *, model: str | None, config: Mapping[str, 
     if reason:
         raise UserError(reason)
     port = free_port(host)
-    argv = launcher.argv(model=model, port=port, host=host, config=config, extra_args=extra_args, template=template)
-    server = LocalServer(argv, host=host, port=port, log_path=log_path, ready_timeout_s=ready_timeout_s,
-                         health_path=launcher.health_path, env=launcher.env(config), stop_grace_s=stop_grace_s)
+    argv = launcher.argv(
+        model=model, port=port, host=host, config=config, extra_args=extra_args, template=template
+    )
+    server = LocalServer(
+        argv,
+        host=host,
+        port=port,
+        log_path=log_path,
+        ready_timeout_s=ready_timeout_s,
+        health_path=launcher.health_path,
+        env=launcher.env(config),
+        stop_grace_s=stop_grace_s,
+    )
     if on_start is not None:
         on_start(server)
     with server:
@@ -83,5 +124,7 @@ def _raise_if_died(server: LocalServer, launcher: Launcher, cause: BaseException
     except subprocess.TimeoutExpired:
         code = None
     if code is not None:
-        raise ServerDied(f"the {launcher.name} server exited with code {code} while in use; its log is {server.log_path}",
-                         server.tail()) from cause
+        raise ServerDied(
+            f"the {launcher.name} server exited with code {code} while in use; its log is {server.log_path}",
+            server.tail(),
+        ) from cause

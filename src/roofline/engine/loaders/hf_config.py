@@ -22,17 +22,24 @@ def read_json(path: Path) -> dict:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path} is not valid JSON ({exc}); the checkpoint directory is damaged") from None
+        raise UserError(
+            f"{path} is not valid JSON ({exc}); the checkpoint directory is damaged"
+        ) from None
     if not isinstance(value, dict):
-        raise UserError(f"{path} holds {type(value).__name__}, not a JSON object; the checkpoint directory is damaged")
+        raise UserError(
+            f"{path} holds {type(value).__name__}, not a JSON object; the checkpoint directory is damaged"
+        )
     return value
 
 
 def _rope(cfg: dict) -> tuple[float, dict | None]:
-    """(rope_theta, rope_scaling) from either transformers 4's keys or transformers 5's `rope_parameters`."""
+    """(rope_theta, rope_scaling) from either transformers 4's keys or transformers 5's
+    `rope_parameters`."""
     params = cfg.get("rope_parameters") or {}
     theta = float(cfg.get("rope_theta") or params.get("rope_theta") or 10000.0)
-    scaling = cfg.get("rope_scaling") or {k: v for k, v in params.items() if k != "rope_theta"} or None
+    scaling = (
+        cfg.get("rope_scaling") or {k: v for k, v in params.items() if k != "rope_theta"} or None
+    )
     if scaling is not None:
         scaling = dict(scaling)
         kind = scaling.pop("type", None)
@@ -43,8 +50,8 @@ def _rope(cfg: dict) -> tuple[float, dict | None]:
 
 
 def _context_tokens(cfg: dict, arch_name: str) -> int:
-    """Usable context. The engine attends over the whole context, which equals a sliding-window model's
-    attention only up to the window: cap the context there so outputs stay exact."""
+    """Usable context. The engine attends over the whole context, which equals a sliding-window
+    model's attention only up to the window: cap the context there so outputs stay exact."""
     context = int(cfg.get("max_position_embeddings") or 2048)
     window = cfg.get("sliding_window")
     uses_window = arch_name == "MistralForCausalLM" or bool(cfg.get("use_sliding_window"))
@@ -54,7 +61,8 @@ def _context_tokens(cfg: dict, arch_name: str) -> int:
 
 
 def config_from_hf(cfg: dict, name: str, path: Path) -> ModelConfig:
-    """ModelConfig from a parsed config.json; UserError naming the architecture when it is not supported."""
+    """ModelConfig from a parsed config.json; UserError naming the architecture when it is not
+    supported."""
     declared = cfg.get("architectures") or [cfg.get("model_type", "unknown")]
     arch_name = next((a for a in declared if a in HF_ARCHITECTURES), None)
     if arch_name is None:
@@ -90,6 +98,8 @@ def config_from_hf(cfg: dict, name: str, path: Path) -> ModelConfig:
             qk_norm=arch == "qwen3",
         )
     except KeyError as exc:
-        raise UserError(f"{path}: config.json lacks {exc.args[0]}; the checkpoint directory is incomplete") from None
+        raise UserError(
+            f"{path}: config.json lacks {exc.args[0]}; the checkpoint directory is incomplete"
+        ) from None
     except (TypeError, ValueError, ZeroDivisionError) as exc:
         raise UserError(f"{path}: config.json has inconsistent values ({exc})") from None

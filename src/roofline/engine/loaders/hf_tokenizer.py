@@ -1,8 +1,10 @@
-"""The tokenizer of a Hugging Face model directory: tokenizer.json plus the ids and template around it.
+"""The tokenizer of a Hugging Face model directory: tokenizer.json plus the ids and template around
+it.
 
-tokenizer.json is read by the `tokenizers` library as is. tokenizer_config.json gives the chat template
-(or chat_template.jinja next to it), the BOS/EOS strings and add_bos_token; generation_config.json and
-config.json add end-of-generation ids (Llama 3 Instruct ends turns with <|eot_id|>, listed only there).
+tokenizer.json is read by the `tokenizers` library as is. tokenizer_config.json gives the chat
+template (or chat_template.jinja next to it), the BOS/EOS strings and add_bos_token;
+generation_config.json and config.json add end-of-generation ids (Llama 3 Instruct ends turns with
+<|eot_id|>, listed only there).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ def _ids(value) -> list[int]:
 
 
 def _chat_template(folder: Path, tokenizer_config: dict) -> str | None:
-    """chat_template.jinja when present (newer transformers save it there), else tokenizer_config's entry,
-    which may be a list of named templates: take "default"."""
+    """chat_template.jinja when present (newer transformers save it there), else tokenizer_config's
+    entry, which may be a list of named templates: take "default"."""
     jinja = folder / "chat_template.jinja"
     if jinja.is_file():
         return jinja.read_text(encoding="utf-8")
@@ -53,7 +55,8 @@ def _piece_kind(backend) -> str | None:
 
 
 def tokenizer_from_hf_dir(folder: Path, model_config: dict) -> Tokenizer:
-    """The Tokenizer of an HF directory (see module doc); UserError when tokenizer.json is absent or broken."""
+    """The Tokenizer of an HF directory (see module doc); UserError when tokenizer.json is absent or
+    broken."""
     from tokenizers import Tokenizer as Backend
 
     path = folder / "tokenizer.json"
@@ -64,15 +67,25 @@ def tokenizer_from_hf_dir(folder: Path, model_config: dict) -> Tokenizer:
     try:
         backend = Backend.from_file(str(path))
     except Exception as exc:  # the Rust library raises a plain Exception for a malformed file
-        raise UserError(f"{path} cannot be read by the tokenizers library ({str(exc)[:200]})") from None
-    config_path, generation_path = folder / "tokenizer_config.json", folder / "generation_config.json"
+        raise UserError(
+            f"{path} cannot be read by the tokenizers library ({str(exc)[:200]})"
+        ) from None
+    config_path, generation_path = (
+        folder / "tokenizer_config.json",
+        folder / "generation_config.json",
+    )
     tok_cfg = read_json(config_path) if config_path.is_file() else {}
     gen_cfg = read_json(generation_path) if generation_path.is_file() else {}
 
-    bos_token, eos_token = _token_text(tok_cfg.get("bos_token")), _token_text(tok_cfg.get("eos_token"))
+    bos_token, eos_token = (
+        _token_text(tok_cfg.get("bos_token")),
+        _token_text(tok_cfg.get("eos_token")),
+    )
     bos_id = backend.token_to_id(bos_token) if bos_token else None
     if bos_id is None:
-        bos_id = next(iter(_ids(gen_cfg.get("bos_token_id")) or _ids(model_config.get("bos_token_id"))), None)
+        bos_id = next(
+            iter(_ids(gen_cfg.get("bos_token_id")) or _ids(model_config.get("bos_token_id"))), None
+        )
         bos_token = backend.id_to_token(bos_id) if bos_id is not None else None
     eos_ids = set(_ids(gen_cfg.get("eos_token_id"))) | set(_ids(model_config.get("eos_token_id")))
     if eos_token and backend.token_to_id(eos_token) is not None:
@@ -89,7 +102,9 @@ def tokenizer_from_hf_dir(folder: Path, model_config: dict) -> Tokenizer:
             and wrapped[:1] == [bos_id]
             and backend.encode("a", add_special_tokens=False).ids[:1] != [bos_id]
         )
-    backend.post_processor = None  # BOS is added by Tokenizer.encode, alike for every checkpoint kind
+    backend.post_processor = (
+        None  # BOS is added by Tokenizer.encode, alike for every checkpoint kind
+    )
     return Tokenizer(
         backend,
         bos_id=bos_id,

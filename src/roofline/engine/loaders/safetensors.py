@@ -31,14 +31,17 @@ def safetensors_files(folder: Path) -> tuple[list[Path], dict[str, str] | None]:
         return files, weight_map
     files = sorted(folder.glob("*.safetensors"))
     if not files:
-        others = sorted(p.name for p in folder.glob("*.bin")) + sorted(p.name for p in folder.glob("*.pth"))
+        others = sorted(p.name for p in folder.glob("*.bin")) + sorted(
+            p.name for p in folder.glob("*.pth")
+        )
         hint = f" (found {', '.join(others[:3])}: convert them to safetensors)" if others else ""
         raise UserError(f"{folder} holds no *.safetensors weights{hint}")
     return files, None
 
 
 def _read_file(path: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of one safetensors file (the library memory-maps it and copies each tensor out once)."""
+    """Every tensor of one safetensors file (the library memory-maps it and copies each tensor out
+    once)."""
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -51,7 +54,8 @@ def _read_file(path: Path) -> dict[str, torch.Tensor]:
 
 
 def read_tensors(folder: Path, needed: set[str]) -> dict[str, torch.Tensor]:
-    """The `needed` tensors of a directory (other entries, e.g. rotary inv_freq buffers, are skipped)."""
+    """The `needed` tensors of a directory (other entries, e.g. rotary inv_freq buffers, are
+    skipped)."""
     files, weight_map = safetensors_files(folder)
     tensors: dict[str, torch.Tensor] = {}
     for path in files:
@@ -59,7 +63,9 @@ def read_tensors(folder: Path, needed: set[str]) -> dict[str, torch.Tensor]:
             if name in needed:
                 tensors[name] = value
     if weight_map is not None:
-        absent = [name for name, file in weight_map.items() if name in needed and name not in tensors]
+        absent = [
+            name for name, file in weight_map.items() if name in needed and name not in tensors
+        ]
         if absent:
             raise UserError(
                 f"{folder}: {absent[0]} is listed in {INDEX_FILE} but not in {weight_map[absent[0]]}; "
@@ -69,19 +75,23 @@ def read_tensors(folder: Path, needed: set[str]) -> dict[str, torch.Tensor]:
 
 
 def load_hf_dir(folder: str | Path) -> Checkpoint:
-    """Load an HF directory: weights keep their stored float dtype; ties are honoured when lm_head is absent."""
+    """Load an HF directory: weights keep their stored float dtype; ties are honoured when lm_head
+    is absent."""
     from roofline.engine.loaders.hf_tokenizer import tokenizer_from_hf_dir
 
     folder = Path(folder)
     config_path = folder / "config.json"
     if not config_path.is_file():
-        raise UserError(f"{folder} has no config.json; pass a Hugging Face model directory or a .gguf file")
+        raise UserError(
+            f"{folder} has no config.json; pass a Hugging Face model directory or a .gguf file"
+        )
     raw_config = read_json(config_path)
     config = config_from_hf(raw_config, folder.name, folder)
     untied = replace(config, tie_embeddings=False)
     tensors = read_tensors(folder, set(hf_tensor_names(untied)))
     if "lm_head.weight" not in tensors or config.tie_embeddings:
-        # Tied checkpoints reuse the embedding as the output projection; some still save a copy of it.
+        # Tied checkpoints reuse the embedding as the output projection; some still save a copy of
+        # it.
         tensors.pop("lm_head.weight", None)
         config = replace(config, tie_embeddings=True)
     for name, value in tensors.items():
@@ -93,5 +103,10 @@ def load_hf_dir(folder: str | Path) -> Checkpoint:
     stored = {name: _DTYPES[value.dtype] for name, value in tensors.items()}
     tokenizer = tokenizer_from_hf_dir(folder, raw_config)
     return Checkpoint(
-        config=config, tensors=tensors, tokenizer=tokenizer, path=str(folder), stored_format=stored, raw={}
+        config=config,
+        tensors=tensors,
+        tokenizer=tokenizer,
+        path=str(folder),
+        stored_format=stored,
+        raw={},
     )

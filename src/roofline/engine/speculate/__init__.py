@@ -1,12 +1,13 @@
 """Speculative decoding: draft proposers and draft trees.
 
 A proposer guesses the next tokens of a request (`DraftTree`: a chain or a tree of guesses after the
-last chosen token); the target model verifies them in one pass. `PROPOSERS` is the one registry: method
-name -> `ProposerFactory` ((SpecOptions, target runner) -> maker of one proposer per request). Adding a
-proposer is one entry here plus its module; an entry whose module is heavy imports it when called.
+last chosen token); the target model verifies them in one pass. `PROPOSERS` is the one registry:
+method name -> `ProposerFactory` ((SpecOptions, target runner) -> maker of one proposer per
+request). Adding a proposer is one entry here plus its module; an entry whose module is heavy
+imports it when called.
 
-    ngram  prompt lookup, vLLM-style: a chain copied from the earliest earlier occurrence of the longest
-           suffix n-gram (prompt_lookup.py)
+    ngram  prompt lookup, vLLM-style: a chain copied from the earliest earlier occurrence of the
+           longest suffix n-gram (prompt_lookup.py)
     trie   suffix-trie n-grams, SGLang-style: a draft tree from counted n-grams, per request or shared
            across requests (trie.py)
     draft  a cheaper model drafts a chain (draft_model.py)
@@ -29,22 +30,26 @@ from roofline.engine.speculate.trie import TrieProposer, bfs_breadth
 
 
 def _draft_model(options: SpecOptions, target: object) -> Callable[[], Proposer]:
-    from roofline.engine.speculate.draft_model import draft_factory  # loads a runner: only when asked for
+    from roofline.engine.speculate.draft_model import (
+        draft_factory,
+    )  # loads a runner: only when asked for
 
     return draft_factory(options, target)
 
 
-PROPOSERS: MappingProxyType[str, ProposerFactory] = MappingProxyType({
-    "ngram": PromptLookupProposer.factory,
-    "trie": TrieProposer.factory,
-    "draft": _draft_model,
-})
+PROPOSERS: MappingProxyType[str, ProposerFactory] = MappingProxyType(
+    {
+        "ngram": PromptLookupProposer.factory,
+        "trie": TrieProposer.factory,
+        "draft": _draft_model,
+    }
+)
 
 
 def proposer_factory(options: SpecOptions, target: object = None) -> Callable[[], Proposer] | None:
-    """A maker of one proposer per request for `options.method`; None for "none". `target` is the target
-    model's runner (the n-gram proposers ignore it). Proposers from one returned maker share what the
-    method shares (the trie, under trie_scope "shared")."""
+    """A maker of one proposer per request for `options.method`; None for "none". `target` is the
+    target model's runner (the n-gram proposers ignore it). Proposers from one returned maker share
+    what the method shares (the trie, under trie_scope "shared")."""
     if options.method == "none":
         return None
     return PROPOSERS[options.method](options, target)

@@ -1,7 +1,9 @@
-"""How much to draft: expected tokens per unit of cost, from the measured acceptance and the measured
-cost of a verify pass, so that text nobody can predict is not decoded slower than without speculation.
+"""How much to draft: expected tokens per unit of cost, from the measured acceptance and the
+measured cost of a verify pass, so that text nobody can predict is not decoded slower than without
+speculation.
 
-With per-token acceptance alpha and a draft whose accepted path can be d levels deep, a verify step yields
+With per-token acceptance alpha and a draft whose accepted path can be d levels deep, a verify step
+yields
 
     E(d) = 1 + alpha + ... + alpha^d = (1 - alpha^(d + 1)) / (1 - alpha)      tokens (the +1 is the target's own)
 
@@ -9,12 +11,12 @@ and costs, in units of one plain one-row decode pass,
 
     cost(n) = pass(1 + n) / pass(1) + n_draft_passes * c_draft
 
-where pass(rows) is the measured time of a weight pass over that many rows (`ModelRunner.pass_cost`) and a
-draft model adds its own passes. The draft is cut to the size n (a prefix of the proposer's tree: the best
-guesses come first) that maximises E(depth(n)) / cost(n); when no size beats plain decoding (ratio 1) by a
-margin, nothing is drafted. alpha is a running average per request (it starts from PRIOR_ALPHA); after
-PROBE_EVERY steps without drafting, one small draft is tried anyway so that alpha can recover when the text
-turns predictable.
+where pass(rows) is the measured time of a weight pass over that many rows (`ModelRunner.pass_cost`)
+and a draft model adds its own passes. The draft is cut to the size n (a prefix of the proposer's
+tree: the best guesses come first) that maximises E(depth(n)) / cost(n); when no size beats plain
+decoding (ratio 1) by a margin, nothing is drafted. alpha is a running average per request (it
+starts from PRIOR_ALPHA); after PROBE_EVERY steps without drafting, one small draft is tried anyway
+so that alpha can recover when the text turns predictable.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ PROBE_NODES = 2
 
 
 def expected_tokens(alpha: float, depth: int) -> float:
-    """E(d) = sum_{i=0..d} alpha^i: tokens a verify step yields when the accepted path can be depth deep."""
+    """E(d) = sum_{i=0..d} alpha^i: tokens a verify step yields when the accepted path can be depth
+    deep."""
     if alpha >= 1.0:
         return float(depth + 1)
     return (1.0 - alpha ** (depth + 1)) / (1.0 - alpha)
@@ -57,7 +60,11 @@ class SpecStats:
         return self.accepted / self.drafted if self.drafted else None
 
     def to_json(self) -> dict:
-        return {"passes": self.passes, "drafted_tokens": self.drafted, "accepted_tokens": self.accepted}
+        return {
+            "passes": self.passes,
+            "drafted_tokens": self.drafted,
+            "accepted_tokens": self.accepted,
+        }
 
 
 @dataclass
@@ -73,7 +80,8 @@ class DraftBudget:
     stats: SpecStats = field(default_factory=SpecStats)
 
     def cut(self, tree: DraftTree) -> DraftTree:
-        """The prefix of `tree` worth verifying (possibly empty), for proposers whose drafting is free."""
+        """The prefix of `tree` worth verifying (possibly empty), for proposers whose drafting is
+        free."""
         if not self.adaptive or len(tree) == 0:
             return tree
         return tree.truncated(self._size(tree.depths()))
@@ -85,8 +93,8 @@ class DraftBudget:
         return self._size(tuple(range(1, k + 1)))
 
     def _size(self, depths: tuple[int, ...]) -> int:
-        """The n maximising E(deepest of the first n nodes) / cost(n); 0 when nothing beats MARGIN, except
-        for a small probe every PROBE_EVERY idle steps."""
+        """The n maximising E(deepest of the first n nodes) / cost(n); 0 when nothing beats MARGIN,
+        except for a small probe every PROBE_EVERY idle steps."""
         best_n, best_ratio, deepest = 0, MARGIN, 0
         for n in range(1, len(depths) + 1):
             deepest = max(deepest, depths[n - 1])
@@ -110,8 +118,9 @@ class DraftBudget:
         self.stats.drafted += len(tree)
         self.stats.accepted += accepted
         self.stats.steps_with_draft += 1
-        # alpha per level: the accepted depth out of the levels offered, each level one Bernoulli trial
-        # until the first miss (a chain of d levels with a accepted: a successes, min(a + 1, d) trials)
+        # alpha per level: the accepted depth out of the levels offered, each level one Bernoulli
+        # trial until the first miss (a chain of d levels with a accepted: a successes, min(a + 1,
+        # d) trials)
         depth = max(tree.depths())
         trials = min(accepted + 1, depth)
         step_alpha = accepted / trials if trials else self.alpha

@@ -1,10 +1,11 @@
-"""What every draft proposer shares: one options object (the CLI flags map 1:1 onto its fields) and the
-`Proposer` protocol the scheduler calls.
+"""What every draft proposer shares: one options object (the CLI flags map 1:1 onto its fields) and
+the `Proposer` protocol the scheduler calls.
 
-A proposer guesses the tokens that follow the current context; the target model then verifies the guess
-in one pass (greedy verification keeps the output exactly that of plain decoding), so a proposer only
-changes speed, never the text. One proposer is made per request by the maker that
-`roofline.engine.speculate.proposer_factory(options, runner)` returns; the scheduler thread alone drives it:
+A proposer guesses the tokens that follow the current context; the target model then verifies the
+guess in one pass (greedy verification keeps the output exactly that of plain decoding), so a
+proposer only changes speed, never the text. One proposer is made per request by the maker that
+`roofline.engine.speculate.proposer_factory(options, runner)` returns; the scheduler thread alone
+drives it:
 
     propose(context, max_tokens) -> DraftTree   # context = prompt + output so far; its last token is the root
     accepted(context)                           # after each verify step, with the new full context
@@ -52,30 +53,55 @@ class SpecOptions:
             raise ValueError(f"method must be one of {known}; got {self.method!r}")
         for name in ("k", "prompt_lookup_min", "min_bfs_breadth", "num_draft_tokens"):
             _check_int(name, getattr(self, name), 1)
-        _check_int("prompt_lookup_max", self.prompt_lookup_max, self.prompt_lookup_min,
-                   "prompt_lookup_min must be <= prompt_lookup_max")
-        _check_int("max_bfs_breadth", self.max_bfs_breadth, self.min_bfs_breadth,
-                   "min_bfs_breadth must be <= max_bfs_breadth")
-        _check_int("max_trie_depth", self.max_trie_depth, 2,
-                   "max_trie_depth must be >= 2 (a match of one token plus one drafted token)")
+        _check_int(
+            "prompt_lookup_max",
+            self.prompt_lookup_max,
+            self.prompt_lookup_min,
+            "prompt_lookup_min must be <= prompt_lookup_max",
+        )
+        _check_int(
+            "max_bfs_breadth",
+            self.max_bfs_breadth,
+            self.min_bfs_breadth,
+            "min_bfs_breadth must be <= max_bfs_breadth",
+        )
+        _check_int(
+            "max_trie_depth",
+            self.max_trie_depth,
+            2,
+            "max_trie_depth must be >= 2 (a match of one token plus one drafted token)",
+        )
         floor = min_trie_capacity(self.max_trie_depth)
-        _check_int("trie_capacity", self.trie_capacity, floor,
-                   f"trie_capacity must be >= max_trie_depth * (max_trie_depth + 1) / 2 = {floor} "
-                   "(the nodes one insertion step may pin)")
+        _check_int(
+            "trie_capacity",
+            self.trie_capacity,
+            floor,
+            f"trie_capacity must be >= max_trie_depth * (max_trie_depth + 1) / 2 = {floor} "
+            "(the nodes one insertion step may pin)",
+        )
         if self.trie_scope not in TRIE_SCOPES:
-            raise ValueError(f"trie_scope must be one of {', '.join(TRIE_SCOPES)}; got {self.trie_scope!r}")
+            raise ValueError(
+                f"trie_scope must be one of {', '.join(TRIE_SCOPES)}; got {self.trie_scope!r}"
+            )
         for name in ("tree", "adaptive"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool; got {getattr(self, name)!r}")
         if self.draft_dtype not in DTYPES:
-            raise ValueError(f"draft_dtype must be one of {', '.join(DTYPES)}; got {self.draft_dtype!r}")
-        if self.draft_model is not None and (not isinstance(self.draft_model, str) or not self.draft_model):
-            raise ValueError(f"draft_model must be None or a non-empty string; got {self.draft_model!r}")
+            raise ValueError(
+                f"draft_dtype must be one of {', '.join(DTYPES)}; got {self.draft_dtype!r}"
+            )
+        if self.draft_model is not None and (
+            not isinstance(self.draft_model, str) or not self.draft_model
+        ):
+            raise ValueError(
+                f"draft_model must be None or a non-empty string; got {self.draft_model!r}"
+            )
 
 
 def min_trie_capacity(max_trie_depth: int) -> int:
-    """Smallest trie pool that always has an evictable leaf: the suffixes of length <= max_trie_depth that
-    one insertion step touches span at most 1 + 2 + ... + max_trie_depth nodes."""
+    """Smallest trie pool that always has an evictable leaf: the suffixes of length <=
+    max_trie_depth that one insertion step touches span at most 1 + 2 + ... + max_trie_depth
+    nodes."""
     return max_trie_depth * (max_trie_depth + 1) // 2
 
 
@@ -87,10 +113,12 @@ def _check_int(name: str, value: object, low: int, message: str | None = None) -
 
 
 class Proposer(Protocol):
-    """One per request (made by the registry's factory). Not thread-safe; the scheduler thread calls it."""
+    """One per request (made by the registry's factory). Not thread-safe; the scheduler thread calls
+    it."""
 
     def propose(self, context: Sequence[int], max_tokens: int) -> DraftTree:
-        """Draft tokens to follow context[-1] (the root): at most max_tokens nodes (0 -> the empty tree)."""
+        """Draft tokens to follow context[-1] (the root): at most max_tokens nodes (0 -> the empty
+        tree)."""
         ...
 
     def accepted(self, context: Sequence[int]) -> None:
@@ -98,7 +126,7 @@ class Proposer(Protocol):
         ...
 
 
-# A registry entry: given the options and the target model's runner, a maker of one proposer per request.
-# Everything the proposers of one maker share (the trie under trie_scope "shared", a draft model) lives in
-# the closure the entry returns.
+# A registry entry: given the options and the target model's runner, a maker of one proposer per
+# request. Everything the proposers of one maker share (the trie under trie_scope "shared", a draft
+# model) lives in the closure the entry returns.
 ProposerFactory = Callable[[SpecOptions, Any], Callable[[], Proposer]]

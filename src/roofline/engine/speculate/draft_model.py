@@ -1,16 +1,17 @@
-"""Draft-model proposer: a second, cheaper model that shares the tokenizer guesses k tokens greedily.
+"""Draft-model proposer: a second, cheaper model that shares the tokenizer guesses k tokens
+greedily.
 
-By default the draft is the target's own weights at int8 -- a quarter of the fp32 bytes, half of bf16 -- so
-a draft pass costs about c = bytes(int8) / bytes(target) of a target pass, and on open prose, where n-grams
-find nothing to copy, it still guesses most tokens right (the int8 copy rarely disagrees with its source).
-The output stays the target's, bit for bit: verification keeps only what the target itself would choose.
-`--draft-model other.gguf` drafts with another checkpoint of the same vocabulary instead (EAGLE heads,
-DFLASH and other trained drafters belong to this family).
+By default the draft is the target's own weights at int8 -- a quarter of the fp32 bytes, half of
+bf16 -- so a draft pass costs about c = bytes(int8) / bytes(target) of a target pass, and on open
+prose, where n-grams find nothing to copy, it still guesses most tokens right (the int8 copy rarely
+disagrees with its source). The output stays the target's, bit for bit: verification keeps only what
+the target itself would choose. `--draft-model other.gguf` drafts with another checkpoint of the
+same vocabulary instead (EAGLE heads, DFLASH and other trained drafters belong to this family).
 
-The draft runner has its own KV cache, one slot per request. Its cache holds a prefix of the request's
-tokens; each proposal first rolls it back to the longest prefix it shares with the context (drafts that
-were rejected go), feeds the rest in one pass (`extend`: usually the accepted tokens plus the target's
-own), then decodes k - 1 more tokens one at a time:
+The draft runner has its own KV cache, one slot per request. Its cache holds a prefix of the
+request's tokens; each proposal first rolls it back to the longest prefix it shares with the context
+(drafts that were rejected go), feeds the rest in one pass (`extend`: usually the accepted tokens
+plus the target's own), then decodes k - 1 more tokens one at a time:
 
     g_1 = argmax draft(context);   g_{i+1} = argmax draft(context + g_1..g_i)      k draft passes in all
 """
@@ -45,8 +46,9 @@ class DraftModelProposer:
         return draft_together([self], [context], [max_tokens])[0]
 
     def _sync(self, context: list[int]) -> list[int] | None:
-        """Roll the draft slot back to the longest prefix it shares with `context` and return the tokens still
-        to feed (at least the root, whose logits give the first guess); None when the slot must be prefilled."""
+        """Roll the draft slot back to the longest prefix it shares with `context` and return the
+        tokens still to feed (at least the root, whose logits give the first guess); None when the
+        slot must be prefilled."""
         shared = 0
         for a, b in zip(self.cached, context):
             if a != b:
@@ -59,7 +61,8 @@ class DraftModelProposer:
         return context[shared:]
 
     def accepted(self, context: Sequence[int]) -> None:
-        """Nothing to do: the next proposal rolls the draft cache back to what the context confirms."""
+        """Nothing to do: the next proposal rolls the draft cache back to what the context
+        confirms."""
 
     def close(self) -> None:
         """Give the draft slot back (the request ended)."""
@@ -70,10 +73,14 @@ class DraftModelProposer:
             self.cached = []
 
 
-def draft_together(proposers: list[DraftModelProposer], contexts: Sequence[Sequence[int]],
-                   max_tokens: Sequence[int]) -> list[DraftTree]:
-    """Draft for several requests that share one draft runner, their passes batched: the catch-up rows of
-    every request in one pass (`ModelRunner.step`), then one batched one-token pass per further guess."""
+def draft_together(
+    proposers: list[DraftModelProposer],
+    contexts: Sequence[Sequence[int]],
+    max_tokens: Sequence[int],
+) -> list[DraftTree]:
+    """Draft for several requests that share one draft runner, their passes batched: the catch-up
+    rows of every request in one pass (`ModelRunner.step`), then one batched one-token pass per
+    further guess."""
     trees = [DraftTree.empty()] * len(proposers)
     runner, live, guesses, wanted = None, [], {}, {}
     feeds = []
@@ -116,16 +123,24 @@ def draft_together(proposers: list[DraftModelProposer], contexts: Sequence[Seque
 
 
 def draft_factory(options: SpecOptions, target) -> Callable[[], DraftModelProposer]:
-    """Load the draft runner once (the target's own checkpoint at options.draft_dtype, or options.draft_model)
-    with as many slots as the target; each call makes one request's proposer."""
+    """Load the draft runner once (the target's own checkpoint at options.draft_dtype, or
+    options.draft_model) with as many slots as the target; each call makes one request's
+    proposer."""
     from roofline.engine.model_runner import load_runner
 
     source = options.draft_model or target.path
-    runner = load_runner(source, dtype=options.draft_dtype, threads=target.threads, max_batch=target.max_batch,
-                         max_seq_len=target.max_seq_len)
+    runner = load_runner(
+        source,
+        dtype=options.draft_dtype,
+        threads=target.threads,
+        max_batch=target.max_batch,
+        max_seq_len=target.max_seq_len,
+    )
     if runner.config.vocab_size != target.config.vocab_size:
-        raise UserError(f"the draft model {source} has a vocabulary of {runner.config.vocab_size} tokens and the target "
-                        f"{target.config.vocab_size}: a draft must share the target's tokenizer")
+        raise UserError(
+            f"the draft model {source} has a vocabulary of {runner.config.vocab_size} tokens and the target "
+            f"{target.config.vocab_size}: a draft must share the target's tokenizer"
+        )
     slots = list(range(runner.max_batch - 1, -1, -1))
     maker = lambda: DraftModelProposer(runner, slots, options.k)  # noqa: E731
     maker.runner = runner  # the draft's bytes per pass, for the cost model

@@ -1,20 +1,20 @@
 """Prompt lookup (vLLM's `ngram` method): guess that the text repeats itself.
 
-Let a[0..L-1] be the context (prompt + output so far). Find the largest n in [min_n, max_n] such that the
-suffix a[L-n..L-1] also occurs earlier, ending at some j <= L-2; draft the (up to) k tokens that followed
-that occurrence, a[j+1 .. j+k] (cut at the end of the context). No such n -> no draft.
+Let a[0..L-1] be the context (prompt + output so far). Find the largest n in [min_n, max_n] such
+that the suffix a[L-n..L-1] also occurs earlier, ending at some j <= L-2; draft the (up to) k tokens
+that followed that occurrence, a[j+1 .. j+k] (cut at the end of the context). No such n -> no draft.
 
-Which occurrence: the EARLIEST one, as vLLM does (vllm/v1/spec_decode/ngram_proposer.py keeps, among the
-longest matches, "the earliest position in the original tokens"). Besides matching vLLM, the earliest
-occurrence leaves the most tokens before the end of the context, so in a periodic context it can draft
-all k tokens where the most recent occurrence (one period back) may run into the end.
+Which occurrence: the EARLIEST one, as vLLM does (vllm/v1/spec_decode/ngram_proposer.py keeps, among
+the longest matches, "the earliest position in the original tokens"). Besides matching vLLM, the
+earliest occurrence leaves the most tokens before the end of the context, so in a periodic context
+it can draft all k tokens where the most recent occurrence (one period back) may run into the end.
 
 Search, O(L) numpy work then work proportional to the surviving candidates:
     cand_1 = { j <= L-2 : a[j] == a[L-1] }                      (occurrences matching 1 token)
     cand_{m+1} = { j in cand_m : j >= m and a[j-m] == a[L-1-m] } (matching m+1 tokens)
 The longest match is the last non-empty cand_m with m <= max_n; j = min(cand_m) is its earliest end.
-`PromptLookupProposer` keeps the context in a growing int64 buffer so each step converts only the new
-tokens (contexts grow between calls; a context that does not extend the buffer rebuilds it).
+`PromptLookupProposer` keeps the context in a growing int64 buffer so each step converts only the
+new tokens (contexts grow between calls; a context that does not extend the buffer rebuilds it).
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ def lookup_continuation(tokens: np.ndarray, min_n: int, max_n: int, k: int) -> n
 
 
 class PromptLookupProposer:
-    """vLLM-style n-gram (prompt lookup) proposer for one request: drafts a chain of up to k tokens."""
+    """vLLM-style n-gram (prompt lookup) proposer for one request: drafts a chain of up to k
+    tokens."""
 
     def __init__(self, options: SpecOptions) -> None:
         self.min_n = options.prompt_lookup_min
@@ -60,22 +61,30 @@ class PromptLookupProposer:
         self._len = 0
 
     @classmethod
-    def factory(cls, options: SpecOptions, target: object = None) -> Callable[[], PromptLookupProposer]:
-        """The registry entry: a maker of one proposer per request (`target`, the runner, is unused)."""
+    def factory(
+        cls, options: SpecOptions, target: object = None
+    ) -> Callable[[], PromptLookupProposer]:
+        """The registry entry: a maker of one proposer per request (`target`, the runner, is
+        unused)."""
         return lambda: cls(options)
 
     def propose(self, context: Sequence[int], max_tokens: int) -> DraftTree:
         self._sync(context)
-        draft = lookup_continuation(self._buf[: self._len], self.min_n, self.max_n, min(self.k, max_tokens))
+        draft = lookup_continuation(
+            self._buf[: self._len], self.min_n, self.max_n, min(self.k, max_tokens)
+        )
         return DraftTree.chain(draft.tolist())
 
     def accepted(self, context: Sequence[int]) -> None:
         """Nothing to learn: the next `propose` reads the context it is given."""
 
     def _sync(self, context: Sequence[int]) -> None:
-        """Make the buffer equal the context, converting only what is new when the context extends it."""
+        """Make the buffer equal the context, converting only what is new when the context extends
+        it."""
         n = len(context)
-        extends = self._len <= n and (self._len == 0 or int(context[self._len - 1]) == self._buf[self._len - 1])
+        extends = self._len <= n and (
+            self._len == 0 or int(context[self._len - 1]) == self._buf[self._len - 1]
+        )
         start = self._len if extends else 0
         if n > len(self._buf):
             grown = np.zeros(max(n, 2 * len(self._buf)), dtype=np.int64)

@@ -1,4 +1,5 @@
-"""One speculative decode step of one request, shared by `generate` (one sequence) and the scheduler (a batch).
+"""One speculative decode step of one request, shared by `generate` (one sequence) and the scheduler
+(a batch).
 
     tree   = speculation.draft(context)                       propose, cut to what pays (adaptive.py)
     rows   = [last token, *tree tokens]                       one pass scores them all (ModelRunner.step)
@@ -27,7 +28,9 @@ class RequestSpeculation:
     def __init__(self, proposer, budget: DraftBudget, chain_cost_first: bool) -> None:
         self.proposer = proposer
         self.budget = budget
-        self.chain_cost_first = chain_cost_first  # a draft model pays per drafted token: size before drafting
+        self.chain_cost_first = (
+            chain_cost_first  # a draft model pays per drafted token: size before drafting
+        )
 
     @property
     def stats(self) -> SpecStats:
@@ -52,8 +55,9 @@ class RequestSpeculation:
 
 
 def speculation_factory(options: SpecOptions, runner) -> Callable[[], RequestSpeculation] | None:
-    """A maker of one RequestSpeculation per request (None when options.method is "none"). Measures the
-    runner's pass costs once (the adaptive budget's unit) and, for "draft", loads the draft runner."""
+    """A maker of one RequestSpeculation per request (None when options.method is "none"). Measures
+    the runner's pass costs once (the adaptive budget's unit) and, for "draft", loads the draft
+    runner."""
     from roofline.engine.speculate import proposer_factory
 
     make_proposer = proposer_factory(options, runner)
@@ -62,18 +66,25 @@ def speculation_factory(options: SpecOptions, runner) -> Callable[[], RequestSpe
     if options.adaptive:
         runner.measure_pass_costs()
     draft_runner = getattr(make_proposer, "runner", None)
-    draft_cost = draft_runner.bytes_per_token / runner.bytes_per_token if draft_runner is not None else 0.0
+    draft_cost = (
+        draft_runner.bytes_per_token / runner.bytes_per_token if draft_runner is not None else 0.0
+    )
 
     def make() -> RequestSpeculation:
-        budget = DraftBudget(runner.pass_cost, draft_pass_cost=draft_cost, adaptive=options.adaptive)
-        return RequestSpeculation(make_proposer(), budget, chain_cost_first=draft_runner is not None)
+        budget = DraftBudget(
+            runner.pass_cost, draft_pass_cost=draft_cost, adaptive=options.adaptive
+        )
+        return RequestSpeculation(
+            make_proposer(), budget, chain_cost_first=draft_runner is not None
+        )
 
     return make
 
 
 def draft_all(items: list[tuple[RequestSpeculation | None, list[int], int]]) -> list[DraftTree]:
-    """Each request's draft for one batched step: (speculation or None, context, room) -> tree. Requests that
-    draft with a draft model share its passes (`draft_model.draft_together`); the others draft alone."""
+    """Each request's draft for one batched step: (speculation or None, context, room) -> tree.
+    Requests that draft with a draft model share its passes (`draft_model.draft_together`); the
+    others draft alone."""
     from roofline.engine.speculate.draft_model import draft_together
 
     trees = [DraftTree.empty()] * len(items)
@@ -88,15 +99,19 @@ def draft_all(items: list[tuple[RequestSpeculation | None, list[int], int]]) -> 
         else:
             trees[i] = spec.draft(context, room)
     if together:
-        drafted = draft_together([p for _, p, _, _ in together], [c for _, _, c, _ in together],
-                                 [n for _, _, _, n in together])
+        drafted = draft_together(
+            [p for _, p, _, _ in together],
+            [c for _, _, c, _ in together],
+            [n for _, _, _, n in together],
+        )
         for (i, *_), tree in zip(together, drafted):
             trees[i] = tree
     return trees
 
 
 def verify_rows(last_token: int, tree: DraftTree) -> tuple[list[int], list[int] | None]:
-    """The rows of a verify pass: (tokens, parents) -- the root, then the nodes (parents None for a chain)."""
+    """The rows of a verify pass: (tokens, parents) -- the root, then the nodes (parents None for a
+    chain)."""
     tokens = [int(last_token), *tree.tokens]
     if tree.is_chain:
         return tokens, None
@@ -104,16 +119,24 @@ def verify_rows(last_token: int, tree: DraftTree) -> tuple[list[int], list[int] 
 
 
 def room_for_draft(sequence, runner, slot: int) -> int:
-    """Draft nodes a step may verify: the accepted path plus the target's token must stay within max_tokens,
-    and every row of the pass must fit the slot's context."""
+    """Draft nodes a step may verify: the accepted path plus the target's token must stay within
+    max_tokens, and every row of the pass must fit the slot's context."""
     left = sequence.params.max_tokens - len(sequence.output_ids) - 1
     return max(0, min(left, runner.max_seq_len - runner.position(slot) - 1))
 
 
-def settle(runner, slot: int, start: int, tree: DraftTree, logits: np.ndarray, sequence,
-           speculation: RequestSpeculation | None) -> tuple[list[int], str]:
-    """After the pass: accept, keep the accepted path in the cache, feed the sequence. Returns the tokens
-    the sequence took (it stops taking them when it is done) and the text that became final."""
+def settle(
+    runner,
+    slot: int,
+    start: int,
+    tree: DraftTree,
+    logits: np.ndarray,
+    sequence,
+    speculation: RequestSpeculation | None,
+) -> tuple[list[int], str]:
+    """After the pass: accept, keep the accepted path in the cache, feed the sequence. Returns the
+    tokens the sequence took (it stops taking them when it is done) and the text that became
+    final."""
     rows, tokens = accept(tree, logits, sequence.params, sequence.rng)
     runner.keep(slot, start, rows)
     taken, text = [], ""

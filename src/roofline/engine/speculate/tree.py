@@ -1,25 +1,26 @@
-"""Draft trees: the tokens a proposer guesses will follow the root, and the attention mask that verifies them.
+"""Draft trees: the tokens a proposer guesses will follow the root, and the attention mask that
+verifies them.
 
-The root is the last token already chosen; it is not part of the tree. Node i holds token tokens[i] and
-hangs under parents[i]: -1 for the root, otherwise an earlier node (parents[i] < i), so the nodes are in
-topological order (BFS order when a proposer builds level by level) and any prefix of the nodes is again
-a tree. A chain -- one guess per position, as prompt lookup or a draft model make -- has
-parents == (-1, 0, 1, ..., n-2).
+The root is the last token already chosen; it is not part of the tree. Node i holds token tokens[i]
+and hangs under parents[i]: -1 for the root, otherwise an earlier node (parents[i] < i), so the
+nodes are in topological order (BFS order when a proposer builds level by level) and any prefix of
+the nodes is again a tree. A chain -- one guess per position, as prompt lookup or a draft model make
+-- has parents == (-1, 0, 1, ..., n-2).
 
-Siblings carry distinct tokens: two children of one parent with the same token would be the same guess
-twice. Among siblings the first child is the proposer's best guess, so following first children from the
-root (`best_path`) is the proposer's chain.
+Siblings carry distinct tokens: two children of one parent with the same token would be the same
+guess twice. Among siblings the first child is the proposer's best guess, so following first
+children from the root (`best_path`) is the proposer's chain.
 
 Verification runs the root and all n nodes through the target in one pass of n+1 rows. Row 0 is the
-root, row i+1 is node i. Row a may attend to row b iff b is a itself or one of its ancestors (the root is
-an ancestor of every node); that is the tree attention mask
+root, row i+1 is node i. Row a may attend to row b iff b is a itself or one of its ancestors (the
+root is an ancestor of every node); that is the tree attention mask
 
     mask[a, b] = (b == a) or (b is an ancestor of a),    mask[0, 0] = True, mask[a, 0] = True.
 
 Built row by row: mask[i+1] = mask[parents[i]+1] with column i+1 set. For a chain it is the lower
 triangle, i.e. ordinary causal attention. When the n+1 rows are written to the KV cache at physical
-positions start, start+1, ..., start+n, `ancestor_positions` lists for each row the positions it may read
-beyond the committed context: the row's ancestors and itself, root first.
+positions start, start+1, ..., start+n, `ancestor_positions` lists for each row the positions it may
+read beyond the committed context: the row's ancestors and itself, root first.
 """
 
 from __future__ import annotations
@@ -33,12 +34,15 @@ import numpy as np
 def _check_parents(parents: Sequence[int]) -> None:
     for i, parent in enumerate(parents):
         if not -1 <= parent < i:
-            raise ValueError(f"parents[{i}] = {parent}: must be -1 (the root) or an earlier node in [0, {i})")
+            raise ValueError(
+                f"parents[{i}] = {parent}: must be -1 (the root) or an earlier node in [0, {i})"
+            )
 
 
 @dataclass(frozen=True)
 class DraftTree:
-    """Draft tokens that would follow the root (the last token already chosen, not part of the tree).
+    """Draft tokens that would follow the root (the last token already chosen, not part of the
+    tree).
 
     Node i has token tokens[i] and parent parents[i]: -1 = the root, otherwise an index < i
     (BFS/topological order). A chain is parents == (-1, 0, 1, ..., n-2). Any sequences of ints are
@@ -54,12 +58,16 @@ class DraftTree:
         object.__setattr__(self, "tokens", tokens)
         object.__setattr__(self, "parents", parents)
         if len(tokens) != len(parents):
-            raise ValueError(f"tokens and parents differ in length: {len(tokens)} != {len(parents)}")
+            raise ValueError(
+                f"tokens and parents differ in length: {len(tokens)} != {len(parents)}"
+            )
         _check_parents(parents)
         seen: set[tuple[int, int]] = set()
         for i, key in enumerate(zip(parents, tokens)):
             if key in seen:
-                raise ValueError(f"node {i} repeats token {key[1]} under parent {key[0]}: siblings must differ")
+                raise ValueError(
+                    f"node {i} repeats token {key[1]} under parent {key[0]}: siblings must differ"
+                )
             seen.add(key)
 
     @staticmethod
@@ -103,7 +111,8 @@ class DraftTree:
         return path[::-1]
 
     def best_path(self) -> DraftTree:
-        """The chain through the first child at every level (the proposer's best guess at each depth)."""
+        """The chain through the first child at every level (the proposer's best guess at each
+        depth)."""
         first_child: dict[int, int] = {}
         for i, parent in enumerate(self.parents):
             first_child.setdefault(parent, i)
@@ -126,7 +135,8 @@ class DraftTree:
 def tree_mask(parents: Sequence[int]) -> np.ndarray:
     """Tree attention mask, bool (n+1, n+1) over rows [root, node 0, ..., node n-1].
 
-    mask[a, b] is True iff row b is row a or an ancestor of it; the root is an ancestor of every node.
+    mask[a, b] is True iff row b is row a or an ancestor of it; the root is an ancestor of every
+    node.
     """
     _check_parents(parents)
     n = len(parents)
@@ -139,8 +149,9 @@ def tree_mask(parents: Sequence[int]) -> np.ndarray:
 
 
 def ancestor_positions(parents: Sequence[int], start: int) -> list[list[int]]:
-    """For rows [root, node 0, ...] written at cache positions start + row: each row's ancestors-and-self
-    positions, root first. Row 0 -> [start]; node i -> [start, ..., start + 1 + i]."""
+    """For rows [root, node 0, ...] written at cache positions start + row: each row's
+    ancestors-and-self positions, root first. Row 0 -> [start]; node i -> [start, ..., start + 1 +
+    i]."""
     _check_parents(parents)
     rows: list[list[int]] = [[start]]
     for i, parent in enumerate(parents):

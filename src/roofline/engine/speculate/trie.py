@@ -1,45 +1,47 @@
-"""Suffix-trie n-gram proposer (SGLang's `ngram` method, written afresh): a draft TREE from a token trie.
+"""Suffix-trie n-gram proposer (SGLang's `ngram` method, written afresh): a draft TREE from a token
+trie.
 
-The trie. Every n-gram of the inserted text with n <= D (D = max_trie_depth) is a path from the root;
-count[node] is how often that n-gram occurred, tick[node] when it was last used (a clock that advances
-once per inserted token). Inserting token t at the end of a text whose suffixes of length 0..D-1 sit at
-nodes s_0 = root, s_1, ..., s_{D-1} (the "tails") adds the n-grams that end at t: child t of every s_m,
-created with count 1 or incremented. The children are the new tails, the one of length D dropped. So
-extending a text costs O(D) dictionary steps per new token, and `accepted()` inserts only new tokens.
+The trie. Every n-gram of the inserted text with n <= D (D = max_trie_depth) is a path from the
+root; count[node] is how often that n-gram occurred, tick[node] when it was last used (a clock that
+advances once per inserted token). Inserting token t at the end of a text whose suffixes of length
+0..D-1 sit at nodes s_0 = root, s_1, ..., s_{D-1} (the "tails") adds the n-grams that end at t:
+child t of every s_m, created with count 1 or incremented. The children are the new tails, the one
+of length D dropped. So extending a text costs O(D) dictionary steps per new token, and `accepted()`
+inserts only new tokens.
 
-Eviction. The pool holds at most `capacity` nodes besides the root. Creating a node in a full pool first
-evicts the least recently used LEAF (smallest tick; a min-heap of leaves with lazy re-keying: an entry
-whose node was touched since is pushed again with its new tick). Before a step, the tails are touched
-with the new tick, and a leaf touched in the current step is never evicted; the nodes one step touches
-span at most 1 + 2 + ... + D = D(D+1)/2, the smallest capacity SpecOptions accepts, so a leaf to evict
-always exists. A request whose tails were evicted by another request (shared scope) rebuilds them.
-Nodes are indices into flat int64 arrays (no per-node Python objects, nothing for the garbage collector
-to walk): about 210 bytes and 2 us per new node here, so a novel 8k-token prompt (~143k nodes at D = 18)
-costs ~30 MB and ~0.3 s once; each later token costs O(D).
+Eviction. The pool holds at most `capacity` nodes besides the root. Creating a node in a full pool
+first evicts the least recently used LEAF (smallest tick; a min-heap of leaves with lazy re-keying:
+an entry whose node was touched since is pushed again with its new tick). Before a step, the tails
+are touched with the new tick, and a leaf touched in the current step is never evicted; the nodes
+one step touches span at most 1 + 2 + ... + D = D(D+1)/2, the smallest capacity SpecOptions accepts,
+so a leaf to evict always exists. A request whose tails were evicted by another request (shared
+scope) rebuilds them. Nodes are indices into flat int64 arrays (no per-node Python objects, nothing
+for the garbage collector to walk): about 210 bytes and 2 us per new node here, so a novel 8k-token
+prompt (~143k nodes at D = 18) costs ~30 MB and ~0.3 s once; each later token costs O(D).
 
-Matching. The tails of the context, s_1 .. s_{D-1}, are the anchors: every suffix of the context that
-is in the trie (they are, just inserted). Their children are the tokens that followed earlier occurrences
-of that suffix. Long anchors go first: a long match is confident.
+Matching. The tails of the context, s_1 .. s_{D-1}, are the anchors: every suffix of the context
+that is in the trie (they are, just inserted). Their children are the tokens that followed earlier
+occurrences of that suffix. Long anchors go first: a long match is confident.
 
-Building the draft tree. For each anchor with children, longest first, BFS from it with a breadth
-b = bfs_breadth(m) set by its match length m (see `bfs_breadth`). A frontier entry is (draft node,
+Building the draft tree. For each anchor with children, longest first, BFS from it with a breadth b
+= bfs_breadth(m) set by its match length m (see `bfs_breadth`). A frontier entry is (draft node,
 trie node, p), p an estimate of the path's probability: p(child) = p(parent) * count[child] /
 count[parent] (the share of the parent's occurrences that went on with that token). Per level, every
 frontier node offers its best b children (count, then recency); the level keeps the b most probable
-offers overall and adds them grouped by parent in frontier order, best child first, so a node's first
-child is its most likely one and `DraftTree.best_path()` is the chain guess. Anchors merge into one
-tree: a token already under the same draft parent is reused, not repeated. A long anchor reaches only
-D - m levels below it, so shorter anchors extend the tree deeper (and, being wider, add alternatives).
-Stops at min(num_draft_tokens, max_tokens) nodes. Chain mode (tree=False) grows with breadth 1, so the
-whole budget goes to depth, and returns best_path().
+offers overall and adds them grouped by parent in frontier order, best child first, so a node's
+first child is its most likely one and `DraftTree.best_path()` is the chain guess. Anchors merge
+into one tree: a token already under the same draft parent is reused, not repeated. A long anchor
+reaches only D - m levels below it, so shorter anchors extend the tree deeper (and, being wider, add
+alternatives). Stops at min(num_draft_tokens, max_tokens) nodes. Chain mode (tree=False) grows with
+breadth 1, so the whole budget goes to depth, and returns best_path().
 
-Scope. Default "request": each request has its own trie over its prompt + output. It needs no locking,
-its memory ends with the request, its statistics are the request's own, and it behaves the same however
-many requests run. ("shared" is SGLang's way: one global cache.) "shared": one trie for all
-requests made by one factory (one server), so prompts and outputs of past requests feed later ones
-(repeated system prompts, templated answers). Leakage of token patterns across requests never changes an
-output (verification keeps it exact), but the shared trie holds memory for the server's lifetime (up to
-trie_capacity nodes) and, unlocked, is safe only from the single scheduler thread.
+Scope. Default "request": each request has its own trie over its prompt + output. It needs no
+locking, its memory ends with the request, its statistics are the request's own, and it behaves the
+same however many requests run. ("shared" is SGLang's way: one global cache.) "shared": one trie for
+all requests made by one factory (one server), so prompts and outputs of past requests feed later
+ones (repeated system prompts, templated answers). Leakage of token patterns across requests never
+changes an output (verification keeps it exact), but the shared trie holds memory for the server's
+lifetime (up to trie_capacity nodes) and, unlocked, is safe only from the single scheduler thread.
 """
 
 from __future__ import annotations
@@ -52,18 +54,21 @@ from roofline.engine.speculate.base import SpecOptions
 from roofline.engine.speculate.tree import DraftTree
 
 
-def bfs_breadth(match_len: int, max_trie_depth: int, min_bfs_breadth: int, max_bfs_breadth: int) -> int:
+def bfs_breadth(
+    match_len: int, max_trie_depth: int, min_bfs_breadth: int, max_bfs_breadth: int
+) -> int:
     """Tokens kept per BFS level for an anchor that matched `match_len` tokens.
 
     Linear in the match length m over its range [1, D-1] (D = max_trie_depth), rounded half up:
 
         breadth(m) = max_bfs_breadth - (max_bfs_breadth - min_bfs_breadth) * (m - 1) / (D - 2)
 
-    so a one-token match (little evidence) gets max_bfs_breadth and a (D-1)-token match min_bfs_breadth;
-    m outside [1, D-1] is clamped, and D = 2 (only m = 1) gives max_bfs_breadth. Defaults (D 18, 1..10):
-    m = 1 -> 10, 9 -> 5, 17 -> 1. SGLang (trie_cache.cpp, buildRecency) starts each anchor's BFS at
-    min + (max_window - m) * (max - min) / (max_window - min_window + 1), applies it per expanded node
-    (truncated, at least 1), and lowers it by that same step at every level deeper.
+    so a one-token match (little evidence) gets max_bfs_breadth and a (D-1)-token match
+    min_bfs_breadth; m outside [1, D-1] is clamped, and D = 2 (only m = 1) gives max_bfs_breadth.
+    Defaults (D 18, 1..10): m = 1 -> 10, 9 -> 5, 17 -> 1. SGLang (trie_cache.cpp, buildRecency)
+    starts each anchor's BFS at min + (max_window - m) * (max - min) / (max_window - min_window +
+    1), applies it per expanded node (truncated, at least 1), and lowers it by that same step at
+    every level deeper.
     """
     if max_trie_depth <= 2:
         return max_bfs_breadth
@@ -78,10 +83,10 @@ ROOT = 0
 
 
 class TokenTrie:
-    """Counts of all n-grams (n <= max_depth) of the inserted token streams, in a pool of `capacity` nodes
-    (besides the root) with least-recently-used leaf eviction. Streams are inserted token by token
-    through their tails (`extend`). Nodes are ints indexing flat arrays; an evicted node's index is
-    reused, so holders of node ids keep the node's serial to tell (`alive`)."""
+    """Counts of all n-grams (n <= max_depth) of the inserted token streams, in a pool of `capacity`
+    nodes (besides the root) with least-recently-used leaf eviction. Streams are inserted token by
+    token through their tails (`extend`). Nodes are ints indexing flat arrays; an evicted node's
+    index is reused, so holders of node ids keep the node's serial to tell (`alive`)."""
 
     def __init__(self, capacity: int, max_depth: int) -> None:
         self.capacity = capacity
@@ -104,7 +109,8 @@ class TokenTrie:
         self._serials = 0
 
     def extend(self, tails: list[int], token: int) -> list[int]:
-        """Insert `token` after a stream whose suffix nodes of length 0.. are `tails`; the new tails."""
+        """Insert `token` after a stream whose suffix nodes of length 0.. are `tails`; the new
+        tails."""
         if not 0 <= token < STRIDE:
             raise ValueError(f"token ids must be in [0, 2**32); got {token}")
         self.clock += 1
@@ -194,12 +200,21 @@ class TokenTrie:
         return node
 
     def _fresh_index(self) -> int:
-        """The next never-used index, growing the columns (geometrically, up to capacity + 1) if needed."""
+        """The next never-used index, growing the columns (geometrically, up to capacity + 1) if
+        needed."""
         node = self._used
         if node == len(self.token):
             grow = min(max(node, 1024), self.capacity + 1 - node)
-            for column in (self.token, self.parent, self.count, self.tick, self.serial,
-                           self._first, self._next, self._prev):
+            for column in (
+                self.token,
+                self.parent,
+                self.count,
+                self.tick,
+                self.serial,
+                self._first,
+                self._next,
+                self._prev,
+            ):
                 column.frombytes(bytes(column.itemsize * grow))
             self._in_heap.extend(bytes(grow))
         self._used += 1
@@ -210,8 +225,8 @@ class TokenTrie:
         self._in_heap[node] = 1
 
     def _evict_one(self) -> None:
-        """Remove the least recently used leaf not touched in the current step. Every node has at most one
-        heap entry and an evicted node none, so an index can be reused at once."""
+        """Remove the least recently used leaf not touched in the current step. Every node has at
+        most one heap entry and an evicted node none, so an index can be reused at once."""
         leaves = self._leaves
         while leaves:
             tick, node = divmod(leaves[0], STRIDE)
@@ -226,7 +241,9 @@ class TokenTrie:
                 heapq.heappop(leaves)
                 self._remove(node)
                 return
-        raise RuntimeError(f"trie pool of {self.capacity} nodes has no leaf to evict (capacity too small)")
+        raise RuntimeError(
+            f"trie pool of {self.capacity} nodes has no leaf to evict (capacity too small)"
+        )
 
     def _remove(self, node: int) -> None:
         parent, before, after = self.parent[node], self._prev[node], self._next[node]
@@ -251,8 +268,8 @@ def grow_draft_tree(
     max_nodes: int,
     breadth: Callable[[int], int],
 ) -> DraftTree:
-    """BFS from each (match length, anchor node) in turn into one draft tree of at most max_nodes nodes;
-    `breadth(match_len)` tokens are kept per level (module docstring)."""
+    """BFS from each (match length, anchor node) in turn into one draft tree of at most max_nodes
+    nodes; `breadth(match_len)` tokens are kept per level (module docstring)."""
     tokens: list[int] = []
     parents: list[int] = []
     index: dict[tuple[int, int], int] = {}  # (draft parent, token) -> draft node
@@ -285,12 +302,14 @@ def grow_draft_tree(
 
 
 class TrieProposer:
-    """SGLang-style n-gram proposer for one request: a draft tree (or its best path) from a suffix trie,
-    its own or one shared by all proposers of a factory."""
+    """SGLang-style n-gram proposer for one request: a draft tree (or its best path) from a suffix
+    trie, its own or one shared by all proposers of a factory."""
 
     def __init__(self, options: SpecOptions, trie: TokenTrie | None = None) -> None:
         self.options = options
-        self.trie = trie if trie is not None else TokenTrie(options.trie_capacity, options.max_trie_depth)
+        self.trie = (
+            trie if trie is not None else TokenTrie(options.trie_capacity, options.max_trie_depth)
+        )
         self._tails = [ROOT]  # nodes of the context's suffixes of length 0..max_trie_depth-1
         self._serials = [0]
         self._len = 0  # context tokens inserted
@@ -298,7 +317,8 @@ class TrieProposer:
 
     @classmethod
     def factory(cls, options: SpecOptions, target: object = None) -> Callable[[], TrieProposer]:
-        """The registry entry: a maker of one proposer per request (`target`, the runner, is unused)."""
+        """The registry entry: a maker of one proposer per request (`target`, the runner, is
+        unused)."""
         if options.trie_scope == "shared":
             shared = TokenTrie(options.trie_capacity, options.max_trie_depth)
             return lambda: cls(options, shared)
@@ -311,12 +331,18 @@ class TrieProposer:
         if max_nodes <= 0:
             return DraftTree.empty()
         tails = self._tails
-        anchors = [(m, tails[m]) for m in range(len(tails) - 1, 0, -1) if self.trie.children(tails[m])]
+        anchors = [
+            (m, tails[m]) for m in range(len(tails) - 1, 0, -1) if self.trie.children(tails[m])
+        ]
         if not opts.tree:
             return grow_draft_tree(self.trie, anchors, max_nodes, lambda m: 1).best_path()
         return grow_draft_tree(
-            self.trie, anchors, max_nodes,
-            lambda m: bfs_breadth(m, opts.max_trie_depth, opts.min_bfs_breadth, opts.max_bfs_breadth),
+            self.trie,
+            anchors,
+            max_nodes,
+            lambda m: bfs_breadth(
+                m, opts.max_trie_depth, opts.min_bfs_breadth, opts.max_bfs_breadth
+            ),
         )
 
     def accepted(self, context: Sequence[int]) -> None:
