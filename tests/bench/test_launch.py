@@ -25,9 +25,16 @@ from roofline.bench.plan import BenchPlan
 from roofline.bench.session import EngineSpec, run_session
 from roofline.bench.workloads import Prompt
 
-# The command launcher under the embedded engine's name: bench treats it as the embedded engine
-# (held against this machine's profile) while it runs a null server.
-EMBEDDED_STAND_IN = replace(LAUNCHERS["command"], name="embedded")
+# The command launcher with the embedded engine's traits: bench treats it as the embedded engine
+# (held against this machine's profile) while it runs a null server. Traits, not the name, decide.
+EMBEDDED = LAUNCHERS["embedded"]
+EMBEDDED_STAND_IN = replace(
+    LAUNCHERS["command"],
+    name="embedded-stand-in",
+    reports_bytes_per_token=EMBEDDED.reports_bytes_per_token,
+    usage_per_chunk=EMBEDDED.usage_per_chunk,
+    default_hardware=EMBEDDED.default_hardware,
+)
 
 
 def processes_with(marker: str) -> list[int]:

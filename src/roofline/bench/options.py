@@ -1,16 +1,63 @@
 """`roofline bench`'s options, checked: the `BenchPlan` and the engine to start, or one UserError.
 
-The CLI hands over its options as a mapping (option name without dashes -> value); everything a user
-can get wrong is caught here, before anything is started or measured.
+The CLI hands over its options as one BenchOptions; everything a user can get wrong is caught here,
+before anything is started or measured.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
 
+from roofline.bench.plan import BenchPlan
 from roofline.errors import UserError
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """`roofline bench`'s options as given (defaults as the CLI's); times, lengths, sweeps and SLOs
+    are still text, checked by plan_from_options and engine_from_options."""
+
+    url: str | None = None
+    model: str | None = None
+    hardware: str | None = None
+    gpus: int = 1
+    served_model: str | None = None
+    api: str | None = None
+    api_key: str | None = None
+    prompts: Path | None = None
+    synthetic: bool = False
+    input_len: str = "1024"
+    output_len: str = "256"
+    max_tokens: int = 256
+    ignore_eos: bool = False
+    temperature: float = 0.0
+    reps: int = 3
+    concurrency: str | None = None  # a sweep, "1,4,16"
+    rate: str | None = None  # a sweep, "2,4,8"
+    arrivals: str = "poisson"
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    duration: str | None = None
+    num_requests: int | None = None
+    warmup: int = 1
+    timeout: str = "600s"
+    slo: str | None = None
+    workers: int = 1
+    tokenizer: str | None = None
+    usage: str = "auto"
+    seed: int = 0
+    out: Path | None = None
+    label: str | None = None
+    calibrate: bool = False
+    engine: str | None = None
+    engine_arg: tuple[str, ...] = ()
+    engine_cmd: str | None = None
+    engine_timeout: str = "300s"
+    as_json: bool = False
+    as_markdown: bool = False
+    no_report: bool = False
 
 
 def rates_per_s(text: str) -> list[float]:
@@ -56,12 +103,11 @@ def host_label(url: str) -> str:
         return "bench"
 
 
-def plan_from_options(o: Mapping[str, Any]):
+def plan_from_options(o: BenchOptions) -> BenchPlan:
     """Check every option (UserError on the first bad one) and build the BenchPlan."""
     from roofline.bench.api import CHAT, COMPLETIONS, USAGE_LEVELS
     from roofline.bench.loadgen import ARRIVALS, Scenario
     from roofline.bench.metrics import parse_slo
-    from roofline.bench.plan import BenchPlan
     from roofline.bench.workloads import (
         builtin_prompts,
         load_prompts_jsonl,
@@ -70,123 +116,126 @@ def plan_from_options(o: Mapping[str, Any]):
     )
     from roofline.units import parse_int_list
 
-    if not (o["url"] or o["engine"] or o["engine_cmd"]):
+    if not (o.url or o.engine or o.engine_cmd):
         raise UserError("give a server URL, --engine NAME, --engine-cmd or --calibrate")
-    if o["api"] not in (None, CHAT, COMPLETIONS):
-        raise UserError(f"--api must be {CHAT} or {COMPLETIONS} (got {o['api']!r})")
-    if o["usage"] not in ("auto", *USAGE_LEVELS):
-        raise UserError(f"--usage must be auto, {', '.join(USAGE_LEVELS)} (got {o['usage']!r})")
-    if o["arrivals"] not in ARRIVALS:
-        raise UserError(f"--arrivals must be one of {', '.join(ARRIVALS)} (got {o['arrivals']!r})")
-    for name in (
-        "max_tokens",
-        "reps",
-        "workers",
-        "burstiness",
-        "gpus",
-        "max_concurrency",
-        "num_requests",
+    if o.api not in (None, CHAT, COMPLETIONS):
+        raise UserError(f"--api must be {CHAT} or {COMPLETIONS} (got {o.api!r})")
+    if o.usage not in ("auto", *USAGE_LEVELS):
+        raise UserError(f"--usage must be auto, {', '.join(USAGE_LEVELS)} (got {o.usage!r})")
+    if o.arrivals not in ARRIVALS:
+        raise UserError(f"--arrivals must be one of {', '.join(ARRIVALS)} (got {o.arrivals!r})")
+    for name, value in (
+        ("--max-tokens", o.max_tokens),
+        ("--reps", o.reps),
+        ("--workers", o.workers),
+        ("--burstiness", o.burstiness),
+        ("--gpus", o.gpus),
+        ("--max-concurrency", o.max_concurrency),
+        ("--num-requests", o.num_requests),
     ):
-        check_positive("--" + name.replace("_", "-"), o[name])
-    check_positive("--warmup", o["warmup"], allow_zero=True)
-    if o["synthetic"] and o["prompts"]:
+        check_positive(name, value)
+    check_positive("--warmup", o.warmup, allow_zero=True)
+    if o.synthetic and o.prompts:
         raise UserError("give --prompts or --synthetic, not both")
-    duration = seconds("--duration", o["duration"])
-    timeout = seconds("--timeout", o["timeout"])
-    slo = parse_slo(o["slo"]) if o["slo"] is not None else None
+    duration = seconds("--duration", o.duration)
+    timeout = seconds("--timeout", o.timeout)
+    slo = parse_slo(o.slo) if o.slo is not None else None
     tokenizer = None
-    if o["tokenizer"]:
+    if o.tokenizer:
         from roofline.bench.tokens import load_tokenizer
 
-        tokenizer = load_tokenizer(o["tokenizer"])
-    ignore_eos = o["ignore_eos"]
-    if o["synthetic"]:
-        ins, outs = (
-            parse_length(o["input_len"], what="--input-len"),
-            parse_length(o["output_len"], what="--output-len"),
-        )
+        tokenizer = load_tokenizer(o.tokenizer)
+    ignore_eos = o.ignore_eos
+    if o.synthetic:
+        ins = parse_length(o.input_len, what="--input-len")
+        outs = parse_length(o.output_len, what="--output-len")
         prompts = synthetic_prompts(
-            o["num_requests"] or 64, ins, outs, seed=o["seed"], tokenizer=tokenizer
+            o.num_requests or 64, ins, outs, seed=o.seed, tokenizer=tokenizer
         )
         ignore_eos = True
-    elif o["prompts"]:
-        prompts = load_prompts_jsonl(o["prompts"])
+    elif o.prompts:
+        prompts = load_prompts_jsonl(o.prompts)
     else:
         prompts = builtin_prompts()
     scenarios = []
-    if o["concurrency"]:
+    if o.concurrency:
         scenarios += [
-            Scenario(
-                "concurrency", concurrency=c, num_requests=o["num_requests"], duration_s=duration
-            )
-            for c in parse_int_list(o["concurrency"], what="--concurrency")
+            Scenario("concurrency", concurrency=c, num_requests=o.num_requests, duration_s=duration)
+            for c in parse_int_list(o.concurrency, what="--concurrency")
         ]
-    if o["rate"]:
+    if o.rate:
         scenarios += [
             Scenario(
                 "rate",
                 rate_per_s=r,
-                arrivals=o["arrivals"],
-                burstiness=o["burstiness"],
-                max_concurrency=o["max_concurrency"],
-                num_requests=o["num_requests"],
+                arrivals=o.arrivals,
+                burstiness=o.burstiness,
+                max_concurrency=o.max_concurrency,
+                num_requests=o.num_requests,
                 duration_s=duration,
             )
-            for r in rates_per_s(o["rate"])
+            for r in rates_per_s(o.rate)
         ]
     if not scenarios:
-        scenarios = [Scenario("sequential", num_requests=o["num_requests"], duration_s=duration)]
-    started = o["engine"] or ("command" if o["engine_cmd"] else None)
-    label = o["label"] or (
-        host_label(o["url"]) if started is None else "engine" if started == "command" else started
-    )
+        scenarios = [Scenario("sequential", num_requests=o.num_requests, duration_s=duration)]
     return BenchPlan(
-        url=o["url"] or "",
+        url=o.url or "",
         prompts=prompts,
         scenarios=scenarios,
-        api=o["api"],
-        api_key=o["api_key"],
-        served_model=o["served_model"],
-        model=o["model"],
-        hardware=o["hardware"],
-        gpus=o["gpus"],
-        reps=o["reps"],
-        max_tokens=o["max_tokens"],
-        temperature=o["temperature"],
+        api=o.api,
+        api_key=o.api_key,
+        served_model=o.served_model,
+        model=o.model,
+        hardware=o.hardware,
+        gpus=o.gpus,
+        reps=o.reps,
+        max_tokens=o.max_tokens,
+        temperature=o.temperature,
         ignore_eos=ignore_eos,
-        usage=o["usage"],
-        warmup=o["warmup"],
+        usage=o.usage,
+        warmup=o.warmup,
         timeout_s=timeout,
-        workers=o["workers"],
-        tokenizer=o["tokenizer"],
-        seed=o["seed"],
+        workers=o.workers,
+        tokenizer=o.tokenizer,
+        seed=o.seed,
         slo_s=slo,
-        label=label,
+        label=o.label or _label(o),
         argv=list(sys.argv[1:]),
     )
 
 
-def engine_from_options(o: Mapping[str, Any]):
+def _label(o: BenchOptions) -> str:
+    """The run folder's default name: the engine started ("engine" for a command template), else
+    the server's host and port."""
+    from roofline.bench.engines import get_launcher
+
+    if o.engine:
+        launcher = get_launcher(o.engine)
+        return "engine" if launcher.takes_template else launcher.name
+    return "engine" if o.engine_cmd else host_label(o.url or "")
+
+
+def engine_from_options(o: BenchOptions):
     """The engine to start (None when a URL is measured): a launcher from the registry, its knobs
     checked before anything starts."""
-    from roofline.bench.engines import check_config, get_launcher, parse_engine_args
+    from roofline.bench.engines import COMMAND, check_config, get_launcher, parse_engine_args
     from roofline.bench.session import EngineSpec
 
-    name, template = o["engine"], o["engine_cmd"]
+    name, template = o.engine, o.engine_cmd
     if not (name or template):
-        if o["engine_arg"]:
+        if o.engine_arg:
             raise UserError("--engine-arg goes with --engine or --engine-cmd")
         return None
-    if o["url"]:
+    if o.url:
         raise UserError("give either a URL or an engine to start, not both")
-    if template and name not in (None, "command"):
+    launcher = get_launcher(name) if name else COMMAND
+    if template and not launcher.takes_template:
         raise UserError(
-            f"--engine-cmd starts the command engine; drop --engine {name} or --engine-cmd"
+            f"--engine-cmd starts the {COMMAND.name} engine; drop --engine {name} or --engine-cmd"
         )
-    launcher = get_launcher(name or "command")
-    if launcher.name == "command" and not template:
-        raise UserError("--engine command needs --engine-cmd TEMPLATE")
-    config, extra = parse_engine_args(launcher, o["engine_arg"])
+    if launcher.takes_template and not template:
+        raise UserError(f"--engine {launcher.name} needs --engine-cmd TEMPLATE")
+    config, extra = parse_engine_args(launcher, o.engine_arg)
     check_config(launcher, config)
     reason = launcher.unavailable()
     if reason:
@@ -196,6 +245,6 @@ def engine_from_options(o: Mapping[str, Any]):
         config,
         tuple(extra),
         template,
-        o["model"],
-        seconds("--engine-timeout", o["engine_timeout"]) or 300.0,
+        o.model,
+        seconds("--engine-timeout", o.engine_timeout) or 300.0,
     )

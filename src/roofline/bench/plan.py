@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,8 @@ class RequestSpec:
 
 @dataclass
 class BenchPlan:
+    """One benchmark run (built from the CLI's BenchOptions by bench.options.plan_from_options)."""
+
     url: str
     prompts: list[Prompt]
     scenarios: list[Scenario]
@@ -65,14 +67,6 @@ class BenchPlan:
     extra_body: dict | None = None
     argv: list[str] = field(default_factory=list)
     provenance_extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> BenchPlan:
-        """The plan of `roofline bench`'s options, each checked (bench.options; UserError on the
-        first bad one)."""
-        from roofline.bench.options import plan_from_options
-
-        return plan_from_options(options)
 
 
 @dataclass(frozen=True)

@@ -46,28 +46,27 @@ def run_session(
 ) -> Outcome:
     """Run the plan (against a started engine when asked); the engine is stopped in every case.
 
-    A run held against this machine (`--hardware local`, and the embedded engine unless --hardware
-    says otherwise) is held against the read bandwidth measured in its own window: a short probe
-    right before the requests and another right after, the higher of the two
-    (`roofline.hardware.window`). measure_bandwidth() -> (bytes/s, kernel) is that probe (the short
-    best-of-kernels one by default). The embedded engine's profile is measured first if `roofline
-    probe` never ran here. model_file: the engine's model (a local .gguf or safetensors folder) when
-    this session did not start it (tune starts its own): the file's bytes per token are counted from
-    it when the server does not report them; a started engine's model argument is used the same
-    way."""
+    A run held against this machine (`--hardware local`, or a launcher whose default hardware is
+    local, such as the embedded engine, unless --hardware says otherwise) is held against the read
+    bandwidth measured in its own window: a short probe right before the requests and another right
+    after, the higher of the two (`roofline.hardware.window`). measure_bandwidth() -> (bytes/s,
+    kernel) is that probe (the short best-of-kernels one by default). Such an engine's profile is
+    measured first if `roofline probe` never ran here. model_file: the engine's model (a local .gguf
+    or safetensors folder) when this session did not start it (tune starts its own): the file's
+    bytes per token are counted from it when the server does not report them; a started engine's
+    model argument is used the same way."""
     if engine is None or not engine.wanted:
         return _measure(
             plan,
             run_dir,
             progress,
-            default_local=False,
+            default_hardware=None,
             measure=measure_bandwidth,
             model_file=model_file,
         )
     launcher = engine.launcher
-    embedded = launcher.name == "embedded"
-    if embedded and plan.hardware in (None, "local"):
-        ensure_local_profile(progress)
+    if launcher.default_hardware == LOCAL and plan.hardware in (None, LOCAL):
+        ensure_local_profile(progress)  # an engine on this machine reads the profile as it starts
     with start_engine(
         launcher,
         model=engine.model,
@@ -94,7 +93,7 @@ def run_session(
             plan,
             run_dir,
             progress,
-            default_local=embedded,
+            default_hardware=launcher.default_hardware,
             measure=measure_bandwidth,
             model_file=model_file or engine.model,
         )
@@ -105,12 +104,12 @@ def _measure(
     run_dir: Path,
     progress: Progress,
     *,
-    default_local: bool,
+    default_hardware: str | None,
     measure: Measure | None,
     model_file: str | None = None,
 ) -> Outcome:
     info = asyncio.run(discover(plan))
-    hardware = plan.hardware or ("local" if default_local else None)
+    hardware = plan.hardware or default_hardware
     measure = measure or (
         lambda: short_probe(by="the run window of `roofline bench` (or a tune trial)")
     )

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from roofline.cli.output import run_until_signal
+
+if TYPE_CHECKING:
+    from roofline.bench.options import BenchOptions
 
 HELP = """Measure what an engine really delivers: TTFT, TPOT, per-token ITL, chunk gaps, Output Speed,
 E2E, requests/s, tokens/s and goodput, each request written to a run folder as it ends.
@@ -80,6 +84,14 @@ class _RichProgress:
 
 
 def register(app: typer.Typer) -> None:
+    from roofline.bench.engines import LAUNCHERS
+
+    names = [
+        f"{name} (with --engine-cmd)" if la.takes_template else name
+        for name, la in LAUNCHERS.items()
+    ]
+    engines = " or ".join([", ".join(names[:-1]), names[-1]])
+
     @app.command("bench", help=HELP)
     def bench(
         url: str | None = typer.Argument(
@@ -224,7 +236,7 @@ def register(app: typer.Typer) -> None:
         engine: str | None = typer.Option(
             None,
             "--engine",
-            help="Start a local engine and benchmark it: embedded (roofline serve), llamacpp, vllm, sglang, or command (with --engine-cmd); --model says what it serves.",
+            help=f"Start a local engine and benchmark it: {engines}; --model says what it serves.",
         ),
         engine_arg: list[str] = typer.Option(
             [],
@@ -251,29 +263,71 @@ def register(app: typer.Typer) -> None:
             help="Skip report.html (charts) at the end; summary.md is still written.",
         ),
     ) -> None:
-        run_until_signal(_run, dict(locals()))
+        from roofline.bench.options import BenchOptions
+
+        options = BenchOptions(
+            url=url,
+            model=model,
+            hardware=hardware,
+            gpus=gpus,
+            served_model=served_model,
+            api=api,
+            api_key=api_key,
+            prompts=prompts,
+            synthetic=synthetic,
+            input_len=input_len,
+            output_len=output_len,
+            max_tokens=max_tokens,
+            ignore_eos=ignore_eos,
+            temperature=temperature,
+            reps=reps,
+            concurrency=concurrency,
+            rate=rate,
+            arrivals=arrivals,
+            burstiness=burstiness,
+            max_concurrency=max_concurrency,
+            duration=duration,
+            num_requests=num_requests,
+            warmup=warmup,
+            timeout=timeout,
+            slo=slo,
+            workers=workers,
+            tokenizer=tokenizer,
+            usage=usage,
+            seed=seed,
+            out=out,
+            label=label,
+            calibrate=calibrate,
+            engine=engine,
+            engine_arg=tuple(engine_arg),
+            engine_cmd=engine_cmd,
+            engine_timeout=engine_timeout,
+            as_json=as_json,
+            as_markdown=as_markdown,
+            no_report=no_report,
+        )
+        run_until_signal(_run, options)
 
 
-def _run(o: dict) -> int:
-    if o["calibrate"]:
+def _run(o: BenchOptions) -> int:
+    if o.calibrate:
         return _calibrate(o)
     from roofline.bench.launch import ServerDied
-    from roofline.bench.options import engine_from_options
-    from roofline.bench.plan import BenchPlan
+    from roofline.bench.options import engine_from_options, plan_from_options
     from roofline.bench.results import default_run_dir
     from roofline.bench.session import run_session
     from roofline.bench.summary import RunSummary
     from roofline.bench.tables import tables, write_markdown
 
     engine = engine_from_options(o)
-    plan = BenchPlan.from_options(o)
+    plan = plan_from_options(o)
     if (
         engine is None
     ):  # a URL: one line and exit 2 when no server answers; its bytes per token set the ceiling
         from roofline.bench.preflight import preflight
 
         plan = preflight(plan, lambda text: typer.echo(text, err=True))
-    run_dir = o["out"] or default_run_dir(plan.label)
+    run_dir = o.out or default_run_dir(plan.label)
     progress = _RichProgress()
     try:
         outcome = run_session(plan, run_dir, progress, engine)
@@ -285,14 +339,14 @@ def _run(o: dict) -> int:
         progress.stop()
     summary = RunSummary.from_json(outcome.summary)
     write_markdown(outcome.run_dir, summary)
-    if o["as_json"]:
+    if o.as_json:
         from roofline.cli import output
 
         output.print_json(outcome.summary)
     else:
-        _print(summary, tables(summary), as_markdown=o["as_markdown"])
+        _print(summary, tables(summary), as_markdown=o.as_markdown)
     typer.echo(f"run folder: {outcome.run_dir}", err=True)
-    if not o["no_report"]:
+    if not o.no_report:
         from roofline.cli.report import write_report_after_run
 
         write_report_after_run(outcome.run_dir)
@@ -305,17 +359,17 @@ def _run(o: dict) -> int:
     return 0
 
 
-def _calibrate(o: dict) -> int:
+def _calibrate(o: BenchOptions) -> int:
     from roofline.bench.calibrate import run_calibration, table_rows
     from roofline.bench.options import check_positive
     from roofline.bench.results import default_run_dir, write_json
     from roofline.cli import output
 
-    check_positive("--workers", o["workers"])
-    run_dir = o["out"] or default_run_dir("calibrate")
+    check_positive("--workers", o.workers)
+    run_dir = o.out or default_run_dir("calibrate")
     progress = _RichProgress()
     try:
-        results = run_calibration(workers=o["workers"], out_dir=run_dir, progress=progress)
+        results = run_calibration(workers=o.workers, out_dir=run_dir, progress=progress)
     finally:
         progress.stop()
     headers, rows, notes = table_rows(results)
@@ -331,14 +385,14 @@ def _calibrate(o: dict) -> int:
         for r in results
     ]
     write_json(Path(run_dir) / "calibration.json", data)
-    if o["as_json"]:
+    if o.as_json:
         output.print_json(data)
     else:
         output.emit_table(
             "client calibration against the null server (exact schedule)",
             headers,
             rows,
-            as_markdown=o["as_markdown"],
+            as_markdown=o.as_markdown,
             notes=notes,
         )
     typer.echo(f"run folder: {run_dir}", err=True)

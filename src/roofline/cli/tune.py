@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from roofline.cli.output import run_until_signal
 from roofline.errors import UserError
+
+if TYPE_CHECKING:
+    from roofline.tune.tuner import TuneArgs, TuneOptions
 
 HELP = """Close the gap: start an engine with one configuration after another, measure each with `roofline bench`, refuse any whose greedy outputs differ from the baseline's, and show what each setting bought.
 
@@ -22,16 +26,28 @@ Default: the embedded engine on the default model, the `embedded` preset (precis
 Results go to a run folder (printed): tune.json (for `roofline report`), trials.jsonl, one folder per trial with the engine's log, and the study (study.db) that --resume continues after Ctrl-C or a kill. With --storage postgresql://... --study NAME, the same command on several machines shares one study: each worker claims different trials and records the machine it ran on."""
 
 
+def _listed(names: list[str]) -> str:
+    """'a, b or c'."""
+    return " or ".join(filter(None, [", ".join(names[:-1]), names[-1]])) if names else "none"
+
+
 def register(app: typer.Typer) -> None:
+    from roofline.bench.engines import LAUNCHERS
+    from roofline.tune.space import preset_names
+
+    tunable = _listed([name for name, la in LAUNCHERS.items() if la.knobs])
+    own_hardware = ", ".join(
+        f"{name}: {la.default_hardware}" for name, la in LAUNCHERS.items() if la.default_hardware
+    )
+
     @app.command("tune", help=HELP)
     def tune(
-        engine: str = typer.Option(
-            "embedded", "--engine", help="Engine to start: embedded, llamacpp, vllm or sglang."
-        ),
+        engine: str = typer.Option("embedded", "--engine", help=f"Engine to start: {tunable}."),
         model: str | None = typer.Option(
             None,
             "--model",
-            help="Model to serve (embedded: a .gguf file or folder; default SmolLM2-135M-Instruct).",
+            help="Model to serve, as the engine takes it (a .gguf file, a folder, a Hugging Face "
+            "id); default: the engine's own where it has one.",
         ),
         space: Path | None = typer.Option(
             None, "--space", help="Search space TOML file (knobs, ranges or choices, conditions)."
@@ -39,7 +55,7 @@ def register(app: typer.Typer) -> None:
         preset: str | None = typer.Option(
             None,
             "--preset",
-            help="Built-in space: embedded, vllm-ngram, llamacpp, b200-ladder (default: the engine's own).",
+            help=f"Built-in space: {', '.join(preset_names())} (default: the engine's own).",
         ),
         strategy: str = typer.Option(
             "ladder",
@@ -72,7 +88,8 @@ def register(app: typer.Typer) -> None:
         hardware: str | None = typer.Option(
             None,
             "--hardware",
-            help="Hardware for the ceiling: a catalogue name (b200), 'local', or a bandwidth like 8TB/s (embedded: local).",
+            help="Hardware for the ceiling: a catalogue name (b200), 'local', or a bandwidth like "
+            f"8TB/s (default: the engine's own; {own_hardware}).",
         ),
         storage: str | None = typer.Option(
             None,
@@ -126,7 +143,37 @@ def register(app: typer.Typer) -> None:
             help="Skip report.html (ladder, sweeps, roofline charts) at the end.",
         ),
     ) -> None:
-        run_until_signal(_run, dict(locals()))
+        from roofline.tune.tuner import TuneArgs
+
+        args = TuneArgs(
+            engine=engine,
+            model=model,
+            space=space,
+            preset=preset,
+            strategy=strategy,
+            trials=trials,
+            objective=objective,
+            reps=reps,
+            max_tokens=max_tokens,
+            prompts=prompts,
+            hardware=hardware,
+            storage=storage,
+            study=study,
+            resume=resume,
+            allow_inexact=allow_inexact,
+            runs=runs,
+            engine_arg=tuple(engine_arg),
+            slo=slo,
+            concurrency=concurrency,
+            price_per_hour=price_per_hour,
+            engine_timeout=engine_timeout,
+            timeout=timeout,
+            seed=seed,
+            as_json=as_json,
+            as_markdown=as_markdown,
+            no_report=no_report,
+        )
+        run_until_signal(_run, args)
 
 
 def _seconds(name: str, text: str) -> float:
@@ -143,7 +190,7 @@ def _positive(name: str, value: float | None) -> None:
         raise UserError(f"{name} must be positive (got {value})")
 
 
-def _new_options(o: dict):
+def _new_options(a: TuneArgs) -> TuneOptions:
     """Check every option (UserError on the first bad one) and build the TuneOptions."""
     from roofline.bench.engines import (
         LAUNCHERS,
@@ -157,81 +204,76 @@ def _new_options(o: dict):
     from roofline.tune.space import default_preset, load_preset, load_space_file
     from roofline.tune.tuner import TuneOptions
 
-    launcher = get_launcher(o["engine"])
+    launcher = get_launcher(a.engine)
     if not launcher.knobs:
         tunable = ", ".join(name for name, la in LAUNCHERS.items() if la.knobs)
         raise UserError(f"engine {launcher.name} has no knobs to tune; tune one of: {tunable}")
     why = launcher.unavailable()
     if why:
         raise UserError(why)
-    get_strategy(o["strategy"])
-    for name in ("trials", "reps", "max_tokens", "concurrency"):
-        _positive("--" + name.replace("_", "-"), o[name])
+    get_strategy(a.strategy)
+    _positive("--trials", a.trials)
+    _positive("--reps", a.reps)
+    _positive("--max-tokens", a.max_tokens)
+    _positive("--concurrency", a.concurrency)
     get_objective(
-        o["objective"],
-        ObjectiveSettings(
-            o["concurrency"], parse_slo(o["slo"]) if o["slo"] else None, o["price_per_hour"]
-        ),
+        a.objective,
+        ObjectiveSettings(a.concurrency, parse_slo(a.slo) if a.slo else None, a.price_per_hour),
     )
-    if o["space"] and o["preset"]:
+    if a.space and a.preset:
         raise UserError("give --space or --preset, not both")
-    if o["space"]:
-        sp = load_space_file(o["space"], launcher)
+    if a.space:
+        sp = load_space_file(a.space, launcher)
     else:
-        sp = load_preset(o["preset"] or default_preset(launcher.name), launcher)
-    fixed, extra = parse_engine_args(launcher, o["engine_arg"])
+        sp = load_preset(a.preset or default_preset(launcher.name), launcher)
+    fixed, extra = parse_engine_args(launcher, a.engine_arg)
     if fixed:
         sp = sp.with_baseline(fixed)
         check_config(launcher, sp.baseline)
     launcher.argv(
-        model=o["model"], port=1, host="127.0.0.1", config=sp.baseline, extra_args=extra
+        model=a.model, port=1, host="127.0.0.1", config=sp.baseline, extra_args=extra
     )  # e.g. no --model
-    if o["engine"] == "embedded" and not o["model"]:
-        from roofline.engine.default_model import default_model_path
-
-        default_model_path()  # a missing default model is a one-line error now, not a failed baseline
-    hardware = o["hardware"] or ("local" if o["engine"] == "embedded" else None)
-    if (
-        hardware and o["engine"] != "embedded" and o["model"]
-    ):  # fail before launching, not after every trial
+    if not a.model:
+        launcher.default_model()  # missing: a one-line error now, not a failed baseline
+    hardware = a.hardware or launcher.default_hardware
+    if hardware and a.model and not launcher.reports_bytes_per_token:
+        # the ceiling needs the model: fail before launching, not after every trial
         from roofline.bench.against import resolve_ceiling
         from roofline.modelspec.catalogue import load_spec
 
-        if (
-            hardware == "local"
-        ):  # the bandwidth is measured per trial; the bytes need the model's config
-            load_spec(o["model"])
+        if hardware == "local":  # the bandwidth is measured per trial; the bytes need the config
+            load_spec(a.model)
         else:
-            resolve_ceiling(model=o["model"], hardware=hardware, served=None, server_info=None)
-    if o["prompts"]:
+            resolve_ceiling(model=a.model, hardware=hardware, served=None, server_info=None)
+    if a.prompts:
         from roofline.bench.workloads import load_prompts_jsonl
 
-        load_prompts_jsonl(o["prompts"])
+        load_prompts_jsonl(a.prompts)
     return TuneOptions(
-        engine=o["engine"],
-        model=o["model"],
+        engine=a.engine,
+        model=a.model,
         space=sp.to_json(),
-        strategy=o["strategy"],
-        objective=o["objective"],
-        trials=o["trials"],
-        reps=o["reps"],
-        max_tokens=o["max_tokens"],
-        prompts=str(o["prompts"].resolve()) if o["prompts"] else None,
+        strategy=a.strategy,
+        objective=a.objective,
+        trials=a.trials,
+        reps=a.reps,
+        max_tokens=a.max_tokens,
+        prompts=str(a.prompts.resolve()) if a.prompts else None,
         hardware=hardware,
-        storage=o["storage"],
-        study=o["study"],
-        allow_inexact=o["allow_inexact"],
-        concurrency=o["concurrency"],
-        slo=o["slo"],
-        price_per_hour=o["price_per_hour"],
+        storage=a.storage,
+        study=a.study,
+        allow_inexact=a.allow_inexact,
+        concurrency=a.concurrency,
+        slo=a.slo,
+        price_per_hour=a.price_per_hour,
         extra_args=tuple(extra),
-        ready_timeout_s=_seconds("--engine-timeout", o["engine_timeout"]),
-        request_timeout_s=_seconds("--timeout", o["timeout"]),
-        seed=o["seed"],
+        ready_timeout_s=_seconds("--engine-timeout", a.engine_timeout),
+        request_timeout_s=_seconds("--timeout", a.timeout),
+        seed=a.seed,
     )
 
 
-def _run(o: dict) -> int:
+def _run(a: TuneArgs) -> int:
     from dataclasses import replace
     from types import SimpleNamespace
 
@@ -239,15 +281,15 @@ def _run(o: dict) -> int:
     from roofline.tune.study import BaselineFailed
     from roofline.tune.tuner import read_options, run_tune, write_options
 
-    if o["resume"]:
-        run_dir = o["resume"]
+    if a.resume:
+        run_dir = a.resume
         options = read_options(run_dir)
-        if o["trials"] is not None:
-            _positive("--trials", o["trials"])
-            options = replace(options, trials=o["trials"])
+        if a.trials is not None:
+            _positive("--trials", a.trials)
+            options = replace(options, trials=a.trials)
     else:
-        options = _new_options(o)
-        run_dir = default_run_dir(f"tune-{options.engine}", o["runs"])
+        options = _new_options(a)
+        run_dir = default_run_dir(f"tune-{options.engine}", a.runs)
     write_options(run_dir, options)
     display = _display(options)
     try:
@@ -270,9 +312,9 @@ def _run(o: dict) -> int:
         return 1
     finally:
         display.stop()
-    _print(result, as_json=o["as_json"], as_markdown=o["as_markdown"])
+    _print(result, as_json=a.as_json, as_markdown=a.as_markdown)
     typer.echo(f"run folder: {run_dir} (tune.json, trials.jsonl, trials/*/server.log)", err=True)
-    if not o["no_report"]:
+    if not a.no_report:
         from roofline.cli.report import write_report_after_run
 
         write_report_after_run(run_dir)

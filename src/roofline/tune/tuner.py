@@ -80,6 +80,39 @@ class TuneOptions:
         }
 
 
+@dataclass(frozen=True)
+class TuneArgs:
+    """`roofline tune`'s options as given (defaults as the CLI's), before they are checked into
+    TuneOptions; times are still text ("300s") and the space is a file or a preset name."""
+
+    engine: str = "embedded"
+    model: str | None = None
+    space: Path | None = None  # a TOML search space file
+    preset: str | None = None  # a built-in space; None: the engine's own
+    strategy: str = "ladder"
+    trials: int | None = None
+    objective: str = "speed"
+    reps: int = 2
+    max_tokens: int = 96
+    prompts: Path | None = None
+    hardware: str | None = None
+    storage: str | None = None
+    study: str = "tune"
+    resume: Path | None = None  # a run folder to continue; the other options are read from it
+    allow_inexact: bool = False
+    runs: Path = Path("runs")
+    engine_arg: tuple[str, ...] = ()  # knob=value, or passed to the engine as it is
+    slo: str | None = None
+    concurrency: int = 4
+    price_per_hour: float | None = None
+    engine_timeout: str = "300s"
+    timeout: str = "300s"
+    seed: int = 0
+    as_json: bool = False
+    as_markdown: bool = False
+    no_report: bool = False
+
+
 def write_options(run_dir: Path, options: TuneOptions) -> None:
     from roofline.bench.results import write_json
 
@@ -105,6 +138,7 @@ def read_options(run_dir: Path) -> TuneOptions:
 
 
 def trial_settings(options: TuneOptions) -> Any:
+    from roofline.bench.api import USAGE_PER_CHUNK
     from roofline.bench.engines import get_launcher
     from roofline.bench.metrics import parse_slo
     from roofline.bench.workloads import builtin_prompts, load_prompts_jsonl
@@ -116,8 +150,9 @@ def trial_settings(options: TuneOptions) -> Any:
         slo_s=parse_slo(options.slo) if options.slo else None,
         price_per_hour=options.price_per_hour,
     )
+    launcher = get_launcher(options.engine)
     return TrialSettings(
-        launcher=get_launcher(options.engine),
+        launcher=launcher,
         model=options.model,
         objective=get_objective(options.objective, osettings),
         objective_settings=osettings,
@@ -125,13 +160,13 @@ def trial_settings(options: TuneOptions) -> Any:
         reps=options.reps,
         max_tokens=options.max_tokens,
         hardware=options.hardware,
-        ceiling_model=None if options.engine == "embedded" else options.model,
+        ceiling_model=None if launcher.reports_bytes_per_token else options.model,
         extra_args=tuple(options.extra_args),
         ready_timeout_s=options.ready_timeout_s,
         request_timeout_s=options.request_timeout_s,
         stop_grace_s=options.stop_grace_s,
-        usage="per-chunk" if options.engine == "embedded" else "auto",
-    )  # roofline serve counts tokens per chunk
+        usage=USAGE_PER_CHUNK if launcher.usage_per_chunk else "auto",
+    )
 
 
 def budget(options: TuneOptions) -> int | None:

