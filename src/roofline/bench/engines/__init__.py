@@ -5,7 +5,9 @@ A launcher turns a configuration (knobs, checked before anything starts) into an
 an environment, says which version of its engine is installed, and knows how to ask its engine for
 greedy token ids. `start_engine` runs one with `bench.launch.LocalServer`: a free port, its own
 process group, readiness on the launcher's health path, and teardown of everything it started on
-success, failure, timeout or Ctrl-C. Adding an engine is one entry in LAUNCHERS and its launcher.
+success, failure, timeout or Ctrl-C. Adding an engine is one entry in LAUNCHERS and its launcher:
+what bench and tune need to know of an engine is a trait of its launcher (`base.Launcher`), never a
+test of its name.
 
     embedded  python -m roofline serve                 (knobs: dtype, threads, spec, ...)
     llamacpp  llama-server on PATH, else python -m llama_cpp.server

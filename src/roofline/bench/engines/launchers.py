@@ -8,7 +8,6 @@ those the B200 study's ladder turned.
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import json
 import os
@@ -24,6 +23,8 @@ from roofline.errors import UserError
 
 def dist_version(*names: str) -> tuple[str, str] | None:
     """(distribution, version) of the first installed distribution among names."""
+    import importlib.metadata  # not at import: the CLI's help texts read the registry
+
     for name in names:
         try:
             return name, importlib.metadata.version(name)
