@@ -512,3 +512,50 @@ def test_an_external_engines_model_file_gives_the_files_figure(tmp_path):
     assert any(
         a.startswith("file: 96.6 MB per token") and "counted from" in a for a in c.assumptions
     )
+
+
+def test_the_servers_figures_are_one_schema_and_a_malformed_entry_reads_as_unknown():
+    """response_stats.ServerStats is what the embedded server writes and what bench reads."""
+    import ast
+    from pathlib import Path
+
+    import roofline.response_stats as rs
+    from roofline.response_stats import ServerStats
+
+    written = ServerStats(538_100_000, 96_600_000, "fp32", "local", 8, 4096)
+    assert ServerStats.from_json(written.to_json()) == written
+    assert ServerStats.from_json(None) is None and ServerStats.from_json([1]) is None
+    bad = ServerStats.from_json(
+        {"bytes_per_token": True, "file_bytes_per_token": "96", "dtype": 3, "max_batch": 2.5}
+    )
+    assert bad == ServerStats()  # a bool, a string, a number where text goes: all unknown
+    c, _ = resolve_ceiling(model=None, hardware="27GB/s", served="m", server_info=written.to_json())
+    assert c.bytes_per_token == 538.1e6 and c.file_bytes_per_token == 96.6e6
+    assert any("(fp32)" in a for a in c.assumptions)
+    # stdlib only: both the engine and bench import it
+    tree = ast.parse(Path(rs.__file__).read_text(encoding="utf-8"))
+    imported = {
+        n.module if isinstance(n, ast.ImportFrom) else a.name
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in (n.names if isinstance(n, ast.Import) else [None])
+    }
+    assert not any(m.startswith("roofline") for m in imported if m)
+
+
+def test_the_embedded_servers_model_card_carries_the_schema():
+    from types import SimpleNamespace
+
+    from roofline.engine.server import _ServerState
+    from roofline.response_stats import ServerStats
+
+    state = SimpleNamespace(
+        model_name="m",
+        created=0,
+        runner=SimpleNamespace(bytes_per_token=5e8, file_bytes_per_token=1e8, dtype="bf16"),
+        scheduler=SimpleNamespace(max_seq_len=2048, max_batch=4),
+    )
+    card = _ServerState.model_card(state)
+    assert ServerStats.from_json(card["roofline"]) == ServerStats(
+        500_000_000, 100_000_000, "bf16", "local", 4, 2048
+    )

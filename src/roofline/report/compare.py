@@ -90,13 +90,7 @@ def comparison_table(runs: Sequence[Any]) -> Table:
 def _workload(run: Any) -> Any:
     if run.kind == "tune":
         return ("tune", run.tune.objective.name)
-    p = run.provenance
-    return (
-        tuple((x or {}).get("id") for x in p.get("prompts") or ()),
-        p.get("reps"),
-        p.get("max_tokens"),
-        tuple(s.name for s in run.summary.scenarios),
-    )
+    return run.summary.workload
 
 
 def _same_workload(runs: Sequence[Any]) -> bool:

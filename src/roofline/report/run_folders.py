@@ -109,7 +109,7 @@ def _load_bench(path: Path) -> LoadedRun:
             bad,
             summary.extra,
         )
-    if prov.get("interrupted"):
+    if summary.interrupted:
         warnings.append("the run was interrupted: it covers the requests that ended")
     if summary.requests_ok == 0:
         warnings.append("no successful request in this run: nothing measured to chart")

@@ -154,7 +154,10 @@ def _baseline_dtype(run: Any) -> str | None:
         )
     except (OSError, ValueError, TypeError):
         return None
-    return ((prov.get("server") or {}).get("roofline") or {}).get("dtype")
+    from roofline.bench.summary import server_stats_of
+
+    stats = server_stats_of(prov) if isinstance(prov, dict) else None
+    return stats.dtype if stats else None
 
 
 def hardware_label(hardware: str | None) -> str:
@@ -172,16 +175,15 @@ def roofline_of_run(run: Any, prefix: str | None = None) -> RooflineData | None:
         c = run.summary.ceiling if run.summary else None
         if c is None:
             return None
-        prov = run.provenance
-        info = (prov.get("server") or {}).get("roofline") or {}
+        s = run.summary
         models, bpt, bw, hardware = (
-            [prov.get("model"), prov.get("served_model")],
+            [s.model, s.served_model],
             c.bytes_per_token,
             c.bandwidth_bytes_per_s,
-            prov.get("hardware") or c.hardware,
+            s.hardware or c.hardware,
         )
-        label = run.summary.model_label or c.model or "model"
-        dtype = info.get("dtype")
+        label = s.model_label or c.model or "model"
+        dtype = s.server_stats.dtype if s.server_stats else None
     else:
         ceiling = run.tune.ceiling
         if ceiling is None:

@@ -136,7 +136,7 @@ def bench_sections(run: Any, key_prefix: str = "", title_prefix: str = "") -> li
     tables = [Table.of(rates_table(s))]
     if s.ceiling is not None:
         tables.append(ceiling_table(s.ceiling))
-    a = analysis_of(run.provenance.get("model"), run.provenance.get("hardware"))
+    a = analysis_of(s.model, s.hardware)
     if a is not None:
         tables += breakdown_tables(a)
     out.append(
