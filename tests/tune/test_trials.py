@@ -398,3 +398,49 @@ def test_a_trials_bench_is_given_the_model_file(tmp_path, monkeypatch):
     )
     trial._bench(settings, "http://127.0.0.1:1", tmp_path / "bench", Progress())
     assert seen["model_file"] == str(tmp_path / "m.gguf")
+
+
+def test_tune_json_keeps_the_keys_older_run_folders_have():
+    """The typed records write the keys tune.json and trials.jsonl always had, so a folder written
+    before them loads, and one written now loads in the older report."""
+    from roofline.tune.records import LadderStep, SweepPoint, TrialMetrics
+
+    summary = _bench_summary()
+    r = _trial(0, 41.9, summary)
+    old_metric_keys = {
+        "output_speed_median_tok_per_s",
+        "output_speed_min_tok_per_s",
+        "output_speed_max_tok_per_s",
+        "ttft_median_s",
+        "output_tok_per_s",
+        "requests_ok",
+        "requests_failed",
+        "percent_of_ceiling",
+        "ceiling_tok_per_s",
+        "bytes_per_token",
+        "prompts",
+        "ceiling",
+    }
+    assert old_metric_keys <= set(r.metrics.to_json())
+    assert r.metrics.to_json()["bytes_per_token"] == 538.1e6  # derived, still written
+    old_step = {
+        "round": 1,
+        "knob": "threads",
+        "before": {"trial": 0, "objective": 40.0, "spread": 0.5, "config": {}},
+        "tried": [
+            {"value": 2, "objective": 44.0, "min": 43, "max": 44, "spread": 1.0, "status": "ok"}
+        ],
+        "best_value": 2,
+        "best_objective": 44.0,
+        "kept": True,
+        "gain": 4.0,
+        "gain_pct": 10.0,
+        "spread": 1.0,
+        "after": 44.0,
+        "note": "",
+    }
+    step = LadderStep.from_json(old_step)
+    assert step.gain_pct == pytest.approx(10.0) and step.tried[0].max == 44
+    assert set(step.to_json()) == set(old_step)
+    assert set(SweepPoint.from_json(old_step["tried"][0]).to_json()) >= set(old_step["tried"][0])
+    assert TrialMetrics.from_json({}) == TrialMetrics()  # a failed trial's empty metrics
