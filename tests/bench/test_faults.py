@@ -38,15 +38,15 @@ def test_each_fault_is_recorded_and_counted(tmp_path):
             timeout_s=1.0,
             usage="per-chunk",
         )
-    s = outcome.summary["scenarios"][0]
-    assert s["requests"]["measured"] == 2 * len(prompts)
-    assert s["requests"]["ok"] == 2  # the two "fine" ones
-    failures = s["requests"]["failures"]
+    s = outcome.summary.scenarios[0]
+    assert s.requests.measured == 2 * len(prompts)
+    assert s.requests.ok == 2  # the two "fine" ones
+    failures = s.requests.failures
     expected: dict[str, int] = {}
     for kind in FAULT_KINDS.values():
         expected[kind] = expected.get(kind, 0) + 2
-    assert {k: v["count"] for k, v in failures.items()} == expected
-    assert "Retry-After" in failures["http_429"]["example"]
+    assert {k: v.count for k, v in failures.items()} == expected
+    assert "Retry-After" in failures["http_429"].example
     by_prompt = {ln["prompt"]: ln for ln in measured(read_requests(tmp_path / "run")[0])}
     for fault, kind in FAULT_KINDS.items():
         assert by_prompt[fault]["error_kind"] == kind and by_prompt[fault]["error"]
@@ -64,9 +64,9 @@ def test_refused_connection(tmp_path):
         warmup=0,
         usage="per-chunk",
     )
-    s = outcome.summary["scenarios"][0]
-    assert s["requests"]["failed"] == 3
-    assert list(s["requests"]["failures"]) == ["connection_refused"]
+    s = outcome.summary.scenarios[0]
+    assert s.requests.failed == 3
+    assert list(s.requests.failures) == ["connection_refused"]
 
 
 def test_unresolvable_host_is_a_failed_request(tmp_path, monkeypatch):
@@ -83,8 +83,8 @@ def test_unresolvable_host_is_a_failed_request(tmp_path, monkeypatch):
         warmup=0,
         usage="per-chunk",
     )
-    s = outcome.summary["scenarios"][0]
-    assert list(s["requests"]["failures"]) == ["unresolvable_host"] and s["requests"]["failed"] == 2
+    s = outcome.summary.scenarios[0]
+    assert list(s.requests.failures) == ["unresolvable_host"] and s.requests.failed == 2
 
 
 def test_cli_exit_codes(tmp_path):

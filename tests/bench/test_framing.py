@@ -229,8 +229,8 @@ def test_every_framing_is_a_complete_response(server, tmp_path):
         else:
             assert ln["chunk_tokens"] == TOKENS and ln["text"] == "a b c d"
         assert ln["prompt_tokens"] == 3 and not ln["retried"]
-    assert outcome.summary["scenarios"][0]["requests"]["ok"] == 3
-    assert outcome.summary["provenance"]["server"]["models"] == [
+    assert outcome.summary.scenarios[0].requests.ok == 3
+    assert outcome.summary.provenance["server"]["models"] == [
         "m"
     ]  # discovery read the same framing
     posts = [n for n in server.posts_per_connection if n]

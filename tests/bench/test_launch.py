@@ -229,14 +229,14 @@ def test_embedded_engine_is_held_against_the_bandwidth_window_of_its_run(tmp_pat
     measure, calls = fake_bandwidth((3e9, "simd-sum"), (5e9, "gemv"))
     outcome = run_session(plan, tmp_path / "run", Progress(), engine, measure_bandwidth=measure)
     assert len(calls) == 2
-    c = outcome.summary["ceiling"]
-    assert c["hardware"] == "local" and c["bandwidth_bytes_per_s"] == 5e9
-    assert c["tok_per_s"] == pytest.approx(5e9 / 4e6)
+    c = outcome.summary.ceiling
+    assert c.hardware == "local" and c.bandwidth_bytes_per_s == 5e9
+    assert c.tok_per_s == pytest.approx(5e9 / 4e6)
     assert any(
         a.startswith("bandwidth 5.0 GB/s")
         and "before 3.0 GB/s (simd-sum)" in a
         and "drifted 40%" in a
-        for a in c["assumptions"]
+        for a in c.assumptions
     )
     window = json.loads((tmp_path / "run" / "provenance.json").read_text())["local_bandwidth"]
     assert (
@@ -244,9 +244,9 @@ def test_embedded_engine_is_held_against_the_bandwidth_window_of_its_run(tmp_pat
         and window["after_bytes_per_s"] == 5e9
         and window["drift_is_large"]
     )
-    v = outcome.summary["scenarios"][0]["vs_ceiling"]
-    assert v["bandwidth_bytes_per_s"] == 5e9 and v["ceiling_tok_per_s"] == pytest.approx(1250.0)
-    assert outcome.summary["scenarios"][0]["requests"]["ok"] == 2
+    v = outcome.summary.scenarios[0].vs_ceiling
+    assert v.bandwidth_bytes_per_s == 5e9 and v.ceiling_tok_per_s == pytest.approx(1250.0)
+    assert outcome.summary.scenarios[0].requests.ok == 2
     assert wait_gone(marker) == []
 
 
@@ -271,15 +271,15 @@ def test_hardware_local_against_a_url_is_held_against_the_window_too(
     )
     measure, calls = fake_bandwidth((40e9, "gemv"), (38e9, "gemv"))
     outcome = run_session(plan, tmp_path / "run", Progress(), measure_bandwidth=measure)
-    c = outcome.summary["ceiling"]
-    assert len(calls) == 2 and c["hardware"] == "local" and c["bandwidth_bytes_per_s"] == 40e9
-    assert c["bytes_per_token"] == pytest.approx(
+    c = outcome.summary.ceiling
+    assert len(calls) == 2 and c.hardware == "local" and c.bandwidth_bytes_per_s == 40e9
+    assert c.bytes_per_token == pytest.approx(
         ceiling_for("openai/gpt-oss-120b", "b200").bytes_per_token
     )
     assert (
-        sum(a.startswith("bandwidth ") for a in c["assumptions"]) == 1
+        sum(a.startswith("bandwidth ") for a in c.assumptions) == 1
     )  # the profile's 2 GB/s line is gone
-    assert not any("drift" in a for a in c["assumptions"])  # 5%: not worth a word
+    assert not any("drift" in a for a in c.assumptions)  # 5%: not worth a word
 
 
 def test_catalogue_model_and_hardware_give_the_ceiling(null_url, tmp_path):
@@ -297,13 +297,11 @@ def test_catalogue_model_and_hardware_give_the_ceiling(null_url, tmp_path):
     )
     outcome = run_session(plan, tmp_path / "run", Progress())
     expected = ceiling_for("openai/gpt-oss-120b", "b200")
-    c = outcome.summary["ceiling"]
-    assert c["tok_per_s"] == pytest.approx(expected.tok_per_s)
-    assert 1500 < c["tok_per_s"] < 1700  # the B200 study's worked example: about 1,610 tok/s
-    v = outcome.summary["scenarios"][0]["vs_ceiling"]
-    assert v["percent_of_ceiling"] == pytest.approx(
-        100 * v["measured_tok_per_s"] / expected.tok_per_s
-    )
+    c = outcome.summary.ceiling
+    assert c.tok_per_s == pytest.approx(expected.tok_per_s)
+    assert 1500 < c.tok_per_s < 1700  # the B200 study's worked example: about 1,610 tok/s
+    v = outcome.summary.scenarios[0].vs_ceiling
+    assert v.percent_of_ceiling == pytest.approx(100 * v.measured_tok_per_s / expected.tok_per_s)
 
 
 def test_unknown_hardware_is_a_user_error_before_anything_is_sent(null_url, tmp_path):
@@ -356,12 +354,12 @@ def test_embedded_engine_measures_the_machine_when_no_profile_exists(tmp_path, m
     profile = load_local_profile()
     assert profile is not None
     assert profile["bandwidth_bytes_per_s"]["read"]["median"] > 0
-    c = outcome.summary[
-        "ceiling"
-    ]  # the run itself is held against the bandwidth measured in its window
+    c = (
+        outcome.summary.ceiling
+    )  # the run itself is held against the bandwidth measured in its window
     assert (
-        c["hardware"] == "local"
-        and c["bandwidth_bytes_per_s"] == 3e9
-        and c["tok_per_s"] == pytest.approx(3e9 / 4e6)
+        c.hardware == "local"
+        and c.bandwidth_bytes_per_s == 3e9
+        and c.tok_per_s == pytest.approx(3e9 / 4e6)
     )
     assert wait_gone(marker) == []

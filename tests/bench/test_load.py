@@ -63,8 +63,8 @@ def test_open_loop_counts_queueing_in_ttft(tmp_path):
     # more each
     assert lags[-1] > 0.2 and ttfts[-1] > lags[-1] + 0.009
     assert all(b > a for a, b in zip(ttfts, ttfts[1:]))
-    s = outcome.summary["scenarios"][0]
-    assert s["metrics"]["send_lag_s"]["max"] == pytest.approx(max(lags))
+    s = outcome.summary.scenarios[0]
+    assert s.metric("send_lag_s").max == pytest.approx(max(lags))
 
 
 def test_closed_loop_keeps_n_streams_busy(tmp_path):
@@ -79,7 +79,7 @@ def test_closed_loop_keeps_n_streams_busy(tmp_path):
     starts = sorted(ln["intended_ns"] for ln in lines)
     # three waves of three: the first three start together
     assert starts[2] - starts[0] < 5_000_000 and starts[3] - starts[0] > 50_000_000
-    assert outcome.summary["scenarios"][0]["requests"]["ok"] == 9
+    assert outcome.summary.scenarios[0].requests.ok == 9
 
 
 def test_duration_bound_scenario(tmp_path):
@@ -90,7 +90,7 @@ def test_duration_bound_scenario(tmp_path):
             tmp_path / "run",
             usage="per-chunk",
         )
-    s = outcome.summary["scenarios"][0]
+    s = outcome.summary.scenarios[0]
     # ~20 ms a request, two streams, half a second: about 50 requests (a loaded machine does fewer)
-    assert 10 <= s["requests"]["ok"] <= 60 and s["requests"]["failed"] == 0
-    assert s["window_s"] < 1.5
+    assert 10 <= s.requests.ok <= 60 and s.requests.failed == 0
+    assert s.window_s < 1.5

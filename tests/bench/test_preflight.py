@@ -182,11 +182,9 @@ def test_run_against_a_server_reporting_bytes_per_token_is_held_against_the_ceil
         outcome = run_session(
             p, tmp_path / "run", Progress(), measure_bandwidth=lambda: next(measured)
         )
-    ceiling = outcome.summary["ceiling"]
+    ceiling = outcome.summary.ceiling
     assert ceiling is not None
-    assert ceiling["bytes_per_token"] == 4e6 and ceiling["bandwidth_bytes_per_s"] == pytest.approx(
-        20e9
-    )
-    vs = outcome.summary["scenarios"][0]["vs_ceiling"]
-    assert vs["ceiling_tok_per_s"] == pytest.approx(5000.0)
-    assert 0 < vs["percent_of_ceiling"] < 100  # ~500 tok/s against 5000
+    assert ceiling.bytes_per_token == 4e6 and ceiling.bandwidth_bytes_per_s == pytest.approx(20e9)
+    vs = outcome.summary.scenarios[0].vs_ceiling
+    assert vs.ceiling_tok_per_s == pytest.approx(5000.0)
+    assert 0 < vs.percent_of_ceiling < 100  # ~500 tok/s against 5000

@@ -9,7 +9,8 @@ import pytest
 
 from roofline.bench.summary import RunSummary
 from roofline.report.time_bars import bars_of_bench
-from roofline.report.tune_charts import ladder_steps
+from roofline.report.tune_charts import ladder_bars
+from roofline.tune.records import LadderStep, TrialMetrics
 
 
 def speculative_run() -> SimpleNamespace:
@@ -84,30 +85,29 @@ def test_speculation_moves_the_point_right_on_the_roofline():
 
 
 def test_a_ladder_step_with_nothing_eligible_shows_its_fastest_try():
-    tune = SimpleNamespace(
-        ladder=[
-            {
-                "knob": "dtype",
-                "before": {"objective": 7.5, "spread": 1.0},
-                "best_objective": None,
-                "kept": False,
-                "tried": [
-                    {"value": "bf16", "objective": 12.0, "spread": 7.0, "status": "inexact"},
-                    {"value": "int8", "objective": 23.0, "spread": 4.0, "status": "inexact"},
-                ],
-            },
-            {
-                "knob": "spec",
-                "before": {"objective": 7.5},
-                "best_value": "ngram",
-                "best_objective": 15.0,
-                "kept": True,
-                "gain_pct": 100.0,
-                "tried": [{"value": "ngram", "objective": 15.0, "spread": 3.0, "status": "ok"}],
-            },
-        ]
-    )
-    steps = ladder_steps(tune)
+    rows = [
+        {
+            "knob": "dtype",
+            "before": {"objective": 7.5, "spread": 1.0},
+            "best_objective": None,
+            "kept": False,
+            "tried": [
+                {"value": "bf16", "objective": 12.0, "spread": 7.0, "status": "inexact"},
+                {"value": "int8", "objective": 23.0, "spread": 4.0, "status": "inexact"},
+            ],
+        },
+        {
+            "knob": "spec",
+            "before": {"objective": 7.5},
+            "best_value": "ngram",
+            "best_objective": 15.0,
+            "kept": True,
+            "gain": 7.5,  # 100% over the step's start
+            "tried": [{"value": "ngram", "objective": 15.0, "spread": 3.0, "status": "ok"}],
+        },
+    ]
+    tune = SimpleNamespace(ladder=tuple(LadderStep.from_json(r) for r in rows))
+    steps = ladder_bars(tune)
     assert [(s.label, s.objective, s.kept) for s in steps] == [
         ("baseline", 7.5, True),
         ("dtype=int8 (inexact)", 23.0, False),
@@ -122,29 +122,22 @@ def test_the_files_floor_is_marked_on_each_tune_bar():
     from roofline.tune.trial import TrialResult
 
     def trial(number: int, speed: float, file_pct: float | None) -> TrialResult:
+        ceiling = {"bytes_per_token": 540e6, "bandwidth_bytes_per_s": 27e9, "tok_per_s": 50.0}
         metrics = {
             "output_speed_median_tok_per_s": speed,
-            "ceiling_tok_per_s": 50.0,
             "percent_of_ceiling": 2 * speed,
+            "ceiling": ceiling,
         }
-        file = (
-            {}
-            if file_pct is None
-            else {
-                "file_bytes_per_token": 96.6e6,
-                "file_ceiling_tok_per_s": 280.0,
-                "percent_of_file_ceiling": file_pct,
-                "read_ratio": 5.6,
-            }
-        )
+        if file_pct is not None:
+            ceiling.update(file_bytes_per_token=96.6e6, file_tok_per_s=280.0)
+            metrics["percent_of_file_ceiling"] = file_pct
         return TrialResult(
             number,
             Slot("baseline" if number == 0 else "ladder"),
             {"threads": number + 1},
             "ok",
             value=speed,
-            metrics=metrics,
-            **file,
+            metrics=TrialMetrics.from_json(metrics),
         )
 
     tune = SimpleNamespace(

@@ -180,9 +180,9 @@ def test_two_workers_share_one_study_and_never_run_a_trial_twice(tmp_path, postg
         {s: 1 for s in (100, 120, 140, 160, 180, 200, 220, 240)}
     )
     assert len(trials) == 8
-    workers = Counter(t.machine["pid"] for t in ok)
+    workers = Counter(t.machine.pid for t in ok)
     assert len(workers) == 2, workers  # both workers ran trials
-    assert all(t.machine["hostname"] == socket.gethostname() for t in ok)
+    assert all(t.machine.hostname == socket.gethostname() for t in ok)
     # each worker kept its own trials' folders
     local = [sum(1 for _ in (tmp_path / w).glob("*/trials/*/server.log")) for w in ("w1", "w2")]
     assert sum(local) == 8 and all(local)

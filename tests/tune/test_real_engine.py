@@ -74,9 +74,7 @@ def test_short_real_ladder_rejects_int8_and_keeps_only_exact_steps(tmp_path):
     )
 
     assert (
-        base.status == "ok"
-        and base.exactness["basis"] == "token_ids"
-        and base.exactness["compared"] == 4
+        base.status == "ok" and base.exactness.basis == "token_ids" and base.exactness.compared == 4
     )
     assert (
         base.argv[1:4] == ("-m", "roofline", "serve") and f"--served-model-name={mark}" in base.argv
@@ -86,11 +84,11 @@ def test_short_real_ladder_rejects_int8_and_keeps_only_exact_steps(tmp_path):
     assert base.config == {"threads": 1, "dtype": "fp32"} and "--threads" in base.argv
     # int8 weights decode other tokens: recorded with where they diverge, never chosen
     assert int8.config == {"threads": 1, "dtype": "int8"} and int8.status == "inexact"
-    assert int8.exactness["first_prompt"] in ("reasoning", "code", "table", "prose")
-    assert 0 <= int8.exactness["first_position"] < 24
+    assert int8.exactness.first_prompt in ("reasoning", "code", "table", "prose")
+    assert 0 <= int8.exactness.first_position < 24
     assert "--dtype" in int8.argv and "int8" in int8.argv
     # a one-sequence batch changes nothing in the arithmetic: the same tokens
-    assert one.status == "ok" and one.exactness["exact"] is True and "--max-batch" in one.argv
+    assert one.status == "ok" and one.exactness.exact is True and "--max-batch" in one.argv
 
     best = TrialResult.from_json(result["best"])
     assert best.status == "ok" and best.number in (base.number, one.number)
@@ -100,16 +98,16 @@ def test_short_real_ladder_rejects_int8_and_keeps_only_exact_steps(tmp_path):
     # never -- earlier)
     assert 1e8 < result["ceiling"]["bandwidth_bytes_per_s"] < 1e14
     assert result["ceiling"]["bandwidth_bytes_per_s"] != 30e9
-    assert all(t.metrics.get("percent_of_ceiling") for t in (base, int8, one))
+    assert all(t.metrics.percent_of_ceiling for t in (base, int8, one))
     for t in (base, int8, one):
-        c = t.metrics["ceiling"]
-        assert t.metrics["percent_of_ceiling"] == pytest.approx(
+        c = t.metrics.ceiling
+        assert t.metrics.percent_of_ceiling == pytest.approx(
             100
-            * t.metrics["output_speed_median_tok_per_s"]
-            * c["bytes_per_token"]
-            / c["bandwidth_bytes_per_s"]
+            * t.metrics.output_speed_median_tok_per_s
+            * c.bytes_per_token
+            / c.bandwidth_bytes_per_s
         )
-    assert int8.metrics["bytes_per_token"] < base.metrics["bytes_per_token"]
+    assert int8.metrics.bytes_per_token < base.metrics.bytes_per_token
     assert [s["knob"] for s in result["ladder"]] == ["dtype", "max_batch"]
     assert result["ladder"][0]["kept"] is False
 

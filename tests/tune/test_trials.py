@@ -70,7 +70,7 @@ default = "ok"
     assert trials["garbage"].status == "failed" and "GARBAGE" in trials["garbage"].error
     assert trials["ignore_term"].status == "ok"  # it measures fine; stopping it needed SIGKILL
     for r in result.trials:
-        assert r.argv and r.argv[-1] == mark and r.machine["hostname"]
+        assert r.argv and r.argv[-1] == mark and r.machine.hostname
         assert r.engine == "fake" and r.engine_version == "fake 1.0"
     assert result.best in (trials["ok"], trials["ignore_term"])
     assert wait_gone(mark) == []
@@ -105,8 +105,8 @@ default = 0
     inexact = [r for r in result.trials if r.status == "inexact"]
     assert len(inexact) == 1
     e = inexact[0].exactness
-    assert e["exact"] is False and e["basis"] == "token_ids" and e["first_position"] == 3
-    assert e["first_prompt"] == "reasoning"  # the first of the built-in prompts
+    assert e.exact is False and e.basis == "token_ids" and e.first_position == 3
+    assert e.first_prompt == "reasoning"  # the first of the built-in prompts
     assert inexact[0].value > 1.5 * result.baseline.value  # twice as fast, but wrong
     assert result.best == (inexact[0] if allow else result.baseline)
     assert wait_gone(mark) == []
@@ -127,15 +127,15 @@ def test_goodput_and_cost_objectives(tmp_path, monkeypatch, objective, extra):
     )
     assert [r.status for r in result.trials] == ["ok", "ok", "ok"]
     for r in result.trials:
-        tok_per_s = r.metrics["output_tok_per_s"]
+        tok_per_s = r.metrics.output_tok_per_s
         if (
             objective == "cost"
         ):  # $3.60/h at tok/s: 3.6 / (3600 * tok/s) * 1e6 dollars per million tokens
             assert r.value == pytest.approx(1e3 / tok_per_s)
         else:  # every request meets these loose SLOs: goodput is the whole output rate
             assert r.value == pytest.approx(tok_per_s)
-    fastest = max(result.trials, key=lambda r: r.metrics["output_tok_per_s"])
-    assert result.best.number == fastest.number and result.objective["direction"] == (
+    fastest = max(result.trials, key=lambda r: r.metrics.output_tok_per_s)
+    assert result.best.number == fastest.number and result.objective.direction == (
         "minimize" if objective == "cost" else "maximize"
     )
 
@@ -228,8 +228,10 @@ def _bench_summary(percent_file: float | None = 15.0, tok_per_s: float = 41.9) -
 
 
 def _trial(number: int, value: float, summary: dict, **kw):
+    from roofline.bench.summary import RunSummary
+    from roofline.tune.records import TrialMetrics
     from roofline.tune.search import Slot
-    from roofline.tune.trial import TrialResult, _metrics, file_figures
+    from roofline.tune.trial import TrialResult
 
     slot = Slot("baseline") if number == 0 else Slot("ladder", 1, "threads", kw.get("threads", 2))
     config = {} if number == 0 else {"threads": kw.get("threads", 2)}
@@ -241,26 +243,46 @@ def _trial(number: int, value: float, summary: dict, **kw):
         value=value,
         spread=0.5,
         rep_values=(value, value),
-        metrics=_metrics(summary),
-        **file_figures(summary),
+        metrics=TrialMetrics.of_run(RunSummary.from_json(summary)),
     )
+
+
+def _before_file_figures(line: dict) -> dict:
+    """A trials.jsonl line as written before the file's figures existed: none at the top, none in
+    the metrics or in their ceiling."""
+    out = {k: v for k, v in line.items() if "file" not in k and k != "read_ratio"}
+    m = {k: v for k, v in line["metrics"].items() if "file" not in k}
+    if m.get("ceiling"):
+        m["ceiling"] = {k: v for k, v in m["ceiling"].items() if "file" not in k}
+    return {**out, "metrics": m}
 
 
 def test_a_trial_keeps_the_files_bytes_and_its_percent_of_the_files_ceiling():
-    from roofline.tune.trial import TrialResult, file_figures
+    from roofline.tune.trial import TrialResult
 
-    f = file_figures(_bench_summary())
-    assert f["file_bytes_per_token"] == 96.6e6 and f["file_ceiling_tok_per_s"] == pytest.approx(
+    f = _trial(0, 41.9, _bench_summary())
+    assert f.file_bytes_per_token == 96.6e6 and f.file_ceiling_tok_per_s == pytest.approx(
         27e9 / 96.6e6
     )
-    assert f["percent_of_file_ceiling"] == pytest.approx(100 * 41.9 * 96.6e6 / 27e9)
-    assert f["read_ratio"] == pytest.approx(538.1 / 96.6)
-    assert file_figures(_bench_summary(None)) == {} and file_figures({"scenarios": []}) == {}
-    r = _trial(0, 41.9, _bench_summary())
-    back = TrialResult.from_json(json.loads(json.dumps(r.to_json())))
+    assert f.percent_of_file_ceiling == pytest.approx(100 * 41.9 * 96.6e6 / 27e9)
+    assert f.read_ratio == pytest.approx(538.1 / 96.6)
+    for none in (_trial(0, 41.9, _bench_summary(None)), _trial(0, 41.9, {"scenarios": []})):
+        assert (none.file_bytes_per_token, none.percent_of_file_ceiling, none.read_ratio) == (
+            None,
+            None,
+            None,
+        )
+    r = f
+    line = json.loads(json.dumps(r.to_json()))
+    back = TrialResult.from_json(line)
     assert back == r and back.percent_of_file_ceiling == pytest.approx(15.0, abs=0.05)
+    for key in ("file_bytes_per_token", "file_ceiling_tok_per_s", "percent_of_file_ceiling"):
+        assert line[key] == pytest.approx(getattr(r, key))  # the same JSON keys as before
+    # a line that kept the file's % at the top only (before the metrics carried it) still has it
+    top_only = {**line, "metrics": {k: v for k, v in line["metrics"].items() if "file" not in k}}
+    assert TrialResult.from_json(top_only).percent_of_file_ceiling == pytest.approx(15.0, abs=0.05)
     # a trials.jsonl line written before these fields existed still loads, without them
-    old = {k: v for k, v in r.to_json().items() if "file" not in k and k != "read_ratio"}
+    old = _before_file_figures(r.to_json())
     loaded = TrialResult.from_json(old)
     assert (
         loaded.file_bytes_per_token is None
@@ -270,7 +292,11 @@ def test_a_trial_keeps_the_files_bytes_and_its_percent_of_the_files_ceiling():
 
 
 def test_tables_show_the_files_ceiling_beside_the_engines():
+    from roofline.bench.summary import CeilingFigures
     from roofline.cli import tune_output
+    from roofline.report import tune_text
+    from roofline.tune.objectives import ObjectiveInfo
+    from roofline.tune.records import LadderStep, StudyInfo
     from roofline.tune.result import TuneResult
 
     summary = _bench_summary()
@@ -298,29 +324,24 @@ def test_tables_show_the_files_ceiling_beside_the_engines():
         engine="embedded",
         model=None,
         strategy="ladder",
-        objective={
-            "name": "speed",
-            "direction": "maximize",
-            "unit": "tok/s",
-            "label": "Output Speed",
-        },
+        objective=ObjectiveInfo("speed", "maximize", "tok/s", "Output Speed"),
         space={},
-        study={"name": "s", "trials": {}},
+        study=StudyInfo("s"),
         run_dir="r",
-        ceiling=summary["ceiling"],
+        ceiling=CeilingFigures.from_json(summary["ceiling"]),
         baseline=base,
         best=step,
         fastest=step,
-        ladder=ladder,
+        ladder=tuple(LadderStep.from_json(s) for s in ladder),
         trials=(base, step),
     )
-    _, headers, rows, _ = tune_output.trials_table(t)
+    _, headers, rows, _ = tune_text.trials_table(t)
     assert headers[5:7] == ["% ceil", "% file"]
     assert rows[0][5:7] == ["83.5%", "15.0%"] and rows[1][6] == f"{100 * 44.0 * 96.6e6 / 27e9:.1f}%"
-    _, headers, rows, _ = tune_output.ladder_table(t)
+    _, headers, rows, _ = tune_text.ladder_table(t)
     assert headers[6:8] == ["% ceil", "% file"] and rows[0][6:8] == ["83.5%", "15.0%"]
     assert rows[1][:2] == ["1", "threads=2"] and rows[1][7] == f"{100 * 44.0 * 96.6e6 / 27e9:.1f}%"
-    notes = tune_output.header_notes(t)
+    notes = tune_text.header_notes(t)
     assert any(
         n.startswith("file's ceiling: 279.5 tok/s = 27.0 GB/s / 96.6 MB per token") for n in notes
     )
@@ -329,16 +350,16 @@ def test_tables_show_the_files_ceiling_beside_the_engines():
         "15% of ceiling"
     ) in notes
     assert "83.5% of ceiling, 15.0% of the file's" in " ".join(notes)
-    assert "(15.7% of the file's)" in tune_output.best_lines(t)[0]
+    assert "(15.7% of the file's)" in tune_text.best_lines(t)[0]
     assert "% file" in tune_output.markdown(t)
     # a tune.json written before: no file figures anywhere, and the tables still draw
     old = TuneResult.from_json(
         {
             **t.to_json(),
-            "trials": [{k: v for k, v in x.to_json().items() if "file" not in k} for x in t.trials],
+            "trials": [_before_file_figures(x.to_json()) for x in t.trials],
         }
     )
-    _, _, rows, _ = tune_output.trials_table(old)
+    _, _, rows, _ = tune_text.trials_table(old)
     assert [r[6] for r in rows] == ["-", "-"]
 
 
@@ -349,6 +370,7 @@ def test_a_trials_bench_is_given_the_model_file(tmp_path, monkeypatch):
 
     from roofline.bench import session
     from roofline.bench.driver import Progress
+    from roofline.bench.summary import RunSummary
     from roofline.tune import trial
     from roofline.tune.objectives import OBJECTIVES, ObjectiveSettings
 
@@ -358,7 +380,7 @@ def test_a_trials_bench_is_given_the_model_file(tmp_path, monkeypatch):
         plan, out, progress, engine=None, *, measure_bandwidth=None, model_file=None
     ):
         seen["model_file"] = model_file
-        return SimpleNamespace(interrupted=False, run_dir=out, summary={"scenarios": []})
+        return SimpleNamespace(interrupted=False, run_dir=out, summary=RunSummary({}))
 
     monkeypatch.setattr(session, "run_session", fake_run_session)
     monkeypatch.setattr("roofline.bench.results.read_requests", lambda d: ([], 0))
@@ -376,3 +398,49 @@ def test_a_trials_bench_is_given_the_model_file(tmp_path, monkeypatch):
     )
     trial._bench(settings, "http://127.0.0.1:1", tmp_path / "bench", Progress())
     assert seen["model_file"] == str(tmp_path / "m.gguf")
+
+
+def test_tune_json_keeps_the_keys_older_run_folders_have():
+    """The typed records write the keys tune.json and trials.jsonl always had, so a folder written
+    before them loads, and one written now loads in the older report."""
+    from roofline.tune.records import LadderStep, SweepPoint, TrialMetrics
+
+    summary = _bench_summary()
+    r = _trial(0, 41.9, summary)
+    old_metric_keys = {
+        "output_speed_median_tok_per_s",
+        "output_speed_min_tok_per_s",
+        "output_speed_max_tok_per_s",
+        "ttft_median_s",
+        "output_tok_per_s",
+        "requests_ok",
+        "requests_failed",
+        "percent_of_ceiling",
+        "ceiling_tok_per_s",
+        "bytes_per_token",
+        "prompts",
+        "ceiling",
+    }
+    assert old_metric_keys <= set(r.metrics.to_json())
+    assert r.metrics.to_json()["bytes_per_token"] == 538.1e6  # derived, still written
+    old_step = {
+        "round": 1,
+        "knob": "threads",
+        "before": {"trial": 0, "objective": 40.0, "spread": 0.5, "config": {}},
+        "tried": [
+            {"value": 2, "objective": 44.0, "min": 43, "max": 44, "spread": 1.0, "status": "ok"}
+        ],
+        "best_value": 2,
+        "best_objective": 44.0,
+        "kept": True,
+        "gain": 4.0,
+        "gain_pct": 10.0,
+        "spread": 1.0,
+        "after": 44.0,
+        "note": "",
+    }
+    step = LadderStep.from_json(old_step)
+    assert step.gain_pct == pytest.approx(10.0) and step.tried[0].max == 44
+    assert set(step.to_json()) == set(old_step)
+    assert set(SweepPoint.from_json(old_step["tried"][0]).to_json()) >= set(old_step["tried"][0])
+    assert TrialMetrics.from_json({}) == TrialMetrics()  # a failed trial's empty metrics

@@ -35,6 +35,7 @@ from typing import Any
 from roofline.bounds.ceiling import Ceiling
 from roofline.errors import UserError
 from roofline.hardware.window import BandwidthWindow
+from roofline.response_stats import ServerStats
 
 LOCAL = "local"
 SERVER_BYTES_NOTE = "bytes per token as reported by the server"
@@ -134,7 +135,7 @@ def resolve_ceiling(
     model: str | None,
     hardware: str | None,
     served: str | None,
-    server_info: dict | None,
+    server_info: Mapping[str, Any] | None,
     gpus: int = 1,
     window: BandwidthWindow | None = None,
     model_file: str | None = None,
@@ -143,20 +144,21 @@ def resolve_ceiling(
     window the hardware is this machine, held against the window's bound. The file's bytes per token
     come from the server's entry, else from `model_file` (the launcher's model argument) when it is
     a local path."""
-    bytes_per_token = (server_info or {}).get("bytes_per_token")
-    file_bytes = plausible_bytes((server_info or {}).get("file_bytes_per_token"))
+    stats = ServerStats.from_json(server_info) or ServerStats()
+    bytes_per_token = stats.bytes_per_token
+    file_bytes = plausible_bytes(stats.file_bytes_per_token)
     file_source, file_note = "from the server's /v1/models entry", None
     if file_bytes is None and model_file:
         counted, file_note = file_bytes_of_model(model_file)
         file_bytes, file_source = counted, f"counted from {model_file}"
     if window is not None:
         hardware = LOCAL
-    if isinstance(bytes_per_token, (int, float)) and bytes_per_token > 0 and hardware:
+    if bytes_per_token is not None and bytes_per_token > 0 and hardware:
         if window is not None:
             bw, where = window.bound_bytes_per_s, window.describe()
         else:
             bw, where = hardware_bandwidth_bytes_per_s(hardware, gpus)
-        dtype = (server_info or {}).get("dtype")
+        dtype = stats.dtype
         return with_file_bytes(
             Ceiling(
                 bytes_per_token=float(bytes_per_token),

@@ -125,7 +125,7 @@ def run_case(case: Case, folder: Path, progress: Progress | None = None) -> Case
     )
     with server:
         outcome = run_bench(plan, folder / "run", progress or Progress())
-    return compare(case, outcome.summary, folder / "run")
+    return compare(case, outcome.summary.to_json(), folder / "run")
 
 
 def compare(case: Case, summary: dict, run_dir: Path) -> CaseResult:

@@ -43,6 +43,7 @@ from roofline.bench.results import (
     write_json,
 )
 from roofline.bench.summarize import summarize
+from roofline.bench.summary import RunSummary
 from roofline.bench.tokens import load_tokenizer
 from roofline.bench.workloads import Job, jobs
 
@@ -56,10 +57,10 @@ class Progress:
     def stop(self) -> None: ...
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
     run_dir: Path
-    summary: dict
+    summary: RunSummary
     interrupted: bool = False
 
 
@@ -378,7 +379,8 @@ def summarize_run(
     ceiling: Any,
     slo_s: dict | None,
     cpu_s: dict[str, float] | None = None,
-) -> dict:
+) -> RunSummary:
+    """summary.json from what requests.jsonl holds (written), and the same as types."""
     lines, bad = read_requests(run_dir)
     summary = summarize(lines, provenance=prov, ceiling=ceiling, slo_s=slo_s, unreadable_lines=bad)
     for s in summary["scenarios"]:
@@ -388,4 +390,4 @@ def summarize_run(
             s["client_cpu_s"] = c
             s["client_cpu_us_per_token"] = 1e6 * c / tokens if tokens else None
     write_json(run_dir / SUMMARY_JSON, summary)
-    return summary
+    return RunSummary.from_json(summary)

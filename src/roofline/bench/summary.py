@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from roofline.response_stats import ServerStats
+
 
 def _split(cls: type, d: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
     names = {f.name for f in fields(cls)} - {"extra"}
@@ -266,6 +268,9 @@ class CeilingFigures:
         known["assumptions"] = tuple(known.get("assumptions") or ())
         return cls(extra=extra, **known)
 
+    def to_json(self) -> dict[str, Any]:
+        return _plain(self)
+
 
 @dataclass(frozen=True)
 class RunSummary:
@@ -279,6 +284,45 @@ class RunSummary:
     @property
     def requests_ok(self) -> int:
         return sum(s.requests.ok for s in self.scenarios)
+
+    @property
+    def model(self) -> str | None:
+        """--model as the run was given it."""
+        return self.provenance.get("model") or None
+
+    @property
+    def served_model(self) -> str | None:
+        return self.provenance.get("served_model") or None
+
+    @property
+    def hardware(self) -> str | None:
+        """--hardware (or the default the run was held against)."""
+        return self.provenance.get("hardware") or None
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.provenance.get("interrupted"))
+
+    @property
+    def server_stats(self) -> ServerStats | None:
+        """The figures the server's /v1/models entry reported (None: it reported none)."""
+        return server_stats_of(self.provenance)
+
+    @property
+    def hardware_profile(self) -> Mapping[str, Any]:
+        """The measured profile of this machine the run used ({} when none)."""
+        return self.provenance.get("hardware_profile") or {}
+
+    @property
+    def workload(self) -> tuple:
+        """What was asked (prompt ids, reps, max tokens, scenarios): equal for comparable runs."""
+        p = self.provenance
+        return (
+            tuple((x or {}).get("id") for x in p.get("prompts") or ()),
+            p.get("reps"),
+            p.get("max_tokens"),
+            tuple(s.name for s in self.scenarios),
+        )
 
     @property
     def model_label(self) -> str | None:
@@ -306,3 +350,9 @@ class RunSummary:
 
     def to_json(self) -> dict[str, Any]:
         return _plain(self)
+
+
+def server_stats_of(provenance: Mapping[str, Any]) -> ServerStats | None:
+    """The server's `roofline` figures as provenance.json keeps them (bench.driver.provenance)."""
+    server = provenance.get("server")
+    return ServerStats.from_json(server.get("roofline") if isinstance(server, Mapping) else None)

@@ -301,6 +301,17 @@ def title(summary: RunSummary) -> str:
     return f"roofline bench: {endpoint}" + (f" ({model})" if model else "")
 
 
+def hardware_profile_line(summary: RunSummary) -> str | None:
+    """ "hardware profile: <cpu>, measured <when>" when the run used this machine's profile."""
+    hp = summary.hardware_profile
+    if not hp:
+        return None
+    return (
+        f"hardware profile: {hp.get('cpu') or hp.get('name')}, "
+        f"measured {hp.get('measured_at') or '?'}"
+    )
+
+
 def provenance_lines(summary: RunSummary) -> list[str]:
     """What ran, where and when; a key the run did not record is left out, not printed as None."""
     prov = summary.provenance

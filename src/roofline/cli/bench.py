@@ -316,7 +316,6 @@ def _run(o: BenchOptions) -> int:
     from roofline.bench.options import engine_from_options, plan_from_options
     from roofline.bench.results import default_run_dir
     from roofline.bench.session import run_session
-    from roofline.bench.summary import RunSummary
     from roofline.bench.tables import tables, write_markdown
 
     engine = engine_from_options(o)
@@ -337,12 +336,12 @@ def _run(o: BenchOptions) -> int:
         raise
     finally:
         progress.stop()
-    summary = RunSummary.from_json(outcome.summary)
+    summary = outcome.summary
     write_markdown(outcome.run_dir, summary)
     if o.as_json:
         from roofline.cli import output
 
-        output.print_json(outcome.summary)
+        output.print_json(summary.to_json())
     else:
         _print(summary, tables(summary), as_markdown=o.as_markdown)
     typer.echo(f"run folder: {outcome.run_dir}", err=True)

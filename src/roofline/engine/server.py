@@ -50,6 +50,7 @@ from roofline.engine.scheduler import Event, RequestHandle, Scheduler, asyncio_s
 from roofline.engine.server_metrics import RefusalCollector, SchedulerCollector
 from roofline.engine.shutdown import SHUTDOWN, Drain, GracefulServer
 from roofline.errors import UserError
+from roofline.response_stats import ServerStats
 
 _DISCONNECTED = object()  # put into a request's queue when its client goes away
 
@@ -118,14 +119,14 @@ class _ServerState:
             "created": self.created,
             "owned_by": "roofline",
             "max_model_len": self.scheduler.max_seq_len,
-            "roofline": {
-                "bytes_per_token": int(r.bytes_per_token),
-                "file_bytes_per_token": int(r.file_bytes_per_token),
-                "dtype": r.dtype,
-                "hardware": "local",
-                "max_batch": self.scheduler.max_batch,
-                "max_seq_len": self.scheduler.max_seq_len,
-            },
+            "roofline": ServerStats(
+                bytes_per_token=int(r.bytes_per_token),
+                file_bytes_per_token=int(r.file_bytes_per_token),
+                dtype=r.dtype,
+                hardware="local",
+                max_batch=self.scheduler.max_batch,
+                max_seq_len=self.scheduler.max_seq_len,
+            ).to_json(),
         }
 
     def parse(self, raw: bytes, chat: bool):

@@ -35,15 +35,10 @@ def _provenance(run: LoadedRun) -> list[str]:
         from roofline.report.sections import tune_provenance
 
         return tune_provenance(run)
-    from roofline.bench.tables import provenance_lines
+    from roofline.bench.tables import hardware_profile_line, provenance_lines
 
-    lines = provenance_lines(run.summary)
-    hp = run.provenance.get("hardware_profile") or {}
-    if hp:
-        lines.append(
-            f"hardware profile: {hp.get('cpu') or hp.get('name')}, measured {hp.get('measured_at') or '?'}"
-        )
-    return lines
+    line = hardware_profile_line(run.summary)
+    return provenance_lines(run.summary) + ([line] if line else [])
 
 
 def page_of_runs(runs: Sequence[LoadedRun], warnings: Sequence[str] = ()) -> Page:

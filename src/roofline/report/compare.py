@@ -47,7 +47,7 @@ def figures(run: Any) -> list[Figure]:
                 )
     else:
         t = run.tune
-        unit = (t.objective or {}).get("unit") or ""
+        unit = t.objective.unit
         out += [
             Figure(f"baseline ({unit})", t.baseline.value if t.baseline else None),
             Figure(f"best ({unit})", t.best.value if t.best else None),
@@ -89,14 +89,8 @@ def comparison_table(runs: Sequence[Any]) -> Table:
 
 def _workload(run: Any) -> Any:
     if run.kind == "tune":
-        return ("tune", (run.tune.objective or {}).get("name"))
-    p = run.provenance
-    return (
-        tuple((x or {}).get("id") for x in p.get("prompts") or ()),
-        p.get("reps"),
-        p.get("max_tokens"),
-        tuple(s.name for s in run.summary.scenarios),
-    )
+        return ("tune", run.tune.objective.name)
+    return run.summary.workload
 
 
 def _same_workload(runs: Sequence[Any]) -> bool:

@@ -109,7 +109,7 @@ def _load_bench(path: Path) -> LoadedRun:
             bad,
             summary.extra,
         )
-    if prov.get("interrupted"):
+    if summary.interrupted:
         warnings.append("the run was interrupted: it covers the requests that ended")
     if summary.requests_ok == 0:
         warnings.append("no successful request in this run: nothing measured to chart")
@@ -119,6 +119,8 @@ def _load_bench(path: Path) -> LoadedRun:
 
 
 def _load_tune(path: Path) -> LoadedRun:
+    from roofline.tune.objectives import ObjectiveInfo
+    from roofline.tune.records import StudyInfo
     from roofline.tune.result import TuneResult
     from roofline.tune.trial import TrialResult
 
@@ -156,14 +158,11 @@ def _load_tune(path: Path) -> LoadedRun:
         engine=first.engine if first else "?",
         model=None,
         strategy="?",
-        objective={
-            "name": first.objective if first else "speed",
-            "direction": "maximize",
-            "unit": "tok/s",
-            "label": "Output Speed",
-        },
+        objective=ObjectiveInfo(
+            first.objective if first else "speed", "maximize", "tok/s", "Output Speed"
+        ),
         space={},
-        study={},
+        study=StudyInfo(),
         run_dir=str(path),
         trials=tuple(trials),
         interrupted=True,

@@ -8,7 +8,7 @@ bytes and the weight dtype the server reported (2 FLOPs per weight read), and th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from roofline.errors import UserError
@@ -127,11 +127,11 @@ def _bench_points(run: Any, flops: float, prefix: str | None) -> list[RooflinePo
 def _trial_points(tune: Any, flops: float, bytes_per_token: float) -> list[RooflinePoint]:
     out = []
     for t in tune.trials:
-        speed = (t.metrics or {}).get("output_speed_median_tok_per_s")
+        speed = t.metrics.output_speed_median_tok_per_s
         if t.status not in ("ok", "inexact") or not speed:
             continue
-        b = (t.metrics or {}).get("bytes_per_token") or bytes_per_token
-        rows = _tokens_per_pass((t.metrics or {}).get("tokens_per_pass"))
+        b = t.metrics.bytes_per_token or bytes_per_token
+        rows = _tokens_per_pass(t.metrics.tokens_per_pass)
         out.append(RooflinePoint(f"trial {t.number}", "measured", rows * flops / b, speed * flops))
     return out
 
@@ -154,7 +154,10 @@ def _baseline_dtype(run: Any) -> str | None:
         )
     except (OSError, ValueError, TypeError):
         return None
-    return ((prov.get("server") or {}).get("roofline") or {}).get("dtype")
+    from roofline.bench.summary import server_stats_of
+
+    stats = server_stats_of(prov) if isinstance(prov, dict) else None
+    return stats.dtype if stats else None
 
 
 def hardware_label(hardware: str | None) -> str:
@@ -172,25 +175,24 @@ def roofline_of_run(run: Any, prefix: str | None = None) -> RooflineData | None:
         c = run.summary.ceiling if run.summary else None
         if c is None:
             return None
-        prov = run.provenance
-        info = (prov.get("server") or {}).get("roofline") or {}
+        s = run.summary
         models, bpt, bw, hardware = (
-            [prov.get("model"), prov.get("served_model")],
+            [s.model, s.served_model],
             c.bytes_per_token,
             c.bandwidth_bytes_per_s,
-            prov.get("hardware") or c.hardware,
+            s.hardware or c.hardware,
         )
-        label = run.summary.model_label or c.model or "model"
-        dtype = info.get("dtype")
+        label = s.model_label or c.model or "model"
+        dtype = s.server_stats.dtype if s.server_stats else None
     else:
-        ceiling: Mapping[str, Any] | None = run.tune.ceiling
-        if not ceiling:
+        ceiling = run.tune.ceiling
+        if ceiling is None:
             return None
-        bpt, bw = float(ceiling["bytes_per_token"]), float(ceiling["bandwidth_bytes_per_s"])
+        bpt, bw = ceiling.bytes_per_token, ceiling.bandwidth_bytes_per_s
         models, hardware, label = (
-            [run.tune.model, ceiling.get("model")],
-            ceiling.get("hardware"),
-            run.tune.model or ceiling.get("model") or "model",
+            [run.tune.model, ceiling.model or None],
+            ceiling.hardware or None,
+            run.tune.model or ceiling.model or "model",
         )
         dtype = _baseline_dtype(run)
     flops, how = flops_per_token(models, bpt, dtype)

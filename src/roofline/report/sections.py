@@ -20,7 +20,7 @@ from roofline.report.time_bars import bars_of_bench, bars_of_tune, draw_time_bar
 from roofline.report.tune_charts import (
     draw_ladder,
     draw_sweeps,
-    ladder_steps,
+    ladder_bars,
     sweeps_of,
 )
 
@@ -136,7 +136,7 @@ def bench_sections(run: Any, key_prefix: str = "", title_prefix: str = "") -> li
     tables = [Table.of(rates_table(s))]
     if s.ceiling is not None:
         tables.append(ceiling_table(s.ceiling))
-    a = analysis_of(run.provenance.get("model"), run.provenance.get("hardware"))
+    a = analysis_of(s.model, s.hardware)
     if a is not None:
         tables += breakdown_tables(a)
     out.append(
@@ -161,14 +161,14 @@ def bench_sections(run: Any, key_prefix: str = "", title_prefix: str = "") -> li
 
 
 def tune_sections(run: Any, key_prefix: str = "", title_prefix: str = "") -> list[Section]:
-    from roofline.cli.tune_output import best_lines, header_notes
-    from roofline.cli.tune_output import tables as tune_tables
+    from roofline.report.tune_text import best_lines, header_notes
+    from roofline.report.tune_text import tables as tune_tables
 
     t = run.tune
-    unit = str((t.objective or {}).get("unit") or "tok/s")
+    unit = t.objective.unit
     out = []
     charts = []
-    steps = ladder_steps(t)
+    steps = ladder_bars(t)
     if steps:
         charts.append(draw_ladder(steps, unit, key=f"{key_prefix}ladder"))
     sweeps = sweeps_of(t)
@@ -198,7 +198,7 @@ def tune_sections(run: Any, key_prefix: str = "", title_prefix: str = "") -> lis
     except (KeyError, AttributeError, TypeError, ValueError) as e:
         tables = ()
         notes = [f"tables unavailable for this partial run ({e.__class__.__name__})"]
-    a = analysis_of(t.model, (t.ceiling or {}).get("hardware"))
+    a = analysis_of(t.model, t.ceiling.hardware if t.ceiling else None)
     if a is not None:
         tables += breakdown_tables(a)
     out.append(Section(f"{title_prefix}trials against the ceiling", tuple(charts), tables))
@@ -239,17 +239,15 @@ def tune_provenance(run: Any) -> list[str]:
         f"engine: {t.engine}",
         f"model: {t.model or 'the engine default'}",
         f"strategy: {t.strategy}",
-        f"objective: {(t.objective or {}).get('label') or (t.objective or {}).get('name')}",
+        f"objective: {t.objective.label or t.objective.name}",
     ]
     if t.baseline is not None:
         out.append(f"engine version: {t.baseline.engine_version or '?'}")
         if t.baseline.started_utc:
             out.append(f"first trial started: {t.baseline.started_utc}")
-        host = (t.baseline.machine or {}).get("hostname")
-        if host:
-            out.append(
-                f"machine: {host} ({(t.baseline.machine or {}).get('cpu') or 'cpu not recorded'})"
-            )
+        m = t.baseline.machine
+        if m.hostname:
+            out.append(f"machine: {m.hostname} ({m.cpu or 'cpu not recorded'})")
     if t.wall_s:
         out.append(f"wall time: {t.wall_s:.0f} s")
     if t.best is not None and t.best.argv:

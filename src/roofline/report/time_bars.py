@@ -83,20 +83,20 @@ def bars_of_tune(run: Any) -> list[TimeBar]:
     base = dict(tune.baseline.config) if tune.baseline else {}
     out = []
     for t in tune.trials:
-        m = t.metrics or {}
-        speed, ceiling = m.get("output_speed_median_tok_per_s"), m.get("ceiling_tok_per_s")
+        m = t.metrics
+        speed, ceiling = m.output_speed_median_tok_per_s, m.ceiling_tok_per_s
         if t.status not in ("ok", "inexact") or not speed or not ceiling:
             continue
         mark = " (inexact)" if t.status == "inexact" else ""
-        tpp = m.get("tokens_per_pass")
-        spec = bool(tpp and tpp > 1.0 and m.get("percent_of_ceiling") is not None)
+        tpp = m.tokens_per_pass
+        spec = bool(tpp and tpp > 1.0 and m.percent_of_ceiling is not None)
         out.append(
             TimeBar(
                 f"#{t.number} {config_label(dict(t.config), base)}{mark}",
                 1.0 / ceiling,
                 1.0 / speed,
                 tpp if spec else None,
-                m["percent_of_ceiling"] if spec else None,
+                m.percent_of_ceiling if spec else None,
                 1.0 / t.file_ceiling_tok_per_s if t.file_ceiling_tok_per_s else None,
                 t.percent_of_file_ceiling,
             )

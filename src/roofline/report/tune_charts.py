@@ -11,7 +11,7 @@ from roofline.report.charts import FLOOR, MEASURED, OTHER, SERIES, Chart, pyplot
 
 
 @dataclass(frozen=True)
-class LadderStep:
+class LadderBar:
     label: str  # 'baseline', 'dtype=bf16', ...
     objective: float
     spread: float | None  # max - min across repetitions of the trial behind it
@@ -20,7 +20,7 @@ class LadderStep:
 
 
 @dataclass(frozen=True)
-class SweepPoint:
+class SweepDot:
     value: Any
     objective: float  # the median over repetitions
     reps: tuple[float, ...]  # each repetition's value
@@ -30,40 +30,38 @@ class SweepPoint:
 @dataclass(frozen=True)
 class Sweep:
     knob: str
-    points: tuple[SweepPoint, ...]
+    points: tuple[SweepDot, ...]
 
 
-def ladder_steps(tune: Any) -> list[LadderStep]:
+def ladder_bars(tune: Any) -> list[LadderBar]:
     """The baseline, then one bar per ladder step: the best value tried, kept or not."""
-    rows = list(tune.ladder or ())
+    rows = tune.ladder
     if not rows:
         return []
-    first = rows[0].get("before") or {}
+    first = rows[0].before
     out = []
-    if first.get("objective") is not None:
-        out.append(
-            LadderStep("baseline", float(first["objective"]), first.get("spread"), None, True)
-        )
+    if first is not None and first.objective is not None:
+        out.append(LadderBar("baseline", float(first.objective), first.spread, None, True))
     for r in rows:
-        tried = [p for p in r.get("tried") or () if p.get("objective") is not None]
-        if r.get("best_objective") is not None:
-            best = next((p for p in tried if p.get("value") == r.get("best_value")), {})
+        tried = [p for p in r.tried if p.objective is not None]
+        if r.best_objective is not None:
+            best = next((p for p in tried if p.value == r.best_value), None)
             out.append(
-                LadderStep(
-                    f"{r['knob']}={r.get('best_value')}",
-                    float(r["best_objective"]),
-                    best.get("spread"),
-                    r.get("gain_pct"),
-                    bool(r.get("kept")),
+                LadderBar(
+                    f"{r.knob}={r.best_value}",
+                    float(r.best_objective),
+                    best.spread if best else None,
+                    r.gain_pct,
+                    r.kept,
                 )
             )
         elif tried:  # nothing eligible (inexact or failed): the fastest tried, in grey, marked
-            fastest = max(tried, key=lambda p: p["objective"])
+            fastest = max(tried, key=lambda p: p.objective)
             out.append(
-                LadderStep(
-                    f"{r['knob']}={fastest.get('value')} ({fastest.get('status')})",
-                    float(fastest["objective"]),
-                    fastest.get("spread"),
+                LadderBar(
+                    f"{r.knob}={fastest.value} ({fastest.status})",
+                    float(fastest.objective),
+                    fastest.spread,
                     None,
                     False,
                 )
@@ -72,28 +70,21 @@ def ladder_steps(tune: Any) -> list[LadderStep]:
 
 
 def sweeps_of(tune: Any) -> list[Sweep]:
-    trials = {t.number: t for t in tune.trials}
     out = []
-    for knob, points in (tune.sweeps or {}).items():
+    for knob, points in tune.sweeps.items():
         pts = []
         for p in points:
-            if p.get("objective") is None:
+            if p.objective is None:
                 continue
-            t = trials.get(p.get("trial"))
-            reps = (
-                tuple(t.rep_values) if t is not None and t.rep_values else (float(p["objective"]),)
-            )
-            pts.append(
-                SweepPoint(
-                    p.get("value"), float(p["objective"]), reps, str(p.get("status") or "ok")
-                )
-            )
+            t = tune.trial(p.trial)
+            reps = tuple(t.rep_values) if t is not None and t.rep_values else (p.objective,)
+            pts.append(SweepDot(p.value, float(p.objective), reps, p.status))
         if pts:
             out.append(Sweep(knob, tuple(pts)))
     return out
 
 
-def draw_ladder(steps: Sequence[LadderStep], unit: str, *, key: str = "ladder") -> Chart:
+def draw_ladder(steps: Sequence[LadderBar], unit: str, *, key: str = "ladder") -> Chart:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     xs = range(len(steps))

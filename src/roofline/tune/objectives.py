@@ -68,6 +68,41 @@ def cost_value(lines: Sequence[Mapping[str, Any]], settings: ObjectiveSettings) 
 
 
 @dataclass(frozen=True)
+class ObjectiveInfo:
+    """What a result says about its objective (tune.json's "objective"): no measuring function."""
+
+    name: str
+    direction: str = "maximize"  # "maximize" | "minimize"
+    unit: str = "tok/s"
+    label: str = ""
+
+    @property
+    def maximize(self) -> bool:
+        return self.direction == "maximize"
+
+    def better_by(self, new: float, old: float) -> float:
+        """new - old in the objective's direction (positive: new is better)."""
+        return new - old if self.maximize else old - new
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "direction": self.direction,
+            "unit": self.unit,
+            "label": self.label,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ObjectiveInfo:
+        return cls(
+            str(d["name"]),
+            str(d.get("direction") or "maximize"),
+            str(d.get("unit") or "tok/s"),
+            str(d.get("label") or d["name"]),
+        )
+
+
+@dataclass(frozen=True)
 class Objective:
     name: str
     direction: str  # "maximize" | "minimize"
@@ -75,6 +110,10 @@ class Objective:
     label: str
     value: Callable[[Sequence[Mapping[str, Any]], ObjectiveSettings], float | None]
     concurrent: bool = False  # measured with --concurrency streams (else one stream)
+
+    @property
+    def info(self) -> ObjectiveInfo:
+        return ObjectiveInfo(self.name, self.direction, self.unit, self.label)
 
     def scenario(self, settings: ObjectiveSettings) -> Scenario:
         if self.concurrent:

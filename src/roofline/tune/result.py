@@ -20,7 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from roofline.tune.search import Rule, ladder_current, ladder_steps
+from roofline.bench.summary import CeilingFigures
+from roofline.tune.objectives import ObjectiveInfo
+from roofline.tune.records import LadderStep, StepStart, StudyInfo, SweepPoint
+from roofline.tune.search import Rule, get_strategy, ladder_current, ladder_steps
 from roofline.tune.space import Space
 from roofline.tune.trial import TrialResult
 
@@ -30,17 +33,17 @@ class TuneResult:
     engine: str
     model: str | None
     strategy: str
-    objective: Mapping[str, Any]  # name, direction, unit, label
-    space: Mapping[str, Any]
-    study: Mapping[str, Any]  # name, storage (password hidden), trial counts by state
+    objective: ObjectiveInfo
+    space: Mapping[str, Any]  # Space.to_json()
+    study: StudyInfo
     run_dir: str
     allow_inexact: bool = False
-    ceiling: Mapping[str, Any] | None = None
+    ceiling: CeilingFigures | None = None
     baseline: TrialResult | None = None
     best: TrialResult | None = None
     fastest: TrialResult | None = None
-    ladder: tuple[Mapping[str, Any], ...] = ()
-    sweeps: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    ladder: tuple[LadderStep, ...] = ()
+    sweeps: Mapping[str, tuple[SweepPoint, ...]] = field(default_factory=dict)
     trials: tuple[TrialResult, ...] = ()
     interrupted: bool = False
     wall_s: float | None = None
@@ -63,30 +66,30 @@ class TuneResult:
         b, s = self.best, self.baseline
         if not b or not s or not b.value or not s.value:
             return None
-        return (
-            b.value / s.value
-            if self.objective.get("direction") == "maximize"
-            else s.value / b.value
-        )
+        return b.value / s.value if self.objective.maximize else s.value / b.value
+
+    def trial(self, number: int | None) -> TrialResult | None:
+        """The trial with this number, if it finished."""
+        return next((r for r in self.trials if r.number == number), None)
 
     def to_json(self) -> dict:
         return {
             "engine": self.engine,
             "model": self.model,
             "strategy": self.strategy,
-            "objective": dict(self.objective),
+            "objective": self.objective.to_json(),
             "space": dict(self.space),
-            "study": dict(self.study),
+            "study": self.study.to_json(),
             "run_dir": self.run_dir,
             "allow_inexact": self.allow_inexact,
-            "ceiling": None if self.ceiling is None else dict(self.ceiling),
+            "ceiling": None if self.ceiling is None else self.ceiling.to_json(),
             "baseline": self.baseline.to_json() if self.baseline else None,
             "best": self.best.to_json() if self.best else None,
             "best_command": self.best_command,
             "fastest": self.fastest.to_json() if self.fastest else None,
             "gain": self.gain,
-            "ladder": [dict(s) for s in self.ladder],
-            "sweeps": {k: [dict(p) for p in v] for k, v in self.sweeps.items()},
+            "ladder": [s.to_json() for s in self.ladder],
+            "sweeps": {k: [p.to_json() for p in v] for k, v in self.sweeps.items()},
             "trials": [t.to_json() for t in self.trials],
             "interrupted": self.interrupted,
             "wall_s": self.wall_s,
@@ -101,17 +104,20 @@ class TuneResult:
             engine=d["engine"],
             model=d.get("model"),
             strategy=d["strategy"],
-            objective=dict(d["objective"]),
+            objective=ObjectiveInfo.from_json(d["objective"]),
             space=dict(d.get("space") or {}),
-            study=dict(d.get("study") or {}),
+            study=StudyInfo.from_json(d.get("study")),
             run_dir=d.get("run_dir", ""),
             allow_inexact=bool(d.get("allow_inexact", False)),
-            ceiling=d.get("ceiling"),
+            ceiling=CeilingFigures.from_json(d.get("ceiling")),
             baseline=trial(d.get("baseline")),
             best=trial(d.get("best")),
             fastest=trial(d.get("fastest")),
-            ladder=tuple(d.get("ladder") or ()),
-            sweeps=dict(d.get("sweeps") or {}),
+            ladder=tuple(LadderStep.from_json(s) for s in d.get("ladder") or ()),
+            sweeps={
+                k: tuple(SweepPoint.from_json(p) for p in v)
+                for k, v in (d.get("sweeps") or {}).items()
+            },
             trials=tuple(TrialResult.from_json(t) for t in d.get("trials") or ()),
             interrupted=bool(d.get("interrupted", False)),
             wall_s=d.get("wall_s"),
@@ -150,32 +156,27 @@ def build_result(
 
     obj = OBJECTIVES[options.objective]
     rule = Rule(obj.direction, options.allow_inexact)
+    climbs = get_strategy(options.strategy).climbs
     baseline = rule.best([r for r in results if r.slot.kind == "baseline"])
-    ceiling = (baseline.metrics.get("ceiling") if baseline else None) or next(
-        (r.metrics["ceiling"] for r in results if r.metrics.get("ceiling")), None
+    ceiling = (baseline.metrics.ceiling if baseline else None) or next(
+        (r.metrics.ceiling for r in results if r.metrics.ceiling), None
     )
-    ladder = ladder_rows(space, results, rule) if options.strategy == "ladder" else []
     return TuneResult(
         engine=options.engine,
         model=options.model,
         strategy=options.strategy,
-        objective={
-            "name": obj.name,
-            "direction": obj.direction,
-            "unit": obj.unit,
-            "label": obj.label,
-        },
+        objective=obj.info,
         space=space.to_json(),
-        study={"name": options.study, "storage": storage, "trials": dict(states)},
+        study=StudyInfo(options.study, storage, dict(states)),
         run_dir=str(run_dir),
         allow_inexact=options.allow_inexact,
         ceiling=ceiling,
         baseline=baseline,
         best=ladder_current(space, results, rule, len(space.dimensions) + 1)
-        if options.strategy == "ladder"
+        if climbs
         else rule.best(results),
         fastest=rule.best(results),
-        ladder=tuple(ladder),
+        ladder=ladder_rows(space, results, rule) if climbs else (),
         sweeps=sweeps(space, results, rule),
         trials=tuple(results),
         interrupted=interrupted,
@@ -183,63 +184,54 @@ def build_result(
     )
 
 
-def _point(r: TrialResult, knob_value: Any) -> dict[str, Any]:
+def _point(r: TrialResult, knob_value: Any) -> SweepPoint:
     reps = r.rep_values or ()
-    return {
-        "value": knob_value,
-        "objective": r.value,
-        "min": min(reps) if reps else None,
-        "max": max(reps) if reps else None,
-        "spread": r.spread,
-        "status": r.status,
-        "trial": r.number,
-    }
+    return SweepPoint(
+        knob_value,
+        r.value,
+        min(reps) if reps else None,
+        max(reps) if reps else None,
+        r.spread,
+        r.status,
+        r.number,
+    )
 
 
-def ladder_rows(space: Space, results: Sequence[TrialResult], rule: Rule) -> list[dict[str, Any]]:
+def ladder_rows(space: Space, results: Sequence[TrialResult], rule: Rule) -> tuple[LadderStep, ...]:
     """The ladder table as data: one row per step taken."""
     _, steps = ladder_steps(space, results, rule)
     rows = []
     for s in steps:
         best = rule.best(s.tried)
         before = s.before
+        after = s.kept or before
         rows.append(
-            {
-                "round": s.round,
-                "knob": s.knob,
-                "before": None
+            LadderStep(
+                round=s.round,
+                knob=s.knob,
+                before=None
                 if before is None
-                else {
-                    "trial": before.number,
-                    "objective": before.value,
-                    "spread": before.spread,
-                    "config": dict(before.config),
-                },
-                "tried": [_point(r, r.config.get(s.knob)) for r in s.tried],
-                "best_value": None if best is None else best.config.get(s.knob),
-                "best_objective": None if best is None else best.value,
-                "kept": s.kept is not None,
-                "gain": s.gain,
-                "gain_pct": (100.0 * s.gain / before.value)
-                if s.gain is not None and before and before.value
-                else None,
-                "spread": max(before.spread or 0.0, best.spread or 0.0)
-                if before and best
-                else None,
-                "after": (s.kept or before).value if (s.kept or before) else None,
-                "note": s.note,
-            }
+                else StepStart(before.number, before.value, before.spread, dict(before.config)),
+                tried=tuple(_point(r, r.config.get(s.knob)) for r in s.tried),
+                best_value=None if best is None else best.config.get(s.knob),
+                best_objective=None if best is None else best.value,
+                kept=s.kept is not None,
+                gain=s.gain,
+                spread=max(before.spread or 0.0, best.spread or 0.0) if before and best else None,
+                after=after.value if after else None,
+                note=s.note,
+            )
         )
-    return rows
+    return tuple(rows)
 
 
 def sweeps(
     space: Space, results: Sequence[TrialResult], rule: Rule
-) -> dict[str, list[dict[str, Any]]]:
+) -> dict[str, tuple[SweepPoint, ...]]:
     """Per knob: the objective at each of its values. For each value the best measured trial that
     ran it (exact ones first), so the curve shows what the knob can do; inexact points stay
     marked."""
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, tuple[SweepPoint, ...]] = {}
     measured = [r for r in results if r.value is not None and r.status in ("ok", "inexact")]
     for d in space.dimensions:
         by_value: dict[Any, TrialResult] = {}
@@ -253,7 +245,7 @@ def sweeps(
                 by_value[v] = r
         if len(by_value) >= 2:
             points = [_point(r, v) for v, r in by_value.items()]
-            out[d.name] = sorted(points, key=lambda p: (isinstance(p["value"], str), p["value"]))
+            out[d.name] = tuple(sorted(points, key=lambda p: (isinstance(p.value, str), p.value)))
     return out
 
 

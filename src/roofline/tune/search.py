@@ -315,6 +315,8 @@ class Strategy:
     configure: Callable[..., Decision]
     sampler: Callable[[int | None], Any]
     open_ended: bool  # asks Optuna for new trials beyond the plan (until the budget)
+    default_budget: int | None = None  # trials run without --trials (None: the whole plan)
+    climbs: bool = False  # a ladder: its steps are a table, its best is where the climb ended
 
 
 STRATEGIES: dict[str, Strategy] = {
@@ -325,6 +327,7 @@ STRATEGIES: dict[str, Strategy] = {
         ladder_configure,
         plain_sampler,
         False,
+        climbs=True,
     ),
     "grid": Strategy(
         "grid",
@@ -341,6 +344,7 @@ STRATEGIES: dict[str, Strategy] = {
         tpe_configure,
         tpe_sampler,
         True,
+        default_budget=20,
     ),
 }
 

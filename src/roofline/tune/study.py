@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from roofline.errors import UserError
+from roofline.tune.records import Machine
 from roofline.tune.search import Rule, Slot, Strategy, View
 from roofline.tune.space import Space
 from roofline.tune.trial import TrialResult
@@ -289,7 +290,7 @@ def results(study: Any) -> list[TrialResult]:
                     dict(t.user_attrs.get("config") or {}),
                     "failed",
                     error=f"interrupted: {t.user_attrs.get('interrupted', 'no result recorded')}",
-                    machine=t.user_attrs.get("worker") or {},
+                    machine=Machine.from_json(t.user_attrs.get("worker")),
                 )
             )
     return sorted(out, key=lambda r: r.number)

@@ -23,13 +23,16 @@ import threading
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from roofline.bench.driver import Progress
+from roofline.bench.engines.greedy import Exactness
+from roofline.bench.summary import RunSummary
 from roofline.bench.workloads import Prompt
 from roofline.tune.objectives import Objective, ObjectiveSettings, measure
+from roofline.tune.records import Machine, TrialMetrics
 from roofline.tune.search import Slot
 
 STATUSES = ("ok", "inexact", "failed", "skipped")
@@ -45,13 +48,9 @@ class TrialResult:
     value: float | None = None
     spread: float | None = None  # max - min of the per-repetition values
     rep_values: tuple[float, ...] = ()
-    metrics: Mapping[str, Any] = field(
-        default_factory=dict
-    )  # Output Speed median/min/max, % of ceiling, ...
-    exactness: Mapping[str, Any] | None = None  # bench.engines.Exactness.to_json()
-    machine: Mapping[str, Any] = field(
-        default_factory=dict
-    )  # hostname, worker pid, measured bandwidth
+    metrics: TrialMetrics = field(default_factory=TrialMetrics)
+    exactness: Exactness | None = None
+    machine: Machine = field(default_factory=Machine)
     engine: str = ""
     engine_version: str | None = None
     argv: tuple[str, ...] = ()  # the exact engine command line
@@ -60,14 +59,29 @@ class TrialResult:
     folder: str | None = None  # the trial's folder, relative to the run folder
     started_utc: str | None = None
     seconds: float | None = None
-    # the model's file beside the engine's own format (bench.summary.VsCeiling; None: not known, or
-    # a run folder written before these were kept)
-    file_bytes_per_token: float | None = (
-        None  # the weights as the file stores them, per decoded token
-    )
-    file_ceiling_tok_per_s: float | None = None  # bandwidth / file_bytes_per_token
-    percent_of_file_ceiling: float | None = None  # the measured rate against the file's ceiling
-    read_ratio: float | None = None  # bytes the engine reads per token / the file's
+
+    # the model's file beside the engine's own format (None: not known, or a run folder written
+    # before these were kept)
+    @property
+    def file_bytes_per_token(self) -> float | None:
+        """The weights as the file stores them, per decoded token."""
+        c = self.metrics.ceiling
+        return c.file_bytes_per_token if c and c.file_bytes_per_token else None
+
+    @property
+    def file_ceiling_tok_per_s(self) -> float | None:
+        """bandwidth / file_bytes_per_token."""
+        return self.metrics.ceiling.file_tok_per_s if self.file_bytes_per_token else None
+
+    @property
+    def percent_of_file_ceiling(self) -> float | None:
+        """The measured rate against the file's ceiling."""
+        return self.metrics.percent_of_file_ceiling if self.file_bytes_per_token else None
+
+    @property
+    def read_ratio(self) -> float | None:
+        """Bytes the engine reads per token / the file's."""
+        return self.metrics.ceiling.read_ratio if self.file_bytes_per_token else None
 
     def to_json(self) -> dict:
         return {
@@ -79,9 +93,9 @@ class TrialResult:
             "value": self.value,
             "spread": self.spread,
             "rep_values": list(self.rep_values),
-            "metrics": dict(self.metrics),
-            "exactness": None if self.exactness is None else dict(self.exactness),
-            "machine": dict(self.machine),
+            "metrics": self.metrics.to_json(),
+            "exactness": None if self.exactness is None else self.exactness.to_json(),
+            "machine": self.machine.to_json(),
             "engine": self.engine,
             "engine_version": self.engine_version,
             "argv": list(self.argv),
@@ -98,6 +112,10 @@ class TrialResult:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TrialResult:
+        metrics = TrialMetrics.from_json(d.get("metrics"))
+        if metrics.percent_of_file_ceiling is None and d.get("percent_of_file_ceiling") is not None:
+            # written before the metrics kept it
+            metrics = replace(metrics, percent_of_file_ceiling=d["percent_of_file_ceiling"])
         return cls(
             number=int(d["number"]),
             slot=Slot.from_json(d.get("slot")),
@@ -107,9 +125,9 @@ class TrialResult:
             value=d.get("value"),
             spread=d.get("spread"),
             rep_values=tuple(d.get("rep_values") or ()),
-            metrics=dict(d.get("metrics") or {}),
-            exactness=d.get("exactness"),
-            machine=dict(d.get("machine") or {}),
+            metrics=metrics,
+            exactness=Exactness.from_json(d["exactness"]) if d.get("exactness") else None,
+            machine=Machine.from_json(d.get("machine")),
             engine=d.get("engine", ""),
             engine_version=d.get("engine_version"),
             argv=tuple(d.get("argv") or ()),
@@ -118,10 +136,6 @@ class TrialResult:
             folder=d.get("folder"),
             started_utc=d.get("started_utc"),
             seconds=d.get("seconds"),
-            file_bytes_per_token=d.get("file_bytes_per_token"),
-            file_ceiling_tok_per_s=d.get("file_ceiling_tok_per_s"),
-            percent_of_file_ceiling=d.get("percent_of_file_ceiling"),
-            read_ratio=d.get("read_ratio"),
         )
 
 
@@ -147,22 +161,23 @@ class TrialSettings:
     usage: str = "auto"  # bench's token accounting; "per-chunk" skips the negotiation request
 
 
-def machine() -> dict[str, Any]:
+def machine() -> Machine:
     """Where this trial runs: host name, process, and this machine's measured read bandwidth if
     known."""
-    d: dict[str, Any] = {"hostname": socket.gethostname(), "pid": os.getpid()}
     try:
         from roofline.hardware.profile import load_local_profile
 
         p = load_local_profile()
     except Exception:  # a damaged profile must not fail a trial
         p = None
-    if p:
-        d["read_bandwidth_bytes_per_s"] = (
-            (p.get("bandwidth_bytes_per_s") or {}).get("read") or {}
-        ).get("median")
-        d["cpu"] = p.get("cpu")
-    return d
+    if not p:
+        return Machine(socket.gethostname(), os.getpid())
+    return Machine(
+        socket.gethostname(),
+        os.getpid(),
+        ((p.get("bandwidth_bytes_per_s") or {}).get("read") or {}).get("median"),
+        p.get("cpu"),
+    )
 
 
 def skipped(number: int, slot: Slot, reason: str, objective: str) -> TrialResult:
@@ -245,8 +260,7 @@ def run_trial(
         ), None
     _write_outputs(folder / "greedy.json", outputs)
     m = measure(settings.objective, lines, settings.objective_settings)
-    found = _metrics(summary)
-    common.update(file_figures(summary))
+    found = TrialMetrics.of_run(summary)
     if m.value is None:
         return TrialResult(
             status="failed",
@@ -270,7 +284,7 @@ def run_trial(
         spread=m.spread,
         rep_values=m.rep_values,
         metrics=found,
-        exactness=exact.to_json(),
+        exactness=exact,
         argv=tuple(argv),
         seconds=time.monotonic() - t0,
         **common,
@@ -319,7 +333,7 @@ def _greedy(launcher: Any, url: str, settings: TrialSettings) -> list[Any]:
 
 def _bench(
     settings: TrialSettings, url: str, out: Path, progress: Progress
-) -> tuple[dict, list[dict]]:
+) -> tuple[RunSummary, list[dict]]:
     from roofline.bench.plan import BenchPlan
     from roofline.bench.results import read_requests
     from roofline.bench.session import run_session
@@ -375,76 +389,12 @@ def _in_thread(fn: Any) -> Any:
     return box["value"]
 
 
-def _metrics(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """What the trial tables show, read from bench's summary (first scenario)."""
-    out: dict[str, Any] = {}
-    if not summary.get("scenarios"):
-        return out
-    s = summary["scenarios"][0]
-    speed = s["metrics"].get("output_speed_tok_per_s") or {}
-    ttft = s["metrics"].get("ttft_s") or {}
-    out.update(
-        output_speed_median_tok_per_s=speed.get("p50"),
-        output_speed_min_tok_per_s=speed.get("min"),
-        output_speed_max_tok_per_s=speed.get("max"),
-        ttft_median_s=ttft.get("p50"),
-        output_tok_per_s=s.get("output_tok_per_s"),
-        requests_ok=s["requests"]["ok"],
-        requests_failed=s["requests"]["failed"],
-    )
-    v = s.get("vs_ceiling") or {}
-    if v:
-        out.update(
-            percent_of_ceiling=v.get("percent_of_ceiling"),
-            ceiling_tok_per_s=v.get("ceiling_tok_per_s"),
-            bytes_per_token=v.get("bytes_per_token"),
-        )
-        if v.get("note"):  # above 100%: which figure is suspect, and why
-            out.update(ceiling_suspect=v.get("suspect"), ceiling_note=v["note"])
-    if s.get("goodput"):
-        out["goodput_tok_per_s"] = s["goodput"].get("output_tok_per_s")
-    if s.get("passes"):
-        out["tokens_per_pass"] = s["passes"].get("tokens_per_pass")
-    out["prompts"] = [
-        {
-            "prompt": p["prompt"],
-            "median_tok_per_s": p["output_speed_median_tok_per_s"],
-            "spread_pct": p["spread_pct"],
-        }
-        for p in s.get("prompts") or ()
+def _failure_reasons(summary: RunSummary) -> str:
+    reasons = [
+        f"{f.count} {kind}: {f.example[:120]}"
+        for s in summary.scenarios
+        for kind, f in s.requests.failures.items()
     ]
-    if summary.get("ceiling"):
-        out["ceiling"] = summary["ceiling"]
-    return out
-
-
-def file_figures(summary: Mapping[str, Any]) -> dict[str, float | None]:
-    """The file's bytes per token, its ceiling and the trial's % of it (TrialResult's file_*
-    fields), read from bench's summary through its types (first scenario); {} when the ceiling does
-    not know the file."""
-    from roofline.bench.summary import RunSummary
-
-    try:
-        typed = RunSummary.from_json(summary)
-    except (KeyError, TypeError, ValueError):
-        return {}
-    c = typed.ceiling
-    if c is None or not c.file_bytes_per_token:
-        return {}
-    v = typed.scenarios[0].vs_ceiling if typed.scenarios else None
-    return {
-        "file_bytes_per_token": c.file_bytes_per_token,
-        "file_ceiling_tok_per_s": c.file_tok_per_s,
-        "percent_of_file_ceiling": v.percent_of_file_ceiling if v else None,
-        "read_ratio": c.read_ratio,
-    }
-
-
-def _failure_reasons(summary: Mapping[str, Any]) -> str:
-    reasons = []
-    for s in summary.get("scenarios") or ():
-        for kind, f in s["requests"]["failures"].items():
-            reasons.append(f"{f['count']} {kind}: {f['example'][:120]}")
     return "; ".join(reasons) or "no requests"
 
 

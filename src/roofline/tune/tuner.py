@@ -172,7 +172,9 @@ def trial_settings(options: TuneOptions) -> Any:
 def budget(options: TuneOptions) -> int | None:
     if options.trials is not None:
         return options.trials
-    return 20 if options.strategy == "tpe" else None
+    from roofline.tune.search import get_strategy
+
+    return get_strategy(options.strategy).default_budget
 
 
 class Display:

@@ -1,0 +1,292 @@
+"""A tuning result as text: the header notes (ceiling, baseline, machines), the ladder and trial
+tables, the failures and the best command line. `roofline tune` prints them (rich or Markdown), the
+report puts them on its page."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from roofline.tune.records import LadderStep
+from roofline.tune.result import TuneResult
+from roofline.tune.trial import TrialResult
+
+Table = tuple[str, list[str], list[list[str]], list[str]]
+
+
+def fmt(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    text = f"{value:,.2f}" if unit.startswith("$") or abs(value) < 10 else f"{value:,.1f}"
+    return f"{text} {unit}".rstrip()
+
+
+def config_text(config: Mapping[str, Any], baseline: Mapping[str, Any] | None = None) -> str:
+    """The knobs that differ from the baseline, as k=v; "(baseline)" when none do."""
+    base = baseline or {}
+    diff = [f"{k}={v}" for k, v in config.items() if base.get(k) != v]
+    gone = [f"{k}=default" for k in base if k not in config]
+    return " ".join(diff + gone) or "(baseline)"
+
+
+def status_note(r: TrialResult, full: bool = False) -> str:
+    """Why a trial is not ok, in a few words (full: with the diverging pieces)."""
+    if r.status == "inexact" and r.exactness:
+        e = r.exactness
+        unit = "token" if e.basis == "token_ids" else "char"
+        short = f"differs at prompt {e.first_prompt!r} {unit} {e.first_position}"
+        return short + (f": {e.baseline_piece!r} vs {e.candidate_piece!r}" if full else "")
+    if r.status in ("failed", "skipped") and r.error:
+        first = printable(r.error.splitlines()[0])
+        return first if full else first[:80]
+    return ""
+
+
+def printable(text: str) -> str:
+    """Text safe for a terminal: control and undecodable characters shown as '?'."""
+    return "".join(c if c.isprintable() or c in "\n\t" else "?" for c in text)
+
+
+def percent(r: TrialResult | None) -> str:
+    """% of ceiling; above 100% with the suspect figure beside it (its reason is in the notes)."""
+    from roofline.bench.against import percent_text
+    from roofline.bench.summary import VsCeiling
+
+    if r is None:
+        return "-"
+    m = r.metrics
+    return percent_text(
+        VsCeiling(percent_of_ceiling=m.percent_of_ceiling, suspect=m.ceiling_suspect)
+    )
+
+
+def percent_file(r: TrialResult | None) -> str:
+    """% of the file's ceiling (the bytes the model's file stores), "-" when not known."""
+    pct = r.percent_of_file_ceiling if r else None
+    return "-" if pct is None else f"{pct:.1f}%"
+
+
+def header_notes(t: TuneResult) -> list[str]:
+    unit = t.objective.unit
+    notes = [
+        (
+            f"engine {t.engine}, model {t.model or 'default'}; objective: {t.objective.label} "
+            f"({t.objective.direction}); strategy {t.strategy}; study {t.study.name!r}"
+        )
+    ]
+    machines = sorted(
+        {
+            (r.machine.hostname, r.machine.read_bandwidth_bytes_per_s)
+            for r in t.trials
+            if r.machine.hostname
+        },
+        key=str,
+    )
+    for host, bw in machines:
+        notes.append(
+            f"machine {host}" + (f": measured read bandwidth {bw / 1e9:.1f} GB/s" if bw else "")
+        )
+    c = t.ceiling
+    if c:
+        from roofline.bench.tables import file_ceiling_notes
+
+        notes.append(
+            f"ceiling: {c.tok_per_s:.1f} tok/s = {c.bandwidth_bytes_per_s / 1e9:.1f} GB/s / "
+            f"{c.bytes_per_token / 1e6:.1f} MB per token ({c.hardware or 'hardware'}, batch 1; "
+            "each trial's % of ceiling uses its own bytes per token)"
+        )
+        notes += file_ceiling_notes(c)
+    else:
+        notes.append(
+            "no ceiling: give --model and --hardware (the embedded engine reports its own bytes per token)"
+        )
+    if t.baseline:
+        b = t.baseline
+        notes.append(
+            f"baseline: {fmt(b.value, unit)} (spread {fmt(b.spread, unit)} across reps, "
+            f"{percent(b)} of ceiling"
+            + (
+                f", {percent_file(b)} of the file's"
+                if b.percent_of_file_ceiling is not None
+                else ""
+            )
+            + ")"
+        )
+    for r in (t.baseline, t.best):
+        line = ratio_line(r)
+        if (
+            line and line not in notes
+        ):  # the engine reads more (or fewer) bytes than the file stores
+            notes.append(line)
+    for r in t.trials:  # above 100%: which figure is suspect, and why
+        if (r.metrics.percent_of_ceiling or 0) > 100:
+            notes.append(
+                f"trial {r.number}: {r.metrics.ceiling_note or 'above 100% of the ceiling'}"
+            )
+    return notes
+
+
+def ratio_line(r: TrialResult | None) -> str | None:
+    """ "the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: measured against the file,
+    15% of ceiling" for a trial whose engine reads more (or fewer) bytes than the file stores; else
+    None."""
+    from roofline.bench.against import read_ratio_line
+
+    if r is None or not r.file_bytes_per_token or not r.read_ratio:
+        return None
+    line = read_ratio_line(
+        r.read_ratio * r.file_bytes_per_token, r.file_bytes_per_token, r.percent_of_file_ceiling
+    )
+    return f"trial {r.number}: {line}" if line else None
+
+
+def step_best(t: TuneResult, step: LadderStep) -> TrialResult | None:
+    """The trial behind a ladder step's best value."""
+    p = step.best_point()
+    return None if p is None else t.trial(p.trial)
+
+
+def ladder_table(t: TuneResult) -> Table | None:
+    if not t.ladder:
+        return None
+    unit = t.objective.unit
+    headers = [
+        "step",
+        "setting",
+        unit,
+        "gain",
+        "spread",
+        "kept",
+        "% ceil",
+        "% file",
+        "values tried",
+    ]
+    rows = []
+    if t.baseline:
+        b = t.baseline
+        rows.append(
+            [
+                "0",
+                "baseline",
+                fmt(b.value),
+                "-",
+                fmt(b.spread),
+                "-",
+                percent(b),
+                percent_file(b),
+                "",
+            ]
+        )
+    for step, s in enumerate(t.ladder, 1):
+        tried = ", ".join(
+            f"{p.value}: {fmt(p.objective)}" + ("" if p.status == "ok" else f" ({p.status})")
+            for p in s.tried
+        )
+        gain = "-"
+        start = s.before.objective if s.before else None
+        if s.best_objective is not None and start:
+            g = t.objective.better_by(s.best_objective, start)
+            gain = f"{g:+.1f} ({100 * g / start:+.0f}%)"
+        best = step_best(t, s)
+        rows.append(
+            [
+                str(step),
+                f"{s.knob}={s.best_value}" if s.best_value is not None else s.knob,
+                fmt(s.best_objective),
+                gain,
+                fmt(s.spread),
+                "yes" if s.kept else "no",
+                percent(best) if best else "-",
+                percent_file(best),
+                tried,
+            ]
+        )
+    notes = [
+        "a value is kept only when its gain beats the spread across repetitions (the larger of the two "
+        "configurations'); inexact values are never kept"
+        + (" (here allowed: --allow-inexact)" if t.allow_inexact else "")
+    ]
+    return ("ladder (each step tries one knob on top of the best so far)", headers, rows, notes)
+
+
+def trials_table(t: TuneResult) -> Table:
+    unit = t.objective.unit
+    base = t.baseline.config if t.baseline else {}
+    headers = ["#", "configuration", "status", unit, "spread", "% ceil", "% file", "note"]
+    rows = []
+    for r in t.trials:
+        if r.status != "skipped":
+            rows.append(
+                [
+                    str(r.number),
+                    config_text(r.config, base),
+                    r.status,
+                    fmt(r.value),
+                    fmt(r.spread),
+                    percent(r),
+                    percent_file(r),
+                    status_note(r),
+                ]
+            )
+    counts: dict[str, int] = {}
+    for r in t.trials:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    notes = [
+        ", ".join(f"{n} {s}" for s, n in counts.items()),
+        "% ceil: against the ceiling of the bytes the engine reads per token; % file: against the bytes the "
+        "model's file stores (what the model needs)",
+    ]
+    skipped = [f"{r.slot.knob}={r.slot.value}" for r in t.trials if r.status == "skipped"]
+    if skipped:
+        notes.append(
+            f"skipped (their condition does not hold on the best configuration): {', '.join(skipped)}"
+        )
+    notes += [
+        f"trial {r.number}: {status_note(r, full=True)}" for r in t.trials if r.status == "inexact"
+    ]
+    waiting = t.study.waiting
+    if waiting:
+        notes.append(
+            f"{waiting} planned trial(s) not run yet (budget reached or interrupted): --resume continues"
+        )
+    return ("trials", headers, rows, notes)
+
+
+def failures(t: TuneResult, lines: int = 8) -> list[str]:
+    out = []
+    for r in t.trials:
+        if r.status == "failed":
+            tail = printable("\n".join((r.log_tail or "").splitlines()[-lines:]))
+            out.append(
+                f"trial {r.number} ({config_text(r.config)}) failed: {printable(r.error or '')}"
+                + (f"\n{tail}" if tail else "")
+            )
+    return out
+
+
+def best_lines(t: TuneResult) -> list[str]:
+    unit = t.objective.unit
+    b = t.best
+    if b is None:
+        return ["no configuration gave an exact result"]
+    what = "exact" if b.status == "ok" else "INEXACT (allowed by --allow-inexact)"
+    gain = f", {t.gain:.2f}x the baseline" if t.gain else ""
+    base = t.baseline.config if t.baseline else {}
+    lines = [
+        f"best {what}: trial {b.number}, {config_text(b.config, base)}: {fmt(b.value, unit)}{gain}, "
+        f"{percent(b)} of ceiling"
+        + (f" ({percent_file(b)} of the file's)" if b.percent_of_file_ceiling is not None else "")
+    ]
+    f = t.fastest
+    if f is not None and f.number != b.number:
+        lines.append(
+            f"fastest measured: trial {f.number}, {config_text(f.config, base)}: {fmt(f.value, unit)}, "
+            "within the spread of the ladder's steps (not a proven gain: more --reps, or a quieter machine, "
+            "would tell)"
+        )
+    return [*lines, f"command: {shlex.join(t.serve_command)}"]
+
+
+def tables(t: TuneResult) -> list[Table]:
+    return [x for x in (ladder_table(t), trials_table(t)) if x]
