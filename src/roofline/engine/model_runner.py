@@ -31,7 +31,7 @@ from roofline.engine.weights import (
     weight_bytes_per_token,
 )
 from roofline.errors import UserError
-from roofline.hardware.probe import usable_cpu_count as available_cores
+from roofline.hardware.machine import usable_cpu_count as available_cores
 
 __all__ = ["DTYPES", "KERNEL_PREFILL_MAX_TOKENS", "ModelRunner", "available_cores", "load_runner"]
 
