@@ -121,44 +121,21 @@ def test_more_workers_than_threads_still_finish_with_the_same_result():
     runner.prefill(0, PROMPT)
     want = runner.decode([0], [11])
     runner.truncate(0, len(PROMPT))
-    w, c = runner.weights, runner.config
+    c = runner.config
     got = np.empty_like(want)
     numba.set_num_threads(1)
-    decode.decode_rows(
-        np.array([11]),
-        np.array([0]),
-        np.array([len(PROMPT)]),
-        np.array([len(PROMPT)]),
-        np.array([len(PROMPT) + 1]),
-        np.zeros((1, 1), dtype=np.int64),
-        w.embed,
-        w.embed_scale,
-        w.attn_norm,
-        w.wqkv,
-        w.qkv_scale,
-        w.bqkv,
-        w.q_norm,
-        w.k_norm,
-        c.qk_norm,
-        w.wo,
-        w.o_scale,
-        w.mlp_norm,
-        w.wgu,
-        w.gu_scale,
-        w.wd,
-        w.d_scale,
-        w.final_norm,
-        w.lm_head,
-        w.lm_scale,
-        runner._cos,
-        runner._sin,
-        runner.cache.k,
-        runner.cache.v,
-        c.n_heads,
-        np.float32(c.rms_eps),
-        np.array([0]),
-        got,
-        3,
-        64,
+    n = len(PROMPT)
+    rows = decode.Rows(
+        tokens=np.array([11]),
+        slots=np.array([0]),
+        positions=np.array([n]),
+        cache_positions=np.array([n]),
+        tree_base=np.array([n + 1]),
+        tree_path=np.zeros((1, 1), dtype=np.int64),
+        logit_rows=np.array([0]),
     )
+    layers, head = decode.kernel_weights(runner.weights)
+    shape = decode.Shape(c.n_heads, np.float32(c.rms_eps), c.qk_norm)
+    cache = decode.Cache(runner._cos, runner._sin, runner.cache.k, runner.cache.v)
+    decode.decode_rows(rows, shape, layers, head, cache, got, 3, 64)
     assert np.array_equal(got, want)

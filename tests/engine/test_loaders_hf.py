@@ -12,7 +12,9 @@ import torch
 from fixtures import assert_load_fails, tiny_weights, write_tiny_hf_dir
 
 from roofline.engine.loaders import load_checkpoint
+from roofline.engine.config import SUPPORTED_ARCHS
 from roofline.engine.loaders.hf_config import config_from_hf
+from roofline.modelspec.families import engine_classes
 
 
 def test_loads_the_written_weights_exactly(tiny_hf_dir):
@@ -94,6 +96,23 @@ def test_config_parsing_rope_parameters_and_sliding_window(tmp_path):
     )
     c = config_from_hf(qwen, "m", tmp_path)
     assert c.max_seq_len == 32768 and c.arch == "qwen2" and c.attn_bias
+
+
+def test_family_traits_come_from_the_family_registry(tmp_path):
+    base = json.loads((write_tiny_hf_dir(tmp_path / "m") / "config.json").read_text())
+    classes = engine_classes()
+    assert {
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "Qwen2ForCausalLM",
+        "Qwen3ForCausalLM",
+    } <= set(classes)
+    assert set(SUPPORTED_ARCHS) == {f.engine_arch for f in classes.values()}
+    for name, family in classes.items():
+        c = config_from_hf(dict(base, architectures=[name]), "m", tmp_path)
+        assert c.arch == family.engine_arch and c.qk_norm == family.qk_norm, name
+        assert c.attn_bias == bool(family.attention_bias), name
+    assert config_from_hf(dict(base, architectures=["Qwen3ForCausalLM"]), "m", tmp_path).qk_norm
 
 
 # ------------------------------------------------------------------------------------------- errors

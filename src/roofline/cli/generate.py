@@ -6,8 +6,9 @@ import sys
 
 import typer
 
-from roofline.cli import speculation_flags as sf
+from roofline.cli.speculation_flags import speculation_flags
 from roofline.errors import UserError
+from roofline.speculation import SpecOptions
 
 DTYPES = (
     "stored",
@@ -17,6 +18,7 @@ DTYPES = (
 )  # = roofline.engine.weights.DTYPES (this module stays light)
 
 
+@speculation_flags
 def generate(
     prompt: str = typer.Argument(
         ..., help="The prompt (a user message when the chat template is applied)."
@@ -75,19 +77,7 @@ def generate(
         help="Wrap the prompt in the model's chat template "
         "(default: when the checkpoint carries one).",
     ),
-    spec: sf.Spec = "none",
-    spec_k: sf.SpecK = 4,
-    prompt_lookup_min: sf.LookupMin = 2,
-    prompt_lookup_max: sf.LookupMax = 5,
-    max_bfs_breadth: sf.MaxBreadth = 10,
-    min_bfs_breadth: sf.MinBreadth = 1,
-    max_trie_depth: sf.TrieDepth = 18,
-    num_draft_tokens: sf.DraftTokens = 12,
-    trie_scope: sf.TrieScope = "request",
-    spec_tree: sf.SpecTree = True,
-    draft_dtype: sf.DraftDtype = "int8",
-    draft_model: sf.DraftModel = None,
-    adaptive: sf.Adaptive = True,
+    speculation: SpecOptions = SpecOptions(),  # one flag per field (speculation_flags)
     probe: bool = typer.Option(
         True,
         "--probe/--no-probe",
@@ -107,21 +97,6 @@ def generate(
         raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if top_p <= 0:
         raise UserError("--top-p must be greater than 0 (1 turns it off)")
-    options = sf.spec_options(
-        spec,
-        spec_k,
-        prompt_lookup_min,
-        prompt_lookup_max,
-        max_bfs_breadth,
-        min_bfs_breadth,
-        max_trie_depth,
-        num_draft_tokens,
-        trie_scope,
-        spec_tree,
-        draft_dtype,
-        draft_model,
-        adaptive,
-    )
 
     from rich.console import Console
 
@@ -135,7 +110,7 @@ def generate(
         f"loading {model or 'the default model'} ({dtype}) and compiling the kernels ..."
     ):
         runner = load_runner(model, dtype=dtype, threads=threads)
-        make_speculation = speculation_factory(options, runner)
+        make_speculation = speculation_factory(speculation, runner)
     tok = runner.tokenizer
     use_chat = bool(tok.chat_template) if chat is None else chat
     if use_chat:

@@ -8,11 +8,13 @@ import sys
 
 import typer
 
-from roofline.cli import speculation_flags as sf
+from roofline.cli.speculation_flags import speculation_flags
 from roofline.cli.generate import DTYPES
 from roofline.errors import UserError
+from roofline.speculation import SpecOptions
 
 
+@speculation_flags
 def serve(
     model: str | None = typer.Option(
         None,
@@ -94,19 +96,7 @@ def serve(
         "--metrics-require-key",
         help="Require the --api-key on /metrics too (by default scrapers need no secret).",
     ),
-    spec: sf.Spec = "none",
-    spec_k: sf.SpecK = 4,
-    prompt_lookup_min: sf.LookupMin = 2,
-    prompt_lookup_max: sf.LookupMax = 5,
-    max_bfs_breadth: sf.MaxBreadth = 10,
-    min_bfs_breadth: sf.MinBreadth = 1,
-    max_trie_depth: sf.TrieDepth = 18,
-    num_draft_tokens: sf.DraftTokens = 12,
-    trie_scope: sf.TrieScope = "request",
-    spec_tree: sf.SpecTree = True,
-    draft_dtype: sf.DraftDtype = "int8",
-    draft_model: sf.DraftModel = None,
-    adaptive: sf.Adaptive = True,
+    speculation: SpecOptions = SpecOptions(),  # one flag per field (speculation_flags)
 ) -> None:
     """Serve a model with continuous batching: /v1/chat/completions, /v1/completions, /v1/models,
     /health, /metrics."""
@@ -123,21 +113,6 @@ def serve(
             file=sys.stderr,
             flush=True,
         )
-    options = sf.spec_options(
-        spec,
-        spec_k,
-        prompt_lookup_min,
-        prompt_lookup_max,
-        max_bfs_breadth,
-        min_bfs_breadth,
-        max_trie_depth,
-        num_draft_tokens,
-        trie_scope,
-        spec_tree,
-        draft_dtype,
-        draft_model,
-        adaptive,
-    )
 
     from roofline.engine.http_limits import Limits
     from roofline.engine.server import bind_socket, create_app, uvicorn_server
@@ -157,7 +132,8 @@ def serve(
     from roofline.engine.speculate.step import speculation_factory
 
     print(
-        f"loading {model or 'the default model'} ({dtype}, max batch {max_batch}, speculation {spec}) ...",
+        f"loading {model or 'the default model'} ({dtype}, max batch {max_batch}, "
+        f"speculation {speculation.method}) ...",
         file=sys.stderr,
         flush=True,
     )
@@ -165,7 +141,7 @@ def serve(
         lambda: load_runner(
             model, dtype=dtype, threads=threads, max_batch=max_batch, max_seq_len=max_seq_len
         ),
-        speculation=lambda runner: speculation_factory(options, runner),
+        speculation=lambda runner: speculation_factory(speculation, runner),
     )
     runner = scheduler.runner
     app = create_app(
@@ -181,8 +157,9 @@ def serve(
         bound_host, bound_port = sock.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         print(
-            f"roofline serve: {name!r} ({runner.path}, {runner.dtype}, max batch {runner.max_batch}, "
-            f"context {runner.max_seq_len}, speculation {spec}) listening on http://{shown}:{bound_port}/v1 "
+            f"roofline serve: {name!r} ({runner.path}, {runner.dtype}, "
+            f"max batch {runner.max_batch}, context {runner.max_seq_len}, "
+            f"speculation {speculation.method}) listening on http://{shown}:{bound_port}/v1 "
             f"(auth {'on' if api_key else 'off'}); Ctrl-C stops",
             flush=True,
         )

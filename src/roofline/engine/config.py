@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Architectures the engine runs. "llama" covers Llama 2/3, Mistral and SmolLM (same block, RoPE on
-# rotate-half pairs); "qwen2" adds q/k/v biases; "qwen3" adds a per-head RMSNorm on q and k.
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3")
+from roofline.modelspec.families import engine_archs
+
+# Decoder blocks the engine runs, from the family registry (Family.engine_arch): "llama" covers
+# Llama 2/3, Mistral and SmolLM (same block, RoPE on rotate-half pairs); "qwen2" adds q/k/v biases;
+# "qwen3" adds a per-head RMSNorm on q and k.
+SUPPORTED_ARCHS = engine_archs()
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,8 @@ us.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit, prange
 
@@ -62,6 +64,72 @@ SPINS_BEFORE_NAP = (
 )
 NAP_MICROSECONDS = 20
 UNIT_BYTES = 16384  # weight bytes per matrix unit: the grain of the even finish
+
+
+class Rows(NamedTuple):
+    """The k rows of one pass (int64 arrays): row r is token tokens[r] of slot slots[r] at
+    positions[r], its K/V written at cache_positions[r]; tree_base/tree_path give its context
+    (`layer_kernels.attend_unit`); logits are wanted for rows logit_rows."""
+
+    tokens: np.ndarray
+    slots: np.ndarray
+    positions: np.ndarray
+    cache_positions: np.ndarray
+    tree_base: np.ndarray
+    tree_path: np.ndarray
+    logit_rows: np.ndarray
+
+
+class LayerWeights(NamedTuple):
+    """Stacked over layers (weights.DecodeWeights): matrices with per-output-row scales, norms and
+    biases."""
+
+    attn_norm: np.ndarray
+    wqkv: np.ndarray
+    qkv_scale: np.ndarray
+    bqkv: np.ndarray
+    q_norm: np.ndarray
+    k_norm: np.ndarray
+    wo: np.ndarray
+    o_scale: np.ndarray
+    mlp_norm: np.ndarray
+    wgu: np.ndarray
+    gu_scale: np.ndarray
+    wd: np.ndarray
+    d_scale: np.ndarray
+
+
+class HeadWeights(NamedTuple):
+    """The embedding and the output head (lm_head is embed when tied)."""
+
+    embed: np.ndarray
+    embed_scale: np.ndarray
+    final_norm: np.ndarray
+    lm_head: np.ndarray
+    lm_scale: np.ndarray
+
+
+class Cache(NamedTuple):
+    """RoPE tables and the KV cache (kv_cache.KVCache's k and v)."""
+
+    cos: np.ndarray
+    sin: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+
+
+class Shape(NamedTuple):
+    """The config scalars the kernels need."""
+
+    n_heads: int
+    eps: np.float32
+    use_qk_norm: bool
+
+
+def kernel_weights(w) -> tuple[LayerWeights, HeadWeights]:
+    """The arrays of a weights.DecodeWeights, packed by field name."""
+    layers = LayerWeights(*(getattr(w, name) for name in LayerWeights._fields))
+    return layers, HeadWeights(*(getattr(w, name) for name in HeadWeights._fields))
 
 
 @njit(**_JIT)
@@ -144,37 +212,17 @@ def _gate_up_phase(counters, phase, tid, n_threads, w, scale, x, gu, act, scratc
 
 
 @njit(**_JIT)
-def _worker(tid, n_threads, counters, rows, layers, head, cache, buffers, attn, unit_bytes):
-    """Thread tid's walk through the phases (module docstring). Arguments come in tuples (see
-    decode_rows)."""
-    (
-        slots,
-        positions,
-        cache_positions,
-        tree_base,
-        tree_path,
-        logit_rows,
-        n_heads,
-        eps,
-        use_qk_norm,
-    ) = rows
-    (
-        attn_norm,
-        wqkv,
-        qkv_scale,
-        bqkv,
-        q_norm,
-        k_norm,
-        wo,
-        o_scale,
-        mlp_norm,
-        wgu,
-        gu_scale,
-        wd,
-        d_scale,
-    ) = layers
-    final_norm, lm_head, lm_scale = head
-    cos, sin, k_cache, v_cache = cache
+def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn, unit_bytes):
+    """Thread tid's walk through the phases (module docstring). rows: Rows, shape: Shape, w:
+    LayerWeights, head: HeadWeights, cache: Cache; buffers and attn: scratch (see decode_rows)."""
+    slots, positions, cache_positions = rows.slots, rows.positions, rows.cache_positions
+    tree_base, tree_path, logit_rows = rows.tree_base, rows.tree_path, rows.logit_rows
+    n_heads, eps, use_qk_norm = shape.n_heads, shape.eps, shape.use_qk_norm
+    attn_norm, wqkv, qkv_scale, bqkv = w.attn_norm, w.wqkv, w.qkv_scale, w.bqkv
+    q_norm, k_norm, wo, o_scale, mlp_norm = w.q_norm, w.k_norm, w.wo, w.o_scale, w.mlp_norm
+    wgu, gu_scale, wd, d_scale = w.wgu, w.gu_scale, w.wd, w.d_scale
+    final_norm, lm_head, lm_scale = head.final_norm, head.lm_head, head.lm_scale
+    cos, sin, k_cache, v_cache = cache.cos, cache.sin, cache.k, cache.v
     x, h_all, att_all, picked_all, qkv, gu, act, logits = buffers
     first_unit, n_chunks, scores, part_out, part_max, part_sum, gather_k, gather_v, gather_s = attn
     h, att, picked = h_all[tid], att_all[tid], picked_all[tid]
@@ -291,71 +339,50 @@ def _worker(tid, n_threads, counters, rows, layers, head, cache, buffers, attn, 
 
 
 @njit(parallel=True, **_JIT)
-def _run_workers(n_threads, counters, rows, layers, head, cache, buffers, attn, unit_bytes):
+def _run_workers(n_threads, counters, rows, shape, layers, head, cache, buffers, attn, unit_bytes):
     for tid in prange(
         n_threads
     ):  # the loop index is unsigned inside the parallel region: one signature
         _worker(
-            np.int64(tid), n_threads, counters, rows, layers, head, cache, buffers, attn, unit_bytes
+            np.int64(tid),
+            n_threads,
+            counters,
+            rows,
+            shape,
+            layers,
+            head,
+            cache,
+            buffers,
+            attn,
+            unit_bytes,
         )
 
 
 @njit(**_JIT)
-def decode_rows(
-    tokens,
-    slots,
-    positions,
-    cache_positions,
-    tree_base,
-    tree_path,
-    embed,
-    embed_scale,
-    attn_norm,
-    wqkv,
-    qkv_scale,
-    bqkv,
-    q_norm,
-    k_norm,
-    use_qk_norm,
-    wo,
-    o_scale,
-    mlp_norm,
-    wgu,
-    gu_scale,
-    wd,
-    d_scale,
-    final_norm,
-    lm_head,
-    lm_scale,
-    cos,
-    sin,
-    k_cache,
-    v_cache,
-    n_heads,
-    eps,
-    logit_rows,
-    logits,
-    n_threads,
-    unit_bytes=UNIT_BYTES,
-):
-    """Run all layers for k token rows, row r being token tokens[r] of slot slots[r] at position
-    positions[r]; write each row's K/V into the cache at cache_positions[r] (= positions[r] except
-    for draft-tree nodes; see `kernels.attend_unit` for tree_base and tree_path, which give each
-    row's context), and the float32 logits of row logit_rows[j] into logits[j] (a prefill needs only
-    its last row's). Stacked weights: wqkv (L, q+2kv, hidden), wo (L, hidden, q), wgu (L, 2 ffn,
-    hidden), wd (L, hidden, ffn), each with per-output-row scales (L, rows). n_threads: the workers
-    to start (numba's thread count for this calling thread); unit_bytes: weight bytes per matrix
-    unit."""
+def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=UNIT_BYTES):
+    """Run all layers for the k rows of `rows` (Rows): write each row's K/V into `cache` (Cache) at
+    its cache position, and the float32 logits of row rows.logit_rows[j] into logits[j] (a prefill
+    needs only its last row's). layers (LayerWeights) stack over layers: wqkv (L, q+2kv, hidden), wo
+    (L, hidden, q), wgu (L, 2 ffn, hidden), wd (L, hidden, ffn), each with per-output-row scales (L,
+    rows); head: HeadWeights; shape: Shape. Named tuples, so that two same-shaped arrays cannot
+    trade places unnoticed. n_threads: the workers to start (numba's thread count for this calling
+    thread); unit_bytes: weight bytes per matrix unit."""
+    tokens, positions, tree_path, logit_rows = (
+        rows.tokens,
+        rows.positions,
+        rows.tree_path,
+        rows.logit_rows,
+    )
     k = tokens.shape[0]
-    n_layers, qkv_dim = (
-        bqkv.shape
-    )  # (stored rows are bytes: the sizes come from the float32 arrays)
-    hidden, ffn = attn_norm.shape[1], gu_scale.shape[1] // 2
-    n_kv, head_dim = v_cache.shape[2], v_cache.shape[4]
+    # stored rows are bytes: the sizes come from the float32 arrays
+    n_layers, qkv_dim = layers.bqkv.shape
+    hidden, ffn = layers.attn_norm.shape[1], layers.gu_scale.shape[1] // 2
+    n_kv, head_dim = cache.v.shape[2], cache.v.shape[4]
+    n_heads = shape.n_heads
     q_dim = n_heads * head_dim
     x = np.empty((k, hidden), dtype=np.float32)  # the residual stream
     for r in range(k):
-        embed_into(embed, embed_scale, tokens[r], x, r)
+        embed_into(head.embed, head.embed_scale, tokens[r], x, r)
     first_unit, n_chunks = attention_units(positions, n_kv)
     scores, part_out, part_max, part_sum = attention_scratch(
         first_unit[-1], n_heads // n_kv, head_dim
@@ -376,34 +403,11 @@ def decode_rows(
     _run_workers(
         n_threads,
         counters,
-        (
-            slots,
-            positions,
-            cache_positions,
-            tree_base,
-            tree_path,
-            logit_rows,
-            n_heads,
-            eps,
-            use_qk_norm,
-        ),
-        (
-            attn_norm,
-            wqkv,
-            qkv_scale,
-            bqkv,
-            q_norm,
-            k_norm,
-            wo,
-            o_scale,
-            mlp_norm,
-            wgu,
-            gu_scale,
-            wd,
-            d_scale,
-        ),
-        (final_norm, lm_head, lm_scale),
-        (cos, sin, k_cache, v_cache),
+        rows,
+        shape,
+        layers,
+        head,
+        cache,
         buffers,
         (first_unit, n_chunks, scores, part_out, part_max, part_sum, gather_k, gather_v, gather_s),
         unit_bytes,

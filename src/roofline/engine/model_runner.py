@@ -31,7 +31,7 @@ from roofline.engine.weights import (
     weight_bytes_per_token,
 )
 from roofline.errors import UserError
-from roofline.hardware.probe import usable_cpu_count as available_cores
+from roofline.hardware.machine import usable_cpu_count as available_cores
 
 __all__ = ["DTYPES", "KERNEL_PREFILL_MAX_TOKENS", "ModelRunner", "available_cores", "load_runner"]
 
@@ -219,9 +219,16 @@ class ModelRunner:
         tree_base: np.ndarray | None = None,
         tree_path: np.ndarray | None = None,
     ) -> np.ndarray:
-        from roofline.engine.decode import UNIT_BYTES, decode_rows
+        from roofline.engine.decode import (
+            UNIT_BYTES,
+            Cache,
+            Rows,
+            Shape,
+            decode_rows,
+            kernel_weights,
+        )
 
-        w, c = self.weights, self.config
+        c = self.config
         n = tokens.shape[0]
         if (
             tree_base is None
@@ -235,42 +242,12 @@ class ModelRunner:
         logits = np.empty((logit_rows.shape[0], c.vocab_size), dtype=np.float32)
         n_threads = self._use_threads()
         started = time.perf_counter()
+        rows = Rows(tokens, slots, positions, cache_positions, tree_base, tree_path, logit_rows)
+        shape = Shape(c.n_heads, np.float32(c.rms_eps), c.qk_norm)
+        layers, head = kernel_weights(self.weights)
+        cache = Cache(self._cos, self._sin, self.cache.k, self.cache.v)
         decode_rows(
-            tokens,
-            slots,
-            positions,
-            cache_positions,
-            tree_base,
-            tree_path,
-            w.embed,
-            w.embed_scale,
-            w.attn_norm,
-            w.wqkv,
-            w.qkv_scale,
-            w.bqkv,
-            w.q_norm,
-            w.k_norm,
-            c.qk_norm,
-            w.wo,
-            w.o_scale,
-            w.mlp_norm,
-            w.wgu,
-            w.gu_scale,
-            w.wd,
-            w.d_scale,
-            w.final_norm,
-            w.lm_head,
-            w.lm_scale,
-            self._cos,
-            self._sin,
-            self.cache.k,
-            self.cache.v,
-            c.n_heads,
-            np.float32(c.rms_eps),
-            logit_rows,
-            logits,
-            n_threads,
-            self.unit_bytes or UNIT_BYTES,
+            rows, shape, layers, head, cache, logits, n_threads, self.unit_bytes or UNIT_BYTES
         )
         self._record_pass(n_threads, n, time.perf_counter() - started)
         return logits

@@ -38,6 +38,9 @@ class Family:
     mla: bool = False  # multi-head latent attention: kv_lora_rank is required, never GQA
     window_rule: str = "all"
     moe_layout: str = "default"  # "llama4": shared expert of intermediate_size, dense layers intermediate_size_mlp
+    engine_arch: str = ""  # the embedded engine's decoder block ("" = the engine cannot run it)
+    hf_classes: tuple[str, ...] = ()  # config.json "architectures" the engine loads as this family
+    gguf_permutes_qk: bool = False  # llama.cpp's converter permutes q/k rows (its NORM rope type)
     defaults: Mapping[str, Any] = field(
         default_factory=dict
     )  # transformers' values for keys left out
@@ -47,8 +50,16 @@ class Family:
 # model_type -> traits. Families without a transformers configuration class (remote code) get no
 # defaults: a key their config leaves out is refused rather than guessed.
 _TRAITS: dict[str, dict[str, Any]] = {
-    "llama": {},
-    "mistral": {},
+    "llama": {
+        "engine_arch": "llama",
+        "hf_classes": ("LlamaForCausalLM",),
+        "gguf_permutes_qk": True,
+    },
+    "mistral": {
+        "engine_arch": "llama",
+        "hf_classes": ("MistralForCausalLM",),
+        "gguf_permutes_qk": True,
+    },
     "mixtral": {},
     "granite": {},
     "smollm3": {},
@@ -58,9 +69,19 @@ _TRAITS: dict[str, dict[str, Any]] = {
     "cohere": {},
     "internlm2": {},
     "yi": {},
-    "qwen2": {"attention_bias": "qkv", "window_rule": "after_max_window"},
+    "qwen2": {
+        "attention_bias": "qkv",
+        "window_rule": "after_max_window",
+        "engine_arch": "qwen2",
+        "hf_classes": ("Qwen2ForCausalLM",),
+    },
     "qwen2_moe": {"attention_bias": "qkv", "window_rule": "qwen2_moe"},
-    "qwen3": {"qk_norm": True, "window_rule": "after_max_window"},
+    "qwen3": {
+        "qk_norm": True,
+        "window_rule": "after_max_window",
+        "engine_arch": "qwen3",
+        "hf_classes": ("Qwen3ForCausalLM",),
+    },
     "qwen3_moe": {"qk_norm": True},
     "gemma": {},
     "gemma2": {"norms_per_layer": 4, "window_rule": "alternate"},
@@ -123,6 +144,16 @@ def known_types() -> list[str]:
 
 def get_family(model_type: str) -> Family | None:
     return _families().get(model_type)
+
+
+def engine_classes() -> dict[str, Family]:
+    """config.json architecture class -> family, for the families the embedded engine runs."""
+    return {c: f for f in _families().values() if f.engine_arch for c in f.hf_classes}
+
+
+def engine_archs() -> tuple[str, ...]:
+    """The decoder blocks the embedded engine runs (also their GGUF `general.architecture`)."""
+    return tuple(dict.fromkeys(f.engine_arch for f in _families().values() if f.engine_arch))
 
 
 def with_defaults(cfg: Mapping[str, Any], family: Family) -> tuple[dict[str, Any], tuple[str, ...]]:

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from roofline import speculation
 from roofline.bench.engines.base import Knob, Launcher, flag, knob_table
 from roofline.bench.launch import command_from_template
 from roofline.errors import UserError
@@ -49,20 +50,28 @@ def _bool_flag(name: str, value: bool, off: str | None = None) -> list[str]:
 
 
 # -- embedded: roofline serve ----------------------------------------------------------------------
-_EMBEDDED_SPEC = (
-    "spec_k",
-    "prompt_lookup_min",
-    "prompt_lookup_max",
-    "max_bfs_breadth",
-    "min_bfs_breadth",
-    "max_trie_depth",
-    "num_draft_tokens",
-    "trie_scope",
-    "spec_tree",
-    "draft_dtype",
-    "draft_model",
-    "adaptive",
-)
+def _speculation_knobs() -> tuple[Knob, ...]:
+    """One knob per roofline.speculation option, named after its flag (spec-k -> spec_k)."""
+    out = []
+    for name, opt in speculation.options().items():
+        kind = speculation.option_type(name)
+        choices = speculation.option_choices(name)
+        if kind is bool:
+            out.append(Knob(opt.knob, "bool", help=opt.help))
+        elif kind is int:
+            out.append(Knob(opt.knob, "int", help=opt.help, minimum=opt.minimum))
+        else:
+            out.append(Knob(opt.knob, "choice" if choices else "str", choices, opt.help))
+    return tuple(out)
+
+
+_SPEC_KNOBS = _speculation_knobs()
+_SPEC_METHOD = speculation.options()["method"].knob  # "spec"
+_SPEC_OFF = {  # bool knob -> its false flag (spec_tree -> --spec-chain)
+    speculation.options()[n].knob: "--" + o.off_flag
+    for n, o in speculation.options().items()
+    if o.off
+}
 
 
 @dataclass(frozen=True)
@@ -76,9 +85,7 @@ class EmbeddedLauncher(Launcher):
             out += ["--model", model]
         for knob, value in self.settings(config):
             if knob.kind == "bool":
-                out += _bool_flag(
-                    knob.name, value, "--spec-chain" if knob.name == "spec_tree" else None
-                )
+                out += _bool_flag(knob.name, value, _SPEC_OFF.get(knob.name))
             else:
                 out += [flag(knob.name), str(value)]
         return out + list(extra_args)
@@ -86,12 +93,13 @@ class EmbeddedLauncher(Launcher):
     def check(self, config: Mapping[str, Any]) -> None:
         self.needs(
             config,
-            _EMBEDDED_SPEC,
-            config.get("spec") not in (None, "none"),
-            "spec set to ngram, trie or draft",
+            [k.name for k in _SPEC_KNOBS if k.name != _SPEC_METHOD],
+            config.get(_SPEC_METHOD) not in (None, "none"),
+            f"{_SPEC_METHOD} set to {' or '.join(speculation.PROPOSERS)}",
         )
-        self.ordered(config, "prompt_lookup_min", "prompt_lookup_max")
-        self.ordered(config, "min_bfs_breadth", "max_bfs_breadth")
+        knob = {name: opt.knob for name, opt in speculation.options().items()}
+        for low, high in speculation.ORDERED:
+            self.ordered(config, knob[low], knob[high])
 
     def version(self) -> str | None:
         from roofline import __version__
@@ -122,30 +130,7 @@ EMBEDDED = EmbeddedLauncher(
         Knob("threads", "int", help="CPU threads for the model", minimum=1),
         Knob("max_batch", "int", help="sequences decoded together at most", minimum=1),
         Knob("max_seq_len", "int", help="context per sequence in tokens", minimum=2),
-        Knob("spec", "choice", ("none", "ngram", "trie", "draft"), "speculative decoding proposer"),
-        Knob("spec_k", "int", help="tokens drafted per step", minimum=1),
-        Knob("prompt_lookup_min", "int", help="shortest n-gram looked up", minimum=1),
-        Knob("prompt_lookup_max", "int", help="longest n-gram looked up", minimum=1),
-        Knob("max_bfs_breadth", "int", help="trie: widest branching of the draft tree", minimum=1),
-        Knob(
-            "min_bfs_breadth", "int", help="trie: narrowest branching of the draft tree", minimum=1
-        ),
-        Knob(
-            "max_trie_depth", "int", help="trie: longest n-gram stored (match + draft)", minimum=2
-        ),
-        Knob("num_draft_tokens", "int", help="trie: most tokens in the draft tree", minimum=1),
-        Knob(
-            "trie_scope", "choice", ("request", "shared"), "trie: one per request or shared by all"
-        ),
-        Knob("spec_tree", "bool", help="verify a draft tree (true) or a chain (false)"),
-        Knob(
-            "draft_dtype",
-            "choice",
-            ("int8", "bf16", "fp32"),
-            "draft: precision of the self-draft copy",
-        ),
-        Knob("draft_model", "str", help="draft: another checkpoint with the same tokenizer"),
-        Knob("adaptive", "bool", help="adapt the draft length to the acceptance rate"),
+        *_SPEC_KNOBS,
     ),
 )
 

@@ -30,6 +30,7 @@ from roofline.engine.loaders.checkpoint import Checkpoint, check_tensors
 from roofline.engine.loaders.gguf_names import NON_WEIGHT_TENSORS, hf_name
 from roofline.engine.loaders.rope_scaling import rope_scaling_from_gguf
 from roofline.errors import UserError
+from roofline.modelspec.families import get_family
 
 FLOAT_TYPES = {QT.F32: "F32", QT.F16: "F16", QT.BF16: "BF16"}
 QUANT_TYPES = {
@@ -168,7 +169,8 @@ def unpermute_rope_rows(rows: np.ndarray, n_heads: int) -> np.ndarray:
 def _rope_heads(name: str, config: ModelConfig) -> int | None:
     """How many heads to un-permute for this tensor: q -> n_heads, k -> n_kv_heads, others ->
     None."""
-    if config.arch != "llama":
+    family = get_family(config.arch)  # GGUF architecture names are the families' model types
+    if family is None or not family.gguf_permutes_qk:
         return None
     if ".self_attn.q_proj." in name:
         return config.n_heads

@@ -7,14 +7,8 @@ from pathlib import Path
 
 from roofline.engine.config import ModelConfig
 from roofline.errors import UserError
-
-# config.json "architectures" entry -> engine arch.
-HF_ARCHITECTURES = {
-    "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "llama",
-    "Qwen2ForCausalLM": "qwen2",
-    "Qwen3ForCausalLM": "qwen3",
-}
+from roofline.modelspec.families import Family, engine_classes
+from roofline.modelspec.windows import layer_windows
 
 
 def read_json(path: Path) -> dict:
@@ -49,28 +43,28 @@ def _rope(cfg: dict) -> tuple[float, dict | None]:
     return theta, scaling
 
 
-def _context_tokens(cfg: dict, arch_name: str) -> int:
+def _context_tokens(cfg: dict, family: Family) -> int:
     """Usable context. The engine attends over the whole context, which equals a sliding-window
-    model's attention only up to the window: cap the context there so outputs stay exact."""
+    model's attention only up to the window: cap the context at the narrowest layer window (which
+    layers slide is the family's window rule, modelspec/windows.py) so outputs stay exact."""
     context = int(cfg.get("max_position_embeddings") or 2048)
-    window = cfg.get("sliding_window")
-    uses_window = arch_name == "MistralForCausalLM" or bool(cfg.get("use_sliding_window"))
-    if uses_window and window:
-        context = min(context, int(window))
-    return context
+    layers = int(cfg.get("num_hidden_layers") or 1)
+    windows = [w for w in layer_windows(cfg, layers, family.window_rule) if w]
+    return min([context, *windows])
 
 
 def config_from_hf(cfg: dict, name: str, path: Path) -> ModelConfig:
     """ModelConfig from a parsed config.json; UserError naming the architecture when it is not
     supported."""
+    classes = engine_classes()
     declared = cfg.get("architectures") or [cfg.get("model_type", "unknown")]
-    arch_name = next((a for a in declared if a in HF_ARCHITECTURES), None)
+    arch_name = next((a for a in declared if a in classes), None)
     if arch_name is None:
         raise UserError(
             f"{path}: architecture {', '.join(map(str, declared))} is not supported; "
-            f"supported: {', '.join(HF_ARCHITECTURES)}"
+            f"supported: {', '.join(classes)}"
         )
-    arch = HF_ARCHITECTURES[arch_name]
+    family = classes[arch_name]
     if cfg.get("hidden_act", "silu") != "silu" or cfg.get("mlp_bias"):
         raise UserError(
             f"{path}: only SiLU-gated MLPs without bias are supported (hidden_act={cfg.get('hidden_act')!r})"
@@ -80,7 +74,7 @@ def config_from_hf(cfg: dict, name: str, path: Path) -> ModelConfig:
         hidden = int(cfg["hidden_size"])
         theta, scaling = _rope(cfg)
         return ModelConfig(
-            arch=arch,
+            arch=family.engine_arch,
             name=name,
             n_layers=int(cfg["num_hidden_layers"]),
             hidden=hidden,
@@ -89,13 +83,13 @@ def config_from_hf(cfg: dict, name: str, path: Path) -> ModelConfig:
             head_dim=int(cfg.get("head_dim") or hidden // n_heads),
             ffn=int(cfg["intermediate_size"]),
             vocab_size=int(cfg["vocab_size"]),
-            max_seq_len=_context_tokens(cfg, arch_name),
+            max_seq_len=_context_tokens(cfg, family),
             rope_theta=theta,
             rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
             rope_scaling=scaling,
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            attn_bias=arch == "qwen2" or bool(cfg.get("attention_bias", False)),
-            qk_norm=arch == "qwen3",
+            attn_bias=bool(family.attention_bias) or bool(cfg.get("attention_bias", False)),
+            qk_norm=family.qk_norm,
         )
     except KeyError as exc:
         raise UserError(

@@ -1,10 +1,11 @@
 """Speculative decoding: draft proposers and draft trees.
 
 A proposer guesses the next tokens of a request (`DraftTree`: a chain or a tree of guesses after the
-last chosen token); the target model verifies them in one pass. `PROPOSERS` is the one registry:
-method name -> `ProposerFactory` ((SpecOptions, target runner) -> maker of one proposer per
-request). Adding a proposer is one entry here plus its module; an entry whose module is heavy
-imports it when called.
+last chosen token); the target model verifies them in one pass. `PROPOSERS` maps each name of
+`roofline.speculation.PROPOSERS` (names and traits, read by the CLI and the launcher) to its
+`ProposerFactory` ((SpecOptions, target runner) -> maker of one proposer per request); the two must
+name the same proposers, checked at import. Adding a proposer is its module, its traits there and
+its factory here; an entry whose module is heavy imports it when called.
 
     ngram  prompt lookup, vLLM-style: a chain copied from the earliest earlier occurrence of the
            longest suffix n-gram (prompt_lookup.py)
@@ -23,10 +24,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import MappingProxyType
 
+from roofline import speculation
 from roofline.engine.speculate.base import Proposer, ProposerFactory, SpecOptions
 from roofline.engine.speculate.prompt_lookup import PromptLookupProposer
 from roofline.engine.speculate.tree import DraftTree, ancestor_positions, tree_mask
 from roofline.engine.speculate.trie import TrieProposer, bfs_breadth
+from roofline.engine.weights import DTYPES
 
 
 def _draft_model(options: SpecOptions, target: object) -> Callable[[], Proposer]:
@@ -44,6 +47,16 @@ PROPOSERS: MappingProxyType[str, ProposerFactory] = MappingProxyType(
         "draft": _draft_model,
     }
 )
+
+if tuple(PROPOSERS) != tuple(speculation.PROPOSERS):
+    raise ImportError(
+        f"engine proposers {list(PROPOSERS)} differ from roofline.speculation's "
+        f"{list(speculation.PROPOSERS)}: register a proposer in both"
+    )
+if speculation.DRAFT_DTYPES != DTYPES:
+    raise ImportError(
+        f"roofline.speculation.DRAFT_DTYPES must equal engine.weights.DTYPES {DTYPES}"
+    )
 
 
 def proposer_factory(options: SpecOptions, target: object = None) -> Callable[[], Proposer] | None:

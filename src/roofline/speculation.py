@@ -1,0 +1,226 @@
+"""Speculative decoding options and proposer names, declared once (stdlib only).
+
+The CLI flags of `generate` and `serve` (cli/speculation_flags.py), the embedded launcher's knobs
+(bench/engines/launchers.py) and the engine (engine/speculate) all read this module:
+
+    SpecOptions   one field per option; each field's `Option` metadata holds its flag (also the
+                  launcher knob, in snake_case), its range and its help
+    PROPOSERS     proposer name -> its traits (chain or tree, loads a draft model, options read);
+                  the engine's registry maps the same names to factories and checks at import that
+                  they match
+
+Adding a proposer: its module, an entry here and one in roofline.engine.speculate.PROPOSERS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any, get_type_hints
+
+
+@dataclass(frozen=True)
+class ProposerTraits:
+    """What the CLI, the launcher and the presets know of a proposer without importing it."""
+
+    help: str  # one line for --help
+    tree: bool  # drafts a tree (verified in one pass) rather than a chain
+    draft_model: bool = False  # loads a second, cheaper model
+    reads: tuple[str, ...] = ()  # the SpecOptions fields it reads (besides method and adaptive)
+
+
+PROPOSERS: MappingProxyType[str, ProposerTraits] = MappingProxyType(
+    {
+        "ngram": ProposerTraits(
+            "prompt lookup: copy what followed the longest repeated n-gram",
+            tree=False,
+            reads=("k", "prompt_lookup_min", "prompt_lookup_max"),
+        ),
+        "trie": ProposerTraits(
+            "suffix trie over the request's tokens, a draft tree verified in one pass",
+            tree=True,
+            reads=(
+                "max_bfs_breadth",
+                "min_bfs_breadth",
+                "max_trie_depth",
+                "num_draft_tokens",
+                "trie_capacity",
+                "trie_scope",
+                "tree",
+            ),
+        ),
+        "draft": ProposerTraits(
+            "a cheaper model drafts: the target's own int8 copy by default",
+            tree=False,
+            draft_model=True,
+            reads=("k", "draft_dtype", "draft_model"),
+        ),
+    }
+)
+
+DRAFT_DTYPES = ("stored", "fp32", "bf16", "int8")  # = engine.weights.DTYPES (checked there)
+TRIE_SCOPES = ("request", "shared")
+# (low, high) fields: low <= high
+ORDERED = (("prompt_lookup_min", "prompt_lookup_max"), ("min_bfs_breadth", "max_bfs_breadth"))
+
+
+def methods() -> tuple[str, ...]:
+    """The values of SpecOptions.method: "none" and every proposer's name."""
+    return ("none", *PROPOSERS)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option's flag and range. `flag` without "--" is also the launcher knob's name with "_"
+    for "-" (spec-k -> spec_k); a bool has `flag` for true and `off` for false."""
+
+    flag: str
+    help: str
+    minimum: int | None = None  # an int's smallest value (relations between fields: __post_init__)
+    choices: tuple[str, ...] = ()  # a str's values; the method's are methods()
+    off: str = ""  # a bool's false flag; "" = no-<flag>
+
+    @property
+    def knob(self) -> str:
+        return self.flag.replace("-", "_")
+
+    @property
+    def off_flag(self) -> str:
+        return self.off or "no-" + self.flag
+
+
+def _opt(default: Any, flag: str, help: str, **kw: Any) -> Any:
+    return field(default=default, metadata={"option": Option(flag, help, **kw)})
+
+
+@dataclass(frozen=True)
+class SpecOptions:
+    """Speculative decoding settings for all proposers; one field per CLI flag."""
+
+    method: str = _opt("none", "spec", "Speculative decoding proposer")  # help: option_help()
+    k: int = _opt(4, "spec-k", "Tokens drafted per step by ngram and draft.", minimum=1)
+    prompt_lookup_min: int = _opt(
+        2, "prompt-lookup-min", "ngram: shortest n-gram to match.", minimum=1
+    )
+    prompt_lookup_max: int = _opt(
+        5, "prompt-lookup-max", "ngram: longest n-gram to match.", minimum=1
+    )
+    max_bfs_breadth: int = _opt(  # SGLang's default
+        10,
+        "max-bfs-breadth",
+        "trie: children expanded per level for short (uncertain) matches.",
+        minimum=1,
+    )
+    min_bfs_breadth: int = _opt(
+        1, "min-bfs-breadth", "trie: children per level for long (confident) matches.", minimum=1
+    )
+    max_trie_depth: int = _opt(
+        18, "max-trie-depth", "trie: longest n-gram stored (match + draft).", minimum=2
+    )
+    num_draft_tokens: int = _opt(
+        12,
+        "num-draft-tokens",
+        "trie: draft tree size (nodes, the root not counted) at most.",
+        minimum=1,
+    )
+    trie_capacity: int = _opt(
+        1_000_000,
+        "trie-capacity",
+        "trie: nodes kept; the least recently used leaves are evicted beyond.",
+        minimum=1,
+    )
+    trie_scope: str = _opt(
+        "request",
+        "trie-scope",
+        "trie: each request's own tokens, or one trie shared across requests (repeated answers "
+        "help later ones).",
+        choices=TRIE_SCOPES,
+    )
+    tree: bool = _opt(
+        True,
+        "spec-tree",
+        "trie: verify the whole draft tree, or only its best path (chain), for comparison.",
+        off="spec-chain",
+    )
+    draft_dtype: str = _opt(
+        "int8", "draft-dtype", "draft: precision of the draft copy.", choices=DRAFT_DTYPES
+    )
+    draft_model: str | None = _opt(
+        None,
+        "draft-model",
+        "draft: another checkpoint with the same tokenizer instead of the target's own weights.",
+    )
+    adaptive: bool = _opt(
+        True,
+        "adaptive",
+        "Draft only as much as the measured acceptance and verify cost make worth it (nothing on "
+        "unpredictable text).",
+    )
+
+    def __post_init__(self) -> None:
+        if self.method not in methods():
+            raise ValueError(f"method must be one of {', '.join(methods())}; got {self.method!r}")
+        highs = {high: low for low, high in ORDERED}  # checked after their low sides
+        for name, opt in options().items():
+            value = getattr(self, name)
+            if name in highs:
+                continue
+            if opt.minimum is not None:
+                _check_int(name, value, opt.minimum)
+            elif opt.choices and value not in opt.choices:
+                raise ValueError(f"{name} must be one of {', '.join(opt.choices)}; got {value!r}")
+        for high, low in highs.items():
+            _check_int(high, getattr(self, high), getattr(self, low), f"{low} must be <= {high}")
+        floor = min_trie_capacity(self.max_trie_depth)
+        if self.trie_capacity < floor:
+            raise ValueError(
+                f"trie_capacity must be >= max_trie_depth * (max_trie_depth + 1) / 2 = {floor} "
+                "(the nodes one insertion step may pin)"
+            )
+        for name in ("tree", "adaptive"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool; got {getattr(self, name)!r}")
+        if self.draft_model is not None and (
+            not isinstance(self.draft_model, str) or not self.draft_model
+        ):
+            raise ValueError(
+                f"draft_model must be None or a non-empty string; got {self.draft_model!r}"
+            )
+
+
+def options() -> dict[str, Option]:
+    """SpecOptions field name -> its Option, in field order (the order of flags and knobs)."""
+    return {f.name: f.metadata["option"] for f in fields(SpecOptions)}
+
+
+def option_type(name: str) -> Any:
+    """The field's type as an object: int, bool, str or str | None."""
+    return get_type_hints(SpecOptions)[name]
+
+
+def option_choices(name: str) -> tuple[str, ...]:
+    """The values a str field takes (the method's: methods()); () for a free or non-str field."""
+    return methods() if name == "method" else options()[name].choices
+
+
+def option_help(name: str) -> str:
+    """The field's help; the method's lists the proposers from PROPOSERS."""
+    if name != "method":
+        opt = options()[name]
+        return f"{opt.help} One of: {', '.join(opt.choices)}." if opt.choices else opt.help
+    listed = "; ".join(f"{n} ({t.help})" for n, t in PROPOSERS.items())
+    return f"Speculative decoding: none; {listed}. Greedy output stays identical to none."
+
+
+def min_trie_capacity(max_trie_depth: int) -> int:
+    """Smallest trie pool that always has an evictable leaf: the suffixes of length <=
+    max_trie_depth that one insertion step touches span at most 1 + 2 + ... + max_trie_depth
+    nodes."""
+    return max_trie_depth * (max_trie_depth + 1) // 2
+
+
+def _check_int(name: str, value: object, low: int, message: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an int; got {value!r}")
+    if value < low:
+        raise ValueError(message or f"{name} must be >= {low}; got {value}")
