@@ -1,7 +1,7 @@
-"""A GGUF file's metadata as the config.json keys `spec.parse.spec_from_config` reads.
+"""A GGUF file's metadata as the config.json keys `modelspec.parse.spec_from_config` reads.
 
-llama.cpp writes the shape under the architecture's own prefix (`llama.block_count`,
-`qwen3moe.expert_count`); this maps each to the Hugging Face key it came from:
+llama.cpp writes the shape under the architecture's prefix (`llama.block_count`,
+`qwen3moe.expert_count`); the Hugging Face key each maps to:
 
     {arch}.block_count                      num_hidden_layers (less {arch}.nextn_predict_layers)
     {arch}.embedding_length                 hidden_size
@@ -12,10 +12,10 @@ llama.cpp writes the shape under the architecture's own prefix (`llama.block_cou
     {arch}.expert_count / expert_used_count num_local_experts / num_experts_per_tok
     {arch}.expert_feed_forward_length       moe_intermediate_size (Llama 4: intermediate_size)
     {arch}.attention.sliding_window         sliding_window
-    {arch}.attention.q_lora_rank, kv_lora_rank, rope.dimension_count, key/value_length(_mla)   MLA
+    {arch}.attention.q_lora_rank, kv_lora_rank, rope.dimension_count, key/value_length(_mla)  MLA
 
-The vocabulary is the token embedding's row count; the embeddings are tied when the file holds no
-`output.weight`. The KV cache defaults to f16, as llama.cpp's does.
+The vocabulary is the token embedding's rows; tied when there is no `output.weight`. The KV cache
+defaults to f16, as llama.cpp's does.
 """
 
 from __future__ import annotations
