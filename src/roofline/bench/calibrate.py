@@ -1,14 +1,10 @@
 """Measure the measuring client against the null server, whose schedule is known exactly.
 
 Each case runs the null server as its own process on loopback and the normal benchmark path
-against it. Reported:
-
-- each metric's mean as the client reported it vs. the schedule's value (`schedule.truth`);
-- the same metrics from the server's send stamps (what it really did, lateness included), and the
-  client's error against those;
-- the client's delay per chunk: client timestamp - server send stamp (same clock);
-- the server's lateness at the first token (not the client's fault, but part of what it sees);
-- tokens/s reached and client CPU time per token (all client processes together).
+against it, then reports: each metric as the client saw it vs. the schedule (`schedule.truth`)
+and vs. the server's own send stamps (its lateness included); the client's delay per chunk
+(client timestamp - server stamp, same clock); the server's lateness at the first token; tokens/s
+reached and client CPU time per token (all client processes).
 """
 
 from __future__ import annotations

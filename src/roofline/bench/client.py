@@ -1,14 +1,12 @@
 """The measuring client: HTTP/1.1 over asyncio protocols, streaming SSE, one timestamp per read.
 
-The client must not be what is measured, so:
-- connections open before the measured requests (`Client.open`) and are kept alive;
-- a request is one prebuilt `write`; `httptools` (C) parses inside `data_received`, no task switch
-  per chunk: the Python per read is one timestamp, the SSE split and two appends;
-- JSON decoding and token counting wait for the stream's end and run in the background
-  (`recorder.Recorder`), so streams ending together do not delay the others' timestamps;
-- every time is `perf_counter_ns()`, the monotonic clock all the machine's processes share.
-Body framing is `http1`'s. A server that ignores `"stream": true` is one event (first token = last
-token = end of body). Every failure ends as a record with `error_kind` and a reason.
+So that the client is not what is measured: connections open before the measured requests and stay
+alive; a request is one prebuilt `write`; `httptools` (C) parses inside `data_received`, so a read
+costs one timestamp, the SSE split and two appends, no task switch; JSON and token counting wait
+for the stream's end and run in the background (`recorder`), so streams ending together do not
+delay the others. Times are `perf_counter_ns()`, the machine-wide monotonic clock. Framing is
+`http1`'s; a server ignoring `"stream": true` is one event (TTFT = E2E). Every failure ends as a
+record with `error_kind` and a reason.
 """
 
 from __future__ import annotations

@@ -2,13 +2,11 @@
 
 - sequential: one request at a time (the B200 study's single-stream method);
 - concurrency=N (closed loop): N slots, each sends its next request when its last one ends;
-- rate=R/s (open loop): arrivals drawn in advance (Poisson: exponential gaps of mean 1/R; gamma:
-  shape b, scale 1/(R b), burstier when b < 1; constant: 1/R apart), due whether or not earlier
-  requests have finished.
+- rate=R/s (open loop): arrivals drawn in advance, due whatever came before (Poisson: exponential
+  gaps of mean 1/R; gamma: shape b, scale 1/(R b), burstier when b < 1; constant: 1/R apart).
 
-A request's *intended* send time is its arrival (open) or when its slot freed (closed). TTFT and
-E2E start there, so waiting in the client counts, and is also reported as send lag: no coordinated
-omission.
+A request's *intended* send is its arrival (open) or when its slot freed (closed); TTFT and E2E
+start there, so client waiting counts (also reported as send lag): no coordinated omission.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """Before a run against a URL: is a server there, and what does it say about itself?
 
-- Nothing answers (refused, unresolvable, timeout, not HTTP): stop with one line (`UserError`,
-  exit 2) rather than fail every request. Any HTTP answer, even an error, counts as a server.
-- The served model's `/v1/models` entry carries `"roofline": {"bytes_per_token": N, "hardware":
-  ...}` (as `roofline serve` reports) and neither `--model` nor `--hardware` was given: the run is
-  held against N bytes per token over the server machine's read bandwidth. `"local"` (or none)
-  means the plan's hardware is `local` and the session measures bandwidth in the run's window
-  (`bench.session`), but only when the URL's host is this machine (another's cannot be measured
-  from here; the note says to give `--hardware`). Other values are read as `--hardware` would be.
+Nothing answering (refused, unresolvable, timeout, not HTTP) stops the run with one line
+(`UserError`) instead of a table of failures; any HTTP answer, even an error, is a server. When
+neither `--model` nor `--hardware` is given and the model's `/v1/models` entry carries
+`"roofline": {"bytes_per_token": N, "hardware": H}` (as `roofline serve` reports), the run is held
+against N over H's read bandwidth. H "local" (or none) is measured in the run's window, but only
+when the URL's host is this machine (another's cannot be measured from here); any other H is read
+as `--hardware` would read it.
 """
 
 from __future__ import annotations

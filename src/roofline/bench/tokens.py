@@ -1,19 +1,16 @@
 """After a stream ends: decode its events and count the output tokens each one carried.
 
-Runs once per request, off the hot path, from the best source the server allows (the record
-names it):
-
+Once per request, off the hot path, from the best source the server allows (the record names it):
 - `usage_per_chunk`: cumulative `usage.completion_tokens` in every event (vLLM/SGLang
-  `continuous_usage_stats`); event i carried usage_i - usage_(i-1).
-- `tokenizer`: the text is encoded once; each token goes to the event holding its first character,
-  so a split token counts once; scaled to a server total if any (`usage_total+tokenizer`).
-- `usage_total`: 1 per text-bearing event when the total equals their number, else shared by
-  characters (`usage_total+chars`).
-- `chunks`: 1 per text-bearing event (undercounts multi-token chunks).
-
-Fields read are checked for type and range (counts 0..2**31 - 1, server stamps 0..2**63 - 1): a
-wrong shape fails only its request (`malformed_event`); a payload that is not a JSON object is
-`malformed_sse`. Other fields are ignored.
+  `continuous_usage_stats`); event i carried usage_i - usage_(i-1);
+- `tokenizer`: the text encoded once, each token credited to the event holding its first
+  character (a split token counts once); scaled to a server total if any (`usage_total+tokenizer`);
+- `usage_total`: 1 per text event when the total equals their number, else shared by characters
+  (`usage_total+chars`);
+- `chunks`: 1 per text event (undercounts multi-token chunks).
+Fields read are checked for type and range (counts 0..2**31 - 1, stamps 0..2**63 - 1): a wrong
+shape fails only its request (`malformed_event`), a payload that is not a JSON object is
+`malformed_sse`.
 """
 
 from __future__ import annotations

@@ -2,16 +2,16 @@
 
 Each kernel runs `warmup` untimed passes, then `repeats` timed ones, all kept; rate = bytes it must
 move (or FLOPs it must do) / seconds. Bytes as STREAM counts them, over fp32 arrays of n elements:
-    read   s = sum(a)        4n bytes   (1 array)
-    copy   b = a             8n bytes   (2 arrays)
-    triad  a = b + s*c      12n bytes   (3 arrays)
+    read   s = sum(a)        4n bytes
+    copy   b = a             8n bytes
+    triad  a = b + s*c      12n bytes
 The write-allocate read is not counted, so copy and triad can come out below read.
 
-The read, which ceilings use, is measured as `hardware.readbw` says. Copy and triad are numpy, one
-contiguous slice per thread in a pool (numpy's loops are single-threaded and release the GIL); the
-triad goes block by block so s*c stays in a cached scratch buffer, not a full-size temporary. BLAS
-gets the same thread count via threadpoolctl. fp32 matmul is numpy with or without torch, so
-profiles stay comparable; torch adds bf16 matmul and measures a CUDA device.
+The read, which ceilings use, is measured as `readbw` says. Copy and triad run numpy on one slice
+per thread in a pool (numpy's loops are single-threaded and release the GIL); the triad goes in
+blocks so s*c stays in a cached scratch buffer (a full-size temporary would add two arrays of
+traffic). BLAS gets the same threads (threadpoolctl). fp32 matmul is numpy even with torch, so
+profiles stay comparable; torch adds bf16 matmul and a CUDA device.
 """
 
 from __future__ import annotations

@@ -1,23 +1,20 @@
 """Where this machine's measured profile lives, and how it is written and read back.
 
 One JSON file, `<cache dir>/hardware/local.json`, written by `roofline probe`, read by `--hardware
-local`. Rates in bytes/s and FLOP/s:
+local`. Rates in bytes/s and FLOP/s; times iso8601:
 
-    {"name": "local", "measured_at": iso8601, "roofline_version": str, "cpu": str, "threads": int,
-     "memory_bytes": int,
-     "bandwidth_bytes_per_s": {"read": STATS, "copy": STATS, "triad": STATS, "matvec_fp32": STATS},
-     "flops": {"matvec_fp32": STATS, "matmul_fp32": STATS, "matmul_bf16": STATS},  # bf16: torch
-     "backends": {"kernels": {kernel: library}, "versions": {library: version}},
-     "settings": {...},
-     "cuda": {"device": str, "bandwidth_bytes_per_s": {...}, "flops": {...}, ...},  # CUDA only
-     "best_read": {"bytes_per_s": float, "measured_at": iso8601, "by": str, "kernel": str}}
-    STATS = {"median": float, "min": float, "max": float, "runs": [float, ...]}
+    {"name": "local", "measured_at", "roofline_version", "cpu", "threads", "memory_bytes",
+     "bandwidth_bytes_per_s": {"read" | "copy" | "triad" | "matvec_fp32": STATS},
+     "flops": {"matvec_fp32" | "matmul_fp32" | "matmul_bf16" (torch only): STATS},
+     "backends": {"kernels": {kernel: library}, "versions": {library: version}}, "settings",
+     "cuda": {"device", "bandwidth_bytes_per_s", "flops", ...} (a CUDA device only),
+     "best_read": {"bytes_per_s", "measured_at", "by", "kernel"}}
+    STATS = {"median", "min", "max", "runs": [...]}
 
-`bandwidth_bytes_per_s.read` adds `"best"` (the fastest pass, what `--hardware local` uses),
-`"kernel"` and `"kernels"` ({name: STATS}). `best_read` is the best read any probe or run window
-(`hardware.window.short_probe`) has shown, and only rises: a window that reads more replaces it, a
-new probe keeps a higher old one (same CPU), so a slow minute never lowers the ceiling. Profiles
-older than it read as the probe's own best.
+`read` adds `"best"` (the fastest pass, what `--hardware local` uses), `"kernel"` and `"kernels"`
+({name: STATS}). `best_read` is the best read any probe or run window (`window.short_probe`) has
+shown and only rises (a new probe keeps a higher old one, same CPU), so a slow minute never lowers
+the ceiling. Older profiles read as the probe's own best.
 """
 
 from __future__ import annotations

@@ -1,16 +1,14 @@
 """The CPU kernels the probe times: the read kernels (whose best is the ceiling's bandwidth) and the
 helpers the STREAM-style copy and triad share with them.
 
-Read kernels (`READ_KERNELS`, one registry), each reading every byte of one fp32 buffer per pass:
+`READ_KERNELS` (one registry), each reading every byte of one fp32 buffer per pass:
 
-    numpy-sum  numpy's sum, one contiguous slice per thread in a pool (numpy releases the GIL)
-    simd-sum   `roofline.simd.vsum` (four 16-lane partial sums, numba) the same way: numpy's sum
-               can be compute-bound below the memory's rate
-    gemv       y = W x, W the buffer as rows of MATVEC_COLS floats split over numba's threads, one
-               `roofline.simd.dot` per row: a decode step's access pattern
+    numpy-sum  numpy's sum, one slice per thread in a pool (numpy releases the GIL)
+    simd-sum   `simd.vsum` the same way: numpy's sum can be compute-bound below memory's rate
+    gemv       y = W x, rows of MATVEC_COLS floats over numba's threads, one `simd.dot` each:
+               a decode step's access pattern
 
-Which streams fastest depends on the CPU, its prefetchers and the threads, so the probe keeps all
-three and takes the best.
+Which is fastest depends on the CPU, its prefetchers and the threads: the probe takes the best.
 """
 
 from __future__ import annotations

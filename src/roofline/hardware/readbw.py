@@ -1,14 +1,12 @@
-"""The read bandwidth a ceiling is held against: the best pass over several read kernels and passes,
-with that kernel's median beside it as the typical rate.
+"""The read bandwidth a ceiling is held against: the best pass over several read kernels, with that
+kernel's median beside it as the typical rate.
 
-The best, not the median, because a ceiling must be a bound: a slower pass is the machine doing
-less than it can (a neighbour on the memory bus, a page fault, a kernel that did not saturate it),
-never more. The reference benchmarks agree: STREAM (`stream.c`) prints "Best Rate" = bytes / the
-minimum time; the Empirical Roofline Toolkit (`Scripts/maximum.py`) keeps the maximum over trials;
-likwid-bench ships many read kernels because which instructions reach peak differs between CPUs.
-
-So: every kernel of `read_kernels.READ_KERNELS` gets one untimed warm-up pass, then `repeats`
-rounds of one timed pass each, interleaved so a drifting machine touches every kernel alike.
+The best, because a ceiling must be a bound: a slower pass is the machine doing less than it can (a
+neighbour on the bus, a page fault, a kernel that did not saturate it), never more. STREAM
+(`stream.c`) prints "Best Rate" = bytes / minimum time, the Empirical Roofline Toolkit keeps the
+maximum over trials, likwid-bench ships many read kernels because which reach peak differs between
+CPUs. Every kernel of `READ_KERNELS` gets one warm-up pass, then `repeats` rounds of one timed pass
+each, interleaved so a drifting machine touches every kernel alike.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""A model file -> the bytes one decoded token reads, counted from its tensors' types and shapes.
+"""A model file -> the bytes one decoded token reads, from its tensors' types and shapes.
 
-Reads a GGUF file, a safetensors folder (config.json + *.safetensors, index optional) or one
-.safetensors file beside a config.json: headers only, never tensor data, stdlib only.
-
-The counting rule is the embedded engine's (`engine.weights.weight_bytes_per_token`):
+Reads GGUF, a safetensors folder or one .safetensors file beside a config.json: headers only,
+stdlib only. The counting rule is the embedded engine's (`engine.weights`):
 
     bytes_per_token = sum of every tensor's n_bytes       each weight read once per token
                       - embedding table + one row         a lookup reads one row
@@ -11,9 +9,8 @@ The counting rule is the embedded engine's (`engine.weights.weight_bytes_per_tok
     routed experts: top-k / E of their bytes              (stacked or one tensor per expert)
 
 Parameters come from the shapes (a GGUF shape counts weights whatever the type), except in a
-quantized safetensors checkpoint, which packs several weights per element: there they come from
-config.json and only the bytes from the file. Vision and audio towers and multi-token-prediction
-layers do not decode text and are left out (and said so).
+quantized safetensors checkpoint (several weights per element): there from config.json. Vision,
+audio and multi-token-prediction tensors do not decode text: left out, and said so.
 """
 
 from __future__ import annotations

@@ -1,15 +1,14 @@
 """Weight format per component: the checkpoint's `quantization_config`, then the user's overrides.
 
-What checkpoints say:
 - gpt-oss: `{"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn",
   "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}` -> routed experts MXFP4, the
   rest bf16;
-- DeepSeek-V3 / Kimi K2: `{"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128,
-  128]}` -> linear layers fp8, 128x128 block scale; router, embeddings, lm_head, norms bf16;
+- DeepSeek-V3 / Kimi K2: `{"quant_method": "fp8", "weight_block_size": [128, 128]}` -> linear
+  layers fp8 with a 128x128 block scale; router, embeddings, lm_head, norms bf16;
 - GPTQ / AWQ: `{"bits": 4, "group_size": 128}` -> int4 + one fp16 scale per 128 weights.
 
-Overrides (`--weights`): one format for all (`fp8`), per component (`experts=mxfp4,
-attention=bf16`), or both (`fp8,lm_head=bf16`). Norms keep their dtype unless named.
+`--weights`: one format for all (`fp8`), per component (`experts=mxfp4,attention=bf16`), or both
+(`fp8,lm_head=bf16`). Norms keep their dtype unless named.
 """
 
 from __future__ import annotations

@@ -1,19 +1,19 @@
 """Which layers attend over a bounded span of recent tokens, and how long it is.
 
-A sliding-window layer caches at most `window` tokens; a chunked-attention layer (Llama 4) reads at
-most `attention_chunk_size` per step: both cap KV reads at min(context, span). Configs say which
-layers in several dialects; the family registry (`families.py`) names transformers' rule when not:
+A sliding-window layer caches at most `window` tokens, a chunked one (Llama 4) reads at most
+`attention_chunk_size` per step: KV reads cap at min(context, span). Which layers, by config
+dialect (`families.py` names transformers' rule where the config does not):
 
-- `layer_types` (gpt-oss, Gemma 3, newer Qwen, Llama 4): "sliding_attention" / "chunked_attention"
-  / "full_attention" per layer; wins over every rule below;
+- `layer_types` (gpt-oss, Gemma 3, Llama 4, newer Qwen): per layer "sliding_attention" /
+  "chunked_attention" / "full_attention"; wins over every rule below;
 - "alternate" (Gemma 2, gpt-oss): even layers slide, odd ones are global;
-- "pattern" (Gemma 3, or `sliding_window_pattern: p`): every p-th layer is global (p = 6 default);
-- "after_max_window" (Qwen2/3): with `use_sliding_window`, layers from `max_window_layers` slide;
-- "qwen2_moe": with `use_sliding_window`, even layers below `max_window_layers` slide;
-- "chunked" (Llama 4): layers with RoPE (`no_rope_layers[i]` = 1; default all but every
-  `no_rope_layer_interval`-th) attend in chunks, the others globally;
-- "all" (Mistral 7B v0.1, Mixtral, Phi-3, Starcoder2): `sliding_window` alone: every layer slides.
-`use_sliding_window: false` turns windows off in every family that has the key.
+- "pattern" (Gemma 3, `sliding_window_pattern: p`, default 6): every p-th layer is global;
+- "after_max_window" (Qwen2/3, `use_sliding_window`): layers from `max_window_layers` on slide;
+- "qwen2_moe" (`use_sliding_window`): even layers below `max_window_layers` slide;
+- "chunked" (Llama 4): RoPE layers (`no_rope_layers[i]` = 1; default all but every
+  `no_rope_layer_interval`-th) attend in chunks;
+- "all" (Mistral 7B v0.1, Mixtral, Phi-3, Starcoder2): every layer slides.
+`use_sliding_window: false` turns windows off wherever the key exists.
 """
 
 from __future__ import annotations
