@@ -1,24 +1,18 @@
 """Explicit-order float reductions and the hot inner loops of the decode kernels, as LLVM IR.
 
-Why not plain numba loops: with fastmath, LLVM picks how a reduction `acc += a[i] * b[i]` is split
-into SIMD lanes (vector width, number of partial sums, epilogue), and that choice can differ between
-two compilations of the same source -- measured here: the same attention kernel summed its softmax
-in one order when freshly compiled and in another when loaded from numba's cache. The reductions
-below emit one fixed order themselves, so a result never depends on the compilation context:
+With fastmath, LLVM picks how `acc += a[i] * b[i]` is split into SIMD lanes, and that choice can
+differ between two compilations of one source (a kernel's softmax sum changed order when loaded
+from numba's cache). These reductions emit one fixed order instead:
 
-    main    n64 = n - n % 64: four 16-lane partial sums, element i into sum (i // 16) % 4, lane i % 16;
-            s = (a0 + a1) + (a2 + a3), then folded in halves 16 -> 8 -> 4 -> 2 -> 1 (v[:h] + v[h:])
-    middle  if 8 or more elements remain: an 8-lane sum seeded with [s, 0, ..., 0] takes the
-            8-blocks, then folds 8 -> 1 the same way
+    main    n64 = n - n % 64: four 16-lane partial sums, element i into sum (i // 16) % 4, lane
+            i % 16; s = (a0 + a1) + (a2 + a3), folded in halves (v[:h] + v[h:]) 16 -> ... -> 1
+    middle  if 8 or more remain: an 8-lane sum seeded [s, 0, ..., 0] over the 8-blocks, folded
     tail    the rest one by one: s = fma(w_i, x_i, s)
 
-which is the order LLVM 22 (numba 0.68) gave the engine's fastmath loops on AVX-512 (vector width
-16, interleave 4), so values agree bit for bit with the kernels this replaced. Products are fused
-(fma: one rounding); the IR's float ops carry the no-op flag `afn`, which keeps numba's fastmath
-pass from adding `reassoc` to them.
-
-Also the two attention inner loops (`block_scores`, `weighted_rows`) and the SiLU of 16 lanes
-(`silu_block`), written out so that their order, and their registers, are fixed.
+the order LLVM 22 (numba 0.68) gave fastmath loops on AVX-512 (width 16, interleave 4), so values
+match the kernels this replaced bit for bit. Products are fused; float ops carry `afn`, which keeps
+numba's fastmath pass from adding `reassoc`. The attention loops (`block_scores`,
+`weighted_rows`) and the 16-lane SiLU (`silu_block`) are written out likewise.
 """
 
 from __future__ import annotations
@@ -98,11 +92,11 @@ def _loader(builder, dtype, base):
 
 def _emit_sums(builder, n, load_a, loads_b, split=False):
     """[sum_i a_i * b_i for each b in loads_b] (or [sum_i a_i] when loads_b is [None]) over i < n,
-    each in the module docstring's order; a is loaded once per step for all the sums (independent
-    chains: several rows keep the FMA units busy where one row would wait on its four accumulators).
-    split: load_a is called as load_a(i, off, lanes) for element i + off, with i a multiple of 64
-    and off a Python int in the main loop (block formats then know where in a block they are at
-    compile time)."""
+    in the module docstring's order. a is loaded once per step for all sums: independent chains
+    keep the FMA units busy where one row would wait on its accumulators. split: load_a(i, off,
+    lanes) loads element i + off, i a multiple of 64 and off a Python int, so block formats know
+    their place in a block at compile time.
+    """
     if not split:
         plain_a = load_a
         load_a = lambda i, off, lanes: plain_a(
@@ -292,13 +286,15 @@ def _splat16(builder, x):
 
 @intrinsic
 def silu_block(typingctx, gate_up, ig, iu, e, out, io):
-    """out.flat[io + l] = SiLU(g_l) * u_l for 16 lanes l, g_l = gate_up.flat[ig + l], u_l =
-    gate_up.flat[iu + l], given e_l = exp(-|g_l|) (e: 16 float32):
+    """out.flat[io + l] = SiLU(g_l) * u_l for 16 lanes, g_l = gate_up.flat[ig + l],
+    u_l = gate_up.flat[iu + l], given e_l = exp(-|g_l|) (e: 16 float32):
+
         SiLU(g) u = g u / (1 + e) for g >= 0,  g u e / (1 + e) for g < 0
-    On AVX-512 the quotient is VRCP14PS's reciprocal estimate r of d = 1 + e, refined once on the
-    quotient (q0 = n r;  q = q0 - r (q0 d - n), fused) -- the instructions LLVM chose for the
-    engine's vectorised SiLU loop, kept so that values agree with it bit for bit; elsewhere an exact
-    division."""
+
+    On AVX-512 the quotient is VRCP14PS's estimate r of 1 / d, d = 1 + e, refined once
+    (q0 = n r; q = q0 - r (q0 d - n), fused): LLVM's choice for the engine's vectorised SiLU, kept
+    for bit-equal values. Elsewhere an exact division.
+    """
     if not _float32_arrays(gate_up, e, out):
         return None
 
@@ -341,13 +337,14 @@ SCORE_TILE = 4  # key blocks (of 16 positions) per `block_scores` call
 
 @intrinsic
 def block_scores(typingctx, keys, k_off, head_dim, q, q_a, q_b, scale, out, o_a, o_b):
-    """Attention scores of two query heads a, b over SCORE_TILE key blocks of 16 positions
-    (keys.flat[k_off:] laid out (block, head_dim, 16)): for m < SCORE_TILE, t < 16
-        out.flat[o_h + 16 m + t] = sum_i (q.flat[q_h + i] * scale) * keys.flat[k_off + (m head_dim +
-        i) 16 + t]
-    summed over i in order from 0 (fused), for h = a, b (pass a == b for one head). Eight
-    independent 16-lane sums, so the FMA latency is hidden and each key row is loaded once for both
-    heads."""
+    """Scores of query heads h = a, b (a == b for one) over SCORE_TILE key blocks of 16 positions,
+    keys.flat[k_off:] laid out (block, head_dim, 16); for m < SCORE_TILE, t < 16, with d = head_dim:
+
+        out.flat[o_h + 16 m + t] = sum_i (q.flat[q_h + i] scale) keys.flat[k_off + (m d + i) 16 + t]
+
+    summed over i from 0, fused. Eight independent 16-lane sums hide the FMA latency, and each key
+    row is loaded once for both heads.
+    """
     if not _float32_arrays(keys, q, out):
         return None
 
@@ -393,12 +390,14 @@ def block_scores(typingctx, keys, k_off, head_dim, q, q_a, q_b, scale, out, o_a,
 
 @intrinsic
 def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_a, p_b, out, o_a, o_b, accumulate):
-    """For two heads h = a, b: out.flat[o_h + i] = sum_{t < n} p.flat[p_h + t] * values.flat[v_off +
-    t head_dim + i], i < head_dim, summed over t in order from 0 (fused) -- sum_t p_t v_t over a run
-    of value rows (t, head_dim). Columns in slices of 64 (or 16, or 1 at the end): up to eight
-    independent 16-lane sums. accumulate: the sums start from out's current values instead of 0, so
-    that a run split in two calls (t < m, then t >= m) gives exactly the one-call result -- each sum
-    is one FMA chain over t either way."""
+    """For heads h = a, b and i < head_dim, summed over t < n from 0, fused:
+
+        out.flat[o_h + i] = sum_t p.flat[p_h + t] * values.flat[v_off + t head_dim + i]
+
+    Columns in slices of 64 (then 16, then 1): up to eight independent 16-lane sums. accumulate:
+    start from out's values instead of 0, so a run split in two calls (t < m, then t >= m) gives
+    exactly the one-call result (each sum is one FMA chain over t either way).
+    """
     if not _float32_arrays(values, p, out):
         return None
 

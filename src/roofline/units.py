@@ -1,5 +1,4 @@
-"""Parsing of quantities people type (8TB/s, 60s, 450ms) into SI numbers. Decimal units: 1 GB = 1e9
-B."""
+"""Parsing of quantities people type (8TB/s, 60s, 450ms) into SI numbers; 1 GB = 1e9 B."""
 
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
 """Measure the measuring client against the null server, whose schedule is known exactly.
 
-For each case the null server runs as its own process on loopback; the client runs the normal
-benchmark path against it (same code, same run folder). Reported against the truth:
-
-- each metric's mean as the client reported it vs. the schedule's value (`schedule.truth`);
-- the same metrics computed from the server's own send stamps ("server sent": what the server
-  really did, its lateness included), and the client's error against those;
-- the client's own delay per chunk: client timestamp - the server's send stamp (same clock);
-- the server's lateness: its send stamp of the first token - (its schedule), which is not the
-  client's fault but is part of what the client sees;
-- tokens/s reached and client CPU time per token (all client processes together).
+Each case runs the null server as its own process on loopback and the normal benchmark path
+against it, then reports: each metric as the client saw it vs. the schedule (`schedule.truth`)
+and vs. the server's own send stamps (its lateness included); the client's delay per chunk
+(client timestamp - server stamp, same clock); the server's lateness at the first token; tokens/s
+reached and client CPU time per token (all client processes).
 """
 
 from __future__ import annotations
@@ -231,12 +226,18 @@ def table_rows(results: list[CaseResult]) -> tuple[list[str], list[list[str]], l
         f = r.facts
         sc = r.case.schedule
         notes.append(
-            f"{r.case.name}: {plural(r.case.concurrency, 'stream')}, TTFT {1e3 * sc.ttft_s:g} ms, {sc.tokens} tokens "
-            f"{1e3 * sc.gap_s:g} ms apart, {sc.tokens_per_chunk} per chunk; {f['requests_ok']} ok / {f['requests_failed']} failed; "
-            f"{num(f['output_tok_per_s'], '{:.0f}')} tok/s reached; client CPU {num(f['client_cpu_us_per_token'])} µs/token "
-            f"({r.case.workers} client process{'es' if r.case.workers > 1 else ''}); client delay per chunk "
-            f"p50 {num(f['client_delay_p50_ms'], '{:.3f}')} ms, p99 {num(f['client_delay_p99_ms'], '{:.3f}')} ms; "
-            f"first token sent {num(f['server_first_token_late_p50_ms'], '{:.3f}')} ms after schedule (p50, server "
+            f"{r.case.name}: {plural(r.case.concurrency, 'stream')}, "
+            f"TTFT {1e3 * sc.ttft_s:g} ms, {sc.tokens} tokens "
+            f"{1e3 * sc.gap_s:g} ms apart, {sc.tokens_per_chunk} per chunk; "
+            f"{f['requests_ok']} ok / {f['requests_failed']} failed; "
+            f"{num(f['output_tok_per_s'], '{:.0f}')} tok/s reached; "
+            f"client CPU {num(f['client_cpu_us_per_token'])} µs/token "
+            f"({r.case.workers} client process{'es' if r.case.workers > 1 else ''}); "
+            f"client delay per chunk "
+            f"p50 {num(f['client_delay_p50_ms'], '{:.3f}')} ms, "
+            f"p99 {num(f['client_delay_p99_ms'], '{:.3f}')} ms; "
+            f"first token sent {num(f['server_first_token_late_p50_ms'], '{:.3f}')} ms "
+            f"after schedule (p50, server "
             f"lateness and request transit); "
             f"send lag p99 {num(f['send_lag_p99_ms'], '{:.3f}')} ms"
         )

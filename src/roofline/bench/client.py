@@ -1,23 +1,12 @@
 """The measuring client: HTTP/1.1 over asyncio protocols, streaming SSE, one timestamp per read.
 
-Built so the client is not what is measured:
-- connections are opened before the measured requests start (`Client.open`) and kept alive;
-- a request is one prebuilt `write`; the response is parsed by `httptools` (C) from inside the
-  protocol's `data_received`, with no task switch per chunk: the only Python per read is the
-  timestamp, the SSE split and two list appends;
-- JSON decoding and token counting wait until the stream has ended and run one record per loop
-  turn in the background (`recorder.Recorder`), so a burst of streams ending together does not
-  delay the timestamps of the streams still running;
-- every time is `perf_counter_ns()`, the monotonic clock shared by all processes of the machine;
-- every body framing of RFC 9112 section 6.3 ends a response (`http1`): Content-Length, chunked
-  (extensions, trailers), and a body delimited by the server closing the connection (HTTP/1.1 with
-  `Connection: close` and no length, HTTP/1.0); interim 1xx responses are skipped. None of this adds
-  work per read: the rules are applied once per response, at its headers and at its end;
-- a server that ignores `"stream": true` and answers one JSON completion is measured as one event
-  (first token = last token = the end of the body), not failed.
-
-Every way a request can go wrong ends as a record with `error_kind` and a reason, never as an
-exception that stops the run.
+So that the client is not what is measured: connections open before the measured requests and stay
+alive; a request is one prebuilt `write`; `httptools` (C) parses inside `data_received`, so a read
+costs one timestamp, the SSE split and two appends, no task switch; JSON and token counting wait
+for the stream's end and run in the background (`recorder`), so streams ending together do not
+delay the others. Times are `perf_counter_ns()`, the machine-wide monotonic clock. Framing is
+`http1`'s; a server ignoring `"stream": true` is one event (TTFT = E2E). Every failure ends as a
+record with `error_kind` and a reason.
 """
 
 from __future__ import annotations
@@ -76,9 +65,8 @@ class _Conn(asyncio.Protocol):
         self.payloads: list[bytes] = []
         self.saw_done = False
         self.err_body = b""
-        self.whole_json = (
-            False  # a 200 JSON answer (the server did not stream): kept whole, one event
-        )
+        # a 200 JSON answer (the server did not stream): kept whole, one event
+        self.whole_json = False
         self.complete = False
         self.keep_alive = False
 
@@ -105,9 +93,7 @@ class _Conn(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self.waiter is not None and not self.waiter.done():
-            if self.until_close and clean_close(
-                exc
-            ):  # a close-delimited body: the close is its end
+            if self.until_close and clean_close(exc):  # a close-delimited body: the close ends it
                 self.now = perf_counter_ns()
                 self._complete(keep_alive=False)
             elif not self.first_byte_ns:
@@ -118,7 +104,8 @@ class _Conn(asyncio.Protocol):
             elif self.streaming and self.status == 200:
                 self._fail(
                     "stream_cut",
-                    f"connection closed mid-stream after {len(self.payloads)} events ({exc or 'EOF'})",
+                    f"connection closed mid-stream after {len(self.payloads)} events "
+                    f"({exc or 'EOF'})",
                 )
             else:
                 self._fail(
@@ -261,7 +248,8 @@ class Client:
         except TimeoutError:
             raise _Failure(
                 "connect_timeout",
-                f"no connection to {self.endpoint.host}:{self.endpoint.port} within {self.connect_timeout_s:g}s",
+                f"no connection to {self.endpoint.host}:{self.endpoint.port} "
+                f"within {self.connect_timeout_s:g}s",
             ) from None
         except ssl.SSLError as e:
             raise _Failure("tls_error", f"TLS handshake failed: {e}") from None
@@ -311,8 +299,7 @@ class Client:
                     await self._exchange(conn, rec, request)
                     break
                 except _Failure as f:
-                    # A keep-alive connection the server had already closed: send again on a fresh
-                    # one.
+                    # a keep-alive connection the server had already closed: resend on a fresh one
                     if attempt == 0 and reused and f.kind == "closed_before_response":
                         rec.retried = True
                         continue

@@ -1,22 +1,17 @@
-"""HTTP/1.1 response framing for the measuring client, and the one-shot fetch used for discovery.
+"""HTTP/1.1 response framing for the measuring client, and the one-shot fetch for discovery.
 
-`httptools` (llhttp, in C) parses; this module adds what llhttp leaves to its caller, so that every
-message-body length rule of RFC 9112 section 6.3 is honoured:
+`httptools` (llhttp) parses; this module adds what it leaves to its caller, so every body-length
+rule of RFC 9112 section 6.3 holds, applied once at the headers and once at the end:
 
-1. a response to HEAD, and every 1xx, 204 and 304 response, ends with its header section (a 1xx
-   other than 101 is interim: the final response follows on the same connection);
-2. Transfer-Encoding with chunked as the final coding: chunked framing, chunk extensions and
-   trailer fields included (llhttp); with both Transfer-Encoding and Content-Length the former wins,
-   and the connection is not reused (section 6.3 item 3);
-3. Transfer-Encoding without chunked last, or neither header: the body runs until the server closes
-   the connection. llhttp has no end-of-input call in httptools, so the close itself completes such
-   a response (`ends_at_close`): an HTTP/1.1 reply with `Connection: close` and no length, or an
-   HTTP/1.0 reply, is a complete response, not a cut stream;
+1. HEAD, 1xx, 204 and 304 responses end with their headers (1xx but 101 is interim);
+2. Transfer-Encoding ending in chunked: chunked framing, extensions, trailers (llhttp); with
+   Content-Length too, Transfer-Encoding wins and the connection is not reused;
+3. other Transfer-Encoding, or no length: the body runs to the server's close; httptools has no
+   end-of-input call, so the close completes the response (`ends_at_close`);
 4. Content-Length: exactly that many bytes (llhttp).
 
-A connection is reused only when the response allows it (`should_keep_alive`: HTTP/1.1 without
-`Connection: close`, or HTTP/1.0 with `Connection: keep-alive`, and a body whose end was framed). A
-bare LF as line terminator in the status line and header fields is accepted (section 2.2 allows it).
+A connection is reused only when `should_keep_alive` allows it and the body's end was framed. A
+bare LF line terminator is accepted (section 2.2).
 """
 
 from __future__ import annotations

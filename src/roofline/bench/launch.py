@@ -1,11 +1,9 @@
-"""Start a local server, wait until it answers, and always stop it (the registry of engines in
-`bench.engines` builds the argument list; this module only runs it).
+"""Start a local server, wait until it answers, and always stop it (`bench.engines` builds argv).
 
-The server gets its own process group (so Ctrl-C in the terminal reaches only roofline, which then
-stops the whole group) and, on Linux, a parent-death signal, so even a killed `roofline bench`
-leaves no server behind. Its environment carries a random token: a descendant that left the group (a
-worker started in a new session, or a child orphaned when the server crashed) still carries it, and
-`stop` ends every process that does (Linux, through /proc).
+The server gets its own process group (Ctrl-C reaches only roofline, which stops the group) and, on
+Linux, a parent-death signal, so even a killed `roofline bench` leaves no server. Its environment
+carries a random token: a descendant that left the group still carries it, and `stop` ends every
+process that does (Linux, through /proc).
 """
 
 from __future__ import annotations
@@ -174,7 +172,8 @@ class LocalServer:
                 return
             if time.monotonic() > deadline:
                 raise ServerDied(
-                    f"the server did not answer {self.health_path} within {self.ready_timeout_s:g}s; "
+                    f"the server did not answer {self.health_path} "
+                    f"within {self.ready_timeout_s:g}s; "
                     f"its log is {self.log_path}",
                     self.tail(),
                 )

@@ -1,15 +1,12 @@
 """How requests are launched: one stream, a closed loop of N streams, or open-loop arrivals.
 
 - sequential: one request at a time (the B200 study's single-stream method);
-- concurrency=N (closed loop): N slots, each sends its next request as soon as its last one ends;
-- rate=R/s (open loop): arrival times drawn in advance (Poisson: exponential gaps of mean 1/R;
-  gamma: shape b, scale 1/(R b), burstier when b < 1; constant: exactly 1/R apart). A request is due
-  at its arrival time whether or not earlier ones have finished.
+- concurrency=N (closed loop): N slots, each sends its next request when its last one ends;
+- rate=R/s (open loop): arrivals drawn in advance, due whatever came before (Poisson: exponential
+  gaps of mean 1/R; gamma: shape b, scale 1/(R b), burstier when b < 1; constant: 1/R apart).
 
-A request's *intended* send time is its arrival time (open loop) or the moment its slot became free
-(closed loop). TTFT and E2E start there, so time spent waiting in the client (a full
-`--max-concurrency`, a late timer, a connection being opened) is counted, and also reported on its
-own as send lag: no coordinated omission.
+A request's *intended* send is its arrival (open) or when its slot freed (closed); TTFT and E2E
+start there, so client waiting counts (also reported as send lag): no coordinated omission.
 """
 
 from __future__ import annotations

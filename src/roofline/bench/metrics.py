@@ -1,26 +1,20 @@
-"""Every benchmark metric, defined once (docs/metrics.md says the same in words, with peers' names).
+"""Every benchmark metric, defined once (docs/metrics.md says it in words).
 
-Per request, from its token-bearing chunks. Times are offsets in ns from the request's *intended*
-send time (the load generator's schedule), so waiting in the client before the send is part of TTFT
-and E2E (no coordinated omission). With chunk i arriving at t_i carrying k_i tokens, n = sum k_i:
+Per request: token-bearing chunk i arrives at t_i with k_i tokens, n = sum k_i; times are ns after
+the request's *intended* send, so client queueing counts (no coordinated omission).
 
-    TTFT          = t_0                                   request intended -> first token
-    E2E           = t_last                                request intended -> last token
-    TPOT          = (E2E - TTFT) / (n - 1)                needs n >= 2
-    Output Speed  = 1 / TPOT                              tokens/s after the first token
-    chunk gap_i   = t_i - t_(i-1)                         what vLLM/SGLang call ITL (i >= 1)
-    ITL per token : the k_i tokens of chunk i share its gap, each (t_i - t_(i-1)) / k_i;
-                    the k_0 - 1 extra tokens of the first chunk came with the first token (gap 0).
-                    So there are n - 1 values and their mean is exactly TPOT.
-    send lag      = actual send - intended send (client overhead and queueing before the send)
+    TTFT          = t_0
+    E2E           = t_last
+    TPOT          = (E2E - TTFT) / (n - 1)        needs n >= 2
+    Output Speed  = 1 / TPOT
+    chunk gap_i   = t_i - t_(i-1)                 vLLM/SGLang's ITL (i >= 1)
+    ITL per token = gap_i / k_i for each token of chunk i, 0 for the k_0 - 1 extra tokens of the
+                    first chunk: n - 1 values whose mean is exactly TPOT
+    send lag      = actual send - intended send
 
-Over a scenario, for the measured (non-warm-up) requests, window = first intended send -> last end:
-
-    requests/s        = successful requests / window
-    output tokens/s   = output tokens of successful requests / window
-    goodput           = the same two rates counting only requests that meet every SLO
-
-Distributions report mean, std (population), p50, p90, p95, p99 (linear interpolation), min and max.
+Per scenario (measured requests; window = first intended send -> last end): requests/s and output
+tokens/s of successful requests; goodput counts only those meeting every SLO. Distributions: mean,
+std (population), p50/p90/p95/p99 (linear interpolation), min, max.
 """
 
 from __future__ import annotations
@@ -176,7 +170,8 @@ def parse_slo(text: str) -> dict[str, float]:
         if not sep or key not in SLO_METRICS:
             known = ", ".join(SLO_METRICS)
             raise UserError(
-                f"unknown SLO {part!r}: write KEY=TIME with KEY one of {known}, e.g. ttft=450ms,tpot=40ms"
+                f"unknown SLO {part!r}: write KEY=TIME with KEY one of {known}, "
+                "e.g. ttft=450ms,tpot=40ms"
             )
         seconds = parse_seconds(value, what=f"SLO {key}")
         if not math.isfinite(seconds) or seconds <= 0:

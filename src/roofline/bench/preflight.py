@@ -1,20 +1,12 @@
 """Before a run against a URL: is a server there, and what does it say about itself?
 
-Two things are settled before any request is measured:
-
-- Nothing answers at the URL (refused, unresolvable, no answer within the timeout, not HTTP): the
-  run stops with one line (`UserError`, exit 2) instead of running every request into an empty
-  table. Any HTTP answer counts as a server, even an error status: a server without `/v1/models` is
-  still measured.
-- The server's `/v1/models` entry for the served model carries `"roofline": {"bytes_per_token": N,
-  "hardware": "local", ...}` (what `roofline serve` reports) and neither `--model` nor `--hardware`
-  was given: the run is held against N bytes per token over the read bandwidth of the server's
-  machine. For `"hardware": "local"` (or none) that is this machine: the plan's hardware becomes
-  `local`, and the session measures the read bandwidth in the run's own window, as for `bench
-  --engine embedded` (`bench.session`); but only when the URL's host is this machine: another
-  machine's bandwidth cannot be measured from here, and the note says to give `--hardware`. Any
-  other `hardware` value is taken as `--hardware` would be (a catalogue name or a bandwidth such as
-  8TB/s).
+Nothing answering (refused, unresolvable, timeout, not HTTP) stops the run with one line
+(`UserError`) instead of a table of failures; any HTTP answer, even an error, is a server. When
+neither `--model` nor `--hardware` is given and the model's `/v1/models` entry carries
+`"roofline": {"bytes_per_token": N, "hardware": H}` (as `roofline serve` reports), the run is held
+against N over H's read bandwidth. H "local" (or none) is measured in the run's window, but only
+when the URL's host is this machine (another's cannot be measured from here); any other H is read
+as `--hardware` would read it.
 """
 
 from __future__ import annotations
@@ -173,7 +165,8 @@ def ceiling_hardware(facts: ServerFacts) -> tuple[str | None, str]:
     if not facts.local:
         return None, (
             f"the server reads {mb_text} but runs on another machine, whose bandwidth cannot "
-            "be measured from here: give --hardware NAME (or a bandwidth like 100GB/s) for a ceiling"
+            "be measured from here: "
+            "give --hardware NAME (or a bandwidth like 100GB/s) for a ceiling"
         )
     return LOCAL, (
         f"the server reads {mb_text} (its /v1/models entry) on this machine: the run is held "

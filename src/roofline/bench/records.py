@@ -1,12 +1,10 @@
-"""One measured request: what the client saw, with every time on one monotonic clock.
+"""One measured request: what the client saw, every time on one monotonic clock.
 
-Times are `time.perf_counter_ns()` (CLOCK_MONOTONIC on Linux, shared by every process of the
-machine). In `requests.jsonl` a request's `intended_ns` is relative to the run's origin and every
-other time of that request (`sent_ns`, `first_byte_ns`, `end_ns`, `chunk_ns`) is relative to its own
-`intended_ns`, so one line reads on its own: `chunk_ns[0]` *is* the TTFT in nanoseconds.
-
-`chunk_ns`/`chunk_tokens` list only the stream events that carried output tokens (the role-only
-first chunk and the usage-only last chunk of an OpenAI stream carry none).
+Times are `perf_counter_ns()` (CLOCK_MONOTONIC on Linux, shared by the machine's processes). In
+`requests.jsonl` `intended_ns` is relative to the run's origin and the request's other times
+(`sent_ns`, `first_byte_ns`, `end_ns`, `chunk_ns`) to its `intended_ns`, so a line reads on its
+own: `chunk_ns[0]` is the TTFT. `chunk_ns`/`chunk_tokens` list only events that carried output
+tokens (not an OpenAI stream's role-only first chunk or usage-only last one).
 """
 
 from __future__ import annotations

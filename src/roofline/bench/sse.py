@@ -1,19 +1,15 @@
 """Incremental parser for `text/event-stream` bodies (the WHATWG server-sent-events rules).
 
-Bytes arrive in arbitrary pieces: an event, a line, even a CR LF pair can be split across reads.
-`SSEParser.feed` keeps the unfinished tail and returns the `data` payload of every event completed
-by the new bytes. Rules followed:
+Any piece of an event, even a CR LF pair, can be split across reads; `SSEParser.feed` keeps the
+tail and returns the `data` of every event the new bytes complete:
 
-- a line ends with CR LF, LF or CR (a CR at the very end of a read is held back: the LF may follow);
-- a line starting with ':' is a comment (keep-alive pings) and is ignored;
-- `data:` lines append their value (one leading space dropped) to the event's data; several
-  `data:` lines in one event are joined with LF;
-- a blank line ends the event; an event with no `data` line dispatches nothing;
-- other fields (`event`, `id`, `retry`) are recorded only as the event name, which OpenAI-style
-  streams do not use but some servers send `event: error` with;
-- one byte order mark (EF BB BF) at the very start of the stream is dropped.
-
-Payloads are returned as bytes: decoding JSON is left to the caller, after the timestamp is taken.
+- a line ends with CR LF, LF or CR (a CR ending a read is held back: an LF may follow);
+- a line starting with ':' is a comment (keep-alive pings), ignored;
+- `data:` lines append their value (one leading space dropped), several joined with LF;
+- a blank line ends the event; an event with no `data` dispatches nothing;
+- of the other fields only `event` is kept (some servers send `event: error`);
+- one byte order mark (EF BB BF) at the start is dropped.
+Payloads stay bytes: JSON is decoded by the caller, after the timestamp.
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
 """After a stream ends: decode its events and count the output tokens each one carried.
 
-Done once per request, after the last byte, never per chunk on the hot path. The count per event
-comes from the best source the server allows, and the record says which one was used:
-
-- `usage_per_chunk`: the server put cumulative `usage.completion_tokens` in every event
-  (vLLM/SGLang `stream_options.continuous_usage_stats`); tokens of event i = usage_i - usage_(i-1).
-- `tokenizer`: the model's tokenizer, given by the user. The whole text is encoded once and each
-  token is credited to the event in which its first character arrived (token offsets), so a token
-  split across two events is counted once. When the server also gave a total, the counts are scaled
-  to it (`usage_total+tokenizer`).
-- `usage_total`: only the final total; if it equals the number of text-bearing events, 1 each,
-  otherwise the total is shared out in proportion to each event's characters (`usage_total+chars`).
-- `chunks`: nothing better: 1 token per text-bearing event (undercounts multi-token chunks).
-
-A foreign server can put anything inside well-framed events. Every field read here is checked for
-type and range (a count is an int from 0 to 2**31 - 1, a server stamp an int from 0 to 2**63 - 1);
-an event whose fields have the wrong shape (`{"choices": 5}`, `"tool_calls": 5`, a 400-digit
-`completion_tokens`) fails its own request as `malformed_event` with the reason, and the run goes
-on. An event that is not a JSON object (or not JSON, or nested deeper than can be read) is
-`malformed_sse`. Fields not read here are ignored, whatever they hold.
+Once per request, off the hot path, from the best source the server allows (the record names it):
+- `usage_per_chunk`: cumulative `usage.completion_tokens` in every event (vLLM/SGLang
+  `continuous_usage_stats`); event i carried usage_i - usage_(i-1);
+- `tokenizer`: the text encoded once, each token credited to the event holding its first
+  character (a split token counts once); scaled to a server total if any (`usage_total+tokenizer`);
+- `usage_total`: 1 per text event when the total equals their number, else shared by characters
+  (`usage_total+chars`);
+- `chunks`: 1 per text event (undercounts multi-token chunks).
+Fields read are checked for type and range (counts 0..2**31 - 1, stamps 0..2**63 - 1): a wrong
+shape fails only its request (`malformed_event`), a payload that is not a JSON object is
+`malformed_sse`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """What is sent: the built-in fixed prompt set, JSONL prompt files, and synthetic prompts.
 
-The built-in set follows the B200 study's method: four fixed prompts that span how predictable
-the output is (numbered step-by-step reasoning, a code rewrite, a list/table, open prose), greedy at
-temperature 0, each repeated `--reps` times, reported as a median with the per-prompt spread.
-Speculative decoding wins big on the first three and barely on prose, so one number hides it.
+The built-in set follows the B200 study: four fixed prompts spanning how predictable the output is
+(numbered reasoning, a code rewrite, a list/table, open prose), greedy, each repeated `--reps`
+times, reported as a median with the per-prompt spread. Speculative decoding wins big on the first
+three and barely on prose, so one number would hide it.
 
-Prompt file (JSONL, one request per line): {"prompt": "..."} or {"messages": [...]}, optional
-"id" and "max_tokens". A line that is a bare JSON string is a prompt too.
+Prompt file (JSONL, one request per line): {"prompt": "..."} or {"messages": [...]}, optional "id"
+and "max_tokens"; a bare JSON string is a prompt too.
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ def parse_prompts_jsonl(text: str, source: str) -> list[Prompt]:
     ids = [p.id for p in out]
     if len(set(ids)) != len(ids):
         raise UserError(
-            f"{source}: prompt ids must be unique (repeated: {sorted({i for i in ids if ids.count(i) > 1})})"
+            f"{source}: prompt ids must be unique "
+            f"(repeated: {sorted({i for i in ids if ids.count(i) > 1})})"
         )
     return out
 
@@ -132,7 +133,8 @@ def parse_length(text: str, *, what: str) -> Length:
     except ValueError:
         pass
     raise UserError(
-        f"cannot read {what} {text!r}: write N (fixed), A-B (uniform) or MEAN~STD (normal), all positive"
+        f"cannot read {what} {text!r}: "
+        "write N (fixed), A-B (uniform) or MEAN~STD (normal), all positive"
     )
 
 

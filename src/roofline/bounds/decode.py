@@ -1,7 +1,7 @@
 """Decode bounds: one pass over the weights (and each sequence's KV cache) per step.
 
 seconds_per_step >= max(bytes_per_step / bandwidth, flops_per_step / peak_flops)
-bytes_per_step    = weight bytes (experts: those touched by the batch) + batch x KV bytes per sequence
+bytes_per_step    = weight bytes (experts: those the batch touches) + batch x KV bytes per sequence
 per-user tok/s    = 1 / seconds_per_step;   aggregate tok/s = batch / seconds_per_step
 fits              = resident weights (every expert) + batch x KV bytes per sequence <= memory
 """

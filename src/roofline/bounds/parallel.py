@@ -1,18 +1,18 @@
 """Bounds with the model spread over several accelerators.
 
-Tensor parallelism: each of TP devices streams 1/TP of the bytes, then the layer's partial sums are
-all-reduced (twice per layer: after attention and after the MLP), and an all-reduce of a small
+Tensor parallelism: each of TP devices streams 1/TP of the bytes, then the layer's partial sums
+are all-reduced twice per layer (after attention and after the MLP); an all-reduce of a small
 vector costs its latency, not its bytes:
 
-    seconds_per_token = bytes / (TP x per_device_bandwidth x efficiency) + layers x 2 x
-    allreduce_latency
+    seconds_per_token = bytes / (TP x per_device_bandwidth x efficiency)
+                        + layers x 2 x allreduce_latency
 
 Expert parallelism: with E experts and top-k routing, a batch of n tokens touches on average
 
     E x (1 - (1 - k/E)^n)   distinct experts per layer
 
-(each expert is missed by one token with probability 1 - k/E, assuming uniform independent routing),
-so the bytes of a batched MoE step grow with that count, not with n.
+(one token misses an expert with probability 1 - k/E, routing uniform and independent), so a
+batched MoE step's bytes grow with that count, not with n.
 """
 
 from __future__ import annotations

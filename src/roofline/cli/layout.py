@@ -1,13 +1,10 @@
 """Fitting a table to the width at hand without ever cutting a number.
 
-rich shrinks a table that is too wide by cutting cells (`344…`) or folding them mid-number. Here
-each column gets a floor it never goes below: a numeric column (every cell a number, perhaps with a
-unit) is as wide as its widest cell and never wraps; a text column may wrap at spaces but is at
-least as wide as its longest word. Whatever room is left goes to the text columns. When even the
-floors do not fit (a pipe at 40 columns, a table with many columns), the table is printed as one
-block per row: the row's first cell, then the other cells' `header: value` items side by side on
-indented lines, wrapped at spaces only. A word is never split, in either layout: a number, a path or
-a URL longer than the line stands whole.
+rich shrinks a too-wide table by cutting cells (`344…`) or folding numbers. Here a numeric column
+(every cell a number, maybe with a unit) is as wide as its widest cell and never wraps; a text
+column wraps at spaces, no narrower than its longest word, and takes the room left. When even
+that does not fit, each row prints as a block: its first cell, then `header: value` items on
+indented lines. A word (a number, a path, a URL) is never split.
 """
 
 from __future__ import annotations

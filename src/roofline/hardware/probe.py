@@ -1,26 +1,17 @@
 """Measure this machine: memory bandwidth (read, copy, triad) and matrix rates (matvec, matmul).
 
-Each kernel runs `warmup` untimed passes, then `repeats` timed ones. A pass's rate is the bytes it
-must move (or FLOPs it must do) over its seconds; every run is kept, so the spread shows. Bytes are
-counted as STREAM counts them, per pass over arrays of n fp32 elements:
-    read   s = sum(a)        4n bytes   (1 array)
-    copy   b = a             8n bytes   (2 arrays)
-    triad  a = b + s*c      12n bytes   (3 arrays)
-The read most CPUs add to allocate a written cache line is not counted, so copy and triad can come
-out below read; that is the machine, not the probe.
+Each kernel runs `warmup` untimed passes, then `repeats` timed ones, all kept; rate = bytes it must
+move (or FLOPs it must do) / seconds. Bytes as STREAM counts them, over fp32 arrays of n elements:
+    read   s = sum(a)        4n bytes
+    copy   b = a             8n bytes
+    triad  a = b + s*c      12n bytes
+The write-allocate read is not counted, so copy and triad can come out below read.
 
-The read is the figure a ceiling uses, so it is measured as `roofline.hardware.readbw` says: several
-read kernels (`roofline.hardware.read_kernels`: numpy sum, a SIMD sum, a decode-shaped gemv),
-interleaved passes, the best pass of the best kernel as the bound and that kernel's median as the
-typical rate (STREAM and the Empirical Roofline Toolkit report their best too). Copy and triad use
-numpy: its element-wise loops are single-threaded, so each array is cut into one contiguous slice
-per thread, run in a thread pool (numpy releases the GIL inside its loops), so the threads stream at
-once. The triad goes block by block so s*c lands in a scratch buffer that stays in cache, not a
-full-size temporary that would add two arrays of traffic. BLAS calls get the same thread count
-through threadpoolctl. fp32 matmul uses numpy too, with or without torch, so profiles stay
-comparable (side by side on a 2-core machine, OpenBLAS sgemm at n=2048 had a higher median than
-torch). torch, when installed, adds bf16 matmul, which numpy lacks, and measures everything on a
-CUDA device.
+The read, which ceilings use, is measured as `readbw` says. Copy and triad run numpy on one slice
+per thread in a pool (numpy's loops are single-threaded and release the GIL); the triad goes in
+blocks so s*c stays in a cached scratch buffer (a full-size temporary would add two arrays of
+traffic). BLAS gets the same threads (threadpoolctl). fp32 matmul is numpy even with torch, so
+profiles stay comparable; torch adds bf16 matmul and a CUDA device.
 """
 
 from __future__ import annotations
@@ -55,14 +46,13 @@ from roofline.hardware.timing import (
     time_passes_seconds,
 )
 
-DEFAULT_SIZE_BYTES = (
-    1 << 30
-)  # per kernel, all its arrays together: far beyond any CPU's last-level cache
+# per kernel, all its arrays together: far beyond any CPU's last-level cache
+DEFAULT_SIZE_BYTES = 1 << 30
 DEFAULT_REPEATS = 10
 DEFAULT_WARMUP = 2
-DEFAULT_MATMUL_N = 2048  # 2n^3 = 17 GFLOP per fp32 pass: long enough for a CPU to reach its peak
-# (smaller where a pass would take over timing.MATMUL_PASS_SECONDS: the size used is kept as the
-# stats' "n")
+# 2n^3 = 17 GFLOP per fp32 pass: long enough for a CPU to reach its peak (smaller where a pass
+# would take over timing.MATMUL_PASS_SECONDS; the size used is kept as the stats' "n")
+DEFAULT_MATMUL_N = 2048
 CUDA_MATMUL_N = 8192  # 1.1 TFLOP per pass: a GPU needs big tiles to fill its tensor cores
 MIN_SIZE_BYTES = 1 << 20
 
@@ -295,7 +285,9 @@ def measure_profile(
             "matmul_n": matmul_n,
             "matvec_shape": [rows, cols],
             "triad_block_bytes": TRIAD_BLOCK_ELEMS * FP32_BYTES,
-            "byte_counting": "STREAM: read 1 array, copy 2, triad 3; write-allocate traffic not counted",
+            "byte_counting": (
+                "STREAM: read 1 array, copy 2, triad 3; write-allocate traffic not counted"
+            ),
         },
     }
     if torch is not None:
@@ -373,7 +365,8 @@ def check_settings(
         )
     if memory_bytes and size_bytes > memory_bytes // 2:
         raise UserError(
-            f"--size {size_bytes} bytes is over half of this machine's {memory_bytes} bytes of memory; "
+            f"--size {size_bytes} bytes is over half of this machine's "
+            f"{memory_bytes} bytes of memory; "
             "use a smaller size, e.g. 1GiB"
         )
     if repeats < 1:

@@ -1,35 +1,20 @@
-"""Where the measured profile of this machine lives, and how it is written and read back.
+"""Where this machine's measured profile lives, and how it is written and read back.
 
-The profile is one JSON file, `<cache dir>/hardware/local.json`, written by `roofline probe` and
-read by `--hardware local`. Its shape (rates in bytes/s and FLOP/s, each with its spread):
+One JSON file, `<cache dir>/hardware/local.json`, written by `roofline probe`, read by `--hardware
+local`. Rates in bytes/s and FLOP/s; times iso8601:
 
-    {"name": "local", "measured_at": iso8601, "roofline_version": str, "cpu": str, "threads": int,
-     "memory_bytes": int,
-     "bandwidth_bytes_per_s": {"read": STATS, "copy": STATS, "triad": STATS, "matvec_fp32": STATS},
-     "flops": {"matvec_fp32": STATS, "matmul_fp32": STATS, "matmul_bf16": STATS},
-     "backends": {"kernels": {kernel: library}, "versions": {library: version}},
-     "settings": {...},
-     "cuda": {"device": str, "bandwidth_bytes_per_s": {...}, "flops": {...}, ...}}   # only with a GPU
+    {"name": "local", "measured_at", "roofline_version", "cpu", "threads", "memory_bytes",
+     "bandwidth_bytes_per_s": {"read" | "copy" | "triad" | "matvec_fp32": STATS},
+     "flops": {"matvec_fp32" | "matmul_fp32" | "matmul_bf16" (torch only): STATS},
+     "backends": {"kernels": {kernel: library}, "versions": {library: version}}, "settings",
+     "cuda": {"device", "bandwidth_bytes_per_s", "flops", ...} (a CUDA device only),
+     "best_read": {"bytes_per_s", "measured_at", "by", "kernel"}}
+    STATS = {"median", "min", "max", "runs": [...]}
 
-    STATS = {"median": float, "min": float, "max": float, "runs": [float, ...]}
-
-`bandwidth_bytes_per_s.read` is the best read kernel's STATS plus `"best"` (its fastest pass: the
-figure `--hardware local` uses), `"kernel"` (its name) and `"kernels"` ({name: STATS} for every read
-kernel).
-
-`flops.matmul_bf16` is present only when torch is installed (numpy has no bf16), `cuda` only when
-torch sees a CUDA device.
-
-`best_read` keeps the bound a bound: the best read rate any measurement on this machine has shown,
-the probe's or a run window's (the short probe bench, tune and generate take right before and after
-each run, `hardware.window.short_probe`), with when and by what it was measured:
-
-    "best_read": {"bytes_per_s": float, "measured_at": iso8601, "by": str, "kernel": str}
-
-It only rises. A window that measures more replaces it (`note_read_rate`); a new `roofline probe`
-keeps the old one when the old one is higher (same CPU), so a probe taken in a slow minute does not
-lower the ceiling of `--hardware local` below what the machine has shown it can do. Profiles written
-before it existed read as if it were the probe's own best.
+`read` adds `"best"` (the fastest pass, what `--hardware local` uses), `"kernel"` and `"kernels"`
+({name: STATS}). `best_read` is the best read any probe or run window (`window.short_probe`) has
+shown and only rises (a new probe keeps a higher old one, same CPU), so a slow minute never lowers
+the ceiling. Older profiles read as the probe's own best.
 """
 
 from __future__ import annotations
@@ -64,12 +49,9 @@ def profile_path() -> Path:
 
 
 def save_profile(d: dict[str, Any]) -> Path:
-    """Write the profile atomically: a temporary file in the same folder, then a rename over the old
-    one.
-
-    A reader therefore sees either the previous profile or the new one, never half a file. `d`'s
-    `best_read` is set first (in place): the higher of its own and the saved profile's
-    (`kept_best_read`).
+    """Write the profile atomically (a temporary file in the same folder, then a rename), so a
+    reader sees the old profile or the new one, never half a file. `d`'s `best_read` is first set
+    in place to the higher of its own and the saved profile's (`kept_best_read`).
     """
     path = profile_path()
     best = kept_best_read(d, _previous(path))

@@ -1,19 +1,14 @@
 """The CPU kernels the probe times: the read kernels (whose best is the ceiling's bandwidth) and the
 helpers the STREAM-style copy and triad share with them.
 
-Read kernels, each reading every byte of one fp32 buffer once per pass (`READ_KERNELS`, one
-registry):
+`READ_KERNELS` (one registry), each reading every byte of one fp32 buffer per pass:
 
-    numpy-sum  numpy's sum over one contiguous slice per thread, in a thread pool (numpy releases the GIL)
-    simd-sum   `roofline.simd.vsum` (four 16-lane partial sums, numba, GIL released) the same way; numpy's
-               sum can be compute-bound below the memory's rate (measured on a 2-core Xeon host: 5.7
-               GB/s on 64 MiB where this kernel read 22 GB/s)
-    gemv       y = W x with W the whole buffer as rows of MATVEC_COLS floats, rows split over numba's
-               threads, each row one `roofline.simd.dot`: the access pattern of a decode step, which
-               reads every weight row once per token
+    numpy-sum  numpy's sum, one slice per thread in a pool (numpy releases the GIL)
+    simd-sum   `simd.vsum` the same way: numpy's sum can be compute-bound below memory's rate
+    gemv       y = W x, rows of MATVEC_COLS floats over numba's threads, one `simd.dot` each:
+               a decode step's access pattern
 
-Which of them streams fastest depends on the CPU, its prefetchers and the threads; an engine's
-decode loop is closest to the gemv. The probe keeps all three and takes the best.
+Which is fastest depends on the CPU, its prefetchers and the threads: the probe takes the best.
 """
 
 from __future__ import annotations
@@ -24,9 +19,7 @@ from typing import Any
 
 FP32_BYTES = 4
 MATVEC_COLS = 4096  # a hidden-size-like row length; the matrix has size_bytes / (4 * cols) rows
-TRIAD_BLOCK_ELEMS = (
-    1 << 18
-)  # 1 MiB of fp32 scratch per thread: stays in L2/L3 (best of 128K-1M elements, measured)
+TRIAD_BLOCK_ELEMS = 1 << 18  # 1 MiB of fp32 scratch per thread: stays in L2/L3
 
 # make(buffer, threads, pool) -> (one pass over the buffer, bytes that pass reads), or None when the
 # kernel cannot run here (numba missing)

@@ -1,22 +1,12 @@
-"""The read bandwidth a ceiling is held against: the best sustained rate over several read kernels
-and several passes, with the median beside it as the typical rate.
+"""The read bandwidth a ceiling is held against: the best pass over several read kernels, with that
+kernel's median beside it as the typical rate.
 
-Why the best, and not the median: a bandwidth ceiling must be a bound, and every slower pass is the
-machine doing less than it can (another process on the memory bus, a page fault, a kernel that did
-not saturate it), never more. The reference benchmarks choose their figure the same way:
-
-- STREAM (McCalpin, `stream.c`) times each kernel NTIMES times, skips the first pass, and prints
-  "Best Rate MB/s" = bytes / the minimum time (average and maximum times beside it);
-- the Empirical Roofline Toolkit (ERT 1.1, `ert_core.py` then `Scripts/maximum.py`) runs
-  ERT_NUM_EXPERIMENTS trials and keeps the maximum bandwidth over trials for each working set;
-- likwid-bench times a loop of iterations lasting at least `-s` seconds and reports its MByte/s, and
-  ships many read kernels (load, sum, in scalar, SSE, AVX and AVX-512 forms) because which
-  instructions reach the memory's peak differs between CPUs.
-
-So: several kernels (`roofline.hardware.read_kernels.READ_KERNELS`), one untimed warm-up pass each,
-then `repeats` rounds in which each kernel runs one timed pass (interleaved, so a drifting machine
-touches every kernel alike). The best is the highest pass rate of any kernel; typical is the median
-of the passes of the kernel that gave it.
+The best, because a ceiling must be a bound: a slower pass is the machine doing less than it can (a
+neighbour on the bus, a page fault, a kernel that did not saturate it), never more. STREAM
+(`stream.c`) prints "Best Rate" = bytes / minimum time, the Empirical Roofline Toolkit keeps the
+maximum over trials, likwid-bench ships many read kernels because which reach peak differs between
+CPUs. Every kernel of `READ_KERNELS` gets one warm-up pass, then `repeats` rounds of one timed pass
+each, interleaved so a drifting machine touches every kernel alike.
 """
 
 from __future__ import annotations
@@ -30,9 +20,8 @@ from typing import Any
 from roofline.hardware.read_kernels import FP32_BYTES, READ_KERNELS
 from roofline.hardware.timing import Stats, stats_of_rates, time_one_pass_seconds
 
-SHORT_SIZE_BYTES = (
-    1 << 30
-)  # the short probe's buffer: far above any CPU's last-level cache (the largest seen: 260 MiB)
+# the short probe's buffer: far above any CPU's last-level cache (the largest seen: 260 MiB)
+SHORT_SIZE_BYTES = 1 << 30
 SHORT_REPEATS = 3
 SHORT_WARMUP = 1
 

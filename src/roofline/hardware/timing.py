@@ -59,9 +59,9 @@ def cuda_time_passes_seconds(
     return [per_pass_seconds(inner) for _ in range(repeats)]
 
 
-MATMUL_PASS_SECONDS = 0.5  # the longest a CPU matmul pass should take (a bf16 GEMM without bf16
-# instructions ran at ~1.3 GFLOP/s here: the default n=2048 took ~25 s a pass, minutes for the
-# probe)
+# the longest a CPU matmul pass should take: a bf16 GEMM on a CPU without bf16 instructions is
+# slow enough that the default n would keep the probe busy for minutes
+MATMUL_PASS_SECONDS = 0.5
 MIN_MATMUL_N = 256
 
 
@@ -70,10 +70,10 @@ def matmul_n_within(
     pass_at: Callable[[int], Callable[[], Any]],
     budget_seconds: float = MATMUL_PASS_SECONDS,
 ) -> int:
-    """The matmul size to time: n_max, or less where one pass of it would take over budget_seconds,
-    judged from the faster of two passes of `pass_at(MIN_MATMUL_N)` (a pass on operands of that
-    size; time grows as n^3). A multiple of 64, never below MIN_MATMUL_N; n_max itself when it is
-    that small already."""
+    """The matmul size to time: n_max, or less where one pass would take over budget_seconds,
+    judged from the faster of two passes of `pass_at(MIN_MATMUL_N)`, time growing as n^3. A
+    multiple of 64, never below MIN_MATMUL_N (n_max when it is already that small).
+    """
     if n_max <= MIN_MATMUL_N:
         return n_max
     run_pass = pass_at(MIN_MATMUL_N)

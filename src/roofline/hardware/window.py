@@ -1,12 +1,10 @@
-"""The bandwidth window of one run: the machine's read bandwidth measured right before and right
-after it, and the figure the run is held against.
+"""The bandwidth window of one run: read bandwidth measured right before and after it, and the
+figure the run is held against.
 
-A shared machine's bandwidth drifts from minute to minute (measured here: the same kernel at 23-35
-GB/s within minutes), so a run is held against bandwidth measured in its own minutes, not a profile
-taken earlier. Of the two measurements the higher is the bound: neither can exceed what the memory
-delivers, and the lower one only shows the machine doing less than it can. When they differ by more
-than DRIFT_NOTE_FRACTION of the higher, the drift is shown: the run shared the machine with
-something else.
+A shared machine's bandwidth drifts from minute to minute, so a run is held against bandwidth
+measured in its own minutes, not an older profile. The higher of the two is the bound: neither can
+exceed what the memory delivers. When they differ by more than DRIFT_NOTE_FRACTION of the higher,
+the drift is shown: something else shared the machine.
 """
 
 from __future__ import annotations
@@ -66,17 +64,23 @@ class BandwidthWindow:
 
         if self.after_bytes_per_s is None:
             return (
-                f"bandwidth {self.bound_bytes_per_s / 1e9:.1f} GB/s: this machine's read bandwidth measured right "
-                f"before the run, best of the probe's read kernels ({gb(self.before_bytes_per_s, self.before_kernel)})"
+                f"bandwidth {self.bound_bytes_per_s / 1e9:.1f} GB/s: "
+                f"this machine's read bandwidth measured right "
+                f"before the run, best of the probe's read kernels "
+                f"({gb(self.before_bytes_per_s, self.before_kernel)})"
             )
         text = (
-            f"bandwidth {self.bound_bytes_per_s / 1e9:.1f} GB/s: this machine's read bandwidth measured in the run's "
-            f"window, the higher of before {gb(self.before_bytes_per_s, self.before_kernel)} and after "
-            f"{gb(self.after_bytes_per_s, self.after_kernel)}, each the best of the probe's read kernels"
+            f"bandwidth {self.bound_bytes_per_s / 1e9:.1f} GB/s: "
+            f"this machine's read bandwidth measured in the run's "
+            f"window, the higher of before {gb(self.before_bytes_per_s, self.before_kernel)} "
+            f"and after "
+            f"{gb(self.after_bytes_per_s, self.after_kernel)}, "
+            f"each the best of the probe's read kernels"
         )
         if self.drift_is_large():
             text += (
-                f"; it drifted {100 * (self.drift_fraction or 0):.0f}% during the run: something else used the "
+                f"; it drifted {100 * (self.drift_fraction or 0):.0f}% during the run: "
+                f"something else used the "
                 "memory, so compare runs side by side"
             )
         return text

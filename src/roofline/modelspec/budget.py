@@ -110,6 +110,7 @@ def context_warning(spec: ModelSpec, context_tokens: int) -> str | None:
     if limit is None or context_tokens <= limit:
         return None
     return (
-        f"warning: --context {context_tokens:,} is beyond {spec.name}'s max_position_embeddings ({limit:,}); "
+        f"warning: --context {context_tokens:,} is beyond {spec.name}'s "
+        f"max_position_embeddings ({limit:,}); "
         "the bound assumes the KV cache keeps growing as if it could"
     )

@@ -10,13 +10,10 @@ Per layer, with h = hidden, H = query heads, K = kv heads, d = head_dim:
     shared experts    3*h*I_s, always read
     router            h*E (+ E bias)
 
-plus the embedding table (one row read per token) and lm_head (all of it read per token; the same
-tensor as the embeddings when tied). Router, norms, biases, attention sinks and the embedding row
-are "small": listed, and left out of the ceiling unless asked for (they are < 1% of the bytes of
-every model in the catalogue, and leaving bytes out keeps the bound an upper bound on speed).
-
-A spec read from a model file (`spec.stored`) keeps these labels but takes each component's counts
-from the file's tensors.
+plus the embedding table (one row read) and lm_head (read whole; the embeddings when tied).
+Router, norms, biases, sinks and the embedding row are "small": listed, left out of the ceiling
+unless asked (under 1% of every catalogue model's bytes; leaving bytes out keeps it a bound).
+`ModelSpec.stored` (from a file) keeps these labels with the file's counts.
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
-"""A model file -> the bytes one decoded token reads, counted from its tensors' types and shapes.
+"""A model file -> the bytes one decoded token reads, from its tensors' types and shapes.
 
-Reads a GGUF file, a safetensors checkpoint folder (config.json + *.safetensors, with or without
-model.safetensors.index.json) or a single .safetensors file with config.json beside it: headers
-only, never tensor data (`gguf_header`, `safetensors_header`; stdlib only, no numpy).
+Reads GGUF, a safetensors folder or one .safetensors file beside a config.json: headers only,
+stdlib only. The counting rule is the embedded engine's (`engine.weights`):
 
-The counting rule is the embedded engine's (`engine.weights.weight_bytes_per_token`):
+    bytes_per_token = sum of every tensor's n_bytes       each weight read once per token
+                      - embedding table + one row         a lookup reads one row
+                      + lm_head in full                   tied (no lm_head tensor): the embeddings
+    routed experts: top-k / E of their bytes              (stacked or one tensor per expert)
 
-    bytes_per_token = sum over tensors of n_bytes            every weight read once per token
-                      - embedding table + one of its rows    a lookup reads one row
-                      + lm_head in full                      tied (no output/lm_head tensor): the
-                                                             embedding table, counted as lm_head
-    routed experts: top-k / E of their bytes                 (stacked or one tensor per expert)
-
-Parameters are counted from the shapes (a GGUF shape counts weights whatever the type). A
-quantized safetensors checkpoint packs several weights per stored element, so there the parameters
-per component come from its config.json and only the bytes from the file. Vision and audio towers
-and multi-token-prediction layers are not read to decode text and are left out (and said so).
-
-Public: `read_file_weights(path) -> FileWeights`, `file_weight_bytes_per_token(path) -> int`,
-`spec_from_file(path) -> ModelSpec` (what `roofline ceiling model.gguf` bounds).
+Parameters come from the shapes (a GGUF shape counts weights whatever the type), except in a
+quantized safetensors checkpoint (several weights per element): there from config.json. Vision,
+audio and multi-token-prediction tensors do not decode text: left out, and said so.
 """
 
 from __future__ import annotations

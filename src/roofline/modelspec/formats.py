@@ -1,16 +1,14 @@
 """Weight and KV-cache storage formats, as bits per stored value *including* their scales.
 
-Block formats carry one scale per block of weights, so their cost per weight is
-bits_per_element + scale_bits / block_size:
+A block format's cost per weight is bits_per_element + scale_bits / block_size:
 
-    MXFP4   E2M1 (4 bit) + one E8M0 scale (8 bit) per 32    = 4 + 8/32   = 4.25
-    NVFP4   E2M1 (4 bit) + one FP8 scale (8 bit) per 16     = 4 + 8/16   = 4.5
-    int4    4 bit + one fp16 scale (16 bit) per 128         = 4 + 16/128 = 4.125
-    Q8_0    34 bytes per 32 weights (fp16 scale + 32 int8)  = 8.5
-    Q4_0    18 bytes per 32 weights (fp16 scale + 32 nibbles) = 4.5
-    Q4_1    20 bytes per 32 weights (fp16 scale and min + 32 nibbles) = 5.0
-    fp8     8 bit; a 128x128 block scale adds 32/16384 bit, negligible (given exactly when the
-            checkpoint states its block size)
+    MXFP4   E2M1 + one E8M0 scale per 32            4 + 8/32   = 4.25
+    NVFP4   E2M1 + one FP8 scale per 16             4 + 8/16   = 4.5
+    int4    4 bit + one fp16 scale per 128          4 + 16/128 = 4.125
+    Q8_0    34 bytes / 32 (fp16 scale + 32 int8)              = 8.5
+    Q4_0    18 bytes / 32 (fp16 scale + 32 nibbles)           = 4.5
+    Q4_1    20 bytes / 32 (fp16 scale, min + 32 nibbles)      = 5.0
+    fp8     8 bit; a 128x128 block scale adds 32/16384 bit (counted when the checkpoint states it)
 """
 
 from __future__ import annotations

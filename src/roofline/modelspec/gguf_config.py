@@ -1,21 +1,21 @@
-"""A GGUF file's metadata as the config.json keys `spec.parse.spec_from_config` reads.
+"""A GGUF file's metadata as the config.json keys `modelspec.parse.spec_from_config` reads.
 
-llama.cpp writes the shape under the architecture's own prefix (`llama.block_count`,
-`qwen3moe.expert_count`); this maps each to the Hugging Face key it came from:
+llama.cpp writes the shape under the architecture's prefix (`llama.block_count`); the Hugging
+Face key each `{arch}.` key maps to:
 
-    {arch}.block_count                      num_hidden_layers (less {arch}.nextn_predict_layers)
-    {arch}.embedding_length                 hidden_size
-    {arch}.attention.head_count(_kv)        num_attention_heads, num_key_value_heads
-    {arch}.attention.key_length             head_dim (GQA)
-    {arch}.context_length                   max_position_embeddings
-    {arch}.feed_forward_length              intermediate_size (Llama 4: intermediate_size_mlp)
-    {arch}.expert_count / expert_used_count num_local_experts / num_experts_per_tok
-    {arch}.expert_feed_forward_length       moe_intermediate_size (Llama 4: intermediate_size)
-    {arch}.attention.sliding_window         sliding_window
-    {arch}.attention.q_lora_rank, kv_lora_rank, rope.dimension_count, key/value_length(_mla)   MLA
+    block_count                      num_hidden_layers (less nextn_predict_layers)
+    embedding_length                 hidden_size
+    attention.head_count(_kv)        num_attention_heads, num_key_value_heads
+    attention.key_length             head_dim (GQA)
+    context_length                   max_position_embeddings
+    feed_forward_length              intermediate_size (Llama 4: intermediate_size_mlp)
+    expert_count, expert_used_count  num_local_experts, num_experts_per_tok
+    expert_feed_forward_length       moe_intermediate_size (Llama 4: intermediate_size)
+    attention.sliding_window         sliding_window
+    MLA: attention.q_lora_rank, kv_lora_rank, rope.dimension_count, key/value_length(_mla)
 
-The vocabulary is the token embedding's row count; the embeddings are tied when the file holds no
-`output.weight`. The KV cache defaults to f16, as llama.cpp's does.
+The vocabulary is the token embedding's rows; tied without `output.weight`. KV defaults to f16,
+as in llama.cpp.
 """
 
 from __future__ import annotations

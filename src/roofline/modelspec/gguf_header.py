@@ -11,8 +11,8 @@ GGUF v2/v3 layout (little-endian), as ggml's gguf.cpp writes it:
     padding to `general.alignment` (default 32), then the tensor data; offsets count from there.
 
 A tensor of type T and n elements takes n / block(T) x bytes(T) bytes (`data/ggml_types.toml`).
-Arrays are skipped without building them (a vocabulary holds 50k-250k strings); numeric arrays of up
-to `_KEPT_ITEMS` items are kept, since some architectures give per-layer values as arrays.
+Arrays are skipped unbuilt (a vocabulary is 50k-250k strings), except numeric ones of up to
+`_KEPT_ITEMS` items: some architectures give per-layer values as arrays.
 """
 
 from __future__ import annotations

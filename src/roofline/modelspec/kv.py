@@ -1,11 +1,10 @@
 """KV-cache bytes: what one token adds to the cache, and what decoding at a context must read.
 
-    GQA:  values per token per layer = 2 (K and V) x kv_heads x head_dim MLA:  values per token per
-    layer = kv_lora_rank + qk_rope_head_dim (one shared latent, e.g. 512 + 64)
+    GQA:  values per token per layer = 2 (K and V) x kv_heads x head_dim
+    MLA:  values per token per layer = kv_lora_rank + qk_rope_head_dim (one latent: e.g. 512 + 64)
 
-A decoded token attends over the whole cache of its sequence, so at a context of C tokens it reads
-sum over layers of values_per_layer x bytes_per_value x min(C, window of that layer): a
-sliding-window layer never holds more than its window.
+A decoded token attends over its sequence's whole cache, so at context C it reads, summed over
+layers, values_per_layer x bytes_per_value x min(C, that layer's window).
 """
 
 from __future__ import annotations

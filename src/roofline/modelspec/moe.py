@@ -1,13 +1,12 @@
 """Routed experts and latent attention from a config (already filled with its family's defaults).
 
-MoE layouts:
-- default (Mixtral, Qwen-MoE, DeepSeek, gpt-oss): experts of `moe_intermediate_size` (else
-  `intermediate_size`); layers from `first_k_dense_replace` on, every `moe_layer_freq`-th, every
-  `decoder_sparse_step`-th, minus `mlp_only_layers`; shared experts from `n_shared_experts` x width
+- default (Mixtral, Qwen-MoE, DeepSeek, gpt-oss): experts `moe_intermediate_size` (else
+  `intermediate_size`) wide; MoE layers from `first_k_dense_replace` on, every `moe_layer_freq`-th
+  and `decoder_sparse_step`-th, minus `mlp_only_layers`; shared experts `n_shared_experts` x width
   or `shared_expert_intermediate_size`;
-- llama4: experts and the one shared expert are `intermediate_size` wide; MoE layers are
-  `moe_layers` or every `interleave_moe_layer_step`-th layer counting from step - 1 (Scout: all 48,
-  Maverick: 1, 3, ..., 47); the other layers are dense MLPs of `intermediate_size_mlp`.
+- llama4: experts and the one shared expert `intermediate_size` wide; MoE layers `moe_layers` or
+  every `interleave_moe_layer_step`-th from step - 1 (Scout: all 48, Maverick: 1, 3, ..., 47);
+  the rest dense MLPs of `intermediate_size_mlp`.
 """
 
 from __future__ import annotations
@@ -96,12 +95,14 @@ def mla_spec(cfg: dict, given: dict, family: Family, name: str) -> MLASpec | Non
                 f" (transformers' default is {default}: drop the key to use it)" if default else ""
             )
             raise UserError(
-                f"{name}: config has kv_lora_rank=null, but {family.model_type} caches a latent of that rank; "
+                f"{name}: config has kv_lora_rank=null, "
+                f"but {family.model_type} caches a latent of that rank; "
                 f"set it{hint}"
             )
         if cfg.get("kv_lora_rank") is None:
             raise UserError(
-                f"{name}: config is missing 'kv_lora_rank', which {family.model_type} (latent attention) needs; "
+                f"{name}: config is missing 'kv_lora_rank', "
+                f"which {family.model_type} (latent attention) needs; "
                 "add it from the model's published config"
             )
     elif cfg.get("kv_lora_rank") is None:

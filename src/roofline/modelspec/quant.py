@@ -1,17 +1,14 @@
-"""Weight format per component: from the checkpoint's `quantization_config`, then the user's
-overrides.
+"""Weight format per component: the checkpoint's `quantization_config`, then the user's overrides.
 
-Examples of what checkpoints say:
 - gpt-oss: `{"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn",
-  "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}` -> routed experts MXFP4, the rest
-  bf16.
-- DeepSeek-V3 / Kimi K2: `{"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}`
-  -> every linear layer fp8 with a 128x128 block scale; router, embeddings, lm_head and norms bf16.
+  "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}` -> routed experts MXFP4, the
+  rest bf16;
+- DeepSeek-V3 / Kimi K2: `{"quant_method": "fp8", "weight_block_size": [128, 128]}` -> linear
+  layers fp8 with a 128x128 block scale; router, embeddings, lm_head, norms bf16;
 - GPTQ / AWQ: `{"bits": 4, "group_size": 128}` -> int4 + one fp16 scale per 128 weights.
 
-Overrides (`--weights`): one format for every component (`fp8`), per component
-(`experts=mxfp4,attention=bf16`), or both (`fp8,lm_head=bf16`). Norms keep their own dtype unless
-named.
+`--weights`: one format for all (`fp8`), per component (`experts=mxfp4,attention=bf16`), or both
+(`fp8,lm_head=bf16`). Norms keep their dtype unless named.
 """
 
 from __future__ import annotations
@@ -184,7 +181,8 @@ def parse_weight_overrides(text: str) -> tuple[WeightFormat | None, dict[str, We
             key = _KEY_ALIASES.get(key, key)
             if key not in COMPONENT_KEYS:
                 raise UserError(
-                    f"unknown component {key!r} in --weights; use one of: {', '.join(COMPONENT_KEYS)}"
+                    f"unknown component {key!r} in --weights; "
+                    f"use one of: {', '.join(COMPONENT_KEYS)}"
                 )
             named[key] = parse_format(value)
         else:
@@ -213,13 +211,15 @@ def resolve_formats(spec: ModelSpec, weights: str | None) -> dict[str, WeightFor
     bare, named = parse_weight_overrides(weights)
     if defaults is None and bare is None:
         raise UserError(
-            f"{spec.name}: {spec.quant_note}; add a format for everything, e.g. --weights bf16,{weights}"
+            f"{spec.name}: {spec.quant_note}; "
+            f"add a format for everything, e.g. --weights bf16,{weights}"
         )
     present = {c.key for c in components(spec)}
     missing = sorted(set(named) - present)
     if missing:
         raise UserError(
-            f"{spec.name} has no {', '.join(missing)} component; it has: {', '.join(sorted(present))}"
+            f"{spec.name} has no {', '.join(missing)} component; "
+            f"it has: {', '.join(sorted(present))}"
         )
     out = dict(defaults) if defaults is not None else {}
     if bare is not None:

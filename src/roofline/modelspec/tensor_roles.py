@@ -1,15 +1,11 @@
 """A tensor as a model file stores it, and which component of the model it belongs to.
 
-Both readers (`gguf_header`, `safetensors_header`) give `StoredTensor`s; `role_of` sorts them into
-the components of `model.COMPONENT_KEYS` by name, for the two naming schemes:
-
-    GGUF (llama.cpp)        token_embd, output, output_norm, blk.N.attn_q, blk.N.ffn_gate_exps, ...
-    Hugging Face            model.embed_tokens, lm_head, model.layers.N.self_attn.q_proj, ...
-
-Norms, biases and attention sinks go to "norms"; quantization side tensors (scales, zeros, blocks)
-follow the module they belong to. A tensor that is not part of decoding text (vision and audio
-towers, multi-token-prediction layers past the model's last layer) has no role (None); one whose
-name says nothing known goes to "weights", shown as "other tensors".
+`role_of` sorts the readers' `StoredTensor`s by name into `model.COMPONENT_KEYS`, for GGUF
+(`token_embd`, `output`, `blk.N.attn_q`, `blk.N.ffn_gate_exps`) and Hugging Face names
+(`model.embed_tokens`, `lm_head`, `model.layers.N.self_attn.q_proj`). Norms, biases and sinks go
+to "norms"; quantization side tensors (scales, zeros, blocks) follow their module. A tensor that
+does not decode text (vision, audio, MTP layers) has no role (None); an unknown name goes to
+"weights" ("other tensors").
 """
 
 from __future__ import annotations

@@ -1,22 +1,19 @@
 """Which layers attend over a bounded span of recent tokens, and how long it is.
 
-A sliding-window layer never caches more than `window` tokens, so its KV bytes stop growing at
-that context. A chunked-attention layer (Llama 4) attends within fixed chunks of
-`attention_chunk_size` tokens: at most that many are read per step, so it is capped the same way
-(min(context, chunk), the most it reads). Configs say which layers do so in several dialects, and
-the family registry (`families.py`) names the rule transformers applies when they do not:
+A sliding-window layer caches at most `window` tokens, a chunked one (Llama 4) reads at most
+`attention_chunk_size` per step: KV reads cap at min(context, span). Which layers, by config
+dialect (`families.py` names transformers' rule where the config does not):
 
-- `layer_types` (gpt-oss, Gemma 3, newer Qwen, Llama 4): "sliding_attention" / "chunked_attention" /
-  "full_attention" per layer; it wins over every rule below;
-- "alternate" (Gemma 2, gpt-oss): even layers slide, odd layers are global;
-- "pattern" (Gemma 3, or any config with `sliding_window_pattern: p`): every p-th layer is global
-  (p defaults to 6);
-- "after_max_window" (Qwen2/3): with `use_sliding_window`, layers from `max_window_layers` on slide;
-- "qwen2_moe": with `use_sliding_window`, even layers below `max_window_layers` slide;
-- "chunked" (Llama 4): layers that use RoPE (`no_rope_layers[i]` = 1; by default all but every
-  `no_rope_layer_interval`-th) attend in chunks; the others are global;
-- "all" (Mistral 7B v0.1, Mixtral, Phi-3, Starcoder2): `sliding_window` alone means every layer
-slides. `use_sliding_window: false` turns windows off in every family that has the key.
+- `layer_types` (gpt-oss, Gemma 3, Llama 4, newer Qwen): per layer "sliding_attention" /
+  "chunked_attention" / "full_attention"; wins over every rule below;
+- "alternate" (Gemma 2, gpt-oss): even layers slide, odd ones are global;
+- "pattern" (Gemma 3, `sliding_window_pattern: p`, default 6): every p-th layer is global;
+- "after_max_window" (Qwen2/3, `use_sliding_window`): layers from `max_window_layers` on slide;
+- "qwen2_moe" (`use_sliding_window`): even layers below `max_window_layers` slide;
+- "chunked" (Llama 4): RoPE layers (`no_rope_layers[i]` = 1; default all but every
+  `no_rope_layer_interval`-th) attend in chunks;
+- "all" (Mistral 7B v0.1, Mixtral, Phi-3, Starcoder2): every layer slides.
+`use_sliding_window: false` turns windows off wherever the key exists.
 """
 
 from __future__ import annotations
@@ -59,7 +56,8 @@ def _from_layer_types(cfg: dict[str, Any], num_layers: int) -> tuple[int | None,
     layer_types = cfg["layer_types"]
     if not isinstance(layer_types, list) or len(layer_types) < num_layers:
         raise UserError(
-            f"config's layer_types must list one type per layer ({num_layers}); fix the config or remove the key"
+            f"config's layer_types must list one type per layer ({num_layers}); "
+            "fix the config or remove the key"
         )
     out: list[int | None] = []
     for t in layer_types[:num_layers]:
@@ -75,14 +73,16 @@ def _from_layer_types(cfg: dict[str, Any], num_layers: int) -> tuple[int | None,
             chunk = _tokens(cfg, "attention_chunk_size")
             if chunk is None:
                 raise UserError(
-                    "config's layer_types names chunked-attention layers but attention_chunk_size is not set"
+                    "config's layer_types names chunked-attention layers "
+                    "but attention_chunk_size is not set"
                 )
             out.append(chunk)
         elif kind in _FULL_TYPES:
             out.append(None)
         else:
             raise UserError(
-                f"unknown layer type {shown(t)} in layer_types; roofline knows sliding_attention, chunked_attention "
+                f"unknown layer type {shown(t)} in layer_types; "
+                "roofline knows sliding_attention, chunked_attention "
                 "and full_attention"
             )
     return tuple(out)
@@ -136,7 +136,8 @@ def layer_windows(
     if pattern is not None:
         if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
             raise UserError(
-                f"config has sliding_window_pattern={shown(pattern)}; it must be a positive whole number"
+                f"config has sliding_window_pattern={shown(pattern)}; "
+                "it must be a positive whole number"
             )
         return tuple(None if (i + 1) % pattern == 0 else window for i in range(num_layers))
     if rule == "alternate":  # even layers slide, odd layers are global
