@@ -16,9 +16,13 @@ def test_calibration_reports_small_errors_against_the_truth(tmp_path):
         "e2e_s",
         "output_speed_tok_per_s",
     }
-    # a late client inflates TTFT a little; the token rate stays within a few percent
-    assert -1 < errors["ttft_s"] < 15
-    assert abs(errors["tpot_s"]) < 5 and abs(errors["output_speed_tok_per_s"]) < 5
+    # Against the schedule only a lower bound holds (nothing arrives early: a busy host makes the
+    # null server late). The client's own error is against what the server sent (its stamps): a
+    # late client inflates TTFT a little; the token rate stays within a few percent.
+    client = {row["key"]: row["client_error_pct"] for row in r.rows}
+    assert errors["ttft_s"] > -1
+    assert -1 < client["ttft_s"] < 15
+    assert abs(client["tpot_s"]) < 5 and abs(client["output_speed_tok_per_s"]) < 5
     assert r.facts["requests_ok"] == 6 and r.facts["client_cpu_us_per_token"] > 0
     assert 0 < r.facts["client_delay_p50_ms"] < 2
     _, rows, notes = table_rows([r])
