@@ -5,6 +5,8 @@ import cycles (import-linter, `[tool.importlinter]` in pyproject.toml), the form
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -49,3 +51,23 @@ def test_house_rule_holds(command: tuple[str, ...]) -> None:
     assert result.returncode == 0, (
         f"`{' '.join(command)}` exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
     )
+
+
+def test_every_listed_slow_test_exists() -> None:
+    """A renamed test would silently join the fast subset: each name must be a test its file
+    defines."""
+    # tests/conftest.py by its path: `import conftest` may find another folder's conftest.
+    spec = importlib.util.spec_from_file_location("tests_conftest", ROOT / "tests" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    missing = []
+    for rel, names in conftest.SLOW_TESTS.items():
+        path = ROOT / "tests" / rel
+        tree = ast.parse(path.read_text(encoding="utf-8")) if path.is_file() else ast.Module([], [])
+        defined = {
+            n.name
+            for n in tree.body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test")
+        }
+        missing += [f"tests/{rel}::{name}" for name in sorted(names - defined)]
+    assert not missing, f"tests/conftest.py SLOW_TESTS names tests that do not exist: {missing}"
