@@ -255,7 +255,7 @@ def test_hardware_local_against_a_url_is_held_against_the_window_too(
 ):
     """bench URL --model M --hardware local: the model's bytes per token over the window's higher
     figure."""
-    from roofline.bounds.ceiling import ceiling_for
+    from roofline.bounds.analysis import ceiling_for
 
     monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path / "cache"))
     _write_profile(2e9)
@@ -283,7 +283,7 @@ def test_hardware_local_against_a_url_is_held_against_the_window_too(
 
 
 def test_catalogue_model_and_hardware_give_the_ceiling(null_url, tmp_path):
-    from roofline.bounds.ceiling import ceiling_for
+    from roofline.bounds.analysis import ceiling_for
 
     plan = BenchPlan(
         url=null_url,

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from roofline.bounds.analysis import CeilingRequest, analyse, check_request
-from roofline.bounds.ceiling import Ceiling, ceiling_for
+from roofline.bounds.analysis import CeilingRequest, analyse, ceiling_for, check_request
+from roofline.bounds.ceiling import Ceiling
 from roofline.bounds.cost import dollars_per_million_tokens
 from roofline.bounds.decode import batch_decode, decode_seconds_per_token
 from roofline.bounds.parallel import expected_distinct_experts, tensor_parallel

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from roofline.bounds.analysis import CeilingRequest, analyse
-from roofline.bounds.ceiling import ceiling_for
+from roofline.bounds.analysis import CeilingRequest, analyse, ceiling_for
 from roofline.bounds.cost import dollars_per_million_tokens
 from roofline.bounds.decode import batch_decode
 from roofline.bounds.parallel import tensor_parallel

@@ -12,10 +12,13 @@ import threading
 import time
 
 import httpx
+import pytest
 from test_server import metrics
 from test_server_hardening import ServeProcess
 
 from roofline.engine.loaders import load_checkpoint
+
+pytestmark = pytest.mark.slow
 
 CLIENTS = 32
 WARMUP_S = 5.0

@@ -7,6 +7,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 from fixtures import greedy_ids
 from test_server import serving
 
@@ -14,6 +15,8 @@ from roofline.engine import load_runner
 from roofline.engine.scheduler import Scheduler
 from roofline.engine.speculate.base import SpecOptions
 from roofline.engine.speculate.step import speculation_factory
+
+pytestmark = pytest.mark.slow
 
 PROMPTS = [
     "List the first six even numbers, then repeat that list twice:",

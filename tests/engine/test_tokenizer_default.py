@@ -8,6 +8,8 @@ from roofline.engine.default_model import DEFAULT_MODEL_FILE, default_model_path
 from roofline.engine.loaders.gguf import gguf_metadata, open_gguf
 from roofline.engine.loaders.gguf_tokenizer import tokenizer_from_gguf
 
+pytestmark = pytest.mark.slow
+
 TEXTS = [
     "Hello world!",
     "The capital of France is Paris. The capital of Germany is",

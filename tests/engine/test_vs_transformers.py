@@ -16,6 +16,8 @@ import torch
 from roofline.engine import SamplingParams, generate, load_runner
 from roofline.engine.default_model import default_model_path
 
+pytestmark = pytest.mark.slow
+
 N_TOKENS = 64
 PROMPTS = [
     ("raw", "The capital of France is Paris. The capital of Germany is"),

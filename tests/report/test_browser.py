@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:", "chrome:")
 
 

@@ -9,6 +9,7 @@ import subprocess
 import time
 from collections import Counter
 
+import pytest
 from tune_helpers import (
     fake_tune_argv,
     gate_arg,
@@ -18,6 +19,8 @@ from tune_helpers import (
     wait_gone,
     write_space,
 )
+
+pytestmark = pytest.mark.slow
 
 GRID = """
 [baseline]

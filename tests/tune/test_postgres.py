@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 from tune_helpers import fake_tune_argv, gate_arg, marker, release, wait_gone, write_space
 
+pytestmark = pytest.mark.slow
+
 
 def pg_bin(name: str) -> str | None:
     found = shutil.which(name) or next(

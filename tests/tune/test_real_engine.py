@@ -18,6 +18,8 @@ from roofline.tune.space import Space
 from roofline.tune.trial import TrialResult
 from roofline.tune.tuner import TuneOptions
 
+pytestmark = pytest.mark.slow
+
 SPACE = """
 [baseline]
 dtype = "fp32"

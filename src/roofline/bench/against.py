@@ -4,7 +4,7 @@
    `/v1/models` entry carries `"roofline": {"bytes_per_token": ...}`): that byte count over the
    hardware's bandwidth (`--hardware`, `local` by default for `--engine embedded`).
 2. Otherwise `--model` and `--hardware` give the ceiling through
-   `roofline.bounds.ceiling.ceiling_for`.
+   `roofline.bounds.analysis.ceiling_for`.
 3. Otherwise there is none, and the summary says so.
 
 `local` is this machine, and a run held against it is held against the read bandwidth measured in
@@ -174,7 +174,7 @@ def resolve_ceiling(
             file_source,
         ), file_note
     if model and hardware:
-        from roofline.bounds.ceiling import ceiling_for
+        from roofline.bounds.analysis import ceiling_for
 
         ceiling = ceiling_for(model, hardware, gpus=gpus)
         ceiling = with_file_bytes(ceiling, file_bytes, file_source)

@@ -31,8 +31,9 @@ from roofline.bench.api import (
     roofline_info,
 )
 from roofline.bench.client import Client, FetchError, fetch
-from roofline.bench.plan import BenchPlan, RequestSpec, Share, shares
-from roofline.bench.recorder import Recorder, finish
+from roofline.bench.measure import measure_share
+from roofline.bench.plan import BenchPlan, RequestSpec, shares
+from roofline.bench.recorder import finish
 from roofline.bench.records import PHASE_WARMUP, RequestRecord
 from roofline.bench.results import (
     PROVENANCE,
@@ -45,6 +46,7 @@ from roofline.bench.results import (
 from roofline.bench.summarize import summarize
 from roofline.bench.summary import RunSummary
 from roofline.bench.tokens import load_tokenizer
+from roofline.bench.workers import run_workers
 from roofline.bench.workloads import Job, jobs
 
 
@@ -198,58 +200,6 @@ async def negotiate_usage(
     return USAGE_PER_CHUNK
 
 
-async def measure_share(
-    plan: BenchPlan,
-    spec: RequestSpec,
-    scenario: loadgen.Scenario,
-    share: Share,
-    first_id: int,
-    sink: Callable[[RequestRecord], None],
-    *,
-    worker: int = 0,
-    tokenizer: Any = None,
-    start_at: Callable[[], Any] | None = None,
-) -> float:
-    """Run one process's share of a scenario's measured requests; return the CPU seconds it took.
-
-    Connections are opened first; `start_at`, when given, is awaited for the common start time
-    (worker processes start together); otherwise measuring starts at once."""
-    client = Client(spec.endpoint, timeout_s=plan.timeout_s)
-    recorder = Recorder(sink, tokenizer)
-    try:
-        await client.open(share.streams)
-        start_ns = await start_at() if start_at else perf_counter_ns()
-        cpu0 = time.process_time()
-        recorder.start()
-        if scenario.kind == "rate":
-            await loadgen.open_loop(
-                client,
-                scenario,
-                share.arrivals(plan, scenario, first_id),
-                spec.body,
-                recorder.submit,
-                start_ns=start_ns,
-                worker=worker,
-                max_concurrency=share.max_in_flight(scenario),
-            )
-        else:
-            await loadgen.closed_loop(
-                client,
-                scenario,
-                share.streams,
-                share.closed_jobs(plan, scenario, first_id),
-                spec.body,
-                recorder.submit,
-                start_ns=start_ns,
-                worker=worker,
-            )
-        await recorder.close()  # decoding what is left counts in the CPU time
-        return time.process_time() - cpu0
-    finally:
-        await recorder.close()  # on cancellation too: what ended (or was cancelled) is written
-        await client.close()
-
-
 async def _scenario(
     plan: BenchPlan,
     spec: RequestSpec,
@@ -295,8 +245,6 @@ async def _scenario(
             plan, spec, scenario, parts[0], first_id, write, tokenizer=tokenizer
         )
     else:
-        from roofline.bench.workers import run_workers
-
         cpu, last_id = await run_workers(plan, spec, scenario, parts, first_id, log, progress)
         ids[1] = max(ids[1], last_id)
     ids[0] = max(ids[0], ids[1] + 1)

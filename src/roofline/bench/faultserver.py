@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from roofline.bench.server_wire import DONE_AND_END, END_CHUNKED, http_response, sse_frame
+
 FAULTS = (
     "ok",
     "http_400",
@@ -52,8 +54,6 @@ def fault_for(req: dict, faults: list[str], index: int) -> str | None:
 
 def respond_at_once(fault: str, conn: Any) -> bool:
     """Faults that need no stream; True when handled."""
-    from roofline.bench.nullserver import http_response
-
     if fault.startswith("http_"):
         status = int(fault[5:])
         extra = b"Retry-After: 1\r\n" if status == 429 else b""
@@ -68,8 +68,6 @@ def respond_at_once(fault: str, conn: Any) -> bool:
 
 def alter_plan(fault: str, plan: list[tuple], conn: Any) -> list[tuple]:
     """Change a normal stream plan [(due_ns, fn, args)]: head first, the [DONE]+end write last."""
-    from roofline.bench.nullserver import DONE_AND_END, END_CHUNKED, sse_frame
-
     head, events, done = plan[0], plan[1:-1], plan[-1]
     if fault == "cut":
         kept = events[:3]  # the role event and two token events

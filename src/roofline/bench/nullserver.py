@@ -36,6 +36,7 @@ import httptools
 from roofline.bench import faultserver
 from roofline.bench.client import set_nodelay
 from roofline.bench.schedule import Schedule
+from roofline.bench.server_wire import DONE_AND_END, http_response
 
 _SPIN_NS = 1_500_000  # wake this early and sleep the rest precisely
 _HEAD_SSE = (
@@ -43,33 +44,6 @@ _HEAD_SSE = (
     b"Server: roofline-nullserver\r\nTransfer-Encoding: chunked\r\n\r\n"
 )
 TOKEN_TEXT = " tok"  # every token is this word (one token for a whitespace word-level tokenizer)
-
-
-def sse_frame(data: bytes) -> bytes:
-    """One SSE event as one HTTP chunk."""
-    payload = b"data: " + data + b"\n\n"
-    return b"%x\r\n%s\r\n" % (len(payload), payload)
-
-
-END_CHUNKED = b"0\r\n\r\n"  # the last chunk of a chunked body
-DONE_AND_END = sse_frame(b"[DONE]") + END_CHUNKED
-
-
-def http_response(
-    status: int, body: bytes, ctype: bytes = b"application/json", extra: bytes = b""
-) -> bytes:
-    reason = {
-        200: b"OK",
-        400: b"Bad Request",
-        404: b"Not Found",
-        429: b"Too Many Requests",
-        500: b"Internal Server Error",
-        503: b"Service Unavailable",
-    }.get(status, b"Error")
-    return (
-        b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nServer: roofline-nullserver\r\n%s\r\n%s"
-        % (status, reason, ctype, len(body), extra, body)
-    )
 
 
 class Emitter:

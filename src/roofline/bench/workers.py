@@ -17,6 +17,7 @@ from time import perf_counter_ns
 from typing import Any
 
 from roofline.bench.loadgen import Scenario
+from roofline.bench.measure import measure_share
 from roofline.bench.plan import BenchPlan, RequestSpec, Share
 from roofline.bench.results import RequestLog
 
@@ -35,7 +36,6 @@ def _worker_main(
     start: Any,
     go: Any,
 ) -> None:
-    from roofline.bench.driver import measure_share
     from roofline.bench.launch import die_with_parent
     from roofline.bench.tokens import load_tokenizer
 

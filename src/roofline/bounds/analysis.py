@@ -2,13 +2,11 @@
 behind it.
 
 This is where the spec (bytes, FLOPs) meets the hardware (bandwidth, memory, FLOP/s); the formulas
-themselves live in decode.py, prefill.py, parallel.py, speculative.py and cost.py.
+themselves live in decode.py, prefill.py, parallel.py, speculative.py and cost.py. The request and
+its checks are in request.py; `ceiling_for` is the short call for the batch-1 `Ceiling` alone.
 """
 
 from __future__ import annotations
-
-import math
-from dataclasses import dataclass
 
 from roofline.bounds.ceiling import Ceiling
 from roofline.bounds.cost import dollars_per_million_tokens
@@ -16,6 +14,7 @@ from roofline.bounds.decode import batch_decode
 from roofline.bounds.humanize import fmt_bandwidth, fmt_bytes, fmt_flops
 from roofline.bounds.parallel import tensor_parallel
 from roofline.bounds.prefill import prefill_seconds_lower_bound
+from roofline.bounds.request import CeilingRequest, check_request
 from roofline.bounds.result import (
     BatchBound,
     CeilingAnalysis,
@@ -58,90 +57,6 @@ _DEFAULT_DTYPES = (
     "tf32",
     "fp8",
 )  # bf16 checkpoints, and int4/GGUF dequantized
-
-
-@dataclass(frozen=True)
-class CeilingRequest:
-    model: str
-    hardware: str = "local"
-    gpus: int | None = None
-    context: int = 0
-    batches: tuple[int, ...] = (1,)
-    weights: str | None = None
-    kv: str | None = None
-    efficiency: float = 1.0
-    bandwidth_bytes_per_s: float | None = None  # replaces the hardware's figure
-    all_tensors: bool = False
-    tp: int | None = None
-    allreduce_us: float | None = None
-    prompt_tokens: int | None = None
-    mfu: float = 0.4
-    price_per_hour: float | None = None
-    alpha: float | None = None
-    gamma: int | None = None
-    draft_cost: float = 0.05
-
-
-def _number(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _whole(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def check_request(r: CeilingRequest) -> None:
-    """Nonsense numbers are the user's to fix: one line each, saying what is allowed."""
-    if not _whole(r.context) or not 0 <= r.context <= 10**9:
-        raise UserError(f"--context must be a whole number of tokens from 0 up (got {r.context!r})")
-    if not _number(r.efficiency) or not 0 < r.efficiency <= 1:
-        raise UserError(
-            f"--efficiency must be in (0, 1], e.g. 0.7 for 70% of peak bandwidth (got {r.efficiency!r})"
-        )
-    if r.bandwidth_bytes_per_s is not None and not (
-        _number(r.bandwidth_bytes_per_s) and r.bandwidth_bytes_per_s > 0
-    ):
-        raise UserError(
-            f"bandwidth must be positive, e.g. 8TB/s (got {r.bandwidth_bytes_per_s!r} B/s)"
-        )
-    if not r.batches or any(not _whole(b) or b < 1 for b in r.batches):
-        raise UserError(f"--batch must list whole numbers >= 1 (got {r.batches!r})")
-    if not _number(r.mfu) or not 0 < r.mfu <= 1:
-        raise UserError(f"--mfu must be in (0, 1], e.g. 0.4 for 40% (got {r.mfu!r})")
-    checks = (
-        (r.gpus, lambda v: _whole(v) and v >= 1, "--gpus must be a whole number >= 1"),
-        (r.tp, lambda v: _whole(v) and v >= 1, "--tp must be a whole number >= 1"),
-        (
-            r.allreduce_us,
-            lambda v: _number(v) and v >= 0,
-            "--allreduce-us must be >= 0 microseconds",
-        ),
-        (
-            r.prompt_tokens,
-            lambda v: _whole(v) and v >= 1,
-            "--prompt-tokens must be a whole number >= 1",
-        ),
-        (
-            r.price_per_hour,
-            lambda v: _number(v) and v >= 0,
-            "--price-per-hour must be >= 0 dollars",
-        ),
-        (
-            r.alpha,
-            lambda v: _number(v) and 0 <= v <= 1,
-            "--alpha (acceptance rate) must be in [0, 1]",
-        ),
-        (
-            r.gamma,
-            lambda v: _whole(v) and 1 <= v <= 1024,
-            "--gamma (draft length) must be a whole number from 1 to 1024",
-        ),
-    )
-    for value, ok, message in checks:
-        if value is not None and not ok(value):
-            raise UserError(f"{message} (got {value!r})")
-    if not _number(r.draft_cost) or r.draft_cost < 0:
-        raise UserError(f"--draft-cost must be >= 0 target passes (got {r.draft_cost!r})")
 
 
 def _main_format(budget: TokenBudget) -> str:
@@ -412,6 +327,35 @@ def analyse(r: CeilingRequest) -> tuple[Ceiling, CeilingAnalysis]:
         assumptions=tuple(assumptions),
     )
     return ceiling, result
+
+
+def ceiling_for(
+    model: str,
+    hardware: str,
+    *,
+    context: int = 0,
+    gpus: int = 1,
+    weights: str | None = None,
+    kv: str | None = None,
+) -> Ceiling:
+    """The batch-1 decode ceiling of `model` on `hardware`.
+
+    model: a catalogue name or alias ('openai/gpt-oss-120b', 'qwen3-8b'), a config.json, or its
+    folder. hardware: a catalogue name ('b200', 'h100-sxm', 'gb200-nvl72') or 'local' (the profile
+    `roofline probe` measured). gpus: how many devices (figures add up); 1 keeps the entry as listed
+    (one card, or all 72 GPUs of 'gb200-nvl72'). weights/kv: format overrides as on the command line
+    ('fp8', 'experts=mxfp4,attention=bf16'). Raises UserError on any bad input.
+    """
+    request = CeilingRequest(
+        model=model,
+        hardware=hardware,
+        gpus=None if gpus == 1 else gpus,
+        context=context,
+        weights=weights,
+        kv=kv,
+    )
+    ceiling, _ = analyse(request)
+    return ceiling
 
 
 def active_or_matmul(spec: ModelSpec) -> str:

@@ -84,34 +84,3 @@ class Ceiling:
                 else {}
             ),
         }
-
-
-def ceiling_for(
-    model: str,
-    hardware: str,
-    *,
-    context: int = 0,
-    gpus: int = 1,
-    weights: str | None = None,
-    kv: str | None = None,
-) -> Ceiling:
-    """The batch-1 decode ceiling of `model` on `hardware`.
-
-    model: a catalogue name or alias ('openai/gpt-oss-120b', 'qwen3-8b'), a config.json, or its
-    folder. hardware: a catalogue name ('b200', 'h100-sxm', 'gb200-nvl72') or 'local' (the profile
-    `roofline probe` measured). gpus: how many devices (figures add up); 1 keeps the entry as listed
-    (one card, or all 72 GPUs of 'gb200-nvl72'). weights/kv: format overrides as on the command line
-    ('fp8', 'experts=mxfp4,attention=bf16'). Raises UserError on any bad input.
-    """
-    from roofline.bounds.analysis import CeilingRequest, analyse
-
-    request = CeilingRequest(
-        model=model,
-        hardware=hardware,
-        gpus=None if gpus == 1 else gpus,
-        context=context,
-        weights=weights,
-        kv=kv,
-    )
-    ceiling, _ = analyse(request)
-    return ceiling

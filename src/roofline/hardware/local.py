@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from roofline.errors import UserError
-from roofline.hardware.catalogue import Hardware
+from roofline.hardware.figures import Hardware
 from roofline.hardware.profile import best_read, positive_median
 
 _FLOPS_KERNELS = {"matmul_fp32": "fp32", "matmul_bf16": "bf16", "matmul_fp16": "fp16"}

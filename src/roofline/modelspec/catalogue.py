@@ -1,5 +1,5 @@
 """The model catalogue (data/models/*.json) and `load_spec`: a file, a folder, or a catalogue name
--> ModelSpec. A GGUF file or a safetensors checkpoint goes to `spec.files`.
+-> ModelSpec. A GGUF file or a safetensors checkpoint goes to `modelspec.files`.
 
 Each catalogue file holds one model: {"id": "openai/gpt-oss-120b", "aliases": [...], "source": URL,
 "retrieved": date, "config": {... the config.json contents ...}}. Names resolve case-insensitively
@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from roofline.errors import UserError
+from roofline.modelspec.files import spec_from_file
 from roofline.modelspec.model import ModelSpec
-from roofline.modelspec.parse import spec_from_config
+from roofline.modelspec.model_files import model_file_kind
+from roofline.modelspec.parse import read_config_file, spec_from_config
 
 
 @dataclass(frozen=True)
@@ -63,33 +65,6 @@ def find_model(name: str) -> CatalogueModel | None:
     return None
 
 
-def _read_config_file(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UserError(
-            f"{path} is not a UTF-8 text file; point at a config.json, a .gguf file "
-            "or a safetensors checkpoint"
-        ) from None
-    except OSError as e:
-        raise UserError(f"cannot read {path} ({e.strerror}); check the path") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(
-            f"{path} is not valid JSON (line {e.lineno}: {e.msg}); fix the file"
-        ) from None
-    except RecursionError:
-        raise UserError(f"{path} nests too deeply to be a config.json") from None
-    except ValueError:  # an integer past Python's int-from-string limit (4,300 digits by default)
-        raise UserError(
-            f"{path} holds a number thousands of digits long, which no config.json needs; fix the file"
-        ) from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path} must hold a JSON object (a Hugging Face config.json)")
-    return data
-
-
 def load_spec(source: str) -> ModelSpec:
     """A ModelSpec from a GGUF file, a safetensors checkpoint (folder or file), a config.json
     path, a folder holding one, or a catalogue name/alias."""
@@ -99,11 +74,7 @@ def load_spec(source: str) -> ModelSpec:
             "give a model: a catalogue name (see `roofline models list`), a config.json or its folder"
         )
     path = Path(text).expanduser()
-    from roofline.modelspec.model_files import model_file_kind  # it imports this module
-
     if model_file_kind(path) is not None:  # .gguf, .safetensors, a safetensors checkpoint folder
-        from roofline.modelspec.files import spec_from_file
-
         return spec_from_file(path)
     if path.is_dir():
         cfg_path = path / "config.json"
@@ -111,10 +82,10 @@ def load_spec(source: str) -> ModelSpec:
             raise UserError(
                 f"{path} holds no config.json; point at the model's folder or its config.json"
             )
-        return spec_from_config(_read_config_file(cfg_path), name=path.resolve().name or text)
+        return spec_from_config(read_config_file(cfg_path), name=path.resolve().name or text)
     if path.is_file():
         parent = path.resolve().parent.name
-        return spec_from_config(_read_config_file(path), name=parent or path.stem)
+        return spec_from_config(read_config_file(path), name=parent or path.stem)
     entry = find_model(text)
     if entry is not None:
         return spec_from_config(entry.config, name=entry.id)

@@ -16,13 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from roofline.errors import UserError
-from roofline.modelspec.catalogue import (
-    _read_config_file,
-)  # the one config.json reader and its errors
 from roofline.modelspec.gguf_config import config_from_gguf
 from roofline.modelspec.gguf_header import MAGIC, read_gguf_header
 from roofline.modelspec.model import ModelSpec
-from roofline.modelspec.parse import spec_from_config
+from roofline.modelspec.parse import read_config_file, spec_from_config
 from roofline.modelspec.safetensors_header import read_safetensors_header
 from roofline.modelspec.tensor_roles import StoredTensor
 
@@ -118,7 +115,7 @@ def _safetensors(path: Path, source: str) -> ModelFiles:
             f"{path}: no config.json beside the safetensors file(s); the shape of the "
             "model (layers, heads, context) comes from it"
         )
-    cfg = _read_config_file(config)
+    cfg = read_config_file(config)
     name = folder.resolve().name or str(folder)
     spec = spec_from_config(cfg, name=name)
     tensors: list[StoredTensor] = []

@@ -1,4 +1,4 @@
-"""config.json (a dict) -> ModelSpec, or a UserError that says which key is wrong.
+"""config.json (the file, then the dict) -> ModelSpec, or a UserError that says which key is wrong.
 
 The config is first unwrapped (multimodal wrappers nest the language model under `text_config`),
 then filled with its family's transformers defaults for the keys it leaves out (`families.py`: a
@@ -9,6 +9,8 @@ Gemma 3 config without head_dim gets 256, not hidden / heads), then read: GQA wi
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from roofline.errors import UserError
@@ -208,3 +210,32 @@ def spec_from_config(cfg: Any, name: str = "model") -> ModelSpec:
         max_position_embeddings=max_positions,
         notes=tuple(notes),
     )
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A config.json's object, or a UserError that says what is wrong with the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(
+            f"{path} is not a UTF-8 text file; point at a config.json, a .gguf file "
+            "or a safetensors checkpoint"
+        ) from None
+    except OSError as e:
+        raise UserError(f"cannot read {path} ({e.strerror}); check the path") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(
+            f"{path} is not valid JSON (line {e.lineno}: {e.msg}); fix the file"
+        ) from None
+    except RecursionError:
+        raise UserError(f"{path} nests too deeply to be a config.json") from None
+    except ValueError:  # an integer past Python's int-from-string limit (4,300 digits by default)
+        raise UserError(
+            f"{path} holds a number thousands of digits long, which no config.json needs; "
+            "fix the file"
+        ) from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} must hold a JSON object (a Hugging Face config.json)")
+    return data

@@ -1,0 +1,73 @@
+"""The rules a machine checks, as CI runs them: the import layers of docs/architecture.md and no
+import cycles (import-linter, `[tool.importlinter]` in pyproject.toml), the format and the lint set
+(ruff, `[tool.ruff]`). Each tool runs from the repository root on this tree's sources.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKED = ("src", "tests", "benchmarks")
+
+
+def _tool(name: str) -> str:
+    """The tool installed beside this Python (the test extra), else the one on PATH."""
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.is_file() else shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not installed; pip install -e '.[test]' brings it")
+    return found
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("lint-imports",),
+        ("ruff", "format", "--check", *CHECKED),
+        ("ruff", "check", *CHECKED),
+    ],
+    ids=["lint-imports", "ruff-format", "ruff-check"],
+)
+def test_house_rule_holds(command: tuple[str, ...]) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [_tool(command[0]), *command[1:]],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, (
+        f"`{' '.join(command)}` exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+    )
+
+
+def test_every_listed_slow_test_exists() -> None:
+    """A renamed test would silently join the fast subset: each name must be a test its file
+    defines."""
+    # tests/conftest.py by its path: `import conftest` may find another folder's conftest.
+    spec = importlib.util.spec_from_file_location("tests_conftest", ROOT / "tests" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    missing = []
+    for rel, names in conftest.SLOW_TESTS.items():
+        path = ROOT / "tests" / rel
+        tree = ast.parse(path.read_text(encoding="utf-8")) if path.is_file() else ast.Module([], [])
+        defined = {
+            n.name
+            for n in tree.body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test")
+        }
+        missing += [f"tests/{rel}::{name}" for name in sorted(names - defined)]
+    assert not missing, f"tests/conftest.py SLOW_TESTS names tests that do not exist: {missing}"
