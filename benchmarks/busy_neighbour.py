@@ -198,7 +198,7 @@ def main() -> None:
     ]
     prompt_tokens = engines[0].prompt_tokens
     if a.llama_bench:
-        from roofline.engine.default_model import default_model_path
+        from roofline.modelspec.default_model import default_model_path
 
         gguf = a.gguf or str(default_model_path())
         engines += [

@@ -156,7 +156,7 @@ def main() -> None:
 
     from roofline.cli.output import emit_table
     from roofline.engine import load_runner
-    from roofline.engine.default_model import default_model_path
+    from roofline.modelspec.default_model import default_model_path
 
     source = Path(args.model) if args.model else default_model_path()
     notes, ggufs = [], {}

@@ -56,7 +56,7 @@ PRESETS = {"vllm": "vllm-ngram", "llamacpp": "llamacpp"}
 
 
 def default_gguf() -> str:
-    from roofline.engine.default_model import default_model_path
+    from roofline.modelspec.default_model import default_model_path
 
     return str(default_model_path())
 

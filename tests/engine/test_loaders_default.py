@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from roofline.engine.default_model import DEFAULT_MODEL_FILE, default_model_path
+from roofline.modelspec.default_model import DEFAULT_MODEL_FILE, default_model_path
 from roofline.engine.loaders import load_checkpoint
 
 

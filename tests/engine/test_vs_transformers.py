@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from roofline.engine import SamplingParams, generate, load_runner
-from roofline.engine.default_model import default_model_path
+from roofline.modelspec.default_model import default_model_path
 
 pytestmark = pytest.mark.slow
 

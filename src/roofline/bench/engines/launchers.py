@@ -108,7 +108,7 @@ class EmbeddedLauncher(Launcher):
 
     def default_model(self) -> str:
         """The shipped SmolLM2-135M-Instruct file (`roofline serve`'s own default)."""
-        from roofline.engine.default_model import default_model_path
+        from roofline.modelspec.default_model import default_model_path
 
         return str(default_model_path())
 

@@ -17,7 +17,7 @@ def load_checkpoint(path: str | os.PathLike | None, *, dequantize: bool = True) 
     safetensors). dequantize=False: quantized GGUF tensors keep only their raw rows (what `--dtype
     stored` computes on)."""
     if path is None:
-        from roofline.engine.default_model import default_model_path
+        from roofline.modelspec.default_model import default_model_path
 
         path = default_model_path()
     path = Path(path).expanduser()
