@@ -41,8 +41,8 @@ def prefer_passive_omp_waits(environ=os.environ, modules=sys.modules) -> bool:
     """Set OMP_WAIT_POLICY=PASSIVE unless a wait policy or spin count is set already, or torch is
     loaded (its OpenMP runtime has read the environment by then). True when it set it.
 
-    Idle OpenMP workers of torch and numba otherwise spin before sleeping, taking the core the others
-    wait for; the engine package calls this on import, before either starts threads."""
+    Idle OpenMP workers of torch and numba otherwise spin before sleeping, taking the core the
+    others wait for; the engine package calls this on import, before either starts threads."""
     if any(name in environ for name in OMP_WAIT_VARIABLES) or "torch" in modules:
         return False
     environ["OMP_WAIT_POLICY"] = "PASSIVE"
