@@ -346,7 +346,7 @@ def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=
     needs only its last row's). layers (LayerWeights) stack over layers: wqkv (L, q+2kv, hidden),
     wo (L, hidden, q), wgu (L, 2 ffn, hidden), wd (L, hidden, ffn), each with per-output-row scales
     (L, rows); head: HeadWeights; shape: Shape. Named tuples, so two same-shaped arrays cannot
-    trade places unnoticed. n_threads: workers to start; unit_bytes: weight bytes per matrix unit."""
+    trade places unnoticed. n_threads: workers to start; unit_bytes: weight bytes per unit."""
     tokens, positions, tree_path, logit_rows = (
         rows.tokens,
         rows.positions,
