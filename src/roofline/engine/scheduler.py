@@ -1,27 +1,21 @@
 """Continuous batching: one background thread owns the `ModelRunner` and steps every live request.
 
-Each step (1) drops cancelled requests and frees their slots, (2) runs prefill chunks within a
-per-step prompt-token budget (vLLM's `max_num_batched_tokens`, SGLang's chunked prefill), and (3)
-runs one batched pass for all sequences whose prompt is done, samples each row and feeds the token
-to the request's `Sequence`. With speculation a request's rows in that pass are its last token plus
-its draft (speculate/step.py): the pass verifies every draft at once, each request keeps its
-accepted path (its own slot's KV only), and may get several tokens. What a step produced becomes an
-`Event` handed to the request's sink; `asyncio_sink` turns that into an `asyncio.Queue` on the
-caller's event loop. Nothing here is global: a server owns one `Scheduler`. `submit` fits each
-request to the context (`sequence.fit_to_context`).
+A step (1) drops cancelled requests, freeing their slots, (2) runs prefill chunks within a per-step
+prompt-token budget (vLLM's `max_num_batched_tokens`), (3) runs one batched pass for all decoding
+sequences, samples each row and feeds the request's `Sequence`. With speculation a request's rows
+are its last token plus its draft (speculate/step.py), verified in that pass. A step's output is an
+`Event` for the request's sink. Nothing is global: a server owns one `Scheduler`.
 
-Chunked prefill: a prompt is prefilled in the runner's chunks, cut at fixed positions (multiples of
-`runner.prefill_chunk_tokens`, engine/prefill_chunks.py), never at "what the budget had left", so a
-request's logits are the same however its chunks were interleaved with other requests. Per step: new
-requests first (FIFO, each its first chunk, while the budget lasts; the step's first chunk always
-runs), then the prefills in progress in turn (the one at the head always gets a chunk, so a stream
-of new arrivals cannot starve it). A short request that arrives during a long prefill waits for at
-most about one chunk; decodes wait for at most about a budget plus a chunk of prefill per step; a
-request cancelled mid-prefill is dropped before its next chunk.
+Chunks are cut at fixed positions (prefill_chunks.py), never at what the budget had left, so a
+request's logits do not depend on how its chunks interleaved with others'. Per step: new requests
+first (FIFO, one chunk each while the budget lasts; the step's first chunk always runs), then the
+prefills in progress in turn (the head always gets a chunk, so arrivals cannot starve it). So a
+short request waits about one chunk behind a long prefill, decodes about a budget plus a chunk.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -118,10 +112,9 @@ class Scheduler:
         each request's speculation: it may load a draft runner and times verify passes), then step
         there; returns once it is loaded (re-raising whatever the load raised).
 
-        Why: torch and numba each keep an OpenMP thread team per calling thread. When the weights
-        were loaded (torch ops) on one thread and the decode kernels ran on another, the kernels ran
-        at the speed of a single thread on a 2-core machine (measured: 23 ms against 18 ms per
-        token). Loading and decoding on one thread keeps both teams on that thread."""
+        Why: torch and numba each keep an OpenMP thread team per calling thread; with weights
+        loaded (torch ops) on one thread, the decode kernels on another ran at about one thread's
+        speed. Loading and decoding on one thread keeps both teams on that thread."""
         box: dict = {}
         ready = threading.Event()
 
@@ -412,10 +405,9 @@ class Scheduler:
 
     @staticmethod
     def _emit(w: _Work, event: Event) -> None:
-        try:
+        # a broken sink is the caller's problem, never the scheduler's
+        with contextlib.suppress(Exception):
             w.sink(event)
-        except Exception:  # a broken sink is the caller's problem, never the scheduler's
-            pass
 
     def _fail_all(self, message: str) -> None:
         with self._cv:
