@@ -14,6 +14,7 @@ int8); torch views of the same memory serve prefill, so nothing is held twice.
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Sequence as Seq
@@ -36,8 +37,7 @@ from roofline.hardware.machine import usable_cpu_count as available_cores
 __all__ = ["DTYPES", "KERNEL_PREFILL_MAX_TOKENS", "ModelRunner", "available_cores", "load_runner"]
 
 # Prompts up to this length prefill through the decode kernels: below it they beat torch's small-M
-# GEMMs here (measured: 4 tokens 25 vs 69 ms, 16 tokens 92 vs 127 ms, 32 tokens about even, fp32, 2
-# threads).
+# GEMMs (the crossover was near 32 tokens; figures in docs/measured.md).
 KERNEL_PREFILL_MAX_TOKENS = 24
 PASS_COST_ROWS = (1, 2, 3, 5, 9, 13, 17, 25)  # row counts timed for the speculation cost model
 
@@ -45,9 +45,8 @@ PASS_COST_ROWS = (1, 2, 3, 5, 9, 13, 17, 25)  # row counts timed for the specula
 class ModelRunner:
     """Owns the weights and the KV cache. Not thread-safe: one thread calls it."""
 
-    prefill_chunk_tokens: int = (
-        DEFAULT_PREFILL_CHUNK_TOKENS  # prompts are prefilled in chunks cut at its multiples
-    )
+    # prompts are prefilled in chunks cut at its multiples
+    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS
 
     def __init__(
         self,
@@ -127,7 +126,8 @@ class ModelRunner:
         values = ids.tolist() if ids.size <= 64 else (int(ids.min()), int(ids.max()))
         if values and (min(values) < 0 or max(values) >= self.config.vocab_size):
             raise ValueError(
-                f"token ids must be in [0, {self.config.vocab_size}), got {min(values)}..{max(values)}"
+                f"token ids must be in [0, {self.config.vocab_size}), "
+                f"got {min(values)}..{max(values)}"
             )
         return ids
 
@@ -169,7 +169,8 @@ class ModelRunner:
             self.cache.release(slot)
         elif start != self.position(slot) or start % self.prefill_chunk_tokens:
             raise ValueError(
-                f"slot {slot} holds {self.position(slot)} positions; a prefill cannot continue at {start} "
+                f"slot {slot} holds {self.position(slot)} positions; "
+                f"a prefill cannot continue at {start} "
                 f"(it continues where the slot ends, at a multiple of {self.prefill_chunk_tokens})"
             )
         self.cache.check_room(slot, ids.size)
@@ -363,7 +364,7 @@ class ModelRunner:
         if not table or len(table) < 2:
             return 1.0 + 0.1 * (rows - 1)
         points = sorted(table.items())
-        for (r0, c0), (r1, c1) in zip(points, points[1:]):
+        for (r0, c0), (r1, c1) in itertools.pairwise(points):
             if rows <= r1:
                 return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
         (r0, c0), (r1, c1) = points[-2], points[-1]
@@ -442,7 +443,8 @@ def load_runner(
     limit = checkpoint.config.max_seq_len
     if max_seq_len is not None and not 1 <= max_seq_len <= limit:
         raise UserError(
-            f"max_seq_len must be between 1 and the model's context length {limit}, got {max_seq_len}"
+            f"max_seq_len must be between 1 and the model's context length {limit}, "
+            f"got {max_seq_len}"
         )
     runner = ModelRunner(
         checkpoint, dtype=dtype, threads=threads, max_batch=max_batch, max_seq_len=max_seq_len

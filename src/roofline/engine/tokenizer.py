@@ -42,9 +42,9 @@ def byte_level_alphabet() -> dict[int, str]:
 
 
 # Above this many characters a text is tokenized through `encode_batch`, which releases the GIL
-# (plain `encode` holds it: 3 MB of text stalled every other thread, an event loop included, for 8 s
-# here). Short texts keep `encode`: a batch call also marks the library's thread pool used, after
-# which a fork prints a warning.
+# (plain `encode` holds it, stalling every other thread, an event loop included, for as long as a
+# long text takes). Short texts keep `encode`: a batch call also marks the library's thread pool
+# used, after which a fork prints a warning.
 _GIL_FREE_CHARS = 64 * 1024
 
 
@@ -274,7 +274,8 @@ class Tokenizer:
         if any(self._special_re.search(c) for c in contents):
             raise ValueError(
                 "a message spells a special token of this model (e.g. "
-                f"{next(iter(self._special_by_text))!r}); leave such markers out of message contents"
+                f"{next(iter(self._special_by_text))!r}); "
+                "leave such markers out of message contents"
             )
         return self.encode(real, add_special_tokens=False)
 
