@@ -32,8 +32,9 @@ def context_error(prompt_tokens: int, max_tokens: int | None, max_seq_len: int) 
         )
     if max_tokens is not None and prompt_tokens + max_tokens > max_seq_len:
         return (
-            f"this model's maximum context length is {max_seq_len} tokens, but {prompt_tokens + max_tokens} "
-            f"were requested ({prompt_tokens} in the prompt, {max_tokens} to generate); "
+            f"this model's maximum context length is {max_seq_len} tokens, "
+            f"but {prompt_tokens + max_tokens} were requested "
+            f"({prompt_tokens} in the prompt, {max_tokens} to generate); "
             f"lower max_tokens to at most {max_seq_len - prompt_tokens} or shorten the prompt"
         )
     return None

@@ -97,13 +97,15 @@ def check_tensors(tensors: dict, config: ModelConfig, path: str) -> None:
     for name in hf_tensor_names(config):
         if name not in tensors:
             raise UserError(
-                f"{path}: tensor {name} is missing; the checkpoint is incomplete or not a {config.arch} model"
+                f"{path}: tensor {name} is missing; "
+                f"the checkpoint is incomplete or not a {config.arch} model"
             )
         want = hf_tensor_shape(name, config)
         got = tuple(tensors[name].shape)
         if got != want:
             raise UserError(
-                f"{path}: tensor {name} has shape {got}, the config implies {want}; the checkpoint is inconsistent"
+                f"{path}: tensor {name} has shape {got}, the config implies {want}; "
+                "the checkpoint is inconsistent"
             )
 
 

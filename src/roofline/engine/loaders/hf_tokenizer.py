@@ -62,7 +62,8 @@ def tokenizer_from_hf_dir(folder: Path, model_config: dict) -> Tokenizer:
     path = folder / "tokenizer.json"
     if not path.is_file():
         raise UserError(
-            f"{folder} has no tokenizer.json; save the model's fast tokenizer there (transformers' save_pretrained)"
+            f"{folder} has no tokenizer.json; "
+            "save the model's fast tokenizer there (transformers' save_pretrained)"
         )
     try:
         backend = Backend.from_file(str(path))
