@@ -106,9 +106,8 @@ def _half_to_f32(b, bits, lanes, f16c=_F16C):
     e, m = b.and_(b.lshr(h, c(10)), c(31)), b.and_(h, c(0x3FF))
     normal = b.or_(b.shl(b.add(e, c(112)), c(23)), b.shl(m, c(13)))
     special = b.or_(c(0x7F800000), b.shl(m, c(13)))
-    tiny = b.bitcast(
-        b.fmul(b.uitofp(m, f32), b.bitcast(c(0x33800000), f32), flags=_KEEP), i32
-    )  # m 2^-24
+    # m 2^-24
+    tiny = b.bitcast(b.fmul(b.uitofp(m, f32), b.bitcast(c(0x33800000), f32), flags=_KEEP), i32)
     mag = b.select(
         b.icmp_unsigned("==", e, c(0)),
         tiny,
@@ -282,9 +281,8 @@ def _format_loader(builder, code, row):
         return r.at(b.mul(blk, _k(fmt.block_bytes))), b.and_(idx, _k(fmt.block - 1))
 
     def load_block(i, off, lanes):
-        if (
-            lanes == 0
-        ):  # the scalar tail: never reached for whole blocks; lane i % 8 of an 8-lane load
+        # the scalar tail: never reached for whole blocks; lane i % 8 of an 8-lane load
+        if lanes == 0:
             v = load_block(b.and_(i, _k(~7)), 0, 8)
             return b.extract_element(v, b.trunc(b.and_(i, _k(7)), _I32))
         if fmt.block == 32:

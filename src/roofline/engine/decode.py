@@ -181,9 +181,8 @@ def _gate_up_phase(counters, phase, tid, n_threads, w, scale, x, gu, act, scratc
         u, count = _claim(counters, phase, tid, n_threads, n_units)
         if count == 0:
             break
-        for v in range(
-            u, u + count
-        ):  # gate and up rows of one unit, then its SiLU: act stays in L1
+        # gate and up rows of one unit, then its SiLU: act stays in L1
+        for v in range(u, u + count):
             j0, j1 = v * per, min((v + 1) * per, ffn)
             matvec_rows(w, scale, x, gu, j0, j1, False)
             matvec_rows(w, scale, x, gu, ffn + j0, ffn + j1, False)
@@ -226,9 +225,8 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
             unit_bytes,
         )
         phase += 1
-        mine = _claim(counters, phase, tid, n_threads, 1)[
-            1
-        ]  # one unit: the thread that claims it does it
+        # one unit: the thread that claims it does it
+        mine = _claim(counters, phase, tid, n_threads, 1)[1]
         if mine:
             qkv_to_cache(
                 qkv,
@@ -321,9 +319,8 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
 
 @njit(parallel=True, **_JIT)
 def _run_workers(n_threads, counters, rows, shape, layers, head, cache, buffers, attn, unit_bytes):
-    for tid in prange(
-        n_threads
-    ):  # the loop index is unsigned inside the parallel region: one signature
+    # the loop index is unsigned inside the parallel region: one signature
+    for tid in prange(n_threads):
         _worker(
             np.int64(tid),
             n_threads,

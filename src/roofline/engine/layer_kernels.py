@@ -52,13 +52,11 @@ def exp_nonpos(x):
     its degree-7 Taylor-like polynomial (Cephes' coefficients), 2^n built from its exponent bits.
     Inputs below -87 give ~1e-38 instead of 0."""
     x = max(x, np.float32(-87.0))
-    k = np.int32(
-        np.float32(0.5) - x * np.float32(1.44269504)
-    )  # floor(0.5 - x / ln2) >= 0 by truncation
+    # floor(0.5 - x / ln2) >= 0 by truncation
+    k = np.int32(np.float32(0.5) - x * np.float32(1.44269504))
     n = -np.float32(k)  # round(x / ln2)
-    r = (
-        x - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
-    )  # x - n ln2, ln2 split in two
+    # x - n ln2, ln2 split in two
+    r = x - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
     p = np.float32(1.9875691500e-4)
     p = p * r + np.float32(1.3981999507e-3)
     p = p * r + np.float32(8.3334519073e-3)
@@ -227,9 +225,8 @@ def attend_unit(
     scale = np.float32(1.0 / math.sqrt(head_dim))
     t0 = c * ATTN_CHUNK
     n = min(ATTN_CHUNK, positions[r] + 1 - t0)
-    n_direct = min(
-        n, max(0, tree_base[r] - t0)
-    )  # positions read in place; the other n - n_direct are gathered
+    # positions read in place; the other n - n_direct are gathered
+    n_direct = min(n, max(0, tree_base[r] - t0))
     n_tree = n - n_direct
     keys, values = k_cache[slots[r], layer, g], v_cache[slots[r], layer, g]
     q0 = r * qkv.shape[1] + g * group * head_dim  # flat offset of the group's first query head

@@ -37,9 +37,8 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
     if kind == "linear":  # positions divided by factor
         return inv_freq / float(scaling["factor"])
     if kind == "llama3":
-        if (
-            "original_max_position_embeddings" not in scaling
-        ):  # GGUF: llama.cpp's exact per-frequency divisors
+        # GGUF: llama.cpp's exact per-frequency divisors
+        if "original_max_position_embeddings" not in scaling:
             return inv_freq / torch.tensor(scaling["freq_factors"], dtype=torch.float32)
         # Llama 3.1: keep high frequencies, divide low ones by `factor`, blend in between
         # (wavelength w = 2 pi / f).

@@ -86,12 +86,10 @@ class ModelRunner:
         self.cache = KVCache(self.config, self.max_batch, self.max_seq_len)
         # what the model needs: the same count over the tensors as the file stores them
         self.file_bytes_per_token: int = file_bytes_per_token(checkpoint)
-        self.unit_bytes: int | None = (
-            None  # weight bytes per work unit of the decode threads; None: decode.UNIT_BYTES
-        )
-        self._pass_costs: dict[int, float] | None = (
-            None  # rows -> time relative to one row (measure_pass_costs)
-        )
+        # weight bytes per work unit of the decode threads; None: decode.UNIT_BYTES
+        self.unit_bytes: int | None = None
+        # rows -> time relative to one row (measure_pass_costs)
+        self._pass_costs: dict[int, float] | None = None
 
     def _use_threads(self, torch_too: bool = False) -> int:
         """Set the thread count for the next pass and return it. numba's count is per calling
@@ -231,9 +229,8 @@ class ModelRunner:
 
         c = self.config
         n = tokens.shape[0]
-        if (
-            tree_base is None
-        ):  # no draft tree: every row's context is its slot's positions 0..position
+        # no draft tree: every row's context is its slot's positions 0..position
+        if tree_base is None:
             cache_positions, tree_base, tree_path = (
                 positions,
                 positions + 1,
@@ -294,9 +291,8 @@ class ModelRunner:
             self.cache.check_room(slot, len(ids))
             start = int(self.cache.lengths[slot])
             for i, path in enumerate(_ancestor_rows(parents, len(ids))):
-                plain = (
-                    len(path) - 1 == path[-1]
-                )  # ancestors are rows 0..i-1: in place, nothing to gather
+                # ancestors are rows 0..i-1: in place, nothing to gather
+                plain = len(path) - 1 == path[-1]
                 lead = len(path) if plain else next(j for j, row in enumerate(path) if row != j)
                 tokens.append(ids[i])
                 slots.append(slot)
@@ -437,9 +433,8 @@ def load_runner(
         )
     if max_batch < 1:
         raise UserError(f"max_batch must be at least 1, got {max_batch}")
-    checkpoint = load_checkpoint(
-        model, dequantize=dtype != "stored"
-    )  # stored: the file's rows only
+    # stored: the file's rows only
+    checkpoint = load_checkpoint(model, dequantize=dtype != "stored")
     limit = checkpoint.config.max_seq_len
     if max_seq_len is not None and not 1 <= max_seq_len <= limit:
         raise UserError(

@@ -81,9 +81,8 @@ class Scheduler:
         speculation: Callable[[], RequestSpeculation] | None = None,
     ):
         self.runner = runner
-        self.speculation = (
-            speculation  # maker of one request's speculation (None: the server never drafts)
-        )
+        # maker of one request's speculation (None: the server never drafts)
+        self.speculation = speculation
         self.max_batch = int(runner.max_batch)
         self.max_seq_len = int(runner.max_seq_len)
         self.prefill_token_budget = prefill_token_budget
@@ -91,9 +90,8 @@ class Scheduler:
         self._cv = threading.Condition()
         self._inbox: deque[_Work] = deque()  # submitted, not yet seen by the scheduler thread
         self._waiting: deque[_Work] = deque()  # scheduler thread only
-        self._prefilling: deque[_Work] = (
-            deque()
-        )  # holding a slot, prompt not done (scheduler thread only)
+        # holding a slot, prompt not done (scheduler thread only)
+        self._prefilling: deque[_Work] = deque()
         self._running: list[_Work] = []  # scheduler thread only
         self._free_slots = list(range(self.max_batch - 1, -1, -1))  # pop() hands out slot 0 first
         self._ids = itertools.count(1)
@@ -268,9 +266,8 @@ class Scheduler:
             self._run_chunk(w)
         for i in range(in_progress):
             w = self._prefilling[0]
-            if (
-                w.handle.cancelled
-            ):  # hung up since the step began: free the slot before another chunk
+            # hung up since the step began: free the slot before another chunk
+            if w.handle.cancelled:
                 self._prefilling.popleft()
                 self._finish(w, "abort")
                 continue

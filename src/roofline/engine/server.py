@@ -75,9 +75,8 @@ class _ServerState:
         self.created = int(time.time())
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SchedulerCollector(scheduler))
-        self.refused: collections.Counter[int] = (
-            collections.Counter()
-        )  # HTTP status -> requests refused
+        # HTTP status -> requests refused
+        self.refused: collections.Counter[int] = collections.Counter()
         self.registry.register(RefusalCollector(self.refused))
 
     def check_auth(self, request: Request) -> None:

@@ -138,9 +138,8 @@ class Tokenizer:
             idx for idx, token in backend.get_added_tokens_decoder().items() if token.special
         )
         self._bytes_table: list[bytes] | None = None
-        self._plain_backend = (
-            None  # a copy that reads special-token spellings as text (built on first use)
-        )
+        # a copy that reads special-token spellings as text (built on first use)
+        self._plain_backend = None
         specials = {
             token.content: idx
             for idx, token in backend.get_added_tokens_decoder().items()
@@ -257,15 +256,15 @@ class Tokenizer:
             [{**m, "content": f"\ue000{nonce}:{i}\ue001"} for i, m in enumerate(messages)],
             add_generation_prompt,
         )
-        pieces = re.split(
-            f"\ue000{nonce}:(\\d+)\ue001", marked
-        )  # template, index, template, index, ..., template
+        # template, index, template, index, ..., template
+        pieces = re.split(f"\ue000{nonce}:(\\d+)\ue001", marked)
         order = [int(i) for i in pieces[1::2]]
         if sorted(order) == list(range(len(messages))):
+            # templates often `| trim` the content
             for variant in (
                 contents,
                 [c.strip() for c in contents],
-            ):  # templates often `| trim` the content
+            ):
                 segments = [(pieces[0], True)]
                 for k, i in enumerate(order):
                     segments += [(variant[i], False), (pieces[2 * k + 2], True)]
@@ -324,9 +323,8 @@ class Tokenizer:
             if norm
             else []
         )
-        for part in (
-            parts
-        ):  # prepending, and spaces spelled U+2581 (which token_bytes maps back), only add text
+        # prepending, and spaces spelled U+2581 (which token_bytes maps back), only add text
+        for part in parts:
             if part.get("type") == "Prepend":
                 continue
             if (

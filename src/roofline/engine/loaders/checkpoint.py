@@ -115,9 +115,8 @@ def stored_bytes(checkpoint: Checkpoint, name: str) -> int:
     if name in checkpoint.raw:
         return int(checkpoint.raw[name][1].nbytes)
     t = checkpoint.tensors[name]
-    fmt = checkpoint.stored_format.get(
-        name
-    )  # none for a checkpoint built in memory: its tensors' own width
+    # none for a checkpoint built in memory: its tensors' own width
+    fmt = checkpoint.stored_format.get(name)
     return int(t.numel()) * (BLOCK_FORMATS[fmt].block_bytes if fmt else t.element_size())
 
 

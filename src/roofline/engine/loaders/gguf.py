@@ -161,12 +161,10 @@ def unpermute_rope_rows(rows: np.ndarray, n_heads: int) -> np.ndarray:
     the output rows: float weights, biases, and rows of quantized blocks alike. Returns a contiguous
     copy."""
     head_dim = rows.shape[0] // n_heads
-    grouped = rows.reshape(
-        n_heads, head_dim // 2, 2, *rows.shape[1:]
-    )  # [head, i, h, ...] = GGUF row 2i+h
-    return np.ascontiguousarray(grouped.swapaxes(1, 2)).reshape(
-        rows.shape
-    )  # [head, h, i, ...] = HF order
+    # [head, i, h, ...] = GGUF row 2i+h
+    grouped = rows.reshape(n_heads, head_dim // 2, 2, *rows.shape[1:])
+    # [head, h, i, ...] = HF order
+    return np.ascontiguousarray(grouped.swapaxes(1, 2)).reshape(rows.shape)
 
 
 def _rope_heads(name: str, config: ModelConfig) -> int | None:

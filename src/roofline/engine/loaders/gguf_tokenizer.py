@@ -175,9 +175,8 @@ def _add_marked_tokens(backend, tokens: list[str], types: list[int]) -> None:
     size = backend.get_vocab_size(with_added_tokens=True)
     backend.add_special_tokens(control)
     backend.add_tokens(user)
-    if (
-        backend.get_vocab_size(with_added_tokens=True) != size
-    ):  # they are vocabulary entries already
+    # they are vocabulary entries already
+    if backend.get_vocab_size(with_added_tokens=True) != size:
         raise UserError(
             "the GGUF tokenizer marks tokens as special that its vocabulary lacks; "
             "the file is inconsistent"

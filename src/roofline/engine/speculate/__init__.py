@@ -30,9 +30,8 @@ from roofline.engine.weights import DTYPES
 
 
 def _draft_model(options: SpecOptions, target: object) -> Callable[[], Proposer]:
-    from roofline.engine.speculate.draft_model import (
-        draft_factory,
-    )  # loads a runner: only when asked for
+    # loads a runner: only when asked for
+    from roofline.engine.speculate.draft_model import draft_factory
 
     return draft_factory(options, target)
 

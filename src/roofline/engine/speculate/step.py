@@ -27,9 +27,8 @@ class RequestSpeculation:
     def __init__(self, proposer, budget: DraftBudget, chain_cost_first: bool) -> None:
         self.proposer = proposer
         self.budget = budget
-        self.chain_cost_first = (
-            chain_cost_first  # a draft model pays per drafted token: size before drafting
-        )
+        # a draft model pays per drafted token: size before drafting
+        self.chain_cost_first = chain_cost_first
 
     @property
     def stats(self) -> SpecStats:

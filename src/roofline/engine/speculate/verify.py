@@ -46,9 +46,8 @@ def accept(
     children = _children_by_row(tree)
     rows, tokens, row = [0], [], 0
     while True:
-        if not children[
-            row
-        ]:  # nothing drafted here: the target's own choice, exactly as without speculation
+        # nothing drafted here: the target's own choice, exactly as without speculation
+        if not children[row]:
             tokens.append(sample(logits[row], params, rng))
             return rows, tokens
         if params.greedy:
