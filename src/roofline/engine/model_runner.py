@@ -37,7 +37,7 @@ from roofline.hardware.machine import usable_cpu_count as available_cores
 __all__ = ["DTYPES", "KERNEL_PREFILL_MAX_TOKENS", "ModelRunner", "available_cores", "load_runner"]
 
 # Prompts up to this length prefill through the decode kernels: below it they beat torch's small-M
-# GEMMs (the crossover was near 32 tokens; figures in docs/measured.md).
+# GEMMs (figures in docs/measured.md).
 KERNEL_PREFILL_MAX_TOKENS = 24
 PASS_COST_ROWS = (1, 2, 3, 5, 9, 13, 17, 25)  # row counts timed for the speculation cost model
 

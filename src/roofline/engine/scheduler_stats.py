@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from roofline.engine.speculate.adaptive import SpecStats
 
-# Step-time buckets (seconds): a decode step of the default model is ~10-40 ms; a long prefill
-# seconds.
+# Step-time buckets (seconds), about doubling: from a fast decode step of a small model up to a long
+# prefill.
 STEP_BUCKETS_SECONDS = (
     0.001,
     0.0025,
