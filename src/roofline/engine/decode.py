@@ -1,8 +1,8 @@
 """One decode pass over all layers for k token rows, run by the worker threads in one region.
 
-A parallel region per small operation pays a fork/join each and idles threads in the serial steps.
-Here the threads enter one region per pass and walk the same phases; a phase (units: row blocks of
-a matrix, attention chunks) starts when all units of the one before are done:
+One parallel region per pass, not per small operation (each would pay a fork/join and idle threads
+in the serial steps). The threads walk the same phases; a phase (units: row blocks of a matrix,
+attention chunks) starts when all units of the one before are done:
 
     per layer:  qkv rows (+ private RMSNorm) | bias, RoPE, K/V to cache (one unit) | attention
                 chunks | o rows, += x (+ private merge) | gate/up rows, SiLU (+ private RMSNorm)
@@ -10,10 +10,9 @@ a matrix, attention chunks) starts when all units of the one before are done:
     then:       lm_head rows (+ private final RMSNorm of the logit rows)
 
 Units are split evenly (equal weight bytes); a thread claims runs of its own share, then others'
-unstarted units (`_claim`), so a slowed or absent thread cannot stall the pass. Every unit does the
-same arithmetic whichever thread runs it: results equal a one-thread pass, bit for bit. Norms and
-the attention merge are computed by every thread into its own buffer (cheap; saves a phase each);
-their inputs are stable until a later phase writes them.
+unstarted units (`_claim`), so a slow thread cannot stall the pass. Every unit does the same
+arithmetic whichever thread runs it: results equal a one-thread pass, bit for bit. "Private" steps
+are computed by every thread into its own buffer (cheap; saves a phase each).
 """
 
 from __future__ import annotations

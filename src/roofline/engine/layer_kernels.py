@@ -1,17 +1,15 @@
 """Numba kernels for the decode hot path: the maths of one layer, piece by piece.
 
-A batch-1 decode step reads every weight once, so it is bound by memory bandwidth, which torch's
-eager CPU matrix-vector kernels do not reach. Each projection is row dot products in fp32 (a row of
-W is streamed once and dotted with every input row while it sits in L1):
+A batch-1 decode step reads every weight once: it is bound by memory bandwidth, which torch's eager
+CPU matrix-vector kernels do not reach. Each projection is fp32 row dot products, a row of W
+streamed once and dotted with every input row while it sits in L1:
 
     out[r, o] = scale[o] * sum_i W[o, i] * x[r, i]     (fp32 accumulation, W widened in-register)
 
-W is fp32 (scale 1), bf16 bits as uint16 (scale 1; widening is a shift by 16 and a bitcast, half the
-stream), or int8 with an fp32 scale per output row (a quarter of the stream).
-
-Every float reduction goes through `simd.dot` / `simd.vsum`, which fix the summation order: row r of
-a k-row pass is bit-identical to a 1-row pass on it, whatever the rows, slots or threads (batched
-decode == each sequence alone; a speculative verify == plain decode steps).
+W: fp32 or bf16 bits as uint16 (scale 1; widening is a shift and a bitcast), or int8 with an fp32
+scale per output row. Every float reduction goes through `simd.dot` / `simd.vsum`, which fix the
+summation order: row r of a k-row pass is bit-identical to a 1-row pass on it (batched decode ==
+each sequence alone; a speculative verify == plain decode steps).
 
 Per layer (x: residual stream, one row per token):
     h = RMSNorm(x);  [q|k|v] = Wqkv h (+ bias);  q, k = RoPE(qk-norm(q, k));  k, v -> cache

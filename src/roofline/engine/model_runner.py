@@ -145,15 +145,12 @@ class ModelRunner:
     ) -> np.ndarray | None:
         """Write a prompt's tokens at positions start, start + 1, ... of the slot; float32 logits
         (vocab,) of the last one (None with logits=False). start=0 resets the slot; a later start
-        continues a prompt whose first `start` tokens are in the slot (the scheduler's chunked
-        prefill) and must be a multiple of `prefill_chunk_tokens`.
+        continues a prompt whose first `start` tokens are in the slot and must be a multiple of
+        `prefill_chunk_tokens`.
 
-        The work is cut into chunks at fixed positions, the multiples of `prefill_chunk_tokens`
-        (engine/prefill_chunks.py), so a prompt prefilled in one call and one prefilled a chunk at a
-        time between other requests' steps run the same chunks: their logits and K/V are
-        bit-identical. A chunk of up to KERNEL_PREFILL_MAX_TOKENS tokens runs through the decode
-        kernels, a longer one through torch GEMMs and attention over the cached K/V
-        (engine/prefill.py)."""
+        Chunks are cut at those multiples (prefill_chunks.py), so a prompt prefilled in one call or
+        a chunk at a time between other requests' steps gives bit-identical logits and K/V. Chunks
+        up to KERNEL_PREFILL_MAX_TOKENS run through the decode kernels, longer ones prefill.py's."""
         import torch
 
         from roofline.engine.prefill import prefill_chunk

@@ -1,16 +1,14 @@
 """Continuous batching: one background thread owns the `ModelRunner` and steps every live request.
 
-A step (1) drops cancelled requests, freeing their slots, (2) runs prefill chunks within a per-step
-prompt-token budget (vLLM's `max_num_batched_tokens`), (3) runs one batched pass for all decoding
-sequences, samples each row and feeds the request's `Sequence`. With speculation a request's rows
-are its last token plus its draft (speculate/step.py), verified in that pass. A step's output is an
-`Event` for the request's sink. Nothing is global: a server owns one `Scheduler`.
+A step (1) drops cancelled requests, (2) runs prefill chunks within a prompt-token budget (vLLM's
+`max_num_batched_tokens`), (3) runs one batched pass for all decoding sequences (with speculation:
+last token plus draft, speculate/step.py) and hands each request's output to its sink as an `Event`.
 
 Chunks are cut at fixed positions (prefill_chunks.py), never at what the budget had left, so a
 request's logits do not depend on how its chunks interleaved with others'. Per step: new requests
-first (FIFO, one chunk each while the budget lasts; the step's first chunk always runs), then the
-prefills in progress in turn (the head always gets a chunk, so arrivals cannot starve it). So a
-short request waits about one chunk behind a long prefill, decodes about a budget plus a chunk.
+first (FIFO, one chunk each while the budget lasts; the first chunk always runs), then prefills in
+progress in turn (the head always gets a chunk, so arrivals cannot starve it). So a short request
+waits about one chunk behind a long prefill; decodes about a budget plus a chunk.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Speculative decoding: draft proposers and draft trees.
 
-A proposer guesses the next tokens of a request (`DraftTree`: a chain or tree after the last chosen
-token); the target verifies them in one pass. `PROPOSERS` maps each name of
-`roofline.speculation.PROPOSERS` (names and traits, read by the CLI and the launcher) to its
-`ProposerFactory`; both name the same proposers (checked at import). A proposer is its module, its
-traits there and its factory here (imported when called, if heavy).
-
-    ngram  prompt lookup, vLLM-style: a chain after the longest earlier suffix match
-    trie   suffix-trie n-grams, SGLang-style: a tree from counted n-grams
-    draft  a cheaper model drafts a chain
+A proposer guesses the next tokens (`DraftTree`, a chain or tree after the last chosen token); the
+target verifies them in one pass. `PROPOSERS` maps each name of `roofline.speculation.PROPOSERS`
+(names and traits, read by the CLI and the launcher) to its `ProposerFactory`; both name the same
+proposers (checked at import). ngram: prompt lookup (vLLM); trie: suffix-trie n-grams (SGLang);
+draft: a cheaper model.
 
     make = proposer_factory(SpecOptions(method="trie"), runner)  # None for method "none"
     proposer = make()                                            # one per request

@@ -1,18 +1,17 @@
 """Verification: which drafted tokens the target keeps, given the logits of one verify pass.
 
-Row 0 is the root (the last token already chosen), row i + 1 draft node i; row r's logits are the
-target's distribution for the token after row r's, given the path to it.
+Row 0 is the root (the last chosen token), row i + 1 draft node i; row r's logits are the target's
+distribution for the token after row r's, given the path to it.
 
-Greedy: from the root, the next token is the current row's argmax; a child carrying exactly that
-token is kept and the walk goes on from its row; else the argmax is the correction (or the bonus
-token). The rows' logits equal plain decoding's (`ModelRunner.step` guarantees it), so the output
-is greedy decoding's, token for token, whatever the draft.
+Greedy: from the root, a child carrying the current row's argmax is kept and the walk goes on from
+it; else the argmax is the correction (or the bonus token). Rows' logits equal plain decoding's
+(`ModelRunner.step`), so the output is greedy decoding's, token for token.
 
-Sampling (p: the target's distribution after temperature/top-k/top-p; q: the draft's). Guesses are
-deterministic (q(x) = 1), so speculative sampling (Leviathan et al., Chen et al.) accepts x with
-probability min(1, p(x) / q(x)) = p(x) and on rejection draws from (p - q)+ normalised = p without
-x. A tree tries the children in order, each against the residual the rejected ones left (SpecInfer);
-all rejected: draw from the last residual. Every emitted token is distributed exactly as p.
+Sampling (p: target distribution after temperature/top-k/top-p; q: draft's). Guesses are
+deterministic (q(x) = 1): accept x with probability min(1, p(x) / q(x)) = p(x), else draw from
+(p - q)+ normalised = p without x (Leviathan et al.). A tree tries children in order, each against
+the residual the rejected ones left (SpecInfer); all rejected: draw from the last residual. Every
+emitted token is distributed exactly as p.
 """
 
 from __future__ import annotations
