@@ -1,11 +1,10 @@
-"""What one HTTP request may cost the server: its header and body sizes, the time to send the body,
-and the socket options every connection gets (the defaults' reasons are beside them).
+"""What one HTTP request may cost the server (header and body sizes, time to send the body; each
+default's reason beside it) and the socket options every connection gets.
 
-Connections are uvicorn's h11 protocol plus TCP_NODELAY on every accepted socket: else Nagle's
-algorithm holds a response's last small write until the client's delayed ACK (~40 ms on Linux), a
-delay in every latency the bench measures. h11 rather than httptools: it answers an HTTP/1.0 client
-close-delimited (no chunked encoding), bounds the header block, and reports a malformed request
-through an error we can answer in JSON.
+Connections are uvicorn's h11 protocol plus TCP_NODELAY: else Nagle's algorithm holds a response's
+last small write until the client's delayed ACK (~40 ms on Linux), in every latency the bench
+measures. h11 rather than httptools: it answers HTTP/1.0 clients close-delimited, bounds the
+header block, and reports a malformed request through an error we can answer in JSON.
 """
 
 from __future__ import annotations

@@ -145,8 +145,7 @@ class ModelRunner:
     ) -> np.ndarray | None:
         """Write a prompt's tokens at positions start, start + 1, ... of the slot; float32 logits
         (vocab,) of the last one (None with logits=False). start=0 resets the slot; a later start
-        continues a prompt whose first `start` tokens are in the slot and must be a multiple of
-        `prefill_chunk_tokens`.
+        continues the prompt and must be a multiple of `prefill_chunk_tokens`.
 
         Chunks are cut at those multiples (prefill_chunks.py), so a prompt prefilled in one call or
         a chunk at a time between other requests' steps gives bit-identical logits and K/V. Chunks
@@ -269,12 +268,11 @@ class ModelRunner:
         """One weight pass for several slots, each with its rows: (slot, tokens, parents).
 
         tokens[0] is the slot's next token, at position L = the slot's length; tokens[1:] are draft
-        nodes. parents[i] is the row that row i follows (parents[0] = -1; None = a chain, row i
-        follows row i - 1). Row i is written to the cache at L + i and turns (RoPE) by its position
-        in the sequence, L + depth(i); it attends to positions < L and to its ancestors (tree
-        attention, `kernels.attend_unit`). Returns float32 logits (len(tokens), vocab) per slot: row
-        i's are bit-identical to decoding the path to it one token at a time. Every row stays in the
-        cache: `keep` then keeps an accepted path."""
+        nodes; parents[i] is the row that row i follows (parents[0] = -1; None: a chain). Row i goes
+        to cache position L + i, turns (RoPE) by L + depth(i), and attends to positions < L and its
+        ancestors (`layer_kernels.attend_unit`). Returns float32 logits (len(tokens), vocab) per
+        slot, row i's bit-identical to decoding the path to it one token at a time; `keep`
+        then keeps the accepted path."""
         slot_list = [self.cache.check_slot(s) for s, _, _ in batch]
         if len(set(slot_list)) != len(slot_list):
             raise ValueError(f"decode slots must be distinct, got {slot_list}")

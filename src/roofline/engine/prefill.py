@@ -163,13 +163,12 @@ def prefill_chunk(
     logits: bool = True,
     trial: TorchLayerTrial | None = None,
 ) -> np.ndarray | None:
-    """Run token_ids (T,) at positions start..start+T-1 of `slot`, whose cache holds positions
-    0..start-1: k_cache (slots, layers, kv_heads, S / B, d, B), v_cache (slots, layers, kv_heads, S,
-    d) (kv_cache.py); cos/sin (positions, d / 2). Writes the chunk's K/V; returns the float32 logits
-    (vocab,) of its last token (None when logits=False). Call under torch.inference_mode() with
-    torch's thread count set; with a `trial` (engine/threads.py) each layer runs on the thread count
-    it gives, and its time is reported back. torch's operations here give the same bits on any
-    thread count (a test checks), so a trial changes no result."""
+    """Run token_ids (T,) at positions start..start+T-1 of `slot`, whose cache holds 0..start-1:
+    k_cache (slots, layers, kv_heads, S / B, d, B), v_cache (slots, layers, kv_heads, S, d);
+    cos/sin (positions, d / 2). Writes the chunk's K/V; returns the float32 logits (vocab,) of
+    its last token (None when logits=False). Call under torch.inference_mode() with torch's thread
+    count set. A `trial` (threads.py) sets each layer's thread count and gets its time; torch's
+    ops here give the same bits on any thread count (a test checks), so it changes no result."""
     c = config
     T, end = token_ids.shape[0], start + token_ids.shape[0]
     qd, kvd, hidden, eps = c.q_dim, c.kv_dim, c.hidden, np.float32(c.rms_eps)

@@ -1,14 +1,13 @@
 """The OpenAI-compatible HTTP server: FastAPI routes over one `Scheduler`, served by uvicorn.
 
-FastAPI + uvicorn rather than aiohttp: Starlette's streaming response cancels the stream the moment
-the client goes away (ASGI `http.disconnect`), the hook that frees a slot; pydantic validates with
-field paths for the 400s. The event loop only parses, validates and relays: JSON parsing,
-tokenization and chat templates run in a worker thread, the model in the scheduler's. Request costs
-are bounded in http_limits.py; stopping with streams open is shutdown.py.
+FastAPI + uvicorn: Starlette cancels a stream the moment its client goes away (ASGI
+`http.disconnect`), the hook that frees a slot; pydantic gives the 400s field paths. The event loop
+only relays: JSON parsing, tokenization and chat templates run in a worker thread, the model in the
+scheduler's. Limits: http_limits.py; stopping with streams open: shutdown.py.
 
-Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics.
-With an API key, every /v1 route wants `Authorization: Bearer <key>`; /health stays open (launchers
-need no secret), and /metrics too unless `metrics_require_key` (as in vLLM).
+Routes: POST /v1/chat/completions, /v1/completions; GET /v1/models, /health, /metrics. With an API
+key every /v1 route wants `Authorization: Bearer <key>`; /health stays open (launchers need no
+secret), /metrics too unless `metrics_require_key` (as in vLLM).
 """
 
 from __future__ import annotations

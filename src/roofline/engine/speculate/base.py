@@ -1,15 +1,13 @@
 """What every draft proposer shares: one options object (`roofline.speculation.SpecOptions`, from
 which the CLI flags and the launcher's knobs are generated) and the `Proposer` protocol.
 
-A proposer guesses the tokens after the context; the target verifies them in one pass, so a
-proposer changes speed, never the text. One is made per request by the maker
-`proposer_factory(options, runner)` returns, and only the scheduler thread drives it:
+A proposer changes speed, never the text (the target verifies). One is made per request by
+`proposer_factory(options, runner)`'s maker; only the scheduler thread calls it:
 
     propose(context, max_tokens) -> DraftTree   # context = prompt + output; context[-1] is the root
     accepted(context)                           # after each verify step, the new full context
 
-A request's context only grows between calls (accepted tokens plus the bonus token), so proposers
-may keep incremental state and check that cheaply.
+A request's context only grows between calls, so proposers may keep incremental state.
 """
 
 from __future__ import annotations

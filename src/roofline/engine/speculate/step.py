@@ -4,9 +4,9 @@
     rows = [last token, *tree tokens]            one pass scores them all (ModelRunner.step)
     kept, tokens = accept(tree, logits)          verify.py
     runner.keep(slot, start, kept)               the accepted path stays in the KV cache
-    for t in tokens: sequence.append(t)          until done: EOS, stop strings, max_tokens
+    for t in tokens: sequence.append(t)          until done, as without a draft
 
-A request without speculation is the same step with an empty tree: one row, one token.
+Without speculation: the same step with an empty tree (one row, one token).
 """
 
 from __future__ import annotations
