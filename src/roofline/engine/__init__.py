@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from roofline.engine.threads import prefer_passive_omp_waits
 
-prefer_passive_omp_waits()  # before torch or numba start OpenMP threads (engine/threads.py says why)
+# before torch or numba start OpenMP threads (engine/threads.py says why); E402 below: the imports
+# must follow this call, since they may load those runtimes
+prefer_passive_omp_waits()
 
 # `generate` names both a module and the function it defines; this import binds the function here.
-from roofline.engine.generate import generate
-from roofline.engine.model_runner import ModelRunner, load_runner
-from roofline.engine.sampling import SamplingParams
+from roofline.engine.generate import generate  # noqa: E402
+from roofline.engine.model_runner import ModelRunner, load_runner  # noqa: E402
+from roofline.engine.sampling import SamplingParams  # noqa: E402
 
 __all__ = ["ModelRunner", "SamplingParams", "generate", "load_runner"]

@@ -1,9 +1,8 @@
 """The weight formats the kernels compute on as stored: one registry, each entry with its traits.
 
-A matrix row in a block format is a run of blocks of `block` weights packed in `block_bytes` bytes
-(GGUF's layouts, as llama.cpp writes them). Dequantizing any of them is exact in float32, so a
-kernel that widens a block in registers and keeps the float32 kernel's summation order gives the
-float32 path's bits (`block_simd`):
+A row in a block format is a run of blocks of `block` weights in `block_bytes` bytes (GGUF's
+layouts). Dequantizing is exact in float32, so a kernel that widens a block in registers and keeps
+the float32 summation order gives the float32 path's bits (`block_simd`):
 
     Q8_0  w = d q               d fp16 (11 significant bits), |q| <= 128: 18 bits, exact
     Q4_0  w = d (q - 8)         exact;   Q5_0  w = d (q - 16)   exact

@@ -1,8 +1,7 @@
 """Dot products and row widening over weights as the file stores them (`block_formats`), in LLVM IR.
 
-A row's weights are widened to float32 in registers, 16 (or 8) at a time, and go through the same
-fixed-order sums as float32 weights (`simd._emit_sums`): element i into partial sum (i // 16) % 4,
-the same FMA chain, the same folds. Widening is exact (block_formats says why), so a row dot here
+Weights are widened to float32 in registers, 16 (or 8) at a time, into the same fixed-order sums as
+float32 weights (`simd._emit_sums`). Widening is exact (see block_formats), so a row dot here
 equals `simd.dot` over the dequantized row bit for bit, whatever the format.
 
 Layouts (byte offsets in a block; p = position of a weight in its block):
@@ -107,9 +106,8 @@ def _half_to_f32(b, bits, lanes, f16c=_F16C):
     e, m = b.and_(b.lshr(h, c(10)), c(31)), b.and_(h, c(0x3FF))
     normal = b.or_(b.shl(b.add(e, c(112)), c(23)), b.shl(m, c(13)))
     special = b.or_(c(0x7F800000), b.shl(m, c(13)))
-    tiny = b.bitcast(
-        b.fmul(b.uitofp(m, f32), b.bitcast(c(0x33800000), f32), flags=_KEEP), i32
-    )  # m 2^-24
+    # m 2^-24
+    tiny = b.bitcast(b.fmul(b.uitofp(m, f32), b.bitcast(c(0x33800000), f32), flags=_KEEP), i32)
     mag = b.select(
         b.icmp_unsigned("==", e, c(0)),
         tiny,
@@ -180,7 +178,9 @@ def _k_scale_min(r, blk, sub):
     def c(v):
         return ir.Constant(_I32, v)
 
-    six = lambda v: b.shl(b.lshr(v, c(6)), c(4))
+    def six(v):
+        return b.shl(b.lshr(v, c(6)), c(4))
+
     first = b.icmp_unsigned("<", sub, _k(4))
     sc = b.select(first, b.and_(lo, c(63)), b.or_(b.and_(hi, c(15)), six(lo)))
     mn = b.select(first, b.and_(mid, c(63)), b.or_(b.lshr(hi, c(4)), six(mid)))
@@ -203,10 +203,10 @@ def _k_place(r, chunk, within):
 
 def _q4_k(r, blk, chunk, within, lanes, qh_at=None, qs_at=16):
     b = r.b
-    sub, high, l = _k_place(r, chunk, within)
-    q = r.nibbles(r.bytes_i32(r.at(blk, qs_at, b.mul(chunk, _k(32)), l), lanes), high)
-    if qh_at is not None:  # Q5_K: bit `sub` of qh[l]
-        hb = r.bytes_i32(r.at(blk, qh_at, l), lanes)
+    sub, high, byte = _k_place(r, chunk, within)
+    q = r.nibbles(r.bytes_i32(r.at(blk, qs_at, b.mul(chunk, _k(32)), byte), lanes), high)
+    if qh_at is not None:  # Q5_K: bit `sub` of qh[byte]
+        hb = r.bytes_i32(r.at(blk, qh_at, byte), lanes)
         s = r.splat(b.trunc(sub, _I32), lanes, _I32)
         q = b.or_(q, b.shl(b.and_(b.lshr(hb, s), r.ints(1, lanes)), r.ints(4, lanes)))
     sc, mn = _k_scale_min(r, blk, sub)
@@ -224,18 +224,18 @@ def _q6_k(r, blk, chunk, within, lanes):
     h = b.lshr(chunk, _k(1))
     odd_chunk = b.icmp_unsigned("==", b.and_(chunk, _k(1)), _k(1))  # high nibble
     if isinstance(within, int):
-        sub, l, scale_at = (
+        sub, byte, scale_at = (
             _k(within // 32),
             _k(within % 32),
             b.add(b.mul(chunk, _k(4)), _k(within // 16)),
         )
     else:
-        sub, l = b.lshr(within, _k(5)), b.and_(within, _k(31))
+        sub, byte = b.lshr(within, _k(5)), b.and_(within, _k(31))
         scale_at = b.add(b.mul(chunk, _k(4)), b.lshr(within, _k(4)))
     ql = r.nibbles(
-        r.bytes_i32(r.at(blk, b.mul(h, _k(64)), b.mul(sub, _k(32)), l), lanes), odd_chunk
+        r.bytes_i32(r.at(blk, b.mul(h, _k(64)), b.mul(sub, _k(32)), byte), lanes), odd_chunk
     )
-    qh = r.bytes_i32(r.at(blk, 128, b.mul(h, _k(32)), l), lanes)
+    qh = r.bytes_i32(r.at(blk, 128, b.mul(h, _k(32)), byte), lanes)
     shift = b.trunc(b.mul(b.add(b.mul(b.and_(chunk, _k(1)), _k(2)), sub), _k(2)), _I32)  # 2 (g % 4)
     top = b.and_(b.lshr(qh, r.splat(shift, lanes, _I32)), r.ints(3, lanes))
     q = b.sub(b.or_(ql, b.shl(top, r.ints(4, lanes))), r.ints(32, lanes))
@@ -281,9 +281,8 @@ def _format_loader(builder, code, row):
         return r.at(b.mul(blk, _k(fmt.block_bytes))), b.and_(idx, _k(fmt.block - 1))
 
     def load_block(i, off, lanes):
-        if (
-            lanes == 0
-        ):  # the scalar tail: never reached for whole blocks; lane i % 8 of an 8-lane load
+        # the scalar tail: never reached for whole blocks; lane i % 8 of an 8-lane load
+        if lanes == 0:
             v = load_block(b.and_(i, _k(~7)), 0, 8)
             return b.extract_element(v, b.trunc(b.and_(i, _k(7)), _I32))
         if fmt.block == 32:

@@ -1,38 +1,18 @@
-"""One decode pass over all layers for k token rows, run by the worker threads in a single parallel
-region.
+"""One decode pass over all layers for k token rows, run by the worker threads in one region.
 
-A decode step at this model size is ~150 small operations (five per layer), most of them a few tens
-of microseconds. Launching a parallel region per operation costs a fork/join each, and the serial
-steps in between (norms, RoPE, the softmax merge) leave the other threads idle. Here the threads
-enter one region per pass and walk the same list of phases; a phase is a set of units (row blocks of
-a matrix, attention chunks), and a phase may start only when every unit of the phase before it is
-done:
+One parallel region per pass, not per small operation (each would pay a fork/join and idle threads
+in the serial steps). The threads walk the same phases; a phase (units: row blocks of a matrix,
+attention chunks) starts when all units of the one before are done:
 
-    per layer:  qkv rows (+ a private RMSNorm)  |  bias, RoPE, K/V to cache (one unit)  |  attention
-    chunks
-                |  o rows, += x (+ a private merge of the chunks)  |  gate/up rows and SiLU (+ a private
-                RMSNorm)  |  down rows, += x
-    then:       lm_head rows (+ a private final RMSNorm of the logit rows)
+    per layer:  qkv rows (+ private RMSNorm) | bias, RoPE, K/V to cache (one unit) | attention
+                chunks | o rows, += x (+ private merge) | gate/up rows, SiLU (+ private RMSNorm)
+                | down rows, += x
+    then:       lm_head rows (+ private final RMSNorm of the logit rows)
 
-The units of a phase are split evenly over the threads (equal weight bytes); each thread takes runs
-of its own share in order -- a quarter of what is left of it at a time, so few atomics, and
-contiguous memory streams -- then takes over units of other threads' shares that nobody has started.
-So threads finish a phase together even when one is slowed down, and a thread that never runs cannot
-stall the pass (its share is done by the others). Counters per phase, each on its own cache line:
-claimed[t] (units of thread t's share handed out, atomic fetch-add) and done (units finished). A
-thread waits for done == units before the next phase: spinning (`pause`) for ~50 us, then napping 20
-us at a time, so that on a busy machine a waiting thread gives its core to the one it waits for.
-Every unit does the same arithmetic whichever thread runs it: results are those of a one-thread
-pass, bit for bit.
-
-Norms and the attention merge are computed by every thread into its own buffer before it claims
-units that need them: they are cheap, and it saves a phase each. Their inputs are stable while any
-unit of the phase that needs them is unclaimed, since the next writer of those inputs is a later
-phase.
-
-Measured here (SmolLM2-135M, bf16, 2 threads, context ~150): per layer the matrix phases stream at
-the machine's read bandwidth, attention ~11 us, the K/V phase ~2.5 us, phase changes well under 1
-us.
+Units are split evenly (equal weight bytes); a thread claims runs of its own share, then others'
+unstarted units (`_claim`), so a slow thread cannot stall the pass. Every unit does the same
+arithmetic whichever thread runs it: results equal a one-thread pass, bit for bit. "Private" steps
+are computed by every thread into its own buffer (cheap; saves a phase each).
 """
 
 from __future__ import annotations
@@ -59,9 +39,8 @@ from roofline.engine.matrices import embed_into
 
 PHASES_PER_LAYER = 6
 LINE = 8  # int64 counters per cache line: each counter gets a line of its own
-SPINS_BEFORE_NAP = (
-    2000  # x ~25 ns per `pause` here: ~50 us, while phases end within a few us of each other
-)
+# spins (`pause`) before napping: tens of microseconds, while phases end within a few of each other
+SPINS_BEFORE_NAP = 2000
 NAP_MICROSECONDS = 20
 UNIT_BYTES = 16384  # weight bytes per matrix unit: the grain of the even finish
 
@@ -155,7 +134,8 @@ def _claim(counters, phase, tid, n_threads, n_units):
 
 @njit(**_JIT)
 def _finish(counters, phase, n_threads, n_units, done):
-    """Count this thread's `done` units of the phase, then wait until all n_units are done."""
+    """Count this thread's `done` units of the phase, then wait until all n_units are done: spin
+    (`pause`), then nap, so that on a busy machine it gives its core to the thread it waits for."""
     slot = (phase * (n_threads + 1) + n_threads) * LINE
     if done > 0:
         atomics.fetch_add(counters, slot, done)
@@ -200,9 +180,8 @@ def _gate_up_phase(counters, phase, tid, n_threads, w, scale, x, gu, act, scratc
         u, count = _claim(counters, phase, tid, n_threads, n_units)
         if count == 0:
             break
-        for v in range(
-            u, u + count
-        ):  # gate and up rows of one unit, then its SiLU: act stays in L1
+        # gate and up rows of one unit, then its SiLU: act stays in L1
+        for v in range(u, u + count):
             j0, j1 = v * per, min((v + 1) * per, ffn)
             matvec_rows(w, scale, x, gu, j0, j1, False)
             matvec_rows(w, scale, x, gu, ffn + j0, ffn + j1, False)
@@ -245,9 +224,8 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
             unit_bytes,
         )
         phase += 1
-        mine = _claim(counters, phase, tid, n_threads, 1)[
-            1
-        ]  # one unit: the thread that claims it does it
+        # one unit: the thread that claims it does it
+        mine = _claim(counters, phase, tid, n_threads, 1)[1]
         if mine:
             qkv_to_cache(
                 qkv,
@@ -340,9 +318,8 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
 
 @njit(parallel=True, **_JIT)
 def _run_workers(n_threads, counters, rows, shape, layers, head, cache, buffers, attn, unit_bytes):
-    for tid in prange(
-        n_threads
-    ):  # the loop index is unsigned inside the parallel region: one signature
+    # the loop index is unsigned inside the parallel region: one signature
+    for tid in prange(n_threads):
         _worker(
             np.int64(tid),
             n_threads,
@@ -362,11 +339,10 @@ def _run_workers(n_threads, counters, rows, shape, layers, head, cache, buffers,
 def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=UNIT_BYTES):
     """Run all layers for the k rows of `rows` (Rows): write each row's K/V into `cache` (Cache) at
     its cache position, and the float32 logits of row rows.logit_rows[j] into logits[j] (a prefill
-    needs only its last row's). layers (LayerWeights) stack over layers: wqkv (L, q+2kv, hidden), wo
-    (L, hidden, q), wgu (L, 2 ffn, hidden), wd (L, hidden, ffn), each with per-output-row scales (L,
-    rows); head: HeadWeights; shape: Shape. Named tuples, so that two same-shaped arrays cannot
-    trade places unnoticed. n_threads: the workers to start (numba's thread count for this calling
-    thread); unit_bytes: weight bytes per matrix unit."""
+    needs only its last row's). layers (LayerWeights) stack over layers: wqkv (L, q+2kv, hidden),
+    wo (L, hidden, q), wgu (L, 2 ffn, hidden), wd (L, hidden, ffn), each with per-output-row scales
+    (L, rows); head: HeadWeights; shape: Shape. Named tuples, so two same-shaped arrays cannot
+    trade places unnoticed. n_threads: workers to start; unit_bytes: weight bytes per unit."""
     tokens, positions, tree_path, logit_rows = (
         rows.tokens,
         rows.positions,

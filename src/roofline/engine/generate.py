@@ -86,9 +86,8 @@ class Generation:
         self.runner = runner
         self.slot = slot
         self.speculation = speculation
-        self.params = fit_to_context(
-            len(prompt_ids), params, runner.max_seq_len
-        )  # ContextLengthError if no room
+        # ContextLengthError if no room
+        self.params = fit_to_context(len(prompt_ids), params, runner.max_seq_len)
         self.sequence = Sequence(prompt_ids, self.params, runner.tokenizer)
         self.timings = GenerationTimings(prompt_tokens=len(prompt_ids))
         self._started = False

@@ -1,26 +1,16 @@
-"""What one HTTP request may cost the server: its header and body sizes, the time to send the body,
-and the socket options every connection gets.
+"""What one HTTP request may cost the server (header and body sizes, time to send the body; each
+default's reason beside it) and the socket options every connection gets.
 
-Defaults, and why:
-- body 4 MiB: a 128k-token prompt is ~0.5 MB of text (~4 bytes a token), twice that JSON-escaped,
-  and a prompt of 128k token ids ~0.9 MB; 4 MiB leaves room for every real request and stops a 20 MB
-  body from being parsed and tokenized at all (measured before: 13-33 s of a blocked loop, GBs of
-  RSS).
-- headers 16 KiB and 100 fields: h11's default buffer (nginx allows 4 x 8 KiB); the openai SDK sends
-  ~15.
-- 30 s to receive a body: 4 MiB at 1 Mbit/s; a client slower than that holds a connection for
-  nothing.
-
-The connection class is uvicorn's h11 protocol plus TCP_NODELAY on every accepted socket: without it
-Nagle's algorithm holds a response's last small write until the client's delayed ACK (~40 ms on
-Linux), and that delay would land in every latency the bench measures. h11 rather than httptools:
-h11 answers an HTTP/1.0 client without chunked encoding (close-delimited), bounds the header block,
-and reports a malformed request through an error we can answer in JSON.
+Connections are uvicorn's h11 protocol plus TCP_NODELAY: else Nagle's algorithm holds a response's
+last small write until the client's delayed ACK (~40 ms on Linux), in every latency the bench
+measures. h11 rather than httptools: it answers HTTP/1.0 clients close-delimited, bounds the
+header block, and reports a malformed request through an error we can answer in JSON.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 from dataclasses import dataclass
@@ -30,9 +20,14 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from roofline.engine.protocol import APIError
 
+# A 128k-token prompt is ~0.5 MB of text (~4 bytes a token), twice that JSON-escaped, and 128k
+# token ids ~0.9 MB: room for every real request, while a far larger body is refused before it is
+# parsed and tokenized (which blocks the event loop and takes GBs of RSS).
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+# h11's default buffer (nginx allows 4 x 8 KiB); the openai SDK sends ~15 fields
 DEFAULT_MAX_HEADER_BYTES = 16 * 1024
 DEFAULT_MAX_HEADER_COUNT = 100
+# 4 MiB at 1 Mbit/s; a client slower than that holds a connection for nothing
 DEFAULT_BODY_TIMEOUT_S = 30.0
 
 
@@ -47,10 +42,8 @@ class Limits:
 def set_nodelay(sock) -> None:
     """Turn Nagle's algorithm off on a TCP socket (no-op for other kinds)."""
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-        try:
+        with contextlib.suppress(OSError):  # already closed by the peer
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:  # already closed by the peer
-            pass
 
 
 class NoDelayH11Protocol(H11Protocol):

@@ -1,20 +1,15 @@
 """The static KV cache: one preallocated region per slot (sequence), never resized on the hot path.
 
-Layouts, float32:
-    keys   (slots, layers, kv_heads, S / B, head_dim, B), B = KEY_BLOCK: transposed within blocks of B
-           positions, so that the scores q . k_t of B consecutive positions come from one contiguous
-           row (vectorised over t), a chunk of positions is one contiguous stretch of memory, and
-           writing a key touches one 4 KiB block (a fully transposed (head_dim, S) layout spreads it
-           over head_dim rows S * 4 bytes apart);
-    values (slots, layers, kv_heads, S, head_dim), so that sum_t p_t v_t is vectorised over
-    head_dim.
-S is max_seq_len rounded up to a whole number of attention chunks (ATTN_CHUNK positions), so that
-the kernels may read any chunk whole. Bytes per cached token: 2 (K and V) * layers * kv_heads *
-head_dim * 4.
+Layouts, float32 (B = KEY_BLOCK):
+    keys   (slots, layers, kv_heads, S / B, head_dim, B): transposed within blocks of B positions,
+           so the scores q . k_t of B positions come from one contiguous row, a chunk is one
+           contiguous stretch, and writing a key touches one 4 KiB block (not head_dim rows)
+    values (slots, layers, kv_heads, S, head_dim): sum_t p_t v_t vectorised over head_dim
 
-The arrays come from np.zeros, which maps untouched pages lazily: a long max_seq_len costs address
-space, not memory, until positions are written. `lengths[slot]` is the number of positions written
-(the next token's position).
+S is max_seq_len rounded up to whole ATTN_CHUNKs, so kernels may read any chunk whole. Bytes per
+cached token: 2 * layers * kv_heads * head_dim * 4. np.zeros maps pages lazily, so a long
+max_seq_len costs address space, not memory, until written. `lengths[slot]` is the number of
+positions written (the next token's position).
 """
 
 from __future__ import annotations
@@ -24,9 +19,8 @@ import numpy as np
 from roofline.engine.config import ModelConfig
 
 KEY_BLOCK = 16  # positions per key block: one AVX-512 register of float32 scores
-ATTN_CHUNK = (
-    128  # positions per attention work unit of the decode kernels (a multiple of KEY_BLOCK)
-)
+# positions per attention work unit of the decode kernels (a multiple of KEY_BLOCK)
+ATTN_CHUNK = 128
 
 
 class KVCache:
@@ -35,7 +29,8 @@ class KVCache:
     def __init__(self, config: ModelConfig, n_slots: int, max_seq_len: int) -> None:
         if n_slots < 1 or max_seq_len < 1:
             raise ValueError(
-                f"need at least one slot and one position (got {n_slots} slots, {max_seq_len} positions)"
+                "need at least one slot and one position "
+                f"(got {n_slots} slots, {max_seq_len} positions)"
             )
         c = config
         n_blocks = -(-max_seq_len // ATTN_CHUNK) * (ATTN_CHUNK // KEY_BLOCK)
@@ -61,7 +56,8 @@ class KVCache:
         """Raise when `n_new` more positions do not fit in the slot."""
         if self.lengths[slot] + n_new > self.max_seq_len:
             raise ValueError(
-                f"slot {slot} holds {int(self.lengths[slot])} positions; {n_new} more exceed max_seq_len {self.max_seq_len}"
+                f"slot {slot} holds {int(self.lengths[slot])} positions; "
+                f"{n_new} more exceed max_seq_len {self.max_seq_len}"
             )
 
     def torch_views(self, slot: int):

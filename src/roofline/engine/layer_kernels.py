@@ -1,25 +1,20 @@
 """Numba kernels for the decode hot path: the maths of one layer, piece by piece.
 
-Decoding one token at batch 1 reads every weight once, so the step is bound by memory bandwidth, and
-torch's eager CPU matrix-vector kernels stream only a third of it at this model size. Here each
-projection is a set of row dot products in fp32 (each row of W is streamed once and dotted with
-every input row while it sits in L1):
+A batch-1 decode step reads every weight once: it is bound by memory bandwidth, which torch's eager
+CPU matrix-vector kernels do not reach. Each projection is fp32 row dot products, a row of W
+streamed once and dotted with every input row while it sits in L1:
 
     out[r, o] = scale[o] * sum_i W[o, i] * x[r, i]     (fp32 accumulation, W widened in-register)
 
-W is fp32 (scale 1), bf16 stored as uint16 (scale 1) -- a bf16 is the top half of an fp32, so
-widening is a shift by 16 and a bitcast (`_f32_from_bf16_bits`) and the memory stream is half as
-long -- or int8 with one fp32 scale per output row (weight-only int8, a quarter of the fp32 stream).
-
-Every float reduction (row dots, RMSNorm sums of squares, softmax sums) goes through `simd.dot` /
-`simd.vsum`, which fix the summation order in the emitted code: a row's result is the same whichever
-rows, slots, threads or compilation produced it, so row r of a k-row pass is bit-identical to a
-1-row pass on that row (batched decode == each sequence alone; a speculative verify == plain decode
-steps). `decode.decode_rows` schedules these pieces over the worker threads.
+W: fp32 or bf16 bits as uint16 (scale 1; widening is a shift and a bitcast), or int8 with an fp32
+scale per output row. Every float reduction goes through `simd.dot` / `simd.vsum`, which fix the
+summation order: row r of a k-row pass is bit-identical to a 1-row pass on it (batched decode ==
+each sequence alone; a speculative verify == plain decode steps).
 
 Per layer (x: residual stream, one row per token):
-    h = RMSNorm(x);  [q|k|v] = Wqkv h (+ bias);  q, k = RoPE(qk-norm(q, k));  append k, v to the cache
-    x += Wo Attention(q, K[:pos+1], V[:pos+1]);   h = RMSNorm(x);  [g|u] = Wgu h;  x += Wd (SiLU(g) * u)
+    h = RMSNorm(x);  [q|k|v] = Wqkv h (+ bias);  q, k = RoPE(qk-norm(q, k));  k, v -> cache
+    x += Wo Attention(q, K[:pos+1], V[:pos+1]);  h = RMSNorm(x);  [g|u] = Wgu h
+    x += Wd (SiLU(g) * u)
 """
 
 from __future__ import annotations
@@ -55,13 +50,11 @@ def exp_nonpos(x):
     its degree-7 Taylor-like polynomial (Cephes' coefficients), 2^n built from its exponent bits.
     Inputs below -87 give ~1e-38 instead of 0."""
     x = max(x, np.float32(-87.0))
-    k = np.int32(
-        np.float32(0.5) - x * np.float32(1.44269504)
-    )  # floor(0.5 - x / ln2) >= 0 by truncation
+    # floor(0.5 - x / ln2) >= 0 by truncation
+    k = np.int32(np.float32(0.5) - x * np.float32(1.44269504))
     n = -np.float32(k)  # round(x / ln2)
-    r = (
-        x - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
-    )  # x - n ln2, ln2 split in two
+    # x - n ln2, ln2 split in two
+    r = x - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
     p = np.float32(1.9875691500e-4)
     p = p * r + np.float32(1.3981999507e-3)
     p = p * r + np.float32(8.3334519073e-3)
@@ -104,8 +97,8 @@ def _head_rms_norm(v, start, width, weight, eps):
 
 @njit(**_JIT)
 def _rope_head(v, start, cos_row, sin_row):
-    """In place RoPE on one head in HF's rotate-half layout: pairs (i, i + d/2) turn by angle pos * inv_freq_i.
-    a' = a cos - b sin,   b' = b cos + a sin"""
+    """In place RoPE on one head in HF's rotate-half layout: pairs (i, i + d/2) turn by angle
+    pos * inv_freq_i:  a' = a cos - b sin,   b' = b cos + a sin"""
     half = cos_row.shape[0]
     for i in range(half):
         a = v[start + i]
@@ -161,11 +154,11 @@ def qkv_to_cache(
 
 
 # Causal GQA attention of each row's q heads over its slot's cache up to and including its position:
-#     out_h = sum_t softmax_t(q_h . k_t / sqrt(d)) v_t,   t = 0..pos,  kv head = h // (n_heads / n_kv)
-# in work units (`attend_unit`) whose partial results `merge_attention` combines. A unit: one row,
-# one kv head with its query heads, ATTN_CHUNK positions of context (a multiple of the key block;
-# the cache holds whole chunks). Units depend only on their own row's data and context length, so a
-# row's result never depends on the batch.
+#     out_h = sum_t softmax_t(q_h . k_t / sqrt(d)) v_t,   t = 0..pos,   kv head = h // group
+# (group = n_heads / n_kv), in work units (`attend_unit`) that `merge_attention` combines. A unit:
+# one row, one kv head with its query heads, ATTN_CHUNK positions of context (a multiple of the key
+# block; the cache holds whole chunks). Units depend only on their own row's data and context
+# length, so a row's result never depends on the batch.
 ATTN_CHUNK = kv_cache.ATTN_CHUNK
 KEY_BLOCK = kv_cache.KEY_BLOCK
 
@@ -205,23 +198,22 @@ def attend_unit(
     gather_s,
 ):
     """Unit u: partial softmax attention of the `group` query heads of one kv head g over one chunk
-    [t0, t0 + n) of one row's context:
-        part_max[u, j] = max_t s_jt,  part_sum[u, j] = sum_t exp(s_jt - max),  part_out[u, j] =
-        sum_t exp(s_jt - max) v_t
-    with s_jt = q_j . k_t / sqrt(d) summed over d in order for each t, and o_j summed over t in
-    order. Query heads go in pairs (`simd.block_scores`, `simd.weighted_rows`; an odd one is paired
-    with itself); scores of a partial chunk are computed up to the end of its last key tile and
-    ignored past n. scores: scratch (units, group, ATTN_CHUNK).
+    [t0, t0 + n) of one row's context, with s_jt = q_j . k_t / sqrt(d):
 
-    Draft trees (tree attention): the context of row r is positions t < tree_base[r], which sit at
-    their own place in the cache, then positions tree_base[r] .. positions[r], which are the row's
-    ancestors in a draft tree and sit at cache positions tree_path[r, t - tree_base[r]]
-    (tree_base[r] > positions[r] for a plain row). Those few keys and values are first gathered, in
-    sequence order, into the thread's scratch (gather_k laid out as the cache's key blocks,
-    gather_v, gather_s for a pair of heads' scores), and go through the same two inner loops: each
-    score is the same dot over d, and the value sum continues the same FMA chain over t
-    (`weighted_rows(..., accumulate)`). So a tree node's attention is bit-identical to the attention
-    of the same token decoded alone at that position -- a tree mask without a mask matrix."""
+        part_max[u, j] = max_t s_jt
+        part_sum[u, j] = sum_t exp(s_jt - max)
+        part_out[u, j] = sum_t exp(s_jt - max) v_t
+
+    Sums run over d, then t, in order. Query heads go in pairs (`simd.block_scores`,
+    `simd.weighted_rows`; an odd one pairs with itself); a partial chunk's scores are computed to
+    the end of its last key tile and ignored past n. scores: scratch (units, group, ATTN_CHUNK).
+
+    Tree attention: row r's context is positions t < tree_base[r] in place in the cache, then its
+    draft ancestors tree_base[r] .. positions[r] at cache positions tree_path[r, t - tree_base[r]]
+    (tree_base[r] > positions[r] for a plain row). Those keys and values are gathered in order into
+    the thread's scratch (gather_k in the cache's key-block layout, gather_v, gather_s) and go
+    through the same loops, the value sum continuing the same FMA chain, so a tree node's attention
+    is bit-identical to the same token decoded alone: a tree mask without a mask matrix."""
     r = 0
     while first_unit[r + 1] <= u:
         r += 1
@@ -231,9 +223,8 @@ def attend_unit(
     scale = np.float32(1.0 / math.sqrt(head_dim))
     t0 = c * ATTN_CHUNK
     n = min(ATTN_CHUNK, positions[r] + 1 - t0)
-    n_direct = min(
-        n, max(0, tree_base[r] - t0)
-    )  # positions read in place; the other n - n_direct are gathered
+    # positions read in place; the other n - n_direct are gathered
+    n_direct = min(n, max(0, tree_base[r] - t0))
     n_tree = n - n_direct
     keys, values = k_cache[slots[r], layer, g], v_cache[slots[r], layer, g]
     q0 = r * qkv.shape[1] + g * group * head_dim  # flat offset of the group's first query head
@@ -393,19 +384,19 @@ def silu_mul(gate_up, out, j0=0, j1=-1, scratch=None):
         for j in range(j0, end, lanes):
             m = min(lanes, end - j)
             if m == lanes:
-                for l in range(lanes):
-                    e[l] = exp_nonpos(-abs(gate_up[r, j + l]))
+                for lane in range(lanes):
+                    e[lane] = exp_nonpos(-abs(gate_up[r, j + lane]))
                 simd.silu_block(
                     gate_up, r * 2 * ffn + j, r * 2 * ffn + ffn + j, e, out, r * ffn + j
                 )
             else:
-                for l in range(lanes):
-                    g = gate_up[r, j + l] if l < m else np.float32(0.0)
-                    pad[0, l], pad[1, l] = (
+                for lane in range(lanes):
+                    g = gate_up[r, j + lane] if lane < m else np.float32(0.0)
+                    pad[0, lane], pad[1, lane] = (
                         g,
-                        (gate_up[r, ffn + j + l] if l < m else np.float32(0.0)),
+                        (gate_up[r, ffn + j + lane] if lane < m else np.float32(0.0)),
                     )
-                    e[l] = exp_nonpos(-abs(g))
+                    e[lane] = exp_nonpos(-abs(g))
                 simd.silu_block(pad, 0, lanes, e, res, 0)
-                for l in range(m):
-                    out[r, j + l] = res[l]
+                for lane in range(m):
+                    out[r, j + lane] = res[lane]

@@ -1,18 +1,16 @@
-"""The Llama-family decoder in plain torch: the readable reference forward (the tests hold the
-engine to it; the runner prefills through engine/prefill.py, which computes the same layer on the
-packed weights).
+"""The Llama-family decoder in plain torch: the readable reference forward the tests hold the engine
+to (the runner prefills through prefill.py, the same layer on the packed weights).
 
-Covers Llama 2/3 (incl. llama3 RoPE scaling), Mistral, SmolLM, Qwen2 (q/k/v bias) and Qwen3
-(per-head RMSNorm on q and k). Weights come as a dict under Hugging Face names with HF layouts
-(Linear weight is (out_features, in_features)), float32, bfloat16, or int8 with per-row scales under
-`<name>_scale`; activations are float32 throughout. Per layer:
+Covers Llama 2/3 (llama3 RoPE scaling), Mistral, SmolLM, Qwen2 (q/k/v bias), Qwen3 (q/k RMSNorm).
+Weights: a dict under HF names and layouts (Linear weight (out, in)), float32, bfloat16, or int8
+with per-row scales under `<name>_scale`; activations float32. Per layer (d = head_dim):
 
     h = RMSNorm(x) = x / sqrt(mean(x^2) + eps) * w
-    q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv)        split into heads of head_dim d
-    q, k = RoPE(q), RoPE(k)   rotate pair (i, i + d/2) by angle pos * inv_freq_i, inv_freq_i = theta^(-2i/d)
-    x = x + softmax(q k^T / sqrt(d) + causal mask) v Wo^T    (n_heads / n_kv_heads query heads share a kv head)
+    q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv)
+    q, k = RoPE(q), RoPE(k): pair (i, i + d/2) turns by pos * inv_freq_i, inv_freq_i = theta^(-2i/d)
+    x = x + softmax(q k^T / sqrt(d) + causal mask) v Wo^T   (n_heads / n_kv_heads share a kv head)
     h = RMSNorm(x);  x = x + (SiLU(h Wg^T) * (h Wu^T)) Wd^T
-    logits = RMSNorm(x) W_lm^T                                 (W_lm = embedding table when tied)
+    logits = RMSNorm(x) W_lm^T                              (W_lm = embedding table when tied)
 """
 
 from __future__ import annotations
@@ -39,9 +37,8 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
     if kind == "linear":  # positions divided by factor
         return inv_freq / float(scaling["factor"])
     if kind == "llama3":
-        if (
-            "original_max_position_embeddings" not in scaling
-        ):  # GGUF: llama.cpp's exact per-frequency divisors
+        # GGUF: llama.cpp's exact per-frequency divisors
+        if "original_max_position_embeddings" not in scaling:
             return inv_freq / torch.tensor(scaling["freq_factors"], dtype=torch.float32)
         # Llama 3.1: keep high frequencies, divide low ones by `factor`, blend in between
         # (wavelength w = 2 pi / f).
@@ -101,10 +98,7 @@ def embedding_rows(weights: Mapping[str, torch.Tensor], token_ids: torch.Tensor)
 def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
     """x W^T (+ b) with float32 activations; bf16 weights multiply bf16-rounded activations (a bf16
     GEMM)."""
-    if w.dtype != x.dtype:
-        y = F.linear(x.to(w.dtype), w).float()
-    else:
-        y = F.linear(x, w)
+    y = F.linear(x.to(w.dtype), w).float() if w.dtype != x.dtype else F.linear(x, w)
     return y if b is None else y + b.float()
 
 

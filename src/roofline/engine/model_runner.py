@@ -14,6 +14,7 @@ int8); torch views of the same memory serve prefill, so nothing is held twice.
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Sequence as Seq
@@ -36,8 +37,7 @@ from roofline.hardware.machine import usable_cpu_count as available_cores
 __all__ = ["DTYPES", "KERNEL_PREFILL_MAX_TOKENS", "ModelRunner", "available_cores", "load_runner"]
 
 # Prompts up to this length prefill through the decode kernels: below it they beat torch's small-M
-# GEMMs here (measured: 4 tokens 25 vs 69 ms, 16 tokens 92 vs 127 ms, 32 tokens about even, fp32, 2
-# threads).
+# GEMMs (figures in docs/measured.md).
 KERNEL_PREFILL_MAX_TOKENS = 24
 PASS_COST_ROWS = (1, 2, 3, 5, 9, 13, 17, 25)  # row counts timed for the speculation cost model
 
@@ -45,9 +45,8 @@ PASS_COST_ROWS = (1, 2, 3, 5, 9, 13, 17, 25)  # row counts timed for the specula
 class ModelRunner:
     """Owns the weights and the KV cache. Not thread-safe: one thread calls it."""
 
-    prefill_chunk_tokens: int = (
-        DEFAULT_PREFILL_CHUNK_TOKENS  # prompts are prefilled in chunks cut at its multiples
-    )
+    # prompts are prefilled in chunks cut at its multiples
+    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS
 
     def __init__(
         self,
@@ -87,12 +86,10 @@ class ModelRunner:
         self.cache = KVCache(self.config, self.max_batch, self.max_seq_len)
         # what the model needs: the same count over the tensors as the file stores them
         self.file_bytes_per_token: int = file_bytes_per_token(checkpoint)
-        self.unit_bytes: int | None = (
-            None  # weight bytes per work unit of the decode threads; None: decode.UNIT_BYTES
-        )
-        self._pass_costs: dict[int, float] | None = (
-            None  # rows -> time relative to one row (measure_pass_costs)
-        )
+        # weight bytes per work unit of the decode threads; None: decode.UNIT_BYTES
+        self.unit_bytes: int | None = None
+        # rows -> time relative to one row (measure_pass_costs)
+        self._pass_costs: dict[int, float] | None = None
 
     def _use_threads(self, torch_too: bool = False) -> int:
         """Set the thread count for the next pass and return it. numba's count is per calling
@@ -127,7 +124,8 @@ class ModelRunner:
         values = ids.tolist() if ids.size <= 64 else (int(ids.min()), int(ids.max()))
         if values and (min(values) < 0 or max(values) >= self.config.vocab_size):
             raise ValueError(
-                f"token ids must be in [0, {self.config.vocab_size}), got {min(values)}..{max(values)}"
+                f"token ids must be in [0, {self.config.vocab_size}), "
+                f"got {min(values)}..{max(values)}"
             )
         return ids
 
@@ -147,15 +145,11 @@ class ModelRunner:
     ) -> np.ndarray | None:
         """Write a prompt's tokens at positions start, start + 1, ... of the slot; float32 logits
         (vocab,) of the last one (None with logits=False). start=0 resets the slot; a later start
-        continues a prompt whose first `start` tokens are in the slot (the scheduler's chunked
-        prefill) and must be a multiple of `prefill_chunk_tokens`.
+        continues the prompt and must be a multiple of `prefill_chunk_tokens`.
 
-        The work is cut into chunks at fixed positions, the multiples of `prefill_chunk_tokens`
-        (engine/prefill_chunks.py), so a prompt prefilled in one call and one prefilled a chunk at a
-        time between other requests' steps run the same chunks: their logits and K/V are
-        bit-identical. A chunk of up to KERNEL_PREFILL_MAX_TOKENS tokens runs through the decode
-        kernels, a longer one through torch GEMMs and attention over the cached K/V
-        (engine/prefill.py)."""
+        Chunks are cut at those multiples (prefill_chunks.py), so a prompt prefilled in one call or
+        a chunk at a time between other requests' steps gives bit-identical logits and K/V. Chunks
+        up to KERNEL_PREFILL_MAX_TOKENS run through the decode kernels, longer ones prefill.py's."""
         import torch
 
         from roofline.engine.prefill import prefill_chunk
@@ -169,7 +163,8 @@ class ModelRunner:
             self.cache.release(slot)
         elif start != self.position(slot) or start % self.prefill_chunk_tokens:
             raise ValueError(
-                f"slot {slot} holds {self.position(slot)} positions; a prefill cannot continue at {start} "
+                f"slot {slot} holds {self.position(slot)} positions; "
+                f"a prefill cannot continue at {start} "
                 f"(it continues where the slot ends, at a multiple of {self.prefill_chunk_tokens})"
             )
         self.cache.check_room(slot, ids.size)
@@ -230,9 +225,8 @@ class ModelRunner:
 
         c = self.config
         n = tokens.shape[0]
-        if (
-            tree_base is None
-        ):  # no draft tree: every row's context is its slot's positions 0..position
+        # no draft tree: every row's context is its slot's positions 0..position
+        if tree_base is None:
             cache_positions, tree_base, tree_path = (
                 positions,
                 positions + 1,
@@ -274,12 +268,11 @@ class ModelRunner:
         """One weight pass for several slots, each with its rows: (slot, tokens, parents).
 
         tokens[0] is the slot's next token, at position L = the slot's length; tokens[1:] are draft
-        nodes. parents[i] is the row that row i follows (parents[0] = -1; None = a chain, row i
-        follows row i - 1). Row i is written to the cache at L + i and turns (RoPE) by its position
-        in the sequence, L + depth(i); it attends to positions < L and to its ancestors (tree
-        attention, `kernels.attend_unit`). Returns float32 logits (len(tokens), vocab) per slot: row
-        i's are bit-identical to decoding the path to it one token at a time. Every row stays in the
-        cache: `keep` then keeps an accepted path."""
+        nodes; parents[i] is the row that row i follows (parents[0] = -1; None: a chain). Row i goes
+        to cache position L + i, turns (RoPE) by L + depth(i), and attends to positions < L and its
+        ancestors (`layer_kernels.attend_unit`). Returns float32 logits (len(tokens), vocab) per
+        slot, row i's bit-identical to decoding the path to it one token at a time; `keep`
+        then keeps the accepted path."""
         slot_list = [self.cache.check_slot(s) for s, _, _ in batch]
         if len(set(slot_list)) != len(slot_list):
             raise ValueError(f"decode slots must be distinct, got {slot_list}")
@@ -293,9 +286,8 @@ class ModelRunner:
             self.cache.check_room(slot, len(ids))
             start = int(self.cache.lengths[slot])
             for i, path in enumerate(_ancestor_rows(parents, len(ids))):
-                plain = (
-                    len(path) - 1 == path[-1]
-                )  # ancestors are rows 0..i-1: in place, nothing to gather
+                # ancestors are rows 0..i-1: in place, nothing to gather
+                plain = len(path) - 1 == path[-1]
                 lead = len(path) if plain else next(j for j, row in enumerate(path) if row != j)
                 tokens.append(ids[i])
                 slots.append(slot)
@@ -363,7 +355,7 @@ class ModelRunner:
         if not table or len(table) < 2:
             return 1.0 + 0.1 * (rows - 1)
         points = sorted(table.items())
-        for (r0, c0), (r1, c1) in zip(points, points[1:]):
+        for (r0, c0), (r1, c1) in itertools.pairwise(points):
             if rows <= r1:
                 return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
         (r0, c0), (r1, c1) = points[-2], points[-1]
@@ -436,13 +428,13 @@ def load_runner(
         )
     if max_batch < 1:
         raise UserError(f"max_batch must be at least 1, got {max_batch}")
-    checkpoint = load_checkpoint(
-        model, dequantize=dtype != "stored"
-    )  # stored: the file's rows only
+    # stored: the file's rows only
+    checkpoint = load_checkpoint(model, dequantize=dtype != "stored")
     limit = checkpoint.config.max_seq_len
     if max_seq_len is not None and not 1 <= max_seq_len <= limit:
         raise UserError(
-            f"max_seq_len must be between 1 and the model's context length {limit}, got {max_seq_len}"
+            f"max_seq_len must be between 1 and the model's context length {limit}, "
+            f"got {max_seq_len}"
         )
     runner = ModelRunner(
         checkpoint, dtype=dtype, threads=threads, max_batch=max_batch, max_seq_len=max_seq_len

@@ -1,35 +1,26 @@
 """One prefill chunk of a prompt: torch GEMMs for the projections, torch's blocked attention over
 the cached K/V, the decode kernels' row-wise pieces for everything else.
 
-Chunks are cut at fixed positions (engine/prefill_chunks.py), so every caller runs the same chunks.
-A chunk [p, p + T) attends to the slot's cached positions 0..p-1 and causally to itself; its K/V go
-into the cache before the next chunk. Per layer, on T rows (x: the residual stream):
+Chunks are cut at fixed positions (prefill_chunks.py), so every caller runs the same chunks. A chunk
+[p, p + T) attends to cached positions 0..p-1 and causally to itself; its K/V go into the cache
+before the next chunk. Per layer, on T rows (x: the residual stream; fused weight GEMMs):
 
-    h = RMSNorm(x)                                   layer_kernels.rms_norm (one thread)
-    qkv = h Wqkv^T                                   one GEMM over the fused [Wq; Wk; Wv]
-    q, k = RoPE(qk-norm(q, k)) (+bias); K/V -> cache layer_kernels.qkv_to_cache: the decode kernels' own code
-    x += Attention(q, K[0..p+T), V[0..p+T)) Wo^T     scaled_dot_product_attention, then one GEMM
-    h = RMSNorm(x);  gu = h Wgu^T                    one GEMM over the fused [Wg; Wu]
-    x += (SiLU(g) u) Wd^T                            layer_kernels.silu_mul, one GEMM
-    logits = RMSNorm(x[-1]) W_lm^T                   layer_kernels.matvec_rows (the decode kernels' dot order)
+    h = RMSNorm(x);  qkv = h [Wq; Wk; Wv]^T
+    q, k = RoPE(qk-norm(q, k)) (+bias); K/V -> cache    (decode's own `qkv_to_cache`)
+    x += Attention(q, K[0..p+T), V[0..p+T)) Wo^T       (scaled_dot_product_attention)
+    h = RMSNorm(x);  [g; u] = h [Wg; Wu]^T;  x += (SiLU(g) u) Wd^T
+    logits = RMSNorm(x[-1]) W_lm^T                      (decode's dot order: `matvec_rows`)
 
-Few, large operations: each multi-threaded op ends at a barrier, and on a shared machine a barrier
-can wait a whole scheduler time slice for a descheduled thread, so the element-wise steps run in one
-thread inside numba kernels and only the GEMMs and the attention use torch's threads.
-
-The GEMMs are float32 at every weight format: bf16 and int8 matrices are widened (times their row
-scales) one matrix at a time into a scratch buffer, which costs a memory pass over the weights per
-chunk -- cheap next to the T-row GEMM, and much faster than torch's bf16 GEMM on CPUs without bf16
-instructions.
-
-Attention: torch's CPU flash-attention kernel (blocks with an online softmax): memory grows with T
-times the context, never with the context squared; the first chunk of a prompt uses its causal form,
-later ones an additive mask that hides the chunk's own future positions. Grouped-query heads share
-their kv head in place (enable_gqa), no K/V copied per query head.
+Element-wise steps run in one thread (a multi-threaded op ends at a barrier that, on a shared
+machine, can wait a time slice for a descheduled thread); GEMMs and attention use torch's threads.
+GEMMs are float32: bf16/int8 matrices are widened one at a time (a memory pass per chunk, cheap next
+to the GEMM; bf16 GEMMs are slow on CPUs without bf16 instructions). Attention memory grows with T
+times the context, not its square.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -81,7 +72,7 @@ class _Widener:
             self._pool = ThreadPoolExecutor(parts)
         jobs = [
             self._pool.submit(matrices.stored_rows_f32, rows[a:b], codes[a:b], out[a:b])
-            for a, b in zip(cuts, cuts[1:])
+            for a, b in itertools.pairwise(cuts)
         ]
         for job in jobs:
             job.result()
@@ -172,13 +163,12 @@ def prefill_chunk(
     logits: bool = True,
     trial: TorchLayerTrial | None = None,
 ) -> np.ndarray | None:
-    """Run token_ids (T,) at positions start..start+T-1 of `slot`, whose cache holds positions
-    0..start-1: k_cache (slots, layers, kv_heads, S / B, d, B), v_cache (slots, layers, kv_heads, S,
-    d) (kv_cache.py); cos/sin (positions, d / 2). Writes the chunk's K/V; returns the float32 logits
-    (vocab,) of its last token (None when logits=False). Call under torch.inference_mode() with
-    torch's thread count set; with a `trial` (engine/threads.py) each layer runs on the thread count
-    it gives, and its time is reported back. torch's operations here give the same bits on any
-    thread count (a test checks), so a trial changes no result."""
+    """Run token_ids (T,) at positions start..start+T-1 of `slot`, whose cache holds 0..start-1:
+    k_cache (slots, layers, kv_heads, S / B, d, B), v_cache (slots, layers, kv_heads, S, d);
+    cos/sin (positions, d / 2). Writes the chunk's K/V; returns the float32 logits (vocab,) of
+    its last token (None when logits=False). Call under torch.inference_mode() with torch's thread
+    count set. A `trial` (threads.py) sets each layer's thread count and gets its time; torch's
+    ops here give the same bits on any thread count (a test checks), so it changes no result."""
     c = config
     T, end = token_ids.shape[0], start + token_ids.shape[0]
     qd, kvd, hidden, eps = c.q_dim, c.kv_dim, c.hidden, np.float32(c.rms_eps)

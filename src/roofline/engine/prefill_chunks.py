@@ -8,9 +8,9 @@ logits do not depend on what else was running. Pure arithmetic: no torch, no num
 
 from __future__ import annotations
 
-# Chunk size (tokens) of the default runner: a 2-core CPU prefills the default model at ~0.3-0.7 ms
-# a token, so a chunk holds the other requests' next decode step back by well under a second, while
-# GEMMs of this many rows already run near the machine's peak (see benchmarks/prefill.py).
+# Chunk size (tokens) of the default runner: small enough that a chunk holds the other requests'
+# next decode step back by well under a second on a small CPU, large enough that GEMMs of this many
+# rows run near the machine's peak (see benchmarks/prefill.py and docs/measured.md).
 DEFAULT_PREFILL_CHUNK_TOKENS = 256
 
 

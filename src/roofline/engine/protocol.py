@@ -72,9 +72,8 @@ class _SamplingFields(_Strict):
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None  # vLLM extension
     ignore_eos: bool = False  # vLLM extension
-    return_token_ids: bool = (
-        False  # vLLM extension: each choice (each chunk) carries its output token ids
-    )
+    # vLLM extension: each choice (each chunk) carries its output token ids
+    return_token_ids: bool = False
     speculative: bool = True  # roofline extension: false = decode this request without drafts
     n: int = 1
     stream: bool = False
@@ -264,9 +263,8 @@ def _lone_surrogate_path(data: Any) -> str | None:
                 if _LONE_SURROGATE.search(k):
                     return sub
                 stack.append((v, sub))
-        elif isinstance(
-            node, list
-        ):  # a list of token ids is the long case: skip its numbers without a path
+        # a list of token ids is the long case: skip its numbers without a path
+        elif isinstance(node, list):
             stack += [
                 (v, f"{path}.{i}" if path else str(i))
                 for i, v in enumerate(node)
@@ -435,9 +433,8 @@ class ResponseBuilder:
             choice["token_ids"] = token_ids
         if stats is not None:
             out["roofline"] = stats
-        if (
-            with_usage_field
-        ):  # OpenAI sends "usage": null on every chunk but the last when asked for usage
+        # OpenAI sends "usage": null on every chunk but the last when asked for usage
+        if with_usage_field:
             out["usage"] = None
         return out
 

@@ -4,6 +4,7 @@ a sink that hands events to an asyncio loop. (Re-exported by `engine.scheduler`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -64,9 +65,8 @@ def asyncio_sink(loop: asyncio.AbstractEventLoop) -> tuple[Sink, asyncio.Queue[E
     queue: asyncio.Queue[Event] = asyncio.Queue()
 
     def sink(event: Event) -> None:
-        try:
+        # RuntimeError: the loop is closed, nobody is listening any more
+        with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(queue.put_nowait, event)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            pass
 
     return sink, queue

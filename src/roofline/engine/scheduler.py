@@ -1,27 +1,19 @@
 """Continuous batching: one background thread owns the `ModelRunner` and steps every live request.
 
-Each step (1) drops cancelled requests and frees their slots, (2) runs prefill chunks within a
-per-step prompt-token budget (vLLM's `max_num_batched_tokens`, SGLang's chunked prefill), and (3)
-runs one batched pass for all sequences whose prompt is done, samples each row and feeds the token
-to the request's `Sequence`. With speculation a request's rows in that pass are its last token plus
-its draft (speculate/step.py): the pass verifies every draft at once, each request keeps its
-accepted path (its own slot's KV only), and may get several tokens. What a step produced becomes an
-`Event` handed to the request's sink; `asyncio_sink` turns that into an `asyncio.Queue` on the
-caller's event loop. Nothing here is global: a server owns one `Scheduler`. `submit` fits each
-request to the context (`sequence.fit_to_context`).
+A step (1) drops cancelled requests, (2) runs prefill chunks within a prompt-token budget (vLLM's
+`max_num_batched_tokens`), (3) runs one batched pass for all decoding sequences (with speculation:
+last token plus draft, speculate/step.py) and hands each request's output to its sink as an `Event`.
 
-Chunked prefill: a prompt is prefilled in the runner's chunks, cut at fixed positions (multiples of
-`runner.prefill_chunk_tokens`, engine/prefill_chunks.py), never at "what the budget had left", so a
-request's logits are the same however its chunks were interleaved with other requests. Per step: new
-requests first (FIFO, each its first chunk, while the budget lasts; the step's first chunk always
-runs), then the prefills in progress in turn (the one at the head always gets a chunk, so a stream
-of new arrivals cannot starve it). A short request that arrives during a long prefill waits for at
-most about one chunk; decodes wait for at most about a budget plus a chunk of prefill per step; a
-request cancelled mid-prefill is dropped before its next chunk.
+Chunks are cut at fixed positions (prefill_chunks.py), never at what the budget had left, so a
+request's logits do not depend on how its chunks interleaved with others'. Per step: new requests
+first (FIFO, one chunk each while the budget lasts; the first chunk always runs), then prefills in
+progress in turn (the head always gets a chunk, so arrivals cannot starve it). So a short request
+waits about one chunk behind a long prefill; decodes about a budget plus a chunk.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -87,9 +79,8 @@ class Scheduler:
         speculation: Callable[[], RequestSpeculation] | None = None,
     ):
         self.runner = runner
-        self.speculation = (
-            speculation  # maker of one request's speculation (None: the server never drafts)
-        )
+        # maker of one request's speculation (None: the server never drafts)
+        self.speculation = speculation
         self.max_batch = int(runner.max_batch)
         self.max_seq_len = int(runner.max_seq_len)
         self.prefill_token_budget = prefill_token_budget
@@ -97,9 +88,8 @@ class Scheduler:
         self._cv = threading.Condition()
         self._inbox: deque[_Work] = deque()  # submitted, not yet seen by the scheduler thread
         self._waiting: deque[_Work] = deque()  # scheduler thread only
-        self._prefilling: deque[_Work] = (
-            deque()
-        )  # holding a slot, prompt not done (scheduler thread only)
+        # holding a slot, prompt not done (scheduler thread only)
+        self._prefilling: deque[_Work] = deque()
         self._running: list[_Work] = []  # scheduler thread only
         self._free_slots = list(range(self.max_batch - 1, -1, -1))  # pop() hands out slot 0 first
         self._ids = itertools.count(1)
@@ -118,10 +108,9 @@ class Scheduler:
         each request's speculation: it may load a draft runner and times verify passes), then step
         there; returns once it is loaded (re-raising whatever the load raised).
 
-        Why: torch and numba each keep an OpenMP thread team per calling thread. When the weights
-        were loaded (torch ops) on one thread and the decode kernels ran on another, the kernels ran
-        at the speed of a single thread on a 2-core machine (measured: 23 ms against 18 ms per
-        token). Loading and decoding on one thread keeps both teams on that thread."""
+        Why: torch and numba each keep an OpenMP thread team per calling thread; with weights
+        loaded (torch ops) on one thread, the decode kernels on another ran at about one thread's
+        speed. Loading and decoding on one thread keeps both teams on that thread."""
         box: dict = {}
         ready = threading.Event()
 
@@ -275,9 +264,8 @@ class Scheduler:
             self._run_chunk(w)
         for i in range(in_progress):
             w = self._prefilling[0]
-            if (
-                w.handle.cancelled
-            ):  # hung up since the step began: free the slot before another chunk
+            # hung up since the step began: free the slot before another chunk
+            if w.handle.cancelled:
                 self._prefilling.popleft()
                 self._finish(w, "abort")
                 continue
@@ -412,10 +400,9 @@ class Scheduler:
 
     @staticmethod
     def _emit(w: _Work, event: Event) -> None:
-        try:
+        # a broken sink is the caller's problem, never the scheduler's
+        with contextlib.suppress(Exception):
             w.sink(event)
-        except Exception:  # a broken sink is the caller's problem, never the scheduler's
-            pass
 
     def _fail_all(self, message: str) -> None:
         with self._cv:

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from roofline.engine.speculate.adaptive import SpecStats
 
-# Step-time buckets (seconds): a decode step of the default model is ~10-40 ms; a long prefill
-# seconds.
+# Step-time buckets (seconds), about doubling: from a fast decode step of a small model up to a long
+# prefill.
 STEP_BUCKETS_SECONDS = (
     0.001,
     0.0025,
@@ -59,22 +59,19 @@ class SchedulerStats:
     cancelled: int = 0
     failed: int = 0
     prompt_tokens_total: int = 0  # of requests whose prefill finished
-    prefill_chunks: int = (
-        0  # prefill chunks run (a prompt takes ceil(length / the runner's chunk) of them)
-    )
+    # prefill chunks run (a prompt takes ceil(length / the runner's chunk) of them)
+    prefill_chunks: int = 0
     generation_tokens_total: int = 0
     running: int = 0  # holding a slot: prefilling or decoding
     queued: int = 0
     step_seconds: Histogram = field(default_factory=Histogram)
     prefill_seconds: Histogram = field(default_factory=Histogram)  # one request's chunks, summed
-    decode_batch_total: int = (
-        0  # sum over decode steps of the batch size: mean batch = this / decode steps
-    )
+    # sum over decode steps of the batch size: mean batch = this / decode steps
+    decode_batch_total: int = 0
     decode_steps: int = 0
     decode_rows_total: int = 0  # rows of all decode passes (batch + draft nodes)
-    spec: SpecStats = field(
-        default_factory=SpecStats
-    )  # summed over finished requests (passes of all; drafts of those that speculated)
+    # summed over finished requests (passes of all; drafts of those that speculated)
+    spec: SpecStats = field(default_factory=SpecStats)
 
     def copy(self) -> SchedulerStats:
         return dataclasses.replace(

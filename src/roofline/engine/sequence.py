@@ -1,13 +1,11 @@
 """One request's decoding state: the tokens so far, when to stop, and the text that is final.
 
-Text is released incrementally and only when it can no longer change:
-- bytes of a UTF-8 character split across tokens wait until the character is complete;
-- text that could be the beginning of a stop string waits until it cannot be (and a stop string,
-  once seen, is cut off together with everything after it).
+Text is released only when it can no longer change: a UTF-8 character split across tokens waits
+until complete; text that could begin a stop string waits until it cannot (a stop string, once
+seen, is cut off with everything after it).
 
-Context limit: a request needs `prompt_tokens + max_tokens <= max_seq_len` KV positions (the last
-sampled token is never written back), so `fit_to_context` refuses prompts that leave no room and
-trims `max_tokens` to what is left; the `Sequence` then ends with "length" exactly at the limit.
+A request needs `prompt_tokens + max_tokens <= max_seq_len` KV positions (the last sampled token is
+never written back): `fit_to_context` refuses prompts that leave no room and trims `max_tokens`.
 """
 
 from __future__ import annotations
@@ -32,8 +30,9 @@ def context_error(prompt_tokens: int, max_tokens: int | None, max_seq_len: int) 
         )
     if max_tokens is not None and prompt_tokens + max_tokens > max_seq_len:
         return (
-            f"this model's maximum context length is {max_seq_len} tokens, but {prompt_tokens + max_tokens} "
-            f"were requested ({prompt_tokens} in the prompt, {max_tokens} to generate); "
+            f"this model's maximum context length is {max_seq_len} tokens, "
+            f"but {prompt_tokens + max_tokens} were requested "
+            f"({prompt_tokens} in the prompt, {max_tokens} to generate); "
             f"lower max_tokens to at most {max_seq_len - prompt_tokens} or shorten the prompt"
         )
     return None

@@ -1,16 +1,13 @@
 """The OpenAI-compatible HTTP server: FastAPI routes over one `Scheduler`, served by uvicorn.
 
-Why FastAPI + uvicorn rather than aiohttp: Starlette's streaming response watches the connection
-while it streams and cancels the stream the moment the client goes away (ASGI `http.disconnect`),
-which is exactly the hook that frees a slot; pydantic gives typed validation with field paths for
-the 400s; both were already the engine's dependencies. The event loop only parses, validates and
-relays: JSON parsing, tokenization and chat templating run in a worker thread, the model in the
-scheduler's. What a request may cost (body and header sizes, time to send the body) is bounded in
-http_limits.py; stopping with streams open is shutdown.py.
+FastAPI + uvicorn: Starlette cancels a stream the moment its client goes away (ASGI
+`http.disconnect`), the hook that frees a slot; pydantic gives the 400s field paths. The event loop
+only relays: JSON parsing, tokenization and chat templates run in a worker thread, the model in the
+scheduler's. Limits: http_limits.py; stopping with streams open: shutdown.py.
 
-Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics.
-With an API key set, every /v1 route wants `Authorization: Bearer <key>`; /health stays open so that
-launchers need no secret, and /metrics too unless `metrics_require_key` (as in vLLM).
+Routes: POST /v1/chat/completions, /v1/completions; GET /v1/models, /health, /metrics. With an API
+key every /v1 route wants `Authorization: Bearer <key>`; /health stays open (launchers need no
+secret), /metrics too unless `metrics_require_key` (as in vLLM).
 """
 
 from __future__ import annotations
@@ -77,9 +74,8 @@ class _ServerState:
         self.created = int(time.time())
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SchedulerCollector(scheduler))
-        self.refused: collections.Counter[int] = (
-            collections.Counter()
-        )  # HTTP status -> requests refused
+        # HTTP status -> requests refused
+        self.refused: collections.Counter[int] = collections.Counter()
         self.registry.register(RefusalCollector(self.refused))
 
     def check_auth(self, request: Request) -> None:
@@ -147,9 +143,9 @@ class _ServerState:
         if at_least >= self.scheduler.max_seq_len:
             raise APIError(
                 400,
-                f"this model's maximum context length is {self.scheduler.max_seq_len} tokens, but the "
-                f"prompt has at least {at_least} ({n_bytes} bytes of text, at most {per_token} bytes a "
-                "token); shorten the prompt",
+                f"this model's maximum context length is {self.scheduler.max_seq_len} tokens, "
+                f"but the prompt has at least {at_least} ({n_bytes} bytes of text, "
+                f"at most {per_token} bytes a token); shorten the prompt",
                 param=param,
                 code="context_length_exceeded",
             )
@@ -213,7 +209,8 @@ class _CancellingStream(StreamingResponse):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self._handle.cancel()  # no-op for a finished request; frees the slot of an abandoned one
+            # no-op for a finished request; frees the slot of an abandoned one
+            self._handle.cancel()
             self._done()
 
 

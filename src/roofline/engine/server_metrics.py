@@ -1,11 +1,9 @@
 """Prometheus exposition of the scheduler's counters (read at scrape time, nothing global).
 
-Names follow Prometheus conventions (`_total` counters, `_seconds` histograms): requests accepted /
-finished (by reason) / cancelled / failed, prompt and generated tokens, requests running and queued,
-the wall time of each scheduler step (one batched decode plus any prefills it admitted) and of each
-prefill, and decode steps with the tokens they produced (mean batch = ratio); speculation: weight
-passes per request, draft tokens verified and accepted (acceptance rate). Apart from the
-scheduler's: requests the HTTP layer refused (bad input, auth, limits, stopping), by status.
+Names follow Prometheus conventions (`_total` counters, `_seconds` histograms). A step's time is
+one batched decode plus any prefills it admitted; mean batch = decode tokens / decode steps;
+acceptance rate = accepted / verified draft tokens. Requests the HTTP layer refused (bad input,
+auth, limits, stopping) are counted by status, apart from the scheduler's.
 """
 
 from __future__ import annotations

@@ -80,9 +80,8 @@ class GracefulServer(uvicorn.Server):
     async def shutdown(self, sockets=None) -> None:
         drain, loop = self.drain, asyncio.get_running_loop()
         drain.stopping = True
-        for server in (
-            self.servers
-        ):  # stop accepting; open connections still get their answers (a 503 if new)
+        # stop accepting; open connections still get their answers (a 503 if new)
+        for server in self.servers:
             server.close()
         for sock in sockets or []:
             sock.close()
@@ -94,7 +93,6 @@ class GracefulServer(uvicorn.Server):
             deadline = loop.time() + 5.0
             while drain.in_flight and loop.time() < deadline:
                 await asyncio.sleep(0.02)
-        self.force_exit = (
-            False  # the requests are ended: let uvicorn close the connections and the lifespan
-        )
+        # the requests are ended: let uvicorn close the connections and the lifespan
+        self.force_exit = False
         await super().shutdown(sockets=None)

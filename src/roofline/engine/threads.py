@@ -1,43 +1,17 @@
 """How many threads a weight pass runs on, chosen from measured pass times (the adaptive default).
 
-On a machine where another process keeps a core busy, a pass split over every core waits at each
-phase change for the thread whose core was taken (and the OS hands that core back only at the end of
-a time slice): all cores can be slower than one. Nothing tells a process how busy its cores are
-going to be, so the runner measures it: it times its own passes and, every so often, runs one pass
-on another candidate thread count (all cores, half of them, ..., one). A probe that beats the recent
-passes of the current count (same row count, so the same work) is repeated on the next pass; two
-wins in a row switch to it. A probe that loses doubles the wait before the next probe (up to
-`LONGEST_INTERVAL` passes), so on a quiet machine the probes cost a fraction of a percent (on fewer
-than all cores the wait stops at `FEWER_THREADS_LONGEST_INTERVAL`, so a neighbour that left is
-noticed within a second or so). The kernels sum in a fixed order whatever the thread count, so
-switching never changes a result.
+Beside a busy neighbour, a pass split over every core waits at each phase change for the thread
+whose core was taken, so all cores can be slower than one, and nothing predicts it. So the runner
+times its passes and now and then probes another count (all cores, half, ..., one) on a pass of the
+same rows: two wins in a row switch; a loss doubles the wait, up to `LONGEST_INTERVAL` passes.
+When `CHANGE_PASSES` passes in a row differ by `CHANGE_RATIO` from their count's history,
+conditions changed: the history is cut and probing restarts at once. Kernels sum in a fixed order
+whatever the count, so switching never changes a result.
 
-A neighbour that starts (or stops) shows in the current count's own pass times long before the next
-scheduled probe: when `CHANGE_PASSES` passes in a row take `CHANGE_RATIO` times longer (or shorter)
-than that count's history before them, conditions have changed. The history is cut to those passes,
-the wait goes back to `FIRST_INTERVAL` and the other counts are probed from the next pass on: a
-neighbour that started costs a handful of slow passes, not `LONGEST_INTERVAL` of them (measured
-here: 2 -> 1 thread took three 64-token generations before, six passes with it).
+torch's prefill splits each op statically and needs all its threads running at once: it gets all
+cores only when they proved `TORCH_MIN_SPEEDUP`, checked per chunk by `TorchLayerTrial`.
 
-torch's prefill splits every operation statically between its threads and needs all of them running
-at once; it gets the full count only while the passes show that the extra cores really deliver
-(`TORCH_MIN_SPEEDUP`); otherwise the chosen count, or one thread while the full count is chosen but
-barely faster. A prefill chunk then checks that choice itself (`TorchLayerTrial`): every layer of a
-chunk is the same work, so layer 1 runs on the chosen count, layer 2 on another, and the rest of the
-chunk on the faster; the verdict starts the next chunk. A prompt that arrives just after a neighbour
-did (the decode passes have not seen it yet) costs one layer on the slower count, not the whole
-prefill.
-
-Idle OpenMP workers: torch and numba each keep a pool of OpenMP threads (two copies of libgomp
-here), and by default a worker that finishes its part spins for a few milliseconds before it sleeps.
-On a busy machine that spin takes the core from the thread everyone waits for: with one CPU-bound
-neighbour on two cores a 250-token torch prefill on two threads took 4-9 s instead of 0.2-1 s.
-`prefer_passive_omp_waits` asks for sleeping workers (OMP_WAIT_POLICY=PASSIVE) unless the user chose
-a policy; it takes effect only for a runtime loaded after it, so the engine package calls it on
-import, before torch or numba start threads.
-
-The rest of this module is bookkeeping only (no clock, no threads): the runner passes in the times
-it measured.
+Bookkeeping only (no clock, no threads): the runner passes in its times.
 """
 
 from __future__ import annotations
@@ -52,23 +26,23 @@ OMP_WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 FIRST_INTERVAL = 8  # passes between probes right after a switch
 LONGEST_INTERVAL = 64  # passes between probes once the current count keeps winning
 # ... while fewer than all cores run: one thread's passes look the same whether the neighbour left
-# or not, so only a probe of the larger counts can tell; a 2-thread probe beside a busy neighbour
-# cost ~10% of one pass
+# or not, so only a probe of the larger counts can tell, and it must come often
 FEWER_THREADS_LONGEST_INTERVAL = 16
 HISTORY = 8  # recent pass times kept per (threads, rows)
 WIN_MARGIN = 0.97  # a probe wins when it takes under this fraction of the current count's median
-CHANGE_RATIO = (
-    1.25  # the current count's passes this much slower (or faster) than its history: a change
-)
+# the current count's passes this much slower (or faster) than its history: a change
+CHANGE_RATIO = 1.25
 CHANGE_PASSES = 3  # ... for this many passes in a row (a single slow pass is noise)
-TORCH_MIN_SPEEDUP = (
-    1.15  # all cores for torch only when they made the kernel passes this much faster
-)
+# all cores for torch only when they made the kernel passes this much faster
+TORCH_MIN_SPEEDUP = 1.15
 
 
 def prefer_passive_omp_waits(environ=os.environ, modules=sys.modules) -> bool:
     """Set OMP_WAIT_POLICY=PASSIVE unless a wait policy or spin count is set already, or torch is
-    loaded (its OpenMP runtime has read the environment by then). True when it set it."""
+    loaded (its OpenMP runtime has read the environment by then). True when it set it.
+
+    Idle OpenMP workers of torch and numba otherwise spin before sleeping, taking the core the
+    others wait for; the engine package calls this on import, before either starts threads."""
     if any(name in environ for name in OMP_WAIT_VARIABLES) or "torch" in modules:
         return False
     environ["OMP_WAIT_POLICY"] = "PASSIVE"
@@ -109,15 +83,12 @@ class ThreadChooser:
         self._next_probe = 0  # index into candidates, round robin over the others
         self._pending: int | None = None  # a probe (or its confirmation) runs on the next pass
         self._wins = 0
-        self._speedup: dict[
-            int, float
-        ] = {}  # candidate -> its time / the full count's, last compared
-        self.pinned: int | None = (
-            None  # set: every pass runs on this count and nothing is learned (`seed`)
-        )
-        self.torch_verdict: int | None = (
-            None  # the faster count of the last prefill chunk's layer trial
-        )
+        # candidate -> its time / the full count's, last compared
+        self._speedup: dict[int, float] = {}
+        # set: every pass runs on this count and nothing is learned (`seed`)
+        self.pinned: int | None = None
+        # the faster count of the last prefill chunk's layer trial
+        self.torch_verdict: int | None = None
 
     def threads_for_pass(self) -> int:
         if self.pinned is not None:

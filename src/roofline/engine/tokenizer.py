@@ -42,9 +42,9 @@ def byte_level_alphabet() -> dict[int, str]:
 
 
 # Above this many characters a text is tokenized through `encode_batch`, which releases the GIL
-# (plain `encode` holds it: 3 MB of text stalled every other thread, an event loop included, for 8 s
-# here). Short texts keep `encode`: a batch call also marks the library's thread pool used, after
-# which a fork prints a warning.
+# (plain `encode` holds it, stalling every other thread, an event loop included, for as long as a
+# long text takes). Short texts keep `encode`: a batch call also marks the library's thread pool
+# used, after which a fork prints a warning.
 _GIL_FREE_CHARS = 64 * 1024
 
 
@@ -138,9 +138,8 @@ class Tokenizer:
             idx for idx, token in backend.get_added_tokens_decoder().items() if token.special
         )
         self._bytes_table: list[bytes] | None = None
-        self._plain_backend = (
-            None  # a copy that reads special-token spellings as text (built on first use)
-        )
+        # a copy that reads special-token spellings as text (built on first use)
+        self._plain_backend = None
         specials = {
             token.content: idx
             for idx, token in backend.get_added_tokens_decoder().items()
@@ -257,15 +256,15 @@ class Tokenizer:
             [{**m, "content": f"\ue000{nonce}:{i}\ue001"} for i, m in enumerate(messages)],
             add_generation_prompt,
         )
-        pieces = re.split(
-            f"\ue000{nonce}:(\\d+)\ue001", marked
-        )  # template, index, template, index, ..., template
+        # template, index, template, index, ..., template
+        pieces = re.split(f"\ue000{nonce}:(\\d+)\ue001", marked)
         order = [int(i) for i in pieces[1::2]]
         if sorted(order) == list(range(len(messages))):
+            # templates often `| trim` the content
             for variant in (
                 contents,
                 [c.strip() for c in contents],
-            ):  # templates often `| trim` the content
+            ):
                 segments = [(pieces[0], True)]
                 for k, i in enumerate(order):
                     segments += [(variant[i], False), (pieces[2 * k + 2], True)]
@@ -274,7 +273,8 @@ class Tokenizer:
         if any(self._special_re.search(c) for c in contents):
             raise ValueError(
                 "a message spells a special token of this model (e.g. "
-                f"{next(iter(self._special_by_text))!r}); leave such markers out of message contents"
+                f"{next(iter(self._special_by_text))!r}); "
+                "leave such markers out of message contents"
             )
         return self.encode(real, add_special_tokens=False)
 
@@ -323,9 +323,8 @@ class Tokenizer:
             if norm
             else []
         )
-        for part in (
-            parts
-        ):  # prepending, and spaces spelled U+2581 (which token_bytes maps back), only add text
+        # prepending, and spaces spelled U+2581 (which token_bytes maps back), only add text
+        for part in parts:
             if part.get("type") == "Prepend":
                 continue
             if (

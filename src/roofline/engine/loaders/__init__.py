@@ -43,5 +43,6 @@ def load_checkpoint(path: str | os.PathLike | None, *, dequantize: bool = True) 
 
         return load_gguf(path, dequantize=dequantize)
     raise UserError(
-        f"{path} is neither a GGUF file nor a Hugging Face model directory (config.json + *.safetensors)"
+        f"{path} is neither a GGUF file nor a Hugging Face model directory "
+        "(config.json + *.safetensors)"
     )

@@ -97,13 +97,15 @@ def check_tensors(tensors: dict, config: ModelConfig, path: str) -> None:
     for name in hf_tensor_names(config):
         if name not in tensors:
             raise UserError(
-                f"{path}: tensor {name} is missing; the checkpoint is incomplete or not a {config.arch} model"
+                f"{path}: tensor {name} is missing; "
+                f"the checkpoint is incomplete or not a {config.arch} model"
             )
         want = hf_tensor_shape(name, config)
         got = tuple(tensors[name].shape)
         if got != want:
             raise UserError(
-                f"{path}: tensor {name} has shape {got}, the config implies {want}; the checkpoint is inconsistent"
+                f"{path}: tensor {name} has shape {got}, the config implies {want}; "
+                "the checkpoint is inconsistent"
             )
 
 
@@ -113,9 +115,8 @@ def stored_bytes(checkpoint: Checkpoint, name: str) -> int:
     if name in checkpoint.raw:
         return int(checkpoint.raw[name][1].nbytes)
     t = checkpoint.tensors[name]
-    fmt = checkpoint.stored_format.get(
-        name
-    )  # none for a checkpoint built in memory: its tensors' own width
+    # none for a checkpoint built in memory: its tensors' own width
+    fmt = checkpoint.stored_format.get(name)
     return int(t.numel()) * (BLOCK_FORMATS[fmt].block_bytes if fmt else t.element_size())
 
 

@@ -47,7 +47,7 @@ class _Reader(gguf.GGUFReader):
 
     The reader slices its buffer once per string of the vocabulary (~100k slices for a 49k-token
     vocab); on numpy's memmap subclass every slice pays a Python-level __array_finalize__, which
-    made opening the default model ~3x slower. The plain view shares the same mapping: tensors are
+    made opening a model several times slower. The plain view shares the same mapping: tensors are
     still paged in lazily.
     """
 
@@ -67,7 +67,8 @@ def open_gguf(path: str | os.PathLike) -> gguf.GGUFReader:
         return _Reader(path, mode="c")
     except _READ_ERRORS as exc:
         raise UserError(
-            f"{path} is not a readable GGUF file ({exc}); it is truncated or corrupt: download it again"
+            f"{path} is not a readable GGUF file ({exc}); it is truncated or corrupt: "
+            "download it again"
         ) from None
 
 
@@ -95,7 +96,8 @@ def _uniform_int(meta: dict, key: str, path: Path, default: int | None = None) -
     if isinstance(value, list):
         if len(set(value)) != 1:
             raise UserError(
-                f"{path}: {key} varies per layer ({sorted(set(value))}); such models are not supported"
+                f"{path}: {key} varies per layer ({sorted(set(value))}); "
+                "such models are not supported"
             )
         value = value[0]
     return int(value)
@@ -113,7 +115,8 @@ def config_from_gguf(meta: dict, shapes: dict[str, tuple[int, ...]], path: Path)
     arch = meta.get("general.architecture")
     if arch not in SUPPORTED_ARCHS:
         raise UserError(
-            f"{path}: GGUF architecture {arch!r} is not supported; supported: {', '.join(SUPPORTED_ARCHS)}"
+            f"{path}: GGUF architecture {arch!r} is not supported; supported: "
+            f"{', '.join(SUPPORTED_ARCHS)}"
         )
     if int(meta.get(f"{arch}.expert_count") or 0) > 0:
         raise UserError(f"{path}: mixture-of-experts models are not supported (expert_count > 0)")
@@ -158,12 +161,10 @@ def unpermute_rope_rows(rows: np.ndarray, n_heads: int) -> np.ndarray:
     the output rows: float weights, biases, and rows of quantized blocks alike. Returns a contiguous
     copy."""
     head_dim = rows.shape[0] // n_heads
-    grouped = rows.reshape(
-        n_heads, head_dim // 2, 2, *rows.shape[1:]
-    )  # [head, i, h, ...] = GGUF row 2i+h
-    return np.ascontiguousarray(grouped.swapaxes(1, 2)).reshape(
-        rows.shape
-    )  # [head, h, i, ...] = HF order
+    # [head, i, h, ...] = GGUF row 2i+h
+    grouped = rows.reshape(n_heads, head_dim // 2, 2, *rows.shape[1:])
+    # [head, h, i, ...] = HF order
+    return np.ascontiguousarray(grouped.swapaxes(1, 2)).reshape(rows.shape)
 
 
 def _rope_heads(name: str, config: ModelConfig) -> int | None:
@@ -205,7 +206,8 @@ def _convert(
         return torch.from_numpy(gguf.quants.dequantize(data, qtype)), QUANT_TYPES[qtype], data
     raise UserError(
         f"{path}: tensor {tensor.name} is stored as {qtype.name}; supported: F32, F16, BF16, "
-        f"{', '.join(QUANT_TYPES.values())} (re-quantize the model to one of those with llama.cpp's llama-quantize)"
+        f"{', '.join(QUANT_TYPES.values())} (re-quantize the model to one of those with "
+        "llama.cpp's llama-quantize)"
     )
 
 
@@ -232,11 +234,11 @@ def load_gguf(path: str | os.PathLike, *, dequantize: bool = True) -> Checkpoint
     unknown = [n for n in by_name if hf_name(n) is None and n not in NON_WEIGHT_TENSORS]
     if unknown:
         raise UserError(
-            f"{path}: tensors {unknown[:4]} are not part of a {config.arch} decoder; this model is not supported"
+            f"{path}: tensors {unknown[:4]} are not part of a {config.arch} decoder; "
+            "this model is not supported"
         )
     tensors, stored, raw = {}, {}, {}
-    # Serial on purpose: a 2-thread pool measured slower here (gguf's dequantize is many small numpy
-    # steps).
+    # Serial on purpose: gguf's dequantize is many small numpy steps, which a thread pool slowed.
     for name, tensor in by_name.items():
         if name in NON_WEIGHT_TENSORS:
             continue

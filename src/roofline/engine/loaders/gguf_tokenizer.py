@@ -73,7 +73,8 @@ def byte_level_pre_tokenizer(pre: str | None):
     family = PRE_TOKENIZER_FAMILY.get(pre or "default")
     if family is None:
         raise UserError(
-            f"GGUF pre-tokenizer {pre!r} is not supported; supported: {', '.join(sorted(PRE_TOKENIZER_FAMILY))}"
+            f"GGUF pre-tokenizer {pre!r} is not supported; supported: "
+            f"{', '.join(sorted(PRE_TOKENIZER_FAMILY))}"
         )
     if family == "gpt2":
         return pt.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -174,11 +175,11 @@ def _add_marked_tokens(backend, tokens: list[str], types: list[int]) -> None:
     size = backend.get_vocab_size(with_added_tokens=True)
     backend.add_special_tokens(control)
     backend.add_tokens(user)
-    if (
-        backend.get_vocab_size(with_added_tokens=True) != size
-    ):  # they are vocabulary entries already
+    # they are vocabulary entries already
+    if backend.get_vocab_size(with_added_tokens=True) != size:
         raise UserError(
-            "the GGUF tokenizer marks tokens as special that its vocabulary lacks; the file is inconsistent"
+            "the GGUF tokenizer marks tokens as special that its vocabulary lacks; "
+            "the file is inconsistent"
         )
 
 
@@ -187,7 +188,8 @@ def tokenizer_from_gguf(meta: dict, path: str | Path = "") -> Tokenizer:
     kind = meta.get("tokenizer.ggml.model")
     if "tokenizer.ggml.tokens" not in meta:
         raise UserError(
-            f"{path}: the GGUF file carries no tokenizer (tokenizer.ggml.tokens); it cannot be served"
+            f"{path}: the GGUF file carries no tokenizer (tokenizer.ggml.tokens); "
+            "it cannot be served"
         )
     if kind == "gpt2":
         backend, piece_kind, default_add_bos = _byte_level_backend(meta), "byte_level", False
@@ -195,7 +197,8 @@ def tokenizer_from_gguf(meta: dict, path: str | Path = "") -> Tokenizer:
         backend, piece_kind, default_add_bos = _sentencepiece_backend(meta), "sentencepiece", True
     else:
         raise UserError(
-            f"{path}: GGUF tokenizer model {kind!r} is not supported; supported: gpt2 (byte-level BPE), llama"
+            f"{path}: GGUF tokenizer model {kind!r} is not supported; supported: "
+            "gpt2 (byte-level BPE), llama"
         )
     tokens = meta["tokenizer.ggml.tokens"]
     _add_marked_tokens(backend, tokens, meta.get("tokenizer.ggml.token_type") or [])

@@ -21,7 +21,8 @@ def read_json(path: Path) -> dict:
         ) from None
     if not isinstance(value, dict):
         raise UserError(
-            f"{path} holds {type(value).__name__}, not a JSON object; the checkpoint directory is damaged"
+            f"{path} holds {type(value).__name__}, not a JSON object; "
+            "the checkpoint directory is damaged"
         )
     return value
 
@@ -67,7 +68,8 @@ def config_from_hf(cfg: dict, name: str, path: Path) -> ModelConfig:
     family = classes[arch_name]
     if cfg.get("hidden_act", "silu") != "silu" or cfg.get("mlp_bias"):
         raise UserError(
-            f"{path}: only SiLU-gated MLPs without bias are supported (hidden_act={cfg.get('hidden_act')!r})"
+            f"{path}: only SiLU-gated MLPs without bias are supported "
+            f"(hidden_act={cfg.get('hidden_act')!r})"
         )
     try:
         n_heads = int(cfg["num_attention_heads"])

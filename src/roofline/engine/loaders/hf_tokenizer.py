@@ -62,7 +62,8 @@ def tokenizer_from_hf_dir(folder: Path, model_config: dict) -> Tokenizer:
     path = folder / "tokenizer.json"
     if not path.is_file():
         raise UserError(
-            f"{folder} has no tokenizer.json; save the model's fast tokenizer there (transformers' save_pretrained)"
+            f"{folder} has no tokenizer.json; "
+            "save the model's fast tokenizer there (transformers' save_pretrained)"
         )
     try:
         backend = Backend.from_file(str(path))
@@ -102,9 +103,8 @@ def tokenizer_from_hf_dir(folder: Path, model_config: dict) -> Tokenizer:
             and wrapped[:1] == [bos_id]
             and backend.encode("a", add_special_tokens=False).ids[:1] != [bos_id]
         )
-    backend.post_processor = (
-        None  # BOS is added by Tokenizer.encode, alike for every checkpoint kind
-    )
+    # BOS is added by Tokenizer.encode, alike for every checkpoint kind
+    backend.post_processor = None
     return Tokenizer(
         backend,
         bos_id=bos_id,

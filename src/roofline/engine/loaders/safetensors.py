@@ -26,7 +26,8 @@ def safetensors_files(folder: Path) -> tuple[list[Path], dict[str, str] | None]:
         missing = [f.name for f in files if not f.is_file()]
         if missing:
             raise UserError(
-                f"{folder}: shard(s) {', '.join(missing)} listed in {INDEX_FILE} are missing; download them"
+                f"{folder}: shard(s) {', '.join(missing)} listed in {INDEX_FILE} are missing; "
+                "download them"
             )
         return files, weight_map
     files = sorted(folder.glob("*.safetensors"))
@@ -46,10 +47,12 @@ def _read_file(path: Path) -> dict[str, torch.Tensor]:
 
     try:
         with safe_open(str(path), framework="pt") as handle:
-            return {name: handle.get_tensor(name) for name in handle.keys()}
+            # SIM118 does not apply: a safe_open handle is no dict and is not iterable
+            return {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
     except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
         raise UserError(
-            f"{path} is not a readable safetensors file ({exc}); it is truncated or corrupt: download it again"
+            f"{path} is not a readable safetensors file ({exc}); it is truncated or corrupt: "
+            "download it again"
         ) from None
 
 
@@ -68,8 +71,8 @@ def read_tensors(folder: Path, needed: set[str]) -> dict[str, torch.Tensor]:
         ]
         if absent:
             raise UserError(
-                f"{folder}: {absent[0]} is listed in {INDEX_FILE} but not in {weight_map[absent[0]]}; "
-                "the shard is damaged"
+                f"{folder}: {absent[0]} is listed in {INDEX_FILE} but not in "
+                f"{weight_map[absent[0]]}; the shard is damaged"
             )
     return tensors
 
@@ -97,7 +100,8 @@ def load_hf_dir(folder: str | Path) -> Checkpoint:
     for name, value in tensors.items():
         if value.dtype not in _DTYPES:
             raise UserError(
-                f"{folder}: tensor {name} is stored as {value.dtype}; supported: float32, float16, bfloat16"
+                f"{folder}: tensor {name} is stored as {value.dtype}; "
+                "supported: float32, float16, bfloat16"
             )
     check_tensors(tensors, config, str(folder))
     stored = {name: _DTYPES[value.dtype] for name, value in tensors.items()}

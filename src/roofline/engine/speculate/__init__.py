@@ -1,17 +1,10 @@
 """Speculative decoding: draft proposers and draft trees.
 
-A proposer guesses the next tokens of a request (`DraftTree`: a chain or a tree of guesses after the
-last chosen token); the target model verifies them in one pass. `PROPOSERS` maps each name of
-`roofline.speculation.PROPOSERS` (names and traits, read by the CLI and the launcher) to its
-`ProposerFactory` ((SpecOptions, target runner) -> maker of one proposer per request); the two must
-name the same proposers, checked at import. Adding a proposer is its module, its traits there and
-its factory here; an entry whose module is heavy imports it when called.
-
-    ngram  prompt lookup, vLLM-style: a chain copied from the earliest earlier occurrence of the
-           longest suffix n-gram (prompt_lookup.py)
-    trie   suffix-trie n-grams, SGLang-style: a draft tree from counted n-grams, per request or shared
-           across requests (trie.py)
-    draft  a cheaper model drafts a chain (draft_model.py)
+A proposer guesses the next tokens (`DraftTree`, a chain or tree after the last chosen token); the
+target verifies them in one pass. `PROPOSERS` maps each name of `roofline.speculation.PROPOSERS`
+(names and traits, read by the CLI and the launcher) to its `ProposerFactory`; both name the same
+proposers (checked at import). ngram: prompt lookup (vLLM); trie: suffix-trie n-grams (SGLang);
+draft: a cheaper model.
 
     make = proposer_factory(SpecOptions(method="trie"), runner)  # None for method "none"
     proposer = make()                                            # one per request
@@ -33,9 +26,8 @@ from roofline.engine.weights import DTYPES
 
 
 def _draft_model(options: SpecOptions, target: object) -> Callable[[], Proposer]:
-    from roofline.engine.speculate.draft_model import (
-        draft_factory,
-    )  # loads a runner: only when asked for
+    # loads a runner: only when asked for
+    from roofline.engine.speculate.draft_model import draft_factory
 
     return draft_factory(options, target)
 

@@ -1,22 +1,20 @@
 """How much to draft: expected tokens per unit of cost, from the measured acceptance and the
-measured cost of a verify pass, so that text nobody can predict is not decoded slower than without
+measured cost of a verify pass, so that unpredictable text is not decoded slower than without
 speculation.
 
-With per-token acceptance alpha and a draft whose accepted path can be d levels deep, a verify step
-yields
+With per-token acceptance alpha, a draft whose accepted path can be d deep yields (the +1 is the
+target's own token)
 
-    E(d) = 1 + alpha + ... + alpha^d = (1 - alpha^(d + 1)) / (1 - alpha)      tokens (the +1 is the target's own)
+    E(d) = 1 + alpha + ... + alpha^d = (1 - alpha^(d + 1)) / (1 - alpha)
 
-and costs, in units of one plain one-row decode pass,
+and costs, in plain one-row decode passes (pass(rows): `ModelRunner.pass_cost`),
 
     cost(n) = pass(1 + n) / pass(1) + n_draft_passes * c_draft
 
-where pass(rows) is the measured time of a weight pass over that many rows (`ModelRunner.pass_cost`)
-and a draft model adds its own passes. The draft is cut to the size n (a prefix of the proposer's
-tree: the best guesses come first) that maximises E(depth(n)) / cost(n); when no size beats plain
-decoding (ratio 1) by a margin, nothing is drafted. alpha is a running average per request (it
-starts from PRIOR_ALPHA); after PROBE_EVERY steps without drafting, one small draft is tried anyway
-so that alpha can recover when the text turns predictable.
+The draft is cut to the prefix size n (best guesses come first) maximising E(depth(n)) / cost(n);
+when none beats plain decoding by MARGIN, nothing is drafted. alpha is a running average per
+request from PRIOR_ALPHA; after PROBE_EVERY steps without a draft a small one is tried, so alpha
+can recover.
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
-"""What every draft proposer shares: one options object (`roofline.speculation.SpecOptions`, which
-the CLI flags and the launcher's knobs are generated from) and the `Proposer` protocol the scheduler
-calls.
+"""What every draft proposer shares: one options object (`roofline.speculation.SpecOptions`, from
+which the CLI flags and the launcher's knobs are generated) and the `Proposer` protocol.
 
-A proposer guesses the tokens that follow the current context; the target model then verifies the
-guess in one pass (greedy verification keeps the output exactly that of plain decoding), so a
-proposer only changes speed, never the text. One proposer is made per request by the maker that
-`roofline.engine.speculate.proposer_factory(options, runner)` returns; the scheduler thread alone
-drives it:
+A proposer changes speed, never the text (the target verifies). One is made per request by
+`proposer_factory(options, runner)`'s maker; only the scheduler thread calls it:
 
-    propose(context, max_tokens) -> DraftTree   # context = prompt + output so far; its last token is the root
-    accepted(context)                           # after each verify step, with the new full context
+    propose(context, max_tokens) -> DraftTree   # context = prompt + output; context[-1] is the root
+    accepted(context)                           # after each verify step, the new full context
 
-Contexts only grow between calls for one request (the scheduler appends the accepted tokens and the
-bonus token); proposers may keep incremental state on that assumption and check it cheaply.
+A request's context only grows between calls, so proposers may keep incremental state.
 """
 
 from __future__ import annotations

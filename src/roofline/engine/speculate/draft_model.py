@@ -1,19 +1,15 @@
-"""Draft-model proposer: a second, cheaper model that shares the tokenizer guesses k tokens
-greedily.
+"""Draft-model proposer: a second, cheaper model sharing the tokenizer guesses k tokens greedily.
 
-By default the draft is the target's own weights at int8 -- a quarter of the fp32 bytes, half of
-bf16 -- so a draft pass costs about c = bytes(int8) / bytes(target) of a target pass, and on open
-prose, where n-grams find nothing to copy, it still guesses most tokens right (the int8 copy rarely
-disagrees with its source). The output stays the target's, bit for bit: verification keeps only what
-the target itself would choose. `--draft-model other.gguf` drafts with another checkpoint of the
-same vocabulary instead (EAGLE heads, DFLASH and other trained drafters belong to this family).
+By default the draft is the target's own weights at int8: a pass costs about c = bytes(int8) /
+bytes(target) of a target pass, and on open prose, where n-grams find nothing to copy, the int8 copy
+rarely disagrees with its source. `--draft-model other.gguf` drafts with another checkpoint of the
+same vocabulary (trained drafters belong here). Output stays the target's, bit for bit.
 
-The draft runner has its own KV cache, one slot per request. Its cache holds a prefix of the
-request's tokens; each proposal first rolls it back to the longest prefix it shares with the context
-(drafts that were rejected go), feeds the rest in one pass (`extend`: usually the accepted tokens
-plus the target's own), then decodes k - 1 more tokens one at a time:
+The draft runner has its own KV cache, a slot per request, holding a prefix of the request's
+tokens. A proposal rolls it back to the longest prefix shared with the context (rejected drafts go),
+feeds the rest in one pass (`extend`), then decodes k - 1 more tokens one at a time:
 
-    g_1 = argmax draft(context);   g_{i+1} = argmax draft(context + g_1..g_i)      k draft passes in all
+    g_1 = argmax draft(context);   g_{i+1} = argmax draft(context + g_1..g_i)    (k passes in all)
 """
 
 from __future__ import annotations
@@ -138,8 +134,8 @@ def draft_factory(options: SpecOptions, target) -> Callable[[], DraftModelPropos
     )
     if runner.config.vocab_size != target.config.vocab_size:
         raise UserError(
-            f"the draft model {source} has a vocabulary of {runner.config.vocab_size} tokens and the target "
-            f"{target.config.vocab_size}: a draft must share the target's tokenizer"
+            f"the draft model {source} has a vocabulary of {runner.config.vocab_size} tokens "
+            f"and the target {target.config.vocab_size}: a draft must share the target's tokenizer"
         )
     slots = list(range(runner.max_batch - 1, -1, -1))
     maker = lambda: DraftModelProposer(runner, slots, options.k)  # noqa: E731

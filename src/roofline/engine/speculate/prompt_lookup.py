@@ -1,20 +1,16 @@
 """Prompt lookup (vLLM's `ngram` method): guess that the text repeats itself.
 
-Let a[0..L-1] be the context (prompt + output so far). Find the largest n in [min_n, max_n] such
-that the suffix a[L-n..L-1] also occurs earlier, ending at some j <= L-2; draft the (up to) k tokens
-that followed that occurrence, a[j+1 .. j+k] (cut at the end of the context). No such n -> no draft.
+Context a[0..L-1]: find the largest n in [min_n, max_n] whose suffix a[L-n..L-1] also ends earlier,
+at some j <= L-2, and draft the (up to) k tokens after it, a[j+1 .. j+k]; none -> no draft. Of the
+longest matches take the EARLIEST, as vLLM does: in a periodic context it leaves the most tokens
+before the end, where the latest (one period back) may run into it.
 
-Which occurrence: the EARLIEST one, as vLLM does (vllm/v1/spec_decode/ngram_proposer.py keeps, among
-the longest matches, "the earliest position in the original tokens"). Besides matching vLLM, the
-earliest occurrence leaves the most tokens before the end of the context, so in a periodic context
-it can draft all k tokens where the most recent occurrence (one period back) may run into the end.
+Search, O(L) numpy work, then work proportional to the surviving candidates:
 
-Search, O(L) numpy work then work proportional to the surviving candidates:
-    cand_1 = { j <= L-2 : a[j] == a[L-1] }                      (occurrences matching 1 token)
-    cand_{m+1} = { j in cand_m : j >= m and a[j-m] == a[L-1-m] } (matching m+1 tokens)
-The longest match is the last non-empty cand_m with m <= max_n; j = min(cand_m) is its earliest end.
-`PromptLookupProposer` keeps the context in a growing int64 buffer so each step converts only the
-new tokens (contexts grow between calls; a context that does not extend the buffer rebuilds it).
+    cand_1 = { j <= L-2 : a[j] == a[L-1] }
+    cand_{m+1} = { j in cand_m : j >= m and a[j-m] == a[L-1-m] }    (matching m+1 tokens)
+
+The longest match is the last non-empty cand_m with m <= max_n; j = min(cand_m).
 """
 
 from __future__ import annotations

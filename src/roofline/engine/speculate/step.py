@@ -1,13 +1,12 @@
-"""One speculative decode step of one request, shared by `generate` (one sequence) and the scheduler
-(a batch).
+"""One speculative decode step of one request, shared by `generate` and the scheduler (a batch).
 
-    tree   = speculation.draft(context)                       propose, cut to what pays (adaptive.py)
-    rows   = [last token, *tree tokens]                       one pass scores them all (ModelRunner.step)
-    kept, tokens = accept(tree, logits)                       verify.py
-    runner.keep(slot, start, kept)                            the accepted path stays in the KV cache, the rest goes
-    for t in tokens: sequence.append(t) until it is done      EOS, stop strings, max_tokens: as without a draft
+    tree = speculation.draft(context)            propose, cut to what pays (adaptive.py)
+    rows = [last token, *tree tokens]            one pass scores them all (ModelRunner.step)
+    kept, tokens = accept(tree, logits)          verify.py
+    runner.keep(slot, start, kept)               the accepted path stays in the KV cache
+    for t in tokens: sequence.append(t)          until done, as without a draft
 
-A request without speculation is the same step with an empty tree: one row, one token.
+Without speculation: the same step with an empty tree (one row, one token).
 """
 
 from __future__ import annotations
@@ -28,9 +27,8 @@ class RequestSpeculation:
     def __init__(self, proposer, budget: DraftBudget, chain_cost_first: bool) -> None:
         self.proposer = proposer
         self.budget = budget
-        self.chain_cost_first = (
-            chain_cost_first  # a draft model pays per drafted token: size before drafting
-        )
+        # a draft model pays per drafted token: size before drafting
+        self.chain_cost_first = chain_cost_first
 
     @property
     def stats(self) -> SpecStats:

@@ -1,26 +1,19 @@
-"""Draft trees: the tokens a proposer guesses will follow the root, and the attention mask that
-verifies them.
+"""Draft trees: the tokens a proposer guesses will follow the root, and the mask that verifies them.
 
-The root is the last token already chosen; it is not part of the tree. Node i holds token tokens[i]
-and hangs under parents[i]: -1 for the root, otherwise an earlier node (parents[i] < i), so the
-nodes are in topological order (BFS order when a proposer builds level by level) and any prefix of
-the nodes is again a tree. A chain -- one guess per position, as prompt lookup or a draft model make
--- has parents == (-1, 0, 1, ..., n-2).
+The root is the last token already chosen, not part of the tree. Node i holds tokens[i] under
+parents[i]: -1 for the root, else an earlier node (parents[i] < i), so nodes are in topological
+order and any prefix is again a tree. A chain has parents == (-1, 0, 1, ..., n-2). Siblings carry
+distinct tokens; the first child is the proposer's best guess, so first children from the root
+(`best_path`) are its chain.
 
-Siblings carry distinct tokens: two children of one parent with the same token would be the same
-guess twice. Among siblings the first child is the proposer's best guess, so following first
-children from the root (`best_path`) is the proposer's chain.
+Verification runs the root (row 0) and node i (row i+1) through the target in one pass; row a may
+attend to row b iff b is a or an ancestor of a (the root is everyone's):
 
-Verification runs the root and all n nodes through the target in one pass of n+1 rows. Row 0 is the
-root, row i+1 is node i. Row a may attend to row b iff b is a itself or one of its ancestors (the
-root is an ancestor of every node); that is the tree attention mask
+    mask[a, b] = (b == a) or (b is an ancestor of a);  mask[i+1] = mask[parents[i]+1] + column i+1
 
-    mask[a, b] = (b == a) or (b is an ancestor of a),    mask[0, 0] = True, mask[a, 0] = True.
-
-Built row by row: mask[i+1] = mask[parents[i]+1] with column i+1 set. For a chain it is the lower
-triangle, i.e. ordinary causal attention. When the n+1 rows are written to the KV cache at physical
-positions start, start+1, ..., start+n, `ancestor_positions` lists for each row the positions it may
-read beyond the committed context: the row's ancestors and itself, root first.
+A chain's mask is the causal lower triangle. With the rows at cache positions start..start+n,
+`ancestor_positions` lists the positions each row may read beyond the committed context: its
+ancestors and itself, root first.
 """
 
 from __future__ import annotations

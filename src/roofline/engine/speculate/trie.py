@@ -1,47 +1,19 @@
-"""Suffix-trie n-gram proposer (SGLang's `ngram` method, written afresh): a draft TREE from a token
-trie.
+"""Suffix-trie n-gram proposer (SGLang's `ngram` method, written afresh): a draft tree from a trie.
 
-The trie. Every n-gram of the inserted text with n <= D (D = max_trie_depth) is a path from the
-root; count[node] is how often that n-gram occurred, tick[node] when it was last used (a clock that
-advances once per inserted token). Inserting token t at the end of a text whose suffixes of length
-0..D-1 sit at nodes s_0 = root, s_1, ..., s_{D-1} (the "tails") adds the n-grams that end at t:
-child t of every s_m, created with count 1 or incremented. The children are the new tails, the one
-of length D dropped. So extending a text costs O(D) dictionary steps per new token, and `accepted()`
-inserts only new tokens.
+Trie: every n-gram (n <= D = max_trie_depth) of the text is a root path with a count and a tick
+(last use). Token t adds child t under each tail s_0 = root, ..., s_{D-1} (the text's suffixes);
+those are the new tails, so a token costs O(D). Eviction takes the least recently used leaf not
+touched this step; a step touches at most D(D+1)/2 nodes, the smallest capacity allowed, so one
+always exists.
 
-Eviction. The pool holds at most `capacity` nodes besides the root. Creating a node in a full pool
-first evicts the least recently used LEAF (smallest tick; a min-heap of leaves with lazy re-keying:
-an entry whose node was touched since is pushed again with its new tick). Before a step, the tails
-are touched with the new tick, and a leaf touched in the current step is never evicted; the nodes
-one step touches span at most 1 + 2 + ... + D = D(D+1)/2, the smallest capacity SpecOptions accepts,
-so a leaf to evict always exists. A request whose tails were evicted by another request (shared
-scope) rebuilds them. Nodes are indices into flat int64 arrays (no per-node Python objects, nothing
-for the garbage collector to walk): about 210 bytes and 2 us per new node here, so a novel 8k-token
-prompt (~143k nodes at D = 18) costs ~30 MB and ~0.3 s once; each later token costs O(D).
+Draft: the tails s_1..s_{D-1} are anchors, longest first (a long match is confident). BFS from each
+with breadth `bfs_breadth(m)`, p(child) = p(parent) * count[child] / count[parent]; a level keeps
+its b most probable offers, grouped by parent, best child first, so `DraftTree.best_path()` is the
+chain guess. Anchors merge into one tree; chain mode uses breadth 1.
 
-Matching. The tails of the context, s_1 .. s_{D-1}, are the anchors: every suffix of the context
-that is in the trie (they are, just inserted). Their children are the tokens that followed earlier
-occurrences of that suffix. Long anchors go first: a long match is confident.
-
-Building the draft tree. For each anchor with children, longest first, BFS from it with a breadth b
-= bfs_breadth(m) set by its match length m (see `bfs_breadth`). A frontier entry is (draft node,
-trie node, p), p an estimate of the path's probability: p(child) = p(parent) * count[child] /
-count[parent] (the share of the parent's occurrences that went on with that token). Per level, every
-frontier node offers its best b children (count, then recency); the level keeps the b most probable
-offers overall and adds them grouped by parent in frontier order, best child first, so a node's
-first child is its most likely one and `DraftTree.best_path()` is the chain guess. Anchors merge
-into one tree: a token already under the same draft parent is reused, not repeated. A long anchor
-reaches only D - m levels below it, so shorter anchors extend the tree deeper (and, being wider, add
-alternatives). Stops at min(num_draft_tokens, max_tokens) nodes. Chain mode (tree=False) grows with
-breadth 1, so the whole budget goes to depth, and returns best_path().
-
-Scope. Default "request": each request has its own trie over its prompt + output. It needs no
-locking, its memory ends with the request, its statistics are the request's own, and it behaves the
-same however many requests run. ("shared" is SGLang's way: one global cache.) "shared": one trie for
-all requests made by one factory (one server), so prompts and outputs of past requests feed later
-ones (repeated system prompts, templated answers). Leakage of token patterns across requests never
-changes an output (verification keeps it exact), but the shared trie holds memory for the server's
-lifetime (up to trie_capacity nodes) and, unlocked, is safe only from the single scheduler thread.
+Scope "request" (default): a trie per request, no locks, freed with it. "shared" (SGLang's way):
+one trie per factory; outputs stay exact (verification), but it lives as long as the server and is
+safe only from the scheduler thread.
 """
 
 from __future__ import annotations
@@ -59,17 +31,13 @@ def bfs_breadth(
 ) -> int:
     """Tokens kept per BFS level for an anchor that matched `match_len` tokens.
 
-    Linear in the match length m over its range [1, D-1] (D = max_trie_depth), rounded half up:
+    Linear in the match length m over [1, D-1] (D = max_trie_depth), rounded half up, m clamped:
 
         breadth(m) = max_bfs_breadth - (max_bfs_breadth - min_bfs_breadth) * (m - 1) / (D - 2)
 
-    so a one-token match (little evidence) gets max_bfs_breadth and a (D-1)-token match
-    min_bfs_breadth; m outside [1, D-1] is clamped, and D = 2 (only m = 1) gives max_bfs_breadth.
-    Defaults (D 18, 1..10): m = 1 -> 10, 9 -> 5, 17 -> 1. SGLang (trie_cache.cpp, buildRecency)
-    starts each anchor's BFS at min + (max_window - m) * (max - min) / (max_window - min_window +
-    1), applies it per expanded node (truncated, at least 1), and lowers it by that same step at
-    every level deeper.
-    """
+    so a one-token match (little evidence) is widest; D = 2 gives max_bfs_breadth. Defaults (D 18,
+    1..10): m = 1 -> 10, 9 -> 5, 17 -> 1. SGLang (trie_cache.cpp) instead narrows per expanded node
+    and by one step at every deeper level."""
     if max_trie_depth <= 2:
         return max_bfs_breadth
     m = min(max(match_len, 1), max_trie_depth - 1)

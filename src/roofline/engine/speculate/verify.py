@@ -1,24 +1,17 @@
 """Verification: which drafted tokens the target keeps, given the logits of one verify pass.
 
-The pass scored the root (row 0, the last token already chosen) and every draft node (row i + 1 for
-node i). Row r's logits are the target's distribution for the token *after* row r's token, given the
-path to it.
+Row 0 is the root (the last chosen token), row i + 1 draft node i; row r's logits are the target's
+distribution for the token after row r's, given the path to it.
 
-Greedy (temperature 0). Walk from the root: the target's next token is the argmax of the current
-row; if a child of the current node carries exactly that token, the draft was right -- keep the
-child and go on from its row; otherwise stop, and the argmax is the token the target chooses itself
-(the correction, or the bonus token when every level was accepted). The kept tokens are the argmaxes
-of rows whose logits are identical to plain one-token decoding (`ModelRunner.step` guarantees it),
-so the output is plain greedy decoding's, token for token, whatever the draft was.
+Greedy: from the root, a child carrying the current row's argmax is kept and the walk goes on from
+it; else the argmax is the correction (or the bonus token). Rows' logits equal plain decoding's
+(`ModelRunner.step`), so the output is greedy decoding's, token for token.
 
-Sampling. The target's distribution p at a node (after temperature / top-k / top-p) must be what the
-output follows. A proposer's guesses are deterministic (an n-gram draft, or a greedy draft model:
-probability 1 on the guessed token), so the rejection rule of speculative sampling (Leviathan et
-al., Chen et al.) reads: accept guess x with probability min(1, p(x) / q(x)) = p(x); on rejection
-the next draw comes from the residual (p - q)+ normalised = p with x removed. With several children
-(a tree), try them in order, each against the residual left by the ones rejected before it
-(SpecInfer's multi-candidate rule); when all are rejected, draw the token from the last residual.
-Every emitted token is then distributed exactly as p.
+Sampling (p: target distribution after temperature/top-k/top-p; q: draft's). Guesses are
+deterministic (q(x) = 1): accept x with probability min(1, p(x) / q(x)) = p(x), else draw from
+(p - q)+ normalised = p without x (Leviathan et al.). A tree tries children in order, each against
+the residual the rejected ones left (SpecInfer); all rejected: draw from the last residual. Every
+emitted token is distributed exactly as p.
 """
 
 from __future__ import annotations
@@ -52,9 +45,8 @@ def accept(
     children = _children_by_row(tree)
     rows, tokens, row = [0], [], 0
     while True:
-        if not children[
-            row
-        ]:  # nothing drafted here: the target's own choice, exactly as without speculation
+        # nothing drafted here: the target's own choice, exactly as without speculation
+        if not children[row]:
             tokens.append(sample(logits[row], params, rng))
             return rows, tokens
         if params.greedy:
