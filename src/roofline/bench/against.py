@@ -102,7 +102,8 @@ def file_bytes_of_model(model: str | None) -> tuple[int | None, str | None]:
     except ImportError:
         return (
             None,
-            f"the file's bytes per token of {path.name} are not counted (this roofline cannot read model files)",
+            f"the file's bytes per token of {path.name} are not counted (this roofline cannot "
+            "read model files)",
         )
     try:
         return int(file_weight_bytes_per_token(str(path))), None
@@ -114,8 +115,9 @@ def file_bytes_note(file_bytes_per_token: float, source: str) -> str:
     """The assumption line of the file's figure (never starts with "bandwidth" or
     SERVER_BYTES_NOTE)."""
     return (
-        f"file: {file_bytes_per_token / 1e6:,.1f} MB per token, the weights as the model's file stores them "
-        f"({source}), the same count: every weight once, one row of the embedding table"
+        f"file: {file_bytes_per_token / 1e6:,.1f} MB per token, the weights as the model's file "
+        f"stores them ({source}), the same count: every weight once, one row of the embedding "
+        "table"
     )
 
 
@@ -166,7 +168,8 @@ def resolve_ceiling(
                 model=served or model or "",
                 hardware=hardware,
                 assumptions=(
-                    f"{SERVER_BYTES_NOTE} ({dtype or 'dtype not stated'}): weights read per decoded token",
+                    f"{SERVER_BYTES_NOTE} ({dtype or 'dtype not stated'}): weights read per "
+                    "decoded token",
                     where,
                 ),
             ),
@@ -182,7 +185,8 @@ def resolve_ceiling(
     if model or hardware:
         return (
             None,
-            "a ceiling needs both --model and --hardware (or a server that reports its bytes per token)",
+            "a ceiling needs both --model and --hardware (or a server that reports its bytes per "
+            "token)",
         )
     return None, None
 
@@ -235,8 +239,9 @@ def above_ceiling(
     effective = bandwidth_bytes_per_s * percent / 100.0
     excess = percent / 100.0 - 1.0
     streamed = (
-        f"the engine's rate implies {effective / 1e9:.1f} GB/s streamed at {bytes_per_token / 1e6:.1f} MB per "
-        f"token, {100 * excess:.0f}% more than the ceiling's {bandwidth_bytes_per_s / 1e9:.1f} GB/s"
+        f"the engine's rate implies {effective / 1e9:.1f} GB/s streamed at "
+        f"{bytes_per_token / 1e6:.1f} MB per token, {100 * excess:.0f}% more than the ceiling's "
+        f"{bandwidth_bytes_per_s / 1e9:.1f} GB/s"
     )
     counted = (
         "reported by the engine" if bytes_from == "engine" else "counted from the model's config"
@@ -297,7 +302,10 @@ def percent_text(v: Any) -> str:
     if pct is None:
         return "-"
     if pct > 100.0:
-        return f"{pct:.1f}% ({'bandwidth' if get('suspect') == SUSPECT_BANDWIDTH else 'bytes/token'} suspect, see note)"
+        return (
+            f"{pct:.1f}% ({'bandwidth' if get('suspect') == SUSPECT_BANDWIDTH else 'bytes/token'} "
+            "suspect, see note)"
+        )
     return f"{pct:.1f}%"
 
 

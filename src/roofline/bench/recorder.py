@@ -11,6 +11,7 @@ releases the GIL).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -73,10 +74,8 @@ class Recorder:
         self.stopping = True
         self.wake.set()
         if self.task is not None:
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self.task
-            except asyncio.CancelledError:
-                pass
             self.task = None
         self.flush_now()
 

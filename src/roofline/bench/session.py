@@ -120,7 +120,8 @@ def _measure(
         before, kernel = measure()
         window = BandwidthWindow(before, before_kernel=kernel)
         progress.note(
-            f"read bandwidth before the run: {before / 1e9:.1f} GB/s (best of the probe's read kernels: {kernel})"
+            f"read bandwidth before the run: {before / 1e9:.1f} GB/s (best of the probe's read "
+            f"kernels: {kernel})"
         )
     try:
         ceiling, note = resolve_ceiling(
@@ -149,8 +150,8 @@ def _measure(
             after, kernel = measure()
             closed = window.closed(after, kernel)
             progress.note(
-                f"read bandwidth after the run: {after / 1e9:.1f} GB/s ({kernel}); the run is held against "
-                f"{closed.bound_bytes_per_s / 1e9:.1f} GB/s, the higher"
+                f"read bandwidth after the run: {after / 1e9:.1f} GB/s ({kernel}); the run is "
+                f"held against {closed.bound_bytes_per_s / 1e9:.1f} GB/s, the higher"
                 + (
                     f" (drift {100 * (closed.drift_fraction or 0):.0f}%: the machine was busy)"
                     if closed.drift_is_large()

@@ -17,11 +17,13 @@ from roofline.cli.output import run_until_signal
 if TYPE_CHECKING:
     from roofline.bench.options import BenchOptions
 
-HELP = """Measure what an engine really delivers: TTFT, TPOT, per-token ITL, chunk gaps, Output Speed,
-E2E, requests/s, tokens/s and goodput, each request written to a run folder as it ends.
-
-Default: the B200 study's method: one stream, the built-in four fixed prompts, greedy, 3 reps,
-median with the per-prompt spread. See docs/metrics.md for every definition."""
+HELP = (
+    "Measure what an engine really delivers: TTFT, TPOT, per-token ITL, chunk gaps, "
+    "Output Speed,\nE2E, requests/s, tokens/s and goodput, each request written to a run "
+    "folder as it ends.\n\n"
+    "Default: the B200 study's method: one stream, the built-in four fixed prompts, greedy, "
+    "3 reps,\nmedian with the per-prompt spread. See docs/metrics.md for every definition."
+)
 
 
 def _print(summary, tables: list, *, as_markdown: bool) -> None:
@@ -100,12 +102,14 @@ def register(app: typer.Typer) -> None:
         model: str | None = typer.Option(
             None,
             "--model",
-            help="Model for the ceiling (catalogue name, config.json or folder); also the served name when the server lists it.",
+            help="Model for the ceiling (catalogue name, config.json or folder); also the served "
+            "name when the server lists it.",
         ),
         hardware: str | None = typer.Option(
             None,
             "--hardware",
-            help="Hardware for the ceiling: a catalogue name, 'local' (the profile from `roofline probe`) or a bandwidth like 8TB/s.",
+            help="Hardware for the ceiling: a catalogue name, 'local' (the profile from `roofline "
+            "probe`) or a bandwidth like 8TB/s.",
         ),
         gpus: int = typer.Option(
             1, "--gpus", help="GPUs the model is spread over, for the ceiling."
@@ -129,12 +133,14 @@ def register(app: typer.Typer) -> None:
         prompts: Path | None = typer.Option(
             None,
             "--prompts",
-            help='JSONL prompt file: {"prompt": ...} or {"messages": [...]} per line, optional id and max_tokens.',
+            help='JSONL prompt file: {"prompt": ...} or {"messages": [...]} per line, optional id '
+            "and max_tokens.",
         ),
         synthetic: bool = typer.Option(
             False,
             "--synthetic",
-            help="Random-word prompts of --input-len tokens asking for --output-len tokens (sets --ignore-eos).",
+            help="Random-word prompts of --input-len tokens asking for --output-len tokens (sets "
+            "--ignore-eos).",
         ),
         input_len: str = typer.Option(
             "1024",
@@ -152,7 +158,8 @@ def register(app: typer.Typer) -> None:
         ignore_eos: bool = typer.Option(
             False,
             "--ignore-eos",
-            help="Ask the server to keep generating past end-of-sequence (vLLM, SGLang, llama.cpp).",
+            help="Ask the server to keep generating past end-of-sequence (vLLM, SGLang, "
+            "llama.cpp).",
         ),
         temperature: float = typer.Option(
             0.0,
@@ -191,7 +198,8 @@ def register(app: typer.Typer) -> None:
         num_requests: int | None = typer.Option(
             None,
             "--num-requests",
-            help="Measured requests per scenario (default: prompts x reps; 4 per stream; 20 s of arrivals).",
+            help="Measured requests per scenario (default: prompts x reps; 4 per stream; 20 s of "
+            "arrivals).",
         ),
         warmup: int = typer.Option(
             1,
@@ -221,7 +229,8 @@ def register(app: typer.Typer) -> None:
         usage: str = typer.Option(
             "auto",
             "--usage",
-            help="Token accounting to ask for: auto, per-chunk, final or none (auto falls back when refused).",
+            help="Token accounting to ask for: auto, per-chunk, final or none (auto falls back "
+            "when refused).",
         ),
         seed: int = typer.Option(0, "--seed", help="Seed for arrivals and synthetic prompts."),
         out: Path | None = typer.Option(
@@ -241,12 +250,14 @@ def register(app: typer.Typer) -> None:
         engine_arg: list[str] = typer.Option(
             [],
             "--engine-arg",
-            help="Engine setting (repeat): a knob as name=value (e.g. threads=2), or an argument passed as it is (e.g. --engine-arg=--max-seq-len --engine-arg=512).",
+            help="Engine setting (repeat): a knob as name=value (e.g. threads=2), or an argument "
+            "passed as it is (e.g. --engine-arg=--max-seq-len --engine-arg=512).",
         ),
         engine_cmd: str | None = typer.Option(
             None,
             "--engine-cmd",
-            help="Start this server command ({port}, {host}, {python}, {model} are filled in; never run by a shell).",
+            help="Start this server command ({port}, {host}, {python}, {model} are filled in; "
+            "never run by a shell).",
         ),
         engine_timeout: str = typer.Option(
             "300s",

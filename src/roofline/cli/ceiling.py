@@ -28,7 +28,10 @@ def _breakdown(result) -> tuple[list[list[str]], list[str]]:
     # One unit for the whole column: GB (two decimals, as the guide quotes them), MB for small
     # models.
     scale, unit = (1e9, "GB") if result.bytes_per_token >= 1e9 else (1e6, "MB")
-    size = lambda n: f"{n / scale:,.2f} {unit}"
+
+    def size(n: float) -> str:
+        return f"{n / scale:,.2f} {unit}"
+
     rows, left_out = [], []
     for c in result.components:
         if c.counted:
@@ -132,8 +135,9 @@ def _print(result, *, as_markdown: bool) -> None:
     _line(f"{head}{m.name} on {hw.label}", as_markdown=as_markdown)
     _line("", as_markdown=as_markdown)
     _line(
-        f"{fmt_params(m.params_total)} params, {fmt_params(m.params_active)} active ({m.architecture}); "
-        f"{fmt_bandwidth(result.bandwidth_bytes_per_s)} usable bandwidth, {fmt_bytes(hw.memory_bytes, 1)} memory",
+        f"{fmt_params(m.params_total)} params, {fmt_params(m.params_active)} active "
+        f"({m.architecture}); {fmt_bandwidth(result.bandwidth_bytes_per_s)} usable bandwidth, "
+        f"{fmt_bytes(hw.memory_bytes, 1)} memory",
         as_markdown=as_markdown,
     )
     _line("", as_markdown=as_markdown)

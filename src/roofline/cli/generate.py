@@ -273,8 +273,8 @@ def _print_timings(
             )
             rows.append(("% of file's ceiling", f"{vs['percent_of_file_ceiling']:.1f}%"))
     notes = [
-        "decode tok/s counts tokens from decode steps only; effective bandwidth = weight bytes/token x decode tok/s "
-        "(the KV cache read adds to it at long contexts)"
+        "decode tok/s counts tokens from decode steps only; effective bandwidth = weight "
+        "bytes/token x decode tok/s (the KV cache read adds to it at long contexts)"
     ]
     if window is not None:
         notes.append(window.describe())
@@ -298,8 +298,8 @@ def _print_timings(
             )
         )
         notes.append(
-            "with speculation one weight pass can yield several tokens: the effective bandwidth counts "
-            "tokens, not passes, and may exceed what the memory delivers"
+            "with speculation one weight pass can yield several tokens: the effective bandwidth "
+            "counts tokens, not passes, and may exceed what the memory delivers"
         )
     emit_table("roofline generate", ["metric", "value"], rows, as_markdown=as_markdown, notes=notes)
 

@@ -169,16 +169,19 @@ def _print(profile: dict[str, Any], path: Any, *, as_json: bool, as_markdown: bo
     s = profile["settings"]
     notes = [
         (
-            f"{profile['cpu']}, threads: {profile['threads']}; {s['repeats']} timed passes per kernel after "
-            f"{s['warmup']} warm-up; {s['size_bytes'] / 2**20:,.0f} MiB per bandwidth kernel and matvec, "
+            f"{profile['cpu']}, threads: {profile['threads']}; {s['repeats']} timed passes per "
+            f"kernel after {s['warmup']} warm-up; {s['size_bytes'] / 2**20:,.0f} MiB per "
+            "bandwidth kernel and matvec, "
             f"{_matmul_sizes(profile.get('flops', {}), s['matmul_n'])}."
         ),
-        "Bytes counted as STREAM does (copy 2 arrays, triad 3); the CPU's write-allocate reads are not counted.",
+        "Bytes counted as STREAM does (copy 2 arrays, triad 3); the CPU's write-allocate reads "
+        "are not counted.",
         (
-            "best = the fastest timed pass. The ceiling's read bandwidth is the best pass of the best read kernel (as "
-            "STREAM reports its best time and the Empirical Roofline Toolkit its maximum over trials); the median is "
-            "the typical rate. Read kernels: numpy sum and a SIMD sum over one slice per thread, and a gemv shaped like "
-            "a decode step (every weight row read once)."
+            "best = the fastest timed pass. The ceiling's read bandwidth is the best pass of the "
+            "best read kernel (as STREAM reports its best time and the Empirical Roofline Toolkit "
+            "its maximum over trials); the median is the typical rate. Read kernels: numpy sum "
+            "and a SIMD sum over one slice per thread, and a gemv shaped like a decode step "
+            "(every weight row read once)."
         ),
         f"Profile saved to {path}" if path else "Profile not saved (--no-save).",
     ]
@@ -203,9 +206,10 @@ def _kept_best_note(profile: dict[str, Any]) -> str | None:
     ):
         return None
     return (
-        f"This probe's best read pass, {own['bytes_per_s'] / 1e9:,.1f} GB/s, is below the best this machine has "
-        f"shown: {kept['bytes_per_s'] / 1e9:,.1f} GB/s by {kept.get('by', '?')} at {kept.get('measured_at', '?')}; "
-        "the profile keeps that one, so --hardware local stays a bound."
+        f"This probe's best read pass, {own['bytes_per_s'] / 1e9:,.1f} GB/s, is below the best "
+        f"this machine has shown: {kept['bytes_per_s'] / 1e9:,.1f} GB/s by {kept.get('by', '?')} "
+        f"at {kept.get('measured_at', '?')}; the profile keeps that one, so --hardware local "
+        "stays a bound."
     )
 
 

@@ -137,5 +137,8 @@ class LineProgress:
             text = str(value)
             extra.append(text if text.startswith(key) else f"{key} {text}")
         elapsed = task.last - task.started
-        line = f"{self.label}{task.description.rstrip(': ')}: {', '.join([done, *extra])} ({elapsed:.1f} s)"
+        line = (
+            f"{self.label}{task.description.rstrip(': ')}: {', '.join([done, *extra])} "
+            f"({elapsed:.1f} s)"
+        )
         self.console.print(Text(line, no_wrap=True, overflow="ignore"))

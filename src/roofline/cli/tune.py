@@ -19,11 +19,21 @@ from roofline.errors import UserError
 if TYPE_CHECKING:
     from roofline.tune.tuner import TuneArgs, TuneOptions
 
-HELP = """Close the gap: start an engine with one configuration after another, measure each with `roofline bench`, refuse any whose greedy outputs differ from the baseline's, and show what each setting bought.
-
-Default: the embedded engine on the default model, the `embedded` preset (precision, speculative proposer and its knobs, threads), the ladder strategy (the B200 study's method: one knob at a time, keep a value only when it beats the spread across repetitions), single-stream Output Speed on the four built-in prompts. Measures this machine first if `roofline probe` never ran here.
-
-Results go to a run folder (printed): tune.json (for `roofline report`), trials.jsonl, one folder per trial with the engine's log, and the study (study.db) that --resume continues after Ctrl-C or a kill. With --storage postgresql://... --study NAME, the same command on several machines shares one study: each worker claims different trials and records the machine it ran on."""
+HELP = (
+    "Close the gap: start an engine with one configuration after another, measure each with "
+    "`roofline bench`, refuse any whose greedy outputs differ from the baseline's, and show what "
+    "each setting bought.\n\n"
+    "Default: the embedded engine on the default model, the `embedded` preset (precision, "
+    "speculative proposer and its knobs, threads), the ladder strategy (the B200 study's method: "
+    "one knob at a time, keep a value only when it beats the spread across repetitions), "
+    "single-stream Output Speed on the four built-in prompts. Measures this machine first if "
+    "`roofline probe` never ran here.\n\n"
+    "Results go to a run folder (printed): tune.json (for `roofline report`), trials.jsonl, one "
+    "folder per trial with the engine's log, and the study (study.db) that --resume continues "
+    "after Ctrl-C or a kill. With --storage postgresql://... --study NAME, the same command on "
+    "several machines shares one study: each worker claims different trials and records the "
+    "machine it ran on."
+)
 
 
 def _listed(names: list[str]) -> str:
@@ -60,22 +70,26 @@ def register(app: typer.Typer) -> None:
         strategy: str = typer.Option(
             "ladder",
             "--strategy",
-            help="ladder (one knob at a time, the study's method), grid (every combination) or tpe (Optuna).",
+            help="ladder (one knob at a time, the study's method), grid (every combination) or "
+            "tpe (Optuna).",
         ),
         trials: int | None = typer.Option(
             None,
             "--trials",
-            help="Most trials to run, baseline included (default: the whole ladder or grid; 20 for tpe).",
+            help="Most trials to run, baseline included (default: the whole ladder or grid; 20 "
+            "for tpe).",
         ),
         objective: str = typer.Option(
             "speed",
             "--objective",
-            help="speed (single-stream Output Speed), goodput (tok/s meeting --slo) or cost ($/Mtok, --price-per-hour).",
+            help="speed (single-stream Output Speed), goodput (tok/s meeting --slo) or cost "
+            "($/Mtok, --price-per-hour).",
         ),
         reps: int = typer.Option(
             2,
             "--reps",
-            help="Times each prompt is sent per trial; the spread across reps is the noise a gain must beat.",
+            help="Times each prompt is sent per trial; the spread across reps is the noise a gain "
+            "must beat.",
         ),
         max_tokens: int = typer.Option(
             96,
@@ -94,7 +108,8 @@ def register(app: typer.Typer) -> None:
         storage: str | None = typer.Option(
             None,
             "--storage",
-            help="Study storage URL, e.g. postgresql://user@host/db to share one study between machines (default: SQLite in the run folder).",
+            help="Study storage URL, e.g. postgresql://user@host/db to share one study between "
+            "machines (default: SQLite in the run folder).",
         ),
         study: str = typer.Option(
             "tune",
@@ -104,18 +119,21 @@ def register(app: typer.Typer) -> None:
         resume: Path | None = typer.Option(
             None,
             "--resume",
-            help="Continue the run in this folder: interrupted trials run again, finished ones are kept.",
+            help="Continue the run in this folder: interrupted trials run again, finished ones "
+            "are kept.",
         ),
         allow_inexact: bool = typer.Option(
             False,
             "--allow-inexact",
-            help="Let a configuration whose greedy outputs differ from the baseline's be chosen as best.",
+            help="Let a configuration whose greedy outputs differ from the baseline's be chosen "
+            "as best.",
         ),
         runs: Path = typer.Option(Path("runs"), "--runs", help="Folder the run folder is made in."),
         engine_arg: list[str] = typer.Option(
             [],
             "--engine-arg",
-            help="knob=value fixes a knob for the baseline and every trial; anything else is passed to the engine as is (repeat).",
+            help="knob=value fixes a knob for the baseline and every trial; anything else is "
+            "passed to the engine as is (repeat).",
         ),
         slo: str | None = typer.Option(
             None, "--slo", help="goodput: limits like ttft=2s,tpot=100ms."

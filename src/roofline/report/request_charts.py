@@ -108,7 +108,10 @@ def draw_prompt_spread(reps: Sequence[PromptRep], *, key: str = "prompt_spread")
     ax.set_title("per prompt: every prompt x repetition")
     if len(scenarios) > 1:
         ax.legend(fontsize=8)
-    caption = "Each point is one request (a prompt and one repetition): how much speed depends on the prompt."
+    caption = (
+        "Each point is one request (a prompt and one repetition): how much speed depends on the "
+        "prompt."
+    )
     return render(fig, key, "Per-prompt spread", caption, list(reps))
 
 

@@ -174,7 +174,10 @@ def ladder_steps(space: Space, results: Sequence[Any], rule: Rule) -> tuple[Any 
                     f"kept {d.name}={cand.config.get(d.name)}: gain {g:.3g} > spread {margin:.3g}"
                 )
             else:
-                note = f"not kept: best {d.name}={cand.config.get(d.name)} gains {g:.3g}, within spread {margin:.3g}"
+                note = (
+                    f"not kept: best {d.name}={cand.config.get(d.name)} gains {g:.3g}, within "
+                    f"spread {margin:.3g}"
+                )
         steps.append(Step(i, d.name, current, tried, kept, gain, note))
         if kept is not None:
             current = kept

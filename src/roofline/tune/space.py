@@ -294,7 +294,8 @@ def parse_space(text: str, launcher: Any, *, name: str = "space") -> Space:
     unknown = set(doc) - _TOP_KEYS
     if unknown:
         raise UserError(
-            f"space {name}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(_TOP_KEYS))}"
+            f"space {name}: unknown key(s) {', '.join(sorted(unknown))}; allowed: "
+            f"{', '.join(sorted(_TOP_KEYS))}"
         )
     engine = doc.get("engine")
     if engine is not None and engine != launcher.name:
@@ -361,7 +362,8 @@ def _dimension(
     bad = set(spec) - _KNOB_KEYS
     if bad:
         raise UserError(
-            f"{where}: unknown key(s) {', '.join(sorted(bad))}; allowed: {', '.join(sorted(_KNOB_KEYS))}"
+            f"{where}: unknown key(s) {', '.join(sorted(bad))}; allowed: "
+            f"{', '.join(sorted(_KNOB_KEYS))}"
         )
     has_choices, has_range = "choices" in spec, ("low" in spec or "high" in spec)
     if has_choices == has_range:
@@ -449,7 +451,8 @@ def _conditions(
                 later = other in launcher.knobs
                 hint = "write it above this knob" if later else "it is not a knob of the space"
                 raise UserError(
-                    f"space {space}: knob {name!r}: condition on {other!r}, which is not an earlier knob ({hint})"
+                    f"space {space}: knob {name!r}: condition on {other!r}, which is not an "
+                    f"earlier knob ({hint})"
                 )
             values = values if isinstance(values, list) else [values]
             if not values:

@@ -128,6 +128,7 @@ def _raise_if_died(server: LocalServer, launcher: Launcher, cause: BaseException
         code = None
     if code is not None:
         raise ServerDied(
-            f"the {launcher.name} server exited with code {code} while in use; its log is {server.log_path}",
+            f"the {launcher.name} server exited with code {code} while in use; its log is "
+            f"{server.log_path}",
             server.tail(),
         ) from cause

@@ -72,8 +72,8 @@ class Knob:
                 return float(text)
         except ValueError:
             raise UserError(
-                f"knob {self.name!r} must be {'a whole number' if self.kind == 'int' else 'a number'} "
-                f"(got {text!r})"
+                f"knob {self.name!r} must be "
+                f"{'a whole number' if self.kind == 'int' else 'a number'} (got {text!r})"
             ) from None
         if self.kind == "bool":
             if text.lower() in _TRUE:
@@ -226,8 +226,9 @@ def parse_engine_args(launcher: Launcher, args: Sequence[str]) -> tuple[dict[str
         knob = launcher.knobs.get(name)
         if knob is None:
             raise UserError(
-                f"engine {launcher.name} has no knob {name!r} (from --engine-arg {arg!r}); its knobs: "
-                f"{', '.join(launcher.knobs)}; pass the engine's own flags as --engine-arg=--flag"
+                f"engine {launcher.name} has no knob {name!r} (from --engine-arg {arg!r}); its "
+                f"knobs: {', '.join(launcher.knobs)}; pass the engine's own flags as "
+                "--engine-arg=--flag"
             )
         config[name] = knob.parse(text)
     return config, extra

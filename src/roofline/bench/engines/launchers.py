@@ -125,7 +125,8 @@ EMBEDDED = EmbeddedLauncher(
             "dtype",
             "choice",
             ("stored", "fp32", "bf16", "int8"),
-            "weights: as the file stores them, fp32 (the reference), bf16, int8 (bf16 and int8 are lossy)",
+            "weights: as the file stores them, fp32 (the reference), bf16, int8 (bf16 and int8 "
+            "are lossy)",
         ),
         Knob("threads", "int", help="CPU threads for the model", minimum=1),
         Knob("max_batch", "int", help="sequences decoded together at most", minimum=1),
