@@ -58,9 +58,8 @@ def hardware_bandwidth_bytes_per_s(hardware: str, gpus: int = 1) -> tuple[float,
         )
     from roofline.hardware.catalogue import get_hardware
 
-    hw = get_hardware(
-        hardware, None if gpus == 1 else gpus
-    )  # UserError for unknown names, or no profile
+    # UserError for unknown names, or no profile
+    hw = get_hardware(hardware, None if gpus == 1 else gpus)
     where = hw.bandwidth_note or (
         f"{hw.label()}: vendor peak bandwidth" if hw.vendor_claim else hw.label()
     )

@@ -25,9 +25,8 @@ def finish(rec: RequestRecord, tokenizer: Any = None) -> RequestRecord:
     if rec.raw_payloads is not None:
         kind, error = rec.error_kind, rec.error
         finalize(rec, rec.raw_events_ns, rec.raw_payloads, rec.saw_done or bool(kind), tokenizer)
-        if (
-            kind
-        ):  # the transport failure (cut, timeout, cancel) is the reason; chunks that came stay
+        # the transport failure (cut, timeout, cancel) is the reason; chunks that came stay
+        if kind:
             rec.error_kind, rec.error = kind, error
         rec.raw_events_ns = rec.raw_payloads = None
     return rec

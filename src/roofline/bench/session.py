@@ -114,9 +114,8 @@ def _measure(
         lambda: short_probe(by="the run window of `roofline bench` (or a tune trial)")
     )
     window = None
-    if (
-        hardware == LOCAL
-    ):  # the bandwidth of these minutes, not a profile's: a shared machine drifts
+    # the bandwidth of these minutes, not a profile's: a shared machine drifts
+    if hardware == LOCAL:
         before, kernel = measure()
         window = BandwidthWindow(before, before_kernel=kernel)
         progress.note(

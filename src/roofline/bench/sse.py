@@ -42,9 +42,8 @@ class SSEParser:
             return [chunk[6:-2]]  # the usual case: exactly one whole one-line event
         buf = self._tail + chunk if self._tail else chunk
         if not self._started:
-            if _BOM.startswith(
-                buf
-            ):  # the stream so far is (part of) a byte order mark: wait for more
+            # the stream so far is (part of) a byte order mark: wait for more
+            if _BOM.startswith(buf):
                 self._tail = buf
                 return []
             self._started = True

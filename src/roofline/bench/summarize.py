@@ -156,9 +156,8 @@ def vs_ceiling(
             )
         from roofline.bench.against import ceiling_excess
 
-        d.update(
-            ceiling_excess(ceiling, d["percent_of_ceiling"]) or {}
-        )  # above 100%: "suspect" and "note"
+        # above 100%: "suspect" and "note"
+        d.update(ceiling_excess(ceiling, d["percent_of_ceiling"]) or {})
     file_bytes = getattr(ceiling, "file_bytes_per_token", None)
     if file_bytes:  # the same rate against the bytes the file stores: what the model needs
         d.update(file_bytes_per_token=file_bytes, file_ceiling_tok_per_s=ceiling.file_tok_per_s)

@@ -37,54 +37,6 @@ def _print(summary, tables: list, *, as_markdown: bool) -> None:
         output.emit_table(name, headers, rows, as_markdown=False, notes=notes)
 
 
-class _RichProgress:
-    """A rich progress bar on stderr, one task per scenario."""
-
-    def __init__(self) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        from roofline.cli.progress import live_progress
-
-        # a live bar on a terminal, one plain line per scenario in a pipe or a file
-        self.p = live_progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("failed {task.fields[failed]}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            refresh_per_second=4,
-            transient=False,
-        )
-        self.task = None
-        self.failed = 0
-        self.p.start()
-
-    def start(self, name: str, total: int | None, duration_s: float | None) -> None:
-        self.failed = 0
-        label = f"{name} ({duration_s:g}s)" if duration_s else name
-        self.task = self.p.add_task(label, total=total, failed=0)
-
-    def advance(self, ok: bool) -> None:
-        if not ok:
-            self.failed += 1
-        self.p.update(self.task, advance=1, failed=self.failed)
-
-    def note(self, text: str) -> None:
-        from roofline.cli.output import print_wrapped
-
-        print_wrapped(self.p.console, text)  # a command line or a URL is never split
-
-    def stop(self) -> None:
-        self.p.stop()
-
-
 def register(app: typer.Typer) -> None:
     from roofline.bench.engines import LAUNCHERS
 
@@ -328,17 +280,17 @@ def _run(o: BenchOptions) -> int:
     from roofline.bench.results import default_run_dir
     from roofline.bench.session import run_session
     from roofline.bench.tables import tables, write_markdown
+    from roofline.cli.progress import ScenarioProgress
 
     engine = engine_from_options(o)
     plan = plan_from_options(o)
-    if (
-        engine is None
-    ):  # a URL: one line and exit 2 when no server answers; its bytes per token set the ceiling
+    # a URL: one line and exit 2 when no server answers; its bytes per token set the ceiling
+    if engine is None:
         from roofline.bench.preflight import preflight
 
         plan = preflight(plan, lambda text: typer.echo(text, err=True))
     run_dir = o.out or default_run_dir(plan.label)
-    progress = _RichProgress()
+    progress = ScenarioProgress()
     try:
         outcome = run_session(plan, run_dir, progress, engine)
     except ServerDied as e:
@@ -374,10 +326,11 @@ def _calibrate(o: BenchOptions) -> int:
     from roofline.bench.options import check_positive
     from roofline.bench.results import default_run_dir, write_json
     from roofline.cli import output
+    from roofline.cli.progress import ScenarioProgress
 
     check_positive("--workers", o.workers)
     run_dir = o.out or default_run_dir("calibrate")
-    progress = _RichProgress()
+    progress = ScenarioProgress()
     try:
         results = run_calibration(workers=o.workers, out_dir=run_dir, progress=progress)
     finally:

@@ -74,9 +74,8 @@ def print_wrapped(c: Console, text: str, *, indent: str = "", hanging: str = "  
     URL): a word longer than the line stands on a line of its own. Continuation lines are indented
     by `hanging`."""
     for line in wrap_words(text, c.width, indent=indent, hanging=indent + hanging):
-        c.print(
-            Text(line), soft_wrap=True
-        )  # wrapped already: rich must neither fold nor crop a long word
+        # wrapped already: rich must neither fold nor crop a long word
+        c.print(Text(line), soft_wrap=True)
 
 
 # Functions Python runs around os.fork (subprocess starts engines) whose exceptions it prints and

@@ -7,9 +7,8 @@ from typing import Any
 
 import typer
 
-QUICK_SIZE_BYTES = (
-    1 << 30
-)  # the full size still: server CPUs have last-level caches of 256 MiB and more
+# the full size still: server CPUs have last-level caches of 256 MiB and more
+QUICK_SIZE_BYTES = 1 << 30
 QUICK_REPEATS = 3
 QUICK_MATMUL_N = 1024
 QUICK_CUDA_MATMUL_N = 4096

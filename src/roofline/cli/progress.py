@@ -101,10 +101,8 @@ class LineProgress:
         task = self._tasks[task_id]
         task.last = time.monotonic()
         if completed is not None and completed < task.completed:
-            task.reported, task.started = (
-                False,
-                task.last,
-            )  # the task starts over (the next trial's requests)
+            # the task starts over (the next trial's requests)
+            task.reported, task.started = False, task.last
         if description is not None:
             task.description = description
         if total is not None:
@@ -142,3 +140,43 @@ class LineProgress:
             f"({elapsed:.1f} s)"
         )
         self.console.print(Text(line, no_wrap=True, overflow="ignore"))
+
+
+class ScenarioProgress:
+    """A rich progress bar on stderr, one task per scenario."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+        # a live bar on a terminal, one plain line per scenario in a pipe or a file
+        self.p = live_progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("failed {task.fields[failed]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            refresh_per_second=4,
+            transient=False,
+        )
+        self.task = None
+        self.failed = 0
+        self.p.start()
+
+    def start(self, name: str, total: int | None, duration_s: float | None) -> None:
+        self.failed = 0
+        label = f"{name} ({duration_s:g}s)" if duration_s else name
+        self.task = self.p.add_task(label, total=total, failed=0)
+
+    def advance(self, ok: bool) -> None:
+        if not ok:
+            self.failed += 1
+        self.p.update(self.task, advance=1, failed=self.failed)
+
+    def note(self, text: str) -> None:
+        from roofline.cli.output import print_wrapped
+
+        print_wrapped(self.p.console, text)  # a command line or a URL is never split
+
+    def stop(self) -> None:
+        self.p.stop()

@@ -248,9 +248,8 @@ def _new_options(a: TuneArgs) -> TuneOptions:
     if fixed:
         sp = sp.with_baseline(fixed)
         check_config(launcher, sp.baseline)
-    launcher.argv(
-        model=a.model, port=1, host="127.0.0.1", config=sp.baseline, extra_args=extra
-    )  # e.g. no --model
+    # the launcher's own checks, e.g. no --model
+    launcher.argv(model=a.model, port=1, host="127.0.0.1", config=sp.baseline, extra_args=extra)
     if not a.model:
         launcher.default_model()  # missing: a one-line error now, not a failed baseline
     hardware = a.hardware or launcher.default_hardware

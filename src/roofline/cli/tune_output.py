@@ -153,9 +153,8 @@ class RichDisplay(Display):
         print_wrapped(self.p.console, text)
 
     def stop(self) -> None:
-        self.p.update(
-            self.trials, description="trials"
-        )  # the counter's last line names it, not the last trial
+        # the counter's last line names it, not the last trial
+        self.p.update(self.trials, description="trials")
         self.p.stop()
 
 

@@ -64,14 +64,8 @@ def _hardware(name: str) -> Any:
 
     try:
         return get_hardware(name)
-    except (
-        UserError,
-        OSError,
-        ValueError,
-        KeyError,
-        TypeError,
-    ):  # unknown name, or no probe profile here
-        return None
+    except (UserError, OSError, ValueError, KeyError, TypeError):
+        return None  # unknown name, or no probe profile here
 
 
 def compute_roof(hardware: str | None, dtype: str | None = None) -> tuple[float | None, str]:

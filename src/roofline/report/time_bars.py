@@ -123,9 +123,8 @@ def draw_time_bars(bars: Sequence[TimeBar], *, key: str = "time_per_token") -> C
         for i, (y, b) in enumerate(zip(ys, bars))
         if b.file_floor_s_per_token
     ]
-    for n, (i, y, x) in enumerate(
-        marked
-    ):  # the file's floor: what the weights as stored take to stream
+    # the file's floor: what the weights as stored take to stream
+    for n, (i, y, x) in enumerate(marked):
         line = ax.vlines(
             x,
             y - 0.42,

@@ -116,9 +116,8 @@ def header_notes(t: TuneResult) -> list[str]:
         )
     for r in (t.baseline, t.best):
         line = ratio_line(r)
-        if (
-            line and line not in notes
-        ):  # the engine reads more (or fewer) bytes than the file stores
+        # the engine reads more (or fewer) bytes than the file stores
+        if line and line not in notes:
             notes.append(line)
     for r in t.trials:  # above 100%: which figure is suspect, and why
         if (r.metrics.percent_of_ceiling or 0) > 100:

@@ -138,9 +138,8 @@ class Step:
     before: Any  # the best result when the step started
     tried: tuple  # results of this step, in trial order
     kept: Any | None  # the result that became the new best, or None
-    gain: (
-        float | None
-    )  # kept.value - before.value in the objective's direction (None when not kept)
+    # kept.value - before.value in the objective's direction (None when not kept)
+    gain: float | None
     note: str
 
 

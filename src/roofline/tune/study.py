@@ -188,9 +188,8 @@ def requeue(study: Any, number: int, reason: str) -> None:
     storage = study._storage
     tid = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
     frozen = storage.get_trial(tid)
-    if (
-        frozen.state != TrialState.RUNNING
-    ):  # recorded already (or another worker's recovery was first)
+    # recorded already (or another worker's recovery was first)
+    if frozen.state != TrialState.RUNNING:
         return
     try:
         storage.set_trial_user_attr(tid, "interrupted", reason)

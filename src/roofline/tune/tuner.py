@@ -35,9 +35,8 @@ class TuneOptions:
 
     engine: str = "embedded"
     model: str | None = None
-    space: Mapping[str, Any] = field(
-        default_factory=dict
-    )  # Space.to_json(), resolved when the run started
+    # Space.to_json(), resolved when the run started
+    space: Mapping[str, Any] = field(default_factory=dict)
     strategy: str = "ladder"
     objective: str = "speed"
     trials: int | None = None  # budget; None = the strategy's whole plan (TPE: 20)
@@ -210,9 +209,8 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
     rule = Rule(settings.objective.direction, options.allow_inexact)
     url = st.storage_url(run_dir, options.storage)
     storage = st.open_storage(url)
-    seed = (
-        options.seed if options.storage is None else options.seed + os.getpid()
-    )  # workers draw differently
+    # workers draw differently
+    seed = options.seed if options.storage is None else options.seed + os.getpid()
     study, created = st.open_study(
         storage,
         options.study,
