@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from roofline.cli.output import run_until_signal
+from roofline.cli.output import listed, run_until_signal
 
 if TYPE_CHECKING:
     from roofline.bench.options import BenchOptions
@@ -38,13 +38,17 @@ def _print(summary, tables: list, *, as_markdown: bool) -> None:
 
 
 def register(app: typer.Typer) -> None:
+    from roofline.bench.api import USAGE_LEVELS
     from roofline.bench.engines import LAUNCHERS
+    from roofline.bench.loadgen import ARRIVALS
+    from roofline.bench.metrics import SLO_METRICS
 
-    names = [
-        f"{name} (with --engine-cmd)" if la.takes_template else name
-        for name, la in LAUNCHERS.items()
-    ]
-    engines = " or ".join([", ".join(names[:-1]), names[-1]])
+    engines = listed(
+        [
+            f"{name} (with --engine-cmd)" if la.takes_template else name
+            for name, la in LAUNCHERS.items()
+        ]
+    )
 
     @app.command("bench", help=HELP)
     def bench(
@@ -130,7 +134,7 @@ def register(app: typer.Typer) -> None:
             None, "--rate", help="Open loop: arrivals per second, a sweep like 2,4,8."
         ),
         arrivals: str = typer.Option(
-            "poisson", "--arrivals", help="Open-loop arrival process: poisson, gamma or constant."
+            "poisson", "--arrivals", help=f"Open-loop arrival process: {listed(ARRIVALS)}."
         ),
         burstiness: float = typer.Option(
             1.0,
@@ -166,7 +170,7 @@ def register(app: typer.Typer) -> None:
         slo: str | None = typer.Option(
             None,
             "--slo",
-            help="Goodput limits, e.g. ttft=450ms,tpot=40ms (keys: ttft, tpot, e2e, itl).",
+            help=f"Goodput limits, e.g. ttft=450ms,tpot=40ms (keys: {', '.join(SLO_METRICS)}).",
         ),
         workers: int = typer.Option(
             1,
@@ -181,8 +185,8 @@ def register(app: typer.Typer) -> None:
         usage: str = typer.Option(
             "auto",
             "--usage",
-            help="Token accounting to ask for: auto, per-chunk, final or none (auto falls back "
-            "when refused).",
+            help=f"Token accounting to ask for: {listed(['auto', *USAGE_LEVELS])} "
+            "(auto falls back when refused).",
         ),
         seed: int = typer.Option(0, "--seed", help="Seed for arrivals and synthetic prompts."),
         out: Path | None = typer.Option(

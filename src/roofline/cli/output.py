@@ -14,6 +14,12 @@ from rich.text import Text
 from roofline.cli.layout import FitTable, wrap_words
 
 
+def listed(names: Sequence[str]) -> str:
+    """'a, b or c': a registry's names in a help text, so that the text follows the registry."""
+    names = list(names)
+    return " or ".join(filter(None, [", ".join(names[:-1]), names[-1]])) if names else "none"
+
+
 def console() -> Console:
     return Console(soft_wrap=False)
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from roofline.cli.output import run_until_signal
+from roofline.cli.output import listed, run_until_signal
 from roofline.errors import UserError
 
 if TYPE_CHECKING:
@@ -36,16 +36,21 @@ HELP = (
 )
 
 
-def _listed(names: list[str]) -> str:
-    """'a, b or c'."""
-    return " or ".join(filter(None, [", ".join(names[:-1]), names[-1]])) if names else "none"
-
-
 def register(app: typer.Typer) -> None:
     from roofline.bench.engines import LAUNCHERS
+    from roofline.tune.objectives import OBJECTIVES
+    from roofline.tune.search import STRATEGIES
     from roofline.tune.space import preset_names
 
-    tunable = _listed([name for name, la in LAUNCHERS.items() if la.knobs])
+    tunable = listed([name for name, la in LAUNCHERS.items() if la.knobs])
+    strategies = listed([f"{name} ({s.help})" for name, s in STRATEGIES.items()])
+    objectives = listed([f"{name} ({o.help})" for name, o in OBJECTIVES.items()])
+    whole = listed([name for name, s in STRATEGIES.items() if s.default_budget is None])
+    budgets = "".join(
+        f"; {s.default_budget} for {name}"
+        for name, s in STRATEGIES.items()
+        if s.default_budget is not None
+    )
     own_hardware = ", ".join(
         f"{name}: {la.default_hardware}" for name, la in LAUNCHERS.items() if la.default_hardware
     )
@@ -70,20 +75,17 @@ def register(app: typer.Typer) -> None:
         strategy: str = typer.Option(
             "ladder",
             "--strategy",
-            help="ladder (one knob at a time, the study's method), grid (every combination) or "
-            "tpe (Optuna).",
+            help=f"{strategies}.",
         ),
         trials: int | None = typer.Option(
             None,
             "--trials",
-            help="Most trials to run, baseline included (default: the whole ladder or grid; 20 "
-            "for tpe).",
+            help=f"Most trials to run, baseline included (default: the whole {whole}{budgets}).",
         ),
         objective: str = typer.Option(
             "speed",
             "--objective",
-            help="speed (single-stream Output Speed), goodput (tok/s meeting --slo) or cost "
-            "($/Mtok, --price-per-hour).",
+            help=f"{objectives}.",
         ),
         reps: int = typer.Option(
             2,

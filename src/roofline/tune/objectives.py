@@ -110,6 +110,7 @@ class Objective:
     label: str
     value: Callable[[Sequence[Mapping[str, Any]], ObjectiveSettings], float | None]
     concurrent: bool = False  # measured with --concurrency streams (else one stream)
+    help: str = ""  # `roofline tune --objective`'s words for it
 
     @property
     def info(self) -> ObjectiveInfo:
@@ -123,7 +124,12 @@ class Objective:
 
 OBJECTIVES: dict[str, Objective] = {
     "speed": Objective(
-        "speed", "maximize", "tok/s", "Output Speed (single stream, median)", speed_value
+        "speed",
+        "maximize",
+        "tok/s",
+        "Output Speed (single stream, median)",
+        speed_value,
+        help="single-stream Output Speed",
     ),
     "goodput": Objective(
         "goodput",
@@ -132,9 +138,16 @@ OBJECTIVES: dict[str, Objective] = {
         "goodput (output tok/s meeting the SLOs)",
         goodput_value,
         concurrent=True,
+        help="tok/s meeting --slo",
     ),
     "cost": Objective(
-        "cost", "minimize", "$/Mtok", "cost per million output tokens", cost_value, concurrent=True
+        "cost",
+        "minimize",
+        "$/Mtok",
+        "cost per million output tokens",
+        cost_value,
+        concurrent=True,
+        help="$/Mtok, needs --price-per-hour",
     ),
 }
 

@@ -312,7 +312,7 @@ def plain_sampler(seed: int | None) -> Any:
 @dataclass(frozen=True)
 class Strategy:
     name: str
-    help: str
+    help: str  # `roofline tune --strategy`'s words for it
     plan: Callable[[Space], list[Slot]]
     configure: Callable[..., Decision]
     sampler: Callable[[int | None], Any]
@@ -324,7 +324,7 @@ class Strategy:
 STRATEGIES: dict[str, Strategy] = {
     "ladder": Strategy(
         "ladder",
-        "one knob at a time, keep what beats the spread (the B200 study's method)",
+        "one knob at a time, keeping what beats the spread: the B200 study's method",
         ladder_plan,
         ladder_configure,
         plain_sampler,
@@ -341,7 +341,7 @@ STRATEGIES: dict[str, Strategy] = {
     ),
     "tpe": Strategy(
         "tpe",
-        "Optuna's TPE sampler: models good regions, for spaces too big for a grid",
+        "Optuna's TPE sampler, for spaces too big for a grid",
         tpe_plan,
         tpe_configure,
         tpe_sampler,
