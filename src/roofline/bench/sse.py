@@ -25,9 +25,8 @@ class SSEParser:
         self._data: list[bytes] | None = None  # data lines of the event being read
         self._event = b""  # the `event:` field of the event being read
         self.events_named: list[bytes] = []  # names of events that carried an `event:` field
-        self._started = (
-            False  # a byte other than a byte order mark was seen (set on the slow path only)
-        )
+        # a byte other than a byte order mark was seen (set on the slow path only)
+        self._started = False
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Add bytes; return the data payloads of the events they complete, in order."""

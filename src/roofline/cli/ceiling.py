@@ -282,9 +282,7 @@ def ceiling(
     else:
         _print(result, as_markdown=as_markdown)
     if plot is not None:
-        from roofline.report.build import (
-            write_ceiling_plot,  # matplotlib only when asked for
-        )
+        from roofline.report.build import write_ceiling_plot  # matplotlib only when asked for
 
         path = write_ceiling_plot(result, plot)
         typer.echo(f"roofline chart: {path}", err=True)

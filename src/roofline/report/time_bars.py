@@ -18,16 +18,13 @@ class TimeBar:
     label: str
     floor_s_per_token: float  # the weight-read floor: bytes per token / bandwidth
     measured_s_per_token: float  # 1 / median Output Speed
-    tokens_per_pass: float | None = (
-        None  # speculation: tokens per weight pass (the % is then passes/s)
-    )
+    # speculation: tokens per weight pass (the % is then passes/s)
+    tokens_per_pass: float | None = None
     passes_percent: float | None = None  # speculation: weight passes/s as a % of the ceiling
-    file_floor_s_per_token: float | None = (
-        None  # the file's floor: the bytes the file stores / bandwidth
-    )
-    file_percent: float | None = (
-        None  # the measured rate (tokens or passes) against the file's ceiling
-    )
+    # the file's floor: the bytes the file stores / bandwidth
+    file_floor_s_per_token: float | None = None
+    # the measured rate (tokens or passes) against the file's ceiling
+    file_percent: float | None = None
 
     @property
     def other_s_per_token(self) -> float:

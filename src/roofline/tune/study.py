@@ -154,8 +154,7 @@ def _short(value: Any) -> str:
     return text[:60]
 
 
-# -- who runs a trial
-# ------------------------------------------------------------------------------------
+# -- who runs a trial ------------------------------------------------------------------------------
 
 
 def _start_ticks(pid: int) -> str | None:
@@ -223,8 +222,7 @@ def recover(study: Any, private: bool) -> list[int]:
     return out
 
 
-# -- claiming, recording, the view
-# -------------------------------------------------------------------
+# -- claiming, recording, the view -----------------------------------------------------------------
 
 
 def _slot(frozen: Any) -> Slot:
@@ -342,8 +340,7 @@ def baseline_outputs(study: Any) -> list[dict] | None:
     return None
 
 
-# -- the worker loop
-# -----------------------------------------------------------------------------------
+# -- the worker loop -------------------------------------------------------------------------------
 
 
 @dataclass

@@ -151,9 +151,8 @@ class TrialSettings:
     reps: int = 2
     max_tokens: int = 128
     hardware: str | None = None  # for the ceiling: "local", a catalogue name or a bandwidth
-    ceiling_model: str | None = (
-        None  # model for the ceiling when the server does not report its bytes
-    )
+    # model for the ceiling when the server does not report its bytes
+    ceiling_model: str | None = None
     extra_args: tuple[str, ...] = ()
     ready_timeout_s: float = 300.0
     request_timeout_s: float = 300.0

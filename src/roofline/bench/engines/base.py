@@ -31,9 +31,8 @@ _KNOB_ARG = re.compile(r"([a-z][a-z0-9_]*)=(.*)", re.DOTALL)
 
 @dataclass(frozen=True)
 class Knob:
-    name: (
-        str  # as written in spaces and --engine-arg form, snake_case, e.g. "spec_k", "max_num_seqs"
-    )
+    # as written in spaces and --engine-arg form, snake_case, e.g. "spec_k", "max_num_seqs"
+    name: str
     kind: str  # "int" | "float" | "bool" | "choice" | "str"
     choices: tuple = ()  # for "choice"
     help: str = ""
@@ -165,8 +164,7 @@ class Launcher:
 
         return await openai_greedy(url, model_id, prompts, max_tokens)
 
-    # -- helpers for subclasses
-    # ---------------------------------------------------------------------
+    # -- helpers for subclasses --------------------------------------------------------------------
     def settings(self, config: Mapping[str, Any]) -> list[tuple[Knob, Any]]:
         """(knob, value) for every knob set in config, in the table's order; None means "not
         set"."""

@@ -258,8 +258,7 @@ VLLM = VllmLauncher(
 )
 
 
-# -- SGLang
-# ------------------------------------------------------------------------------------------
+# -- SGLang ----------------------------------------------------------------------------------------
 _SGLANG_NGRAM = (
     "speculative_ngram_max_bfs_breadth",
     "speculative_ngram_min_bfs_breadth",
@@ -399,8 +398,7 @@ SGLANG = SglangLauncher(
 )
 
 
-# -- command: any server the user writes down
-# ---------------------------------------------------------
+# -- command: any server the user writes down ------------------------------------------------------
 @dataclass(frozen=True)
 class CommandLauncher(Launcher):
     """A command template with {port}, {host}, {python} and {model} (as `--engine-cmd`); no knobs,
