@@ -1,27 +1,15 @@
 """Which ceiling a benchmark is held against, and what to say when a measurement passes it.
 
-1. The server says how many weight bytes it reads per decoded token (the embedded engine's
-   `/v1/models` entry carries `"roofline": {"bytes_per_token": ...}`): that byte count over the
-   hardware's bandwidth (`--hardware`, `local` by default for `--engine embedded`).
-2. Otherwise `--model` and `--hardware` give the ceiling through
-   `roofline.bounds.ceiling.ceiling_for`.
-3. Otherwise there is none, and the summary says so.
+1. The server reports its weight bytes per decoded token (the embedded engine's `/v1/models`
+   entry: `"roofline": {"bytes_per_token": ...}`): those bytes over `--hardware`'s bandwidth.
+2. Else `--model` and `--hardware` give it (`roofline.bounds.ceiling.ceiling_for`).
+3. Else there is none, and the summary says so.
 
-`local` is this machine, and a run held against it is held against the read bandwidth measured in
-its own window (`roofline.hardware.window`: the best of the probe's read kernels right before and
-right after the run, the higher of the two), not a profile measured minutes earlier on a machine
-whose bandwidth drifts. Other names come from the hardware catalogue; a literal such as `30GB/s` is
-taken as given.
-
-Beside the bytes the engine reads at its own format, a ceiling carries the bytes the model's file
-stores (`Ceiling.file_bytes_per_token`: the server's `file_bytes_per_token`, else counted from the
-launcher's model file or folder by `roofline.modelspec.files`), so every run is shown against both:
-an engine that expands a 4-bit file to fp32 reads 5.6x what it must, and 80% of its own ceiling is
-15% of the file's.
-
-A measured decode rate above the ceiling means one of its two figures is wrong: the bandwidth (too
-low) or the bytes per token (too high). `above_ceiling` names the suspect and says why, and every
-place that prints a percentage above 100% prints that explanation beside it.
+`local` is the read bandwidth of the run's own window (`roofline.hardware.window`: a machine
+drifts); a literal such as `30GB/s` is taken as given. The file's bytes per token ride along
+(`Ceiling.file_bytes_per_token`), so an engine that widens a 4-bit file is also shown against what
+it must read. A rate above the ceiling means the bandwidth is too low or the bytes too high:
+`above_ceiling` names the suspect, printed beside every percentage above 100%.
 """
 
 from __future__ import annotations

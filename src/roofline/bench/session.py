@@ -47,14 +47,12 @@ def run_session(
     """Run the plan (against a started engine when asked); the engine is stopped in every case.
 
     A run held against this machine (`--hardware local`, or a launcher whose default hardware is
-    local, such as the embedded engine, unless --hardware says otherwise) is held against the read
-    bandwidth measured in its own window: a short probe right before the requests and another right
-    after, the higher of the two (`roofline.hardware.window`). measure_bandwidth() -> (bytes/s,
-    kernel) is that probe (the short best-of-kernels one by default). Such an engine's profile is
-    measured first if `roofline probe` never ran here. model_file: the engine's model (a local .gguf
-    or safetensors folder) when this session did not start it (tune starts its own): the file's
-    bytes per token are counted from it when the server does not report them; a started engine's
-    model argument is used the same way."""
+    local unless --hardware says otherwise) uses the read bandwidth of its own window: the higher of
+    a short probe right before and right after (`roofline.hardware.window`); measure_bandwidth() ->
+    (bytes/s, kernel) replaces that probe. Such an engine's profile is measured first if none exists
+    here. model_file: the model of an engine this session did not start, to count the file's bytes
+    per token when the server does not report them (a started engine's model argument serves the
+    same way)."""
     if engine is None or not engine.wanted:
         return _measure(
             plan,

@@ -125,12 +125,10 @@ def vs_ceiling(
 ) -> dict:
     """Median per-request decode rate against the batch-1 ceiling, and the bandwidth it implies.
 
-    With speculation (the server reports more than one token per weight pass) the ceiling bounds
-    weight passes, not tokens: each pass reads the weights once, and Output Speed = passes/s x
-    tokens/pass can beat the one-token ceiling. Then passes/s is what is held against it (basis
-    "passes"). Above 100% the figure that must be wrong is named (`suspect`, `note`: see
-    `bench.against.above_ceiling`). When the ceiling knows the file's bytes per token, the same rate
-    is held against the file's ceiling too (`percent_of_file_ceiling`)."""
+    With speculation (more than one token per weight pass) the ceiling bounds passes, not tokens:
+    Output Speed = passes/s x tokens/pass may beat it, so passes/s is held against it (basis
+    "passes"). Above 100% the wrong figure is named (`bench.against.above_ceiling`). With the file's
+    bytes per token, the rate is also held against the file's ceiling."""
     d = {
         "ceiling_tok_per_s": ceiling.tok_per_s,
         "bytes_per_token": ceiling.bytes_per_token,

@@ -1,16 +1,14 @@
 """What a tuner optimizes, measured by `roofline bench` on each trial.
 
-- **speed** (default): single-stream Output Speed, the B200 study's headline: the built-in fixed
-  prompts, greedy, one request at a time, each repeated `reps` times; the value is the median over
-  all requests. Higher is better.
-- **goodput**: output tokens per second from the requests that meet every SLO (`--slo`, bench's
-  definition), with `--concurrency` streams busy. Higher is better.
-- **cost**: dollars per million output tokens at the throughput `--concurrency` streams reach, from
+- speed (default): single-stream Output Speed, the B200 study's headline: the built-in prompts,
+  greedy, one request at a time, `reps` times each; the median over all requests. Higher is better.
+- goodput: output tok/s of the requests meeting every `--slo` (bench's definition), with
+  `--concurrency` streams busy. Higher is better.
+- cost: dollars per million output tokens at `--concurrency` streams' throughput, from
   `--price-per-hour` (`roofline.bounds.cost`). Lower is better.
 
-Each objective is one function from the measured request lines to a number. The same function on
-each repetition's requests alone gives the per-repetition values whose range is the trial's
-*spread*: what the ladder must beat before it believes a gain.
+Each is one function of the request lines; on each repetition alone it gives the values whose range
+is the trial's spread, the noise a ladder gain must beat.
 """
 
 from __future__ import annotations

@@ -1,17 +1,15 @@
-"""One trial: start the engine with one configuration, warm it up, measure it, check it is exact,
-stop it.
+"""One trial: start the engine with one configuration, measure it, check it is exact, stop it.
 
-    start_engine(config)                     the launcher's argv, its own process group, /health
-    greedy outputs on the fixed prompt set   temperature 0, one at a time: the exactness evidence,
-                                             and the warm-up (first requests pay for compilation)
-    roofline bench                           the objective's workload (bench's own run folder)
-    exactness gate                           the greedy outputs against the baseline's
-    stop the engine                          whatever happened (no orphan processes)
+    start_engine(config)     the launcher's argv, its own process group, /health
+    greedy outputs           temperature 0, one prompt at a time: the exactness evidence, and the
+                             warm-up (first requests pay for compilation)
+    roofline bench           the objective's workload, in bench's own run folder
+    exactness gate           the greedy outputs against the baseline's
+    stop the engine          whatever happened (no orphan processes)
 
-A configuration whose greedy outputs differ from the baseline's is *inexact*: it is recorded with
-its speed and the first prompt and position where it diverged, and never chosen as best unless the
-user passes --allow-inexact. A configuration that does not start, crashes, hangs or answers nonsense
-is *failed*, with its log tail; the study goes on.
+Outputs that differ from the baseline's make the trial *inexact*: recorded with its speed and the
+first divergence, never best without --allow-inexact. An engine that does not start, crashes, hangs
+or answers nonsense makes it *failed*, with its log tail; the study goes on.
 """
 
 from __future__ import annotations

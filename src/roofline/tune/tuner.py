@@ -1,14 +1,13 @@
-"""A tuning run from options to result: the run folder, the study, the worker loop with real trials.
+"""A tuning run from options to result: the run folder, the study, the worker loop.
 
     RUN_DIR/
-        tune-config.json      the options, written first (what --resume reads back)
-        study.db              the Optuna study (SQLite; absent with --storage)
-        trials/NNN/           one folder per trial: server.log, greedy.json, bench/ (bench's run folder)
-        trials.jsonl          one TrialResult per line, appended as each trial ends
-        tune.json             the TuneResult, rewritten after every trial (so a kill loses nothing)
+        tune-config.json  the options, written first (what --resume reads back)
+        study.db          the Optuna study (SQLite; absent with --storage)
+        trials/NNN/       server.log, greedy.json, bench/ (bench's run folder)
+        trials.jsonl      one TrialResult per line, appended as each trial ends
+        tune.json         the TuneResult, rebuilt from the study after every trial
 
-Nothing is kept only in memory: each trial's result goes to the study and to trials.jsonl the moment
-it ends, and tune.json is rebuilt from the study each time.
+Nothing lives only in memory: a kill loses no finished trial.
 """
 
 from __future__ import annotations
