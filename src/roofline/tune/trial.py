@@ -14,10 +14,8 @@ or answers nonsense makes it *failed*, with its log tail; the study goes on.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
-import threading
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -29,6 +27,7 @@ from roofline.bench.driver import Progress
 from roofline.bench.engines.greedy import Exactness
 from roofline.bench.summary import RunSummary
 from roofline.bench.workloads import Prompt
+from roofline.tune.engine_runs import bench_run, greedy_outputs
 from roofline.tune.objectives import Objective, ObjectiveSettings, measure
 from roofline.tune.records import Machine, TrialMetrics
 from roofline.tune.search import Slot
@@ -228,8 +227,8 @@ def run_trial(
             on_start=lambda s: argv.extend(s.argv),
         ) as server:
             progress.note(f"trial {number}: engine ready ({' '.join(argv)})")
-            outputs = _greedy(launcher, server.url, settings)
-            summary, lines = _bench(settings, server.url, folder / "bench", progress)
+            outputs = greedy_outputs(launcher, server.url, settings)
+            summary, lines = bench_run(settings, server.url, folder / "bench", progress)
     except KeyboardInterrupt:
         raise
     except ServerDied as e:
@@ -293,97 +292,6 @@ def _version(launcher: Any) -> str | None:
         return launcher.version()
     except Exception:
         return None
-
-
-def _greedy(launcher: Any, url: str, settings: TrialSettings) -> list[Any]:
-    from roofline.bench.driver import discover
-    from roofline.bench.plan import BenchPlan
-
-    info = asyncio.run(
-        discover(
-            BenchPlan(
-                url=url,
-                prompts=list(settings.prompts),
-                scenarios=[],
-                model=settings.ceiling_model,
-                timeout_s=30.0,
-            )
-        )
-    )
-    timeout = settings.request_timeout_s * max(1, len(settings.prompts))
-
-    async def go() -> list[Any]:
-        return await asyncio.wait_for(
-            launcher.greedy_outputs(
-                url, info.get("served"), list(settings.prompts), settings.max_tokens
-            ),
-            timeout,
-        )
-
-    outputs = asyncio.run(go())
-    if len(outputs) != len(settings.prompts):
-        raise RuntimeError(
-            f"the engine gave {len(outputs)} greedy outputs for {len(settings.prompts)} prompts"
-        )
-    return outputs
-
-
-def _bench(
-    settings: TrialSettings, url: str, out: Path, progress: Progress
-) -> tuple[RunSummary, list[dict]]:
-    from roofline.bench.plan import BenchPlan
-    from roofline.bench.results import read_requests
-    from roofline.bench.session import run_session
-
-    os_ = settings.objective_settings
-    # hardware "local": bench holds the trial against the read bandwidth measured right before and
-    # after it
-    hardware = settings.hardware
-    plan = BenchPlan(
-        url=url,
-        prompts=list(settings.prompts),
-        scenarios=[settings.objective.scenario(os_)],
-        model=settings.ceiling_model,
-        hardware=hardware,
-        reps=settings.reps,
-        max_tokens=settings.max_tokens,
-        temperature=0.0,
-        warmup=0,  # the greedy pass warmed it up
-        usage=settings.usage,
-        timeout_s=settings.request_timeout_s,
-        slo_s=dict(os_.slo_s) if os_.slo_s else None,
-        label="tune-trial",
-    )
-    # the model file (when local) gives the file's bytes per token if the server does not report
-    # them
-    outcome = _in_thread(lambda: run_session(plan, out, progress, model_file=settings.model))
-    if outcome.interrupted:
-        raise KeyboardInterrupt
-    lines, _ = read_requests(outcome.run_dir)
-    return outcome.summary, lines
-
-
-def _in_thread(fn: Any) -> Any:
-    """fn() run in a thread, waited for here. In the main thread bench would take SIGTERM over for
-    its event loop and leave it at the default when the loop closes, so a SIGTERM a moment later
-    would kill the tuner outright (the study not told). In a thread bench leaves signals alone, and
-    Ctrl-C or SIGTERM interrupt this wait at once: the caller stops the engine, and the thread's
-    requests fail fast."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # handed to the waiting thread
-            box["error"] = e
-
-    t = threading.Thread(target=run, name="tune-bench", daemon=True)
-    t.start()
-    while t.is_alive():
-        t.join(0.2)
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def _failure_reasons(summary: RunSummary) -> str:
