@@ -307,8 +307,8 @@ def read_ratio_line(
     percent_of_file_ceiling: float | None,
 ) -> str | None:
     """One line when the engine reads more (or fewer) bytes per token than the file stores, beyond
-    READ_RATIO_NOTE: "the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: measured
-    against the file, 15% of ceiling". None when the file's figure is unknown or the two agree."""
+    READ_RATIO_NOTE: "the engine reads E MB per token, Rx the file's F MB: measured against the
+    file, P% of ceiling". None when the file's figure is unknown or the two agree."""
     if not file_bytes_per_token or not bytes_per_token:
         return None
     ratio = bytes_per_token / file_bytes_per_token

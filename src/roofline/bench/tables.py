@@ -162,9 +162,8 @@ def _ceiling_notes(summary: RunSummary) -> list[str]:
 
 
 def file_ceiling_notes(c: CeilingFigures) -> list[str]:
-    """The file's ceiling beside the engine's: "file's ceiling: 279.5 tok/s = 27.0 GB/s / 96.6 MB
-    per token (the weights as the file stores them)", or why it is missing when the engine's own
-    count was used."""
+    """The file's ceiling beside the engine's ("file's ceiling: T tok/s = B GB/s / F MB per token
+    (...)"), or why it is missing when the engine's own count was used."""
     if c.file_bytes_per_token and c.file_tok_per_s:
         return [
             (

@@ -1,7 +1,6 @@
 """`roofline bench`: measure an OpenAI-compatible endpoint and hold it against the ceiling.
 
-Only typer, rich and the standard library at module level; the benchmark code is imported inside
-the command.
+Only typer, rich and the standard library at module level; the benchmark code loads inside.
 """
 
 from __future__ import annotations

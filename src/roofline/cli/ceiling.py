@@ -1,8 +1,7 @@
 """`roofline ceiling`, `roofline hardware list`, `roofline models list`.
 
 Thin: parse options, call `roofline.bounds.analysis.analyse`, print (rich, --markdown or --json).
-Imports stay light (no torch, numba, aiohttp, numpy): this command must answer in well under a
-second.
+Imports stay light (no torch, numba, aiohttp, numpy): the answer must come in well under 1 s.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""One way to print results: a rich table for people, --json and --markdown for machines and
-docs."""
+"""One way to print results: a rich table for people, --json and --markdown for machines."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""`roofline probe`: measure this machine's memory bandwidth and matrix rates, and save the
-profile."""
+"""`roofline probe`: measure this machine's memory bandwidth and matrix rates; save them."""
 
 from __future__ import annotations
 

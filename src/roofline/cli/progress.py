@@ -1,11 +1,9 @@
-"""Progress on stderr: a live rich bar on a terminal; plain lines anywhere else (a pipe, a file, a
-CI log).
+"""Progress on stderr: a live rich bar on a terminal; plain lines in a pipe, a file or a CI log.
 
-rich's Progress draws nothing useful into a file: each refresh and stop leaves an empty line behind.
-Off a terminal, `live_progress` returns a `LineProgress` instead, with the part of Progress's
-interface the commands use (add_task, update, advance, start, stop, console, `with`), which writes
-one line when a task finishes (or, at the end, for a task that never reached its total) and nothing
-else.
+rich's Progress leaves an empty line in a file at each refresh and stop. Off a terminal,
+`live_progress` returns a `LineProgress` with the part of Progress's interface the commands use
+(add_task, update, advance, start, stop, console, `with`): one line per finished task (at the end,
+also for a task short of its total), nothing else.
 """
 
 from __future__ import annotations

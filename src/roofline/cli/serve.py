@@ -1,5 +1,4 @@
-"""`roofline serve`: the embedded engine behind an OpenAI-compatible HTTP API (loopback by
-default)."""
+"""`roofline serve`: the embedded engine behind an OpenAI-compatible HTTP API (loopback)."""
 
 from __future__ import annotations
 

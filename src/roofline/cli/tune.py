@@ -1,8 +1,6 @@
-"""`roofline tune`: launch an engine with one configuration after another, measure each, keep the
-exact ones.
+"""`roofline tune`: run an engine in one configuration after another; keep the exact ones.
 
-Only typer, rich and the standard library at module level; the tuner (and Optuna) are imported
-inside.
+Only typer, rich and the standard library at module level; the tuner and Optuna load inside.
 """
 
 from __future__ import annotations

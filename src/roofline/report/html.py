@@ -1,6 +1,7 @@
-"""A `Page` as one self-contained HTML file: inline CSS, charts as inline SVG, no script, no link to
-anything outside the file (no fonts, images or stylesheets to fetch), so it opens from disk
-anywhere."""
+"""A `Page` as one self-contained HTML file that opens from disk anywhere.
+
+Inline CSS, charts as inline SVG, no script, and no link outside the file (fonts, images or
+stylesheets)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Charts of a bench run's requests: the per-prompt spread (each prompt x repetition a point), TTFT
-and TPOT distributions (CDFs), and for load sweeps the speed each user sees against aggregate
-throughput."""
+"""Charts of a bench run's requests: per-prompt spread, latency CDFs, and load sweeps.
+
+The spread has a point per prompt and repetition; TTFT and TPOT are CDFs; a load sweep plots the
+speed each user sees against aggregate throughput."""
 
 from __future__ import annotations
 

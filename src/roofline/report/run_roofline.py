@@ -1,5 +1,4 @@
-"""The roofline of measured runs: where each bench scenario or tune trial sits, and the hardware's
-roofs.
+"""The roofline of measured runs: each bench scenario or tune trial under the hardware's roofs.
 
 A run knows its bytes per token and bandwidth (its ceiling). FLOPs per token come from the model's
 config when the model is in the catalogue (2 x matmul params), else they are estimated from the

@@ -128,9 +128,8 @@ def header_notes(t: TuneResult) -> list[str]:
 
 
 def ratio_line(r: TrialResult | None) -> str | None:
-    """ "the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: measured against the file,
-    15% of ceiling" for a trial whose engine reads more (or fewer) bytes than the file stores; else
-    None."""
+    """`bench.against.read_ratio_line` for a trial whose engine reads more (or fewer) bytes per
+    token than the file stores; else None."""
     from roofline.bench.against import read_ratio_line
 
     if r is None or not r.file_bytes_per_token or not r.read_ratio:
