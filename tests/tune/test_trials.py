@@ -371,7 +371,7 @@ def test_a_trials_bench_is_given_the_model_file(tmp_path, monkeypatch):
     from roofline.bench import session
     from roofline.bench.driver import Progress
     from roofline.bench.summary import RunSummary
-    from roofline.tune import trial
+    from roofline.tune import engine_runs
     from roofline.tune.objectives import OBJECTIVES, ObjectiveSettings
 
     seen = {}
@@ -396,7 +396,7 @@ def test_a_trials_bench_is_given_the_model_file(tmp_path, monkeypatch):
         request_timeout_s=5.0,
         model=str(tmp_path / "m.gguf"),
     )
-    trial._bench(settings, "http://127.0.0.1:1", tmp_path / "bench", Progress())
+    engine_runs.bench_run(settings, "http://127.0.0.1:1", tmp_path / "bench", Progress())
     assert seen["model_file"] == str(tmp_path / "m.gguf")
 
 

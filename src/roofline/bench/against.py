@@ -1,27 +1,15 @@
 """Which ceiling a benchmark is held against, and what to say when a measurement passes it.
 
-1. The server says how many weight bytes it reads per decoded token (the embedded engine's
-   `/v1/models` entry carries `"roofline": {"bytes_per_token": ...}`): that byte count over the
-   hardware's bandwidth (`--hardware`, `local` by default for `--engine embedded`).
-2. Otherwise `--model` and `--hardware` give the ceiling through
-   `roofline.bounds.analysis.ceiling_for`.
-3. Otherwise there is none, and the summary says so.
+1. The server reports its weight bytes per decoded token (the embedded engine's `/v1/models`
+   entry: `"roofline": {"bytes_per_token": ...}`): those bytes over `--hardware`'s bandwidth.
+2. Else `--model` and `--hardware` give it (`roofline.bounds.analysis.ceiling_for`).
+3. Else there is none, and the summary says so.
 
-`local` is this machine, and a run held against it is held against the read bandwidth measured in
-its own window (`roofline.hardware.window`: the best of the probe's read kernels right before and
-right after the run, the higher of the two), not a profile measured minutes earlier on a machine
-whose bandwidth drifts. Other names come from the hardware catalogue; a literal such as `30GB/s` is
-taken as given.
-
-Beside the bytes the engine reads at its own format, a ceiling carries the bytes the model's file
-stores (`Ceiling.file_bytes_per_token`: the server's `file_bytes_per_token`, else counted from the
-launcher's model file or folder by `roofline.modelspec.files`), so every run is shown against both:
-an engine that expands a 4-bit file to fp32 reads 5.6x what it must, and 80% of its own ceiling is
-15% of the file's.
-
-A measured decode rate above the ceiling means one of its two figures is wrong: the bandwidth (too
-low) or the bytes per token (too high). `above_ceiling` names the suspect and says why, and every
-place that prints a percentage above 100% prints that explanation beside it.
+`local` is the read bandwidth of the run's own window (`roofline.hardware.window`: a machine
+drifts); a literal such as `30GB/s` is taken as given. The file's bytes per token ride along
+(`Ceiling.file_bytes_per_token`), so an engine that widens a 4-bit file is also shown against what
+it must read. A rate above the ceiling means the bandwidth is too low or the bytes too high:
+`above_ceiling` names the suspect, printed beside every percentage above 100%.
 """
 
 from __future__ import annotations
@@ -58,9 +46,8 @@ def hardware_bandwidth_bytes_per_s(hardware: str, gpus: int = 1) -> tuple[float,
         )
     from roofline.hardware.catalogue import get_hardware
 
-    hw = get_hardware(
-        hardware, None if gpus == 1 else gpus
-    )  # UserError for unknown names, or no profile
+    # UserError for unknown names, or no profile
+    hw = get_hardware(hardware, None if gpus == 1 else gpus)
     where = hw.bandwidth_note or (
         f"{hw.label()}: vendor peak bandwidth" if hw.vendor_claim else hw.label()
     )
@@ -102,7 +89,8 @@ def file_bytes_of_model(model: str | None) -> tuple[int | None, str | None]:
     except ImportError:
         return (
             None,
-            f"the file's bytes per token of {path.name} are not counted (this roofline cannot read model files)",
+            f"the file's bytes per token of {path.name} are not counted (this roofline cannot "
+            "read model files)",
         )
     try:
         return int(file_weight_bytes_per_token(str(path))), None
@@ -114,8 +102,9 @@ def file_bytes_note(file_bytes_per_token: float, source: str) -> str:
     """The assumption line of the file's figure (never starts with "bandwidth" or
     SERVER_BYTES_NOTE)."""
     return (
-        f"file: {file_bytes_per_token / 1e6:,.1f} MB per token, the weights as the model's file stores them "
-        f"({source}), the same count: every weight once, one row of the embedding table"
+        f"file: {file_bytes_per_token / 1e6:,.1f} MB per token, the weights as the model's file "
+        f"stores them ({source}), the same count: every weight once, one row of the embedding "
+        "table"
     )
 
 
@@ -166,7 +155,8 @@ def resolve_ceiling(
                 model=served or model or "",
                 hardware=hardware,
                 assumptions=(
-                    f"{SERVER_BYTES_NOTE} ({dtype or 'dtype not stated'}): weights read per decoded token",
+                    f"{SERVER_BYTES_NOTE} ({dtype or 'dtype not stated'}): weights read per "
+                    "decoded token",
                     where,
                 ),
             ),
@@ -182,7 +172,8 @@ def resolve_ceiling(
     if model or hardware:
         return (
             None,
-            "a ceiling needs both --model and --hardware (or a server that reports its bytes per token)",
+            "a ceiling needs both --model and --hardware (or a server that reports its bytes per "
+            "token)",
         )
     return None, None
 
@@ -235,8 +226,9 @@ def above_ceiling(
     effective = bandwidth_bytes_per_s * percent / 100.0
     excess = percent / 100.0 - 1.0
     streamed = (
-        f"the engine's rate implies {effective / 1e9:.1f} GB/s streamed at {bytes_per_token / 1e6:.1f} MB per "
-        f"token, {100 * excess:.0f}% more than the ceiling's {bandwidth_bytes_per_s / 1e9:.1f} GB/s"
+        f"the engine's rate implies {effective / 1e9:.1f} GB/s streamed at "
+        f"{bytes_per_token / 1e6:.1f} MB per token, {100 * excess:.0f}% more than the ceiling's "
+        f"{bandwidth_bytes_per_s / 1e9:.1f} GB/s"
     )
     counted = (
         "reported by the engine" if bytes_from == "engine" else "counted from the model's config"
@@ -297,7 +289,10 @@ def percent_text(v: Any) -> str:
     if pct is None:
         return "-"
     if pct > 100.0:
-        return f"{pct:.1f}% ({'bandwidth' if get('suspect') == SUSPECT_BANDWIDTH else 'bytes/token'} suspect, see note)"
+        return (
+            f"{pct:.1f}% ({'bandwidth' if get('suspect') == SUSPECT_BANDWIDTH else 'bytes/token'} "
+            "suspect, see note)"
+        )
     return f"{pct:.1f}%"
 
 
@@ -312,8 +307,8 @@ def read_ratio_line(
     percent_of_file_ceiling: float | None,
 ) -> str | None:
     """One line when the engine reads more (or fewer) bytes per token than the file stores, beyond
-    READ_RATIO_NOTE: "the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: measured
-    against the file, 15% of ceiling". None when the file's figure is unknown or the two agree."""
+    READ_RATIO_NOTE: "the engine reads E MB per token, Rx the file's F MB: measured against the
+    file, P% of ceiling". None when the file's figure is unknown or the two agree."""
     if not file_bytes_per_token or not bytes_per_token:
         return None
     ratio = bytes_per_token / file_bytes_per_token

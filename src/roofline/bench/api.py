@@ -15,9 +15,8 @@ COMPLETIONS = "completions"
 
 # How much token accounting to ask of the server, best first. The warm-up falls back along this list
 # when a strict server rejects an option (400/422), so the measured requests use what it accepts.
-USAGE_PER_CHUNK = (
-    "per-chunk"  # stream_options {include_usage, continuous_usage_stats} (vLLM, SGLang)
-)
+# stream_options {include_usage, continuous_usage_stats} (vLLM, SGLang)
+USAGE_PER_CHUNK = "per-chunk"
 USAGE_FINAL = "final"  # stream_options {include_usage} (OpenAI)
 USAGE_NONE = "none"  # no stream_options at all
 USAGE_LEVELS = (USAGE_PER_CHUNK, USAGE_FINAL, USAGE_NONE)

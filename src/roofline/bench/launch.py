@@ -8,6 +8,7 @@ process that does (Linux, through /proc).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import http.client
 import os
@@ -141,22 +142,22 @@ class LocalServer:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
         env = {**os.environ, **self.env, TOKEN_VARIABLE: self.token}
-        try:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                preexec_fn=die_with_parent,
-            )
-        except OSError as e:
-            raise UserError(f"cannot start the server {self.argv[0]!r} ({e.strerror})") from None
-        finally:
-            log.close()
+        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            try:
+                self.proc = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                    preexec_fn=die_with_parent,
+                )
+            except OSError as e:
+                raise UserError(
+                    f"cannot start the server {self.argv[0]!r} ({e.strerror})"
+                ) from None
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + self.ready_timeout_s
@@ -218,10 +219,8 @@ class LocalServer:
         """`sig` to the server's process group, and to every process outside it carrying its token
         (once each: a second SIGTERM can interrupt a server's own orderly shutdown)."""
         group = self.proc.pid
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
         for pid in processes_with_token(self.token):
             try:
                 if os.getpgid(pid) != group:

@@ -34,9 +34,8 @@ class Scenario:
     rate_per_s: float = 0.0
     arrivals: str = "poisson"
     burstiness: float = 1.0  # gamma shape; 1 is Poisson
-    max_concurrency: int | None = (
-        None  # open loop: requests beyond it wait (the wait counts in TTFT)
-    )
+    # open loop: requests beyond it wait (the wait counts in TTFT)
+    max_concurrency: int | None = None
     num_requests: int | None = None
     duration_s: float | None = None
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import pairwise
 from typing import Any
 
 from roofline.errors import UserError
@@ -57,7 +58,7 @@ def output_speed_tok_per_s(tpot_s: float | None) -> float | None:
 
 
 def chunk_gaps_seconds(chunk_ns: Sequence[int]) -> list[float]:
-    return [(b - a) / NS_PER_S for a, b in zip(chunk_ns, chunk_ns[1:])]
+    return [(b - a) / NS_PER_S for a, b in pairwise(chunk_ns)]
 
 
 def itl_per_token_seconds(chunk_ns: Sequence[int], chunk_tokens: Sequence[int]) -> list[float]:

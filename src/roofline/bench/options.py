@@ -66,7 +66,8 @@ def rates_per_s(text: str) -> list[float]:
         values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise UserError(
-            f"--rate must be comma-separated numbers of requests per second, e.g. 2,4,8 (got {text!r})"
+            "--rate must be comma-separated numbers of requests per second, e.g. 2,4,8 (got "
+            f"{text!r})"
         ) from None
     if not values or any(not (0 < v < float("inf")) for v in values):  # also rejects nan
         raise UserError(f"--rate values must be positive requests per second (got {text!r})")

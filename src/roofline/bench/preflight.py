@@ -38,12 +38,10 @@ class ServerFacts:
     models: tuple[str, ...] = ()
     served: str | None = None
     bytes_per_token: float | None = None
-    file_bytes_per_token: float | None = (
-        None  # the entry's `roofline.file_bytes_per_token`: the file's own
-    )
-    hardware: str | None = (
-        None  # the entry's `roofline.hardware` ("local": the server's own machine)
-    )
+    # the entry's `roofline.file_bytes_per_token`: the file's own
+    file_bytes_per_token: float | None = None
+    # the entry's `roofline.hardware` ("local": the server's own machine)
+    hardware: str | None = None
     local: bool = False  # the URL's host is this machine
 
     def to_json(self) -> dict[str, Any]:

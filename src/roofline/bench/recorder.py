@@ -11,6 +11,7 @@ releases the GIL).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -24,9 +25,8 @@ def finish(rec: RequestRecord, tokenizer: Any = None) -> RequestRecord:
     if rec.raw_payloads is not None:
         kind, error = rec.error_kind, rec.error
         finalize(rec, rec.raw_events_ns, rec.raw_payloads, rec.saw_done or bool(kind), tokenizer)
-        if (
-            kind
-        ):  # the transport failure (cut, timeout, cancel) is the reason; chunks that came stay
+        # the transport failure (cut, timeout, cancel) is the reason; chunks that came stay
+        if kind:
             rec.error_kind, rec.error = kind, error
         rec.raw_events_ns = rec.raw_payloads = None
     return rec
@@ -73,10 +73,8 @@ class Recorder:
         self.stopping = True
         self.wake.set()
         if self.task is not None:
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self.task
-            except asyncio.CancelledError:
-                pass
             self.task = None
         self.flush_now()
 

@@ -39,13 +39,11 @@ class RequestRecord:
     error_kind: str = ""  # "" when the request succeeded
     error: str = ""
     text: str = ""
-    server_chunk_ns: list[int] | None = (
-        None  # a server's own send stamps (`roofline_t_ns`), if offered
-    )
+    # a server's own send stamps (`roofline_t_ns`), if offered
+    server_chunk_ns: list[int] | None = None
     passes: int | None = None  # weight passes (verify steps) the server reports, if it does
-    retried: bool = (
-        False  # sent again once on a fresh connection after a stale keep-alive one closed
-    )
+    # sent again once on a fresh connection after a stale keep-alive one closed
+    retried: bool = False
     # raw stream, kept from the last byte until `tokens.finalize` has decoded it (never written)
     raw_events_ns: list[int] | None = None
     raw_payloads: list[bytes] | None = None

@@ -39,7 +39,8 @@ def make_run_dir(folder: Path) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(
-            f"cannot create run folder {str(folder)!r} ({e.strerror}); pass --out to a writable place"
+            f"cannot create run folder {str(folder)!r} ({e.strerror}); pass --out to a writable "
+            "place"
         ) from None
     if (folder / REQUESTS).exists() and (folder / REQUESTS).stat().st_size:
         raise UserError(f"{str(folder)!r} already holds a run ({REQUESTS}); pass another --out")

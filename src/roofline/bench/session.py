@@ -47,14 +47,12 @@ def run_session(
     """Run the plan (against a started engine when asked); the engine is stopped in every case.
 
     A run held against this machine (`--hardware local`, or a launcher whose default hardware is
-    local, such as the embedded engine, unless --hardware says otherwise) is held against the read
-    bandwidth measured in its own window: a short probe right before the requests and another right
-    after, the higher of the two (`roofline.hardware.window`). measure_bandwidth() -> (bytes/s,
-    kernel) is that probe (the short best-of-kernels one by default). Such an engine's profile is
-    measured first if `roofline probe` never ran here. model_file: the engine's model (a local .gguf
-    or safetensors folder) when this session did not start it (tune starts its own): the file's
-    bytes per token are counted from it when the server does not report them; a started engine's
-    model argument is used the same way."""
+    local unless --hardware says otherwise) uses the read bandwidth of its own window: the higher of
+    a short probe right before and right after (`roofline.hardware.window`); measure_bandwidth() ->
+    (bytes/s, kernel) replaces that probe. Such an engine's profile is measured first if none exists
+    here. model_file: the model of an engine this session did not start, to count the file's bytes
+    per token when the server does not report them (a started engine's model argument serves the
+    same way)."""
     if engine is None or not engine.wanted:
         return _measure(
             plan,
@@ -114,13 +112,13 @@ def _measure(
         lambda: short_probe(by="the run window of `roofline bench` (or a tune trial)")
     )
     window = None
-    if (
-        hardware == LOCAL
-    ):  # the bandwidth of these minutes, not a profile's: a shared machine drifts
+    # the bandwidth of these minutes, not a profile's: a shared machine drifts
+    if hardware == LOCAL:
         before, kernel = measure()
         window = BandwidthWindow(before, before_kernel=kernel)
         progress.note(
-            f"read bandwidth before the run: {before / 1e9:.1f} GB/s (best of the probe's read kernels: {kernel})"
+            f"read bandwidth before the run: {before / 1e9:.1f} GB/s (best of the probe's read "
+            f"kernels: {kernel})"
         )
     try:
         ceiling, note = resolve_ceiling(
@@ -149,8 +147,8 @@ def _measure(
             after, kernel = measure()
             closed = window.closed(after, kernel)
             progress.note(
-                f"read bandwidth after the run: {after / 1e9:.1f} GB/s ({kernel}); the run is held against "
-                f"{closed.bound_bytes_per_s / 1e9:.1f} GB/s, the higher"
+                f"read bandwidth after the run: {after / 1e9:.1f} GB/s ({kernel}); the run is "
+                f"held against {closed.bound_bytes_per_s / 1e9:.1f} GB/s, the higher"
                 + (
                     f" (drift {100 * (closed.drift_fraction or 0):.0f}%: the machine was busy)"
                     if closed.drift_is_large()

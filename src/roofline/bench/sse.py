@@ -25,9 +25,8 @@ class SSEParser:
         self._data: list[bytes] | None = None  # data lines of the event being read
         self._event = b""  # the `event:` field of the event being read
         self.events_named: list[bytes] = []  # names of events that carried an `event:` field
-        self._started = (
-            False  # a byte other than a byte order mark was seen (set on the slow path only)
-        )
+        # a byte other than a byte order mark was seen (set on the slow path only)
+        self._started = False
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Add bytes; return the data payloads of the events they complete, in order."""
@@ -42,9 +41,8 @@ class SSEParser:
             return [chunk[6:-2]]  # the usual case: exactly one whole one-line event
         buf = self._tail + chunk if self._tail else chunk
         if not self._started:
-            if _BOM.startswith(
-                buf
-            ):  # the stream so far is (part of) a byte order mark: wait for more
+            # the stream so far is (part of) a byte order mark: wait for more
+            if _BOM.startswith(buf):
                 self._tail = buf
                 return []
             self._started = True

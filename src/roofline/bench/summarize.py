@@ -125,12 +125,10 @@ def vs_ceiling(
 ) -> dict:
     """Median per-request decode rate against the batch-1 ceiling, and the bandwidth it implies.
 
-    With speculation (the server reports more than one token per weight pass) the ceiling bounds
-    weight passes, not tokens: each pass reads the weights once, and Output Speed = passes/s x
-    tokens/pass can beat the one-token ceiling. Then passes/s is what is held against it (basis
-    "passes"). Above 100% the figure that must be wrong is named (`suspect`, `note`: see
-    `bench.against.above_ceiling`). When the ceiling knows the file's bytes per token, the same rate
-    is held against the file's ceiling too (`percent_of_file_ceiling`)."""
+    With speculation (more than one token per weight pass) the ceiling bounds passes, not tokens:
+    Output Speed = passes/s x tokens/pass may beat it, so passes/s is held against it (basis
+    "passes"). Above 100% the wrong figure is named (`bench.against.above_ceiling`). With the file's
+    bytes per token, the rate is also held against the file's ceiling."""
     d = {
         "ceiling_tok_per_s": ceiling.tok_per_s,
         "bytes_per_token": ceiling.bytes_per_token,
@@ -156,9 +154,8 @@ def vs_ceiling(
             )
         from roofline.bench.against import ceiling_excess
 
-        d.update(
-            ceiling_excess(ceiling, d["percent_of_ceiling"]) or {}
-        )  # above 100%: "suspect" and "note"
+        # above 100%: "suspect" and "note"
+        d.update(ceiling_excess(ceiling, d["percent_of_ceiling"]) or {})
     file_bytes = getattr(ceiling, "file_bytes_per_token", None)
     if file_bytes:  # the same rate against the bytes the file stores: what the model needs
         d.update(file_bytes_per_token=file_bytes, file_ceiling_tok_per_s=ceiling.file_tok_per_s)

@@ -159,17 +159,14 @@ class VsCeiling:
     passes_per_s: float | None = None
     tokens_per_pass: float | None = None
     tokens_percent_of_one_token_ceiling: float | None = None
-    suspect: str | None = (
-        None  # above 100%: the figure that must be wrong (bench.against.above_ceiling)
-    )
+    # above 100%: the figure that must be wrong (bench.against.above_ceiling)
+    suspect: str | None = None
     note: str | None = None  # above 100%: why, printed beside the percentage
-    file_bytes_per_token: float | None = (
-        None  # the weights as the model's file stores them (None: unknown)
-    )
+    # the weights as the model's file stores them (None: unknown)
+    file_bytes_per_token: float | None = None
     file_ceiling_tok_per_s: float | None = None  # bandwidth / file_bytes_per_token
-    percent_of_file_ceiling: float | None = (
-        None  # the same rate (tokens or passes) against the file's ceiling
-    )
+    # the same rate (tokens or passes) against the file's ceiling
+    percent_of_file_ceiling: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -239,9 +236,8 @@ class CeilingFigures:
     model: str = ""
     hardware: str = ""
     assumptions: tuple[str, ...] = ()
-    file_bytes_per_token: float | None = (
-        None  # the weights as the model's file stores them (None: unknown)
-    )
+    # the weights as the model's file stores them (None: unknown)
+    file_bytes_per_token: float | None = None
     file_tok_per_s: float | None = None  # the file's ceiling: bandwidth / file_bytes_per_token
     extra: Mapping[str, Any] = field(default_factory=dict)
 

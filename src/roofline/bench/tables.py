@@ -19,8 +19,12 @@ TOKEN_SOURCE_WORDS = {
     "tokenizer": "the local tokenizer (--tokenizer)",
     "usage_total+tokenizer": "the local tokenizer, scaled to the server's final usage total",
     "usage_total": "the server's final usage total (it matched one token per text chunk)",
-    "usage_total+chars": "the server's final usage total, shared over the chunks by their characters",
-    "chunks": "one token per text chunk (the server reported no usage; multi-token chunks undercount)",
+    "usage_total+chars": (
+        "the server's final usage total, shared over the chunks by their characters"
+    ),
+    "chunks": (
+        "one token per text chunk (the server reported no usage; multi-token chunks undercount)"
+    ),
 }
 
 
@@ -127,18 +131,18 @@ def _ceiling_notes(summary: RunSummary) -> list[str]:
             continue
         if v.basis == "passes":
             notes.append(
-                f"{s.name}: decode {v.measured_tok_per_s:.1f} tok/s = "
-                f"{v.passes_per_s:.1f} weight passes/s x {v.tokens_per_pass:.2f} tokens/pass; "
-                f"passes/s = {v.percent_of_ceiling:.1f}% of the ceiling (effective bandwidth "
-                f"{v.effective_bandwidth_bytes_per_s / 1e9:.2f} GB/s). Speculation verifies several "
-                f"tokens per pass, so tokens/s may pass the one-token ceiling "
-                f"({v.tokens_percent_of_one_token_ceiling:.1f}% of it) while every pass still reads "
-                f"all the weights"
+                f"{s.name}: decode {v.measured_tok_per_s:.1f} tok/s = {v.passes_per_s:.1f} weight "
+                f"passes/s x {v.tokens_per_pass:.2f} tokens/pass; passes/s = "
+                f"{v.percent_of_ceiling:.1f}% of the ceiling (effective bandwidth "
+                f"{v.effective_bandwidth_bytes_per_s / 1e9:.2f} GB/s). Speculation verifies "
+                "several tokens per pass, so tokens/s may pass the one-token ceiling "
+                f"({v.tokens_percent_of_one_token_ceiling:.1f}% of it) while every pass still "
+                "reads all the weights"
             )
         else:
             notes.append(
-                f"{s.name}: decode {v.measured_tok_per_s:.1f} tok/s = {v.percent_of_ceiling:.1f}% of the "
-                f"ceiling"
+                f"{s.name}: decode {v.measured_tok_per_s:.1f} tok/s = {v.percent_of_ceiling:.1f}% "
+                "of the ceiling"
                 + (
                     ""
                     if v.percent_of_file_ceiling is None
@@ -158,21 +162,21 @@ def _ceiling_notes(summary: RunSummary) -> list[str]:
 
 
 def file_ceiling_notes(c: CeilingFigures) -> list[str]:
-    """The file's ceiling beside the engine's: "file's ceiling: 279.5 tok/s = 27.0 GB/s / 96.6 MB
-    per token (the weights as the file stores them)", or why it is missing when the engine's own
-    count was used."""
+    """The file's ceiling beside the engine's ("file's ceiling: T tok/s = B GB/s / F MB per token
+    (...)"), or why it is missing when the engine's own count was used."""
     if c.file_bytes_per_token and c.file_tok_per_s:
         return [
             (
-                f"file's ceiling: {c.file_tok_per_s:.1f} tok/s = {c.bandwidth_bytes_per_s / 1e9:.1f} GB/s / "
-                f"{c.file_bytes_per_token / 1e6:.1f} MB per token (the weights as the model's file stores them; "
-                f"the engine reads {c.read_ratio:.2f}x that)"
+                f"file's ceiling: {c.file_tok_per_s:.1f} tok/s = "
+                f"{c.bandwidth_bytes_per_s / 1e9:.1f} GB/s / {c.file_bytes_per_token / 1e6:.1f} "
+                "MB per token (the weights as the model's file stores them; the engine reads "
+                f"{c.read_ratio:.2f}x that)"
             )
         ]
     if c.bytes_from_engine:
         return [
-            "file's ceiling: unknown (the server does not report the bytes its model file stores, and no local "
-            "model file was given to count them)"
+            "file's ceiling: unknown (the server does not report the bytes its model file stores, "
+            "and no local model file was given to count them)"
         ]
     return []
 
@@ -195,7 +199,8 @@ def result_notes(summary: RunSummary) -> list[str]:
         lag = s.metric("send_lag_s")
         if lag:
             notes.append(
-                f"{s.name}: send lag p50 {1e3 * lag.p50:.2f} ms, max {1e3 * lag.max:.2f} ms (counted in TTFT)"
+                f"{s.name}: send lag p50 {1e3 * lag.p50:.2f} ms, max {1e3 * lag.max:.2f} ms "
+                "(counted in TTFT)"
             )
         src = token_source_note(s)
         if src:

@@ -23,9 +23,8 @@ from typing import Any
 from roofline.bench.records import RequestRecord
 
 _TEXT_KEYS = ("content", "reasoning_content", "reasoning")
-_MAX_COUNT = (
-    2**31 - 1
-)  # a token or pass count beyond this is nonsense (and overflows float arithmetic)
+# a token or pass count beyond this is nonsense (and overflows float arithmetic)
+_MAX_COUNT = 2**31 - 1
 _MAX_STAMP_NS = 2**63 - 1  # a perf_counter_ns() stamp
 
 

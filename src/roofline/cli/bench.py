@@ -1,7 +1,6 @@
 """`roofline bench`: measure an OpenAI-compatible endpoint and hold it against the ceiling.
 
-Only typer, rich and the standard library at module level; the benchmark code is imported inside
-the command.
+Only typer, rich and the standard library at module level; the benchmark code loads inside.
 """
 
 from __future__ import annotations
@@ -12,16 +11,18 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from roofline.cli.output import run_until_signal
+from roofline.cli.output import listed, run_until_signal
 
 if TYPE_CHECKING:
     from roofline.bench.options import BenchOptions
 
-HELP = """Measure what an engine really delivers: TTFT, TPOT, per-token ITL, chunk gaps, Output Speed,
-E2E, requests/s, tokens/s and goodput, each request written to a run folder as it ends.
-
-Default: the B200 study's method: one stream, the built-in four fixed prompts, greedy, 3 reps,
-median with the per-prompt spread. See docs/metrics.md for every definition."""
+HELP = (
+    "Measure what an engine really delivers: TTFT, TPOT, per-token ITL, chunk gaps, "
+    "Output Speed,\nE2E, requests/s, tokens/s and goodput, each request written to a run "
+    "folder as it ends.\n\n"
+    "Default: the B200 study's method: one stream, the built-in four fixed prompts, greedy, "
+    "3 reps,\nmedian with the per-prompt spread. See docs/metrics.md for every definition."
+)
 
 
 def _print(summary, tables: list, *, as_markdown: bool) -> None:
@@ -35,62 +36,18 @@ def _print(summary, tables: list, *, as_markdown: bool) -> None:
         output.emit_table(name, headers, rows, as_markdown=False, notes=notes)
 
 
-class _RichProgress:
-    """A rich progress bar on stderr, one task per scenario."""
-
-    def __init__(self) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        from roofline.cli.progress import live_progress
-
-        # a live bar on a terminal, one plain line per scenario in a pipe or a file
-        self.p = live_progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("failed {task.fields[failed]}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            refresh_per_second=4,
-            transient=False,
-        )
-        self.task = None
-        self.failed = 0
-        self.p.start()
-
-    def start(self, name: str, total: int | None, duration_s: float | None) -> None:
-        self.failed = 0
-        label = f"{name} ({duration_s:g}s)" if duration_s else name
-        self.task = self.p.add_task(label, total=total, failed=0)
-
-    def advance(self, ok: bool) -> None:
-        if not ok:
-            self.failed += 1
-        self.p.update(self.task, advance=1, failed=self.failed)
-
-    def note(self, text: str) -> None:
-        from roofline.cli.output import print_wrapped
-
-        print_wrapped(self.p.console, text)  # a command line or a URL is never split
-
-    def stop(self) -> None:
-        self.p.stop()
-
-
 def register(app: typer.Typer) -> None:
+    from roofline.bench.api import USAGE_LEVELS
     from roofline.bench.engines import LAUNCHERS
+    from roofline.bench.loadgen import ARRIVALS
+    from roofline.bench.metrics import SLO_METRICS
 
-    names = [
-        f"{name} (with --engine-cmd)" if la.takes_template else name
-        for name, la in LAUNCHERS.items()
-    ]
-    engines = " or ".join([", ".join(names[:-1]), names[-1]])
+    engines = listed(
+        [
+            f"{name} (with --engine-cmd)" if la.takes_template else name
+            for name, la in LAUNCHERS.items()
+        ]
+    )
 
     @app.command("bench", help=HELP)
     def bench(
@@ -100,12 +57,14 @@ def register(app: typer.Typer) -> None:
         model: str | None = typer.Option(
             None,
             "--model",
-            help="Model for the ceiling (catalogue name, config.json or folder); also the served name when the server lists it.",
+            help="Model for the ceiling (catalogue name, config.json or folder); also the served "
+            "name when the server lists it.",
         ),
         hardware: str | None = typer.Option(
             None,
             "--hardware",
-            help="Hardware for the ceiling: a catalogue name, 'local' (the profile from `roofline probe`) or a bandwidth like 8TB/s.",
+            help="Hardware for the ceiling: a catalogue name, 'local' (the profile from `roofline "
+            "probe`) or a bandwidth like 8TB/s.",
         ),
         gpus: int = typer.Option(
             1, "--gpus", help="GPUs the model is spread over, for the ceiling."
@@ -129,12 +88,14 @@ def register(app: typer.Typer) -> None:
         prompts: Path | None = typer.Option(
             None,
             "--prompts",
-            help='JSONL prompt file: {"prompt": ...} or {"messages": [...]} per line, optional id and max_tokens.',
+            help='JSONL prompt file: {"prompt": ...} or {"messages": [...]} per line, optional id '
+            "and max_tokens.",
         ),
         synthetic: bool = typer.Option(
             False,
             "--synthetic",
-            help="Random-word prompts of --input-len tokens asking for --output-len tokens (sets --ignore-eos).",
+            help="Random-word prompts of --input-len tokens asking for --output-len tokens (sets "
+            "--ignore-eos).",
         ),
         input_len: str = typer.Option(
             "1024",
@@ -152,7 +113,8 @@ def register(app: typer.Typer) -> None:
         ignore_eos: bool = typer.Option(
             False,
             "--ignore-eos",
-            help="Ask the server to keep generating past end-of-sequence (vLLM, SGLang, llama.cpp).",
+            help="Ask the server to keep generating past end-of-sequence (vLLM, SGLang, "
+            "llama.cpp).",
         ),
         temperature: float = typer.Option(
             0.0,
@@ -171,7 +133,7 @@ def register(app: typer.Typer) -> None:
             None, "--rate", help="Open loop: arrivals per second, a sweep like 2,4,8."
         ),
         arrivals: str = typer.Option(
-            "poisson", "--arrivals", help="Open-loop arrival process: poisson, gamma or constant."
+            "poisson", "--arrivals", help=f"Open-loop arrival process: {listed(ARRIVALS)}."
         ),
         burstiness: float = typer.Option(
             1.0,
@@ -191,7 +153,8 @@ def register(app: typer.Typer) -> None:
         num_requests: int | None = typer.Option(
             None,
             "--num-requests",
-            help="Measured requests per scenario (default: prompts x reps; 4 per stream; 20 s of arrivals).",
+            help="Measured requests per scenario (default: prompts x reps; 4 per stream; 20 s of "
+            "arrivals).",
         ),
         warmup: int = typer.Option(
             1,
@@ -206,7 +169,7 @@ def register(app: typer.Typer) -> None:
         slo: str | None = typer.Option(
             None,
             "--slo",
-            help="Goodput limits, e.g. ttft=450ms,tpot=40ms (keys: ttft, tpot, e2e, itl).",
+            help=f"Goodput limits, e.g. ttft=450ms,tpot=40ms (keys: {', '.join(SLO_METRICS)}).",
         ),
         workers: int = typer.Option(
             1,
@@ -221,7 +184,8 @@ def register(app: typer.Typer) -> None:
         usage: str = typer.Option(
             "auto",
             "--usage",
-            help="Token accounting to ask for: auto, per-chunk, final or none (auto falls back when refused).",
+            help=f"Token accounting to ask for: {listed(['auto', *USAGE_LEVELS])} "
+            "(auto falls back when refused).",
         ),
         seed: int = typer.Option(0, "--seed", help="Seed for arrivals and synthetic prompts."),
         out: Path | None = typer.Option(
@@ -241,12 +205,14 @@ def register(app: typer.Typer) -> None:
         engine_arg: list[str] = typer.Option(
             [],
             "--engine-arg",
-            help="Engine setting (repeat): a knob as name=value (e.g. threads=2), or an argument passed as it is (e.g. --engine-arg=--max-seq-len --engine-arg=512).",
+            help="Engine setting (repeat): a knob as name=value (e.g. threads=2), or an argument "
+            "passed as it is (e.g. --engine-arg=--max-seq-len --engine-arg=512).",
         ),
         engine_cmd: str | None = typer.Option(
             None,
             "--engine-cmd",
-            help="Start this server command ({port}, {host}, {python}, {model} are filled in; never run by a shell).",
+            help="Start this server command ({port}, {host}, {python}, {model} are filled in; "
+            "never run by a shell).",
         ),
         engine_timeout: str = typer.Option(
             "300s",
@@ -317,17 +283,17 @@ def _run(o: BenchOptions) -> int:
     from roofline.bench.results import default_run_dir
     from roofline.bench.session import run_session
     from roofline.bench.tables import tables, write_markdown
+    from roofline.cli.progress import ScenarioProgress
 
     engine = engine_from_options(o)
     plan = plan_from_options(o)
-    if (
-        engine is None
-    ):  # a URL: one line and exit 2 when no server answers; its bytes per token set the ceiling
+    # a URL: one line and exit 2 when no server answers; its bytes per token set the ceiling
+    if engine is None:
         from roofline.bench.preflight import preflight
 
         plan = preflight(plan, lambda text: typer.echo(text, err=True))
     run_dir = o.out or default_run_dir(plan.label)
-    progress = _RichProgress()
+    progress = ScenarioProgress()
     try:
         outcome = run_session(plan, run_dir, progress, engine)
     except ServerDied as e:
@@ -363,10 +329,11 @@ def _calibrate(o: BenchOptions) -> int:
     from roofline.bench.options import check_positive
     from roofline.bench.results import default_run_dir, write_json
     from roofline.cli import output
+    from roofline.cli.progress import ScenarioProgress
 
     check_positive("--workers", o.workers)
     run_dir = o.out or default_run_dir("calibrate")
-    progress = _RichProgress()
+    progress = ScenarioProgress()
     try:
         results = run_calibration(workers=o.workers, out_dir=run_dir, progress=progress)
     finally:

@@ -1,8 +1,7 @@
 """`roofline ceiling`, `roofline hardware list`, `roofline models list`.
 
 Thin: parse options, call `roofline.bounds.analysis.analyse`, print (rich, --markdown or --json).
-Imports stay light (no torch, numba, aiohttp, numpy): this command must answer in well under a
-second.
+Imports stay light (no torch, numba, aiohttp, numpy): the answer must come in well under 1 s.
 """
 
 from __future__ import annotations
@@ -28,7 +27,10 @@ def _breakdown(result) -> tuple[list[list[str]], list[str]]:
     # One unit for the whole column: GB (two decimals, as the guide quotes them), MB for small
     # models.
     scale, unit = (1e9, "GB") if result.bytes_per_token >= 1e9 else (1e6, "MB")
-    size = lambda n: f"{n / scale:,.2f} {unit}"
+
+    def size(n: float) -> str:
+        return f"{n / scale:,.2f} {unit}"
+
     rows, left_out = [], []
     for c in result.components:
         if c.counted:
@@ -132,8 +134,9 @@ def _print(result, *, as_markdown: bool) -> None:
     _line(f"{head}{m.name} on {hw.label}", as_markdown=as_markdown)
     _line("", as_markdown=as_markdown)
     _line(
-        f"{fmt_params(m.params_total)} params, {fmt_params(m.params_active)} active ({m.architecture}); "
-        f"{fmt_bandwidth(result.bandwidth_bytes_per_s)} usable bandwidth, {fmt_bytes(hw.memory_bytes, 1)} memory",
+        f"{fmt_params(m.params_total)} params, {fmt_params(m.params_active)} active "
+        f"({m.architecture}); {fmt_bandwidth(result.bandwidth_bytes_per_s)} usable bandwidth, "
+        f"{fmt_bytes(hw.memory_bytes, 1)} memory",
         as_markdown=as_markdown,
     )
     _line("", as_markdown=as_markdown)
@@ -278,9 +281,7 @@ def ceiling(
     else:
         _print(result, as_markdown=as_markdown)
     if plot is not None:
-        from roofline.report.build import (
-            write_ceiling_plot,  # matplotlib only when asked for
-        )
+        from roofline.report.build import write_ceiling_plot  # matplotlib only when asked for
 
         path = write_ceiling_plot(result, plot)
         typer.echo(f"roofline chart: {path}", err=True)

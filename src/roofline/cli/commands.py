@@ -1,5 +1,4 @@
-"""The sub-command modules, in the order `roofline --help` lists them. Each exposes
-`register(app)`."""
+"""The sub-command modules, each with `register(app)`, in the order `roofline --help` lists."""
 
 from __future__ import annotations
 

@@ -10,12 +10,7 @@ from roofline.cli.speculation_flags import speculation_flags
 from roofline.errors import UserError
 from roofline.speculation import SpecOptions
 
-DTYPES = (
-    "stored",
-    "fp32",
-    "bf16",
-    "int8",
-)  # = roofline.engine.weights.DTYPES (this module stays light)
+DTYPES = ("stored", "fp32", "bf16", "int8")  # = roofline.engine.weights.DTYPES, kept light
 
 
 @speculation_flags
@@ -144,9 +139,8 @@ def generate(
                 sys.stdout.flush()
 
     window = None
-    if (
-        probe
-    ):  # the bandwidth of these minutes: a short probe right before and right after the generation
+    # the bandwidth of these minutes: a short probe right before and right after the generation
+    if probe:
         from roofline.hardware.window import measure_window, short_probe
 
         def measure_now() -> tuple[float, str]:
@@ -177,9 +171,8 @@ def _print_timings(
     t = gen.timings
     tok_per_s = t.decode_tok_per_s
     gb_per_s = runner.bytes_per_token * tok_per_s / 1e9
-    file_bytes = getattr(
-        runner, "file_bytes_per_token", None
-    )  # what the file stores: what the model needs
+    # what the file stores: what the model needs
+    file_bytes = getattr(runner, "file_bytes_per_token", None)
     result = {
         "model": runner.name,
         "path": runner.path,
@@ -273,8 +266,8 @@ def _print_timings(
             )
             rows.append(("% of file's ceiling", f"{vs['percent_of_file_ceiling']:.1f}%"))
     notes = [
-        "decode tok/s counts tokens from decode steps only; effective bandwidth = weight bytes/token x decode tok/s "
-        "(the KV cache read adds to it at long contexts)"
+        "decode tok/s counts tokens from decode steps only; effective bandwidth = weight "
+        "bytes/token x decode tok/s (the KV cache read adds to it at long contexts)"
     ]
     if window is not None:
         notes.append(window.describe())
@@ -298,8 +291,8 @@ def _print_timings(
             )
         )
         notes.append(
-            "with speculation one weight pass can yield several tokens: the effective bandwidth counts "
-            "tokens, not passes, and may exceed what the memory delivers"
+            "with speculation one weight pass can yield several tokens: the effective bandwidth "
+            "counts tokens, not passes, and may exceed what the memory delivers"
         )
     emit_table("roofline generate", ["metric", "value"], rows, as_markdown=as_markdown, notes=notes)
 

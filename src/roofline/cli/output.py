@@ -1,5 +1,4 @@
-"""One way to print results: a rich table for people, --json and --markdown for machines and
-docs."""
+"""One way to print results: a rich table for people, --json and --markdown for machines."""
 
 from __future__ import annotations
 
@@ -12,6 +11,12 @@ from rich.console import Console
 from rich.text import Text
 
 from roofline.cli.layout import FitTable, wrap_words
+
+
+def listed(names: Sequence[str]) -> str:
+    """'a, b or c': a registry's names in a help text, so that the text follows the registry."""
+    names = list(names)
+    return " or ".join(filter(None, [", ".join(names[:-1]), names[-1]])) if names else "none"
 
 
 def console() -> Console:
@@ -74,9 +79,8 @@ def print_wrapped(c: Console, text: str, *, indent: str = "", hanging: str = "  
     URL): a word longer than the line stands on a line of its own. Continuation lines are indented
     by `hanging`."""
     for line in wrap_words(text, c.width, indent=indent, hanging=indent + hanging):
-        c.print(
-            Text(line), soft_wrap=True
-        )  # wrapped already: rich must neither fold nor crop a long word
+        # wrapped already: rich must neither fold nor crop a long word
+        c.print(Text(line), soft_wrap=True)
 
 
 # Functions Python runs around os.fork (subprocess starts engines) whose exceptions it prints and

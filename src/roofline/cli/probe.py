@@ -1,5 +1,4 @@
-"""`roofline probe`: measure this machine's memory bandwidth and matrix rates, and save the
-profile."""
+"""`roofline probe`: measure this machine's memory bandwidth and matrix rates; save them."""
 
 from __future__ import annotations
 
@@ -7,9 +6,8 @@ from typing import Any
 
 import typer
 
-QUICK_SIZE_BYTES = (
-    1 << 30
-)  # the full size still: server CPUs have last-level caches of 256 MiB and more
+# the full size still: server CPUs have last-level caches of 256 MiB and more
+QUICK_SIZE_BYTES = 1 << 30
 QUICK_REPEATS = 3
 QUICK_MATMUL_N = 1024
 QUICK_CUDA_MATMUL_N = 4096
@@ -169,16 +167,19 @@ def _print(profile: dict[str, Any], path: Any, *, as_json: bool, as_markdown: bo
     s = profile["settings"]
     notes = [
         (
-            f"{profile['cpu']}, threads: {profile['threads']}; {s['repeats']} timed passes per kernel after "
-            f"{s['warmup']} warm-up; {s['size_bytes'] / 2**20:,.0f} MiB per bandwidth kernel and matvec, "
+            f"{profile['cpu']}, threads: {profile['threads']}; {s['repeats']} timed passes per "
+            f"kernel after {s['warmup']} warm-up; {s['size_bytes'] / 2**20:,.0f} MiB per "
+            "bandwidth kernel and matvec, "
             f"{_matmul_sizes(profile.get('flops', {}), s['matmul_n'])}."
         ),
-        "Bytes counted as STREAM does (copy 2 arrays, triad 3); the CPU's write-allocate reads are not counted.",
+        "Bytes counted as STREAM does (copy 2 arrays, triad 3); the CPU's write-allocate reads "
+        "are not counted.",
         (
-            "best = the fastest timed pass. The ceiling's read bandwidth is the best pass of the best read kernel (as "
-            "STREAM reports its best time and the Empirical Roofline Toolkit its maximum over trials); the median is "
-            "the typical rate. Read kernels: numpy sum and a SIMD sum over one slice per thread, and a gemv shaped like "
-            "a decode step (every weight row read once)."
+            "best = the fastest timed pass. The ceiling's read bandwidth is the best pass of the "
+            "best read kernel (as STREAM reports its best time and the Empirical Roofline Toolkit "
+            "its maximum over trials); the median is the typical rate. Read kernels: numpy sum "
+            "and a SIMD sum over one slice per thread, and a gemv shaped like a decode step "
+            "(every weight row read once)."
         ),
         f"Profile saved to {path}" if path else "Profile not saved (--no-save).",
     ]
@@ -203,9 +204,10 @@ def _kept_best_note(profile: dict[str, Any]) -> str | None:
     ):
         return None
     return (
-        f"This probe's best read pass, {own['bytes_per_s'] / 1e9:,.1f} GB/s, is below the best this machine has "
-        f"shown: {kept['bytes_per_s'] / 1e9:,.1f} GB/s by {kept.get('by', '?')} at {kept.get('measured_at', '?')}; "
-        "the profile keeps that one, so --hardware local stays a bound."
+        f"This probe's best read pass, {own['bytes_per_s'] / 1e9:,.1f} GB/s, is below the best "
+        f"this machine has shown: {kept['bytes_per_s'] / 1e9:,.1f} GB/s by {kept.get('by', '?')} "
+        f"at {kept.get('measured_at', '?')}; the profile keeps that one, so --hardware local "
+        "stays a bound."
     )
 
 

@@ -1,11 +1,9 @@
-"""Progress on stderr: a live rich bar on a terminal; plain lines anywhere else (a pipe, a file, a
-CI log).
+"""Progress on stderr: a live rich bar on a terminal; plain lines in a pipe, a file or a CI log.
 
-rich's Progress draws nothing useful into a file: each refresh and stop leaves an empty line behind.
-Off a terminal, `live_progress` returns a `LineProgress` instead, with the part of Progress's
-interface the commands use (add_task, update, advance, start, stop, console, `with`), which writes
-one line when a task finishes (or, at the end, for a task that never reached its total) and nothing
-else.
+rich's Progress leaves an empty line in a file at each refresh and stop. Off a terminal,
+`live_progress` returns a `LineProgress` with the part of Progress's interface the commands use
+(add_task, update, advance, start, stop, console, `with`): one line per finished task (at the end,
+also for a task short of its total), nothing else.
 """
 
 from __future__ import annotations
@@ -101,10 +99,8 @@ class LineProgress:
         task = self._tasks[task_id]
         task.last = time.monotonic()
         if completed is not None and completed < task.completed:
-            task.reported, task.started = (
-                False,
-                task.last,
-            )  # the task starts over (the next trial's requests)
+            # the task starts over (the next trial's requests)
+            task.reported, task.started = False, task.last
         if description is not None:
             task.description = description
         if total is not None:
@@ -137,5 +133,48 @@ class LineProgress:
             text = str(value)
             extra.append(text if text.startswith(key) else f"{key} {text}")
         elapsed = task.last - task.started
-        line = f"{self.label}{task.description.rstrip(': ')}: {', '.join([done, *extra])} ({elapsed:.1f} s)"
+        line = (
+            f"{self.label}{task.description.rstrip(': ')}: {', '.join([done, *extra])} "
+            f"({elapsed:.1f} s)"
+        )
         self.console.print(Text(line, no_wrap=True, overflow="ignore"))
+
+
+class ScenarioProgress:
+    """A rich progress bar on stderr, one task per scenario."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+        # a live bar on a terminal, one plain line per scenario in a pipe or a file
+        self.p = live_progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("failed {task.fields[failed]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            refresh_per_second=4,
+            transient=False,
+        )
+        self.task = None
+        self.failed = 0
+        self.p.start()
+
+    def start(self, name: str, total: int | None, duration_s: float | None) -> None:
+        self.failed = 0
+        label = f"{name} ({duration_s:g}s)" if duration_s else name
+        self.task = self.p.add_task(label, total=total, failed=0)
+
+    def advance(self, ok: bool) -> None:
+        if not ok:
+            self.failed += 1
+        self.p.update(self.task, advance=1, failed=self.failed)
+
+    def note(self, text: str) -> None:
+        from roofline.cli.output import print_wrapped
+
+        print_wrapped(self.p.console, text)  # a command line or a URL is never split
+
+    def stop(self) -> None:
+        self.p.stop()

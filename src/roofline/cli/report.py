@@ -9,9 +9,17 @@ from pathlib import Path
 
 import typer
 
-HELP = """Draw a run: the roofline (the hardware's bandwidth slope and compute roof, the model's decode and prefill points, the measured runs), time per token (the weight-read floor against everything else), the ladder and sweeps of a tune run, the per-prompt spread, latency distributions and load sweeps of a bench run, with the ceiling and provenance tables.
-
-Writes RUN_DIR/report.html (self-contained: opens from disk, loads nothing), report.md (for an issue or pull request) and each chart as report/*.svg and report/*.png, and prints the path. Two or more run folders: side by side (B - A and B / A for two), written to compare-<A>-vs-<B> beside the first run (or --out)."""
+HELP = (
+    "Draw a run: the roofline (the hardware's bandwidth slope and compute roof, the model's "
+    "decode and prefill points, the measured runs), time per token (the weight-read floor "
+    "against everything else), the ladder and sweeps of a tune run, the per-prompt spread, "
+    "latency distributions and load sweeps of a bench run, with the ceiling and provenance "
+    "tables.\n\n"
+    "Writes RUN_DIR/report.html (self-contained: opens from disk, loads nothing), report.md (for "
+    "an issue or pull request) and each chart as report/*.svg and report/*.png, and prints the "
+    "path. Two or more run folders: side by side (B - A and B / A for two), written to "
+    "compare-<A>-vs-<B> beside the first run (or --out)."
+)
 
 
 def _echo_written(written, *, err: bool) -> None:
@@ -51,7 +59,8 @@ def register(app: typer.Typer) -> None:
         out: Path | None = typer.Option(
             None,
             "--out",
-            help="Where the report goes (default: the run folder; for several runs compare-<A>-vs-<B> beside the first).",
+            help="Where the report goes (default: the run folder; for several runs "
+            "compare-<A>-vs-<B> beside the first).",
         ),
     ) -> None:
         from roofline.report.build import write_report

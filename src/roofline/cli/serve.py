@@ -1,5 +1,4 @@
-"""`roofline serve`: the embedded engine behind an OpenAI-compatible HTTP API (loopback by
-default)."""
+"""`roofline serve`: the embedded engine behind an OpenAI-compatible HTTP API (loopback)."""
 
 from __future__ import annotations
 
@@ -8,8 +7,8 @@ import sys
 
 import typer
 
-from roofline.cli.speculation_flags import speculation_flags
 from roofline.cli.generate import DTYPES
+from roofline.cli.speculation_flags import speculation_flags
 from roofline.errors import UserError
 from roofline.speculation import SpecOptions
 
@@ -108,8 +107,8 @@ def serve(
         raise UserError("--metrics-require-key needs an --api-key")
     if not api_key and not _is_loopback(host):
         print(
-            f"roofline serve: warning: --host {host} accepts connections from other machines and no --api-key "
-            "is set: anyone who can reach this port can use the model",
+            f"roofline serve: warning: --host {host} accepts connections from other machines and "
+            "no --api-key is set: anyone who can reach this port can use the model",
             file=sys.stderr,
             flush=True,
         )
@@ -122,11 +121,13 @@ def serve(
             return bind_socket(host, port)
         except OSError as e:
             raise UserError(
-                f"cannot listen on {host}:{port} ({e.strerror or e}); choose another --port or --host"
+                f"cannot listen on {host}:{port} ({e.strerror or e}); choose another --port or "
+                "--host"
             ) from None
 
-    listen().close()  # fail in a second on a busy port, not after loading; the real bind follows the load,
-    # so that connections are refused (not left hanging) until the server is ready
+    # fail in a second on a busy port, not after loading; the real bind follows the load, so that
+    # connections are refused (not left hanging) until the server is ready
+    listen().close()
     from roofline.engine import load_runner
     from roofline.engine.scheduler import Scheduler
     from roofline.engine.speculate.step import speculation_factory

@@ -1,8 +1,6 @@
-"""`roofline tune`: launch an engine with one configuration after another, measure each, keep the
-exact ones.
+"""`roofline tune`: run an engine in one configuration after another; keep the exact ones.
 
-Only typer, rich and the standard library at module level; the tuner (and Optuna) are imported
-inside.
+Only typer, rich and the standard library at module level; the tuner and Optuna load inside.
 """
 
 from __future__ import annotations
@@ -13,29 +11,44 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from roofline.cli.output import run_until_signal
+from roofline.cli.output import listed, run_until_signal
 from roofline.errors import UserError
 
 if TYPE_CHECKING:
     from roofline.tune.tuner import TuneArgs, TuneOptions
 
-HELP = """Close the gap: start an engine with one configuration after another, measure each with `roofline bench`, refuse any whose greedy outputs differ from the baseline's, and show what each setting bought.
-
-Default: the embedded engine on the default model, the `embedded` preset (precision, speculative proposer and its knobs, threads), the ladder strategy (the B200 study's method: one knob at a time, keep a value only when it beats the spread across repetitions), single-stream Output Speed on the four built-in prompts. Measures this machine first if `roofline probe` never ran here.
-
-Results go to a run folder (printed): tune.json (for `roofline report`), trials.jsonl, one folder per trial with the engine's log, and the study (study.db) that --resume continues after Ctrl-C or a kill. With --storage postgresql://... --study NAME, the same command on several machines shares one study: each worker claims different trials and records the machine it ran on."""
-
-
-def _listed(names: list[str]) -> str:
-    """'a, b or c'."""
-    return " or ".join(filter(None, [", ".join(names[:-1]), names[-1]])) if names else "none"
+HELP = (
+    "Close the gap: start an engine with one configuration after another, measure each with "
+    "`roofline bench`, refuse any whose greedy outputs differ from the baseline's, and show what "
+    "each setting bought.\n\n"
+    "Default: the embedded engine on the default model, the `embedded` preset (precision, "
+    "speculative proposer and its knobs, threads), the ladder strategy (the B200 study's method: "
+    "one knob at a time, keep a value only when it beats the spread across repetitions), "
+    "single-stream Output Speed on the four built-in prompts. Measures this machine first if "
+    "`roofline probe` never ran here.\n\n"
+    "Results go to a run folder (printed): tune.json (for `roofline report`), trials.jsonl, one "
+    "folder per trial with the engine's log, and the study (study.db) that --resume continues "
+    "after Ctrl-C or a kill. With --storage postgresql://... --study NAME, the same command on "
+    "several machines shares one study: each worker claims different trials and records the "
+    "machine it ran on."
+)
 
 
 def register(app: typer.Typer) -> None:
     from roofline.bench.engines import LAUNCHERS
+    from roofline.tune.objectives import OBJECTIVES
+    from roofline.tune.search import STRATEGIES
     from roofline.tune.space import preset_names
 
-    tunable = _listed([name for name, la in LAUNCHERS.items() if la.knobs])
+    tunable = listed([name for name, la in LAUNCHERS.items() if la.knobs])
+    strategies = listed([f"{name} ({s.help})" for name, s in STRATEGIES.items()])
+    objectives = listed([f"{name} ({o.help})" for name, o in OBJECTIVES.items()])
+    whole = listed([name for name, s in STRATEGIES.items() if s.default_budget is None])
+    budgets = "".join(
+        f"; {s.default_budget} for {name}"
+        for name, s in STRATEGIES.items()
+        if s.default_budget is not None
+    )
     own_hardware = ", ".join(
         f"{name}: {la.default_hardware}" for name, la in LAUNCHERS.items() if la.default_hardware
     )
@@ -60,22 +73,23 @@ def register(app: typer.Typer) -> None:
         strategy: str = typer.Option(
             "ladder",
             "--strategy",
-            help="ladder (one knob at a time, the study's method), grid (every combination) or tpe (Optuna).",
+            help=f"{strategies}.",
         ),
         trials: int | None = typer.Option(
             None,
             "--trials",
-            help="Most trials to run, baseline included (default: the whole ladder or grid; 20 for tpe).",
+            help=f"Most trials to run, baseline included (default: the whole {whole}{budgets}).",
         ),
         objective: str = typer.Option(
             "speed",
             "--objective",
-            help="speed (single-stream Output Speed), goodput (tok/s meeting --slo) or cost ($/Mtok, --price-per-hour).",
+            help=f"{objectives}.",
         ),
         reps: int = typer.Option(
             2,
             "--reps",
-            help="Times each prompt is sent per trial; the spread across reps is the noise a gain must beat.",
+            help="Times each prompt is sent per trial; the spread across reps is the noise a gain "
+            "must beat.",
         ),
         max_tokens: int = typer.Option(
             96,
@@ -94,7 +108,8 @@ def register(app: typer.Typer) -> None:
         storage: str | None = typer.Option(
             None,
             "--storage",
-            help="Study storage URL, e.g. postgresql://user@host/db to share one study between machines (default: SQLite in the run folder).",
+            help="Study storage URL, e.g. postgresql://user@host/db to share one study between "
+            "machines (default: SQLite in the run folder).",
         ),
         study: str = typer.Option(
             "tune",
@@ -104,18 +119,21 @@ def register(app: typer.Typer) -> None:
         resume: Path | None = typer.Option(
             None,
             "--resume",
-            help="Continue the run in this folder: interrupted trials run again, finished ones are kept.",
+            help="Continue the run in this folder: interrupted trials run again, finished ones "
+            "are kept.",
         ),
         allow_inexact: bool = typer.Option(
             False,
             "--allow-inexact",
-            help="Let a configuration whose greedy outputs differ from the baseline's be chosen as best.",
+            help="Let a configuration whose greedy outputs differ from the baseline's be chosen "
+            "as best.",
         ),
         runs: Path = typer.Option(Path("runs"), "--runs", help="Folder the run folder is made in."),
         engine_arg: list[str] = typer.Option(
             [],
             "--engine-arg",
-            help="knob=value fixes a knob for the baseline and every trial; anything else is passed to the engine as is (repeat).",
+            help="knob=value fixes a knob for the baseline and every trial; anything else is "
+            "passed to the engine as is (repeat).",
         ),
         slo: str | None = typer.Option(
             None, "--slo", help="goodput: limits like ttft=2s,tpot=100ms."
@@ -230,9 +248,8 @@ def _new_options(a: TuneArgs) -> TuneOptions:
     if fixed:
         sp = sp.with_baseline(fixed)
         check_config(launcher, sp.baseline)
-    launcher.argv(
-        model=a.model, port=1, host="127.0.0.1", config=sp.baseline, extra_args=extra
-    )  # e.g. no --model
+    # the launcher's own checks, e.g. no --model
+    launcher.argv(model=a.model, port=1, host="127.0.0.1", config=sp.baseline, extra_args=extra)
     if not a.model:
         launcher.default_model()  # missing: a one-line error now, not a failed baseline
     hardware = a.hardware or launcher.default_hardware

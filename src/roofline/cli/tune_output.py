@@ -132,7 +132,8 @@ class RichDisplay(Display):
         line = f"trial {result.number} {result.status}: {config_text(result.config, self.baseline)}"
         if result.value is not None:
             line += (
-                f" -> {fmt(result.value, self.unit)} (spread {fmt(result.spread)}, {percent(result)} of ceiling"
+                f" -> {fmt(result.value, self.unit)} (spread {fmt(result.spread)}, "
+                f"{percent(result)} of ceiling"
                 + (
                     f", {percent_file(result)} of the file's"
                     if result.percent_of_file_ceiling is not None
@@ -152,9 +153,8 @@ class RichDisplay(Display):
         print_wrapped(self.p.console, text)
 
     def stop(self) -> None:
-        self.p.update(
-            self.trials, description="trials"
-        )  # the counter's last line names it, not the last trial
+        # the counter's last line names it, not the last trial
+        self.p.update(self.trials, description="trials")
         self.p.stop()
 
 

@@ -1,6 +1,6 @@
-"""Rendering one matplotlib figure to a `Chart`: an SVG string (text kept as text, no fonts
-embedded, nothing linked) for the HTML page, PNG bytes for export, and the numbers it was drawn
-from."""
+"""One matplotlib figure as a `Chart`: SVG for the page, PNG for export, and its numbers.
+
+The SVG keeps text as text, embeds no fonts and links nothing."""
 
 from __future__ import annotations
 

@@ -81,8 +81,8 @@ def comparison_table(runs: Sequence[Any]) -> Table:
     notes = []
     if len(runs) == 2 and not _same_workload(runs):
         notes.append(
-            "the two runs did not run the same workload (prompts, reps, max tokens or scenarios differ): "
-            "deltas compare different things"
+            "the two runs did not run the same workload (prompts, reps, max tokens or scenarios "
+            "differ): deltas compare different things"
         )
     return Table("side by side", tuple(headers), tuple(rows), tuple(notes))
 
@@ -113,7 +113,7 @@ def comparison_section(runs: Sequence[Any]) -> Section:
             first.model_label,
             tuple(p for p in first.points if p.kind != "measured")
             + tuple(p for d in data for p in d.points if p.kind == "measured"),
-            first.notes + ("Slope and model points: run A's ceiling.",),
+            (*first.notes, "Slope and model points: run A's ceiling."),
         )
         charts.append(draw_roofline(merged, key="compare_roofline"))
     bars = []

@@ -1,6 +1,7 @@
-"""A `Page` as one self-contained HTML file: inline CSS, charts as inline SVG, no script, no link to
-anything outside the file (no fonts, images or stylesheets to fetch), so it opens from disk
-anywhere."""
+"""A `Page` as one self-contained HTML file that opens from disk anywhere.
+
+Inline CSS, charts as inline SVG, no script, and no link outside the file (fonts, images or
+stylesheets)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from html import escape
 from roofline.report.page import Page, Section, Table
 
 _CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1100px;
-       padding: 0 1rem; color: #222; line-height: 1.4; }
-h1 { font-size: 1.5rem; } h2 { font-size: 1.2rem; border-bottom: 1px solid #ddd; padding-bottom: .2rem; margin-top: 2rem; }
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto;
+       max-width: 1100px; padding: 0 1rem; color: #222; line-height: 1.4; }
+h1 { font-size: 1.5rem; }
+h2 { font-size: 1.2rem; border-bottom: 1px solid #ddd; padding-bottom: .2rem; margin-top: 2rem; }
 h3 { font-size: 1rem; }
-.warnings { background: #fff4e5; border: 2px solid #e08a00; padding: .6rem 1rem; border-radius: 4px; }
+.warnings { background: #fff4e5; border: 2px solid #e08a00; padding: .6rem 1rem;
+            border-radius: 4px; }
 .warnings strong { color: #a05a00; }
 figure { margin: 1rem 0; } figure svg { max-width: 100%; height: auto; }
 figcaption { font-size: .85rem; color: #555; }
@@ -58,13 +61,15 @@ def _section(s: Section, exports: bool) -> str:
     out = [f"<section><h2>{escape(s.title)}</h2>"]
     for c in s.charts:
         files = (
-            f"<div class='exports'>files: report/{escape(c.key)}.svg, report/{escape(c.key)}.png</div>"
+            f"<div class='exports'>files: report/{escape(c.key)}.svg, "
+            f"report/{escape(c.key)}.png</div>"
             if exports
             else ""
         )
         out.append(
-            f"<figure id='chart-{escape(c.key)}'>{scoped_svg(c.svg, c.key)}<figcaption><strong>{escape(c.title)}.</strong> "
-            f"{escape(c.caption)}</figcaption>{files}</figure>"
+            f"<figure id='chart-{escape(c.key)}'>{scoped_svg(c.svg, c.key)}"
+            f"<figcaption><strong>{escape(c.title)}.</strong> {escape(c.caption)}</figcaption>"
+            f"{files}</figure>"
         )
     out += [_table(t) for t in s.tables]
     if s.notes:
@@ -79,7 +84,10 @@ def page_html(page: Page, *, exports: bool = True) -> str:
     warn = ""
     if page.warnings:
         items = "".join(f"<li>{escape(w)}</li>" for w in page.warnings)
-        warn = f"<div class='warnings' id='warnings'><strong>Warning: this report is incomplete.</strong><ul>{items}</ul></div>"
+        warn = (
+            "<div class='warnings' id='warnings'><strong>Warning: this report is "
+            f"incomplete.</strong><ul>{items}</ul></div>"
+        )
     prov = ""
     if page.provenance:
         prov = (

@@ -1,5 +1,4 @@
-"""A `Page` as report.md: for pasting into an issue or pull request (charts linked as
-report/*.svg)."""
+"""A `Page` as report.md, for an issue or pull request (charts linked as report/*.svg)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Charts of a bench run's requests: the per-prompt spread (each prompt x repetition a point), TTFT
-and TPOT distributions (CDFs), and for load sweeps the speed each user sees against aggregate
-throughput."""
+"""Charts of a bench run's requests: per-prompt spread, latency CDFs, and load sweeps.
+
+The spread has a point per prompt and repetition; TTFT and TPOT are CDFs; a load sweep plots the
+speed each user sees against aggregate throughput."""
 
 from __future__ import annotations
 
@@ -108,7 +109,10 @@ def draw_prompt_spread(reps: Sequence[PromptRep], *, key: str = "prompt_spread")
     ax.set_title("per prompt: every prompt x repetition")
     if len(scenarios) > 1:
         ax.legend(fontsize=8)
-    caption = "Each point is one request (a prompt and one repetition): how much speed depends on the prompt."
+    caption = (
+        "Each point is one request (a prompt and one repetition): how much speed depends on the "
+        "prompt."
+    )
     return render(fig, key, "Per-prompt spread", caption, list(reps))
 
 

@@ -79,7 +79,8 @@ def roofline_from_analysis(a, *, prompt_tokens: int = 1024) -> RooflineData:
         RooflinePoint(f"prefill {p_tokens:,} tok", "prefill", i, data.attainable_flop_per_s(i))
     )
     notes = [
-        f"FLOPs per token: 2 x matmul params = {f / 1e9:.3g} GFLOP; bandwidth {a.bandwidth_bytes_per_s / 1e9:.4g} GB/s"
+        f"FLOPs per token: 2 x matmul params = {f / 1e9:.3g} GFLOP; bandwidth "
+        f"{a.bandwidth_bytes_per_s / 1e9:.4g} GB/s"
         + (
             f", roof {a.peak_flops / 1e12:.4g} TFLOP/s ({a.compute_dtype} dense)"
             if a.peak_flops
@@ -89,7 +90,8 @@ def roofline_from_analysis(a, *, prompt_tokens: int = 1024) -> RooflineData:
     if a.peak_flops is None:
         notes.append(f"{a.hardware.key} lists no FLOP/s figure: the slope only")
     notes.append(
-        "prefill point: attainable FLOP/s at its intensity (weights read once per prompt, KV written)"
+        "prefill point: attainable FLOP/s at its intensity (weights read once per prompt, KV "
+        "written)"
     )
     return RooflineData(
         a.bandwidth_bytes_per_s,
@@ -174,7 +176,7 @@ def draw_roofline(data: RooflineData, *, key: str = "roofline") -> Chart:
     ax.set_title(f"roofline: {data.model_label} on {data.hardware_label}")
     ax.legend(loc="lower right", fontsize=8)
     caption = (
-        "Below the ridge a step is bound by memory bandwidth (the slope), above it by compute (the roof). "
-        + " ".join(data.notes)
+        "Below the ridge a step is bound by memory bandwidth (the slope), above it by compute "
+        "(the roof). " + " ".join(data.notes)
     )
     return render(fig, key, "Roofline", caption, data)

@@ -57,7 +57,8 @@ def load_run(folder: str | Path) -> LoadedRun:
     if any((path / n).exists() for n in (SUMMARY_JSON, REQUESTS, PROVENANCE)):
         return _load_bench(path)
     raise UserError(
-        f"{str(path)!r} holds no run: expected {SUMMARY_JSON} or {REQUESTS} (bench) or {TUNE_JSON} (tune)"
+        f"{str(path)!r} holds no run: expected {SUMMARY_JSON} or {REQUESTS} (bench) or "
+        f"{TUNE_JSON} (tune)"
     )
 
 
@@ -70,11 +71,13 @@ def _load_bench(path: Path) -> LoadedRun:
     lines, bad = read_requests(path)
     if not (path / REQUESTS).exists():
         warnings.append(
-            f"{REQUESTS} is missing: no per-request charts (latency distributions, per-prompt spread)"
+            f"{REQUESTS} is missing: no per-request charts (latency distributions, per-prompt "
+            "spread)"
         )
     if bad:
         warnings.append(
-            f"{bad} line(s) of {REQUESTS} could not be read (cut by an interrupted run?) and were skipped"
+            f"{bad} line(s) of {REQUESTS} could not be read (cut by an interrupted run?) and were "
+            "skipped"
         )
     data = _read_json(path / SUMMARY_JSON, warnings)
     if data is not None:

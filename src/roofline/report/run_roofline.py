@@ -1,5 +1,4 @@
-"""The roofline of measured runs: where each bench scenario or tune trial sits, and the hardware's
-roofs.
+"""The roofline of measured runs: each bench scenario or tune trial under the hardware's roofs.
 
 A run knows its bytes per token and bandwidth (its ceiling). FLOPs per token come from the model's
 config when the model is in the catalogue (2 x matmul params), else they are estimated from the
@@ -40,7 +39,10 @@ def flops_per_token(
 
             return 2.0 * matmul_params_per_token(spec), f"2 x matmul params of {m}'s config"
     per = _BYTES_PER_WEIGHT.get((dtype or "").lower(), 2.0)
-    how = f"estimated: 2 FLOPs per weight, {per:g} bytes per weight ({dtype or 'dtype unknown, bf16 assumed'})"
+    how = (
+        f"estimated: 2 FLOPs per weight, {per:g} bytes per weight "
+        f"({dtype or 'dtype unknown, bf16 assumed'})"
+    )
     return 2.0 * bytes_per_token / per, how
 
 
@@ -61,14 +63,8 @@ def _hardware(name: str) -> Any:
 
     try:
         return get_hardware(name)
-    except (
-        UserError,
-        OSError,
-        ValueError,
-        KeyError,
-        TypeError,
-    ):  # unknown name, or no probe profile here
-        return None
+    except (UserError, OSError, ValueError, KeyError, TypeError):
+        return None  # unknown name, or no probe profile here
 
 
 def compute_roof(hardware: str | None, dtype: str | None = None) -> tuple[float | None, str]:
@@ -205,12 +201,12 @@ def roofline_of_run(run: Any, prefix: str | None = None) -> RooflineData | None:
     )
     notes = (
         (
-            f"FLOPs per token: {flops / 1e6:.4g} MFLOP ({how}); bytes per token {bpt / 1e6:.4g} MB; "
-            f"bandwidth {bw / 1e9:.4g} GB/s (the run's ceiling); compute roof: {where}."
+            f"FLOPs per token: {flops / 1e6:.4g} MFLOP ({how}); bytes per token {bpt / 1e6:.4g} "
+            f"MB; bandwidth {bw / 1e9:.4g} GB/s (the run's ceiling); compute roof: {where}."
         ),
         (
-            "Measured points: median Output Speed x streams x FLOPs per token, at streams (x tokens per weight "
-            "pass with speculation) x FLOPs / bytes per token."
+            "Measured points: median Output Speed x streams x FLOPs per token, at streams (x "
+            "tokens per weight pass with speculation) x FLOPs / bytes per token."
         ),
     )
     return RooflineData(

@@ -33,7 +33,8 @@ def ceiling_table(c: Any) -> Table:
         ("bandwidth", f"{c.bandwidth_bytes_per_s / 1e9:,.2f} GB/s"),
         (
             "ceiling (batch 1)",
-            f"{c.tok_per_s:,.1f} tok/s = {1e3 * c.bytes_per_token / c.bandwidth_bytes_per_s:.3f} ms/token",
+            f"{c.tok_per_s:,.1f} tok/s = {1e3 * c.bytes_per_token / c.bandwidth_bytes_per_s:.3f} "
+            "ms/token",
         ),
     ]
     if c.file_bytes_per_token:  # the bytes the model's file stores: what the model needs
@@ -127,8 +128,8 @@ def bench_sections(run: Any, key_prefix: str = "", title_prefix: str = "") -> li
         charts.append(draw_roofline(rl, key=f"{key_prefix}roofline"))
     else:
         notes.append(
-            "no ceiling recorded (give --model and --hardware, or an engine that reports its bytes per "
-            "token): no roofline and no time-per-token chart"
+            "no ceiling recorded (give --model and --hardware, or an engine that reports its "
+            "bytes per token): no roofline and no time-per-token chart"
         )
     bars = bars_of_bench(run)
     if bars:

@@ -18,16 +18,13 @@ class TimeBar:
     label: str
     floor_s_per_token: float  # the weight-read floor: bytes per token / bandwidth
     measured_s_per_token: float  # 1 / median Output Speed
-    tokens_per_pass: float | None = (
-        None  # speculation: tokens per weight pass (the % is then passes/s)
-    )
+    # speculation: tokens per weight pass (the % is then passes/s)
+    tokens_per_pass: float | None = None
     passes_percent: float | None = None  # speculation: weight passes/s as a % of the ceiling
-    file_floor_s_per_token: float | None = (
-        None  # the file's floor: the bytes the file stores / bandwidth
-    )
-    file_percent: float | None = (
-        None  # the measured rate (tokens or passes) against the file's ceiling
-    )
+    # the file's floor: the bytes the file stores / bandwidth
+    file_floor_s_per_token: float | None = None
+    # the measured rate (tokens or passes) against the file's ceiling
+    file_percent: float | None = None
 
     @property
     def other_s_per_token(self) -> float:
@@ -45,7 +42,10 @@ class TimeBar:
     def text(self) -> str:
         file = "" if self.file_percent is None else f", {self.file_percent:.0f}% of the file's"
         if self.passes_percent is not None:
-            return f"{self.passes_percent:.0f}% of ceiling{file} (passes/s; {self.tokens_per_pass:.2f} tok/pass)"
+            return (
+                f"{self.passes_percent:.0f}% of ceiling{file} (passes/s; "
+                f"{self.tokens_per_pass:.2f} tok/pass)"
+            )
         return f"{self.percent_of_ceiling:.0f}% of ceiling{file}"
 
 
@@ -120,9 +120,8 @@ def draw_time_bars(bars: Sequence[TimeBar], *, key: str = "time_per_token") -> C
         for i, (y, b) in enumerate(zip(ys, bars))
         if b.file_floor_s_per_token
     ]
-    for n, (i, y, x) in enumerate(
-        marked
-    ):  # the file's floor: what the weights as stored take to stream
+    # the file's floor: what the weights as stored take to stream
+    for n, (i, y, x) in enumerate(marked):
         line = ax.vlines(
             x,
             y - 0.42,
@@ -146,14 +145,15 @@ def draw_time_bars(bars: Sequence[TimeBar], *, key: str = "time_per_token") -> C
     )
     ax.set_title("time per token: the weight-read floor and everything else")
     caption = (
-        "Red: the time the weights take to stream from memory once (the ceiling). Grey: the rest of "
-        "the measured time per token. The % is the ceiling's share of the measured time; with speculation "
-        "(several tokens per weight pass) it is weight passes/s against the ceiling, since each pass still "
-        "reads all the weights."
+        "Red: the time the weights take to stream from memory once (the ceiling). Grey: the rest "
+        "of the measured time per token. The % is the ceiling's share of the measured time; with "
+        "speculation (several tokens per weight pass) it is weight passes/s against the ceiling, "
+        "since each pass still reads all the weights."
         + (
-            " The dark mark is the file's floor: the time the weights take to stream as the model's file "
-            "stores them, the bytes the model needs; an engine that reads a wider format than the file has "
-            "its red floor to the right of the mark, and the second % is the measured rate against it."
+            " The dark mark is the file's floor: the time the weights take to stream as the "
+            "model's file stores them, the bytes the model needs; an engine that reads a wider "
+            "format than the file has its red floor to the right of the mark, and the second % is "
+            "the measured rate against it."
             if marked
             else ""
         )

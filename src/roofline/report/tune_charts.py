@@ -111,8 +111,8 @@ def draw_ladder(steps: Sequence[LadderBar], unit: str, *, key: str = "ladder") -
     ax.set_ylabel(unit)
     ax.set_title("ladder: one knob at a time (blue kept, grey not kept)")
     caption = (
-        "Each bar is the best value a step tried, with its gain over the step's start; the whisker is "
-        "the spread across repetitions that a gain had to beat to be kept."
+        "Each bar is the best value a step tried, with its gain over the step's start; the "
+        "whisker is the spread across repetitions that a gain had to beat to be kept."
     )
     return render(fig, key, "Ladder", caption, list(steps))
 

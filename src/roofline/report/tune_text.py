@@ -99,7 +99,8 @@ def header_notes(t: TuneResult) -> list[str]:
         notes += file_ceiling_notes(c)
     else:
         notes.append(
-            "no ceiling: give --model and --hardware (the embedded engine reports its own bytes per token)"
+            "no ceiling: give --model and --hardware (the embedded engine reports its own bytes "
+            "per token)"
         )
     if t.baseline:
         b = t.baseline
@@ -115,9 +116,8 @@ def header_notes(t: TuneResult) -> list[str]:
         )
     for r in (t.baseline, t.best):
         line = ratio_line(r)
-        if (
-            line and line not in notes
-        ):  # the engine reads more (or fewer) bytes than the file stores
+        # the engine reads more (or fewer) bytes than the file stores
+        if line and line not in notes:
             notes.append(line)
     for r in t.trials:  # above 100%: which figure is suspect, and why
         if (r.metrics.percent_of_ceiling or 0) > 100:
@@ -128,9 +128,8 @@ def header_notes(t: TuneResult) -> list[str]:
 
 
 def ratio_line(r: TrialResult | None) -> str | None:
-    """ "the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: measured against the file,
-    15% of ceiling" for a trial whose engine reads more (or fewer) bytes than the file stores; else
-    None."""
+    """`bench.against.read_ratio_line` for a trial whose engine reads more (or fewer) bytes per
+    token than the file stores; else None."""
     from roofline.bench.against import read_ratio_line
 
     if r is None or not r.file_bytes_per_token or not r.read_ratio:
@@ -203,8 +202,8 @@ def ladder_table(t: TuneResult) -> Table | None:
             ]
         )
     notes = [
-        "a value is kept only when its gain beats the spread across repetitions (the larger of the two "
-        "configurations'); inexact values are never kept"
+        "a value is kept only when its gain beats the spread across repetitions (the larger of "
+        "the two configurations'); inexact values are never kept"
         + (" (here allowed: --allow-inexact)" if t.allow_inexact else "")
     ]
     return ("ladder (each step tries one knob on top of the best so far)", headers, rows, notes)
@@ -234,13 +233,14 @@ def trials_table(t: TuneResult) -> Table:
         counts[r.status] = counts.get(r.status, 0) + 1
     notes = [
         ", ".join(f"{n} {s}" for s, n in counts.items()),
-        "% ceil: against the ceiling of the bytes the engine reads per token; % file: against the bytes the "
-        "model's file stores (what the model needs)",
+        "% ceil: against the ceiling of the bytes the engine reads per token; % file: against the "
+        "bytes the model's file stores (what the model needs)",
     ]
     skipped = [f"{r.slot.knob}={r.slot.value}" for r in t.trials if r.status == "skipped"]
     if skipped:
         notes.append(
-            f"skipped (their condition does not hold on the best configuration): {', '.join(skipped)}"
+            "skipped (their condition does not hold on the best configuration): "
+            f"{', '.join(skipped)}"
         )
     notes += [
         f"trial {r.number}: {status_note(r, full=True)}" for r in t.trials if r.status == "inexact"
@@ -248,7 +248,8 @@ def trials_table(t: TuneResult) -> Table:
     waiting = t.study.waiting
     if waiting:
         notes.append(
-            f"{waiting} planned trial(s) not run yet (budget reached or interrupted): --resume continues"
+            f"{waiting} planned trial(s) not run yet (budget reached or interrupted): --resume "
+            "continues"
         )
     return ("trials", headers, rows, notes)
 
@@ -274,16 +275,16 @@ def best_lines(t: TuneResult) -> list[str]:
     gain = f", {t.gain:.2f}x the baseline" if t.gain else ""
     base = t.baseline.config if t.baseline else {}
     lines = [
-        f"best {what}: trial {b.number}, {config_text(b.config, base)}: {fmt(b.value, unit)}{gain}, "
-        f"{percent(b)} of ceiling"
+        f"best {what}: trial {b.number}, {config_text(b.config, base)}: "
+        f"{fmt(b.value, unit)}{gain}, {percent(b)} of ceiling"
         + (f" ({percent_file(b)} of the file's)" if b.percent_of_file_ceiling is not None else "")
     ]
     f = t.fastest
     if f is not None and f.number != b.number:
         lines.append(
-            f"fastest measured: trial {f.number}, {config_text(f.config, base)}: {fmt(f.value, unit)}, "
-            "within the spread of the ladder's steps (not a proven gain: more --reps, or a quieter machine, "
-            "would tell)"
+            f"fastest measured: trial {f.number}, {config_text(f.config, base)}: "
+            f"{fmt(f.value, unit)}, within the spread of the ladder's steps (not a proven gain: "
+            "more --reps, or a quieter machine, would tell)"
         )
     return [*lines, f"command: {shlex.join(t.serve_command)}"]
 

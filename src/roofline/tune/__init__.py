@@ -1,2 +1,1 @@
-"""Tuning: launch an engine with one configuration after another, measure it with bench, keep the
-exact ones."""
+"""Tuning: run an engine in one configuration after another, bench each, keep the exact ones."""

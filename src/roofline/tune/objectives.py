@@ -1,16 +1,14 @@
 """What a tuner optimizes, measured by `roofline bench` on each trial.
 
-- **speed** (default): single-stream Output Speed, the B200 study's headline: the built-in fixed
-  prompts, greedy, one request at a time, each repeated `reps` times; the value is the median over
-  all requests. Higher is better.
-- **goodput**: output tokens per second from the requests that meet every SLO (`--slo`, bench's
-  definition), with `--concurrency` streams busy. Higher is better.
-- **cost**: dollars per million output tokens at the throughput `--concurrency` streams reach, from
+- speed (default): single-stream Output Speed, the B200 study's headline: the built-in prompts,
+  greedy, one request at a time, `reps` times each; the median over all requests. Higher is better.
+- goodput: output tok/s of the requests meeting every `--slo` (bench's definition), with
+  `--concurrency` streams busy. Higher is better.
+- cost: dollars per million output tokens at `--concurrency` streams' throughput, from
   `--price-per-hour` (`roofline.bounds.cost`). Lower is better.
 
-Each objective is one function from the measured request lines to a number. The same function on
-each repetition's requests alone gives the per-repetition values whose range is the trial's
-*spread*: what the ladder must beat before it believes a gain.
+Each is one function of the request lines; on each repetition alone it gives the values whose range
+is the trial's spread, the noise a ladder gain must beat.
 """
 
 from __future__ import annotations
@@ -110,6 +108,7 @@ class Objective:
     label: str
     value: Callable[[Sequence[Mapping[str, Any]], ObjectiveSettings], float | None]
     concurrent: bool = False  # measured with --concurrency streams (else one stream)
+    help: str = ""  # `roofline tune --objective`'s words for it
 
     @property
     def info(self) -> ObjectiveInfo:
@@ -123,7 +122,12 @@ class Objective:
 
 OBJECTIVES: dict[str, Objective] = {
     "speed": Objective(
-        "speed", "maximize", "tok/s", "Output Speed (single stream, median)", speed_value
+        "speed",
+        "maximize",
+        "tok/s",
+        "Output Speed (single stream, median)",
+        speed_value,
+        help="single-stream Output Speed",
     ),
     "goodput": Objective(
         "goodput",
@@ -132,9 +136,16 @@ OBJECTIVES: dict[str, Objective] = {
         "goodput (output tok/s meeting the SLOs)",
         goodput_value,
         concurrent=True,
+        help="tok/s meeting --slo",
     ),
     "cost": Objective(
-        "cost", "minimize", "$/Mtok", "cost per million output tokens", cost_value, concurrent=True
+        "cost",
+        "minimize",
+        "$/Mtok",
+        "cost per million output tokens",
+        cost_value,
+        concurrent=True,
+        help="$/Mtok, needs --price-per-hour",
     ),
 }
 

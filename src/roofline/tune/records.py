@@ -1,14 +1,13 @@
 """The typed parts of a trial and of a tuning result, each with one `to_json`/`from_json`.
 
-TrialMetrics   what a trial's bench run measured (first scenario), read from bench's `RunSummary`
-Machine        where a trial ran
-SweepPoint     the objective at one knob value (a sweep's point, or a value a ladder step tried)
-LadderStep     one rung of the ladder as a table row
-StudyInfo      the study's name, storage and trial counts by state
+TrialMetrics  what a trial's bench run measured (first scenario), from bench's `RunSummary`
+Machine       where a trial ran
+SweepPoint    the objective at one knob value (a sweep point, or a value a ladder step tried)
+LadderStep    one rung of the ladder as a table row
+StudyInfo     the study's name, storage and trial counts by state
 
-The JSON keys are the field names that tune.json and trials.jsonl have always used, so older run
-folders load; figures derivable from stored ones are properties, still written by `to_json` for
-readers of the JSON.
+JSON keys are the names tune.json and trials.jsonl always used, so older run folders load; derived
+figures are properties, still written by `to_json`.
 """
 
 from __future__ import annotations

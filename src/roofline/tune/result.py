@@ -1,16 +1,13 @@
-"""What a tuning run found, as data: `TuneResult`, written to RUN_DIR/tune.json for `roofline
-report`.
+"""What a tuning run found, as data: `TuneResult`, written to RUN_DIR/tune.json for the report.
 
-ceiling    the batch-1 ceiling the baseline was held against (when model and hardware are known)
-baseline   the starting configuration's result (its greedy outputs are the exactness reference)
-ladder     each step: the knob, the values tried, the best, its gain over the step's start and the
-           spread across repetitions that the gain had to beat, kept or not (ladder strategy)
-sweeps     per knob, the objective at each value tried (the breadth sweep of the B200 study)
-trials     every trial with its status (ok / inexact / failed / skipped), log tail on failure
-best       the best exact configuration (inexact ones only with --allow-inexact), and the exact
-           engine command line that runs it. For the ladder, where its climb ended: a faster
-           measurement within the spread is noise until more repetitions show otherwise
-fastest    the fastest eligible trial measured (the same as best for grid and TPE)
+ceiling   the batch-1 ceiling the baseline was held against (model and hardware known)
+baseline  the starting configuration's result (its greedy outputs are the exactness reference)
+ladder    per step: knob, values tried, best, gain over the step's start, the spread it had to beat
+sweeps    per knob, the objective at each value tried (the B200 study's breadth sweep)
+trials    every trial and its status (ok / inexact / failed / skipped), log tail on failure
+best      the best exact configuration (inexact only with --allow-inexact) and its engine command;
+          for the ladder, where the climb ended: a faster result within the spread is noise
+fastest   the fastest eligible trial measured (the same as best for grid and TPE)
 """
 
 from __future__ import annotations

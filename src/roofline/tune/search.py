@@ -1,32 +1,16 @@
 """Search strategies: which configuration a tuner runs next.
 
-Every strategy starts from the baseline (trial 0), whose greedy outputs every other trial must
-match. Each strategy is two small functions in `STRATEGIES`:
+Each starts from the baseline (trial 0), whose greedy outputs the others must match, and is two
+functions in `STRATEGIES`: `plan(space)`, the slots enqueued up front so that workers sharing a
+study each claim a different one (`roofline.tune.study`); and `configure(space, slot, view,
+trial)`, the configuration to launch for a claimed slot, or "skip" (its condition does not hold)
+or "wait" (it depends on slots still running).
 
-- `plan(space)`: the slots enqueued when the study is created. A slot is a configuration to run (or,
-  for the ladder, a knob value to try on top of whatever is best when its turn comes). Enqueuing
-  everything up front is what lets several workers share one study: each claims a waiting slot
-  through Optuna's trial states (see `roofline.tune.study`), so no slot runs twice.
-- `configure(space, slot, view, trial)`: when a worker holds a slot, the configuration to launch,
-  or "skip" (the slot cannot apply: its knob's condition does not hold), or "wait" (it depends on
-  slots still running elsewhere).
-
-The strategies:
-
-- **ladder**, the B200 study's method: start from the baseline; take one knob at a time (in the
-  space's order) and try each of its values on top of the current best configuration; keep the best
-  value only if it beats the current best by more than the measured spread (the larger of the two
-  configurations' spreads across repetitions: the same configuration varied 17% between runs in the
-  study, so a smaller gain is noise); then move to the next knob. The steps it climbs are the ladder
-  table. Cheap (the sum of the knobs' value counts), readable, blind to interactions between knobs.
-- **grid**: every combination of the space's values (conditions respected). Exhaustive; the
-  reference the others are measured against, affordable only for small spaces.
-- **tpe**: Optuna's Tree-structured Parzen Estimator. After a few random trials it models which
-  regions of the space gave good results and samples there; conditional knobs are asked for only
-  when their condition holds (define-by-run), so a proposer's knobs are learned only from trials
-  that used that proposer. Inexact trials are reported to it as violated constraints, so it learns
-  to avoid them without their speed counting as a success (`Trial.set_constraint`). For spaces too
-  big for a grid.
+ladder (the B200 study's method): one knob at a time, in the space's order, on top of the best so
+far; a value is kept only if its gain beats the spread across repetitions (the larger of the two
+configurations'), since runs of one configuration vary more than many gains. grid: every
+combination, the reference for small spaces. tpe: Optuna's TPE, define-by-run (a conditional knob
+is learned only where active); inexact trials are violated constraints.
 """
 
 from __future__ import annotations
@@ -116,8 +100,7 @@ class Decision:
     reason: str = ""
 
 
-# -- the ladder
-# ----------------------------------------------------------------------------------------
+# -- the ladder ------------------------------------------------------------------------------------
 
 
 def ladder_plan(space: Space) -> list[Slot]:
@@ -138,9 +121,8 @@ class Step:
     before: Any  # the best result when the step started
     tried: tuple  # results of this step, in trial order
     kept: Any | None  # the result that became the new best, or None
-    gain: (
-        float | None
-    )  # kept.value - before.value in the objective's direction (None when not kept)
+    # kept.value - before.value in the objective's direction (None when not kept)
+    gain: float | None
     note: str
 
 
@@ -174,7 +156,10 @@ def ladder_steps(space: Space, results: Sequence[Any], rule: Rule) -> tuple[Any 
                     f"kept {d.name}={cand.config.get(d.name)}: gain {g:.3g} > spread {margin:.3g}"
                 )
             else:
-                note = f"not kept: best {d.name}={cand.config.get(d.name)} gains {g:.3g}, within spread {margin:.3g}"
+                note = (
+                    f"not kept: best {d.name}={cand.config.get(d.name)} gains {g:.3g}, within "
+                    f"spread {margin:.3g}"
+                )
         steps.append(Step(i, d.name, current, tried, kept, gain, note))
         if kept is not None:
             current = kept
@@ -215,8 +200,7 @@ def ladder_configure(
     return Decision("run", config)
 
 
-# -- the grid
-# ------------------------------------------------------------------------------------------
+# -- the grid --------------------------------------------------------------------------------------
 
 
 def grid_configs(space: Space) -> list[dict[str, Any]]:
@@ -254,8 +238,7 @@ def fixed_configure(
     return Decision("run", dict(slot.config or {}))
 
 
-# -- TPE
-# -------------------------------------------------------------------------------------------------
+# -- TPE -------------------------------------------------------------------------------------------
 
 
 def tpe_plan(space: Space) -> list[Slot]:
@@ -310,7 +293,7 @@ def plain_sampler(seed: int | None) -> Any:
 @dataclass(frozen=True)
 class Strategy:
     name: str
-    help: str
+    help: str  # `roofline tune --strategy`'s words for it
     plan: Callable[[Space], list[Slot]]
     configure: Callable[..., Decision]
     sampler: Callable[[int | None], Any]
@@ -322,7 +305,7 @@ class Strategy:
 STRATEGIES: dict[str, Strategy] = {
     "ladder": Strategy(
         "ladder",
-        "one knob at a time, keep what beats the spread (the B200 study's method)",
+        "one knob at a time, keeping what beats the spread: the B200 study's method",
         ladder_plan,
         ladder_configure,
         plain_sampler,
@@ -339,7 +322,7 @@ STRATEGIES: dict[str, Strategy] = {
     ),
     "tpe": Strategy(
         "tpe",
-        "Optuna's TPE sampler: models good regions, for spaces too big for a grid",
+        "Optuna's TPE sampler, for spaces too big for a grid",
         tpe_plan,
         tpe_configure,
         tpe_sampler,

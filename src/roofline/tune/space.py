@@ -1,34 +1,19 @@
 """Search spaces: which knobs of an engine a tuner may turn, over which values, and when.
 
-A space is a TOML file (the built-in presets live in `roofline/data/spaces/`):
+A TOML file (presets: `roofline/data/spaces/`); top-level source, date, engine, description:
 
-    source = "where the knobs and ranges come from"
-    date = "2026-12-02"
-    engine = "embedded"              # optional: the launcher this space is for
-    description = "one line"
-
-    [baseline]                       # optional: the starting configuration (empty = engine defaults)
+    [baseline]                    # optional: the starting configuration (empty: engine defaults)
     dtype = "fp32"
-
-    [knobs.spec]                     # a knob with choices
-    choices = ["none", "ngram", "trie"]
-    default = "none"                 # the engine's own default: the baseline already measures it
-
-    [knobs.spec_k]                   # a knob with a range
-    low = 2
+    [knobs.spec]                  # choices; default: the engine's own (the baseline runs it)
+    choices = ["none", "ngram"]
+    [knobs.spec_k]                # a range: low, high, optional step or `log = true`, and
+    low = 2                       # points: how many values are tried without a step
     high = 8
-    step = 2                         # optional; `log = true` for a log scale instead
-    points = 4                       # optional: how many values a ladder or grid tries when there is no step
-    unless = { spec = ["none"] }     # a condition: `when = {knob = [values]}` or `unless = {...}`
-    required = true                  # optional: the engine needs it set whenever it is active, so a
-                                     # configuration that turns it on sets it to its default
+    unless = { spec = ["none"] }  # or `when = {knob = [values]}`, on an earlier knob only
+    required = true               # set whenever active: turning it on sets its default
 
-Knobs are tuned in the order they are written (the ladder's order), and a condition may only refer
-to a knob written above it, so a configuration can be built knob by knob (Optuna's define-by-run).
-
-Everything is checked against the launcher's knobs before anything launches: an unknown knob, a
-range on a knob that is not a number, a bad bound or a condition on an unknown knob or value raises
-a UserError naming the knob.
+Knobs are tuned in the order written (the ladder's), a configuration built knob by knob (Optuna's
+define-by-run), all checked against the launcher's knobs before any launch (UserError).
 """
 
 from __future__ import annotations
@@ -294,7 +279,8 @@ def parse_space(text: str, launcher: Any, *, name: str = "space") -> Space:
     unknown = set(doc) - _TOP_KEYS
     if unknown:
         raise UserError(
-            f"space {name}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(_TOP_KEYS))}"
+            f"space {name}: unknown key(s) {', '.join(sorted(unknown))}; allowed: "
+            f"{', '.join(sorted(_TOP_KEYS))}"
         )
     engine = doc.get("engine")
     if engine is not None and engine != launcher.name:
@@ -361,7 +347,8 @@ def _dimension(
     bad = set(spec) - _KNOB_KEYS
     if bad:
         raise UserError(
-            f"{where}: unknown key(s) {', '.join(sorted(bad))}; allowed: {', '.join(sorted(_KNOB_KEYS))}"
+            f"{where}: unknown key(s) {', '.join(sorted(bad))}; allowed: "
+            f"{', '.join(sorted(_KNOB_KEYS))}"
         )
     has_choices, has_range = "choices" in spec, ("low" in spec or "high" in spec)
     if has_choices == has_range:
@@ -449,7 +436,8 @@ def _conditions(
                 later = other in launcher.knobs
                 hint = "write it above this knob" if later else "it is not a knob of the space"
                 raise UserError(
-                    f"space {space}: knob {name!r}: condition on {other!r}, which is not an earlier knob ({hint})"
+                    f"space {space}: knob {name!r}: condition on {other!r}, which is not an "
+                    f"earlier knob ({hint})"
                 )
             values = values if isinstance(values, list) else [values]
             if not values:

@@ -1,26 +1,15 @@
 """Where a tuning study lives, and how workers share it without running a trial twice.
 
-Storage is Optuna's RDB storage: SQLite in the run folder by default (`RUN/study.db`), or any URL
-given with `--storage` (PostgreSQL for several machines, `--study NAME` naming the shared study).
+Storage is Optuna's RDB storage: `RUN/study.db` (SQLite), or a `--storage` URL (PostgreSQL for
+several machines, `--study NAME` naming the study).
 
-**Claiming.** When a study is created, the strategy's whole plan is enqueued at once as WAITING
-trials (the baseline, the ladder's knob values, the grid's points; each slot in the trial's user
-attributes). A worker claims a trial by moving it from WAITING to RUNNING with
-`storage.set_trial_state_values`, which (in one transaction, the row locked) answers False when
-another worker moved it first: exactly one worker wins each slot, the others try the next. This is
-what Optuna's own `ask()` does with enqueued trials; TPE then asks Optuna for fresh trials once the
-plan is used up. Only the worker that created the study enqueues, and it marks the study "planned"
-when it has, so a worker that joins early waits instead of seeing an empty queue.
-
-**Creating.** Two processes creating the same study (or the tables) at the same moment race: the
-loser gets an integrity error. The study is created once with a retry, and joining workers load
-it; `tests/tune` create it before starting workers, as ENVIRONMENT.md advises.
-
-**Resuming.** A killed worker leaves its trial RUNNING. Each trial records its worker (host, pid and
-the process's start time); when a worker starts it fails every RUNNING trial of its own host whose
-process is gone (and, in a private SQLite study, any RUNNING trial without a worker) and enqueues
-the same slot again, so the interrupted configuration is re-run and finished ones are not.
-A worker on another machine that dies is only noticed there, by its own next start.
+Claiming: the creator enqueues the whole plan as WAITING trials, then marks the study "planned" (an
+early joiner waits). A worker claims a trial by `set_trial_state_values` WAITING -> RUNNING, which
+one transaction grants to one worker only, as Optuna's `ask()` does; TPE then asks for fresh ones.
+Creating races, so it is retried and joiners load. Resuming: a trial records its worker (host,
+pid, process start); a starting worker fails its host's RUNNING trials whose process is gone (in
+private SQLite, any without a worker) and enqueues their slots again. A dead worker elsewhere is
+noticed only by its own next start.
 """
 
 from __future__ import annotations
@@ -154,8 +143,7 @@ def _short(value: Any) -> str:
     return text[:60]
 
 
-# -- who runs a trial
-# ------------------------------------------------------------------------------------
+# -- who runs a trial ------------------------------------------------------------------------------
 
 
 def _start_ticks(pid: int) -> str | None:
@@ -188,9 +176,8 @@ def requeue(study: Any, number: int, reason: str) -> None:
     storage = study._storage
     tid = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
     frozen = storage.get_trial(tid)
-    if (
-        frozen.state != TrialState.RUNNING
-    ):  # recorded already (or another worker's recovery was first)
+    # recorded already (or another worker's recovery was first)
+    if frozen.state != TrialState.RUNNING:
         return
     try:
         storage.set_trial_user_attr(tid, "interrupted", reason)
@@ -224,8 +211,7 @@ def recover(study: Any, private: bool) -> list[int]:
     return out
 
 
-# -- claiming, recording, the view
-# -------------------------------------------------------------------
+# -- claiming, recording, the view -----------------------------------------------------------------
 
 
 def _slot(frozen: Any) -> Slot:
@@ -343,8 +329,7 @@ def baseline_outputs(study: Any) -> list[dict] | None:
     return None
 
 
-# -- the worker loop
-# -----------------------------------------------------------------------------------
+# -- the worker loop -------------------------------------------------------------------------------
 
 
 @dataclass

@@ -1,25 +1,21 @@
-"""One trial: start the engine with one configuration, warm it up, measure it, check it is exact,
-stop it.
+"""One trial: start the engine with one configuration, measure it, check it is exact, stop it.
 
-    start_engine(config)                     the launcher's argv, its own process group, /health
-    greedy outputs on the fixed prompt set   temperature 0, one at a time: the exactness evidence,
-                                             and the warm-up (first requests pay for compilation)
-    roofline bench                           the objective's workload (bench's own run folder)
-    exactness gate                           the greedy outputs against the baseline's
-    stop the engine                          whatever happened (no orphan processes)
+    start_engine(config)     the launcher's argv, its own process group, /health
+    greedy outputs           temperature 0, one prompt at a time: the exactness evidence, and the
+                             warm-up (first requests pay for compilation)
+    roofline bench           the objective's workload, in bench's own run folder
+    exactness gate           the greedy outputs against the baseline's
+    stop the engine          whatever happened (no orphan processes)
 
-A configuration whose greedy outputs differ from the baseline's is *inexact*: it is recorded with
-its speed and the first prompt and position where it diverged, and never chosen as best unless the
-user passes --allow-inexact. A configuration that does not start, crashes, hangs or answers nonsense
-is *failed*, with its log tail; the study goes on.
+Outputs that differ from the baseline's make the trial *inexact*: recorded with its speed and the
+first divergence, never best without --allow-inexact. An engine that does not start, crashes, hangs
+or answers nonsense makes it *failed*, with its log tail; the study goes on.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
-import threading
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -30,10 +26,11 @@ from typing import Any
 from roofline.bench.driver import Progress
 from roofline.bench.engines.greedy import Exactness
 from roofline.bench.summary import RunSummary
-from roofline.bench.workloads import Prompt
-from roofline.tune.objectives import Objective, ObjectiveSettings, measure
+from roofline.tune.engine_runs import bench_run, greedy_outputs
+from roofline.tune.objectives import measure
 from roofline.tune.records import Machine, TrialMetrics
 from roofline.tune.search import Slot
+from roofline.tune.settings import TrialSettings
 
 STATUSES = ("ok", "inexact", "failed", "skipped")
 
@@ -139,28 +136,6 @@ class TrialResult:
         )
 
 
-@dataclass(frozen=True)
-class TrialSettings:
-    """What every trial of a study shares."""
-
-    launcher: Any  # roofline.bench.engines.Launcher
-    model: str | None
-    objective: Objective
-    objective_settings: ObjectiveSettings
-    prompts: Sequence[Prompt]
-    reps: int = 2
-    max_tokens: int = 128
-    hardware: str | None = None  # for the ceiling: "local", a catalogue name or a bandwidth
-    ceiling_model: str | None = (
-        None  # model for the ceiling when the server does not report its bytes
-    )
-    extra_args: tuple[str, ...] = ()
-    ready_timeout_s: float = 300.0
-    request_timeout_s: float = 300.0
-    stop_grace_s: float = 10.0  # SIGTERM -> SIGKILL when the engine ignores it
-    usage: str = "auto"  # bench's token accounting; "per-chunk" skips the negotiation request
-
-
 def machine() -> Machine:
     """Where this trial runs: host name, process, and this machine's measured read bandwidth if
     known."""
@@ -231,8 +206,8 @@ def run_trial(
             on_start=lambda s: argv.extend(s.argv),
         ) as server:
             progress.note(f"trial {number}: engine ready ({' '.join(argv)})")
-            outputs = _greedy(launcher, server.url, settings)
-            summary, lines = _bench(settings, server.url, folder / "bench", progress)
+            outputs = greedy_outputs(launcher, server.url, settings)
+            summary, lines = bench_run(settings, server.url, folder / "bench", progress)
     except KeyboardInterrupt:
         raise
     except ServerDied as e:
@@ -296,97 +271,6 @@ def _version(launcher: Any) -> str | None:
         return launcher.version()
     except Exception:
         return None
-
-
-def _greedy(launcher: Any, url: str, settings: TrialSettings) -> list[Any]:
-    from roofline.bench.driver import discover
-    from roofline.bench.plan import BenchPlan
-
-    info = asyncio.run(
-        discover(
-            BenchPlan(
-                url=url,
-                prompts=list(settings.prompts),
-                scenarios=[],
-                model=settings.ceiling_model,
-                timeout_s=30.0,
-            )
-        )
-    )
-    timeout = settings.request_timeout_s * max(1, len(settings.prompts))
-
-    async def go() -> list[Any]:
-        return await asyncio.wait_for(
-            launcher.greedy_outputs(
-                url, info.get("served"), list(settings.prompts), settings.max_tokens
-            ),
-            timeout,
-        )
-
-    outputs = asyncio.run(go())
-    if len(outputs) != len(settings.prompts):
-        raise RuntimeError(
-            f"the engine gave {len(outputs)} greedy outputs for {len(settings.prompts)} prompts"
-        )
-    return outputs
-
-
-def _bench(
-    settings: TrialSettings, url: str, out: Path, progress: Progress
-) -> tuple[RunSummary, list[dict]]:
-    from roofline.bench.plan import BenchPlan
-    from roofline.bench.results import read_requests
-    from roofline.bench.session import run_session
-
-    os_ = settings.objective_settings
-    # hardware "local": bench holds the trial against the read bandwidth measured right before and
-    # after it
-    hardware = settings.hardware
-    plan = BenchPlan(
-        url=url,
-        prompts=list(settings.prompts),
-        scenarios=[settings.objective.scenario(os_)],
-        model=settings.ceiling_model,
-        hardware=hardware,
-        reps=settings.reps,
-        max_tokens=settings.max_tokens,
-        temperature=0.0,
-        warmup=0,  # the greedy pass warmed it up
-        usage=settings.usage,
-        timeout_s=settings.request_timeout_s,
-        slo_s=dict(os_.slo_s) if os_.slo_s else None,
-        label="tune-trial",
-    )
-    # the model file (when local) gives the file's bytes per token if the server does not report
-    # them
-    outcome = _in_thread(lambda: run_session(plan, out, progress, model_file=settings.model))
-    if outcome.interrupted:
-        raise KeyboardInterrupt
-    lines, _ = read_requests(outcome.run_dir)
-    return outcome.summary, lines
-
-
-def _in_thread(fn: Any) -> Any:
-    """fn() run in a thread, waited for here. In the main thread bench would take SIGTERM over for
-    its event loop and leave it at the default when the loop closes, so a SIGTERM a moment later
-    would kill the tuner outright (the study not told). In a thread bench leaves signals alone, and
-    Ctrl-C or SIGTERM interrupt this wait at once: the caller stops the engine, and the thread's
-    requests fail fast."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # handed to the waiting thread
-            box["error"] = e
-
-    t = threading.Thread(target=run, name="tune-bench", daemon=True)
-    t.start()
-    while t.is_alive():
-        t.join(0.2)
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def _failure_reasons(summary: RunSummary) -> str:

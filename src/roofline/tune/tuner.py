@@ -1,14 +1,13 @@
-"""A tuning run from options to result: the run folder, the study, the worker loop with real trials.
+"""A tuning run from options to result: the run folder, the study, the worker loop.
 
     RUN_DIR/
-        tune-config.json      the options, written first (what --resume reads back)
-        study.db              the Optuna study (SQLite; absent with --storage)
-        trials/NNN/           one folder per trial: server.log, greedy.json, bench/ (bench's run folder)
-        trials.jsonl          one TrialResult per line, appended as each trial ends
-        tune.json             the TuneResult, rewritten after every trial (so a kill loses nothing)
+        tune-config.json  the options, written first (what --resume reads back)
+        study.db          the Optuna study (SQLite; absent with --storage)
+        trials/NNN/       server.log, greedy.json, bench/ (bench's run folder)
+        trials.jsonl      one TrialResult per line, appended as each trial ends
+        tune.json         the TuneResult, rebuilt from the study after every trial
 
-Nothing is kept only in memory: each trial's result goes to the study and to trials.jsonl the moment
-it ends, and tune.json is rebuilt from the study each time.
+Nothing lives only in memory: a kill loses no finished trial.
 """
 
 from __future__ import annotations
@@ -35,9 +34,8 @@ class TuneOptions:
 
     engine: str = "embedded"
     model: str | None = None
-    space: Mapping[str, Any] = field(
-        default_factory=dict
-    )  # Space.to_json(), resolved when the run started
+    # Space.to_json(), resolved when the run started
+    space: Mapping[str, Any] = field(default_factory=dict)
     strategy: str = "ladder"
     objective: str = "speed"
     trials: int | None = None  # budget; None = the strategy's whole plan (TPE: 20)
@@ -143,7 +141,7 @@ def trial_settings(options: TuneOptions) -> Any:
     from roofline.bench.metrics import parse_slo
     from roofline.bench.workloads import builtin_prompts, load_prompts_jsonl
     from roofline.tune.objectives import ObjectiveSettings, get_objective
-    from roofline.tune.trial import TrialSettings
+    from roofline.tune.settings import TrialSettings
 
     osettings = ObjectiveSettings(
         concurrency=options.concurrency,
@@ -210,9 +208,8 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
     rule = Rule(settings.objective.direction, options.allow_inexact)
     url = st.storage_url(run_dir, options.storage)
     storage = st.open_storage(url)
-    seed = (
-        options.seed if options.storage is None else options.seed + os.getpid()
-    )  # workers draw differently
+    # workers draw differently
+    seed = options.seed if options.storage is None else options.seed + os.getpid()
     study, created = st.open_study(
         storage,
         options.study,

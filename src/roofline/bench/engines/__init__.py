@@ -1,13 +1,10 @@
-"""The one registry of engine launchers, shared by `roofline bench --engine NAME` and `roofline
-tune`.
+"""The one registry of engine launchers, for `roofline bench --engine NAME` and `roofline tune`.
 
-A launcher turns a configuration (knobs, checked before anything starts) into an argument list and
-an environment, says which version of its engine is installed, and knows how to ask its engine for
-greedy token ids. `start_engine` runs one with `bench.launch.LocalServer`: a free port, its own
-process group, readiness on the launcher's health path, and teardown of everything it started on
-success, failure, timeout or Ctrl-C. Adding an engine is one entry in LAUNCHERS and its launcher:
-what bench and tune need to know of an engine is a trait of its launcher (`base.Launcher`), never a
-test of its name.
+A launcher turns a configuration (knobs, checked before anything starts) into argv and environment,
+reports its engine's version, and asks it for greedy token ids. `start_engine` runs one as a
+`bench.launch.LocalServer`: free port, own process group, readiness on the health path, teardown on
+any exit. Adding an engine is its launcher plus one LAUNCHERS entry; bench and tune read traits of
+`base.Launcher`, never the name.
 
     embedded  python -m roofline serve                 (knobs: dtype, threads, spec, ...)
     llamacpp  llama-server on PATH, else python -m llama_cpp.server
@@ -82,14 +79,12 @@ def start_engine(
     stop_grace_s: float = 10.0,
     on_start: Callable[[LocalServer], None] | None = None,
 ) -> Iterator[LocalServer]:
-    """Start the engine on a free port and yield the ready LocalServer; stop it (and everything it
-    started) when the block ends, however it ends.
+    """Start the engine on a free port, yield the ready LocalServer, stop all it started at the end.
 
-    Raises ServerDied, carrying the log's last lines, when the engine exits or does not answer its
-    health path within ready_timeout_s, and when it exits on its own while the block runs (then also
-    in place of the exception its death caused in the block, e.g. a refused greedy request). The
-    configuration is checked first: a bad knob is a UserError before anything starts. `on_start` is
-    called with the server just before its process starts (to show the command line)."""
+    The configuration is checked first (UserError before anything starts). ServerDied carries the
+    log's last lines: when the engine exits or misses its health path within ready_timeout_s, or
+    dies while the block runs (then in place of the error its death caused there).
+    `on_start(server)` runs just before the process starts (to show the command line)."""
     check_config(launcher, config)
     reason = launcher.unavailable()
     if reason:
@@ -128,6 +123,7 @@ def _raise_if_died(server: LocalServer, launcher: Launcher, cause: BaseException
         code = None
     if code is not None:
         raise ServerDied(
-            f"the {launcher.name} server exited with code {code} while in use; its log is {server.log_path}",
+            f"the {launcher.name} server exited with code {code} while in use; its log is "
+            f"{server.log_path}",
             server.tail(),
         ) from cause

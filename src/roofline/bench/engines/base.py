@@ -31,9 +31,8 @@ _KNOB_ARG = re.compile(r"([a-z][a-z0-9_]*)=(.*)", re.DOTALL)
 
 @dataclass(frozen=True)
 class Knob:
-    name: (
-        str  # as written in spaces and --engine-arg form, snake_case, e.g. "spec_k", "max_num_seqs"
-    )
+    # as written in spaces and --engine-arg form, snake_case, e.g. "spec_k", "max_num_seqs"
+    name: str
     kind: str  # "int" | "float" | "bool" | "choice" | "str"
     choices: tuple = ()  # for "choice"
     help: str = ""
@@ -72,8 +71,8 @@ class Knob:
                 return float(text)
         except ValueError:
             raise UserError(
-                f"knob {self.name!r} must be {'a whole number' if self.kind == 'int' else 'a number'} "
-                f"(got {text!r})"
+                f"knob {self.name!r} must be "
+                f"{'a whole number' if self.kind == 'int' else 'a number'} (got {text!r})"
             ) from None
         if self.kind == "bool":
             if text.lower() in _TRUE:
@@ -165,8 +164,7 @@ class Launcher:
 
         return await openai_greedy(url, model_id, prompts, max_tokens)
 
-    # -- helpers for subclasses
-    # ---------------------------------------------------------------------
+    # -- helpers for subclasses --------------------------------------------------------------------
     def settings(self, config: Mapping[str, Any]) -> list[tuple[Knob, Any]]:
         """(knob, value) for every knob set in config, in the table's order; None means "not
         set"."""
@@ -226,8 +224,9 @@ def parse_engine_args(launcher: Launcher, args: Sequence[str]) -> tuple[dict[str
         knob = launcher.knobs.get(name)
         if knob is None:
             raise UserError(
-                f"engine {launcher.name} has no knob {name!r} (from --engine-arg {arg!r}); its knobs: "
-                f"{', '.join(launcher.knobs)}; pass the engine's own flags as --engine-arg=--flag"
+                f"engine {launcher.name} has no knob {name!r} (from --engine-arg {arg!r}); its "
+                f"knobs: {', '.join(launcher.knobs)}; pass the engine's own flags as "
+                "--engine-arg=--flag"
             )
         config[name] = knob.parse(text)
     return config, extra

@@ -125,7 +125,8 @@ EMBEDDED = EmbeddedLauncher(
             "dtype",
             "choice",
             ("stored", "fp32", "bf16", "int8"),
-            "weights: as the file stores them, fp32 (the reference), bf16, int8 (bf16 and int8 are lossy)",
+            "weights: as the file stores them, fp32 (the reference), bf16, int8 (bf16 and int8 "
+            "are lossy)",
         ),
         Knob("threads", "int", help="CPU threads for the model", minimum=1),
         Knob("max_batch", "int", help="sequences decoded together at most", minimum=1),
@@ -257,8 +258,7 @@ VLLM = VllmLauncher(
 )
 
 
-# -- SGLang
-# ------------------------------------------------------------------------------------------
+# -- SGLang ----------------------------------------------------------------------------------------
 _SGLANG_NGRAM = (
     "speculative_ngram_max_bfs_breadth",
     "speculative_ngram_min_bfs_breadth",
@@ -398,8 +398,7 @@ SGLANG = SglangLauncher(
 )
 
 
-# -- command: any server the user writes down
-# ---------------------------------------------------------
+# -- command: any server the user writes down ------------------------------------------------------
 @dataclass(frozen=True)
 class CommandLauncher(Launcher):
     """A command template with {port}, {host}, {python} and {model} (as `--engine-cmd`); no knobs,

@@ -48,7 +48,8 @@ def llama_server_args(config: Mapping[str, Any], help_text: str) -> list[str]:
     if lookup:
         if "--spec-type" not in help_text:
             raise UserError(
-                "knob 'lookup' of engine llamacpp: this llama-server has no lookup decoding (no --spec-type)"
+                "knob 'lookup' of engine llamacpp: this llama-server has no lookup decoding (no "
+                "--spec-type)"
             )
         out += ["--spec-type", "ngram-simple"]
     n = config.get("lookup_ngram")
@@ -56,7 +57,8 @@ def llama_server_args(config: Mapping[str, Any], help_text: str) -> list[str]:
         size_n = "--spec-ngram-simple-size-n" if new else "--spec-ngram-size-n"
         if size_n not in help_text:
             raise UserError(
-                "knob 'lookup_ngram' of engine llamacpp: this llama-server cannot set the lookup n-gram size"
+                "knob 'lookup_ngram' of engine llamacpp: this llama-server cannot set the lookup "
+                "n-gram size"
             )
         out += [size_n, str(n)]
     dmax, dmin = config.get("draft_max"), config.get("draft_min")
@@ -72,7 +74,8 @@ def llama_server_args(config: Mapping[str, Any], help_text: str) -> list[str]:
     if dmin is not None:
         if not draft:
             raise UserError(
-                "knob 'draft_min' of engine llamacpp: this llama-server sets a minimum draft only for a draft model (model_draft)"
+                "knob 'draft_min' of engine llamacpp: this llama-server sets a minimum draft only "
+                "for a draft model (model_draft)"
             )
         out += ["--spec-draft-n-min", str(dmin)]
     return out
@@ -97,8 +100,8 @@ def llama_cpp_python_args(config: Mapping[str, Any]) -> list[str]:
     for knob in ("model_draft", "draft_min", "lookup_ngram"):
         if config.get(knob) is not None:
             raise UserError(
-                f"knob {knob!r} of engine llamacpp needs llama-server on PATH: llama-cpp-python's server "
-                "offers prompt lookup only (knobs lookup, draft_max)"
+                f"knob {knob!r} of engine llamacpp needs llama-server on PATH: llama-cpp-python's "
+                "server offers prompt lookup only (knobs lookup, draft_max)"
             )
     if config.get("lookup"):
         out += ["--draft_model", "prompt-lookup-decoding"]
@@ -156,7 +159,10 @@ class LlamaCppLauncher(Launcher):
     def unavailable(self) -> str | None:
         if shutil.which("llama-server") or installed("llama_cpp"):
             return None
-        return "llama.cpp is not installed here: put llama-server on PATH, or pip install 'llama-cpp-python[server]'"
+        return (
+            "llama.cpp is not installed here: put llama-server on PATH, or pip install "
+            "'llama-cpp-python[server]'"
+        )
 
     async def greedy_outputs(self, url, model_id, prompts, max_tokens):
         from roofline.bench.engines.greedy import llamacpp_greedy

@@ -1,0 +1,109 @@
+"""What a trial asks of a running engine: its greedy outputs, then a bench run of the objective.
+
+Both talk to the engine over HTTP; the bench run goes through `in_thread` so that bench never takes
+over the tuner's signal handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from roofline.bench.driver import Progress
+from roofline.bench.summary import RunSummary
+
+if TYPE_CHECKING:
+    from roofline.tune.settings import TrialSettings
+
+
+def greedy_outputs(launcher: Any, url: str, settings: TrialSettings) -> list[Any]:
+    """One greedy output per prompt, in order: the exactness evidence, and the engine's warm-up."""
+    from roofline.bench.driver import discover
+    from roofline.bench.plan import BenchPlan
+
+    info = asyncio.run(
+        discover(
+            BenchPlan(
+                url=url,
+                prompts=list(settings.prompts),
+                scenarios=[],
+                model=settings.ceiling_model,
+                timeout_s=30.0,
+            )
+        )
+    )
+    timeout = settings.request_timeout_s * max(1, len(settings.prompts))
+
+    async def go() -> list[Any]:
+        return await asyncio.wait_for(
+            launcher.greedy_outputs(
+                url, info.get("served"), list(settings.prompts), settings.max_tokens
+            ),
+            timeout,
+        )
+
+    outputs = asyncio.run(go())
+    if len(outputs) != len(settings.prompts):
+        raise RuntimeError(
+            f"the engine gave {len(outputs)} greedy outputs for {len(settings.prompts)} prompts"
+        )
+    return outputs
+
+
+def bench_run(
+    settings: TrialSettings, url: str, out: Path, progress: Progress
+) -> tuple[RunSummary, list[dict]]:
+    """Bench the running engine with the objective's scenario: (its summary, its request lines)."""
+    from roofline.bench.plan import BenchPlan
+    from roofline.bench.results import read_requests
+    from roofline.bench.session import run_session
+
+    os_ = settings.objective_settings
+    # "local": bench holds the trial against the read bandwidth measured right before and after it
+    hardware = settings.hardware
+    plan = BenchPlan(
+        url=url,
+        prompts=list(settings.prompts),
+        scenarios=[settings.objective.scenario(os_)],
+        model=settings.ceiling_model,
+        hardware=hardware,
+        reps=settings.reps,
+        max_tokens=settings.max_tokens,
+        temperature=0.0,
+        warmup=0,  # the greedy pass warmed it up
+        usage=settings.usage,
+        timeout_s=settings.request_timeout_s,
+        slo_s=dict(os_.slo_s) if os_.slo_s else None,
+        label="tune-trial",
+    )
+    # a local model file gives the file's bytes per token when the server does not report them
+    outcome = in_thread(lambda: run_session(plan, out, progress, model_file=settings.model))
+    if outcome.interrupted:
+        raise KeyboardInterrupt
+    lines, _ = read_requests(outcome.run_dir)
+    return outcome.summary, lines
+
+
+def in_thread(fn: Any) -> Any:
+    """fn() run in a thread, waited for here. In the main thread bench would take SIGTERM over for
+    its event loop and leave it at the default when the loop closes, so a SIGTERM a moment later
+    would kill the tuner outright (the study not told). In a thread bench leaves signals alone, and
+    Ctrl-C or SIGTERM interrupt this wait at once: the caller stops the engine, and the thread's
+    requests fail fast."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed to the waiting thread
+            box["error"] = e
+
+    t = threading.Thread(target=run, name="tune-bench", daemon=True)
+    t.start()
+    while t.is_alive():
+        t.join(0.2)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
