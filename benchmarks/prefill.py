@@ -242,9 +242,9 @@ def main() -> None:
         as_markdown=args.markdown,
         notes=[
             f"{args.threads} threads, {args.rounds} rounds, random token ids, source {source.name}; "
-            "llama-bench: -p N -n 0 -r 1 -fa on, F32 / BF16 GGUFs of the same (dequantized) weights"
-        ]
-        + notes,
+            "llama-bench: -p N -n 0 -r 1 -fa on, F32 / BF16 GGUFs of the same (dequantized) weights",
+            *notes,
+        ],
     )
     if ttft:
         rows = []

@@ -435,19 +435,30 @@ def bench_dtype(dtype, args, header_notes) -> dict:
     ks = (1, 2, 4, 8, 16) if args.quick else tuple(range(1, 17))
     costs = pass_costs(runner, ks, args.cost_reps, prompt_sets["structured"]["code-edit"])
     results = measure_speed(runner, configs, prompt_sets, args.rounds, args.max_tokens)
-    notes = header_notes + [
+    notes = [
+        *header_notes,
         (
-            f"{dtype} target; {len(STRUCTURED)} structured prompts ({', '.join(STRUCTURED)}), {len(PROSE)} prose "
-            f"({', '.join(PROSE)}); greedy, batch 1, up to {args.max_tokens} new tokens (EOS ends an answer), "
+            f"{dtype} target; {len(STRUCTURED)} structured prompts ({', '.join(STRUCTURED)}), "
+            f"{len(PROSE)} prose ({', '.join(PROSE)}); greedy, batch 1, "
+            f"up to {args.max_tokens} new tokens (EOS ends an answer), "
             f"{args.rounds} round(s), {runner.threads} threads"
         ),
-        "tok/s: decode tokens / decode seconds summed over the set's prompts, per round; min / median / max over rounds",
-        "tokens/pass: decode tokens per decode weight pass; acceptance: accepted / drafted draft nodes",
         (
-            "vs baseline: median over rounds of (tok/s / baseline tok/s in the same round); targets from issue 8 "
-            "(n-gram family = ngram and trie)"
+            "tok/s: decode tokens / decode seconds summed over the set's prompts, per round; "
+            "min / median / max over rounds"
         ),
-        "identical: greedy ids equal to the baseline's for every prompt in every round (else prompt @ first position)",
+        (
+            "tokens/pass: decode tokens per decode weight pass; "
+            "acceptance: accepted / drafted draft nodes"
+        ),
+        (
+            "vs baseline: median over rounds of (tok/s / baseline tok/s in the same round); "
+            "targets from issue 8 (n-gram family = ngram and trie)"
+        ),
+        (
+            "identical: greedy ids equal to the baseline's for every prompt in every round "
+            "(else prompt @ first position)"
+        ),
     ]
     if dtype == "int8":
         notes.append(

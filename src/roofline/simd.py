@@ -99,9 +99,9 @@ def _emit_sums(builder, n, load_a, loads_b, split=False):
     """
     if not split:
         plain_a = load_a
-        load_a = lambda i, off, lanes: plain_a(
-            i if off == 0 else builder.add(i, ir.Constant(_I64, off)), lanes
-        )
+
+        def load_a(i, off, lanes):
+            return plain_a(i if off == 0 else builder.add(i, ir.Constant(_I64, off)), lanes)
 
     def step(acc, a, load_b, j, lanes):
         old = builder.load(acc)

@@ -333,7 +333,7 @@ def test_command_argv():
         "--x",
         "1",
     ]
-    with pytest.raises(UserError, match="uses {model}: give --model"):
+    with pytest.raises(UserError, match=r"uses \{model\}: give --model"):
         argv(COMMAND, {}, None, template=template)
     with pytest.raises(UserError, match="needs a command template"):
         argv(COMMAND, {})
@@ -513,7 +513,7 @@ def test_compare_outputs():
     ) == (False, "b", 0, "(no output)")
     for x in (e, text, Exactness(True, 4, "text")):
         assert Exactness.from_json(x.to_json()) == x
-    for g in base + [out("t", "text only")]:
+    for g in [*base, out("t", "text only")]:
         assert GreedyOutput.from_json(g.to_json()) == g
 
 

@@ -385,12 +385,11 @@ def test_bench_tables_and_progress_through_a_pipe(tmp_path) -> None:
     assert p.returncode == 0, p.stderr
     err_lines = p.stderr.splitlines()
     assert err_lines and all(line.strip() for line in err_lines), p.stderr  # no empty lines
-    assert sum(line.startswith("concurrency=") for line in err_lines) == 2, (
-        p.stderr
-    )  # one line per scenario
+    # one line per scenario
+    assert sum(line.startswith("concurrency=") for line in err_lines) == 2, p.stderr
     assert not any(c in p.stdout for c in CUT), p.stdout
     summary = RunSummary.from_json(json.loads((tmp_path / "run" / "summary.json").read_text()))
-    for title, headers, rows, notes in tables(summary):
+    for title, headers, rows, _notes in tables(summary):
         wide = _render(FitTable(title, headers, rows), WIDE)
         for width in WIDTHS:
             _assert_whole(_render(FitTable(title, headers, rows), width), wide, width)

@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from roofline.modelspec.default_model import DEFAULT_MODEL_FILE, default_model_path
 from roofline.engine.loaders import load_checkpoint
+from roofline.modelspec.default_model import DEFAULT_MODEL_FILE, default_model_path
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ class FakeTokenizer:
 
     def encode(self, text, add_special_tokens=True):
         ids = [self._ids.get(c, self._ids["?"]) for c in text]
-        return [self.bos_id] + ids if add_special_tokens and self.add_bos else ids
+        return [self.bos_id, *ids] if add_special_tokens and self.add_bos else ids
 
     def decode(self, ids, skip_special_tokens=True):
         specials = {0: "<s>", 1: "</s>"}

@@ -399,7 +399,7 @@ def test_fp8_checkpoint_counts_scales_and_takes_params_from_config(tmp_path) -> 
 def test_safetensors_without_config_is_a_user_error(tmp_path) -> None:
     write_checkpoint(tmp_path / "m", tied=True)
     (tmp_path / "m" / "config.json").unlink()
-    with pytest.raises(UserError, match="no config.json"):
+    with pytest.raises(UserError, match=r"no config\.json"):
         read_file_weights(tmp_path / "m" / "model.safetensors")
 
 

@@ -279,7 +279,7 @@ def test_load_spec_from_file_and_folder(tmp_path) -> None:
     (tmp_path / "broken.json").write_text("{ not json")
     with pytest.raises(UserError, match="not valid JSON"):
         load_spec(str(tmp_path / "broken.json"))
-    with pytest.raises(UserError, match="no config.json"):
+    with pytest.raises(UserError, match=r"no config\.json"):
         load_spec(str(tmp_path))
     with pytest.raises(UserError, match="no such file"):
         load_spec(str(tmp_path / "missing.json"))

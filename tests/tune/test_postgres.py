@@ -163,16 +163,15 @@ def test_two_workers_share_one_study_and_never_run_a_trial_twice(tmp_path, postg
         text=True,
     )
     deadline = time.monotonic() + 60
-    while str(second.pid) not in [
-        f.read_text() for f in gate.glob("start-*")
-    ]:  # its engine's parent: second
+    # its engine's parent: second
+    while str(second.pid) not in [f.read_text() for f in gate.glob("start-*")]:
         for p in (first, second):
             assert p.poll() is None, p.communicate()
         assert time.monotonic() < deadline, "the second worker never started an engine"
         time.sleep(0.05)
     release(gate)
     outs = [p.communicate(timeout=180) for p in (first, second)]
-    for p, (out, err) in zip((first, second), outs):
+    for p, (_out, err) in zip((first, second), outs):
         assert p.returncode == 0, err
     assert all(json.loads(out)["trials"] for out, _ in outs)  # each printed its result
     study = optuna.load_study(study_name="shared", storage=open_storage(postgres_url))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import heapq
 import itertools
 import json
@@ -308,10 +309,8 @@ def serve_socket(sock: socket.socket, server: NullServer) -> None:
         async with srv:
             await srv.serve_forever()
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())
-    except KeyboardInterrupt:
-        pass
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -391,10 +390,8 @@ def main(argv: list[str] | None = None) -> None:
         serve_socket(sock, server)
     finally:
         for pid in children:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
 
 
 if __name__ == "__main__":
