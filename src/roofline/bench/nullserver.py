@@ -348,7 +348,9 @@ def main(argv: list[str] | None = None) -> None:
         "--file-bytes-per-token",
         type=int,
         default=None,
-        help="with --bytes-per-token: advertise a roofline.file_bytes_per_token (the file's own) too",
+        help=(
+            "with --bytes-per-token: advertise a roofline.file_bytes_per_token (the file's own) too"
+        ),
     )
     ap.add_argument(
         "--strict", action="store_true", help="reject stream_options other than include_usage"
@@ -358,8 +360,8 @@ def main(argv: list[str] | None = None) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="answer N completion requests (per process), then hold each later one open after its first "
-        "token and print 'holding request #K' (for tests that interrupt a run)",
+        help="answer N completion requests (per process), then hold each later one open after "
+        "its first token and print 'holding request #K' (for tests that interrupt a run)",
     )
     a = ap.parse_args(argv)
     schedule = Schedule(parse_seconds(a.ttft), parse_seconds(a.gap), a.tokens, a.tokens_per_chunk)

@@ -133,7 +133,8 @@ async def run_workers(
     except asyncio.CancelledError:
         for p in procs:
             if p.is_alive():
-                p.terminate()  # SIGTERM: the worker cancels its requests and writes them as cancelled
+                # SIGTERM: the worker cancels its requests and writes them as cancelled
+                p.terminate()
         for p in procs:
             p.join(10)
             if p.is_alive():
