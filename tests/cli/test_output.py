@@ -147,7 +147,10 @@ def test_column_widths() -> None:
 
 
 def test_wrap_words_keeps_words_whole() -> None:
-    text = "speculative row: c = 0.05 (--draft-cost) https://www.example.com/a/very/long/path/1234567 end"
+    text = (
+        "speculative row: c = 0.05 (--draft-cost) "
+        "https://www.example.com/a/very/long/path/1234567 end"
+    )
     lines = wrap_words(text, 20, indent="  ", hanging="    ")
     assert " ".join(" ".join(lines).split()) == text
     assert (

@@ -22,7 +22,8 @@ from roofline.engine.model_runner import KERNEL_PREFILL_MAX_TOKENS, ModelRunner
 from roofline.engine.prefill_chunks import chunk_bounds, chunk_end
 from roofline.engine.scheduler import Scheduler
 
-CHUNK = 32  # > KERNEL_PREFILL_MAX_TOKENS: whole chunks take the torch path, a short last one the kernels
+# > KERNEL_PREFILL_MAX_TOKENS: whole chunks take the torch path, a short last one the kernels
+CHUNK = 32
 PROMPT_LEN = 150  # chunks [0,32) [32,64) [64,96) [96,128) [128,150)
 
 

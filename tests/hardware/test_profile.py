@@ -266,7 +266,8 @@ def test_probe_output_says_when_the_profile_keeps_a_higher_best(cache):
     prof.save_profile(slow)  # as `roofline probe` does before printing
     note = _kept_best_note(slow)
     assert note.startswith(
-        "This probe's best read pass, 22.0 GB/s, is below the best this machine has shown: 62.0 GB/s"
+        "This probe's best read pass, 22.0 GB/s, "
+        "is below the best this machine has shown: 62.0 GB/s"
     )
     assert "the run window of `roofline bench` at 2026-01-01T01:00:00+00:00" in note
     assert _kept_best_note(_with_best(60e9, 70e9)) is None

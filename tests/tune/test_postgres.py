@@ -50,7 +50,8 @@ def postgres_url():
     initdb, pg_ctl, createdb = pg_bin("initdb"), pg_bin("pg_ctl"), pg_bin("createdb")
     if not (initdb and pg_ctl and createdb):
         pytest.fail(
-            "PostgreSQL's initdb/pg_ctl/createdb were not found (on PATH or in /usr/lib/postgresql/*/bin): "
+            "PostgreSQL's initdb/pg_ctl/createdb were not found "
+            "(on PATH or in /usr/lib/postgresql/*/bin): "
             "install them with `apt-get install -y postgresql` (.ci/run does)"
         )
     folder = Path(tempfile.mkdtemp(prefix="roofline-pg-"))

@@ -119,7 +119,8 @@ when = { speculative_method = "ngram" }
             ["'spec_k'", "'spec'", "not an earlier knob"],
         ),
         (
-            '[knobs.spec]\nchoices = ["none", "ngram"]\n[knobs.spec_k]\nchoices = [2]\nwhen = { spec = "bogus" }\n',
+            '[knobs.spec]\nchoices = ["none", "ngram"]\n'
+            '[knobs.spec_k]\nchoices = [2]\nwhen = { spec = "bogus" }\n',
             ["'spec'", "bogus"],
         ),
         (

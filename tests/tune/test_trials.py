@@ -346,8 +346,8 @@ def test_tables_show_the_files_ceiling_beside_the_engines():
         n.startswith("file's ceiling: 279.5 tok/s = 27.0 GB/s / 96.6 MB per token") for n in notes
     )
     assert (
-        "trial 0: the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: measured against the file, "
-        "15% of ceiling"
+        "trial 0: the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: "
+        "measured against the file, 15% of ceiling"
     ) in notes
     assert "83.5% of ceiling, 15.0% of the file's" in " ".join(notes)
     assert "(15.7% of the file's)" in tune_text.best_lines(t)[0]
