@@ -219,9 +219,8 @@ def main() -> None:
                     time.sleep(0.5)
                     for e in order:
                         res = e.run()
-                        if (
-                            "ids" in res
-                        ):  # every configuration of the embedded engine: the same tokens
+                        # every configuration of the embedded engine: the same tokens
+                        if "ids" in res:
                             reference_ids = reference_ids or res["ids"]
                             if res["ids"] != reference_ids:
                                 raise SystemExit(

@@ -222,9 +222,8 @@ def measure_speed(runner, configs, prompt_sets, rounds, max_tokens) -> dict:
                 res.per_prompt.setdefault(name, []).append(run)
                 res.outputs[name] = out
                 if c.make is None:
-                    reference.setdefault(
-                        name, out
-                    )  # the baseline's round-1 output; later rounds are checked too
+                    # the baseline's round-1 output; later rounds are checked too
+                    reference.setdefault(name, out)
             print(f"  round {r + 1} {s}/{name}: {len(here)} configurations done", file=sys.stderr)
         for c in configs:  # the baseline of this round is complete now: compare
             for s in c.sets:

@@ -26,9 +26,8 @@ from numba.extending import intrinsic
 
 _F32 = ir.FloatType()
 _I64 = ir.IntType(64)
-_KEEP = (
-    "afn",
-)  # a flag that changes nothing, present so numba's fastmath pass leaves the op alone
+# a flag that changes nothing, present so numba's fastmath pass leaves the op alone
+_KEEP = ("afn",)
 _WIDTH = 16  # lanes of the main sums (one AVX-512 register of float32)
 _HALF = 8
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")

@@ -174,9 +174,8 @@ def test_a_probe_in_a_slow_minute_keeps_the_higher_best(cache):
     slow = _with_best(18e9, 22e9, when="2026-01-02T00:00:00+00:00")
     prof.save_profile(slow)
     saved = prof.load_local_profile()
-    assert (
-        saved["bandwidth_bytes_per_s"]["read"]["best"] == 22e9
-    )  # the probe's own figures as measured
+    # the probe's own figures as measured
+    assert saved["bandwidth_bytes_per_s"]["read"]["best"] == 22e9
     assert (
         saved[prof.BEST_READ]["bytes_per_s"] == 62e9
         and saved[prof.BEST_READ]["by"] == "bench window"

@@ -209,6 +209,7 @@ def test_shipped_smollm2_gguf() -> None:
 def test_ggml_type_table_matches_gguf_py() -> None:
     ours = ggml_types()
     theirs = gguf.GGML_QUANT_SIZES
+    # gone from ggml: such a tensor is an unknown type
     removed = {
         "Q4_2",
         "Q4_3",
@@ -218,7 +219,7 @@ def test_ggml_type_table_matches_gguf_py() -> None:
         "IQ4_NL_4_4",
         "IQ4_NL_4_8",
         "IQ4_NL_8_8",
-    }  # gone from ggml: such a tensor is an unknown type
+    }
     for qt, (block, size) in theirs.items():
         if qt.name in removed:
             continue

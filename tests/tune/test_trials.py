@@ -128,9 +128,8 @@ def test_goodput_and_cost_objectives(tmp_path, monkeypatch, objective, extra):
     assert [r.status for r in result.trials] == ["ok", "ok", "ok"]
     for r in result.trials:
         tok_per_s = r.metrics.output_tok_per_s
-        if (
-            objective == "cost"
-        ):  # $3.60/h at tok/s: 3.6 / (3600 * tok/s) * 1e6 dollars per million tokens
+        # $3.60/h at tok/s: 3.6 / (3600 * tok/s) * 1e6 dollars per million tokens
+        if objective == "cost":
             assert r.value == pytest.approx(1e3 / tok_per_s)
         else:  # every request meets these loose SLOs: goodput is the whole output rate
             assert r.value == pytest.approx(tok_per_s)

@@ -40,9 +40,8 @@ def _worker_main(
     from roofline.bench.tokens import load_tokenizer
 
     die_with_parent()
-    signal.signal(
-        signal.SIGINT, signal.SIG_IGN
-    )  # the parent decides when to stop (it sends SIGTERM)
+    # the parent decides when to stop (it sends SIGTERM)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     tokenizer = load_tokenizer(plan.tokenizer) if plan.tokenizer else None
     log = RequestLog(log_path, origin_ns)
 

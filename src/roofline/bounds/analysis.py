@@ -50,13 +50,8 @@ _COMPUTE_DTYPES = {
     "fp32": ("fp32", "tf32", "bf16", "fp16"),
     "fp16": ("fp16", "bf16", "fp32"),
 }
-_DEFAULT_DTYPES = (
-    "bf16",
-    "fp16",
-    "fp32",
-    "tf32",
-    "fp8",
-)  # bf16 checkpoints, and int4/GGUF dequantized
+# bf16 checkpoints, and int4/GGUF dequantized
+_DEFAULT_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8")
 
 
 def _main_format(budget: TokenBudget) -> str:
@@ -143,9 +138,8 @@ def analyse(r: CeilingRequest) -> tuple[Ceiling, CeilingAnalysis]:
     check_request(r)
     spec = load_spec(r.model)
     formats = resolve_formats(spec, r.weights)
-    kv_fmt = (
-        parse_format(r.kv, what="KV-cache format") if r.kv else None
-    )  # None: the checkpoint dtype
+    # None: the checkpoint dtype
+    kv_fmt = parse_format(r.kv, what="KV-cache format") if r.kv else None
     budget = token_budget(
         spec, formats, context_tokens=r.context, kv_format=kv_fmt, all_tensors=r.all_tensors
     )

@@ -38,9 +38,8 @@ def hardware_from_profile(profile: dict[str, Any]) -> Hardware:
             "the measured profile has no positive read bandwidth; re-run `roofline probe`"
         )
     top = best_read(profile)
-    raised = (
-        top is not None and float(top["bytes_per_s"]) > bandwidth
-    )  # a window's, or an earlier probe's
+    # a window's, or an earlier probe's
+    raised = top is not None and float(top["bytes_per_s"]) > bandwidth
     memory = profile.get("memory_bytes")
     if isinstance(memory, bool) or not isinstance(memory, (int, float)) or not memory > 0:
         raise UserError("the measured profile has no memory size; re-run `roofline probe`")

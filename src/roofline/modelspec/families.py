@@ -42,9 +42,8 @@ class Family:
     engine_arch: str = ""  # the embedded engine's decoder block ("" = the engine cannot run it)
     hf_classes: tuple[str, ...] = ()  # config.json "architectures" the engine loads as this family
     gguf_permutes_qk: bool = False  # llama.cpp's converter permutes q/k rows (its NORM rope type)
-    defaults: Mapping[str, Any] = field(
-        default_factory=dict
-    )  # transformers' values for keys left out
+    # transformers' values for keys left out
+    defaults: Mapping[str, Any] = field(default_factory=dict)
     defaults_source: str = ""  # where `defaults` were read: file, class and transformers version
 
 
