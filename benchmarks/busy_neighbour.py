@@ -13,9 +13,10 @@ reports them: TTFT = prefill + first sample, decode tok/s over the decode steps)
     llama-bench  llama.cpp's C++ benchmark at t=1 and t=N when --llama-bench is given (its pp test
                  on a prompt of the same length gives a TTFT, its tg test the decode speed)
 
-Each round runs every configuration quiet, then starts the neighbour (`python -c 'while True:
-pass'`) and runs them all again; the order of configurations rotates from round to round. The table
-gives min / median / max over rounds, then the ratios of medians measured in this run.
+Each round runs every configuration quiet, then starts the neighbour
+(`python -c 'while True: pass'`) and runs them all again; the order of configurations rotates from
+round to round. The table gives min / median / max over rounds, then the ratios of medians measured
+in this run.
 
 On a machine that others share, their load is a neighbour too: --nice -10 (root) raises this run,
 its workers and its neighbour above them, which comes closer to a quiet machine plus one busy

@@ -15,8 +15,9 @@ One run, side by side.
 llama-bench: give its path with --llama-bench or the LLAMA_BENCH environment variable (build it from
 llama.cpp's sources, target `llama-bench`); without it that part is skipped and says so.
 
-Usage: python benchmarks/prefill.py [--llama-bench PATH] [--rounds 3] [--threads 2] [--sizes
-                                    512,2048] [--dtypes fp32,bf16] [--ttft-dtypes fp32] [--markdown]
+Usage: python benchmarks/prefill.py [--llama-bench PATH] [--rounds 3] [--threads 2]
+                                    [--sizes 512,2048] [--dtypes fp32,bf16] [--ttft-dtypes fp32]
+                                    [--markdown]
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ every event that is due. Several processes can share the port (`--workers`).
 open after its first token, never finishing it, printing `holding request #K` as it does: a test
 that interrupts a run gets one that cannot have finished, whatever the speed of the machine.
 
-    python -m roofline.bench.nullserver --port 0 --ttft 20ms --gap 5ms --tokens 100
-    --tokens-per-chunk 2
+    python -m roofline.bench.nullserver --port 0 --ttft 20ms --gap 5ms \\
+        --tokens 100 --tokens-per-chunk 2
 """
 
 from __future__ import annotations
