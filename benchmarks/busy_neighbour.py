@@ -8,14 +8,15 @@ reports them: TTFT = prefill + first sample, decode tok/s over the decode steps)
     default      no --threads: the adaptive thread count, idle OpenMP workers sleeping
     threads=1    --threads 1
     threads=N    --threads N (all cores, fixed)
-    old default  --threads N with libgomp's default spin before an idle worker sleeps (GOMP_SPINCOUNT=300000):
-                 what the default was before the adaptive count
+    old default  --threads N with libgomp's default spin before an idle worker sleeps
+                 (GOMP_SPINCOUNT=300000): what the default was before the adaptive count
     llama-bench  llama.cpp's C++ benchmark at t=1 and t=N when --llama-bench is given (its pp test
                  on a prompt of the same length gives a TTFT, its tg test the decode speed)
 
-Each round runs every configuration quiet, then starts the neighbour (`python -c 'while True:
-pass'`) and runs them all again; the order of configurations rotates from round to round. The table
-gives min / median / max over rounds, then the ratios of medians measured in this run.
+Each round runs every configuration quiet, then starts the neighbour
+(`python -c 'while True: pass'`) and runs them all again; the order of configurations rotates from
+round to round. The table gives min / median / max over rounds, then the ratios of medians measured
+in this run.
 
 On a machine that others share, their load is a neighbour too: --nice -10 (root) raises this run,
 its workers and its neighbour above them, which comes closer to a quiet machine plus one busy
@@ -219,9 +220,8 @@ def main() -> None:
                     time.sleep(0.5)
                     for e in order:
                         res = e.run()
-                        if (
-                            "ids" in res
-                        ):  # every configuration of the embedded engine: the same tokens
+                        # every configuration of the embedded engine: the same tokens
+                        if "ids" in res:
                             reference_ids = reference_ids or res["ids"]
                             if res["ids"] != reference_ids:
                                 raise SystemExit(
@@ -229,8 +229,8 @@ def main() -> None:
                                 )
                         results.setdefault((e.label, condition), []).append(res)
                         print(
-                            f"round {r + 1} {condition:5} {e.label:15} TTFT {res['ttft_s'] * 1e3:7.0f} ms  "
-                            f"{res['tok_per_s']:6.1f} tok/s"
+                            f"round {r + 1} {condition:5} {e.label:15} "
+                            f"TTFT {res['ttft_s'] * 1e3:7.0f} ms  {res['tok_per_s']:6.1f} tok/s"
                             + (
                                 f"  (on {res['threads_now']} threads)"
                                 if "threads_now" in res
@@ -248,8 +248,8 @@ def main() -> None:
             e.close()
 
     print(
-        f"\n{a.dtype}, prompt {prompt_tokens} tokens, {a.tokens} new tokens, {a.rounds} rounds, niceness "
-        f"{os.nice(0)}; min / median / max"
+        f"\n{a.dtype}, prompt {prompt_tokens} tokens, {a.tokens} new tokens, {a.rounds} rounds, "
+        f"niceness {os.nice(0)}; min / median / max"
     )
     print("| configuration | condition | decode tok/s | TTFT ms |\n|---|---|---|---|")
     for condition in ("quiet", "busy"):
@@ -264,7 +264,8 @@ def main() -> None:
         return statistics.median(x[key] for x in results[(label, condition)])
 
     print(
-        "\nratios of medians (tok/s: higher is better for the first; TTFT: lower is better for the first)"
+        "\nratios of medians "
+        "(tok/s: higher is better for the first; TTFT: lower is better for the first)"
     )
     print("| ratio | condition | decode tok/s | TTFT |\n|---|---|---|---|")
     pairs = [("default", "threads=1"), ("default", "old default"), ("default", f"threads={cores}")]
@@ -272,10 +273,9 @@ def main() -> None:
         pairs.append((f"llama-bench t={cores}", "llama-bench t=1"))
     for x, y in pairs:
         for condition in ("quiet", "busy"):
-            print(
-                f"| {x} / {y} | {condition} | {med(x, condition, 'tok_per_s') / med(y, condition, 'tok_per_s'):.2f} | "
-                f"{med(x, condition, 'ttft_s') / med(y, condition, 'ttft_s'):.2f} |"
-            )
+            tok = med(x, condition, "tok_per_s") / med(y, condition, "tok_per_s")
+            ttft = med(x, condition, "ttft_s") / med(y, condition, "ttft_s")
+            print(f"| {x} / {y} | {condition} | {tok:.2f} | {ttft:.2f} |")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ def show(r, full: bool) -> None:
     f = r.facts
     print(
         f"\n== {r.case.name}: {r.case.concurrency} streams, {r.case.workers} client process(es), "
-        f"{r.case.server_workers} server process(es); {f['requests_ok']} ok, {f['requests_failed']} failed"
+        f"{r.case.server_workers} server process(es); "
+        f"{f['requests_ok']} ok, {f['requests_failed']} failed"
     )
     for row in r.rows:
         if not full and row["key"] not in ("ttft_s", "tpot_s"):
@@ -35,14 +36,16 @@ def show(r, full: bool) -> None:
         scale, unit = (1.0, "tok/s") if row["key"] == "output_speed_tok_per_s" else (1e3, "ms")
         print(
             f"  {row['metric']:<14} truth {row['truth'] * scale:10.3f} {unit:<5}  reported mean "
-            f"{row['reported'] * scale:10.3f} ({row['error_pct']:+.2f}%)  server sent {row['server_sent'] * scale:10.3f}"
+            f"{row['reported'] * scale:10.3f} ({row['error_pct']:+.2f}%)  "
+            f"server sent {row['server_sent'] * scale:10.3f}"
             f"  client error {row['client_error_pct']:+.2f}%  p99 {row['reported_p99'] * scale:.3f}"
         )
     print(
         f"  tokens/s reached {f['output_tok_per_s']:.0f} of {f['offered_tok_per_s']:.0f} offered; "
         f"client CPU {f['client_cpu_us_per_token']:.1f} us/token; client delay per chunk p50 "
-        f"{f['client_delay_p50_ms']:.3f} ms, p99 {f['client_delay_p99_ms']:.3f} ms; first token sent "
-        f"{f['server_first_token_late_p50_ms']:.3f} ms after schedule (p50, server side)"
+        f"{f['client_delay_p50_ms']:.3f} ms, p99 {f['client_delay_p99_ms']:.3f} ms; "
+        f"first token sent {f['server_first_token_late_p50_ms']:.3f} ms after schedule "
+        "(p50, server side)"
     )
 
 
@@ -54,7 +57,8 @@ def main() -> None:
     a = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="client-overhead-"))
     print(
-        f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (shared: timings are noisy)"
+        f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} "
+        "(shared: timings are noisy)"
     )
     paced = Schedule(ttft_s=0.2, gap_s=0.02, tokens=64, tokens_per_chunk=2)
     for c, n in ((1, 8), (16, 64)):

@@ -325,7 +325,8 @@ def main() -> None:
         f"{args.threads} threads; llama-bench {bench or 'not run'}",
         f"read bandwidth {read / 1e9:.1f} GB/s best before, "
         f"{bw_after['best_bytes_per_s'] / 1e9:.1f} after (% of read bw uses before)",
-    ] + skipped
+        *skipped,
+    ]
     for note in notes:
         print(note)
     if args.json:

@@ -15,8 +15,9 @@ One run, side by side.
 llama-bench: give its path with --llama-bench or the LLAMA_BENCH environment variable (build it from
 llama.cpp's sources, target `llama-bench`); without it that part is skipped and says so.
 
-Usage: python benchmarks/prefill.py [--llama-bench PATH] [--rounds 3] [--threads 2] [--sizes
-                                    512,2048] [--dtypes fp32,bf16] [--ttft-dtypes fp32] [--markdown]
+Usage: python benchmarks/prefill.py [--llama-bench PATH] [--rounds 3] [--threads 2]
+                                    [--sizes 512,2048] [--dtypes fp32,bf16] [--ttft-dtypes fp32]
+                                    [--markdown]
 """
 
 from __future__ import annotations
@@ -209,7 +210,8 @@ def main() -> None:
                     value = llama_bench_tok_per_s(binary, ggufs[dtype], n, args.threads)
                     rates.setdefault(("llama.cpp", dtype, n), []).append(value)
                     print(
-                        f"round {r + 1}/{args.rounds} llama-bench {GGUF_FORMAT[dtype]} pp{n}: {value:.0f} tok/s",
+                        f"round {r + 1}/{args.rounds} llama-bench {GGUF_FORMAT[dtype]} pp{n}: "
+                        f"{value:.0f} tok/s",
                         file=sys.stderr,
                     )
         for dtype in ttft_dtypes:
@@ -217,8 +219,8 @@ def main() -> None:
                 short, long = short_request_ttft(runners[dtype], chunked, max(sizes), seed=100 + r)
                 ttft.setdefault((dtype, chunked), []).append((short, long))
                 print(
-                    f"round {r + 1}/{args.rounds} TTFT {dtype} chunked={chunked}: short {short:.2f} s, "
-                    f"long {long:.2f} s",
+                    f"round {r + 1}/{args.rounds} TTFT {dtype} chunked={chunked}: "
+                    f"short {short:.2f} s, long {long:.2f} s",
                     file=sys.stderr,
                 )
 
@@ -241,10 +243,11 @@ def main() -> None:
         rows,
         as_markdown=args.markdown,
         notes=[
-            f"{args.threads} threads, {args.rounds} rounds, random token ids, source {source.name}; "
-            "llama-bench: -p N -n 0 -r 1 -fa on, F32 / BF16 GGUFs of the same (dequantized) weights"
-        ]
-        + notes,
+            f"{args.threads} threads, {args.rounds} rounds, random token ids, "
+            f"source {source.name}; llama-bench: -p N -n 0 -r 1 -fa on, "
+            "F32 / BF16 GGUFs of the same (dequantized) weights",
+            *notes,
+        ],
     )
     if ttft:
         rows = []
@@ -262,8 +265,8 @@ def main() -> None:
                     )
                 )
         emit_table(
-            f"TTFT of a {SHORT_PROMPT_TOKENS}-token request submitted {SHORT_DELAY_SECONDS * 1e3:.0f} ms after a "
-            f"{max(sizes)}-token one (seconds)",
+            f"TTFT of a {SHORT_PROMPT_TOKENS}-token request submitted "
+            f"{SHORT_DELAY_SECONDS * 1e3:.0f} ms after a {max(sizes)}-token one (seconds)",
             [
                 "format",
                 "chunked prefill",
@@ -274,8 +277,8 @@ def main() -> None:
             rows,
             as_markdown=args.markdown,
             notes=[
-                "on: the runner's default chunk and the scheduler's default budget; off: the whole prompt "
-                "as one chunk in one step"
+                "on: the runner's default chunk and the scheduler's default budget; "
+                "off: the whole prompt as one chunk in one step"
             ],
         )
 

@@ -36,18 +36,28 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-STRUCTURED = {  # greedy answers (SmolLM2-135M-Instruct) copy long stretches of the prompt
-    "code-edit": 'Change every <li> in this HTML to use the class "item" and show the full HTML:\n<ul>\n'
-    "  <li>Home</li>\n  <li>About us</li>\n  <li>Products</li>\n  <li>Services</li>\n  <li>Blog</li>\n"
-    "  <li>Careers</li>\n  <li>Contact</li>\n</ul>",
-    "json": 'Add the field "active": true to every object in this JSON array and print the resulting JSON:\n'
-    '[{"id": 1, "name": "Alice", "city": "Paris"}, {"id": 2, "name": "Bob", "city": "Berlin"}, '
-    '{"id": 3, "name": "Carol", "city": "Madrid"}]',
-    "list": "Convert this comma-separated list into a numbered list, one item per line, keeping the order: apples, "
-    "bananas, cherries, dates, elderberries, figs, grapes, honeydew melons, kiwis, lemons, mangoes, "
-    "nectarines, oranges, papayas, quinces",
-    "quote": 'Repeat this sentence exactly, then explain what it means: "The quick brown fox jumps over the lazy dog '
-    'because the dog was too tired to chase the fox across the field."',
+# greedy answers (SmolLM2-135M-Instruct) copy long stretches of the prompt
+STRUCTURED = {
+    "code-edit": (
+        'Change every <li> in this HTML to use the class "item" and show the full HTML:\n<ul>\n'
+        "  <li>Home</li>\n  <li>About us</li>\n  <li>Products</li>\n  <li>Services</li>\n"
+        "  <li>Blog</li>\n  <li>Careers</li>\n  <li>Contact</li>\n</ul>"
+    ),
+    "json": (
+        'Add the field "active": true to every object in this JSON array '
+        "and print the resulting JSON:\n"
+        '[{"id": 1, "name": "Alice", "city": "Paris"}, {"id": 2, "name": "Bob", "city": "Berlin"}, '
+        '{"id": 3, "name": "Carol", "city": "Madrid"}]'
+    ),
+    "list": (
+        "Convert this comma-separated list into a numbered list, one item per line, "
+        "keeping the order: apples, bananas, cherries, dates, elderberries, figs, grapes, "
+        "honeydew melons, kiwis, lemons, mangoes, nectarines, oranges, papayas, quinces"
+    ),
+    "quote": (
+        'Repeat this sentence exactly, then explain what it means: "The quick brown fox jumps '
+        'over the lazy dog because the dog was too tired to chase the fox across the field."'
+    ),
 }
 PROSE = {
     "story": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
@@ -109,13 +119,17 @@ def read_bandwidth() -> str:
         t = time.perf_counter()
         a.sum()
         rates.append(a.nbytes / (time.perf_counter() - t))
-    text = f"read bandwidth now {statistics.median(rates) / 1e9:.1f} GB/s (numpy sum, 1 GiB, median of 5)"
+    text = (
+        f"read bandwidth now {statistics.median(rates) / 1e9:.1f} GB/s "
+        "(numpy sum, 1 GiB, median of 5)"
+    )
     try:
         from roofline.hardware.profile import load_local_profile
 
         profile = load_local_profile()
         if profile:
-            text += f"; probe profile {profile['bandwidth_bytes_per_s']['read']['median'] / 1e9:.1f} GB/s"
+            probed = profile["bandwidth_bytes_per_s"]["read"]["median"]
+            text += f"; probe profile {probed / 1e9:.1f} GB/s"
     except (
         OSError,
         ValueError,
@@ -208,9 +222,8 @@ def measure_speed(runner, configs, prompt_sets, rounds, max_tokens) -> dict:
                 res.per_prompt.setdefault(name, []).append(run)
                 res.outputs[name] = out
                 if c.make is None:
-                    reference.setdefault(
-                        name, out
-                    )  # the baseline's round-1 output; later rounds are checked too
+                    # the baseline's round-1 output; later rounds are checked too
+                    reference.setdefault(name, out)
             print(f"  round {r + 1} {s}/{name}: {len(here)} configurations done", file=sys.stderr)
         for c in configs:  # the baseline of this round is complete now: compare
             for s in c.sets:
@@ -435,23 +448,35 @@ def bench_dtype(dtype, args, header_notes) -> dict:
     ks = (1, 2, 4, 8, 16) if args.quick else tuple(range(1, 17))
     costs = pass_costs(runner, ks, args.cost_reps, prompt_sets["structured"]["code-edit"])
     results = measure_speed(runner, configs, prompt_sets, args.rounds, args.max_tokens)
-    notes = header_notes + [
+    notes = [
+        *header_notes,
         (
-            f"{dtype} target; {len(STRUCTURED)} structured prompts ({', '.join(STRUCTURED)}), {len(PROSE)} prose "
-            f"({', '.join(PROSE)}); greedy, batch 1, up to {args.max_tokens} new tokens (EOS ends an answer), "
+            f"{dtype} target; {len(STRUCTURED)} structured prompts ({', '.join(STRUCTURED)}), "
+            f"{len(PROSE)} prose ({', '.join(PROSE)}); greedy, batch 1, "
+            f"up to {args.max_tokens} new tokens (EOS ends an answer), "
             f"{args.rounds} round(s), {runner.threads} threads"
         ),
-        "tok/s: decode tokens / decode seconds summed over the set's prompts, per round; min / median / max over rounds",
-        "tokens/pass: decode tokens per decode weight pass; acceptance: accepted / drafted draft nodes",
         (
-            "vs baseline: median over rounds of (tok/s / baseline tok/s in the same round); targets from issue 8 "
-            "(n-gram family = ngram and trie)"
+            "tok/s: decode tokens / decode seconds summed over the set's prompts, per round; "
+            "min / median / max over rounds"
         ),
-        "identical: greedy ids equal to the baseline's for every prompt in every round (else prompt @ first position)",
+        (
+            "tokens/pass: decode tokens per decode weight pass; "
+            "acceptance: accepted / drafted draft nodes"
+        ),
+        (
+            "vs baseline: median over rounds of (tok/s / baseline tok/s in the same round); "
+            "targets from issue 8 (n-gram family = ngram and trie)"
+        ),
+        (
+            "identical: greedy ids equal to the baseline's for every prompt in every round "
+            "(else prompt @ first position)"
+        ),
     ]
     if dtype == "int8":
         notes.append(
-            "int8 target: the int8 self-draft is the target itself (acceptance ~100%, no cheaper pass)"
+            "int8 target: the int8 self-draft is the target itself "
+            "(acceptance ~100%, no cheaper pass)"
         )
     out = report(dtype, results, configs, sweep, costs, args, notes)
     for c in configs:
@@ -484,8 +509,9 @@ def main() -> None:
                 (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu
             )
     machine = (
-        f"machine: {cpu}, {available_cores()} cores available, threads {args.threads or available_cores()}; "
-        f"{read_bandwidth()}; load average {os.getloadavg()[0]:.1f}; a shared host: compare ratios, not tok/s"
+        f"machine: {cpu}, {available_cores()} cores available, "
+        f"threads {args.threads or available_cores()}; {read_bandwidth()}; "
+        f"load average {os.getloadavg()[0]:.1f}; a shared host: compare ratios, not tok/s"
     )
     print(machine, file=sys.stderr)
     dtypes = ["fp32", "bf16", "int8"] if args.dtype == "all" else [args.dtype]

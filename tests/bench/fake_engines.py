@@ -94,7 +94,11 @@ class Handler(BaseHTTPRequestHandler):
             if mode == "strict" and "return_token_ids" in req:
                 return self.send(400, {"error": {"message": "unknown field return_token_ids"}})
             text, ids = answer(req["messages"][-1]["content"], req["max_tokens"])
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "length",
+            }
             if req.get("return_token_ids") and mode not in ("noids", "strict"):
                 choice["token_ids"] = ids
             return self.send(200, {"model": req.get("model"), "choices": [choice]})
@@ -102,7 +106,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.send(200, {"prompt": "<|user|>" + req["messages"][-1]["content"]})
         if mode == "llama" and self.path == "/completion":
             text, ids = answer(req["prompt"].removeprefix("<|user|>"), req["n_predict"])
-            return self.send(200, {"content": text, "tokens": ids if req.get("return_tokens") else []})
+            tokens = ids if req.get("return_tokens") else []
+            return self.send(200, {"content": text, "tokens": tokens})
         self.send(404, {"error": {"message": "not found"}})
 
 

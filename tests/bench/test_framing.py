@@ -230,9 +230,8 @@ def test_every_framing_is_a_complete_response(server, tmp_path):
             assert ln["chunk_tokens"] == TOKENS and ln["text"] == "a b c d"
         assert ln["prompt_tokens"] == 3 and not ln["retried"]
     assert outcome.summary.scenarios[0].requests.ok == 3
-    assert outcome.summary.provenance["server"]["models"] == [
-        "m"
-    ]  # discovery read the same framing
+    # discovery read the same framing
+    assert outcome.summary.provenance["server"]["models"] == ["m"]
     posts = [n for n in server.posts_per_connection if n]
     assert sum(posts) == 4  # the warm-up and three measured requests
     if server.mode in KEEP_ALIVE:

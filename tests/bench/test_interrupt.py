@@ -110,9 +110,8 @@ def test_interrupt_writes_cancelled_requests_and_a_summary(held_server, tmp_path
     proc = start_bench(url, tmp_path / "run")
     log = tmp_path / "run" / "requests.jsonl"
     wait_for_lines(log, 4, proc)
-    wait_for_output(
-        server_log, "holding request #", 4, proc=proc
-    )  # all 4 streams in flight, none can end
+    # all 4 streams in flight, none can end
+    wait_for_output(server_log, "holding request #", 4, proc=proc)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err

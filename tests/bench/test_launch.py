@@ -61,7 +61,8 @@ def wait_gone(marker: str, timeout_s: float = 30.0) -> list[int]:
 
 def null_template(marker: str, *extra: str) -> str:
     return (
-        "{python} -m roofline.bench.nullserver --host {host} --port {port} --ttft 5ms --gap 1ms --tokens 4 "
+        "{python} -m roofline.bench.nullserver --host {host} --port {port} "
+        "--ttft 5ms --gap 1ms --tokens 4 "
         f"--model {marker} " + " ".join(extra)
     )
 
@@ -165,9 +166,8 @@ def test_sigterm_to_bench_stops_the_engine(tmp_path):
         assert proc.poll() is None, proc.stderr.read()
         assert time.monotonic() < deadline, "the run wrote too few lines"
         time.sleep(0.05)
-    wait_for_output(
-        tmp_path / "run" / "server.log", "holding request #", proc=proc
-    )  # a request is in flight
+    # a request is in flight
+    wait_for_output(tmp_path / "run" / "server.log", "holding request #", proc=proc)
     assert processes_with(marker)
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)
@@ -276,9 +276,8 @@ def test_hardware_local_against_a_url_is_held_against_the_window_too(
     assert c.bytes_per_token == pytest.approx(
         ceiling_for("openai/gpt-oss-120b", "b200").bytes_per_token
     )
-    assert (
-        sum(a.startswith("bandwidth ") for a in c.assumptions) == 1
-    )  # the profile's 2 GB/s line is gone
+    # the profile's 2 GB/s line is gone
+    assert sum(a.startswith("bandwidth ") for a in c.assumptions) == 1
     assert not any("drift" in a for a in c.assumptions)  # 5%: not worth a word
 
 
@@ -354,9 +353,8 @@ def test_embedded_engine_measures_the_machine_when_no_profile_exists(tmp_path, m
     profile = load_local_profile()
     assert profile is not None
     assert profile["bandwidth_bytes_per_s"]["read"]["median"] > 0
-    c = (
-        outcome.summary.ceiling
-    )  # the run itself is held against the bandwidth measured in its window
+    # the run itself is held against the bandwidth measured in its window
+    c = outcome.summary.ceiling
     assert (
         c.hardware == "local"
         and c.bandwidth_bytes_per_s == 3e9

@@ -1,3 +1,4 @@
+import itertools
 import statistics
 
 import pytest
@@ -8,7 +9,7 @@ from roofline.bench.results import read_requests
 
 
 def gaps(offsets):
-    return [b - a for a, b in zip(offsets, offsets[1:])]
+    return [b - a for a, b in itertools.pairwise(offsets)]
 
 
 def test_poisson_gaps_have_mean_one_over_rate_and_cv_one():
@@ -62,7 +63,7 @@ def test_open_loop_counts_queueing_in_ttft(tmp_path):
     # request i waits for the i earlier ones (~60 ms each) minus its 20 ms later arrival: ~40 ms
     # more each
     assert lags[-1] > 0.2 and ttfts[-1] > lags[-1] + 0.009
-    assert all(b > a for a, b in zip(ttfts, ttfts[1:]))
+    assert all(b > a for a, b in itertools.pairwise(ttfts))
     s = outcome.summary.scenarios[0]
     assert s.metric("send_lag_s").max == pytest.approx(max(lags))
 

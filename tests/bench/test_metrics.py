@@ -70,7 +70,7 @@ def test_single_token_has_no_tpot():
 def test_distribution_matches_numpy():
     rng = np.random.default_rng(1)
     v = rng.exponential(1.0, 1001)
-    d = metrics.distribution(list(v) + [None])
+    d = metrics.distribution([*v, None])
     assert d["n"] == 1001
     assert d["mean"] == pytest.approx(v.mean())
     assert d["std"] == pytest.approx(v.std())

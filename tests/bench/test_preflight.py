@@ -36,8 +36,8 @@ class ModelsServer:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.response = (
-            b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
-            % (status, len(body), body)
+            b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (status, len(body), body)
         )
         threading.Thread(target=self._serve, daemon=True).start()
 

@@ -68,9 +68,8 @@ def test_summary_with_ceiling_prompt_spread_and_failures():
     assert v["effective_bandwidth_bytes_per_s"] == pytest.approx(100e9)
     assert s["goodput"]["requests_meeting_slo"] == 2  # the 20 ms/token one misses TPOT
     typed = RunSummary.from_json(summary)
-    assert (
-        RunSummary.from_json(json.loads(json.dumps(typed.to_json()))) == typed
-    )  # one to_json/from_json
+    # one to_json/from_json
+    assert RunSummary.from_json(json.loads(json.dumps(typed.to_json()))) == typed
     assert typed.scenarios[0].vs_ceiling.percent_of_ceiling == pytest.approx(25.0)
     names = [t[0] for t in tables(typed)]
     assert names == ["latency", "rates", "per prompt (Output Speed over reps)", "failed requests"]

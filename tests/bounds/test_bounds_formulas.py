@@ -21,9 +21,8 @@ def test_expected_distinct_experts() -> None:
     assert expected_distinct_experts(128, 4, 1) == pytest.approx(4)
     assert expected_distinct_experts(128, 4, 0) == 0
     assert expected_distinct_experts(8, 2, 10_000) == pytest.approx(8)
-    two = expected_distinct_experts(
-        128, 4, 2
-    )  # 4 + 4 x (124/128): the second token repeats some experts
+    # 4 + 4 x (124/128): the second token repeats some experts
+    two = expected_distinct_experts(128, 4, 2)
     assert two == pytest.approx(4 + 4 * 124 / 128)
     with pytest.raises(UserError):
         expected_distinct_experts(8, 9, 1)

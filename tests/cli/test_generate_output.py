@@ -78,8 +78,8 @@ def test_table_shows_the_files_ceiling_and_the_ratio_line(capsys):
     assert "| file's ceiling | 279.5 tok/s = 27.0 GB/s / 96.6 MB |" in out
     assert "| % of file's ceiling | 15.0% |" in out and "| % of ceiling | 83.5% |" in out
     assert (
-        "the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: measured against the file, 15% of ceiling"
-        in out
+        "the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: "
+        "measured against the file, 15% of ceiling" in out
     )
 
 

@@ -80,15 +80,8 @@ ROWS = [
         "-",
     ],
 ]
-HEADERS = [
-    "id",
-    "architecture",
-    "params",
-    "active",
-    "read",
-    "notes",
-    "TTFT p50 ms",
-]  # headers wrap, whole words
+# headers wrap, whole words
+HEADERS = ["id", "architecture", "params", "active", "read", "notes", "TTFT p50 ms"]
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -124,19 +117,12 @@ def test_column_widths() -> None:
     )
     overhead = BORDER_AND_PADDING_PER_COLUMN * 3 + 1
     assert column_widths(headers, rows, 200) == [4, 9, 23]  # natural widths when they fit
-    assert column_widths(headers, rows, overhead + 4 + 9 + 10) == [
-        4,
-        9,
-        10,
-    ]  # text wraps, numbers do not
-    assert column_widths(headers, rows, overhead + 4 + 9 + 6) == [
-        4,
-        9,
-        6,
-    ]  # down to its longest word, 'NVIDIA'
-    assert (
-        column_widths(headers, rows, overhead + 4 + 9 + 5) is None
-    )  # no text column below its longest word
+    # text wraps, numbers do not
+    assert column_widths(headers, rows, overhead + 4 + 9 + 10) == [4, 9, 10]
+    # down to its longest word, 'NVIDIA'
+    assert column_widths(headers, rows, overhead + 4 + 9 + 6) == [4, 9, 6]
+    # no text column below its longest word
+    assert column_widths(headers, rows, overhead + 4 + 9 + 5) is None
     # nor a number column below its widest cell: '3.35 TB/s' is never wrapped into '3.35' and 'TB/s'
     assert (
         column_widths(
@@ -147,12 +133,14 @@ def test_column_widths() -> None:
 
 
 def test_wrap_words_keeps_words_whole() -> None:
-    text = "speculative row: c = 0.05 (--draft-cost) https://www.example.com/a/very/long/path/1234567 end"
+    text = (
+        "speculative row: c = 0.05 (--draft-cost) "
+        "https://www.example.com/a/very/long/path/1234567 end"
+    )
     lines = wrap_words(text, 20, indent="  ", hanging="    ")
     assert " ".join(" ".join(lines).split()) == text
-    assert (
-        "    https://www.example.com/a/very/long/path/1234567" in lines
-    )  # longer than a line: alone, whole
+    # longer than a line: alone, whole
+    assert "    https://www.example.com/a/very/long/path/1234567" in lines
     assert all(len(line) <= 20 for line in lines if "https" not in line)
 
 
@@ -268,9 +256,8 @@ def test_line_progress_writes_one_line_per_finished_task_and_no_empty_ones() -> 
     a = p.add_task("concurrency=1", total=3, failed=0)
     for _ in range(3):
         p.update(a, advance=1, failed=1)
-    b = p.add_task(
-        "rate=2 (60s)", total=None, failed=0
-    )  # a duration: no total, a line when the next one starts
+    # a duration: no total, a line when the next one starts
+    b = p.add_task("rate=2 (60s)", total=None, failed=0)
     p.advance(b)
     d = p.add_task("rate=4 (60s)", total=None, failed=0)  # or at the end
     p.update(d, advance=2, failed=1)
@@ -319,9 +306,8 @@ def test_hardware_list_shows_this_machine_once_probed(monkeypatch, tmp_path) -> 
     monkeypatch.setattr(profile_mod, "load_local_profile", lambda: profile)
     for width in WIDTHS:
         words = _cli(["hardware", "list"], width).split()
-        assert "local" in words and "2026-11-29" in words and "31.00" in words, (
-            width
-        )  # its date and bandwidth
+        # its date and bandwidth
+        assert "local" in words and "2026-11-29" in words and "31.00" in words, width
 
 
 def test_bench_tables_and_progress_through_a_pipe(tmp_path) -> None:
@@ -385,12 +371,11 @@ def test_bench_tables_and_progress_through_a_pipe(tmp_path) -> None:
     assert p.returncode == 0, p.stderr
     err_lines = p.stderr.splitlines()
     assert err_lines and all(line.strip() for line in err_lines), p.stderr  # no empty lines
-    assert sum(line.startswith("concurrency=") for line in err_lines) == 2, (
-        p.stderr
-    )  # one line per scenario
+    # one line per scenario
+    assert sum(line.startswith("concurrency=") for line in err_lines) == 2, p.stderr
     assert not any(c in p.stdout for c in CUT), p.stdout
     summary = RunSummary.from_json(json.loads((tmp_path / "run" / "summary.json").read_text()))
-    for title, headers, rows, notes in tables(summary):
+    for title, headers, rows, _notes in tables(summary):
         wide = _render(FitTable(title, headers, rows), WIDE)
         for width in WIDTHS:
             _assert_whole(_render(FitTable(title, headers, rows), width), wide, width)

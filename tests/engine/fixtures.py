@@ -25,7 +25,8 @@ from roofline.errors import UserError
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2
 BOS_ID, EOS_ID = 1, 2
 CHATML_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 _CORPUS = [
@@ -180,11 +181,8 @@ FP16_SCALES_AT = {
     "Q5_K": (0, 2),
     "Q6_K": (208,),
 }
-K_QUANTS = (
-    "Q4_K",
-    "Q5_K",
-    "Q6_K",
-)  # gguf-py cannot quantize these: their tiny weights are random blocks
+# gguf-py cannot quantize these: their tiny weights are random blocks
+K_QUANTS = ("Q4_K", "Q5_K", "Q6_K")
 
 
 def random_blocks(
@@ -223,9 +221,8 @@ def gguf_encode(weight: np.ndarray, tensor_type: str):
         ), qtype
     try:
         return quantize(weight, qtype), qtype
-    except (
-        NotImplementedError
-    ):  # a type gguf-py cannot write (Q8_1, ...): random blocks of its size
+    # a type gguf-py cannot write (Q8_1, ...): random blocks of its size
+    except NotImplementedError:
         return random_blocks(tensor_type, weight.shape[0], weight.shape[1], rng), qtype
 
 
@@ -270,9 +267,8 @@ def write_tiny_gguf(
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
-    writer.add_token_types(
-        [3 if t in SPECIAL_TOKENS else 1 for t in tokens]
-    )  # 3 = CONTROL, 1 = NORMAL
+    # 3 = CONTROL, 1 = NORMAL
+    writer.add_token_types([3 if t in SPECIAL_TOKENS else 1 for t in tokens])
     writer.add_token_merges(merges)
     writer.add_bos_token_id(BOS_ID)
     writer.add_eos_token_id(EOS_ID)

@@ -130,7 +130,7 @@ def test_cli_generate_with_speculation_gives_the_same_text_in_fewer_passes(tiny_
     ]
     plain = subprocess.run(base, capture_output=True, text=True, timeout=300)
     spec = subprocess.run(
-        base + ["--spec", "ngram", "--spec-k", "6", "--prompt-lookup-min", "1", "--no-adaptive"],
+        [*base, "--spec", "ngram", "--spec-k", "6", "--prompt-lookup-min", "1", "--no-adaptive"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -142,7 +142,7 @@ def test_cli_generate_with_speculation_gives_the_same_text_in_fewer_passes(tiny_
     assert s["spec"]["drafted_tokens"] > 0
     assert s["weight_passes"] == s["spec"]["passes"] == 24 - s["spec"]["accepted_tokens"]
     bad = subprocess.run(
-        base + ["--spec", "ngram", "--prompt-lookup-min", "4", "--prompt-lookup-max", "2"],
+        [*base, "--spec", "ngram", "--prompt-lookup-min", "4", "--prompt-lookup-max", "2"],
         capture_output=True,
         text=True,
         timeout=120,

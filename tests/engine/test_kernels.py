@@ -235,9 +235,8 @@ def test_rope_and_cache_write_match_torch(rng):
     ref = model.apply_rope(heads, cos[pos : pos + 1], sin[pos : pos + 1]).numpy().reshape(-1)
     np.testing.assert_allclose(rotated[0, :48], ref, rtol=1e-6, atol=1e-6)
     b = kv_cache.KEY_BLOCK
-    np.testing.assert_array_equal(
-        cache.k[0, 0, 0, pos // b, :, pos % b], rotated[0, 32:48]
-    )  # a key block is (d, B)
+    # a key block is (d, B)
+    np.testing.assert_array_equal(cache.k[0, 0, 0, pos // b, :, pos % b], rotated[0, 32:48])
     np.testing.assert_array_equal(cache.v[0, 0, 0, pos], qkv[0, 48:])
     k_torch, _ = cache.torch_views(0)
     np.testing.assert_array_equal(

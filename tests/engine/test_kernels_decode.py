@@ -61,9 +61,8 @@ def documented_order_sum(v: np.ndarray) -> np.float32:
 @pytest.mark.parametrize("n", [1, 7, 8, 15, 63, 64, 65, 100, 127, 128, 200, 576, 1536 + 13])
 def test_reductions_follow_the_documented_order_bit_for_bit(n):
     rng = np.random.default_rng(n)
-    v = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)).astype(
-        np.float32
-    )  # wide range: order matters
+    # wide range: order matters
+    v = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)).astype(np.float32)
     assert _vsum(v) == documented_order_sum(v)
     # fma(w, 1, s) is a plain add, so a dot with ones follows the same order
     assert _dot(v[None], np.ones(n, np.float32)) == documented_order_sum(v)

@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from roofline.modelspec.default_model import DEFAULT_MODEL_FILE, default_model_path
 from roofline.engine.loaders import load_checkpoint
+from roofline.modelspec.default_model import DEFAULT_MODEL_FILE, default_model_path
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +73,7 @@ def test_every_tensor_matches_transformers_gguf_loading(default_checkpoint, tmp_
         "model.layers.29.self_attn.k_proj.weight",
     ):
         assert torch.equal(ours[name], reference[name]), name
-    assert set(ours) == set(reference) - {
-        "lm_head.weight"
-    }  # tied: transformers shares the embedding
+    # tied: transformers shares the embedding
+    assert set(ours) == set(reference) - {"lm_head.weight"}
     for name, value in ours.items():
         assert torch.equal(value, reference[name].to(value.dtype)), name

@@ -139,9 +139,8 @@ def test_llama3_rope_freqs_become_an_hf_rope_scaling_dict(tmp_path):
     scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](hf_config, "cpu")
     plain = 1.0 / s.rope_theta ** (torch.arange(0, s.head_dim, 2).double() / s.head_dim)
     divisors = (plain / scaled.double()).numpy()
-    assert divisors.max() > 1.0 and divisors.min() == pytest.approx(
-        1.0
-    )  # all three regimes present
+    # all three regimes present
+    assert divisors.max() > 1.0 and divisors.min() == pytest.approx(1.0)
     ck = load_checkpoint(write_tiny_gguf(tmp_path, rope_freqs=divisors))
     scaling = ck.config.rope_scaling
     assert {k: v for k, v in scaling.items() if k != "freq_factors"} == {

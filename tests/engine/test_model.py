@@ -125,9 +125,8 @@ def test_cached_chunks_equal_one_pass():
     _, config, weights = tiny_hf_model("qwen2")
     ids = torch.tensor([5, 6, 7, 8, 9, 10, 11, 12, 13, 14])
     rope = model.rope_tables(config, 32)
-    cache = KVCache(config, 1, 32).torch_views(
-        0
-    )  # keys transposed in blocks, as the decode kernels read them
+    # keys transposed in blocks, as the decode kernels read them
+    cache = KVCache(config, 1, 32).torch_views(0)
     with torch.no_grad():
         whole = model.forward(config, weights, ids, rope=rope)
         model.forward(config, weights, ids[:6], rope=rope, cache=cache)
@@ -152,9 +151,8 @@ def test_llama3_gguf_freq_factors_equal_the_hf_rule():
     )
     torch.testing.assert_close(from_gguf, hf_rule, rtol=1e-6, atol=0)
     plain = model.rope_inv_freq(rope_config(rope_theta=500000.0))
-    assert (
-        plain[0] == hf_rule[0] and hf_rule[-1] < plain[-1]
-    )  # high frequency kept, low one stretched
+    # high frequency kept, low one stretched
+    assert plain[0] == hf_rule[0] and hf_rule[-1] < plain[-1]
 
 
 def test_unsupported_rope_scaling_is_a_user_error():

@@ -22,7 +22,8 @@ from roofline.engine.model_runner import KERNEL_PREFILL_MAX_TOKENS, ModelRunner
 from roofline.engine.prefill_chunks import chunk_bounds, chunk_end
 from roofline.engine.scheduler import Scheduler
 
-CHUNK = 32  # > KERNEL_PREFILL_MAX_TOKENS: whole chunks take the torch path, a short last one the kernels
+# > KERNEL_PREFILL_MAX_TOKENS: whole chunks take the torch path, a short last one the kernels
+CHUNK = 32
 PROMPT_LEN = 150  # chunks [0,32) [32,64) [64,96) [96,128) [128,150)
 
 
@@ -86,9 +87,8 @@ def test_a_continued_prefill_must_start_where_the_slot_ends(tiny_gguf):
     runner.prefill(0, prompt_ids(40))
     with pytest.raises(ValueError, match="holds 40 positions"):
         runner.prefill(0, prompt_ids(8), start=32)
-    with pytest.raises(
-        ValueError, match="multiple of 32"
-    ):  # a chunk cut elsewhere would change the arithmetic
+    # a chunk cut elsewhere would change the arithmetic
+    with pytest.raises(ValueError, match="multiple of 32"):
         runner.prefill(0, prompt_ids(8), start=40)
 
 
@@ -142,10 +142,8 @@ class SlowChunks:
 def test_a_short_request_gets_its_first_token_during_a_long_prefill(tiny_gguf):
     # the long prompt's second chunk starts, then waits for the short request's submit
     runner = SlowChunks(make_runner(tiny_gguf, "fp32", max_batch=2), seconds=0.05, free=1)
-    long_prompt, short_prompt = (
-        prompt_ids(224, seed=5),
-        prompt_ids(5, seed=6),
-    )  # 7 chunks of 32; one chunk
+    # 7 chunks of 32; one chunk
+    long_prompt, short_prompt = (prompt_ids(224, seed=5), prompt_ids(5, seed=6))
     first_token_at: list[float] = []
     short = Collector()
 
@@ -163,9 +161,8 @@ def test_a_short_request_gets_its_first_token_during_a_long_prefill(tiny_gguf):
         runner.go.set()
         short.wait(30)
         long_one.wait(30)
-    long_chunks = [
-        c for c in runner.chunks if c[2] == CHUNK
-    ]  # the short prompt's one chunk is 5 tokens
+    # the short prompt's one chunk is 5 tokens
+    long_chunks = [c for c in runner.chunks if c[2] == CHUNK]
     last_long_chunk_at = max(t for _, start, _, t in long_chunks if start == 192)
     assert first_token_at[0] < last_long_chunk_at, (
         "the short request waited for the whole long prefill"
@@ -174,9 +171,8 @@ def test_a_short_request_gets_its_first_token_during_a_long_prefill(tiny_gguf):
     assert ahead <= 2, (
         f"{ahead} long chunks ran between the short request's arrival and its first token"
     )
-    assert (
-        first_token_at[0] - submitted < 3.0
-    )  # ~2 chunks of 50 ms here; generous for a busy machine
+    # ~2 chunks of 50 ms here; generous for a busy machine
+    assert first_token_at[0] - submitted < 3.0
     assert short.ids == greedy_ids(runner._runner, short_prompt, 4)
 
 

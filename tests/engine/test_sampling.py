@@ -8,9 +8,8 @@ import pytest
 
 from roofline.engine.sampling import SamplingParams, sample
 
-LOGITS = np.log(np.array([0.05, 0.4, 0.1, 0.3, 0.15], dtype=np.float64)).astype(
-    np.float32
-)  # probs at T=1
+# probs at T=1
+LOGITS = np.log(np.array([0.05, 0.4, 0.1, 0.3, 0.15], dtype=np.float64)).astype(np.float32)
 
 
 def frequencies(params: SamplingParams, logits=LOGITS, n=20000, seed=0) -> np.ndarray:

@@ -42,7 +42,7 @@ class FakeTokenizer:
 
     def encode(self, text, add_special_tokens=True):
         ids = [self._ids.get(c, self._ids["?"]) for c in text]
-        return [self.bos_id] + ids if add_special_tokens and self.add_bos else ids
+        return [self.bos_id, *ids] if add_special_tokens and self.add_bos else ids
 
     def decode(self, ids, skip_special_tokens=True):
         specials = {0: "<s>", 1: "</s>"}
@@ -334,9 +334,8 @@ def test_cancel_frees_the_slot_for_the_next_request():
 def test_cancel_while_queued_never_prefills():
     runner = FakeRunner(max_batch=1, decode_seconds=0.002)
     cancelled = threading.Event()
-    runner.decode_gate = (
-        cancelled.is_set
-    )  # the first request holds the one slot until the second is cancelled
+    # the first request holds the one slot until the second is cancelled
+    runner.decode_gate = cancelled.is_set
     tok = runner.tokenizer
     with Scheduler(runner) as sched:
         first, second = Collector(), Collector()
@@ -474,13 +473,11 @@ def test_prefills_in_progress_take_turns():
 
 
 def test_cancel_during_a_chunked_prefill_frees_the_slot_before_the_prompt_is_done():
-    runner = FakeRunner(
-        max_batch=1, prefill_chunk_tokens=4, prefill_seconds_per_token=0.005
-    )  # 20 ms a chunk
+    # 20 ms a chunk
+    runner = FakeRunner(max_batch=1, prefill_chunk_tokens=4, prefill_seconds_per_token=0.005)
     cancel_sent = threading.Event()
-    runner.prefill_gate = lambda: (
-        len(prefills(runner)) <= 2 or cancel_sent.is_set()
-    )  # the third waits for the cancel
+    # the third waits for the cancel
+    runner.prefill_gate = lambda: len(prefills(runner)) <= 2 or cancel_sent.is_set()
     tok = runner.tokenizer
     long_prompt = tok.encode("y" * 199)  # 200 tokens: 50 chunks, 1 s
     with Scheduler(runner) as sched:
@@ -552,9 +549,8 @@ def test_close_fails_pending_requests_and_refuses_new_ones():
     runner = FakeRunner(max_batch=1, decode_seconds=0.01)
     tok = runner.tokenizer
     sched = Scheduler(runner).start()
-    runner.decode_gate = lambda: (
-        sched._stopping
-    )  # the running request cannot finish before close() is called
+    # the running request cannot finish before close() is called
+    runner.decode_gate = lambda: sched._stopping
     running, waiting = Collector(), Collector()
     sched.submit(tok.encode("a"), greedy(100, ignore_eos=True), running)
     sched.submit(tok.encode("b"), greedy(5), waiting)

@@ -14,7 +14,7 @@ EOS, IM_END = 0, 1
 class ByteTokenizer:
     """Token i >= 2 stands for the bytes in PIECES[i]; 0 is EOS, 1 a special chat marker."""
 
-    PIECES = [
+    PIECES = (
         b"<eos>",
         b"<|im_end|>",
         b"Hel",
@@ -30,7 +30,7 @@ class ByteTokenizer:
         b"\xf0\x9f\x98",
         b"\x80",
         b"E",
-    ]
+    )
     eos_ids = frozenset({EOS})
     special_ids = frozenset({EOS, IM_END})
 

@@ -422,9 +422,8 @@ def test_metrics_count_requests_and_tokens():
             client.completions.create(
                 model="fake-model", prompt="abc", max_tokens=7, extra_body={"ignore_eos": True}
             )
-        post(
-            u, "/v1/completions", {"prompt": "abc", "max_tokens": 0}
-        )  # rejected before the scheduler
+        # rejected before the scheduler
+        post(u, "/v1/completions", {"prompt": "abc", "max_tokens": 0})
         m = metrics(u)
         text = httpx.get(u + "/metrics").text
     assert (

@@ -340,9 +340,8 @@ def test_model_card_has_bytes_per_token_and_no_path(server, tiny_gguf):
         str(tiny_gguf.parent) not in text and "path" not in json.loads(text)["data"][0]["roofline"]
     )
     entry = json.loads(text)["data"][0]
-    runner = load_runner(
-        str(tiny_gguf), dtype="stored", max_batch=1, max_seq_len=64
-    )  # serve's default
+    # serve's default
+    runner = load_runner(str(tiny_gguf), dtype="stored", max_batch=1, max_seq_len=64)
     assert entry["roofline"]["bytes_per_token"] == runner.bytes_per_token > 0
     assert entry["roofline"]["file_bytes_per_token"] == runner.file_bytes_per_token > 0
     assert entry["roofline"]["dtype"] == "stored" and entry["roofline"]["hardware"] == "local"

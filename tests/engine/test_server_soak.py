@@ -158,9 +158,10 @@ def test_32_streams_with_hang_ups_lose_nothing_and_memory_stays_flat(tiny_gguf):
     )
     growth = rss_end - rss_warm
     print(
-        f"soak: {len(log)} requests ({len(hung)} hung up), {done_tokens} tokens streamed to completion, "
-        f"{m['roofline_requests_cancelled_total']:.0f} cancelled; RSS {rss_warm / 1e6:.0f} MB after warm-up, "
-        f"{growth / 1e6:+.1f} MB at the end"
+        f"soak: {len(log)} requests ({len(hung)} hung up), "
+        f"{done_tokens} tokens streamed to completion, "
+        f"{m['roofline_requests_cancelled_total']:.0f} cancelled; "
+        f"RSS {rss_warm / 1e6:.0f} MB after warm-up, {growth / 1e6:+.1f} MB at the end"
     )
     assert growth < 50e6, (
         f"server RSS grew {growth / 1e6:.1f} MB after warm-up ({rss_warm / 1e6:.0f} MB then)"

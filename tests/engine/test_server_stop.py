@@ -60,9 +60,8 @@ def test_sigterm_lets_streams_finish_and_a_second_ctrl_c_ends_the_rest(tiny_gguf
         for t in threads[1:]:
             t.start()
         deadline = time.monotonic() + 30
-        while metrics(s.url)["roofline_requests_total"] < len(
-            threads
-        ):  # every stream is in before the signal
+        # every stream is in before the signal
+        while metrics(s.url)["roofline_requests_total"] < len(threads):
             assert time.monotonic() < deadline, "streams did not arrive"
             time.sleep(0.02)
         signalled = time.monotonic()
@@ -77,9 +76,8 @@ def test_sigterm_lets_streams_finish_and_a_second_ctrl_c_ends_the_rest(tiny_gguf
         with pytest.raises(httpx.ConnectError):
             httpx.get(s.url + "/health", timeout=5)
         deadline = time.monotonic() + 60
-        while not any(
-            out.get("ended", 0) > signalled for out in results
-        ):  # the one running at the signal
+        # the one running at the signal
+        while not any(out.get("ended", 0) > signalled for out in results):
             assert time.monotonic() < deadline, "no stream finished in the grace period"
             time.sleep(0.02)
         s.proc.send_signal(signal.SIGINT)

@@ -44,7 +44,7 @@ def test_the_shipped_file_stored_gives_the_fp32_tokens_alone_and_under_four_stre
         with serving(None, scheduler=Scheduler(runner, speculation=speculation)) as url:
             name = httpx.get(url + "/v1/models").json()["data"][0]["id"]
 
-            def run(i: int) -> list[int]:
+            def run(i: int, name: str = name) -> list[int]:
                 body = {
                     "model": name,
                     "prompt": PROMPTS[i],

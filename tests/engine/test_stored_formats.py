@@ -19,9 +19,8 @@ from roofline.engine.block_formats import BLOCK_FORMATS
 from roofline.engine.loaders import load_checkpoint
 
 FORMATS = list(BLOCK_FORMATS)
-K_SHAPE = TinyShape(
-    hidden=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn=512
-)  # rows of whole 256-blocks
+# rows of whole 256-blocks
+K_SHAPE = TinyShape(hidden=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn=512)
 
 
 def _rows(fmt: str, rows: int, n: int, rng) -> tuple[np.ndarray, np.ndarray]:
@@ -77,9 +76,8 @@ def test_products_on_stored_rows_equal_the_float32_kernel_bit_for_bit(fmt):
             assert np.array_equal(got, want), (
                 f"{fmt} n={n} k={k}: max diff {np.abs(got - want).max()}"
             )
-            layer_kernels.matvec_rows(
-                raw, codes, x, got, 3, 11, True
-            )  # accumulate over a row range
+            # accumulate over a row range
+            layer_kernels.matvec_rows(raw, codes, x, got, 3, 11, True)
             layer_kernels.matvec_rows(dense, ones, x, want, 3, 11, True)
             assert np.array_equal(got, want)
 
@@ -147,9 +145,8 @@ def test_fp16_widening_without_f16c_is_exact_for_every_value():
 
 def _model_file(tmp_path_factory, fmt: str):
     folder = tmp_path_factory.mktemp(f"stored_{fmt.lower()}")
-    if (
-        fmt == "Q4_K_M"
-    ):  # Q4_K with Q6_K v and down rows and a Q8_0 embedding, as llama-quantize mixes them
+    # Q4_K with Q6_K v and down rows and a Q8_0 embedding, as llama-quantize mixes them
+    if fmt == "Q4_K_M":
         overrides = {
             f"model.layers.{i}.{n}.weight": "Q6_K"
             for i in range(2)
@@ -187,9 +184,8 @@ def test_a_model_in_each_format_decodes_the_float32_paths_ids(tmp_path_factory, 
         for prompt in PROMPTS:
             ids = reference.tokenizer.encode(prompt)
             want = reference.prefill(0, ids)
-            got = runner.prefill(
-                0, ids
-            )  # the 2nd prompt is longer than the kernel prefill: torch GEMMs
+            # the 2nd prompt is longer than the kernel prefill: torch GEMMs
+            got = runner.prefill(0, ids)
             assert np.array_equal(got, want), f"{fmt}, {threads} threads: prefill logits differ"
             reference.release(0), runner.release(0)
             assert greedy_ids(runner, ids, 64) == greedy_ids(reference, ids, 64), (

@@ -35,9 +35,8 @@ def test_idle_openmp_workers_sleep_unless_the_user_chose_otherwise():
         env = {name: value}
         assert not prefer_passive_omp_waits(env, modules={}) and env == {name: value}
     env = {}
-    assert (
-        not prefer_passive_omp_waits(env, modules={"torch": object()}) and env == {}
-    )  # too late: left alone
+    # too late: left alone
+    assert not prefer_passive_omp_waits(env, modules={"torch": object()}) and env == {}
 
 
 def test_importing_the_engine_sets_the_policy_before_torch_loads():
@@ -103,9 +102,8 @@ def test_a_neighbour_arriving_or_leaving_is_noticed_within_a_few_passes():
     chooser = ThreadChooser(2)
     quiet = {2: 0.020, 1: 0.030}
     busy = {2: 0.060, 1: 0.032}
-    drive(
-        chooser, lambda n, i: quiet[n] * (1 + 0.02 * (i % 3)), 300
-    )  # a little noise: no false alarm
+    # a little noise: no false alarm
+    drive(chooser, lambda n, i: quiet[n] * (1 + 0.02 * (i % 3)), 300)
     assert chooser.current == 2 and chooser.interval == LONGEST_INTERVAL and chooser.changes == 0
     used = drive(chooser, lambda n, i: busy[n], CHANGE_PASSES + 2)
     assert chooser.current == 1 and chooser.changes == 1 and used == [2] * CHANGE_PASSES + [1, 1]
@@ -173,9 +171,8 @@ def test_a_prefill_chunk_tries_the_other_thread_count_on_one_layer_and_keeps_the
     trial = chooser.torch_layer_trial()
     assert (trial.start, trial.other) == (2, 1)
     assert run_layers(trial, lambda n, i: busy[n] * (3 if i == 0 else 1)) == [2, 2, 1] + [1] * 27
-    assert (
-        chooser.torch_verdict == 1 and chooser.torch_threads() == 1
-    )  # the next chunk starts from it
+    # the next chunk starts from it
+    assert chooser.torch_verdict == 1 and chooser.torch_threads() == 1
     quiet = {2: 0.010, 1: 0.020}
     trial = chooser.torch_layer_trial()
     assert (trial.start, trial.other) == (1, 2)
@@ -208,9 +205,8 @@ def test_a_layer_trial_in_a_real_prefill_changes_no_bit():
     assert len(prompt) > KERNEL_PREFILL_MAX_TOKENS
     seen = []
 
-    class Alternating(
-        TorchLayerTrial
-    ):  # the tiny model has 2 layers: switch on every layer instead of at 2
+    # the tiny model has 2 layers: switch on every layer instead of at 2
+    class Alternating(TorchLayerTrial):
         def threads_for_layer(self, layer):
             return (most, 1)[layer % 2]
 

@@ -210,7 +210,8 @@ def test_bos_is_added_only_when_asked(tiny_gguf):
 def test_chat_template_features(tiny_gguf):
     meta = gguf_metadata(open_gguf(tiny_gguf))
     strict = (
-        "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('no tools here') }}"
+        "{{ bos_token }}{% for m in messages %}"
+        "{% if m['role'] == 'tool' %}{{ raise_exception('no tools here') }}"
         "{% endif %}[{{ m['role'] }}]{{ m['content'] | trim }}{{ eos_token }}{% endfor %}"
         "{% if add_generation_prompt %}[assistant]{% endif %}"
     )

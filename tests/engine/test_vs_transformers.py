@@ -83,7 +83,8 @@ def test_greedy_ids_identical_to_transformers(runner, hf_model, kind, text):
         )
         pytest.fail(
             f"first divergence at generated token {first}: ours {ours[first]} "
-            f"({runner.tokenizer.decode(ours[first : first + 1])!r}) vs transformers {theirs[first]} "
+            f"({runner.tokenizer.decode(ours[first : first + 1])!r}) "
+            f"vs transformers {theirs[first]} "
             f"({runner.tokenizer.decode(theirs[first : first + 1])!r}); common text "
             f"{runner.tokenizer.decode(ours[:first])!r}"
         )

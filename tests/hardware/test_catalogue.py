@@ -34,7 +34,9 @@ REQUIRED = [
 
 
 def _profile(read_median: float = 3.1e10) -> dict:
-    stats = lambda m: {"median": m, "min": m * 0.9, "max": m * 1.05, "runs": [m * 0.9, m, m * 1.05]}
+    def stats(m: float) -> dict:
+        return {"median": m, "min": m * 0.9, "max": m * 1.05, "runs": [m * 0.9, m, m * 1.05]}
+
     return {
         "name": "local",
         "measured_at": "2026-11-29T10:00:00Z",

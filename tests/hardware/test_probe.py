@@ -72,9 +72,8 @@ def test_quick_probe_gives_positive_sane_numbers_and_reports_progress():
     )
     assert ratio == pytest.approx(2.0, rel=0.01)
     assert p["threads"] == 2 and p["settings"]["repeats"] == 2 and p["memory_bytes"] > 0
-    read = p["bandwidth_bytes_per_s"][
-        "read"
-    ]  # the best read kernel's passes, its name, and every kernel's own
+    # the best read kernel's passes, its name, and every kernel's own
+    read = p["bandwidth_bytes_per_s"]["read"]
     assert set(read["kernels"]) == {"numpy-sum", "simd-sum", "gemv"}
     assert read["best"] == max(k["max"] for k in read["kernels"].values()) == read["max"]
     assert read["runs"] == read["kernels"][read["kernel"]]["runs"]
@@ -109,12 +108,10 @@ def test_matmul_size_shrinks_so_a_slow_pass_stays_within_budget(monkeypatch):
     assert n % 64 == 0 and timing.MIN_MATMUL_N <= n < 2048
     assert 2.0 * n**3 / 1e9 <= 0.5 < 2.0 * (n + 64) ** 3 / 1e9
     assert set(sizes) == {timing.MIN_MATMUL_N}  # judged from passes at the smallest size only
-    assert (
-        timing.matmul_n_within(2048, seconds_at(1e6), budget_seconds=0.5) == timing.MIN_MATMUL_N
-    )  # never below
-    assert (
-        timing.matmul_n_within(64, seconds_at(1e6)) == 64
-    )  # a size asked below the floor stays as asked
+    # never below
+    assert timing.matmul_n_within(2048, seconds_at(1e6), budget_seconds=0.5) == timing.MIN_MATMUL_N
+    # a size asked below the floor stays as asked
+    assert timing.matmul_n_within(64, seconds_at(1e6)) == 64
 
 
 def test_a_slow_matmul_path_is_timed_at_a_smaller_size(monkeypatch):
@@ -137,9 +134,8 @@ def test_probe_works_with_numpy_alone(monkeypatch):
         and read_kernels.gemv_kernel() is None
     )
     p = probe.measure_profile(threads=1, **SMALL)
-    assert set(p["bandwidth_bytes_per_s"]["read"]["kernels"]) == {
-        "numpy-sum"
-    }  # the numba kernels are skipped
+    # the numba kernels are skipped
+    assert set(p["bandwidth_bytes_per_s"]["read"]["kernels"]) == {"numpy-sum"}
     assert set(p["flops"]) == {"matvec_fp32", "matmul_fp32"}  # no bf16 without torch
     assert p["backends"]["kernels"]["matmul_fp32"] == "numpy"
     assert "torch" not in p["backends"]["versions"]
@@ -180,9 +176,8 @@ def test_cuda_block_has_the_same_sections(monkeypatch, capsys):
     )
     assert set(gpu["bandwidth_bytes_per_s"]) == set(p["bandwidth_bytes_per_s"])
     assert set(gpu["flops"]) == set(p["flops"])
-    assert (
-        p["backends"]["kernels"]["read"] == "best of read kernels"
-    )  # GPU steps do not overwrite the CPU's backends
+    # GPU steps do not overwrite the CPU's backends
+    assert p["backends"]["kernels"]["read"] == "best of read kernels"
     from roofline.cli.probe import _print
 
     _print(p, None, as_json=False, as_markdown=True)
@@ -386,9 +381,8 @@ def test_probe_output_names_a_matmul_timed_at_a_smaller_size():
         _matmul_sizes({"matmul_fp32": {"n": 2048}, "matmul_bf16": {"n": 2048}}, 2048)
         == "2048² matmul"
     )
-    assert (
-        _matmul_sizes({"matmul_fp32": {"median": 1.0}}, 2048) == "2048² matmul"
-    )  # profiles from before "n"
+    # profiles from before "n"
+    assert _matmul_sizes({"matmul_fp32": {"median": 1.0}}, 2048) == "2048² matmul"
     text = _matmul_sizes(
         {"matvec_fp32": {}, "matmul_fp32": {"n": 2048}, "matmul_bf16": {"n": 512}}, 2048
     )

@@ -174,9 +174,8 @@ def test_a_probe_in_a_slow_minute_keeps_the_higher_best(cache):
     slow = _with_best(18e9, 22e9, when="2026-01-02T00:00:00+00:00")
     prof.save_profile(slow)
     saved = prof.load_local_profile()
-    assert (
-        saved["bandwidth_bytes_per_s"]["read"]["best"] == 22e9
-    )  # the probe's own figures as measured
+    # the probe's own figures as measured
+    assert saved["bandwidth_bytes_per_s"]["read"]["best"] == 22e9
     assert (
         saved[prof.BEST_READ]["bytes_per_s"] == 62e9
         and saved[prof.BEST_READ]["by"] == "bench window"
@@ -266,7 +265,8 @@ def test_probe_output_says_when_the_profile_keeps_a_higher_best(cache):
     prof.save_profile(slow)  # as `roofline probe` does before printing
     note = _kept_best_note(slow)
     assert note.startswith(
-        "This probe's best read pass, 22.0 GB/s, is below the best this machine has shown: 62.0 GB/s"
+        "This probe's best read pass, 22.0 GB/s, "
+        "is below the best this machine has shown: 62.0 GB/s"
     )
     assert "the run window of `roofline bench` at 2026-01-01T01:00:00+00:00" in note
     assert _kept_best_note(_with_best(60e9, 70e9)) is None

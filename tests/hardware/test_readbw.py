@@ -16,9 +16,8 @@ def test_best_of_kernels_is_the_kernel_with_the_fastest_pass_not_the_best_median
     rb = ReadBandwidth((steady, bursty))
     assert rb.best_bytes_per_s == 33e9 and rb.best_kernel == "gemv"
     assert rb.typical_bytes_per_s == 21e9  # the median of the kernel that gave the best
-    assert (
-        best_of_kernels([KernelRates("a", (1.0,)), KernelRates("b", (1.0,))]).kernel == "a"
-    )  # ties: first listed
+    # ties: first listed
+    assert best_of_kernels([KernelRates("a", (1.0,)), KernelRates("b", (1.0,))]).kernel == "a"
 
 
 @pytest.mark.parametrize("rates", [[], [KernelRates("a", ())]])

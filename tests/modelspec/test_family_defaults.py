@@ -39,9 +39,8 @@ def _class_default(cls, key: str):
     if dataclasses.is_dataclass(cls):
         f = {f.name: f for f in dataclasses.fields(cls)}[key]
         return f.default if f.default is not dataclasses.MISSING else f.default_factory()
-    return (
-        inspect.signature(cls.__init__).parameters[key].default
-    )  # transformers 4.x: __init__ keywords
+    # transformers 4.x: __init__ keywords
+    return inspect.signature(cls.__init__).parameters[key].default
 
 
 def _budget(cfg: dict, context: int = 40_000):
@@ -298,9 +297,8 @@ def test_q_lora_rank_left_out_is_compressed_but_null_is_not() -> None:
 
 def test_kv_at_context_uses_each_layers_cap() -> None:
     spec = spec_from_config(GEMMA_3_12B_IT)
-    assert (
-        kv_bytes_at_context(spec, 1000, BF16) == 393_216 * 1000
-    )  # below the window every layer reads all
+    # below the window every layer reads all
+    assert kv_bytes_at_context(spec, 1000, BF16) == 393_216 * 1000
 
 
 @pytest.mark.parametrize("model_id", ["deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1"])
@@ -310,9 +308,8 @@ def test_deepseek_v3_rank_missing_or_null(model_id: str) -> None:
     cfg = json.loads(json.dumps(find_model(model_id).config))
     written = spec_from_config(cfg)
     del cfg["kv_lora_rank"]
-    assert (
-        spec_from_config(cfg).mla == written.mla
-    )  # DeepseekV3Config's 512 is what the checkpoint states
+    # DeepseekV3Config's 512 is what the checkpoint states
+    assert spec_from_config(cfg).mla == written.mla
     assert kv_bytes_per_token(spec_from_config(cfg), BF16) == 61 * (512 + 64) * 2
     with pytest.raises(UserError, match="kv_lora_rank=null"):
         spec_from_config({**cfg, "kv_lora_rank": None})

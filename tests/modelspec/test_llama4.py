@@ -144,15 +144,11 @@ def test_against_the_published_parameter_counts() -> None:
 
 def test_interleaved_moe_layers() -> None:
     assert spec_from_config(SCOUT).moe.moe_layers == tuple(range(48))
-    assert spec_from_config(MAVERICK).moe.moe_layers == tuple(
-        range(1, 48, 2)
-    )  # every 2nd, from layer 1
+    # every 2nd, from layer 1
+    assert spec_from_config(MAVERICK).moe.moe_layers == tuple(range(1, 48, 2))
     named = copy.deepcopy(MAVERICK)
-    named["text_config"]["moe_layers"] = [
-        0,
-        47,
-        99,
-    ]  # an explicit list wins; indices past the model are ignored
+    # an explicit list wins; indices past the model are ignored
+    named["text_config"]["moe_layers"] = [0, 47, 99]
     assert spec_from_config(named).moe.moe_layers == (0, 47)
 
 
@@ -162,9 +158,8 @@ def test_chunked_attention_caps_the_kv_read() -> None:
     assert spec.layer_windows == tuple(None if (i + 1) % 4 == 0 else 8192 for i in range(48))
     per_layer_token = 2 * K * d * 2  # K and V, bf16
     assert kv_bytes_per_token(spec, BF16) == L * per_layer_token == 196_608
-    assert (
-        kv_bytes_at_context(spec, 4096, BF16) == L * 4096 * per_layer_token
-    )  # under a chunk: all layers
+    # under a chunk: all layers
+    assert kv_bytes_at_context(spec, 4096, BF16) == L * 4096 * per_layer_token
     # At 32k: 36 chunked layers read min(32768, 8192), the 12 global ones all 32,768.
     assert (
         kv_bytes_at_context(spec, 32_768, BF16)

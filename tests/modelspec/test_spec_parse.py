@@ -89,9 +89,8 @@ def test_deepseek_v3_mla_kv_and_active_params() -> None:
     assert spec.moe.moe_layers == tuple(range(3, 61))  # first_k_dense_replace = 3
     keys = {c.key: c for c in components(spec)}
     assert keys["mlp"].params_active == 3 * 3 * 7168 * 18432  # the three dense layers
-    assert (
-        keys["shared_experts"].params_active == 58 * 3 * 7168 * 2048
-    )  # one shared expert per MoE layer
+    # one shared expert per MoE layer
+    assert keys["shared_experts"].params_active == 58 * 3 * 7168 * 2048
     assert keys["experts"].params_active == 58 * 8 * 3 * 7168 * 2048
     assert active_params(spec) == pytest.approx(37e9, rel=0.02)
     formats = resolve_formats(spec, None)
@@ -111,9 +110,8 @@ def test_explicit_head_dim_differs_from_hidden_over_heads() -> None:
     cfg = _config("Qwen/Qwen3-32B")
     del cfg["head_dim"]
     assert spec_from_config(cfg).head_dim == 128  # Qwen3Config's own default, not hidden / heads
-    assert (
-        spec_from_config(_llama(hidden_size=96, num_attention_heads=4)).head_dim == 24
-    )  # LlamaConfig derives it
+    # LlamaConfig derives it
+    assert spec_from_config(_llama(hidden_size=96, num_attention_heads=4)).head_dim == 24
 
 
 def test_gpt_oss_sliding_window_caps_kv() -> None:
@@ -227,9 +225,8 @@ def test_weight_overrides() -> None:
     for bad in ("fp7", "experts=", "wings=fp8", "fp8,bf16", ","):
         with pytest.raises(UserError):
             resolve_formats(spec, bad)
-    assert resolve_formats(spec, "") == resolve_formats(
-        spec, None
-    )  # empty means the checkpoint's own
+    # empty means the checkpoint's own
+    assert resolve_formats(spec, "") == resolve_formats(spec, None)
 
 
 def test_gptq_and_unknown_quantization() -> None:
@@ -279,7 +276,7 @@ def test_load_spec_from_file_and_folder(tmp_path) -> None:
     (tmp_path / "broken.json").write_text("{ not json")
     with pytest.raises(UserError, match="not valid JSON"):
         load_spec(str(tmp_path / "broken.json"))
-    with pytest.raises(UserError, match="no config.json"):
+    with pytest.raises(UserError, match=r"no config\.json"):
         load_spec(str(tmp_path))
     with pytest.raises(UserError, match="no such file"):
         load_spec(str(tmp_path / "missing.json"))

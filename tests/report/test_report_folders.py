@@ -36,9 +36,8 @@ def test_interrupted_run_without_summary_and_a_cut_last_line(bench_run, tmp_path
     folder = copy_run(bench_run[0], tmp_path)
     (folder / "summary.json").unlink()
     lines = (folder / "requests.jsonl").read_text().splitlines()
-    (folder / "requests.jsonl").write_text(
-        "\n".join(lines[:-1]) + "\n" + lines[-1][:40]
-    )  # killed mid-write
+    # killed mid-write
+    (folder / "requests.jsonl").write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:40])
     p = roofline("report", str(folder))
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == str(folder / "report.html")
@@ -51,12 +50,10 @@ def test_interrupted_run_without_summary_and_a_cut_last_line(bench_run, tmp_path
     written = write_report([folder])
     ok = [json.loads(x) for x in lines[:-1]]
     ok = [ln for ln in ok if ln["ok"] and ln["phase"] == "measured"]
-    assert len(written.page.chart("prompt_spread").data) == len(
-        ok
-    )  # every request that was written whole
-    assert (
-        written.page.chart("roofline") is None
-    )  # summarized again without the ceiling, and it says so
+    # every request that was written whole
+    assert len(written.page.chart("prompt_spread").data) == len(ok)
+    # summarized again without the ceiling, and it says so
+    assert written.page.chart("roofline") is None
     assert "no ceiling recorded" in html
 
 

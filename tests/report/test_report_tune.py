@@ -90,6 +90,5 @@ def test_trials_on_the_roofline_and_their_time_per_token(report):
         f"best (trial {tune['best']['number']})",
     }
     assert len(spread) == 2 * 4 * 2  # two trials, four built-in prompts, two reps
-    assert (
-        "bytes per decoded token: " in html and "decode bounds on " in html
-    )  # the ceiling breakdown
+    # the ceiling breakdown
+    assert "bytes per decoded token: " in html and "decode bounds on " in html

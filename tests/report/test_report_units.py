@@ -75,13 +75,11 @@ def test_speculation_moves_the_point_right_on_the_roofline():
     data = roofline_of_run(speculative_run())
     (p,) = data.of_kind("measured")
     flops = 2 * 1e9 / 2  # bf16: 2 bytes per weight
-    assert p.intensity_flop_per_byte == pytest.approx(
-        2.0 * flops / 1e9
-    )  # two tokens per weight pass
+    # two tokens per weight pass
+    assert p.intensity_flop_per_byte == pytest.approx(2.0 * flops / 1e9)
     assert p.flop_per_s == pytest.approx(15.0 * flops)
-    assert (
-        p.flop_per_s <= data.bandwidth_bytes_per_s * p.intensity_flop_per_byte
-    )  # under the slope, not above
+    # under the slope, not above
+    assert p.flop_per_s <= data.bandwidth_bytes_per_s * p.intensity_flop_per_byte
 
 
 def test_a_ladder_step_with_nothing_eligible_shows_its_fastest_try():
@@ -148,9 +146,8 @@ def test_the_files_floor_is_marked_on_each_tune_bar():
         bars[0].file_floor_s_per_token == pytest.approx(1 / 280.0) and bars[0].file_percent == 14.3
     )
     assert bars[0].text == "80% of ceiling, 14% of the file's"
-    assert (
-        bars[1].file_floor_s_per_token is None and bars[1].text == "84% of ceiling"
-    )  # an older trial: no mark
+    # an older trial: no mark
+    assert bars[1].file_floor_s_per_token is None and bars[1].text == "84% of ceiling"
     chart = draw_time_bars(bars)
     assert chart.svg.count('id="file-floor-0"') == 1 and 'id="file-floor-1"' not in chart.svg
     assert "file's floor" in chart.caption

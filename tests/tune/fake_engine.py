@@ -88,9 +88,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def setup(self):
         super().setup()
-        self.connection.setsockopt(
-            socket.IPPROTO_TCP, socket.TCP_NODELAY, 1
-        )  # one token, one packet
+        # one token, one packet
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, *a):
         pass

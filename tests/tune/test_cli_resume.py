@@ -57,9 +57,8 @@ def test_a_bad_space_is_refused_before_anything_launches(tmp_path):
 def test_resume_after_a_kill_reruns_only_the_interrupted_trial(tmp_path):
     space = write_space(tmp_path, GRID)
     mark = marker()
-    gate = (
-        tmp_path / "gate"
-    )  # the second trial's engine holds its requests: the kill surely interrupts that trial
+    # the second trial's engine holds its requests: the kill surely interrupts that trial
+    gate = tmp_path / "gate"
     args = [
         "--space",
         str(space),
@@ -133,9 +132,8 @@ def test_resume_after_a_kill_reruns_only_the_interrupted_trial(tmp_path):
 def test_ctrl_c_stops_the_engine_keeps_the_study_and_says_how_to_resume(tmp_path):
     space = write_space(tmp_path, GRID)
     mark = marker()
-    gate = (
-        tmp_path / "gate"
-    )  # the second trial's engine holds its requests: the signal surely finds it running
+    # the second trial's engine holds its requests: the signal surely finds it running
+    gate = tmp_path / "gate"
     proc = subprocess.Popen(
         fake_tune_argv(
             "--space",

@@ -50,7 +50,8 @@ def postgres_url():
     initdb, pg_ctl, createdb = pg_bin("initdb"), pg_bin("pg_ctl"), pg_bin("createdb")
     if not (initdb and pg_ctl and createdb):
         pytest.fail(
-            "PostgreSQL's initdb/pg_ctl/createdb were not found (on PATH or in /usr/lib/postgresql/*/bin): "
+            "PostgreSQL's initdb/pg_ctl/createdb were not found "
+            "(on PATH or in /usr/lib/postgresql/*/bin): "
             "install them with `apt-get install -y postgresql` (.ci/run does)"
         )
     folder = Path(tempfile.mkdtemp(prefix="roofline-pg-"))
@@ -163,16 +164,15 @@ def test_two_workers_share_one_study_and_never_run_a_trial_twice(tmp_path, postg
         text=True,
     )
     deadline = time.monotonic() + 60
-    while str(second.pid) not in [
-        f.read_text() for f in gate.glob("start-*")
-    ]:  # its engine's parent: second
+    # its engine's parent: second
+    while str(second.pid) not in [f.read_text() for f in gate.glob("start-*")]:
         for p in (first, second):
             assert p.poll() is None, p.communicate()
         assert time.monotonic() < deadline, "the second worker never started an engine"
         time.sleep(0.05)
     release(gate)
     outs = [p.communicate(timeout=180) for p in (first, second)]
-    for p, (out, err) in zip((first, second), outs):
+    for p, (_out, err) in zip((first, second), outs):
         assert p.returncode == 0, err
     assert all(json.loads(out)["trials"] for out, _ in outs)  # each printed its result
     study = optuna.load_study(study_name="shared", storage=open_storage(postgres_url))

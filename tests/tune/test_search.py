@@ -142,9 +142,8 @@ def test_a_gain_within_the_spread_is_not_kept():
     _, results, _ = run("ladder", flat)
     _, steps = ladder_steps(SPACE, results, Rule())
     assert steps[0].knob == "dtype" and steps[0].kept is None and "within spread" in steps[0].note
-    assert Rule().best(results).value == pytest.approx(
-        103.0
-    )  # still the fastest measured, but not climbed
+    # still the fastest measured, but not climbed
+    assert Rule().best(results).value == pytest.approx(103.0)
 
 
 def test_ladder_skips_knobs_whose_condition_does_not_hold():
@@ -170,9 +169,8 @@ def test_inexact_configurations_are_never_best_unless_allowed():
 
 
 def test_grid_runs_every_combination_once():
-    assert len(grid_configs(SPACE)) == 2 * 2 * (
-        1 + 2 * 24 * 8
-    )  # conditions: spec none has no breadth/depth
+    # conditions: spec none has no breadth/depth
+    assert len(grid_configs(SPACE)) == 2 * 2 * (1 + 2 * 24 * 8)
     configs = grid_configs(COARSE)
     assert len(configs) == 2 * 2 * (1 + 2 * 6 * 4)
     _, results, ran = run("grid", evaluate_with(landscape), space=COARSE)
@@ -240,6 +238,7 @@ def test_interrupted_trial_is_failed_and_its_slot_queued_again():
     assert len(interrupted) == 1 and interrupted[0].state.name == "FAIL"
     st.run_worker(w, evaluate)
     done = [r for r in st.results(study) if r.status == "ok"]
+    # each point once, the interrupted one re-run
     assert sorted(str(sorted(small.effective(r.config).items())) for r in done) == sorted(
         str(sorted(small.effective(c).items())) for c in grid_configs(small)
-    )  # each point once, the interrupted one re-run
+    )

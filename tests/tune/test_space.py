@@ -40,12 +40,13 @@ when = { spec = ["trie"] }
 """)
     assert [d.name for d in s.dimensions] == ["spec", "spec_k", "max_bfs_breadth"]
     assert s.dimension("spec_k").values() == (2, 4, 6, 8)
+    # geometric, rounded to whole numbers
     assert s.dimension("max_bfs_breadth").values() == (
         2,
         6,
         17,
         48,
-    )  # geometric, rounded to whole numbers
+    )
     assert s.baseline == {"threads": 2}
     assert s.effective({}) == {"spec": "none", "spec_k": 4}
     # a knob whose condition fails is dropped, and so are those that depend on it
@@ -99,10 +100,11 @@ when = { speculative_method = "ngram" }
 @pytest.mark.parametrize(
     "body, words",
     [
+        # unknown knob: its name, and the known ones
         (
             "[knobs.spec_kk]\nchoices = [1]\n",
             ["'spec_kk'", "spec_k"],
-        ),  # unknown knob: its name, and the known ones
+        ),
         ("[knobs.threads]\nlow = 4\nhigh = 2\n", ["'threads'", "low must be below high"]),
         ("[knobs.threads]\nlow = 1\nhigh = 4.5\n", ["'threads'", "whole number"]),
         ("[knobs.threads]\nlow = 0\nhigh = 4\n", ["'threads'", "at least 1"]),
@@ -119,7 +121,8 @@ when = { speculative_method = "ngram" }
             ["'spec_k'", "'spec'", "not an earlier knob"],
         ),
         (
-            '[knobs.spec]\nchoices = ["none", "ngram"]\n[knobs.spec_k]\nchoices = [2]\nwhen = { spec = "bogus" }\n',
+            '[knobs.spec]\nchoices = ["none", "ngram"]\n'
+            '[knobs.spec_k]\nchoices = [2]\nwhen = { spec = "bogus" }\n',
             ["'spec'", "bogus"],
         ),
         (

@@ -128,9 +128,8 @@ def test_goodput_and_cost_objectives(tmp_path, monkeypatch, objective, extra):
     assert [r.status for r in result.trials] == ["ok", "ok", "ok"]
     for r in result.trials:
         tok_per_s = r.metrics.output_tok_per_s
-        if (
-            objective == "cost"
-        ):  # $3.60/h at tok/s: 3.6 / (3600 * tok/s) * 1e6 dollars per million tokens
+        # $3.60/h at tok/s: 3.6 / (3600 * tok/s) * 1e6 dollars per million tokens
+        if objective == "cost":
             assert r.value == pytest.approx(1e3 / tok_per_s)
         else:  # every request meets these loose SLOs: goodput is the whole output rate
             assert r.value == pytest.approx(tok_per_s)
@@ -346,8 +345,8 @@ def test_tables_show_the_files_ceiling_beside_the_engines():
         n.startswith("file's ceiling: 279.5 tok/s = 27.0 GB/s / 96.6 MB per token") for n in notes
     )
     assert (
-        "trial 0: the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: measured against the file, "
-        "15% of ceiling"
+        "trial 0: the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB: "
+        "measured against the file, 15% of ceiling"
     ) in notes
     assert "83.5% of ceiling, 15.0% of the file's" in " ".join(notes)
     assert "(15.7% of the file's)" in tune_text.best_lines(t)[0]

@@ -8,6 +8,7 @@ of what did end is still written, and the outcome says it was interrupted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -212,10 +213,8 @@ async def _scenario(
 ) -> tuple[RequestSpec, float]:
     main = asyncio.current_task()
     loop = asyncio.get_running_loop()
-    try:
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.add_signal_handler(signal.SIGTERM, main.cancel)
-    except (NotImplementedError, RuntimeError, ValueError):
-        pass
 
     def next_id() -> int:
         ids[0] += 1

@@ -13,14 +13,15 @@ every event that is due. Several processes can share the port (`--workers`).
 open after its first token, never finishing it, printing `holding request #K` as it does: a test
 that interrupts a run gets one that cannot have finished, whatever the speed of the machine.
 
-    python -m roofline.bench.nullserver --port 0 --ttft 20ms --gap 5ms --tokens 100
-    --tokens-per-chunk 2
+    python -m roofline.bench.nullserver --port 0 --ttft 20ms --gap 5ms \\
+        --tokens 100 --tokens-per-chunk 2
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import heapq
 import itertools
 import json
@@ -308,10 +309,8 @@ def serve_socket(sock: socket.socket, server: NullServer) -> None:
         async with srv:
             await srv.serve_forever()
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())
-    except KeyboardInterrupt:
-        pass
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -349,7 +348,9 @@ def main(argv: list[str] | None = None) -> None:
         "--file-bytes-per-token",
         type=int,
         default=None,
-        help="with --bytes-per-token: advertise a roofline.file_bytes_per_token (the file's own) too",
+        help=(
+            "with --bytes-per-token: advertise a roofline.file_bytes_per_token (the file's own) too"
+        ),
     )
     ap.add_argument(
         "--strict", action="store_true", help="reject stream_options other than include_usage"
@@ -359,8 +360,8 @@ def main(argv: list[str] | None = None) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="answer N completion requests (per process), then hold each later one open after its first "
-        "token and print 'holding request #K' (for tests that interrupt a run)",
+        help="answer N completion requests (per process), then hold each later one open after "
+        "its first token and print 'holding request #K' (for tests that interrupt a run)",
     )
     a = ap.parse_args(argv)
     schedule = Schedule(parse_seconds(a.ttft), parse_seconds(a.gap), a.tokens, a.tokens_per_chunk)
@@ -391,10 +392,8 @@ def main(argv: list[str] | None = None) -> None:
         serve_socket(sock, server)
     finally:
         for pid in children:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
 
 
 if __name__ == "__main__":

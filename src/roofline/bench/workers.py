@@ -40,9 +40,8 @@ def _worker_main(
     from roofline.bench.tokens import load_tokenizer
 
     die_with_parent()
-    signal.signal(
-        signal.SIGINT, signal.SIG_IGN
-    )  # the parent decides when to stop (it sends SIGTERM)
+    # the parent decides when to stop (it sends SIGTERM)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     tokenizer = load_tokenizer(plan.tokenizer) if plan.tokenizer else None
     log = RequestLog(log_path, origin_ns)
 
@@ -133,7 +132,8 @@ async def run_workers(
     except asyncio.CancelledError:
         for p in procs:
             if p.is_alive():
-                p.terminate()  # SIGTERM: the worker cancels its requests and writes them as cancelled
+                # SIGTERM: the worker cancels its requests and writes them as cancelled
+                p.terminate()
         for p in procs:
             p.join(10)
             if p.is_alive():

@@ -50,13 +50,8 @@ _COMPUTE_DTYPES = {
     "fp32": ("fp32", "tf32", "bf16", "fp16"),
     "fp16": ("fp16", "bf16", "fp32"),
 }
-_DEFAULT_DTYPES = (
-    "bf16",
-    "fp16",
-    "fp32",
-    "tf32",
-    "fp8",
-)  # bf16 checkpoints, and int4/GGUF dequantized
+# bf16 checkpoints, and int4/GGUF dequantized
+_DEFAULT_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8")
 
 
 def _main_format(budget: TokenBudget) -> str:
@@ -100,7 +95,8 @@ def _assumptions(
     if r.context:
         out.append(
             f"context {r.context:,} tokens: KV cache in {budget.kv_format.name} adds "
-            f"{fmt_bytes(budget.kv_bytes_per_token)} per token, {fmt_bytes(budget.kv_bytes)} per sequence"
+            f"{fmt_bytes(budget.kv_bytes_per_token)} per token, "
+            f"{fmt_bytes(budget.kv_bytes)} per sequence"
             + (" (sliding-window layers capped at their window)" if any(spec.layer_windows) else "")
         )
     else:
@@ -114,19 +110,22 @@ def _assumptions(
         share = budget.small_bytes / max(budget.bytes_per_token + budget.small_bytes, 1.0)
         pct = f"{share:.1%}" if share >= 0.001 else "<0.1%"
         out.append(
-            f"small tensors left out ({fmt_bytes(budget.small_bytes)}, {pct} of the bytes), so the bound "
-            "stays an upper bound; --all-tensors counts them"
+            f"small tensors left out ({fmt_bytes(budget.small_bytes)}, {pct} of the bytes), "
+            "so the bound stays an upper bound; --all-tensors counts them"
         )
     out.append(
-        "fits = all weights (every expert) + batch x KV at the context <= memory; no room kept for activations"
+        "fits = all weights (every expert) + batch x KV at the context <= memory; "
+        "no room kept for activations"
     )
     if hw.devices > 1:
         out.append(
-            f"{hw.devices} devices: bandwidth, memory and FLOP/s add up; no communication cost except --tp"
+            f"{hw.devices} devices: bandwidth, memory and FLOP/s add up; "
+            "no communication cost except --tp"
         )
     if spec.is_moe and max(r.batches) > 1:
         out.append(
-            "batched MoE steps read the experts the batch touches: E x (1 - (1 - k/E)^batch), uniform routing"
+            "batched MoE steps read the experts the batch touches: "
+            "E x (1 - (1 - k/E)^batch), uniform routing"
         )
     out.extend(spec.notes)
     out.extend(hw.notes)
@@ -139,9 +138,8 @@ def analyse(r: CeilingRequest) -> tuple[Ceiling, CeilingAnalysis]:
     check_request(r)
     spec = load_spec(r.model)
     formats = resolve_formats(spec, r.weights)
-    kv_fmt = (
-        parse_format(r.kv, what="KV-cache format") if r.kv else None
-    )  # None: the checkpoint dtype
+    # None: the checkpoint dtype
+    kv_fmt = parse_format(r.kv, what="KV-cache format") if r.kv else None
     budget = token_budget(
         spec, formats, context_tokens=r.context, kv_format=kv_fmt, all_tensors=r.all_tensors
     )
@@ -226,7 +224,8 @@ def analyse(r: CeilingRequest) -> tuple[Ceiling, CeilingAnalysis]:
     if r.prompt_tokens is not None:
         if peak is None:
             raise UserError(
-                f"{hw.key} lists no FLOP/s figure, so there is no prefill bound; drop --prompt-tokens"
+                f"{hw.key} lists no FLOP/s figure, so there is no prefill bound; "
+                "drop --prompt-tokens"
             )
         seconds = prefill_seconds_lower_bound(
             flops_per_token=flops_per_token,
@@ -242,8 +241,8 @@ def analyse(r: CeilingRequest) -> tuple[Ceiling, CeilingAnalysis]:
             ttft_seconds=seconds,
         )
         assumptions.append(
-            f"prefill: 2 x {active_or_matmul(spec)} params x tokens at {r.mfu:.0%} of the {dtype} dense peak "
-            f"({fmt_flops(peak)}); attention-score FLOPs not counted"
+            f"prefill: 2 x {active_or_matmul(spec)} params x tokens at {r.mfu:.0%} "
+            f"of the {dtype} dense peak ({fmt_flops(peak)}); attention-score FLOPs not counted"
         )
 
     if r.alpha is not None:

@@ -18,9 +18,8 @@ class Hardware:
     devices: int  # accelerators the figures below cover
     bandwidth_bytes_per_s: float  # all devices together
     memory_bytes: float  # all devices together
-    flops: Mapping[str, float] = field(
-        default_factory=dict
-    )  # dense peak per dtype, all devices together
+    # dense peak per dtype, all devices together
+    flops: Mapping[str, float] = field(default_factory=dict)
     interconnect: str = ""
     interconnect_bytes_per_s: float | None = None
     source: str = ""

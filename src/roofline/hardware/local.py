@@ -38,9 +38,8 @@ def hardware_from_profile(profile: dict[str, Any]) -> Hardware:
             "the measured profile has no positive read bandwidth; re-run `roofline probe`"
         )
     top = best_read(profile)
-    raised = (
-        top is not None and float(top["bytes_per_s"]) > bandwidth
-    )  # a window's, or an earlier probe's
+    # a window's, or an earlier probe's
+    raised = top is not None and float(top["bytes_per_s"]) > bandwidth
     memory = profile.get("memory_bytes")
     if isinstance(memory, bool) or not isinstance(memory, (int, float)) or not memory > 0:
         raise UserError("the measured profile has no memory size; re-run `roofline probe`")
@@ -56,21 +55,20 @@ def hardware_from_profile(profile: dict[str, Any]) -> Hardware:
     if has_best:
         kernels = read.get("kernels") if isinstance(read.get("kernels"), dict) else {}
         how = (
-            f"measured read bandwidth, best pass of {len(kernels) or 'the'} read kernels ({read.get('kernel', '?')}); "
-            f"typical (median) {_gb_per_s(typical)} GB/s; {spread}"
+            f"measured read bandwidth, best pass of {len(kernels) or 'the'} read kernels "
+            f"({read.get('kernel', '?')}); typical (median) {_gb_per_s(typical)} GB/s; {spread}"
         )
     else:
         how = f"measured read bandwidth, median; {spread}"
     when = str(profile.get("measured_at", "?"))
     source = f"measured by `roofline probe` at {when}"
-    if (
-        raised
-    ):  # a run window (or an earlier probe) measured more: the bound is what the machine has shown
+    # a run window (or an earlier probe) measured more: the bound is what the machine has shown
+    if raised:
         kernel = f" ({top['kernel']})" if top.get("kernel") else ""
         how = (
-            f"best read bandwidth measured on this machine: {_gb_per_s(top['bytes_per_s'])} GB/s by {top['by']}"
-            f"{kernel} at {top['measured_at']}, above the probe's {_gb_per_s(bandwidth)} GB/s at {when}; the "
-            f"probe's {how}"
+            f"best read bandwidth measured on this machine: {_gb_per_s(top['bytes_per_s'])} GB/s "
+            f"by {top['by']}{kernel} at {top['measured_at']}, "
+            f"above the probe's {_gb_per_s(bandwidth)} GB/s at {when}; the probe's {how}"
         )
         source = f"{source}; best read rate by {top['by']} at {top['measured_at']}"
         bandwidth = float(top["bytes_per_s"])

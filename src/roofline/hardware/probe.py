@@ -140,9 +140,8 @@ def numpy_matmul_step(n: int, repeats: int, warmup: int) -> Step:
 
         used = matmul_n_within(n, pass_at)
         seconds = time_passes_seconds(pass_at(used), repeats, warmup)
-        return {
-            ("flops", "matmul_fp32"): {**rate_stats(2.0 * used**3, seconds), "n": used}
-        }  # n^3 multiply-adds
+        # n^3 multiply-adds
+        return {("flops", "matmul_fp32"): {**rate_stats(2.0 * used**3, seconds), "n": used}}
 
     return ("matmul_fp32", "numpy", matmul)
 

@@ -60,9 +60,8 @@ class ReadBandwidth:
     kernels: tuple[KernelRates, ...]
     size_bytes: int = 0
     threads: int = 0
-    skipped: tuple[str, ...] = field(
-        default_factory=tuple
-    )  # kernels that could not run here (no numba)
+    # kernels that could not run here (no numba)
+    skipped: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def best(self) -> KernelRates:

@@ -71,7 +71,8 @@ def load_spec(source: str) -> ModelSpec:
     text = str(source).strip()
     if not text:
         raise UserError(
-            "give a model: a catalogue name (see `roofline models list`), a config.json or its folder"
+            "give a model: a catalogue name (see `roofline models list`), "
+            "a config.json or its folder"
         )
     path = Path(text).expanduser()
     if model_file_kind(path) is not None:  # .gguf, .safetensors, a safetensors checkpoint folder

@@ -37,13 +37,13 @@ class Family:
     router_bias: bool = False  # gpt-oss router bias; DeepSeek-V3 score-correction bias
     mla: bool = False  # multi-head latent attention: kv_lora_rank is required, never GQA
     window_rule: str = "all"
-    moe_layout: str = "default"  # "llama4": shared expert of intermediate_size, dense layers intermediate_size_mlp
+    # "llama4": shared expert of intermediate_size, dense layers intermediate_size_mlp
+    moe_layout: str = "default"
     engine_arch: str = ""  # the embedded engine's decoder block ("" = the engine cannot run it)
     hf_classes: tuple[str, ...] = ()  # config.json "architectures" the engine loads as this family
     gguf_permutes_qk: bool = False  # llama.cpp's converter permutes q/k rows (its NORM rope type)
-    defaults: Mapping[str, Any] = field(
-        default_factory=dict
-    )  # transformers' values for keys left out
+    # transformers' values for keys left out
+    defaults: Mapping[str, Any] = field(default_factory=dict)
     defaults_source: str = ""  # where `defaults` were read: file, class and transformers version
 
 

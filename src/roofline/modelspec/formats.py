@@ -32,9 +32,8 @@ class WeightFormat:
     def label(self) -> str:
         """'bf16', 'mxfp4 (4.25 bit)': the bits are shown when they are not a whole byte count."""
         bits = self.bits_per_weight
-        if any(
-            abs(bits - whole) < 0.01 for whole in (8.0, 16.0, 32.0)
-        ):  # fp8 + block scales reads as fp8
+        # fp8 + block scales reads as fp8
+        if any(abs(bits - whole) < 0.01 for whole in (8.0, 16.0, 32.0)):
             return self.name
         return f"{self.name} ({bits:g} bit)"
 
@@ -113,9 +112,8 @@ def group_int_format(bits: int, group_size: int | None) -> WeightFormat:
     if bits not in (2, 3, 4, 8):
         shown = bits if isinstance(bits, int) and abs(bits) < 10**6 else "an unreadable number of"
         raise UserError(f"unsupported quantized weight width {shown} bit; pass --weights")
-    if (
-        not group_size or not 0 < group_size <= 2**20
-    ):  # a group past any row's length is per channel
+    # a group past any row's length is per channel
+    if not group_size or not 0 < group_size <= 2**20:
         return WeightFormat(f"int{bits}", float(bits), "per-channel scale")
     return WeightFormat(
         f"int{bits}-g{group_size}", bits + 16.0 / group_size, f"group-{group_size}, fp16 scale"

@@ -143,12 +143,12 @@ def spec_from_config(cfg: Any, name: str = "model") -> ModelSpec:
     heads = whole(cfg, "num_attention_heads", maximum=10**5)
     kv_heads = whole(cfg, "num_key_value_heads", default=heads, maximum=heads)
     head_dim = whole(cfg, "head_dim", default=None)
-    if (
-        head_dim is None
-    ):  # transformers' __post_init__: hidden / heads when the family has no default
+    # transformers' __post_init__: hidden / heads when the family has no default
+    if head_dim is None:
         if hidden % heads:
             raise UserError(
-                f"{name}: hidden_size {hidden} is not a multiple of {heads} heads and head_dim is not given"
+                f"{name}: hidden_size {hidden} is not a multiple of {heads} heads "
+                "and head_dim is not given"
             )
         head_dim = hidden // heads
     vocab = whole(cfg, "vocab_size", maximum=10**8)
@@ -171,13 +171,14 @@ def spec_from_config(cfg: Any, name: str = "model") -> ModelSpec:
     mtp = whole(cfg, "num_nextn_predict_layers", default=0, minimum=0, maximum=MAX_LAYERS)
     if mtp:
         notes.append(
-            f"{mtp} multi-token-prediction layer(s) ship with the checkpoint; plain decode skips them"
+            f"{mtp} multi-token-prediction layer(s) ship with the checkpoint; "
+            "plain decode skips them"
         )
     chunked = [w for w in windows if w is not None] if family.window_rule == "chunked" else []
     if chunked:
         notes.append(
-            f"{len(chunked)} of {num_layers} layers attend in chunks of {max(chunked):,} tokens: at a context "
-            "C each reads min(C, chunk) tokens of KV, the most a chunk holds"
+            f"{len(chunked)} of {num_layers} layers attend in chunks of {max(chunked):,} tokens: "
+            "at a context C each reads min(C, chunk) tokens of KV, the most a chunk holds"
         )
     defaulted = defaults_note(family, filled, tuple(k for k in filled if k not in _QUIET))
     if defaulted:

@@ -28,13 +28,8 @@ from roofline.modelspec.formats import (
 )
 from roofline.modelspec.model import COMPONENT_KEYS, ModelSpec
 
-LINEAR = (
-    "weights",
-    "attention",
-    "mlp",
-    "experts",
-    "shared_experts",
-)  # what quantizers convert by default
+# what quantizers convert by default
+LINEAR = ("weights", "attention", "mlp", "experts", "shared_experts")
 
 _KEY_ALIASES = {
     "attn": "attention",

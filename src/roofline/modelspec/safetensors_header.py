@@ -9,6 +9,7 @@ disagree with dtype x shape is refused.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import struct
@@ -136,7 +137,7 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
         if end > begin:
             spans.append((begin, end, name))
     spans.sort()
-    for (_, end_a, a), (begin_b, _, b) in zip(spans, spans[1:]):
+    for (_, end_a, a), (begin_b, _, b) in itertools.pairwise(spans):
         if begin_b < end_a:
             raise _bad(p, f"tensors {a!r} and {b!r} overlap")
     return SafetensorsHeader(

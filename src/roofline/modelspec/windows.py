@@ -33,9 +33,8 @@ def _tokens(cfg: dict[str, Any], key: str) -> int | None:
     w = cfg.get(key)
     if w is None or w is False:
         return None
-    bad_float = isinstance(w, float) and (
-        not math.isfinite(w) or w != int(w)
-    )  # (a huge int has no float)
+    # (a huge int has no float)
+    bad_float = isinstance(w, float) and (not math.isfinite(w) or w != int(w))
     if isinstance(w, bool) or not isinstance(w, (int, float)) or bad_float or w < 0:
         raise UserError(
             f"config has {key}={shown(w)}; it must be a whole number of tokens (or null)"

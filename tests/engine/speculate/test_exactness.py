@@ -53,9 +53,8 @@ class Oracle:
         if not self.tree:
             return DraftTree.chain([self._guess(i + j) for j in range(n)])
         tokens, parents, parent = [], [], -1
-        for j in range(
-            n
-        ):  # each level: a wrong sibling first, then the guess; descend through the guess
+        # each level: a wrong sibling first, then the guess; descend through the guess
+        for j in range(n):
             wrong = (self._guess(i + j) + 7) % self.vocab
             tokens += [wrong, self._guess(i + j)]
             parents += [parent, parent]
@@ -205,9 +204,8 @@ def test_rejected_draft_leaves_the_cache_of_a_run_that_never_drafted():
     for slot in (0, 1):
         runner.prefill(slot, PROMPT)
     start = runner.position(0)
-    logits = runner.step([(0, [11, 40, 41, 7, 99], [-1, 0, 0, 1, 2])])[
-        0
-    ]  # a tree; keep only the root
+    # a tree; keep only the root
+    logits = runner.step([(0, [11, 40, 41, 7, 99], [-1, 0, 0, 1, 2])])[0]
     runner.keep(0, start, [0])
     plain = runner.decode([1], [11])[0]
     assert np.array_equal(logits[0], plain)

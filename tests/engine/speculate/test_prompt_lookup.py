@@ -25,9 +25,8 @@ def reference(tokens: list[int], min_n: int, max_n: int, k: int) -> list[int]:
         if n >= length:
             continue
         suffix = tokens[length - n :]
-        for start in range(
-            0, length - n
-        ):  # occurrence tokens[start:start+n], ending before the last token
+        # occurrence tokens[start:start+n], ending before the last token
+        for start in range(0, length - n):
             if tokens[start : start + n] == suffix:
                 return tokens[start + n : start + n + k][: max(k, 0)]
     return []

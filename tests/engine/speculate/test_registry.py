@@ -74,6 +74,6 @@ def test_every_registered_proposer_works(method):
     assert isinstance(tree, DraftTree)
     assert 1 <= len(tree) <= 3
     assert tree.best_path().tokens[0] == 8
-    proposer.accepted(REPEATING + [8, 9])
-    assert proposer.propose(REPEATING + [8, 9], 0) == DraftTree.empty()
+    proposer.accepted([*REPEATING, 8, 9])
+    assert proposer.propose([*REPEATING, 8, 9], 0) == DraftTree.empty()
     assert len(make().propose([1], 4)) == 0

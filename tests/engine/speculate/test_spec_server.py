@@ -66,9 +66,8 @@ def test_server_mixed_speculating_and_plain_requests(tiny_gguf, method):
         if i % 2:  # opted out: one token per pass after the prefill, nothing drafted
             assert stats == {"passes": N, "drafted_tokens": 0, "accepted_tokens": 0}
         else:
-            assert (
-                stats["passes"] + stats["accepted_tokens"] == N
-            )  # each pass: accepted drafts + one own token
+            # each pass: accepted drafts + one own token
+            assert stats["passes"] + stats["accepted_tokens"] == N
     assert sum(r["roofline"]["drafted_tokens"] for r in results) > 0
     assert m["roofline_spec_draft_tokens_total"] == sum(
         r["roofline"]["drafted_tokens"] for r in results
@@ -76,9 +75,8 @@ def test_server_mixed_speculating_and_plain_requests(tiny_gguf, method):
     assert m["roofline_spec_accepted_tokens_total"] == sum(
         r["roofline"]["accepted_tokens"] for r in results
     )
-    assert (
-        m["roofline_decode_rows_total"] > m["roofline_decode_batch_tokens_total"]
-    )  # drafts shared passes
+    # drafts shared passes
+    assert m["roofline_decode_rows_total"] > m["roofline_decode_batch_tokens_total"]
 
 
 def test_streamed_tokens_and_usage_with_speculation(tiny_gguf):

@@ -146,9 +146,8 @@ def test_children_and_path_reject_out_of_range():
 def trees(draw) -> DraftTree:
     n = draw(st.integers(0, 20))
     parents = [draw(st.integers(-1, i - 1)) for i in range(n)]
-    return DraftTree(
-        tuple(range(100, 100 + n)), tuple(parents)
-    )  # distinct tokens: siblings always differ
+    # distinct tokens: siblings always differ
+    return DraftTree(tuple(range(100, 100 + n)), tuple(parents))
 
 
 @settings(max_examples=200, deadline=None)

@@ -3,6 +3,7 @@ it grows."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import numpy as np
@@ -28,7 +29,7 @@ def ngrams(trie: TokenTrie) -> dict[tuple[int, ...], int]:
     while stack:
         node, path = stack.pop()
         for child in trie.children(node):
-            gram = path + (trie.token[child],)
+            gram = (*path, trie.token[child])
             out[gram] = trie.count[child]
             stack.append((child, gram))
     return out
@@ -64,7 +65,7 @@ def test_breadth_schedule_is_monotone_within_bounds(depth, low, extra):
     values = [bfs_breadth(m, depth, low, high) for m in range(1, depth)]
     assert values[0] == high
     assert depth == 2 or values[-1] == low
-    assert all(a >= b for a, b in zip(values, values[1:]))
+    assert all(a >= b for a, b in itertools.pairwise(values))
     assert all(low <= v <= high for v in values)
 
 
@@ -229,7 +230,7 @@ def test_long_match_narrows_short_match_widens():
     noise = []
     for token in rng.permutation(np.arange(10, 40)).tolist():
         noise += [0, token]
-    short = TrieProposer(SpecOptions(method="trie", num_draft_tokens=12)).propose(noise + [0], 100)
+    short = TrieProposer(SpecOptions(method="trie", num_draft_tokens=12)).propose([*noise, 0], 100)
     assert len(short.children(-1)) == 10  # one-token match: max_bfs_breadth
     stretch = list(range(100, 130))
     long = TrieProposer(SpecOptions(method="trie")).propose(
@@ -267,7 +268,7 @@ def test_shared_trie_survives_eviction_of_another_requests_tails():
     first.accepted(context)
     second.accepted(list(range(100, 160)))  # evicts everything of the first request
     assert first.trie.find([1, 2, 3]) is None
-    tree = first.propose(context + [3, 1], 10)  # tails rebuilt, then extended
+    tree = first.propose([*context, 3, 1], 10)  # tails rebuilt, then extended
     assert tree.best_path().tokens[:1] == (2,)
     assert first.trie.size <= options.trie_capacity
 
