@@ -5,11 +5,11 @@ The CLI flags of `generate` and `serve` (cli/speculation_flags.py), the embedded
 
     SpecOptions   one field per option; each field's `Option` metadata holds its flag (also the
                   launcher knob, in snake_case), its range and its help
-    PROPOSERS     proposer name -> its traits (chain or tree, loads a draft model, options read);
-                  the engine's registry maps the same names to factories and checks at import that
-                  they match
+    PROPOSERS     proposer name -> its traits (chain or tree, loads a draft model, options read)
+                  and where its factory lives in the engine ("module:attribute", imported only
+                  when the engine makes one)
 
-Adding a proposer: its module, an entry here and one in roofline.engine.speculate.PROPOSERS.
+Adding a proposer: its module and one entry here.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ class ProposerTraits:
 
     help: str  # one line for --help
     tree: bool  # drafts a tree (verified in one pass) rather than a chain
+    factory: str  # "module:attribute" of its engine.speculate.base.ProposerFactory
     draft_model: bool = False  # loads a second, cheaper model
     reads: tuple[str, ...] = ()  # the SpecOptions fields it reads (besides method and adaptive)
 
@@ -34,11 +35,13 @@ PROPOSERS: MappingProxyType[str, ProposerTraits] = MappingProxyType(
         "ngram": ProposerTraits(
             "prompt lookup: copy what followed the longest repeated n-gram",
             tree=False,
+            factory="roofline.engine.speculate.prompt_lookup:PromptLookupProposer.factory",
             reads=("k", "prompt_lookup_min", "prompt_lookup_max"),
         ),
         "trie": ProposerTraits(
             "suffix trie over the request's tokens, a draft tree verified in one pass",
             tree=True,
+            factory="roofline.engine.speculate.trie:TrieProposer.factory",
             reads=(
                 "max_bfs_breadth",
                 "min_bfs_breadth",
@@ -52,6 +55,7 @@ PROPOSERS: MappingProxyType[str, ProposerTraits] = MappingProxyType(
         "draft": ProposerTraits(
             "a cheaper model drafts: the target's own int8 copy by default",
             tree=False,
+            factory="roofline.engine.speculate.draft_model:draft_factory",
             draft_model=True,
             reads=("k", "draft_dtype", "draft_model"),
         ),

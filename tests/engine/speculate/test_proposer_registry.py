@@ -1,7 +1,7 @@
-"""Adding a proposer is its module plus its registry entries: a test-only proposer, registered from
-here (roofline.speculation's names and traits, the engine's factory), drafts in greedy generation on
-the tiny model and leaves the output equal to generation without speculation. No other file
-changes."""
+"""Adding a proposer is its module plus one registry entry: a test-only proposer, registered from
+here in roofline.speculation.PROPOSERS (its traits and where its factory lives), drafts in greedy
+generation on the tiny model and leaves the output equal to generation without speculation. No
+other file changes."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from fixtures import greedy_ids
 
 from roofline import speculation
 from roofline.engine import SamplingParams, generate, load_runner
-from roofline.engine import speculate as engine_speculate
 from roofline.engine.speculate.step import speculation_factory
 from roofline.engine.speculate.tree import DraftTree
 from roofline.speculation import ProposerTraits, SpecOptions
@@ -40,14 +39,14 @@ class RepeatProposer:
 
 @pytest.fixture
 def repeat_registered(monkeypatch):
-    traits = ProposerTraits("repeat the last token", tree=False, reads=("k",))
-    monkeypatch.setattr(
-        speculation, "PROPOSERS", MappingProxyType({**speculation.PROPOSERS, "repeat": traits})
+    traits = ProposerTraits(
+        "repeat the last token",
+        tree=False,
+        factory=f"{__name__}:RepeatProposer.factory",
+        reads=("k",),
     )
     monkeypatch.setattr(
-        engine_speculate,
-        "PROPOSERS",
-        MappingProxyType({**engine_speculate.PROPOSERS, "repeat": RepeatProposer.factory}),
+        speculation, "PROPOSERS", MappingProxyType({**speculation.PROPOSERS, "repeat": traits})
     )
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from roofline.engine.speculate import PROPOSERS, DraftTree, SpecOptions, proposer_factory
+from roofline.engine.speculate import DraftTree, SpecOptions, factory_of, proposer_factory
+from roofline.speculation import PROPOSERS
 
 REPEATING = [5, 6, 7, 8, 9, 10, 11, 12] * 4 + [5, 6, 7]
 
@@ -62,7 +63,12 @@ def test_registry_names():
     assert set(PROPOSERS) == {"ngram", "trie", "draft"}
     assert SpecOptions(method="draft").method == "draft"
     with pytest.raises(TypeError):
-        PROPOSERS["other"] = PROPOSERS["ngram"]  # entries are added in the package's one literal
+        PROPOSERS["other"] = PROPOSERS["ngram"]  # entries are added in the module's one literal
+
+
+def test_every_factory_named_by_the_registry_is_found():
+    for method in PROPOSERS:
+        assert callable(factory_of(method)), method
 
 
 # "draft" needs a target model to load; its own tests cover it.

@@ -1,10 +1,9 @@
 """Speculative decoding: draft proposers and draft trees.
 
 A proposer guesses the next tokens (`DraftTree`, a chain or tree after the last chosen token); the
-target verifies them in one pass. `PROPOSERS` maps each name of `roofline.speculation.PROPOSERS`
-(names and traits, read by the CLI and the launcher) to its `ProposerFactory`; both name the same
-proposers (checked at import). ngram: prompt lookup (vLLM); trie: suffix-trie n-grams (SGLang);
-draft: a cheaper model.
+target verifies them in one pass. The one registry is `roofline.speculation.PROPOSERS` (names,
+traits, and where each factory lives: `factory_of`). ngram: prompt lookup (vLLM); trie:
+suffix-trie n-grams (SGLang); draft: a cheaper model.
 
     make = proposer_factory(SpecOptions(method="trie"), runner)  # None for method "none"
     proposer = make()                                            # one per request
@@ -14,8 +13,8 @@ draft: a cheaper model.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from types import MappingProxyType
 
 from roofline import speculation
 from roofline.engine.speculate.base import Proposer, ProposerFactory, SpecOptions
@@ -24,31 +23,22 @@ from roofline.engine.speculate.tree import DraftTree, ancestor_positions, tree_m
 from roofline.engine.speculate.trie import TrieProposer, bfs_breadth
 from roofline.engine.weights import DTYPES
 
-
-def _draft_model(options: SpecOptions, target: object) -> Callable[[], Proposer]:
-    # loads a runner: only when asked for
-    from roofline.engine.speculate.draft_model import draft_factory
-
-    return draft_factory(options, target)
-
-
-PROPOSERS: MappingProxyType[str, ProposerFactory] = MappingProxyType(
-    {
-        "ngram": PromptLookupProposer.factory,
-        "trie": TrieProposer.factory,
-        "draft": _draft_model,
-    }
-)
-
-if tuple(PROPOSERS) != tuple(speculation.PROPOSERS):
-    raise ImportError(
-        f"engine proposers {list(PROPOSERS)} differ from roofline.speculation's "
-        f"{list(speculation.PROPOSERS)}: register a proposer in both"
-    )
 if speculation.DRAFT_DTYPES != DTYPES:
     raise ImportError(
         f"roofline.speculation.DRAFT_DTYPES must equal engine.weights.DTYPES {DTYPES}"
     )
+
+
+def factory_of(method: str) -> ProposerFactory:
+    """The engine's factory of a proposer of roofline.speculation.PROPOSERS, imported from the
+    "module:attribute" its entry names (the draft model's module loads torch: only when asked)."""
+    module, _, attribute = speculation.PROPOSERS[method].factory.partition(":")
+    found: object = importlib.import_module(module)
+    for part in attribute.split("."):
+        found = getattr(found, part)
+    if not callable(found):
+        raise TypeError(f"proposer {method!r}: {attribute} in {module} is not callable")
+    return found  # type: ignore[return-value]
 
 
 def proposer_factory(options: SpecOptions, target: object = None) -> Callable[[], Proposer] | None:
@@ -57,11 +47,10 @@ def proposer_factory(options: SpecOptions, target: object = None) -> Callable[[]
     what the method shares (the trie, under trie_scope "shared")."""
     if options.method == "none":
         return None
-    return PROPOSERS[options.method](options, target)
+    return factory_of(options.method)(options, target)
 
 
 __all__ = [
-    "PROPOSERS",
     "DraftTree",
     "PromptLookupProposer",
     "Proposer",
@@ -70,6 +59,7 @@ __all__ = [
     "TrieProposer",
     "ancestor_positions",
     "bfs_breadth",
+    "factory_of",
     "proposer_factory",
     "tree_mask",
 ]
