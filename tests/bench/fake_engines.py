@@ -1,7 +1,8 @@
 """Fake engines for the launcher tests: one small stdlib script, written into the test's folder,
 that behaves as told (serve, crash, hang, ignore SIGTERM, print garbage, die mid-run, fork a child
-into its own process group). Each process it starts appends its pid to a file, so a test can check
-the process table afterwards."""
+into its own process group, flip a token only when requests share the server). Each process it
+starts appends its pid to a file, so a test can check the process table afterwards. It answers
+streamed requests too (one SSE event per character, sent whole), so bench can measure it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 from pathlib import Path
 
 SCRIPT = r"""
-import json, os, signal, socket, sys, time
+import json, os, signal, socket, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 mode, pidfile, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -60,9 +61,33 @@ if mode == "fork_group" and os.fork() == 0:
         time.sleep(1)
 
 
-def answer(content, max_tokens):
+state = threading.Condition()
+counts = {"in": 0, "arrived": 0}
+
+
+def enter():
+    # did another request share this one's time in the server? Mode batched holds each request up
+    # to 0.3 s for company, so requests sent together always meet and one sent alone never does
+    # (arrivals only grow: no race with a neighbour that already left)
+    with state:
+        before = counts["in"] > 0
+        counts["in"] += 1
+        counts["arrived"] += 1
+        me = counts["arrived"]
+        state.notify_all()
+        if mode != "batched":
+            return before
+        return state.wait_for(lambda: counts["arrived"] > me, timeout=0.3) or before
+
+
+def leave():  # before the answer is sent: the client never sees a request still counted
+    with state:
+        counts["in"] -= 1
+
+
+def answer(content, max_tokens, shared=False):
     ids = [ord(c) for c in content][:max_tokens]
-    if flip is not None and flip < len(ids):
+    if flip is not None and flip < len(ids) and (mode != "batched" or shared):
         ids[flip] += 1
     return "".join(chr(i) for i in ids), ids
 
@@ -85,6 +110,15 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self.send(404, {"error": {"message": "not found"}})
 
+    def stream(self, text):
+        events = [{"choices": [{"index": 0, "delta": {"content": c}}]} for c in text]
+        body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(body.encode())))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
     def do_POST(self):
         req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
         if mode == "exit_mid":
@@ -93,7 +127,11 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/v1/chat/completions":
             if mode == "strict" and "return_token_ids" in req:
                 return self.send(400, {"error": {"message": "unknown field return_token_ids"}})
-            text, ids = answer(req["messages"][-1]["content"], req["max_tokens"])
+            shared = enter()
+            text, ids = answer(req["messages"][-1]["content"], req["max_tokens"], shared)
+            leave()
+            if req.get("stream"):
+                return self.stream(text)
             choice = {
                 "index": 0,
                 "message": {"role": "assistant", "content": text},

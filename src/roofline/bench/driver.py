@@ -47,6 +47,7 @@ from roofline.bench.results import (
 from roofline.bench.summarize import summarize
 from roofline.bench.summary import RunSummary
 from roofline.bench.tokens import load_tokenizer
+from roofline.bench.verify import Greedy, Verify, run_verify
 from roofline.bench.workers import run_workers
 from roofline.bench.workloads import Job, jobs
 
@@ -259,12 +260,15 @@ def run_bench(
     info: dict | None = None,
     ceiling_note: str | None = None,
     settle_ceiling: Callable[[Any], tuple[Any, dict]] | None = None,
+    greedy: Greedy | None = None,
 ) -> Outcome:
     """Run every scenario, writing into run_dir; always returns the summary of what was measured.
 
     settle_ceiling(ceiling) -> (ceiling, provenance additions), called once the requests are done
     (not after an interrupt): the ceiling the run is finally held against, e.g. with this machine's
-    bandwidth measured again after the run."""
+    bandwidth measured again after the run. With plan.verify, the greedy outputs under the run's
+    load are then checked against each prompt alone (`bench.verify`), through `greedy` (a
+    launcher's `greedy_outputs`; the OpenAI route when None)."""
     origin_ns = perf_counter_ns()
     info = info if info is not None else asyncio.run(discover(plan))
     usage = USAGE_PER_CHUNK if plan.usage == "auto" else plan.usage
@@ -313,9 +317,17 @@ def run_bench(
     if settle_ceiling is not None and not interrupted:
         ceiling, settled = settle_ceiling(ceiling)
         prov.update(settled)
+    checked = None
+    if plan.verify and not interrupted:
+        try:
+            checked = run_verify(plan, spec.model, greedy, progress.note)
+        except KeyboardInterrupt:
+            interrupted = True
     prov["interrupted"] = interrupted
     write_json(run_dir / PROVENANCE, prov)
-    summary = summarize_run(run_dir, prov, ceiling=ceiling, slo_s=plan.slo_s, cpu_s=cpu)
+    summary = summarize_run(
+        run_dir, prov, ceiling=ceiling, slo_s=plan.slo_s, cpu_s=cpu, verify=checked
+    )
     return Outcome(run_dir, summary, interrupted)
 
 
@@ -326,6 +338,7 @@ def summarize_run(
     ceiling: Any,
     slo_s: dict | None,
     cpu_s: dict[str, float] | None = None,
+    verify: Verify | None = None,
 ) -> RunSummary:
     """summary.json from what requests.jsonl holds (written), and the same as types."""
     lines, bad = read_requests(run_dir)
@@ -336,5 +349,7 @@ def summarize_run(
             tokens = s["output_tokens"]
             s["client_cpu_s"] = c
             s["client_cpu_us_per_token"] = 1e6 * c / tokens if tokens else None
+    if verify is not None:
+        summary["verify"] = verify.to_json()
     write_json(run_dir / SUMMARY_JSON, summary)
     return RunSummary.from_json(summary)

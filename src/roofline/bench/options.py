@@ -58,6 +58,7 @@ class BenchOptions:
     as_json: bool = False
     as_markdown: bool = False
     no_report: bool = False
+    verify: bool = False
 
 
 def rates_per_s(text: str) -> list[float]:
@@ -201,6 +202,7 @@ def plan_from_options(o: BenchOptions) -> BenchPlan:
         seed=o.seed,
         slo_s=slo,
         label=o.label or _label(o),
+        verify=o.verify,
         argv=list(sys.argv[1:]),
     )
 

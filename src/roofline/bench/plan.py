@@ -65,6 +65,7 @@ class BenchPlan:
     slo_s: dict[str, float] | None = None
     label: str = "bench"
     extra_body: dict | None = None
+    verify: bool = False  # after the run: greedy outputs under its load against each prompt alone
     argv: list[str] = field(default_factory=list)
     provenance_extra: dict[str, Any] = field(default_factory=dict)
 

@@ -13,6 +13,7 @@ from roofline.bench.against import LOCAL, held_against_window, resolve_ceiling
 from roofline.bench.driver import Outcome, Progress, discover, run_bench
 from roofline.bench.engines import Launcher, start_engine
 from roofline.bench.plan import BenchPlan
+from roofline.bench.verify import Greedy
 from roofline.errors import UserError
 from roofline.hardware.window import BandwidthWindow, Measure, short_probe
 
@@ -43,6 +44,7 @@ def run_session(
     *,
     measure_bandwidth: Measure | None = None,
     model_file: str | None = None,
+    greedy: Greedy | None = None,
 ) -> Outcome:
     """Run the plan (against a started engine when asked); the engine is stopped in every case.
 
@@ -52,7 +54,8 @@ def run_session(
     (bytes/s, kernel) replaces that probe. Such an engine's profile is measured first if none exists
     here. model_file: the model of an engine this session did not start, to count the file's bytes
     per token when the server does not report them (a started engine's model argument serves the
-    same way)."""
+    same way). greedy: how --verify asks for greedy outputs (default: the started engine's
+    launcher, else the OpenAI route)."""
     if engine is None or not engine.wanted:
         return _measure(
             plan,
@@ -61,6 +64,7 @@ def run_session(
             default_hardware=None,
             measure=measure_bandwidth,
             model_file=model_file,
+            greedy=greedy,
         )
     launcher = engine.launcher
     if launcher.default_hardware == LOCAL and plan.hardware in (None, LOCAL):
@@ -94,6 +98,7 @@ def run_session(
             default_hardware=launcher.default_hardware,
             measure=measure_bandwidth,
             model_file=model_file or engine.model,
+            greedy=greedy or launcher.greedy_outputs,  # ids by the engine's own route
         )
 
 
@@ -105,6 +110,7 @@ def _measure(
     default_hardware: str | None,
     measure: Measure | None,
     model_file: str | None = None,
+    greedy: Greedy | None = None,
 ) -> Outcome:
     info = asyncio.run(discover(plan))
     hardware = plan.hardware or default_hardware
@@ -165,6 +171,7 @@ def _measure(
         info=info,
         ceiling_note=note,
         settle_ceiling=settle,
+        greedy=greedy,
     )
 
 

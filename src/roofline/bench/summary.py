@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from roofline.bench.verify import Verify
 from roofline.response_stats import ServerStats
 
 
@@ -36,6 +37,8 @@ def _plain(obj: Any) -> dict[str, Any]:
 
 
 def _value(v: Any) -> Any:
+    if hasattr(v, "to_json"):  # a record with its own JSON (bench.verify.Verify)
+        return v.to_json()
     if hasattr(v, "__dataclass_fields__"):
         return _plain(v)
     if isinstance(v, Mapping):
@@ -275,6 +278,7 @@ class RunSummary:
     ceiling: CeilingFigures | None = None
     slo_s: Mapping[str, float] | None = None
     unreadable_lines: int = 0
+    verify: Verify | None = None  # --verify: greedy outputs under load against each prompt alone
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -341,11 +345,15 @@ class RunSummary:
             ceiling=CeilingFigures.from_json(known.get("ceiling")),
             slo_s=known.get("slo_s"),
             unreadable_lines=int(known.get("unreadable_lines") or 0),
+            verify=Verify.from_json(known.get("verify")),
             extra=extra,
         )
 
     def to_json(self) -> dict[str, Any]:
-        return _plain(self)
+        out = _plain(self)
+        if self.verify is None:  # a run without --verify writes no "verify" key
+            del out["verify"]
+        return out
 
 
 def server_stats_of(provenance: Mapping[str, Any]) -> ServerStats | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from roofline.bench.against import percent_text, read_ratio_line
 from roofline.bench.summary import CeilingFigures, Distribution, RunSummary, ScenarioSummary
+from roofline.bench.verify import verify_line
 
 Table = tuple[str, list[str], list[list[str]], list[str]]
 
@@ -230,6 +231,8 @@ def result_notes(summary: RunSummary) -> list[str]:
                     or "-"
                 )
             )
+    if summary.verify is not None:
+        notes.append(verify_line(summary.verify))
     if summary.unreadable_lines:
         notes.append(
             f"{plural(summary.unreadable_lines, 'unreadable line')} in requests.jsonl skipped "

@@ -219,6 +219,15 @@ def register(app: typer.Typer) -> None:
             "--engine-timeout",
             help="How long a started engine may take to become ready (answer its health route).",
         ),
+        verify: bool = typer.Option(
+            False,
+            "--verify",
+            help="After the run, check exactness under load: each prompt's greedy output with the "
+            "run's most requests in flight against the same prompt sent alone (token ids where "
+            "the server gives them, else text). Reports how many were identical and the first "
+            "divergence; the exit code stays 0. Nothing to check when every scenario runs one "
+            "stream.",
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
         as_markdown: bool = typer.Option(
             False, "--markdown", help="Print the summary as Markdown."
@@ -271,6 +280,7 @@ def register(app: typer.Typer) -> None:
             as_json=as_json,
             as_markdown=as_markdown,
             no_report=no_report,
+            verify=verify,
         )
         run_until_signal(_run, options)
 
@@ -315,6 +325,10 @@ def _run(o: BenchOptions) -> int:
         from roofline.cli.report import write_report_after_run
 
         write_report_after_run(outcome.run_dir)
+    if summary.verify is not None and not summary.verify.exact:  # said even under --json
+        from roofline.bench.verify import verify_line
+
+        typer.echo(verify_line(summary.verify), err=True)
     if outcome.interrupted:
         typer.echo("interrupted: the summary covers the requests that ended", err=True)
         return 130
