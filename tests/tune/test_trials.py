@@ -376,9 +376,9 @@ def test_a_trials_bench_is_given_the_model_file(tmp_path, monkeypatch):
     seen = {}
 
     def fake_run_session(
-        plan, out, progress, engine=None, *, measure_bandwidth=None, model_file=None
+        plan, out, progress, engine=None, *, measure_bandwidth=None, model_file=None, greedy=None
     ):
-        seen["model_file"] = model_file
+        seen["model_file"], seen["verify"], seen["greedy"] = model_file, plan.verify, greedy
         return SimpleNamespace(interrupted=False, run_dir=out, summary=RunSummary({}))
 
     monkeypatch.setattr(session, "run_session", fake_run_session)
@@ -394,9 +394,12 @@ def test_a_trials_bench_is_given_the_model_file(tmp_path, monkeypatch):
         usage="per-chunk",
         request_timeout_s=5.0,
         model=str(tmp_path / "m.gguf"),
+        launcher=SimpleNamespace(greedy_outputs="the launcher's greedy requests"),
     )
     engine_runs.bench_run(settings, "http://127.0.0.1:1", tmp_path / "bench", Progress())
     assert seen["model_file"] == str(tmp_path / "m.gguf")
+    # greedy outputs under the objective's load are checked with the launcher's own requests
+    assert seen["verify"] and seen["greedy"] == "the launcher's greedy requests"
 
 
 def test_tune_json_keeps_the_keys_older_run_folders_have():

@@ -36,6 +36,8 @@ def status_note(r: TrialResult, full: bool = False) -> str:
         e = r.exactness
         unit = "token" if e.basis == "token_ids" else "char"
         short = f"differs at prompt {e.first_prompt!r} {unit} {e.first_position}"
+        if e.streams > 1:
+            short += f" at {e.streams} streams (alone: the same as the baseline's)"
         return short + (f": {e.baseline_piece!r} vs {e.candidate_piece!r}" if full else "")
     if r.status in ("failed", "skipped") and r.error:
         first = printable(r.error.splitlines()[0])

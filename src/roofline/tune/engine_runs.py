@@ -77,9 +77,18 @@ def bench_run(
         timeout_s=settings.request_timeout_s,
         slo_s=dict(os_.slo_s) if os_.slo_s else None,
         label="tune-trial",
+        verify=True,  # greedy outputs under the objective's load too (nothing sent at 1 stream)
     )
     # a local model file gives the file's bytes per token when the server does not report them
-    outcome = in_thread(lambda: run_session(plan, out, progress, model_file=settings.model))
+    outcome = in_thread(
+        lambda: run_session(
+            plan,
+            out,
+            progress,
+            model_file=settings.model,
+            greedy=settings.launcher.greedy_outputs,
+        )
+    )
     if outcome.interrupted:
         raise KeyboardInterrupt
     lines, _ = read_requests(outcome.run_dir)

@@ -253,6 +253,7 @@ def run_trial(
         exact = Exactness(True, len(outputs), basis)
     else:
         exact = compare_outputs(baseline, outputs)
+    exact = under_load(exact, summary)
     return TrialResult(
         status="ok" if exact.exact else "inexact",
         value=m.value,
@@ -264,6 +265,32 @@ def run_trial(
         seconds=time.monotonic() - t0,
         **common,
     ), outputs
+
+
+def under_load(alone: Exactness, summary: RunSummary) -> Exactness:
+    """The gate under the objective's load: exact alone and every greedy output taken at the
+    run's concurrency equal to the same prompt's alone (bench's `verify`; none at one stream). A
+    check that could not finish is not evidence of exactness."""
+    v = summary.verify
+    if not alone.exact or v is None or (v.checked == 0 and v.error is None):
+        return alone
+    if v.error is not None:
+        return replace(
+            alone, exact=False, candidate_piece=f"under load: {v.error}", streams=v.streams
+        )
+    d = v.first_divergence
+    if d is None:
+        return alone
+    return Exactness(
+        exact=False,
+        compared=v.checked,
+        basis=d.basis,
+        first_prompt=d.prompt,
+        first_position=d.position,
+        baseline_piece=d.reference,
+        candidate_piece=d.loaded,
+        streams=v.streams,
+    )
 
 
 def _version(launcher: Any) -> str | None:

@@ -59,6 +59,7 @@ class Exactness:
     first_position: int | None = None  # token index (or character index when basis == "text")
     baseline_piece: str = ""  # a few tokens/characters around the divergence, for the report
     candidate_piece: str = ""
+    streams: int = 1  # requests in flight when the candidate's output was taken
 
     def to_json(self) -> dict:
         return {
@@ -69,6 +70,7 @@ class Exactness:
             "first_position": self.first_position,
             "baseline_piece": self.baseline_piece,
             "candidate_piece": self.candidate_piece,
+            "streams": self.streams,
         }
 
     @classmethod
@@ -81,6 +83,7 @@ class Exactness:
             first_position=d.get("first_position"),
             baseline_piece=str(d.get("baseline_piece", "")),
             candidate_piece=str(d.get("candidate_piece", "")),
+            streams=int(d.get("streams", 1)),
         )
 
 
