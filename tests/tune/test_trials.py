@@ -121,7 +121,9 @@ default = 0
 )
 def test_goodput_and_cost_objectives(tmp_path, monkeypatch, objective, extra):
     register_fake(monkeypatch)
-    space = load_space_file(write_space(tmp_path, "[knobs.speed]\nchoices = [200, 800]\n"), FAKE)
+    # the baseline streams at 500 tok/s, the steps at 100 and 200: far enough apart that a busy
+    # host (the fake sleeps per token) cannot turn them into a tie; a wrong direction would pick 100
+    space = load_space_file(write_space(tmp_path, "[knobs.speed]\nchoices = [100, 200]\n"), FAKE)
     result = run_tune(
         options(space, marker(), objective=objective, reps=1, **extra), tmp_path / "run", Display()
     )
