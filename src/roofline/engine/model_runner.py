@@ -10,11 +10,12 @@ extend(slot, ids): several tokens of one slot in one kernel pass (a speculative 
 
 The weights are packed once (`weights.pack_weights`: fused, stacked over layers, fp32 / bf16 /
 int8); torch views of the same memory serve prefill, so nothing is held twice.
+
+How long passes take (the thread count of each, the speculation cost model): pass_timing.py.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
 from collections.abc import Sequence as Seq
@@ -24,6 +25,7 @@ import numpy as np
 from roofline.engine.config import ModelConfig
 from roofline.engine.kv_cache import KVCache
 from roofline.engine.loaders.checkpoint import file_bytes_per_token
+from roofline.engine.pass_timing import PassTiming
 from roofline.engine.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS
 from roofline.engine.threads import ThreadChooser
 from roofline.engine.weights import (
@@ -39,10 +41,9 @@ __all__ = ["DTYPES", "KERNEL_PREFILL_MAX_TOKENS", "ModelRunner", "available_core
 # Prompts up to this length prefill through the decode kernels: below it they beat torch's small-M
 # GEMMs (figures in docs/measured.md).
 KERNEL_PREFILL_MAX_TOKENS = 24
-PASS_COST_ROWS = (1, 2, 3, 5, 9, 13, 17, 25)  # row counts timed for the speculation cost model
 
 
-class ModelRunner:
+class ModelRunner(PassTiming):
     """Owns the weights and the KV cache. Not thread-safe: one thread calls it."""
 
     # prompts are prefilled in chunks cut at its multiples
@@ -90,31 +91,6 @@ class ModelRunner:
         self.unit_bytes: int | None = None
         # rows -> time relative to one row (measure_pass_costs)
         self._pass_costs: dict[int, float] | None = None
-
-    def _use_threads(self, torch_too: bool = False) -> int:
-        """Set the thread count for the next pass and return it. numba's count is per calling
-        thread, so it is checked on every call, from the calling thread; torch's matters only for
-        the torch prefill."""
-        import numba
-
-        chooser = self.thread_chooser
-        n = self.threads if chooser is None else chooser.threads_for_pass()
-        if numba.get_num_threads() != n:
-            numba.set_num_threads(n)
-        if torch_too:
-            import torch
-
-            t = self.threads if chooser is None else chooser.torch_threads()
-            if torch.get_num_threads() != t:
-                torch.set_num_threads(t)
-        return n
-
-    def _record_pass(self, threads: int, rows: int, seconds: float) -> None:
-        """Tell the chooser how long a kernel pass took (the first pass may have compiled: not
-        counted)."""
-        self._timed_passes += 1
-        if self.thread_chooser is not None and self._timed_passes > 1:
-            self.thread_chooser.record(threads, rows, seconds)
 
     def _check_ids(self, token_ids: Seq[int]) -> np.ndarray:
         # Plain Python on the few ids of a decode step: a decode step follows a pass that streamed
@@ -322,45 +298,6 @@ class ModelRunner:
             self.cache.move(slot, [start + r for r in rows], start)
         self.cache.truncate(slot, start + len(rows))
 
-    def measure_pass_costs(self, rows: Seq[int] = PASS_COST_ROWS, reps: int = 3) -> None:
-        """Time weight passes over several row counts of one slot (median of reps each), relative to
-        a one-row pass: what a speculative verify of k drafted tokens costs (`pass_cost`). Once per
-        runner."""
-        import time
-
-        if self._pass_costs is not None:
-            return
-        n = max(rows)
-        if self.max_seq_len < n + 2:
-            self._pass_costs = {1: 1.0}
-            return
-        self.prefill(0, [0])
-        seconds = {}
-        for r in rows:
-            times = []
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                self.step([(0, [0] * r, None)])
-                times.append(time.perf_counter() - t0)
-                self.truncate(0, 1)
-            seconds[r] = sorted(times)[len(times) // 2]
-        self.release(0)
-        self._pass_costs = {r: seconds[r] / seconds[1] for r in rows}
-
-    def pass_cost(self, rows: int) -> float:
-        """Time of a pass over `rows` rows of one slot relative to one row (linear between measured
-        counts, extrapolated past the last); 1 + 0.1 per extra row before `measure_pass_costs`
-        ran."""
-        table = self._pass_costs
-        if not table or len(table) < 2:
-            return 1.0 + 0.1 * (rows - 1)
-        points = sorted(table.items())
-        for (r0, c0), (r1, c1) in itertools.pairwise(points):
-            if rows <= r1:
-                return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
-        (r0, c0), (r1, c1) = points[-2], points[-1]
-        return c1 + (c1 - c0) * (rows - r1) / (r1 - r0)
-
     def warmup(self) -> None:
         """Compile (or load from numba's cache) the decode kernels, run torch's prefill path once
         (its first call is slow), and touch the weights."""
@@ -370,27 +307,6 @@ class ModelRunner:
         self.decode([0], [0])
         self.release(0)
         self.seed_threads()
-
-    def seed_threads(self, rounds: int = 4) -> None:
-        """Time one-row passes on each candidate thread count, side by side, and start the adaptive
-        choice from the fastest (nothing to do for a given thread count)."""
-        chooser = self.thread_chooser
-        if chooser is None or len(chooser.candidates) < 2 or self.max_seq_len < 2:
-            return
-        self.prefill(0, [0])
-        seconds: dict[int, list[float]] = {n: [] for n in chooser.candidates}
-        try:
-            for _ in range(rounds):
-                for n in chooser.candidates:
-                    chooser.pinned = n
-                    started = time.perf_counter()
-                    self.decode([0], [0])
-                    seconds[n].append(time.perf_counter() - started)
-                    self.truncate(0, 1)
-        finally:
-            chooser.pinned = None
-            self.release(0)
-        chooser.seed(seconds)
 
 
 def _ancestor_rows(parents: Seq[int] | None, n: int) -> list[list[int]]:

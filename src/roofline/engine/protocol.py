@@ -1,5 +1,5 @@
-"""The OpenAI wire format: request models (validated with pydantic), response and chunk builders,
-errors.
+"""The OpenAI wire format: request models (validated with pydantic) and errors; the responses and
+chunks a request gets back are built in response_builder.py.
 
 Validation is strict about types (a string where a number belongs is a 400, not a silent cast) and
 lenient about fields it does not use (clients such as the `openai` SDK send extras). Every error
@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import json
 import re
-import time
-import uuid
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from roofline.engine.sampling import SamplingParams
-from roofline.engine.scheduler import Usage
 from roofline.engine.sequence import context_error
 
 
@@ -351,106 +348,3 @@ def sampling_params(req: _SamplingFields, prompt_tokens: int, max_seq_len: int) 
         stop_token_ids=tuple(req.stop_token_ids or ()),
         ignore_eos=req.ignore_eos,
     )
-
-
-def usage_dict(usage: Usage) -> dict[str, int]:
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-    }
-
-
-class ResponseBuilder:
-    """Builds the response objects of one request: same id, creation time and model on every
-    chunk."""
-
-    def __init__(self, model: str, *, chat: bool):
-        self.chat = chat
-        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        self.created = int(time.time())
-        self.model = model
-
-    def _head(self, obj: str) -> dict[str, Any]:
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
-
-    def full(
-        self,
-        text: str,
-        finish_reason: str,
-        usage: Usage,
-        *,
-        token_ids: list[int] | None = None,
-        stats: dict[str, int] | None = None,
-    ) -> dict[str, Any]:
-        """The whole response; token_ids when the request asked for them; stats = the request's
-        weight passes and draft counts (`"roofline"`: passes, drafted_tokens, accepted_tokens)."""
-        if self.chat:
-            choice = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": finish_reason,
-                "logprobs": None,
-            }
-            obj = "chat.completion"
-        else:
-            choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
-            obj = "text_completion"
-        if token_ids is not None:
-            choice["token_ids"] = token_ids
-        out = {**self._head(obj), "choices": [choice], "usage": usage_dict(usage)}
-        if stats is not None:
-            out["roofline"] = stats
-        return out
-
-    def chunk(
-        self,
-        *,
-        text: str | None = None,
-        role: bool = False,
-        finish_reason: str | None = None,
-        with_usage_field: bool = False,
-        token_ids: list[int] | None = None,
-        stats: dict[str, int] | None = None,
-    ) -> dict[str, Any]:
-        if self.chat:
-            delta: dict[str, Any] = {}
-            if role:
-                delta["role"] = "assistant"
-            if text is not None:
-                delta["content"] = text
-            choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
-            out = {**self._head("chat.completion.chunk"), "choices": [choice]}
-        else:
-            choice = {
-                "index": 0,
-                "text": text or "",
-                "finish_reason": finish_reason,
-                "logprobs": None,
-            }
-            out = {**self._head("text_completion"), "choices": [choice]}
-        if token_ids is not None:
-            choice["token_ids"] = token_ids
-        if stats is not None:
-            out["roofline"] = stats
-        # OpenAI sends "usage": null on every chunk but the last when asked for usage
-        if with_usage_field:
-            out["usage"] = None
-        return out
-
-    def usage_chunk(self, usage: Usage, stats: dict[str, int] | None = None) -> dict[str, Any]:
-        obj = "chat.completion.chunk" if self.chat else "text_completion"
-        out = {**self._head(obj), "choices": [], "usage": usage_dict(usage)}
-        if stats is not None:
-            out["roofline"] = stats
-        return out
-
-
-def sse(data: dict[str, Any] | str) -> bytes:
-    """One server-sent event: `data: <json>` and a blank line."""
-    payload = (
-        data
-        if isinstance(data, str)
-        else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    )
-    return f"data: {payload}\n\n".encode()

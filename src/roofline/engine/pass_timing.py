@@ -1,0 +1,105 @@
+"""How long a runner's weight passes take, and what is chosen from it: the thread count each pass
+runs on (each pass timed and told to `threads.ThreadChooser`, the candidates timed side by side at
+warmup: `seed_threads`) and the speculation cost model (`pass_cost`: a pass over k rows of one slot
+relative to a one-row pass, `measure_pass_costs`).
+
+`PassTiming` is a mixin of `ModelRunner`: it reads the runner's `threads`, `thread_chooser`,
+`max_seq_len`, `_timed_passes` and `_pass_costs`, and times its passes (prefill, decode, step).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence as Seq
+
+PASS_COST_ROWS = (1, 2, 3, 5, 9, 13, 17, 25)  # row counts timed for the speculation cost model
+
+
+class PassTiming:
+    """Thread counts and pass costs of a `ModelRunner`, from timed passes."""
+
+    def _use_threads(self, torch_too: bool = False) -> int:
+        """Set the thread count for the next pass and return it. numba's count is per calling
+        thread, so it is checked on every call, from the calling thread; torch's matters only for
+        the torch prefill."""
+        import numba
+
+        chooser = self.thread_chooser
+        n = self.threads if chooser is None else chooser.threads_for_pass()
+        if numba.get_num_threads() != n:
+            numba.set_num_threads(n)
+        if torch_too:
+            import torch
+
+            t = self.threads if chooser is None else chooser.torch_threads()
+            if torch.get_num_threads() != t:
+                torch.set_num_threads(t)
+        return n
+
+    def _record_pass(self, threads: int, rows: int, seconds: float) -> None:
+        """Tell the chooser how long a kernel pass took (the first pass may have compiled: not
+        counted)."""
+        self._timed_passes += 1
+        if self.thread_chooser is not None and self._timed_passes > 1:
+            self.thread_chooser.record(threads, rows, seconds)
+
+    def measure_pass_costs(self, rows: Seq[int] = PASS_COST_ROWS, reps: int = 3) -> None:
+        """Time weight passes over several row counts of one slot (median of reps each), relative to
+        a one-row pass: what a speculative verify of k drafted tokens costs (`pass_cost`). Once per
+        runner."""
+        import time
+
+        if self._pass_costs is not None:
+            return
+        n = max(rows)
+        if self.max_seq_len < n + 2:
+            self._pass_costs = {1: 1.0}
+            return
+        self.prefill(0, [0])
+        seconds = {}
+        for r in rows:
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                self.step([(0, [0] * r, None)])
+                times.append(time.perf_counter() - t0)
+                self.truncate(0, 1)
+            seconds[r] = sorted(times)[len(times) // 2]
+        self.release(0)
+        self._pass_costs = {r: seconds[r] / seconds[1] for r in rows}
+
+    def pass_cost(self, rows: int) -> float:
+        """Time of a pass over `rows` rows of one slot relative to one row (linear between measured
+        counts, extrapolated past the last); 1 + 0.1 per extra row before `measure_pass_costs`
+        ran."""
+        table = self._pass_costs
+        if not table or len(table) < 2:
+            return 1.0 + 0.1 * (rows - 1)
+        points = sorted(table.items())
+        for (r0, c0), (r1, c1) in itertools.pairwise(points):
+            if rows <= r1:
+                return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
+        (r0, c0), (r1, c1) = points[-2], points[-1]
+        return c1 + (c1 - c0) * (rows - r1) / (r1 - r0)
+
+    def seed_threads(self, rounds: int = 4) -> None:
+        """Time one-row passes on each candidate thread count, side by side, and start the adaptive
+        choice from the fastest (nothing to do for a given thread count)."""
+        chooser = self.thread_chooser
+        if chooser is None or len(chooser.candidates) < 2 or self.max_seq_len < 2:
+            return
+        self.prefill(0, [0])
+        seconds: dict[int, list[float]] = {n: [] for n in chooser.candidates}
+        try:
+            for _ in range(rounds):
+                for n in chooser.candidates:
+                    chooser.pinned = n
+                    started = time.perf_counter()
+                    self.decode([0], [0])
+                    seconds[n].append(time.perf_counter() - started)
+                    self.truncate(0, 1)
+        finally:
+            chooser.pinned = None
+            self.release(0)
+        chooser.seed(seconds)
