@@ -110,7 +110,8 @@ default = 120
 def test_two_workers_share_one_study_and_never_run_a_trial_twice(tmp_path, postgres_url):
     import optuna
 
-    from roofline.tune.study import open_storage, results
+    from roofline.tune.storage import open_storage
+    from roofline.tune.study import results
 
     space = write_space(tmp_path, GRID)
     mark = marker()

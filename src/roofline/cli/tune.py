@@ -342,7 +342,7 @@ def _display(options):
     from roofline.cli.tune_output import RichDisplay, planned_total
     from roofline.tune.objectives import OBJECTIVES
     from roofline.tune.search import get_strategy
-    from roofline.tune.space import Space
+    from roofline.tune.space_records import Space
     from roofline.tune.tuner import budget
 
     strategy = get_strategy(options.strategy)

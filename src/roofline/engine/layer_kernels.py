@@ -24,7 +24,7 @@ import math
 import numpy as np
 from numba import njit
 
-from roofline import simd
+from roofline import simd, simd_loops
 from roofline.engine import kv_cache
 from roofline.engine.fast_exp import exp_nonpos
 from roofline.engine.matrices import _JIT, matvec, widen
@@ -169,9 +169,9 @@ def attend_unit(
         part_sum[u, j] = sum_t exp(s_jt - max)
         part_out[u, j] = sum_t exp(s_jt - max) v_t
 
-    Sums run over d, then t, in order. Query heads go in pairs (`simd.block_scores`,
-    `simd.weighted_rows`; an odd one pairs with itself); a partial chunk's scores are computed to
-    the end of its last key tile and ignored past n. scores: scratch (units, group, ATTN_CHUNK).
+    Sums run over d, then t, in order. Query heads go in pairs (`simd_loops.block_scores`,
+    `simd_loops.weighted_rows`; an odd one pairs with itself); a partial chunk's scores are computed
+    to the end of its last key tile and ignored past n. scores: scratch (units, group, ATTN_CHUNK).
 
     Tree attention: row r's context is positions t < tree_base[r] in place in the cache, then its
     draft ancestors tree_base[r] .. positions[r] at cache positions tree_path[r, t - tree_base[r]]
@@ -194,12 +194,12 @@ def attend_unit(
     keys, values = k_cache[slots[r], layer, g], v_cache[slots[r], layer, g]
     q0 = r * qkv.shape[1] + g * group * head_dim  # flat offset of the group's first query head
     s0 = u * group * ATTN_CHUNK  # flat offset of the unit's scores
-    tile = simd.SCORE_TILE * KEY_BLOCK
+    tile = simd_loops.SCORE_TILE * KEY_BLOCK
     sc = scores[u]
     for ja in range(0, group, 2):
         jb = min(ja + 1, group - 1)
         for p0 in range(0, n_direct, tile):
-            simd.block_scores(
+            simd_loops.block_scores(
                 keys,
                 (t0 + p0) * head_dim,
                 head_dim,
@@ -224,7 +224,7 @@ def attend_unit(
         for ja in range(0, group, 2):
             jb = min(ja + 1, group - 1)
             for p0 in range(0, n_tree, tile):
-                simd.block_scores(
+                simd_loops.block_scores(
                     gather_k,
                     p0 * head_dim,
                     head_dim,
@@ -251,7 +251,7 @@ def attend_unit(
         jb = min(ja + 1, group - 1)
         oa, ob = (u * group + ja) * head_dim, (u * group + jb) * head_dim
         if n_direct > 0:
-            simd.weighted_rows(
+            simd_loops.weighted_rows(
                 values,
                 t0 * head_dim,
                 n_direct,
@@ -265,7 +265,7 @@ def attend_unit(
                 False,
             )
         if n_tree > 0:
-            simd.weighted_rows(
+            simd_loops.weighted_rows(
                 gather_v,
                 0,
                 n_tree,
@@ -285,7 +285,7 @@ def gather_scratch(n_threads, path_len, head_dim):
     """(gather_k, gather_v, gather_s) per thread for draft-tree rows whose ancestor paths hold up to
     path_len positions: keys in whole score tiles of key blocks, values, and a pair of heads'
     scores."""
-    tile = simd.SCORE_TILE * KEY_BLOCK
+    tile = simd_loops.SCORE_TILE * KEY_BLOCK
     padded = max(1, (path_len + tile - 1) // tile) * tile
     return (
         np.zeros((n_threads, padded * head_dim), dtype=np.float32),
@@ -337,8 +337,8 @@ def silu_mul(gate_up, out, j0=0, j1=-1, scratch=None):
     """out[:, j] = SiLU(g) * u for columns j in [j0, j1) (all by default) with [g | u] = gate_up
     rows; SiLU(g) = g sigmoid(g), and with e = exp(-|g|) <= 1 sigmoid(g) = 1 / (1 + e) for g >= 0
     and e / (1 + e) for g < 0 (no overflow either way). Sixteen columns at a time
-    (`simd.silu_block`; a ragged end goes through a padded copy), so a column's value never depends
-    on the range it was computed in. scratch: (4, 16) float32, allocated when not given."""
+    (`simd_loops.silu_block`; a ragged end goes through a padded copy), so a column's value never
+    depends on the range it was computed in. scratch: (4, 16) float32, allocated when not given."""
     ffn = out.shape[1]
     end = ffn if j1 < 0 else j1
     lanes = 16
@@ -351,7 +351,7 @@ def silu_mul(gate_up, out, j0=0, j1=-1, scratch=None):
             if m == lanes:
                 for lane in range(lanes):
                     e[lane] = exp_nonpos(-abs(gate_up[r, j + lane]))
-                simd.silu_block(
+                simd_loops.silu_block(
                     gate_up, r * 2 * ffn + j, r * 2 * ffn + ffn + j, e, out, r * ffn + j
                 )
             else:
@@ -362,6 +362,6 @@ def silu_mul(gate_up, out, j0=0, j1=-1, scratch=None):
                         (gate_up[r, ffn + j + lane] if lane < m else np.float32(0.0)),
                     )
                     e[lane] = exp_nonpos(-abs(g))
-                simd.silu_block(pad, 0, lanes, e, res, 0)
+                simd_loops.silu_block(pad, 0, lanes, e, res, 0)
                 for lane in range(m):
                     out[r, j + lane] = res[lane]

@@ -21,7 +21,7 @@ from roofline.bench.summary import CeilingFigures
 from roofline.tune.objectives import ObjectiveInfo
 from roofline.tune.records import LadderStep, StepStart, StudyInfo, SweepPoint
 from roofline.tune.search import Rule, get_strategy, ladder_current, ladder_steps
-from roofline.tune.space import Space
+from roofline.tune.space_records import Space
 from roofline.tune.trial import TrialResult
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from roofline.tune.space import Space
+from roofline.tune.space_records import Space
 
 TUNED = ("ok", "inexact")  # statuses that carry a measured value
 

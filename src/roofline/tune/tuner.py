@@ -194,10 +194,11 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
     """Run (or continue) the study in run_dir as one worker; the TuneResult. Ctrl-C stops the
     running engine, puts its trial back in the queue, writes tune.json, and re-raises."""
     from roofline.bench.engines import GreedyOutput
+    from roofline.tune import storage as stored
     from roofline.tune import study as st
     from roofline.tune.result import build_result
     from roofline.tune.search import Rule, get_strategy
-    from roofline.tune.space import Space
+    from roofline.tune.space_records import Space
     from roofline.tune.trial import run_trial
 
     t0 = time.monotonic()
@@ -206,8 +207,8 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
     space = Space.from_json(options.space)
     strategy = get_strategy(options.strategy)
     rule = Rule(settings.objective.direction, options.allow_inexact)
-    url = st.storage_url(run_dir, options.storage)
-    storage = st.open_storage(url)
+    url = stored.storage_url(run_dir, options.storage)
+    storage = stored.open_storage(url)
     # workers draw differently
     seed = options.seed if options.storage is None else options.seed + os.getpid()
     study, created = st.open_study(
@@ -223,7 +224,7 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
     if redo:
         display.note(f"re-running interrupted trial(s) {', '.join(map(str, redo))}")
     display.note(
-        f"study {options.study!r} in {st.shown_url(url)} ({'created' if created else 'joined'})"
+        f"study {options.study!r} in {stored.shown_url(url)} ({'created' if created else 'joined'})"
     )
     progress = display.bench_progress()
 
@@ -238,7 +239,7 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
             study_state(study),
             interrupted=interrupted,
             wall_s=time.monotonic() - t0,
-            storage=st.shown_url(url),
+            storage=stored.shown_url(url),
         )
         write_json(run_dir / RESULT, result.to_json())
         return result

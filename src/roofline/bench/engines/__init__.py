@@ -28,8 +28,9 @@ from roofline.bench.engines.greedy import (
     GreedyRequestFailed,
     compare_outputs,
 )
-from roofline.bench.engines.launchers import COMMAND, EMBEDDED, SGLANG, VLLM
+from roofline.bench.engines.launchers import COMMAND, EMBEDDED, VLLM
 from roofline.bench.engines.llamacpp import LLAMACPP
+from roofline.bench.engines.sglang import SGLANG
 from roofline.bench.launch import LocalServer, ServerDied, free_port
 from roofline.errors import UserError
 

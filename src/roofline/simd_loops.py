@@ -1,0 +1,217 @@
+"""The hot inner loops of the decode kernels, as LLVM IR: attention scores over key blocks
+(`block_scores`), probability-weighted value rows (`weighted_rows`) and the 16-lane SiLU
+(`silu_block`), each written out in one fixed order like `roofline.simd`'s reductions.
+"""
+
+from __future__ import annotations
+
+import platform
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from roofline.simd import (
+    _F32,
+    _I64,
+    _KEEP,
+    _WIDTH,
+    _ZERO16,
+    _flat_pointer,
+    _float32_arrays,
+    _fma,
+    _host_has,
+    _vec,
+)
+
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+_AVX512 = _X86 and _host_has("avx512f")
+
+
+def _vload16(builder, ptr):
+    return builder.load(builder.bitcast(ptr, _vec(_WIDTH).as_pointer()), align=4)
+
+
+def _splat16(builder, x):
+    v = builder.insert_element(
+        ir.Constant(_vec(_WIDTH), ir.Undefined), x, ir.Constant(ir.IntType(32), 0)
+    )
+    return builder.shuffle_vector(v, v, ir.Constant(_vec(_WIDTH, ir.IntType(32)), [0] * _WIDTH))
+
+
+@intrinsic
+def silu_block(typingctx, gate_up, ig, iu, e, out, io):
+    """out.flat[io + l] = SiLU(g_l) * u_l for 16 lanes, g_l = gate_up.flat[ig + l],
+    u_l = gate_up.flat[iu + l], given e_l = exp(-|g_l|) (e: 16 float32):
+
+        SiLU(g) u = g u / (1 + e) for g >= 0,  g u e / (1 + e) for g < 0
+
+    On AVX-512 the quotient is VRCP14PS's estimate r of 1 / d, d = 1 + e, refined once
+    (q0 = n r; q = q0 - r (q0 d - n), fused): LLVM's choice for the engine's vectorised SiLU, kept
+    for bit-equal values. Elsewhere an exact division.
+    """
+    if not _float32_arrays(gate_up, e, out):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ga_ty, ig_ty, iu_ty, e_ty, out_ty, io_ty = sig.args
+        v16 = _vec(_WIDTH)
+        g = _vload16(builder, _flat_pointer(context, builder, ga_ty, args[0], ig_ty, args[1]))
+        u = _vload16(builder, _flat_pointer(context, builder, ga_ty, args[0], iu_ty, args[2]))
+        e0 = context.get_constant(types.intp, 0)
+        ex = _vload16(builder, _flat_pointer(context, builder, e_ty, args[3], types.intp, e0))
+        one = ir.Constant(v16, [1.0] * _WIDTH)
+        gu = builder.fmul(g, u, flags=_KEEP)
+        d = builder.fadd(ex, one, flags=_KEEP)
+        num = builder.select(
+            builder.fcmp_ordered(">=", g, _ZERO16), gu, builder.fmul(gu, ex, flags=_KEEP)
+        )
+        if _AVX512:
+            fn = cgutils.get_or_insert_function(
+                builder.module,
+                ir.FunctionType(v16, [v16, v16, ir.IntType(16)]),
+                "llvm.x86.avx512.rcp14.ps.512",
+            )
+            r = builder.call(fn, [d, _ZERO16, ir.Constant(ir.IntType(16), -1)])
+            q0 = builder.fmul(num, r, flags=_KEEP)
+            t = _fma(builder, q0, d, builder.fneg(num, flags=_KEEP))
+            q = _fma(builder, builder.fneg(r, flags=_KEEP), t, q0)
+        else:
+            q = builder.fdiv(num, d, flags=_KEEP)
+        dst = builder.bitcast(
+            _flat_pointer(context, builder, out_ty, args[4], io_ty, args[5]), v16.as_pointer()
+        )
+        builder.store(q, dst, align=4)
+        return context.get_dummy_value()
+
+    return types.none(gate_up, ig, iu, e, out, io), codegen
+
+
+SCORE_TILE = 4  # key blocks (of 16 positions) per `block_scores` call
+
+
+@intrinsic
+def block_scores(typingctx, keys, k_off, head_dim, q, q_a, q_b, scale, out, o_a, o_b):
+    """Scores of query heads h = a, b (a == b for one) over SCORE_TILE key blocks of 16 positions,
+    keys.flat[k_off:] laid out (block, head_dim, 16); for m < SCORE_TILE, t < 16, with d = head_dim:
+
+        out.flat[o_h + 16 m + t] = sum_i (q.flat[q_h + i] scale) keys.flat[k_off + (m d + i) 16 + t]
+
+    summed over i from 0, fused. Eight independent 16-lane sums hide the FMA latency, and each key
+    row is loaded once for both heads.
+    """
+    if not _float32_arrays(keys, q, out):
+        return None
+
+    def codegen(context, builder, sig, args):
+        (keys_ty, koff_ty, hd_ty, q_ty, qa_ty, qb_ty, sc_ty, out_ty, oa_ty, ob_ty) = sig.args
+        kbase = _flat_pointer(context, builder, keys_ty, args[0], koff_ty, args[1])
+        hd = context.cast(builder, args[2], hd_ty, types.intp)
+        qa = _flat_pointer(context, builder, q_ty, args[3], qa_ty, args[4])
+        qb = _flat_pointer(context, builder, q_ty, args[3], qb_ty, args[5])
+        scale = context.cast(builder, args[6], sc_ty, types.float32)
+        accs = [
+            [cgutils.alloca_once_value(builder, _ZERO16) for _ in range(SCORE_TILE)]
+            for _ in range(2)
+        ]
+        with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), hd, ir.Constant(_I64, 1)) as (
+            i,
+            _,
+        ):
+            qs = [
+                _splat16(
+                    builder, builder.fmul(builder.load(builder.gep(p, [i])), scale, flags=_KEEP)
+                )
+                for p in (qa, qb)
+            ]
+            for m in range(SCORE_TILE):
+                row = builder.mul(
+                    builder.add(builder.mul(ir.Constant(_I64, m), hd), i), ir.Constant(_I64, _WIDTH)
+                )
+                k = _vload16(builder, builder.gep(kbase, [row]))
+                for h in range(2):
+                    builder.store(_fma(builder, qs[h], k, builder.load(accs[h][m])), accs[h][m])
+        for h, (o_ty, o_v) in enumerate(((oa_ty, args[8]), (ob_ty, args[9]))):
+            obase = _flat_pointer(context, builder, out_ty, args[7], o_ty, o_v)
+            for m in range(SCORE_TILE):
+                dst = builder.bitcast(
+                    builder.gep(obase, [ir.Constant(_I64, m * _WIDTH)]), _vec(_WIDTH).as_pointer()
+                )
+                builder.store(builder.load(accs[h][m]), dst, align=4)
+        return context.get_dummy_value()
+
+    return types.none(keys, k_off, head_dim, q, q_a, q_b, scale, out, o_a, o_b), codegen
+
+
+@intrinsic
+def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_a, p_b, out, o_a, o_b, accumulate):
+    """For heads h = a, b and i < head_dim, summed over t < n from 0, fused:
+
+        out.flat[o_h + i] = sum_t p.flat[p_h + t] * values.flat[v_off + t head_dim + i]
+
+    Columns in slices of 64 (then 16, then 1): up to eight independent 16-lane sums. accumulate:
+    start from out's values instead of 0, so a run split in two calls (t < m, then t >= m) gives
+    exactly the one-call result (each sum is one FMA chain over t either way).
+    """
+    if not _float32_arrays(values, p, out):
+        return None
+
+    def codegen(context, builder, sig, args):
+        (v_ty, voff_ty, n_ty, hd_ty, p_ty, pa_ty, pb_ty, out_ty, oa_ty, ob_ty, acc_ty) = sig.args
+        resume = context.cast(builder, args[10], acc_ty, types.boolean)
+        vbase = _flat_pointer(context, builder, v_ty, args[0], voff_ty, args[1])
+        n_v = context.cast(builder, args[2], n_ty, types.intp)
+        hd = context.cast(builder, args[3], hd_ty, types.intp)
+        ps = [
+            _flat_pointer(context, builder, p_ty, args[4], t, a)
+            for t, a in ((pa_ty, args[5]), (pb_ty, args[6]))
+        ]
+        outs = [
+            _flat_pointer(context, builder, out_ty, args[7], t, a)
+            for t, a in ((oa_ty, args[8]), (ob_ty, args[9]))
+        ]
+
+        def columns(c0, width, lanes):
+            """Columns [c0, c0 + lanes width) of both heads (lanes 16, or 1 for scalars)."""
+            zero = _ZERO16 if lanes > 1 else ir.Constant(_F32, 0.0)
+
+            def start(h, c):
+                src = builder.gep(outs[h], [builder.add(c0, ir.Constant(_I64, c * lanes))])
+                src = builder.bitcast(src, _vec(_WIDTH).as_pointer()) if lanes > 1 else src
+                slot = cgutils.alloca_once_value(builder, zero)
+                with builder.if_then(resume):
+                    builder.store(builder.load(src, align=4), slot)
+                return slot
+
+            accs = [[start(h, c) for c in range(width)] for h in range(2)]
+            with cgutils.for_range_slice(
+                builder, ir.Constant(_I64, 0), n_v, ir.Constant(_I64, 1)
+            ) as (t, _):
+                pt = [builder.load(builder.gep(base, [t])) for base in ps]
+                pt = [_splat16(builder, x) for x in pt] if lanes > 1 else pt
+                row = builder.add(builder.mul(t, hd), c0)
+                for c in range(width):
+                    src = builder.gep(vbase, [builder.add(row, ir.Constant(_I64, c * lanes))])
+                    v = _vload16(builder, src) if lanes > 1 else builder.load(src)
+                    for h in range(2):
+                        builder.store(_fma(builder, pt[h], v, builder.load(accs[h][c])), accs[h][c])
+            for h in range(2):
+                for c in range(width):
+                    dst = builder.gep(outs[h], [builder.add(c0, ir.Constant(_I64, c * lanes))])
+                    dst = builder.bitcast(dst, _vec(_WIDTH).as_pointer()) if lanes > 1 else dst
+                    builder.store(builder.load(accs[h][c]), dst, align=4)
+
+        wide = builder.and_(hd, ir.Constant(_I64, ~63))
+        narrow = builder.and_(hd, ir.Constant(_I64, ~15))
+        with cgutils.for_range_slice(
+            builder, ir.Constant(_I64, 0), wide, ir.Constant(_I64, 64)
+        ) as (c0, _):
+            columns(c0, 4, _WIDTH)
+        with cgutils.for_range_slice(builder, wide, narrow, ir.Constant(_I64, _WIDTH)) as (c0, _):
+            columns(c0, 1, _WIDTH)
+        with cgutils.for_range_slice(builder, narrow, hd, ir.Constant(_I64, 1)) as (c0, _):
+            columns(c0, 1, 1)
+        return context.get_dummy_value()
+
+    return types.none(values, v_off, n, head_dim, p, p_a, p_b, out, o_a, o_b, accumulate), codegen
