@@ -109,6 +109,8 @@ class Objective:
     value: Callable[[Sequence[Mapping[str, Any]], ObjectiveSettings], float | None]
     concurrent: bool = False  # measured with --concurrency streams (else one stream)
     help: str = ""  # `roofline tune --objective`'s words for it
+    # what it needs from the settings: None when it has it, else the message that asks for it
+    missing: Callable[[ObjectiveSettings], str | None] = lambda settings: None
 
     @property
     def info(self) -> ObjectiveInfo:
@@ -137,6 +139,7 @@ OBJECTIVES: dict[str, Objective] = {
         goodput_value,
         concurrent=True,
         help="tok/s meeting --slo",
+        missing=lambda s: None if s.slo_s else "--slo, e.g. --slo ttft=2s,tpot=100ms",
     ),
     "cost": Objective(
         "cost",
@@ -146,6 +149,11 @@ OBJECTIVES: dict[str, Objective] = {
         cost_value,
         concurrent=True,
         help="$/Mtok, needs --price-per-hour",
+        missing=lambda s: (
+            "--price-per-hour (the machine's price in dollars per hour)"
+            if s.price_per_hour is None
+            else None
+        ),
     ),
 }
 
@@ -154,15 +162,13 @@ def get_objective(name: str, settings: ObjectiveSettings) -> Objective:
     """The objective, after checking it has what it needs (UserError otherwise)."""
     if name not in OBJECTIVES:
         raise UserError(f"unknown objective {name!r}; choose {', '.join(OBJECTIVES)}")
-    if name == "goodput" and not settings.slo_s:
-        raise UserError("--objective goodput needs --slo, e.g. --slo ttft=2s,tpot=100ms")
-    if name == "cost" and settings.price_per_hour is None:
-        raise UserError(
-            "--objective cost needs --price-per-hour (the machine's price in dollars per hour)"
-        )
+    objective = OBJECTIVES[name]
+    needed = objective.missing(settings)
+    if needed:
+        raise UserError(f"--objective {name} needs {needed}")
     if settings.concurrency < 1:
         raise UserError(f"--concurrency must be at least 1 (got {settings.concurrency})")
-    return OBJECTIVES[name]
+    return objective
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,30 @@
+"""Each objective says what it needs from the settings (a trait, not a name check): a missing
+setting is one UserError that names the flag, and a registered objective is asked the same way."""
+
+from __future__ import annotations
+
+import pytest
+
+from roofline.errors import UserError
+from roofline.tune import objectives
+from roofline.tune.objectives import OBJECTIVES, ObjectiveSettings, get_objective
+
+
+@pytest.mark.parametrize(("name", "flag"), [("goodput", "--slo"), ("cost", "--price-per-hour")])
+def test_a_missing_setting_names_its_flag(name, flag):
+    with pytest.raises(UserError, match=f"--objective {name} needs {flag}"):
+        get_objective(name, ObjectiveSettings())
+
+
+def test_given_settings_satisfy_them():
+    s = ObjectiveSettings(slo_s={"ttft": 2.0}, price_per_hour=3.6)
+    assert [get_objective(n, s).name for n in OBJECTIVES] == list(OBJECTIVES)
+
+
+def test_a_registered_objective_is_asked_what_it_needs(monkeypatch):
+    from dataclasses import replace
+
+    picky = replace(OBJECTIVES["speed"], name="picky", missing=lambda s: "--something")
+    monkeypatch.setitem(objectives.OBJECTIVES, "picky", picky)
+    with pytest.raises(UserError, match="--objective picky needs --something"):
+        get_objective("picky", ObjectiveSettings())
