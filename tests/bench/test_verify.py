@@ -132,6 +132,20 @@ def test_one_stream_sends_nothing_and_a_failed_request_is_reported():
     assert "could not finish" in verify_line(failed)
 
 
+def test_a_given_reference_is_not_asked_for_again():
+    """A caller that has each prompt's output alone (tune's greedy pass) sends only the loaded
+    requests, and they are held against that reference."""
+    calls: list = []
+    three = plan("u", [Scenario("concurrency", concurrency=3)], prompts=PROMPTS, verify=True)
+    alone = [GreedyOutput(q.id, q.prompt, ids(q.prompt)) for q in PROMPTS]
+    v = run_verify(three, "m", recording_greedy(calls), reference=alone)
+    assert sorted(map(tuple, calls)) == sorted([("short",), ("long",), ("short",)])
+    assert (v.checked, v.identical) == (3, 3)
+    other = [GreedyOutput(q.id, q.prompt, [*ids(q.prompt), 7]) for q in PROMPTS]
+    differs = run_verify(three, "m", recording_greedy([]), reference=other)
+    assert differs.identical == 0 and differs.first_divergence is not None
+
+
 def test_without_verify_the_summary_has_no_verify_key(null_url, tmp_path):
     out = tmp_path / "run"
     summary = run_bench(plan(null_url, [Scenario("sequential", num_requests=1)]), out, Progress())

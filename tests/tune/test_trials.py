@@ -378,9 +378,18 @@ def test_a_trials_bench_is_given_the_model_file(tmp_path, monkeypatch):
     seen = {}
 
     def fake_run_session(
-        plan, out, progress, engine=None, *, measure_bandwidth=None, model_file=None, greedy=None
+        plan,
+        out,
+        progress,
+        engine=None,
+        *,
+        measure_bandwidth=None,
+        model_file=None,
+        greedy=None,
+        reference=None,
     ):
         seen["model_file"], seen["verify"], seen["greedy"] = model_file, plan.verify, greedy
+        seen["reference"] = reference
         return SimpleNamespace(interrupted=False, run_dir=out, summary=RunSummary({}))
 
     monkeypatch.setattr(session, "run_session", fake_run_session)
@@ -398,8 +407,10 @@ def test_a_trials_bench_is_given_the_model_file(tmp_path, monkeypatch):
         model=str(tmp_path / "m.gguf"),
         launcher=SimpleNamespace(greedy_outputs="the launcher's greedy requests"),
     )
-    engine_runs.bench_run(settings, "http://127.0.0.1:1", tmp_path / "bench", Progress())
+    alone = ["the trial's greedy outputs"]
+    engine_runs.bench_run(settings, "http://127.0.0.1:1", tmp_path / "bench", Progress(), alone)
     assert seen["model_file"] == str(tmp_path / "m.gguf")
+    assert seen["reference"] is alone  # the greedy pass alone is the reference: not asked twice
     # greedy outputs under the objective's load are checked with the launcher's own requests
     assert seen["verify"] and seen["greedy"] == "the launcher's greedy requests"
 

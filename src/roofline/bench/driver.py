@@ -16,11 +16,11 @@ import platform
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roofline.bench import loadgen
 from roofline.bench.api import (
@@ -50,6 +50,9 @@ from roofline.bench.tokens import load_tokenizer
 from roofline.bench.verify import Greedy, Verify, run_verify
 from roofline.bench.workers import run_workers
 from roofline.bench.workloads import Job, jobs
+
+if TYPE_CHECKING:
+    from roofline.bench.engines.greedy import GreedyOutput
 
 
 class Progress:
@@ -261,6 +264,7 @@ def run_bench(
     ceiling_note: str | None = None,
     settle_ceiling: Callable[[Any], tuple[Any, dict]] | None = None,
     greedy: Greedy | None = None,
+    reference: Sequence[GreedyOutput] | None = None,
 ) -> Outcome:
     """Run every scenario, writing into run_dir; always returns the summary of what was measured.
 
@@ -268,7 +272,8 @@ def run_bench(
     (not after an interrupt): the ceiling the run is finally held against, e.g. with this machine's
     bandwidth measured again after the run. With plan.verify, the greedy outputs under the run's
     load are then checked against each prompt alone (`bench.verify`), through `greedy` (a
-    launcher's `greedy_outputs`; the OpenAI route when None)."""
+    launcher's `greedy_outputs`; the OpenAI route when None), against `reference` (each prompt's
+    output alone) when the caller has it."""
     origin_ns = perf_counter_ns()
     info = info if info is not None else asyncio.run(discover(plan))
     usage = USAGE_PER_CHUNK if plan.usage == "auto" else plan.usage
@@ -320,7 +325,7 @@ def run_bench(
     checked = None
     if plan.verify and not interrupted:
         try:
-            checked = run_verify(plan, spec.model, greedy, progress.note)
+            checked = run_verify(plan, spec.model, greedy, progress.note, reference)
         except KeyboardInterrupt:
             interrupted = True
     prov["interrupted"] = interrupted

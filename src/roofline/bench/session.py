@@ -4,14 +4,14 @@ run the plan, and always stop what was started."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from roofline.bench.against import LOCAL, held_against_window, resolve_ceiling
 from roofline.bench.driver import Outcome, Progress, discover, run_bench
-from roofline.bench.engines import Launcher, start_engine
+from roofline.bench.engines import GreedyOutput, Launcher, start_engine
 from roofline.bench.plan import BenchPlan
 from roofline.bench.verify import Greedy
 from roofline.errors import UserError
@@ -45,6 +45,7 @@ def run_session(
     measure_bandwidth: Measure | None = None,
     model_file: str | None = None,
     greedy: Greedy | None = None,
+    reference: Sequence[GreedyOutput] | None = None,
 ) -> Outcome:
     """Run the plan (against a started engine when asked); the engine is stopped in every case.
 
@@ -55,7 +56,8 @@ def run_session(
     here. model_file: the model of an engine this session did not start, to count the file's bytes
     per token when the server does not report them (a started engine's model argument serves the
     same way). greedy: how --verify asks for greedy outputs (default: the started engine's
-    launcher, else the OpenAI route)."""
+    launcher, else the OpenAI route); reference: each prompt's output alone, when the caller has
+    it already (else --verify asks for it)."""
     if engine is None or not engine.wanted:
         return _measure(
             plan,
@@ -65,6 +67,7 @@ def run_session(
             measure=measure_bandwidth,
             model_file=model_file,
             greedy=greedy,
+            reference=reference,
         )
     launcher = engine.launcher
     if launcher.default_hardware == LOCAL and plan.hardware in (None, LOCAL):
@@ -99,6 +102,7 @@ def run_session(
             measure=measure_bandwidth,
             model_file=model_file or engine.model,
             greedy=greedy or launcher.greedy_outputs,  # ids by the engine's own route
+            reference=reference,
         )
 
 
@@ -111,6 +115,7 @@ def _measure(
     measure: Measure | None,
     model_file: str | None = None,
     greedy: Greedy | None = None,
+    reference: Sequence[GreedyOutput] | None = None,
 ) -> Outcome:
     info = asyncio.run(discover(plan))
     hardware = plan.hardware or default_hardware
@@ -172,6 +177,7 @@ def _measure(
         ceiling_note=note,
         settle_ceiling=settle,
         greedy=greedy,
+        reference=reference,
     )
 
 

@@ -175,9 +175,11 @@ def run_verify(
     model: str | None,
     greedy: Greedy | None = None,
     note: Callable[[str], Any] = lambda text: None,
+    reference: Sequence[GreedyOutput] | None = None,
 ) -> Verify:
-    """Each prompt alone, then max(streams, prompts) requests `streams` at a time, compared. A
-    failed request ends the check with `error` set; it never fails the run."""
+    """Each prompt alone (unless `reference` holds those outputs already, one per prompt in
+    order), then max(streams, prompts) requests `streams` at a time, compared. A failed request
+    ends the check with `error` set; it never fails the run."""
     streams = verify_streams(plan)
     if streams <= 1 or not plan.prompts:
         return Verify(0, 0, streams=streams)
@@ -187,12 +189,11 @@ def run_verify(
         greedy = openai_greedy
     count = max(streams, len(plan.prompts))
     loaded = [plan.prompts[i % len(plan.prompts)] for i in range(count)]
-    note(
-        f"verify: {len(plan.prompts)} greedy requests one at a time, then {count} with {streams} "
-        "in flight"
-    )
+    alone = f"{len(plan.prompts)} greedy requests one at a time, then " if reference is None else ""
+    note(f"verify: {alone}{count} with {streams} in flight")
     try:
-        reference = asyncio.run(_outputs(greedy, plan, model, plan.prompts, 1))
+        if reference is None:
+            reference = asyncio.run(_outputs(greedy, plan, model, plan.prompts, 1))
         outputs = asyncio.run(_outputs(greedy, plan, model, loaded, streams))
     except (UserError, TimeoutError) as e:
         text = str(e) or f"a greedy request took longer than {plan.timeout_s:g} s"

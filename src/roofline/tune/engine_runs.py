@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ from roofline.bench.driver import Progress
 from roofline.bench.summary import RunSummary
 
 if TYPE_CHECKING:
+    from roofline.bench.engines.greedy import GreedyOutput
     from roofline.tune.settings import TrialSettings
 
 
@@ -53,9 +55,15 @@ def greedy_outputs(launcher: Any, url: str, settings: TrialSettings) -> list[Any
 
 
 def bench_run(
-    settings: TrialSettings, url: str, out: Path, progress: Progress
+    settings: TrialSettings,
+    url: str,
+    out: Path,
+    progress: Progress,
+    alone: Sequence[GreedyOutput] | None = None,
 ) -> tuple[RunSummary, list[dict]]:
-    """Bench the running engine with the objective's scenario: (its summary, its request lines)."""
+    """Bench the running engine with the objective's scenario: (its summary, its request lines).
+    alone: the trial's greedy outputs, one prompt at a time: the reference its outputs under the
+    objective's load are checked against (asked for again when None)."""
     from roofline.bench.plan import BenchPlan
     from roofline.bench.results import read_requests
     from roofline.bench.session import run_session
@@ -87,6 +95,7 @@ def bench_run(
             progress,
             model_file=settings.model,
             greedy=settings.launcher.greedy_outputs,
+            reference=alone,
         )
     )
     if outcome.interrupted:

@@ -207,7 +207,7 @@ def run_trial(
         ) as server:
             progress.note(f"trial {number}: engine ready ({' '.join(argv)})")
             outputs = greedy_outputs(launcher, server.url, settings)
-            summary, lines = bench_run(settings, server.url, folder / "bench", progress)
+            summary, lines = bench_run(settings, server.url, folder / "bench", progress, outputs)
     except KeyboardInterrupt:
         raise
     except ServerDied as e:
