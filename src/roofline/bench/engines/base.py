@@ -111,7 +111,7 @@ class Launcher:
     # the engine runs on this machine and is held against its measured bandwidth)
     takes_template: bool = False  # started from a --engine-cmd template, not a known command
     # knobs that can change without a restart; none is live for any engine yet (a later issue
-    # fills these in), so every launcher declares an empty set
+    # fills these in), so every launcher keeps this default
     live_knobs: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:

