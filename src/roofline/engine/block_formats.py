@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from roofline.modelspec.gguf_header import ggml_types
+
 
 @dataclass(frozen=True)
 class BlockFormat:
@@ -33,20 +35,24 @@ class BlockFormat:
         return n // self.block * self.block_bytes
 
 
+# The formats the kernels widen, in the order of their codes (code = position); each one's block
+# and bytes are GGML's, from the one table of them (data/ggml_types.toml).
+KERNEL_FORMATS = (
+    "F32",
+    "F16",
+    "BF16",
+    "Q8_0",
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+)
+_GGML = {t.name: t for t in ggml_types().values()}
 BLOCK_FORMATS: dict[str, BlockFormat] = {
-    f.name: f
-    for f in (
-        BlockFormat("F32", 0, 1, 4),
-        BlockFormat("F16", 1, 1, 2),
-        BlockFormat("BF16", 2, 1, 2),
-        BlockFormat("Q8_0", 3, 32, 34),
-        BlockFormat("Q4_0", 4, 32, 18),
-        BlockFormat("Q4_1", 5, 32, 20),
-        BlockFormat("Q5_0", 6, 32, 22),
-        BlockFormat("Q5_1", 7, 32, 24),
-        BlockFormat("Q4_K", 8, 256, 144),
-        BlockFormat("Q5_K", 9, 256, 176),
-        BlockFormat("Q6_K", 10, 256, 210),
-    )
+    name: BlockFormat(name, code, _GGML[name].block_elements, _GGML[name].block_bytes)
+    for code, name in enumerate(KERNEL_FORMATS)
 }
 BY_CODE: dict[int, BlockFormat] = {f.code: f for f in BLOCK_FORMATS.values()}
