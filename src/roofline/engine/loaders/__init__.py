@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from roofline.engine.loaders.checkpoint import STORED_FORMATS, Checkpoint
+from roofline.engine.loaders.checkpoint import Checkpoint
 from roofline.errors import UserError
 
-__all__ = ["STORED_FORMATS", "Checkpoint", "load_checkpoint"]
+__all__ = ["Checkpoint", "load_checkpoint"]
 
 
 def load_checkpoint(path: str | os.PathLike | None, *, dequantize: bool = True) -> Checkpoint:

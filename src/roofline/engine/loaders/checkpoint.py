@@ -15,21 +15,6 @@ if TYPE_CHECKING:  # heavy imports stay out of module import time
     from roofline.engine.config import ModelConfig
     from roofline.engine.tokenizer import Tokenizer
 
-# The tensor formats a checkpoint may store; quantized ones are dequantized to float32 on load.
-STORED_FORMATS = (
-    "F32",
-    "F16",
-    "BF16",
-    "Q8_0",
-    "Q4_0",
-    "Q4_1",
-    "Q5_0",
-    "Q5_1",
-    "Q4_K",
-    "Q5_K",
-    "Q6_K",
-)
-
 
 @dataclass
 class Checkpoint:
