@@ -68,12 +68,24 @@ def test_short_real_ladder_rejects_int8_and_keeps_only_exact_steps(tmp_path):
     trials = {
         (t["slot"]["kind"], t["slot"]["knob"]): TrialResult.from_json(t) for t in result["trials"]
     }
-    assert set(trials) == {("baseline", None), ("ladder", "dtype"), ("ladder", "max_batch")}
+    assert set(trials) == {
+        ("baseline", None),
+        ("incumbent", "dtype"),
+        ("ladder", "dtype"),
+        ("incumbent", "max_batch"),
+        ("ladder", "max_batch"),
+    }
     base, int8, one = (
         trials[("baseline", None)],
         trials[("ladder", "dtype")],
         trials[("ladder", "max_batch")],
     )
+    # the incumbent is measured again next to its challengers, unless it ran just before: step 1
+    # follows the baseline; step 2 follows int8, so the baseline runs again and pairs with max_batch
+    first, second = trials[("incumbent", "dtype")], trials[("incumbent", "max_batch")]
+    assert first.status == "skipped" and second.status == "ok"
+    assert second.config == base.config and second.number == one.number - 1
+    assert set(second.units) == set(one.units) and len(one.units) == 8  # 4 prompts x 2 reps
 
     assert (
         base.status == "ok" and base.exactness.basis == "token_ids" and base.exactness.compared == 4
@@ -112,6 +124,12 @@ def test_short_real_ladder_rejects_int8_and_keeps_only_exact_steps(tmp_path):
     assert int8.metrics.bytes_per_token < base.metrics.bytes_per_token
     assert [s["knob"] for s in result["ladder"]] == ["dtype", "max_batch"]
     assert result["ladder"][0]["kept"] is False
+    step = result["ladder"][1]
+    assert step["remeasured"] == second.number and step["paired"]["pairs"] == 8
+    p = step["paired"]
+    assert p["low"] <= p["ratio"] <= p["high"]
+    # kept only when the whole interval clears the tie threshold
+    assert step["kept"] is (p["low"] > 1.02)
 
     # the same trials, had the user passed --allow-inexact: int8 becomes eligible (it is faster)
     all_trials = [TrialResult.from_json(t) for t in result["trials"]]

@@ -90,7 +90,10 @@ def landscape(config: dict) -> float:
     return v
 
 
-def evaluate_with(fn, spread: float = 1.0, inexact=lambda c: False):
+def evaluate_with(fn, spread: float = 1.0, inexact=lambda c: False, units=None):
+    """A trial's result from fn(config); units(config, number) gives its pairing units (none: the
+    ladder falls back to the spread rule)."""
+
     def evaluate(number, slot, config, reference):
         status = "inexact" if inexact(config) else "ok"
         return TrialResult(
@@ -101,6 +104,7 @@ def evaluate_with(fn, spread: float = 1.0, inexact=lambda c: False):
             value=fn(config),
             spread=spread,
             rep_values=(fn(config) - spread / 2, fn(config) + spread / 2),
+            units={} if units is None else units(config, number),
         ), [Out()]
 
     return evaluate
@@ -129,9 +133,18 @@ def test_ladder_climbs_one_knob_at_a_time_and_keeps_only_gains_beyond_the_spread
     assert [s.knob for s in steps] == ["dtype", "spec", "breadth", "depth", "threads"]
     best = Rule().best(results)
     assert best.config == {"dtype": "bf16", "spec": "trie", "breadth": 24}
-    # every step's values ran once: 1 + 2 (spec) + 23 (breadth) + 7 (depth) + 1 (threads) + baseline
-    assert ran == len(results) == 1 + 1 + 2 + 23 + 7 + 1
-    configs = [tuple(sorted(r.config.items())) for r in results]
+    # every step's values ran once: 1 + 2 (spec) + 23 (breadth) + 7 (depth) + 1 (threads) +
+    # baseline, and the incumbent again where the trial before its step was not it
+    again = [r for r in results if r.slot.kind == "incumbent" and r.status == "ok"]
+    assert ran == len(results) - sum(r.status == "skipped" for r in results)
+    assert ran == 1 + 1 + 2 + 23 + 7 + 1 + len(again)
+    for r in again:
+        step = next(s for s in steps if s.round == r.slot.round)
+        assert step.remeasured is r and r.config == step.before.config
+        assert r.number == min(t.number for t in step.tried) - 1  # right before its challengers
+    # spec follows bf16's own trial and breadth follows trie's: nothing to measure again there
+    assert {r.slot.knob for r in again} == {"depth", "threads"}
+    configs = [tuple(sorted(r.config.items())) for r in results if r.slot.kind != "incumbent"]
     assert len(configs) == len(set(configs))
 
 
@@ -146,14 +159,76 @@ def test_a_gain_within_the_spread_is_not_kept():
     assert Rule().best(results).value == pytest.approx(103.0)
 
 
+def paired_units(gain_of, noise: float):
+    """Pairing units of 4 prompts x 2 reps: prompts of very different speeds (50-120 tok/s), times
+    the configuration's gain, times a per-request noise of +-noise (seeded by the trial)."""
+    import random
+
+    def units(config, number):
+        rng = random.Random(number)
+        speeds = {"a": 50.0, "b": 80.0, "c": 120.0, "d": 65.0}
+        return {
+            f"{p}#{rep}": base * gain_of(config) * (1 + noise * (2 * rng.random() - 1))
+            for p, base in speeds.items()
+            for rep in range(2)
+        }
+
+    return units
+
+
+def test_a_paired_gain_beyond_noise_is_kept_though_the_spread_is_larger():
+    # bf16 is 5% faster on every request; the spread across repetitions (30 tok/s) is far larger
+    # than the gain (5 tok/s), so the spread rule would keep nothing; paired by request, the
+    # prompts' different speeds cancel and 1% noise leaves a narrow interval around 1.05
+    def gain_of(config):
+        return 1.05 if SPACE.effective(config)["dtype"] == "bf16" else 1.0
+
+    _, results, _ = run(
+        "ladder",
+        evaluate_with(lambda c: 100.0 * gain_of(c), spread=30.0, units=paired_units(gain_of, 0.01)),
+    )
+    _, steps = ladder_steps(SPACE, results, Rule())
+    dtype = steps[0]
+    assert dtype.paired is not None and dtype.paired.pairs == 8
+    assert dtype.paired.low <= dtype.paired.ratio <= dtype.paired.high
+    assert dtype.paired.low > 1.03 and dtype.paired.high < 1.07
+    assert dtype.kept is not None and dtype.kept.config.get("dtype") == "bf16"
+    assert "kept dtype=bf16" in dtype.note
+
+
+def test_a_tie_keeps_the_simpler_configuration():
+    # no knob changes anything; per-request noise of 20% and no drift pattern: every step a tie
+    def gain_of(config):
+        return 1.0
+
+    import random
+
+    def units(config, number):
+        rng = random.Random(number)
+        noisy = {f"{p}#{rep}": 1 + 0.2 * (2 * rng.random() - 1) for p in "abcd" for rep in (0, 1)}
+        return {k: 100.0 * v for k, v in noisy.items()}
+
+    _, results, _ = run("ladder", evaluate_with(lambda c: 100.0, spread=1.0, units=units))
+    _, steps = ladder_steps(SPACE, results, Rule())
+    assert steps and all(s.paired is not None for s in steps)
+    ties = [s for s in steps if s.paired.verdict == "tie"]
+    assert ties and all(s.kept is None and "tie (within noise)" in s.note for s in ties)
+    assert all(s.kept is None for s in steps if s.paired.verdict != "better")
+
+
 def test_ladder_skips_knobs_whose_condition_does_not_hold():
     no_spec = evaluate_with(lambda c: 50.0 if SPACE.effective(c)["spec"] != "none" else 100.0)
     _, results, ran = run("ladder", no_spec)
-    skipped = [r for r in results if r.status == "skipped"]
+    skipped = [r for r in results if r.status == "skipped" and r.slot.kind == "ladder"]
     assert {r.slot.knob for r in skipped} == {"breadth", "depth"}
     assert all("inactive" in r.error for r in skipped)
-    assert ran == 1 + 1 + 2 + 1  # baseline, dtype, spec x2, threads
-    assert len(skipped) == len(ladder_plan(SPACE)) - 5
+    # their steps measure no incumbent either; dtype's follows the baseline's own trial
+    idle = {r.slot.knob: r.error for r in results if r.slot.kind == "incumbent" and r.value is None}
+    assert "no value of breadth runs" in idle["breadth"] and "no value of depth" in idle["depth"]
+    assert "measured just before" in idle["dtype"]
+    again = [r for r in results if r.slot.kind == "incumbent" and r.status == "ok"]
+    assert ran == 1 + 1 + 2 + 1 + len(again)  # baseline, dtype, spec x2, threads (+ incumbents)
+    assert len(skipped) + len(idle) == len(ladder_plan(SPACE)) - 5 - len(again)
 
 
 def test_inexact_configurations_are_never_best_unless_allowed():

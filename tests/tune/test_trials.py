@@ -456,6 +456,7 @@ def test_tune_json_keeps_the_keys_older_run_folders_have():
     }
     step = LadderStep.from_json(old_step)
     assert step.gain_pct == pytest.approx(10.0) and step.tried[0].max == 44
-    assert set(step.to_json()) == set(old_step)
+    # older keys all kept; newer ones (the paired comparison) absent from old files
+    assert set(step.to_json()) >= set(old_step) and step.paired is None and step.remeasured is None
     assert set(SweepPoint.from_json(old_step["tried"][0]).to_json()) >= set(old_step["tried"][0])
     assert TrialMetrics.from_json({}) == TrialMetrics()  # a failed trial's empty metrics

@@ -8,6 +8,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from roofline.tune.paired import TIE_RATIO
 from roofline.tune.records import LadderStep
 from roofline.tune.result import TuneResult
 from roofline.tune.trial import TrialResult
@@ -148,6 +149,14 @@ def step_best(t: TuneResult, step: LadderStep) -> TrialResult | None:
     return None if p is None else t.trial(p.trial)
 
 
+def _paired_cell(s: LadderStep) -> str:
+    """The paired ratio and its interval, or the old rule's spread (run folders from before)."""
+    if s.paired is None:
+        return "-" if s.spread is None else f"spread {fmt(s.spread)}"
+    p = s.paired
+    return f"{p.ratio:.3f}x [{p.low:.3f}, {p.high:.3f}]"
+
+
 def ladder_table(t: TuneResult) -> Table | None:
     if not t.ladder:
         return None
@@ -157,7 +166,7 @@ def ladder_table(t: TuneResult) -> Table | None:
         "setting",
         unit,
         "gain",
-        "spread",
+        "paired ratio [95%]",
         "kept",
         "% ceil",
         "% file",
@@ -196,17 +205,24 @@ def ladder_table(t: TuneResult) -> Table | None:
                 f"{s.knob}={s.best_value}" if s.best_value is not None else s.knob,
                 fmt(s.best_objective),
                 gain,
-                fmt(s.spread),
-                "yes" if s.kept else "no",
+                _paired_cell(s),
+                "yes" if s.kept else ("tie" if s.paired and s.paired.verdict == "tie" else "no"),
                 percent(best) if best else "-",
                 percent_file(best),
                 tried,
             ]
         )
     notes = [
-        "a value is kept only when its gain beats the spread across repetitions (the larger of "
-        "the two configurations'); inexact values are never kept"
+        "paired ratio: the step's best value against the incumbent measured next to it, per "
+        "(prompt, repetition) pair, geometric mean and 95% bootstrap interval; a value is kept "
+        f"only when the interval's low end clears {1 + TIE_RATIO:.2f}, else the simpler "
+        "configuration stays (tie); inexact values are never kept"
         + (" (here allowed: --allow-inexact)" if t.allow_inexact else "")
+    ]
+    notes += [
+        f"step {i}: the incumbent measured again in trial {s.remeasured}"
+        for i, s in enumerate(t.ladder, 1)
+        if s.remeasured is not None
     ]
     return ("ladder (each step tries one knob on top of the best so far)", headers, rows, notes)
 

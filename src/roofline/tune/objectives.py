@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from roofline.bench import metrics
 from roofline.bench.loadgen import Scenario
 from roofline.errors import UserError
+from roofline.tune.paired import unit_values
 
 
 @dataclass(frozen=True)
@@ -176,13 +177,15 @@ class Measurement:
     value: float | None
     rep_values: tuple[float, ...] = ()
     spread: float | None = None  # max - min of rep_values (None with fewer than two)
+    # the objective on each pairing unit (`tune.paired`): what a paired comparison reads
+    units: Mapping[str, float] = field(default_factory=dict)
 
 
 def measure(
     objective: Objective, lines: Sequence[Mapping[str, Any]], settings: ObjectiveSettings
 ) -> Measurement:
-    """The objective over the measured (non-warm-up) lines, and its value on each repetition
-    alone."""
+    """The objective over the measured (non-warm-up) lines, its value on each repetition alone,
+    and on each pairing unit (a request at one stream, a repetition under load)."""
     measured = [ln for ln in lines if ln.get("phase") != "warmup"]
     value = objective.value(measured, settings)
     reps = sorted({ln.get("rep", 0) for ln in measured})
@@ -192,4 +195,7 @@ def measure(
         if v is not None:
             rep_values.append(v)
     spread = max(rep_values) - min(rep_values) if len(rep_values) >= 2 else None
-    return Measurement(value, tuple(rep_values), spread)
+    units = unit_values(
+        measured, lambda group: objective.value(group, settings), not objective.concurrent
+    )
+    return Measurement(value, tuple(rep_values), spread, units)

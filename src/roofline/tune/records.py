@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roofline.bench.summary import CeilingFigures, RunSummary
+from roofline.tune.paired import PairedRatio
 
 
 def _num(v: Any) -> float | None:
@@ -255,6 +256,8 @@ class LadderStep:
     spread: float | None = None
     after: float | None = None  # the objective the next step starts from
     note: str = ""
+    paired: PairedRatio | None = None  # the best value against the incumbent, measured together
+    remeasured: int | None = None  # the trial that measured the incumbent again, if one did
 
     @property
     def gain_pct(self) -> float | None:
@@ -286,6 +289,8 @@ class LadderStep:
             "spread": self.spread,
             "after": self.after,
             "note": self.note,
+            "paired": self.paired.to_json() if self.paired else None,
+            "remeasured": self.remeasured,
         }
 
     @classmethod
@@ -302,6 +307,8 @@ class LadderStep:
             spread=_num(d.get("spread")),
             after=_num(d.get("after")),
             note=str(d.get("note") or ""),
+            paired=PairedRatio.from_json(d.get("paired")),
+            remeasured=None if d.get("remeasured") is None else int(d["remeasured"]),
         )
 
 

@@ -199,7 +199,7 @@ def ladder_rows(space: Space, results: Sequence[TrialResult], rule: Rule) -> tup
     _, steps = ladder_steps(space, results, rule)
     rows = []
     for s in steps:
-        best = rule.best(s.tried)
+        best = s.best or rule.best(s.tried)
         before = s.before
         after = s.kept or before
         rows.append(
@@ -217,6 +217,8 @@ def ladder_rows(space: Space, results: Sequence[TrialResult], rule: Rule) -> tup
                 spread=max(before.spread or 0.0, best.spread or 0.0) if before and best else None,
                 after=after.value if after else None,
                 note=s.note,
+                paired=s.paired,
+                remeasured=None if s.remeasured is None else s.remeasured.number,
             )
         )
     return tuple(rows)

@@ -7,8 +7,9 @@ trial)`, the configuration to launch for a claimed slot, or "skip" (its conditio
 or "wait" (it depends on slots still running).
 
 ladder (the B200 study's method): one knob at a time, in the space's order, on top of the best so
-far; a value is kept only if its gain beats the spread across repetitions (the larger of the two
-configurations'), since runs of one configuration vary more than many gains. grid: every
+far; the incumbent is measured again next to its challengers, and a value is kept only when its
+paired ratio to the incumbent clears noise (`tune.paired`): runs of one configuration minutes
+apart vary more than many gains. grid: every
 combination, the reference for small spaces. tpe: Optuna's TPE, define-by-run (a conditional knob
 is learned only where active); inexact trials are violated constraints.
 """
@@ -16,9 +17,10 @@ is learned only where active); inexact trials are violated constraints.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from roofline.tune.paired import PairedRatio, paired_ratio
 from roofline.tune.space_records import Space
 
 TUNED = ("ok", "inexact")  # statuses that carry a measured value
@@ -29,7 +31,7 @@ class Slot:
     """What a claimed trial is for: the baseline, one ladder step's value, a grid point, or a TPE
     draw."""
 
-    kind: str  # "baseline" | "ladder" | "grid" | "tpe"
+    kind: str  # "baseline" | "incumbent" (the ladder's, again) | "ladder" | "grid" | "tpe"
     round: int = 0  # baseline 0; the ladder's step (1 = first knob); grid and tpe 1
     knob: str | None = None
     value: Any = None
@@ -104,10 +106,12 @@ class Decision:
 
 
 def ladder_plan(space: Space) -> list[Slot]:
-    """The baseline, then for each knob in order each value other than the one the baseline runs."""
+    """The baseline, then per knob in order: the incumbent again (skipped when its measurement is
+    the trial just before), then each value other than the one the baseline runs."""
     slots = [Slot("baseline", 0, config=dict(space.baseline))]
     base = space.effective(space.baseline)
     for i, d in enumerate(space.dimensions, 1):
+        slots.append(Slot("incumbent", i, d.name))
         slots += [Slot("ladder", i, d.name, v) for v in d.values() if v != base.get(d.name)]
     return slots
 
@@ -119,11 +123,57 @@ class Step:
     round: int
     knob: str
     before: Any  # the best result when the step started
-    tried: tuple  # results of this step, in trial order
+    tried: tuple  # results of this step's values, in trial order
     kept: Any | None  # the result that became the new best, or None
     # kept.value - before.value in the objective's direction (None when not kept)
     gain: float | None
     note: str
+    paired: PairedRatio | None = None  # the best value against the incumbent, paired
+    remeasured: Any | None = None  # the incumbent measured again just before its challengers
+    best: Any | None = None  # the value compared with the incumbent (the best paired ratio)
+
+
+def _decide(d: Any, current: Any, step_results: Sequence[Any], rule: Rule) -> Step:
+    """One step over its finished results. The incumbent's figures come from its measurement next
+    to the challengers; each eligible value is paired with it and the best paired ratio decides
+    (`tune.paired`). Results without pairing units (run folders from before) fall back to the old
+    rule: the gain must beat the larger spread."""
+    tried = tuple(r for r in step_results if r.slot.kind == "ladder" and r.status != "skipped")
+    again = [r for r in step_results if r.slot.kind == "incumbent" and rule.eligible(r)]
+    step = Step(0, d.name, current, tried, None, None, "", remeasured=again[-1] if again else None)
+    cand = rule.best(tried)
+    if not tried:
+        return step
+    if current is None:
+        return replace(step, note="no baseline to compare with")
+    if cand is None:
+        return replace(step, note="no eligible value (failed or inexact)")
+    incumbent = step.remeasured or current
+    ratios = {
+        r.number: paired_ratio(r.units, incumbent.units, rule.direction == "maximize", r.number)
+        for r in tried
+        if rule.eligible(r) and r.units and incumbent.units
+    }
+    ratios = {n: pr for n, pr in ratios.items() if pr is not None}
+    if ratios:
+        number = max(ratios, key=lambda n: ratios[n].ratio)
+        cand, pr = next(r for r in tried if r.number == number), ratios[number]
+        what = f"{d.name}={cand.config.get(d.name)}"
+        if pr.verdict == "better":
+            g = rule.gain(cand.value, current.value)
+            note = f"kept {what}: {pr.describe()}"
+            return replace(step, kept=cand, gain=g, note=note, paired=pr, best=cand)
+        word = "tie (within noise)" if pr.verdict == "tie" else "slower"
+        note = f"not kept: {what} {word}: {pr.describe()}"
+        return replace(step, note=note, paired=pr, best=cand)
+    margin = max(current.spread or 0.0, cand.spread or 0.0)
+    g = rule.gain(cand.value, current.value)
+    what = f"{d.name}={cand.config.get(d.name)}"
+    if g > margin:
+        note = f"kept {what}: gain {g:.3g} > spread {margin:.3g}"
+        return replace(step, kept=cand, gain=g, note=note, best=cand)
+    note = f"not kept: best {what} gains {g:.3g}, within spread {margin:.3g}"
+    return replace(step, note=note, best=cand)
 
 
 def ladder_steps(space: Space, results: Sequence[Any], rule: Rule) -> tuple[Any | None, list[Step]]:
@@ -138,31 +188,12 @@ def ladder_steps(space: Space, results: Sequence[Any], rule: Rule) -> tuple[Any 
     current = baseline
     steps = []
     for i, d in enumerate(space.dimensions, 1):
-        tried = tuple(r for r in by_round.get(i, []) if r.status != "skipped")
-        if not tried:
+        step = replace(_decide(d, current, by_round.get(i, []), rule), round=i)
+        if not step.tried:
             continue
-        cand = rule.best(tried)
-        kept, gain, note = None, None, ""
-        if current is None:
-            note = "no baseline to compare with"
-        elif cand is None:
-            note = "no eligible value (failed or inexact)"
-        else:
-            margin = max(current.spread or 0.0, cand.spread or 0.0)
-            g = rule.gain(cand.value, current.value)
-            if g > margin:
-                kept, gain = cand, g
-                note = (
-                    f"kept {d.name}={cand.config.get(d.name)}: gain {g:.3g} > spread {margin:.3g}"
-                )
-            else:
-                note = (
-                    f"not kept: best {d.name}={cand.config.get(d.name)} gains {g:.3g}, within "
-                    f"spread {margin:.3g}"
-                )
-        steps.append(Step(i, d.name, current, tried, kept, gain, note))
-        if kept is not None:
-            current = kept
+        steps.append(step)
+        if step.kept is not None:
+            current = step.kept
     return baseline, steps
 
 
@@ -179,6 +210,32 @@ def ladder_current(
     return current
 
 
+def _challenger(space: Space, current: Any, knob: str, value: Any) -> Decision:
+    """Whether `knob=value` on top of the current best is a configuration to run."""
+    config = space.resolve({**current.config, knob: value})
+    if knob not in config:
+        cond = " and ".join(c.describe() for c in space.dimension(knob).conditions)
+        return Decision(
+            "skip", reason=f"{knob} is inactive on the current best ({cond} does not hold)"
+        )
+    if space.effective(config) == space.effective(current.config):
+        return Decision("skip", reason=f"{knob}={value} is what the current best runs")
+    return Decision("run", config)
+
+
+def _incumbent(space: Space, slot: Slot, view: View, current: Any) -> Decision:
+    """The current best again, right before its challengers, unless the trial just before was it
+    (then that measurement pairs) or none of the step's values will run."""
+    base = space.effective(space.baseline)
+    values = [v for v in space.dimension(slot.knob).values() if v != base.get(slot.knob)]
+    if all(_challenger(space, current, slot.knob, v).action == "skip" for v in values):
+        return Decision("skip", reason=f"no value of {slot.knob} runs on the current best")
+    ran = [r.number for r in view.results if r.status != "skipped"]
+    if ran and max(ran) == current.number:
+        return Decision("skip", reason="the current best was measured just before")
+    return Decision("run", dict(current.config))
+
+
 def ladder_configure(
     space: Space, slot: Slot, view: View, rule: Rule, trial: Any = None
 ) -> Decision:
@@ -189,15 +246,11 @@ def ladder_configure(
     current = ladder_current(space, view.results, rule, slot.round)
     if current is None:
         return Decision("skip", reason="the baseline did not give a result")
-    config = space.resolve({**current.config, slot.knob: slot.value})
-    if slot.knob not in config:
-        cond = " and ".join(c.describe() for c in space.dimension(slot.knob).conditions)
-        return Decision(
-            "skip", reason=f"{slot.knob} is inactive on the current best ({cond} does not hold)"
-        )
-    if space.effective(config) == space.effective(current.config):
-        return Decision("skip", reason=f"{slot.knob}={slot.value} is what the current best runs")
-    return Decision("run", config)
+    if slot.kind == "incumbent":
+        return _incumbent(space, slot, view, current)
+    if any(u.round == slot.round and u.kind == "incumbent" for u in view.unfinished):
+        return Decision("wait", reason=f"step {slot.round} waits for its incumbent")
+    return _challenger(space, current, slot.knob, slot.value)
 
 
 # -- the grid --------------------------------------------------------------------------------------
@@ -305,7 +358,7 @@ class Strategy:
 STRATEGIES: dict[str, Strategy] = {
     "ladder": Strategy(
         "ladder",
-        "one knob at a time, keeping what beats the spread: the B200 study's method",
+        "one knob at a time, keeping what beats the incumbent beyond noise (paired)",
         ladder_plan,
         ladder_configure,
         plain_sampler,

@@ -45,6 +45,7 @@ class TrialResult:
     value: float | None = None
     spread: float | None = None  # max - min of the per-repetition values
     rep_values: tuple[float, ...] = ()
+    units: Mapping[str, float] = field(default_factory=dict)  # the objective per pairing unit
     metrics: TrialMetrics = field(default_factory=TrialMetrics)
     exactness: Exactness | None = None
     machine: Machine = field(default_factory=Machine)
@@ -90,6 +91,7 @@ class TrialResult:
             "value": self.value,
             "spread": self.spread,
             "rep_values": list(self.rep_values),
+            "units": dict(self.units),
             "metrics": self.metrics.to_json(),
             "exactness": None if self.exactness is None else self.exactness.to_json(),
             "machine": self.machine.to_json(),
@@ -122,6 +124,7 @@ class TrialResult:
             value=d.get("value"),
             spread=d.get("spread"),
             rep_values=tuple(d.get("rep_values") or ()),
+            units={str(k): float(v) for k, v in (d.get("units") or {}).items()},
             metrics=metrics,
             exactness=Exactness.from_json(d["exactness"]) if d.get("exactness") else None,
             machine=Machine.from_json(d.get("machine")),
@@ -259,6 +262,7 @@ def run_trial(
         value=m.value,
         spread=m.spread,
         rep_values=m.rep_values,
+        units=m.units,
         metrics=found,
         exactness=exact,
         argv=tuple(argv),

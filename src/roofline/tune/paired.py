@@ -1,0 +1,109 @@
+"""Paired comparisons: is a candidate faster than the configuration it must beat, beyond noise?
+
+Two trials run the same prompts the same number of times, so their measurements pair up by unit:
+one (prompt, repetition) request for a one-stream objective, one repetition of the whole workload
+for a concurrent one. Per pair j, in the objective's direction (> 1: the candidate is better)
+
+    r_j = candidate_j / incumbent_j          (maximize; incumbent_j / candidate_j to minimize)
+    R   = exp(mean_j log r_j)                the geometric mean: a prompt 2x faster and one 2x
+                                             slower cancel, whatever their absolute speeds
+
+and a 95% interval for R from the bootstrap: resample the pairs with replacement (seeded, so a run
+repeats its own decisions), take the 2.5th and 97.5th percentiles of R. Drift that moves both
+members of a pair cancels in r_j; what is left is the noise the interval measures. A step is kept
+only when the interval's low end clears 1 + TIE_RATIO; otherwise it is a tie and the simpler
+configuration (the incumbent) stays.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+TIE_RATIO = 0.02  # a kept step must be at least 2% faster at the interval's low end
+RESAMPLES = 2000
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class PairedRatio:
+    """Candidate against incumbent over `pairs` paired units: R and its bootstrap interval."""
+
+    ratio: float
+    low: float
+    high: float
+    pairs: int
+
+    @property
+    def verdict(self) -> str:
+        """ "better" (low end clears 1 + TIE_RATIO), "worse" (high end below 1) or "tie"."""
+        if self.low > 1.0 + TIE_RATIO:
+            return "better"
+        if self.high < 1.0:
+            return "worse"
+        return "tie"
+
+    def describe(self) -> str:
+        return f"{self.ratio:.3f}x [{self.low:.3f}, {self.high:.3f}] over {self.pairs} pairs"
+
+    def to_json(self) -> dict:
+        return {"ratio": self.ratio, "low": self.low, "high": self.high, "pairs": self.pairs}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> PairedRatio | None:
+        if not d:
+            return None
+        return cls(float(d["ratio"]), float(d["low"]), float(d["high"]), int(d["pairs"]))
+
+
+def unit_key(line: Mapping[str, Any], per_request: bool) -> str:
+    """The pairing unit of a measured request line: its prompt and repetition, or its repetition."""
+    rep = int(line.get("rep", 0) or 0)
+    return f"{line.get('prompt', '?')}#{rep}" if per_request else f"rep {rep}"
+
+
+def unit_values(
+    lines: Sequence[Mapping[str, Any]],
+    value: Callable[[Sequence[Mapping[str, Any]]], float | None],
+    per_request: bool,
+) -> dict[str, float]:
+    """The objective (`value` of a group of lines) on each pairing unit of the measured lines."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for ln in lines:
+        if ln.get("phase") != "warmup":
+            groups.setdefault(unit_key(ln, per_request), []).append(ln)
+    out = {}
+    for key, group in groups.items():
+        v = value(group)
+        if v is not None and v > 0 and math.isfinite(v):
+            out[key] = float(v)
+    return out
+
+
+def _geomean(logs: Sequence[float]) -> float:
+    return math.exp(sum(logs) / len(logs))
+
+
+def paired_ratio(
+    candidate: Mapping[str, float],
+    incumbent: Mapping[str, float],
+    maximize: bool = True,
+    seed: int = 0,
+    resamples: int = RESAMPLES,
+) -> PairedRatio | None:
+    """R and its bootstrap interval over the units both measured (None when none are shared)."""
+    keys = sorted(set(candidate) & set(incumbent))
+    if not keys:
+        return None
+    sign = 1.0 if maximize else -1.0
+    logs = [sign * (math.log(candidate[k]) - math.log(incumbent[k])) for k in keys]
+    rng = random.Random(seed)
+    n = len(logs)
+    stats = sorted(_geomean([logs[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
+    tail = (1.0 - CONFIDENCE) / 2.0
+    low = stats[int(tail * (resamples - 1))]
+    high = stats[math.ceil((1.0 - tail) * (resamples - 1))]
+    return PairedRatio(_geomean(logs), low, high, n)
