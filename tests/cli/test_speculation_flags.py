@@ -48,7 +48,7 @@ def test_the_wrapper_passes_one_spec_options():
 @pytest.mark.parametrize(
     ("values", "flag"),
     [
-        ({"method": "bogus"}, "--spec: method must be one of none, ngram, trie, draft"),
+        ({"method": "bogus"}, "--spec: method must be one of none, ngram, trie, suffix, draft"),
         ({"prompt_lookup_min": 5, "prompt_lookup_max": 3}, "--prompt-lookup-min: "),
         ({"k": 0}, "--spec-k: k must be >= 1"),
         ({"draft_dtype": "fp16"}, "--draft-dtype: draft_dtype must be one of"),

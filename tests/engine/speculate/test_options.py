@@ -54,3 +54,4 @@ def test_embedded_preset_agrees_with_the_options():
             for method in [when] if isinstance(when, str) else when:
                 assert name in speculation.PROPOSERS[method].reads, (knob, method)
     assert checked >= 5
+    assert knobs["spec"]["choices"] == list(speculation.methods())  # every proposer is tried
