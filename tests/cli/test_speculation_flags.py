@@ -33,6 +33,14 @@ def test_a_flag_below_its_minimum_is_a_usage_error():
     assert result.exit_code == 2 and "--max-trie-depth" in result.output
 
 
+def test_a_float_flag_takes_a_fraction_and_its_minimum_holds():
+    result = CliRunner().invoke(app, ["generate", "hi", "--spec-max-factor", "-0.5"])
+    assert result.exit_code == 2 and "--spec-max-factor" in result.output
+    with pytest.raises(UserError, match=r"^--spec-min-prob: spec_min_prob must be <= 1"):
+        spec_options(method="suffix", spec_min_prob=1.5)
+    assert spec_options(method="suffix", spec_max_factor=0.5).spec_max_factor == 0.5
+
+
 def test_the_wrapper_passes_one_spec_options():
     seen = []
 
