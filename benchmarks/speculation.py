@@ -2,16 +2,19 @@
 same run.
 
 What it measures (batch 1, greedy, `generate` with and without a proposer, EOS ends an answer):
-  1. baseline (no speculation) vs n-gram prompt lookup, the suffix trie (tree and chain mode) and
-     the int8 self-draft, on a structured prompt set (answers that copy the input: code edits,
-     JSON/list transforms, a quote) and an open-prose set. Per configuration and set: decode tok/s
+  1. baseline (no speculation) vs n-gram prompt lookup, the suffix trie and suffix decoding (tree
+     and chain mode) and the int8 self-draft, on a structured prompt set (answers that copy the
+     input: code edits, JSON/list transforms, a quote), the code-work set (agent-style edits of a
+     40-80 line file answered with the whole file: src/roofline/data/prompts/code_work.jsonl) and
+     an open-prose set. Per configuration and set: decode tok/s
      (tokens after the first over the decode time, summed over the set's prompts) min / median / max
      over rounds; tokens per weight pass; acceptance (accepted / drafted nodes); the ratio to the
-     baseline (median of per-round ratios) against the targets of issue 8; and whether every greedy
-     output equals the baseline's token for token (speculation must never change the text -- a
+     baseline (median of per-round ratios) against the targets of issues 8 and 19 (suffix in
+     per-request scope: every prompt is a first-time prompt); and whether every greedy output
+     equals the baseline's token for token (speculation must never change the text -- a
      divergence is an engine bug and is named precisely).
-  2. a sweep on the structured set: trie max_bfs_breadth (num_draft_tokens 24) and n-gram draft
-     length k.
+  2. a sweep on the structured set: trie max_bfs_breadth (num_draft_tokens 24), suffix
+     spec_max_factor (num_draft_tokens 24) and n-gram draft length k.
   3. the cost of a verify pass: a k-row pass of one slot (after a ~100-token prefill) relative to a
      1-row pass, k = 1..16. A kernel that reads each weight once for all rows keeps this near 1 for
      small k; one that re-reads weights per row makes it grow like k, and speculation cannot pay.
@@ -35,6 +38,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from importlib import resources
 
 # greedy answers (SmolLM2-135M-Instruct) copy long stretches of the prompt
 STRUCTURED = {
@@ -64,14 +68,30 @@ PROSE = {
     "sky": "Explain why the sky is blue to a ten-year-old.",
     "language": "What are the benefits of learning a second language?",
 }
+
+
+def code_work() -> dict[str, str]:
+    """The built-in code-work set (roofline's package data): id -> prompt."""
+    from roofline.bench.workloads import parse_prompts_jsonl
+
+    name = "code_work.jsonl"
+    text = resources.files("roofline").joinpath("data/prompts", name).read_text(encoding="utf-8")
+    return {p.id: p.prompt for p in parse_prompts_jsonl(text, name)}
+
+
+SETS = ("structured", "code-work", "prose")
 NGRAM_FAMILY = ("ngram", "trie")
-TARGETS = {  # (method family, set) -> minimum ratio to baseline (issue 8, "Performance")
+TARGETS = {  # (method family, set) -> minimum ratio to baseline (issues 8 and 19, "Performance")
     ("ngram", "structured"): 2.5,
     ("ngram", "prose"): 0.95,
     ("draft", "prose"): 1.3,
+    ("suffix", "structured"): 3.0,
+    ("suffix", "code-work"): 2.5,
+    ("suffix", "prose"): 0.98,
 }
 BREADTHS, BREADTHS_QUICK = (2, 4, 8, 10, 16, 24, 32, 48), (2, 24)
 KS, KS_QUICK = (1, 2, 4, 8, 12, 16), (1, 8)
+FACTORS, FACTORS_QUICK = (0.5, 1.0, 2.0, 4.0), (1.0, 4.0)
 
 
 @dataclass
@@ -160,12 +180,21 @@ def build_configs(quick: bool) -> tuple[list[Config], list[tuple[str, object]]]:
         ("ngram k8 (lookup 2-5)", ngram(8)),
         ("trie tree (breadth 10, 12 nodes)", O(method="trie")),
         ("trie chain (12 nodes)", O(method="trie", tree=False)),
+        ("suffix tree (factor 1, 12 nodes)", O(method="suffix")),
+        ("suffix chain (factor 1, 12 nodes)", O(method="suffix", tree=False)),
         ("draft: int8 self-draft k4", O(method="draft", k=4, draft_dtype="int8")),
     ]
-    configs = [Config(label, opts, ("structured", "prose")) for label, opts in table]
+    configs = [Config(label, opts, SETS) for label, opts in table]
     sweep = [
         (f"max_bfs_breadth = {b}", O(method="trie", max_bfs_breadth=b, num_draft_tokens=24))
         for b in (BREADTHS_QUICK if quick else BREADTHS)
+    ]
+    sweep += [
+        (
+            f"suffix spec_max_factor = {f:g}",
+            O(method="suffix", spec_max_factor=f, num_draft_tokens=24),
+        )
+        for f in (FACTORS_QUICK if quick else FACTORS)
     ]
     sweep += [(f"ngram k = {k}", ngram(k)) for k in (KS_QUICK if quick else KS)]
     known = {c.options for c in configs}
@@ -325,9 +354,9 @@ def emit(title, headers, rows, markdown, notes) -> None:
 
 
 def report(dtype, results, configs, sweep, costs, args, header_notes) -> dict:
-    summary = {s: summarize(results, configs, s) for s in ("structured", "prose")}
+    summary = {s: summarize(results, configs, s) for s in SETS}
     rows = []
-    for s in ("structured", "prose"):
+    for s in SETS:
         for c, st in summary[s]:
             if "prose" not in c.sets:  # a sweep-only configuration
                 continue
@@ -359,7 +388,7 @@ def report(dtype, results, configs, sweep, costs, args, header_notes) -> dict:
             "acceptance",
             "draft passes/token",
             "vs baseline",
-            "target (issue 8)",
+            "target (issues 8, 19)",
             "identical",
         ],
         rows,
@@ -389,6 +418,7 @@ def report(dtype, results, configs, sweep, costs, args, header_notes) -> dict:
         [
             (
                 "trie: tree mode, min_bfs_breadth 1, max_trie_depth 18, num_draft_tokens 24; "
+                "suffix: tree mode, depth 24, min prob 0.1, num_draft_tokens 24; "
                 "ngram: prompt lookup 2-5, chain; adaptive draft budget on (the engine's default)"
             ),
             "vs baseline: median over rounds of (tok/s / baseline tok/s in the same round)",
@@ -436,10 +466,12 @@ def bench_dtype(dtype, args, header_notes) -> dict:
     from roofline.engine.speculate.step import speculation_factory
 
     print(f"loading {dtype} ...", file=sys.stderr)
-    runner = load_runner(None, dtype=dtype, threads=args.threads, max_seq_len=1024)
+    # code-work prompts are ~500 tokens and their answers repeat them
+    runner = load_runner(None, dtype=dtype, threads=args.threads, max_seq_len=2048)
     tok = runner.tokenizer
     prompt_sets = {
         "structured": {n: chat_ids(tok, p) for n, p in STRUCTURED.items()},
+        "code-work": {n: chat_ids(tok, p) for n, p in code_work().items()},
         "prose": {n: chat_ids(tok, p) for n, p in PROSE.items()},
     }
     configs, sweep = build_configs(args.quick)
@@ -452,6 +484,7 @@ def bench_dtype(dtype, args, header_notes) -> dict:
         *header_notes,
         (
             f"{dtype} target; {len(STRUCTURED)} structured prompts ({', '.join(STRUCTURED)}), "
+            f"{len(prompt_sets['code-work'])} code-work ({', '.join(prompt_sets['code-work'])}), "
             f"{len(PROSE)} prose ({', '.join(PROSE)}); greedy, batch 1, "
             f"up to {args.max_tokens} new tokens (EOS ends an answer), "
             f"{args.rounds} round(s), {runner.threads} threads"
@@ -466,7 +499,7 @@ def bench_dtype(dtype, args, header_notes) -> dict:
         ),
         (
             "vs baseline: median over rounds of (tok/s / baseline tok/s in the same round); "
-            "targets from issue 8 (n-gram family = ngram and trie)"
+            "targets from issue 8 (n-gram family = ngram and trie) and issue 19 (suffix)"
         ),
         (
             "identical: greedy ids equal to the baseline's for every prompt in every round "

@@ -14,6 +14,7 @@ Adding a proposer: its module and one entry here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, get_type_hints
@@ -52,6 +53,21 @@ PROPOSERS: MappingProxyType[str, ProposerTraits] = MappingProxyType(
                 "tree",
             ),
         ),
+        "suffix": ProposerTraits(
+            "suffix decoding: drafts as long as the match, over prompt + output (+ past outputs)",
+            tree=True,
+            factory="roofline.engine.speculate.suffix:SuffixProposer.factory",
+            reads=(
+                "num_draft_tokens",
+                "tree",
+                "spec_max_factor",
+                "spec_offset",
+                "spec_min_prob",
+                "suffix_max_depth",
+                "suffix_scope",
+                "suffix_cache_requests",
+            ),
+        ),
         "draft": ProposerTraits(
             "a cheaper model drafts: the target's own int8 copy by default",
             tree=False,
@@ -63,7 +79,7 @@ PROPOSERS: MappingProxyType[str, ProposerTraits] = MappingProxyType(
 )
 
 DRAFT_DTYPES = ("stored", "fp32", "bf16", "int8")  # = engine.weights.DTYPES (checked there)
-TRIE_SCOPES = ("request", "shared")
+TRIE_SCOPES = ("request", "shared")  # also suffix_scope's
 # (low, high) fields: low <= high
 ORDERED = (("prompt_lookup_min", "prompt_lookup_max"), ("min_bfs_breadth", "max_bfs_breadth"))
 
@@ -80,7 +96,7 @@ class Option:
 
     flag: str
     help: str
-    minimum: int | None = None  # an int's smallest value (relations between fields: __post_init__)
+    minimum: float | None = None  # a number's smallest value (relations: __post_init__)
     choices: tuple[str, ...] = ()  # a str's values; the method's are methods()
     off: str = ""  # a bool's false flag; "" = no-<flag>
 
@@ -124,7 +140,7 @@ class SpecOptions:
     num_draft_tokens: int = _opt(
         12,
         "num-draft-tokens",
-        "trie: draft tree size (nodes, the root not counted) at most.",
+        "trie, suffix: draft tree size (nodes, the root not counted) at most.",
         minimum=1,
     )
     trie_capacity: int = _opt(
@@ -143,8 +159,44 @@ class SpecOptions:
     tree: bool = _opt(
         True,
         "spec-tree",
-        "trie: verify the whole draft tree, or only its best path (chain), for comparison.",
+        "trie, suffix: verify the whole draft tree, or only its best path (chain).",
         off="spec-chain",
+    )
+    spec_max_factor: float = _opt(  # ArcticInference's and vLLM's default
+        1.0,
+        "spec-max-factor",
+        "suffix: draft at most factor x match length + offset tokens (a long match earns a long "
+        "draft).",
+        minimum=0.0,
+    )
+    spec_offset: float = _opt(
+        0.0, "spec-offset", "suffix: tokens added to factor x match length (may be negative)."
+    )
+    spec_min_prob: float = _opt(
+        0.1,
+        "spec-min-prob",
+        "suffix: drop draft tokens whose estimated probability (product of count ratios along "
+        "the path) is below this, in [0, 1].",
+        minimum=0.0,
+    )
+    suffix_max_depth: int = _opt(  # vLLM's default
+        24,
+        "suffix-max-depth",
+        "suffix: longest n-gram stored; a match and its draft together are at most this long.",
+        minimum=2,
+    )
+    suffix_scope: str = _opt(
+        "request",
+        "suffix-scope",
+        "suffix: the request's own prompt + output, or also one structure over past and concurrent "
+        "requests' outputs, kept as long as the server.",
+        choices=TRIE_SCOPES,
+    )
+    suffix_cache_requests: int = _opt(
+        1000,
+        "suffix-cache-requests",
+        "suffix, shared scope: requests' outputs kept; the oldest is removed beyond.",
+        minimum=1,
     )
     draft_dtype: str = _opt(
         "int8", "draft-dtype", "draft: precision of the draft copy.", choices=DRAFT_DTYPES
@@ -165,16 +217,21 @@ class SpecOptions:
         if self.method not in methods():
             raise ValueError(f"method must be one of {', '.join(methods())}; got {self.method!r}")
         highs = {high: low for low, high in ORDERED}  # checked after their low sides
+        kinds = get_type_hints(SpecOptions)
         for name, opt in options().items():
             value = getattr(self, name)
             if name in highs:
                 continue
-            if opt.minimum is not None:
-                _check_int(name, value, opt.minimum)
+            if kinds[name] is float:
+                object.__setattr__(self, name, _check_float(name, value, opt.minimum))
+            elif opt.minimum is not None:
+                _check_int(name, value, int(opt.minimum))
             elif opt.choices and value not in opt.choices:
                 raise ValueError(f"{name} must be one of {', '.join(opt.choices)}; got {value!r}")
         for high, low in highs.items():
             _check_int(high, getattr(self, high), getattr(self, low), f"{low} must be <= {high}")
+        if self.spec_min_prob > 1:
+            raise ValueError(f"spec_min_prob must be <= 1; got {self.spec_min_prob}")
         floor = min_trie_capacity(self.max_trie_depth)
         if self.trie_capacity < floor:
             raise ValueError(
@@ -198,7 +255,7 @@ def options() -> dict[str, Option]:
 
 
 def option_type(name: str) -> Any:
-    """The field's type as an object: int, bool, str or str | None."""
+    """The field's type as an object: int, float, bool, str or str | None."""
     return get_type_hints(SpecOptions)[name]
 
 
@@ -221,6 +278,15 @@ def min_trie_capacity(max_trie_depth: int) -> int:
     max_trie_depth that one insertion step touches span at most 1 + 2 + ... + max_trie_depth
     nodes."""
     return max_trie_depth * (max_trie_depth + 1) // 2
+
+
+def _check_float(name: str, value: object, low: float | None) -> float:
+    """`value` as a float: an int or float (not a bool), finite, >= low when low is given."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number; got {value!r}")
+    if low is not None and value < low:
+        raise ValueError(f"{name} must be >= {low:g}; got {value}")
+    return float(value)
 
 
 def _check_int(name: str, value: object, low: int, message: str = "") -> None:

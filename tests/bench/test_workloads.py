@@ -1,3 +1,4 @@
+import json
 import random
 
 import pytest
@@ -20,6 +21,23 @@ def test_builtin_set_spans_predictability():
     for word in ("reasoning", "code", "table", "prose"):
         assert word in cats
     assert len({p.id for p in prompts}) == len(prompts)
+
+
+def test_code_work_set_is_a_prompt_file_of_whole_file_edits():
+    """The built-in code-work set loads as `--prompts` does: about six prompts, each an edit,
+    rename or fix of a 40-80 line file whose answer is the whole file; source and date on each."""
+    from importlib import resources
+
+    path = resources.files("roofline") / "data" / "prompts" / "code_work.jsonl"
+    prompts = load_prompts_jsonl(path)
+    assert 5 <= len(prompts) <= 8
+    for word in ("edit", "rename", "fix"):
+        assert any(word in p.category for p in prompts), word
+    for p in prompts:
+        code = p.prompt.split("```", 1)[1]
+        assert 40 <= code.count("\n") <= 80 and "whole" in p.prompt + p.category, p.id
+    for line in path.read_text(encoding="utf-8").splitlines():
+        assert {"source", "date"} <= set(json.loads(line)), line[:40]
 
 
 def test_jsonl_prompts(tmp_path):

@@ -33,6 +33,14 @@ def test_a_flag_below_its_minimum_is_a_usage_error():
     assert result.exit_code == 2 and "--max-trie-depth" in result.output
 
 
+def test_a_float_flag_takes_a_fraction_and_its_minimum_holds():
+    result = CliRunner().invoke(app, ["generate", "hi", "--spec-max-factor", "-0.5"])
+    assert result.exit_code == 2 and "--spec-max-factor" in result.output
+    with pytest.raises(UserError, match=r"^--spec-min-prob: spec_min_prob must be <= 1"):
+        spec_options(method="suffix", spec_min_prob=1.5)
+    assert spec_options(method="suffix", spec_max_factor=0.5).spec_max_factor == 0.5
+
+
 def test_the_wrapper_passes_one_spec_options():
     seen = []
 
@@ -48,7 +56,7 @@ def test_the_wrapper_passes_one_spec_options():
 @pytest.mark.parametrize(
     ("values", "flag"),
     [
-        ({"method": "bogus"}, "--spec: method must be one of none, ngram, trie, draft"),
+        ({"method": "bogus"}, "--spec: method must be one of none, ngram, trie, suffix, draft"),
         ({"prompt_lookup_min": 5, "prompt_lookup_max": 3}, "--prompt-lookup-min: "),
         ({"k": 0}, "--spec-k: k must be >= 1"),
         ({"draft_dtype": "fp16"}, "--draft-dtype: draft_dtype must be one of"),

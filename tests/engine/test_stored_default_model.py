@@ -39,6 +39,7 @@ def test_the_shipped_file_stored_gives_the_fp32_tokens_alone_and_under_four_stre
         None,
         SpecOptions("trie", adaptive=False),
         SpecOptions("ngram", k=4, adaptive=False),
+        SpecOptions("suffix", suffix_scope="shared", adaptive=False),
     ):
         speculation = speculation_factory(options, runner) if options else None
         with serving(None, scheduler=Scheduler(runner, speculation=speculation)) as url:

@@ -151,8 +151,21 @@ def test_test_proposers_keep_greedy_output(tiny, name):
         SpecOptions("trie", trie_scope="shared"),
         SpecOptions("draft", k=4),
         SpecOptions("ngram", k=8, adaptive=False),
+        SpecOptions("suffix"),
+        SpecOptions("suffix", tree=False, adaptive=False),
+        SpecOptions("suffix", suffix_scope="shared", spec_min_prob=0.0, adaptive=False),
     ],
-    ids=["ngram", "trie", "trie-chain", "trie-shared", "draft-int8", "ngram-fixed"],
+    ids=[
+        "ngram",
+        "trie",
+        "trie-chain",
+        "trie-shared",
+        "draft-int8",
+        "ngram-fixed",
+        "suffix",
+        "suffix-chain-fixed",
+        "suffix-shared-fixed",
+    ],
 )
 def test_real_proposers_keep_greedy_output(tiny, options):
     runner, cases = tiny

@@ -54,3 +54,21 @@ def test_embedded_preset_agrees_with_the_options():
             for method in [when] if isinstance(when, str) else when:
                 assert name in speculation.PROPOSERS[method].reads, (knob, method)
     assert checked >= 5
+    assert knobs["spec"]["choices"] == list(speculation.methods())  # every proposer is tried
+
+
+def test_float_options_are_float_knobs_and_flags():
+    """A float option (suffix's factor, offset, cutoff) is a "float" launcher knob passed on as
+    its flag; the knob takes what SpecOptions takes."""
+    knob = EMBEDDED.knobs["spec_max_factor"]
+    assert knob.kind == "float" and knob.parse("1.5") == 1.5 and knob.problem(-1.0)
+    assert EMBEDDED.knobs["spec_offset"].problem(-2.0) is None  # an offset may be negative
+    args = EMBEDDED.argv(
+        model=None,
+        port=8000,
+        host="127.0.0.1",
+        config={"spec": "suffix", "spec_max_factor": 1.5, "spec_min_prob": 0.2},
+    )
+    i = args.index("--spec-max-factor")
+    assert args[i + 1] == "1.5" and args[args.index("--spec-min-prob") + 1] == "0.2"
+    assert SpecOptions("suffix", spec_max_factor=float(args[i + 1])).spec_max_factor == 1.5

@@ -65,5 +65,5 @@ def test_a_registered_proposer_is_an_option_and_keeps_greedy_output(repeat_regis
 
 
 def test_an_unregistered_name_is_refused():
-    with pytest.raises(ValueError, match="method must be one of none, ngram, trie, draft"):
+    with pytest.raises(ValueError, match="method must be one of none, ngram, trie, suffix, draft"):
         SpecOptions("repeat")

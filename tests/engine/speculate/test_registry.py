@@ -20,7 +20,7 @@ def test_defaults_are_valid():
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("method", "bogus", "method must be one of none, ngram, trie, draft"),
+        ("method", "bogus", "method must be one of none, ngram, trie, suffix, draft"),
         ("k", 0, "k must be >= 1"),
         ("k", True, "k must be an int"),
         ("k", 2.0, "k must be an int"),
@@ -36,6 +36,15 @@ def test_defaults_are_valid():
         ("adaptive", None, "adaptive must be a bool"),
         ("draft_dtype", "fp16", "draft_dtype must be one of stored, fp32, bf16, int8"),
         ("draft_model", "", "draft_model must be None or a non-empty string"),
+        ("spec_max_factor", -0.5, "spec_max_factor must be >= 0"),
+        ("spec_max_factor", True, "spec_max_factor must be a finite number"),
+        ("spec_offset", float("nan"), "spec_offset must be a finite number"),
+        ("spec_offset", "1", "spec_offset must be a finite number"),
+        ("spec_min_prob", -0.1, "spec_min_prob must be >= 0"),
+        ("spec_min_prob", 1.5, "spec_min_prob must be <= 1"),
+        ("suffix_max_depth", 1, "suffix_max_depth must be >= 2"),
+        ("suffix_scope", "global", "suffix_scope must be one of request, shared"),
+        ("suffix_cache_requests", 0, "suffix_cache_requests must be >= 1"),
     ],
 )
 def test_invalid_options_name_the_option(field, value, message):
@@ -55,12 +64,25 @@ def test_related_limits_accept_equal_values():
     )
 
 
+def test_float_options_take_ints_and_store_floats():
+    options = SpecOptions("suffix", spec_max_factor=2, spec_offset=-1, spec_min_prob=0)
+    assert (options.spec_max_factor, options.spec_offset, options.spec_min_prob) == (2.0, -1.0, 0.0)
+    assert all(type(v) is float for v in (options.spec_max_factor, options.spec_offset))
+    defaults = SpecOptions()
+    assert (defaults.spec_max_factor, defaults.spec_offset, defaults.spec_min_prob) == (
+        1.0,
+        0.0,
+        0.1,
+    )
+    assert (defaults.suffix_max_depth, defaults.suffix_scope) == (24, "request")
+
+
 def test_none_makes_no_proposer():
     assert proposer_factory(SpecOptions()) is None
 
 
 def test_registry_names():
-    assert set(PROPOSERS) == {"ngram", "trie", "draft"}
+    assert set(PROPOSERS) == {"ngram", "trie", "suffix", "draft"}
     assert SpecOptions(method="draft").method == "draft"
     with pytest.raises(TypeError):
         PROPOSERS["other"] = PROPOSERS["ngram"]  # entries are added in the module's one literal

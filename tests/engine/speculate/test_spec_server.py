@@ -32,14 +32,24 @@ PROMPTS = [
 N = 24
 
 
-@pytest.mark.parametrize("method", ["trie", "ngram", "draft"])
-def test_server_mixed_speculating_and_plain_requests(tiny_gguf, method):
+@pytest.mark.parametrize(
+    ("method", "extra"),
+    [
+        ("trie", {}),
+        ("ngram", {}),
+        ("draft", {}),
+        ("suffix", {}),
+        ("suffix", {"suffix_scope": "shared", "tree": False}),
+    ],
+    ids=["trie", "ngram", "draft", "suffix", "suffix-shared-chain"],
+)
+def test_server_mixed_speculating_and_plain_requests(tiny_gguf, method, extra):
     reference = load_runner(str(tiny_gguf), max_batch=1, max_seq_len=128)
     tok = reference.tokenizer
     expected = [greedy_ids(reference, tok.encode(p), N) for p in PROMPTS]
 
     runner = load_runner(str(tiny_gguf), max_batch=4, max_seq_len=128)
-    options = SpecOptions(method, k=4, prompt_lookup_min=1, adaptive=False)
+    options = SpecOptions(method, k=4, prompt_lookup_min=1, adaptive=False, **extra)
     scheduler = Scheduler(runner, speculation=speculation_factory(options, runner))
     with serving(None, scheduler=scheduler) as url:
         name = sdk(url).models.list().data[0].id
@@ -143,6 +153,8 @@ def test_default_model_real_prompts_identical(default_runner):
         for options in (
             SpecOptions("ngram", k=6, adaptive=False),
             SpecOptions("trie", adaptive=False),
+            SpecOptions("suffix", adaptive=False),
+            SpecOptions("suffix", suffix_scope="shared", tree=False, adaptive=False),
             SpecOptions("draft", k=4),
         )
     ]

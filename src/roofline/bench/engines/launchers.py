@@ -57,8 +57,8 @@ def _speculation_knobs() -> tuple[Knob, ...]:
         choices = speculation.option_choices(name)
         if kind is bool:
             out.append(Knob(opt.knob, "bool", help=opt.help))
-        elif kind is int:
-            out.append(Knob(opt.knob, "int", help=opt.help, minimum=opt.minimum))
+        elif kind in (int, float):
+            out.append(Knob(opt.knob, kind.__name__, help=opt.help, minimum=opt.minimum))
         else:
             out.append(Knob(opt.knob, "choice" if choices else "str", choices, opt.help))
     return tuple(out)

@@ -3,7 +3,7 @@
 A proposer guesses the next tokens (`DraftTree`, a chain or tree after the last chosen token); the
 target verifies them in one pass. The one registry is `roofline.speculation.PROPOSERS` (names,
 traits, and where each factory lives: `factory_of`). ngram: prompt lookup (vLLM); trie:
-suffix-trie n-grams (SGLang); draft: a cheaper model.
+suffix-trie n-grams (SGLang); suffix: Suffix Decoding (ArcticInference); draft: a cheaper model.
 
     make = proposer_factory(SpecOptions(method="trie"), runner)  # None for method "none"
     proposer = make()                                            # one per request
