@@ -6,6 +6,9 @@ engine, so the schema lives here, stdlib only).
     file_bytes_per_token   the same count over the weights as the model's file stores them
     dtype                  the engine's weight format
     hardware, max_batch, max_seq_len   what the engine runs on and how far it goes
+    cross_request_memory   true when what one request taught the engine (a draft trie shared by
+                           the server) speeds up later ones: a repeated prompt then measures memory
+                           (bench's --repeat-policy)
 
 Another server may send anything under that key: `from_json` keeps a field only when it has the
 right type (a number, not a bool; a string), so a malformed entry reads as unknown, never as an
@@ -23,6 +26,10 @@ def _number(v: Any) -> int | float | None:
     return v if v.__class__ in (int, float) else None
 
 
+def _bool(v: Any) -> bool | None:
+    return v if isinstance(v, bool) else None
+
+
 def _text(v: Any) -> str | None:
     return v if isinstance(v, str) else None
 
@@ -35,6 +42,7 @@ class ServerStats:
     hardware: str | None = None
     max_batch: int | None = None
     max_seq_len: int | None = None
+    cross_request_memory: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The entry's `"roofline"` object; unknown figures are left out."""
@@ -45,6 +53,7 @@ class ServerStats:
             "hardware": self.hardware,
             "max_batch": self.max_batch,
             "max_seq_len": self.max_seq_len,
+            "cross_request_memory": self.cross_request_memory,
         }
         return {k: v for k, v in out.items() if v is not None}
 
@@ -61,4 +70,5 @@ class ServerStats:
             hardware=_text(d.get("hardware")),
             max_batch=batch if isinstance(batch, int) else None,
             max_seq_len=seq if isinstance(seq, int) else None,
+            cross_request_memory=_bool(d.get("cross_request_memory")),
         )

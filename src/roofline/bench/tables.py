@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from roofline.bench.against import percent_text, read_ratio_line
+from roofline.bench.repeats import repeats_table
 from roofline.bench.summary import CeilingFigures, Distribution, RunSummary, ScenarioSummary
 from roofline.bench.verify import verify_line
 
@@ -289,6 +290,7 @@ def tables(summary: RunSummary) -> list[Table]:
             latency_table(summary),
             rates_table(summary),
             prompts_table(summary),
+            repeats_table(summary),
             failures_table(summary),
         )
         if t

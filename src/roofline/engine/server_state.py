@@ -98,6 +98,9 @@ class _ServerState:
                 hardware="local",
                 max_batch=self.scheduler.max_batch,
                 max_seq_len=self.scheduler.max_seq_len,
+                cross_request_memory=bool(
+                    getattr(self.scheduler.speculation, "cross_request", False)
+                ),
             ).to_json(),
         }
 

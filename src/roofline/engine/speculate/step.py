@@ -55,7 +55,8 @@ class RequestSpeculation:
 def speculation_factory(options: SpecOptions, runner) -> Callable[[], RequestSpeculation] | None:
     """A maker of one RequestSpeculation per request (None when options.method is "none"). Measures
     the runner's pass costs once (the adaptive budget's unit) and, for "draft", loads the draft
-    runner."""
+    runner. The maker's `cross_request` says whether one request's drafts learn from earlier
+    requests (the server reports it: `ServerStats.cross_request_memory`)."""
     from roofline.engine.speculate import proposer_factory
 
     make_proposer = proposer_factory(options, runner)
@@ -76,6 +77,7 @@ def speculation_factory(options: SpecOptions, runner) -> Callable[[], RequestSpe
             make_proposer(), budget, chain_cost_first=draft_runner is not None
         )
 
+    make.cross_request = bool(getattr(make_proposer, "cross_request", False))  # type: ignore
     return make
 
 

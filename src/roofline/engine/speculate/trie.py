@@ -289,7 +289,12 @@ class TrieProposer:
         unused)."""
         if options.trie_scope == "shared":
             shared = TokenTrie(options.trie_capacity, options.max_trie_depth)
-            return lambda: cls(options, shared)
+
+            def make() -> TrieProposer:
+                return cls(options, shared)
+
+            make.cross_request = True  # what one request inserts drafts for later ones
+            return make
         return lambda: cls(options)
 
     def propose(self, context: Sequence[int], max_tokens: int) -> DraftTree:
