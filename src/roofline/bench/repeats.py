@@ -23,14 +23,11 @@ import json
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from roofline.bench import metrics
 from roofline.bench.workloads import Prompt
 from roofline.errors import UserError
-
-if TYPE_CHECKING:
-    from roofline.bench.summary import RunSummary
 
 POLICIES = ("auto", "fresh", "split", "repeat")
 GROUPED = ("fresh", "split")  # policies that tell first-time and repeated prompts apart
@@ -190,8 +187,9 @@ def provenance_entry(requested: str, policy: str, server_memory: bool | None, pr
     }
 
 
-def repeats_table(summary: RunSummary) -> tuple[str, list[str], list[list[str]], list[str]] | None:
-    """First-time and repeated prompts side by side, per scenario (None when not split)."""
+def repeats_table(summary: Any) -> tuple[str, list[str], list[list[str]], list[str]] | None:
+    """First-time and repeated prompts side by side, per scenario of a `bench.summary.RunSummary`
+    (None when no scenario splits them)."""
 
     def num(x: float | None, scale: float = 1.0, fmt: str = "{:.1f}") -> str:
         return "-" if x is None else fmt.format(scale * x)
