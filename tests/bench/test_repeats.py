@@ -102,3 +102,15 @@ def test_server_stats_carry_cross_request_memory():
     assert ServerStats.from_json({"cross_request_memory": True}).cross_request_memory is True
     assert ServerStats.from_json({"cross_request_memory": "yes"}).cross_request_memory is None
     assert "cross_request_memory" not in ServerStats().to_json()
+
+
+def test_the_servers_draft_positions_are_shown_as_the_run_left_them():
+    from roofline.bench.positions import AFTER_KEY
+    from roofline.response_stats import PositionAcceptance
+
+    rows = (PositionAcceptance("trie", "5-8", 1, 10, 9), PositionAcceptance("trie", "5-8", 2, 9, 3))
+    after = ServerStats(position_acceptance=rows).to_json()
+    summary = RunSummary(provenance={"server": {"roofline": {}, AFTER_KEY: after}})
+    table = next(t for t in tables(summary) if t[0] == "draft positions accepted (server)")
+    assert table[2] == [["trie", "5-8", "1", "10", "90%"], ["trie", "5-8", "2", "9", "33%"]]
+    assert not any(t[0].startswith("draft positions") for t in tables(RunSummary(provenance={})))

@@ -34,6 +34,7 @@ from roofline.bench.api import (
 from roofline.bench.client import Client, FetchError, fetch
 from roofline.bench.measure import measure_share
 from roofline.bench.plan import BenchPlan, RequestSpec, shares
+from roofline.bench.positions import AFTER_KEY
 from roofline.bench.recorder import finish
 from roofline.bench.records import PHASE_WARMUP, RequestRecord
 from roofline.bench.repeats import (
@@ -334,6 +335,8 @@ def run_bench(
                 )
             )
             prov["usage_used"] = spec.usage
+        if info.get("roofline") is not None:  # a server with figures: as the run left them
+            prov["server"][AFTER_KEY] = asyncio.run(discover(plan)).get("roofline")
     except (KeyboardInterrupt, asyncio.CancelledError):
         interrupted = True
     finally:

@@ -9,11 +9,11 @@ from roofline.engine.speculate.adaptive import (
     MIN_OFFERS,
     AcceptanceTable,
     DraftBudget,
-    PositionCount,
     expected_tokens,
     match_bucket,
 )
 from roofline.engine.speculate.tree import DraftTree
+from roofline.response_stats import PositionAcceptance
 
 
 def linear_cost(rows: int) -> float:
@@ -33,11 +33,11 @@ def test_the_table_counts_offers_and_survivals_per_position():
     t.record("3-4", 4, 4)  # all four kept
     t.record("1", 1, 1)
     assert t.rows() == [
-        PositionCount("ngram", "1", 1, 1, 1),
-        PositionCount("ngram", "3-4", 1, 3, 2),
-        PositionCount("ngram", "3-4", 2, 3, 2),
-        PositionCount("ngram", "3-4", 3, 3, 1),
-        PositionCount("ngram", "3-4", 4, 1, 1),
+        PositionAcceptance("ngram", "1", 1, 1, 1),
+        PositionAcceptance("ngram", "3-4", 1, 3, 2),
+        PositionAcceptance("ngram", "3-4", 2, 3, 2),
+        PositionAcceptance("ngram", "3-4", 3, 3, 1),
+        PositionAcceptance("ngram", "3-4", 4, 1, 1),
     ]
     assert t.rows()[3].rate == pytest.approx(1 / 3)
     assert t.rows()[0].to_json() == {
@@ -100,3 +100,14 @@ def test_nothing_pays_when_no_position_survives():
         t.record("2", 4, 0)
     budget = DraftBudget(linear_cost, table=t)
     assert len(budget.cut(DraftTree.chain([1, 2, 3, 4]), match_len=2)) == 0
+
+
+def test_the_table_travels_in_the_servers_stats():
+    from roofline.response_stats import ServerStats
+
+    t = AcceptanceTable("trie")
+    t.record("5-8", 2, 1)
+    stats = ServerStats(position_acceptance=tuple(t.rows()))
+    assert ServerStats.from_json(stats.to_json()) == stats
+    bad = {"position_acceptance": [{"proposer": "trie", "match": "1", "position": "1"}, 3]}
+    assert ServerStats.from_json(bad).position_acceptance == ()  # malformed rows read as none

@@ -32,6 +32,7 @@ import threading
 from dataclasses import dataclass, field
 
 from roofline.engine.speculate.tree import DraftTree
+from roofline.response_stats import PositionAcceptance
 
 PRIOR_ALPHA = 0.6
 ALPHA_WEIGHT = 0.3  # weight of the newest step in the running average
@@ -61,32 +62,6 @@ def match_bucket(match_len: int | None) -> str:
             return str(high) if low == high else f"{low}-{high}"
         low = high + 1
     return f"{low}+"
-
-
-@dataclass(frozen=True)
-class PositionCount:
-    """One row of the acceptance table: draft position (depth) `position` of `proposer`'s drafts
-    in match bucket `match` was offered `offered` times and reached by the accepted path
-    `survived` times."""
-
-    proposer: str
-    match: str
-    position: int
-    offered: int
-    survived: int
-
-    @property
-    def rate(self) -> float:
-        return self.survived / self.offered if self.offered else 0.0
-
-    def to_json(self) -> dict:
-        return {
-            "proposer": self.proposer,
-            "match": self.match,
-            "position": self.position,
-            "offered": self.offered,
-            "survived": self.survived,
-        }
 
 
 class AcceptanceTable:
@@ -119,10 +94,10 @@ class AcceptanceTable:
                 out.append(alpha ** (i + 1))
         return out
 
-    def rows(self) -> list[PositionCount]:
+    def rows(self) -> list[PositionAcceptance]:
         with self._lock:
             return [
-                PositionCount(self.proposer, bucket, i + 1, offered, survived)
+                PositionAcceptance(self.proposer, bucket, i + 1, offered, survived)
                 for bucket, counts in sorted(self._counts.items())
                 for i, (offered, survived) in enumerate(counts)
             ]
