@@ -74,13 +74,13 @@ class PromptLookupProposer:
 
     def propose(self, context: Sequence[int], max_tokens: int) -> DraftTree:
         self._sync(context)
-        k = min(self.k, max_tokens)
-        end, n = longest_match(self._buf[: self._len], self.min_n, self.max_n)
+        k, tokens = min(self.k, max_tokens), self._buf[: self._len]
+        end, n = longest_match(tokens, self.min_n, self.max_n)
         if k <= 0 or end < 0:
             self.match_len = None
             return DraftTree.empty()
         self.match_len = n  # the acceptance statistics' bucket (adaptive.py)
-        return DraftTree.chain(self._buf[end + 1 : end + 1 + k].tolist())
+        return DraftTree.chain(tokens[end + 1 : end + 1 + k].tolist())
 
     def accepted(self, context: Sequence[int]) -> None:
         """Nothing to learn: the next `propose` reads the context it is given."""
