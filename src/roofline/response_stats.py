@@ -6,6 +6,11 @@ engine, so the schema lives here, stdlib only).
     file_bytes_per_token   the same count over the weights as the model's file stores them
     dtype                  the engine's weight format
     hardware, max_batch, max_seq_len   what the engine runs on and how far it goes
+    cross_request_memory   true when what one request taught the engine (a draft trie shared by
+                           the server) speeds up later ones: a repeated prompt then measures memory
+                           (bench's --repeat-policy)
+    position_acceptance    per proposer, match-length bucket and draft position: how often the
+                           position was offered and how often the accepted path reached it
 
 Another server may send anything under that key: `from_json` keeps a field only when it has the
 right type (a number, not a bool; a string), so a malformed entry reads as unknown, never as an
@@ -23,8 +28,61 @@ def _number(v: Any) -> int | float | None:
     return v if v.__class__ in (int, float) else None
 
 
+def _bool(v: Any) -> bool | None:
+    return v if isinstance(v, bool) else None
+
+
 def _text(v: Any) -> str | None:
     return v if isinstance(v, str) else None
+
+
+@dataclass(frozen=True)
+class PositionAcceptance:
+    """Draft position (depth) `position` of `proposer`'s drafts whose match length fell in bucket
+    `match` was offered `offered` times and reached by the accepted path `survived` times."""
+
+    proposer: str
+    match: str
+    position: int
+    offered: int
+    survived: int
+
+    @property
+    def rate(self) -> float:
+        return self.survived / self.offered if self.offered else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "proposer": self.proposer,
+            "match": self.match,
+            "position": self.position,
+            "offered": self.offered,
+            "survived": self.survived,
+        }
+
+    @classmethod
+    def from_json(cls, d: Any) -> PositionAcceptance | None:
+        """The row, or None when a field is missing or of the wrong type."""
+        if not isinstance(d, Mapping):
+            return None
+        names, counts = (
+            (d.get("proposer"), d.get("match")),
+            (
+                d.get("position"),
+                d.get("offered"),
+                d.get("survived"),
+            ),
+        )
+        if not all(isinstance(v, str) for v in names):
+            return None
+        if not all(v.__class__ is int and v >= 0 for v in counts):
+            return None
+        return cls(*names, *counts)
+
+
+def _rows(v: Any) -> tuple[PositionAcceptance, ...]:
+    rows = [PositionAcceptance.from_json(r) for r in v] if isinstance(v, list) else []
+    return tuple(r for r in rows if r is not None)
 
 
 @dataclass(frozen=True)
@@ -35,6 +93,8 @@ class ServerStats:
     hardware: str | None = None
     max_batch: int | None = None
     max_seq_len: int | None = None
+    cross_request_memory: bool | None = None
+    position_acceptance: tuple[PositionAcceptance, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The entry's `"roofline"` object; unknown figures are left out."""
@@ -45,6 +105,8 @@ class ServerStats:
             "hardware": self.hardware,
             "max_batch": self.max_batch,
             "max_seq_len": self.max_seq_len,
+            "cross_request_memory": self.cross_request_memory,
+            "position_acceptance": [r.to_json() for r in self.position_acceptance] or None,
         }
         return {k: v for k, v in out.items() if v is not None}
 
@@ -61,4 +123,6 @@ class ServerStats:
             hardware=_text(d.get("hardware")),
             max_batch=batch if isinstance(batch, int) else None,
             max_seq_len=seq if isinstance(seq, int) else None,
+            cross_request_memory=_bool(d.get("cross_request_memory")),
+            position_acceptance=_rows(d.get("position_acceptance")),
         )

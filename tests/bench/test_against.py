@@ -551,9 +551,13 @@ def test_the_embedded_servers_model_card_carries_the_schema():
         model_name="m",
         created=0,
         runner=SimpleNamespace(bytes_per_token=5e8, file_bytes_per_token=1e8, dtype="bf16"),
-        scheduler=SimpleNamespace(max_seq_len=2048, max_batch=4),
+        scheduler=SimpleNamespace(max_seq_len=2048, max_batch=4, speculation=None),
     )
     card = _ServerState.model_card(state)
     assert ServerStats.from_json(card["roofline"]) == ServerStats(
-        500_000_000, 100_000_000, "bf16", "local", 4, 2048
+        500_000_000, 100_000_000, "bf16", "local", 4, 2048, cross_request_memory=False
     )
+    # a speculation maker whose proposers learn across requests (the shared trie) says so
+    state.scheduler.speculation = SimpleNamespace(cross_request=True)
+    card = _ServerState.model_card(state)
+    assert ServerStats.from_json(card["roofline"]).cross_request_memory is True

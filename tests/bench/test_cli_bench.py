@@ -16,6 +16,7 @@ BAD = [
     (["http://127.0.0.1:9", "--reps", "0"], "--reps"),
     (["http://127.0.0.1:9", "--input-len", "1-0", "--synthetic"], "--input-len"),
     (["http://127.0.0.1:9", "--usage", "sometimes"], "--usage"),
+    (["http://127.0.0.1:9", "--repeat-policy", "never"], "--repeat-policy must be one of auto"),
     (["http://127.0.0.1:9", "--prompts", "/nonexistent/prompts.jsonl"], "prompt file"),
     (["ftp://127.0.0.1:9"], "URL"),
     ([], "give a server URL"),

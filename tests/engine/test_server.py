@@ -101,6 +101,7 @@ def test_health_and_models(url, runner):
         "hardware": "local",
         "max_batch": 4,
         "max_seq_len": 256,
+        "cross_request_memory": False,  # no speculation: nothing learnt across requests
     }
     assert "fake/path" not in httpx.get(url + "/v1/models").text
     assert sdk(url).models.retrieve("fake-model").id == "fake-model"

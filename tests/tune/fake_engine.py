@@ -12,6 +12,10 @@ arguments (a marker for the process table) are ignored.
 --gate DIR: each engine started records its start as DIR/start-N (N = 0, 1, ...; the file holds the
 pid of the process that started it); every engine but the first holds each completion request until
 DIR/release exists, so a test can stop or interrupt the tuner while a trial surely runs.
+
+--memory 1: the engine remembers across requests, as a server with a shared draft trie does: its
+/v1/models entry says so (`roofline.cross_request_memory`) and it streams a prompt it has answered
+before four times as fast.
 """
 
 import argparse
@@ -31,6 +35,7 @@ ap.add_argument("--mode", default="ok")
 ap.add_argument("--speed", type=float, default=500.0)
 ap.add_argument("--shift", type=int, default=0)
 ap.add_argument("--gate", default=None)
+ap.add_argument("--memory", type=int, default=0)
 args, _ = ap.parse_known_args()
 if args.shift:
     args.speed *= 2
@@ -68,6 +73,7 @@ def record_start(gate: str) -> int:
 
 
 START = record_start(args.gate) if args.gate else 0
+SEEN: set[str] = set()  # --memory: the prompts answered so far
 
 
 def wait_for_release() -> None:
@@ -106,7 +112,10 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self.reply(200, b"ok")
         elif self.path == "/v1/models":
-            self.reply(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
+            card = {"id": "fake", "object": "model"}
+            if args.memory:
+                card["roofline"] = {"cross_request_memory": True}
+            self.reply(200, {"object": "list", "data": [card]})
         else:
             self.reply(404, {"error": {"message": "not found"}})
 
@@ -127,10 +136,13 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200, b"\x00\x01 GARBAGE {{{")
             return
         ids = token_ids(body)
+        seen = json.dumps(body.get("messages") or body.get("prompt"), sort_keys=True)
+        speed = args.speed * (4 if args.memory and seen in SEEN else 1)
+        SEEN.add(seen)
         text = "".join(f" t{t}" for t in ids)
         usage = {"prompt_tokens": 8, "completion_tokens": len(ids), "total_tokens": 8 + len(ids)}
         if not body.get("stream"):
-            time.sleep(len(ids) / args.speed)
+            time.sleep(len(ids) / speed)
             self.reply(
                 200,
                 {
@@ -168,7 +180,7 @@ class Handler(BaseHTTPRequestHandler):
             }
         )
         for i, t in enumerate(ids):
-            time.sleep(1.0 / args.speed)
+            time.sleep(1.0 / speed)
             ev = {
                 **head,
                 "choices": [

@@ -460,3 +460,39 @@ def test_tune_json_keeps_the_keys_older_run_folders_have():
     assert set(step.to_json()) >= set(old_step) and step.paired is None and step.remeasured is None
     assert set(SweepPoint.from_json(old_step["tried"][0]).to_json()) >= set(old_step["tried"][0])
     assert TrialMetrics.from_json({}) == TrialMetrics()  # a failed trial's empty metrics
+
+
+# ---- honest repeats: a server that remembers across requests
+# ------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["fresh", "repeat"])
+def test_tune_times_first_time_prompts_by_default(tmp_path, monkeypatch, policy):
+    """A remembering server streams a prompt it has answered 4x as fast: by default (fresh) the
+    trial's objective is the first-time speed, timed before the greedy pass; repeat counts the
+    repeats."""
+    register_fake(monkeypatch)
+    space = load_space_file(
+        write_space(
+            tmp_path, "[baseline]\nspeed = 100\nmemory = 1\n[knobs.shift]\nchoices = [0]\n"
+        ),
+        FAKE,
+    )
+    kw = {} if policy == "fresh" else {"repeat_policy": policy}
+    result = run_tune(options(space, marker(), trials=1, reps=2, **kw), tmp_path / "run", Display())
+    trial = result.baseline
+    assert trial.status == "ok"
+    lines = [
+        json.loads(ln)
+        for ln in (tmp_path / "run" / trial.folder / "bench" / "requests.jsonl")
+        .read_text()
+        .splitlines()
+    ]
+    measured = [ln for ln in lines if ln["phase"] == "measured"]
+    if policy == "fresh":
+        assert trial.value < 200  # 100 tok/s: nothing remembered
+        assert len(measured) == 4 and trial.spread is None  # the four prompts, once each
+        assert all(ln["prompt"] == "roofline-warmup" for ln in lines if ln["phase"] == "warmup")
+    else:
+        assert trial.value > 250  # 400 tok/s: the greedy pass taught it every answer
+        assert len(measured) == 8

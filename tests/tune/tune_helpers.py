@@ -37,6 +37,7 @@ FAKE = FakeLauncher(
         Knob("mode", "choice", ("ok", "crash", "crash_mid", "hang", "garbage", "ignore_term")),
         Knob("speed", "int", minimum=1),
         Knob("shift", "int"),
+        Knob("memory", "int"),
     ),
 )
 

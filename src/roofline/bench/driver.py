@@ -34,8 +34,16 @@ from roofline.bench.api import (
 from roofline.bench.client import Client, FetchError, fetch
 from roofline.bench.measure import measure_share
 from roofline.bench.plan import BenchPlan, RequestSpec, shares
+from roofline.bench.positions import AFTER_KEY
 from roofline.bench.recorder import finish
 from roofline.bench.records import PHASE_WARMUP, RequestRecord
+from roofline.bench.repeats import (
+    GROUPED,
+    REPEAT_WORDS,
+    WARMUP_PROMPT,
+    effective_policy,
+    provenance_entry,
+)
 from roofline.bench.results import (
     PROVENANCE,
     SUMMARY_JSON,
@@ -50,6 +58,7 @@ from roofline.bench.tokens import load_tokenizer
 from roofline.bench.verify import Greedy, Verify, run_verify
 from roofline.bench.workers import run_workers
 from roofline.bench.workloads import Job, jobs
+from roofline.response_stats import ServerStats
 
 if TYPE_CHECKING:
     from roofline.bench.engines.greedy import GreedyOutput
@@ -189,13 +198,13 @@ async def _warmup_request(
 async def negotiate_usage(
     client: Client,
     spec: RequestSpec,
-    plan: BenchPlan,
+    warm_prompts: list,
     write: Callable,
     next_id: Callable,
     scenario: str,
 ) -> str:
     """Ask for the richest token accounting the server accepts: fall back on 400/422 only."""
-    job = next(jobs(plan.prompts, 1))
+    job = next(jobs(warm_prompts, 1))
     for level in USAGE_LEVELS:
         rec = await _warmup_request(
             client, replace(spec, usage=level).body(job), job, next_id(), scenario, write
@@ -214,6 +223,7 @@ async def _scenario(
     ids: list[int],
     tokenizer: Any,
     negotiate: bool,
+    warm_prompts: list,
 ) -> tuple[RequestSpec, float]:
     main = asyncio.current_task()
     loop = asyncio.get_running_loop()
@@ -233,9 +243,9 @@ async def _scenario(
     client = Client(spec.endpoint, timeout_s=plan.timeout_s)
     try:
         if negotiate:
-            level = await negotiate_usage(client, spec, plan, write, next_id, scenario.name)
+            level = await negotiate_usage(client, spec, warm_prompts, write, next_id, scenario.name)
             spec = replace(spec, usage=level)
-        for job in itertools.islice(jobs(plan.prompts, 1, cycle=True), plan.warmup):
+        for job in itertools.islice(jobs(warm_prompts, 1, cycle=True), plan.warmup):
             await _warmup_request(
                 client, spec.body(job), job, next_id(), scenario.name, write, tokenizer
             )
@@ -288,6 +298,16 @@ def run_bench(
     )
     make_run_dir(run_dir)
     prov = provenance(plan, info, spec, origin_ns, ceiling_note)
+    memory = getattr(ServerStats.from_json(info.get("roofline")), "cross_request_memory", None)
+    policy = effective_policy(plan.repeat_policy, memory)
+    prov["repeats"] = provenance_entry(plan.repeat_policy, policy, memory, plan.prompts)
+    # warm-ups teach a remembering server nothing it is then measured on
+    warm_prompts = [WARMUP_PROMPT] if policy in GROUPED else plan.prompts
+    if memory:
+        progress.note(
+            "the server remembers across requests: a repeated prompt measures its memory "
+            f"(--repeat-policy {policy}: {REPEAT_WORDS[policy]})"
+        )
     write_json(run_dir / PROVENANCE, prov)
     tokenizer = load_tokenizer(plan.tokenizer) if plan.tokenizer else None
     log = RequestLog(run_dir / "requests.jsonl", origin_ns)
@@ -311,9 +331,12 @@ def run_bench(
                     ids,
                     tokenizer,
                     negotiate=(i == 0 and plan.usage == "auto"),
+                    warm_prompts=warm_prompts,
                 )
             )
             prov["usage_used"] = spec.usage
+        if info.get("roofline") is not None:  # a server with figures: as the run left them
+            prov["server"][AFTER_KEY] = asyncio.run(discover(plan)).get("roofline")
     except (KeyboardInterrupt, asyncio.CancelledError):
         interrupted = True
     finally:

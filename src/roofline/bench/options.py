@@ -59,6 +59,7 @@ class BenchOptions:
     as_markdown: bool = False
     no_report: bool = False
     verify: bool = False
+    repeat_policy: str = "auto"  # bench.repeats.POLICIES
 
 
 def rates_per_s(text: str) -> list[float]:
@@ -110,6 +111,7 @@ def plan_from_options(o: BenchOptions) -> BenchPlan:
     from roofline.bench.api import CHAT, COMPLETIONS, USAGE_LEVELS
     from roofline.bench.loadgen import ARRIVALS, Scenario
     from roofline.bench.metrics import parse_slo
+    from roofline.bench.repeats import check_policy
     from roofline.bench.workloads import (
         builtin_prompts,
         load_prompts_jsonl,
@@ -137,6 +139,7 @@ def plan_from_options(o: BenchOptions) -> BenchPlan:
     ):
         check_positive(name, value)
     check_positive("--warmup", o.warmup, allow_zero=True)
+    check_policy(o.repeat_policy)
     if o.synthetic and o.prompts:
         raise UserError("give --prompts or --synthetic, not both")
     duration = seconds("--duration", o.duration)
@@ -203,6 +206,7 @@ def plan_from_options(o: BenchOptions) -> BenchPlan:
         slo_s=slo,
         label=o.label or _label(o),
         verify=o.verify,
+        repeat_policy=o.repeat_policy,
         argv=list(sys.argv[1:]),
     )
 

@@ -66,6 +66,7 @@ class BenchPlan:
     label: str = "bench"
     extra_body: dict | None = None
     verify: bool = False  # after the run: greedy outputs under its load against each prompt alone
+    repeat_policy: str = "auto"  # how repeated identical prompts count (bench.repeats)
     argv: list[str] = field(default_factory=list)
     provenance_extra: dict[str, Any] = field(default_factory=dict)
 

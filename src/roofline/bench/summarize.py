@@ -10,6 +10,13 @@ from typing import Any
 
 from roofline.bench import metrics
 from roofline.bench.records import PHASE_WARMUP
+from roofline.bench.repeats import (
+    GROUPED,
+    RepeatGroups,
+    group_figures,
+    repeated_ids,
+    split_lines,
+)
 
 DISTRIBUTIONS = (
     "ttft_s",
@@ -36,10 +43,26 @@ def summarize_scenario(
     *,
     ceiling: Any = None,
     slo_s: Mapping[str, float] | None = None,
+    repeats: Mapping[str, Any] | None = None,
+    repeated: set[int] | None = None,
 ) -> dict:
-    """One scenario's summary. `lines` may include warm-up lines; they are counted, not measured."""
+    """One scenario's summary. `lines` may include warm-up lines; they are counted, not measured.
+    With `repeats` (provenance's, policy fresh or split) first-time and repeated prompts (the line
+    ids in `repeated`) are also summarized apart; under fresh the figures count first-time ones
+    only (`bench.repeats`)."""
     warm = [ln for ln in lines if ln.get("phase") == PHASE_WARMUP]
     meas = [ln for ln in lines if ln.get("phase") != PHASE_WARMUP]
+    groups = None
+    if repeats is not None and repeats.get("policy") in GROUPED:
+        first, again = split_lines(meas, repeated or set())
+        groups = RepeatGroups(
+            repeats["policy"],
+            group_figures(first),
+            group_figures(again),
+            repeats.get("server_memory"),
+        )
+        if groups.policy == "fresh":
+            meas = first
     ok = [ln for ln in meas if ln.get("ok")]
     failed = [ln for ln in meas if not ln.get("ok")]
     per = [metrics.request_metrics(ln) for ln in ok]
@@ -79,6 +102,8 @@ def summarize_scenario(
         out["goodput"] = metrics.goodput(per, slo_s, window)
         out["slo_percentiles_met"] = _mlperf_check(out["metrics"], slo_s)
     out["passes"] = _passes(ok, per)
+    if groups is not None:
+        out["repeats"] = groups.to_json()
     if ceiling is not None:
         out["vs_ceiling"] = vs_ceiling(
             ceiling, out["metrics"]["output_speed_tok_per_s"], out["passes"]
@@ -199,13 +224,18 @@ def summarize(
     unreadable_lines: int = 0,
 ) -> dict:
     planned = [s["name"] for s in provenance.get("scenarios", ())]
+    repeats = provenance.get("repeats")
+    repeated = repeated_ids(lines, repeats.get("same_as") or {}) if repeats else set()
     scenarios = []
     for name in scenario_names(lines, planned):
         sl = [ln for ln in lines if ln.get("scenario") == name]
         spec = next(
             (s for s in provenance.get("scenarios", ()) if s["name"] == name), {"name": name}
         )
-        scenarios.append({"scenario": spec, **summarize_scenario(sl, ceiling=ceiling, slo_s=slo_s)})
+        figures = summarize_scenario(
+            sl, ceiling=ceiling, slo_s=slo_s, repeats=repeats, repeated=repeated
+        )
+        scenarios.append({"scenario": spec, **figures})
     return {
         "provenance": dict(provenance),
         "ceiling": ceiling.to_dict() if ceiling is not None else None,

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from roofline.bench.repeats import RepeatGroups
 from roofline.bench.verify import Verify
 from roofline.response_stats import ServerStats
 
@@ -197,6 +198,8 @@ class ScenarioSummary:
     vs_ceiling: VsCeiling | None = None
     client_cpu_s: float | None = None
     client_cpu_us_per_token: float | None = None
+    # first-time and repeated prompts apart (--repeat-policy fresh or split; bench.repeats)
+    repeats: RepeatGroups | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -220,12 +223,16 @@ class ScenarioSummary:
             goodput=_typed(Goodput, known.pop("goodput", None)),
             passes=_typed(Passes, known.pop("passes", None)),
             vs_ceiling=_typed(VsCeiling, known.pop("vs_ceiling", None)),
+            repeats=RepeatGroups.from_json(known.pop("repeats", None)),
             extra=extra,
             **known,
         )
 
     def to_json(self) -> dict[str, Any]:
-        return _plain(self)
+        out = _plain(self)
+        if self.repeats is None:  # a run that does not split repeats writes no "repeats" key
+            del out["repeats"]
+        return out
 
 
 @dataclass(frozen=True)

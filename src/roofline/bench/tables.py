@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from roofline.bench.against import percent_text, read_ratio_line
+from roofline.bench.positions import positions_table
+from roofline.bench.repeats import repeats_table
 from roofline.bench.summary import CeilingFigures, Distribution, RunSummary, ScenarioSummary
 from roofline.bench.verify import verify_line
 
@@ -289,6 +291,8 @@ def tables(summary: RunSummary) -> list[Table]:
             latency_table(summary),
             rates_table(summary),
             prompts_table(summary),
+            repeats_table(summary),
+            positions_table(summary),
             failures_table(summary),
         )
         if t

@@ -228,6 +228,14 @@ def register(app: typer.Typer) -> None:
             "divergence; the exit code stays 0. Nothing to check when every scenario runs one "
             "stream.",
         ),
+        repeat_policy: str = typer.Option(
+            "auto",
+            "--repeat-policy",
+            help="How repeats of an identical prompt count when the server remembers across "
+            "requests (a shared draft trie): fresh (figures from first-time prompts only), split "
+            "(all count, first-time and repeated also shown apart), repeat (all count alike); "
+            "auto: split if the server says it remembers, else repeat.",
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
         as_markdown: bool = typer.Option(
             False, "--markdown", help="Print the summary as Markdown."
@@ -281,6 +289,7 @@ def register(app: typer.Typer) -> None:
             as_markdown=as_markdown,
             no_report=no_report,
             verify=verify,
+            repeat_policy=repeat_policy,
         )
         run_until_signal(_run, options)
 

@@ -153,6 +153,13 @@ def register(app: typer.Typer) -> None:
             "300s", "--timeout", help="Per-request timeout; a request past it fails."
         ),
         seed: int = typer.Option(0, "--seed", help="Seed for TPE's draws."),
+        repeat_policy: str = typer.Option(
+            "fresh",
+            "--repeat-policy",
+            help="fresh: when a trial's server remembers across requests (a shared draft trie), "
+            "its objective counts only prompts it had not seen (each sent once, before the "
+            "exactness pass); repeat: every request counts, as bench's --repeat-policy repeat.",
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print tune.json's content."),
         as_markdown: bool = typer.Option(False, "--markdown", help="Print the result as Markdown."),
         no_report: bool = typer.Option(
@@ -187,6 +194,7 @@ def register(app: typer.Typer) -> None:
             engine_timeout=engine_timeout,
             timeout=timeout,
             seed=seed,
+            repeat_policy=repeat_policy,
             as_json=as_json,
             as_markdown=as_markdown,
             no_report=no_report,
@@ -219,6 +227,7 @@ def _new_options(a: TuneArgs) -> TuneOptions:
     from roofline.bench.metrics import parse_slo
     from roofline.tune.objectives import ObjectiveSettings, get_objective
     from roofline.tune.search import get_strategy
+    from roofline.tune.settings import REPEAT_POLICIES
     from roofline.tune.space import default_preset, load_preset, load_space_file
     from roofline.tune.tuner import TuneOptions
 
@@ -234,6 +243,10 @@ def _new_options(a: TuneArgs) -> TuneOptions:
     _positive("--reps", a.reps)
     _positive("--max-tokens", a.max_tokens)
     _positive("--concurrency", a.concurrency)
+    if a.repeat_policy not in REPEAT_POLICIES:
+        raise UserError(
+            f"--repeat-policy must be one of {', '.join(REPEAT_POLICIES)} (got {a.repeat_policy!r})"
+        )
     get_objective(
         a.objective,
         ObjectiveSettings(a.concurrency, parse_slo(a.slo) if a.slo else None, a.price_per_hour),
@@ -287,6 +300,7 @@ def _new_options(a: TuneArgs) -> TuneOptions:
         ready_timeout_s=_seconds("--engine-timeout", a.engine_timeout),
         request_timeout_s=_seconds("--timeout", a.timeout),
         seed=a.seed,
+        repeat_policy=a.repeat_policy,
     )
 
 

@@ -116,6 +116,29 @@ class SchedulerCollector:
             "Accepted / drafted tokens so far (NaN before any draft).",
             value=float("nan") if rate is None else rate,
         )
+        yield from self._positions(p)
+
+    def _positions(self, p: str) -> Iterator[Metric]:
+        """Per draft position: offered and reached by the accepted path, by proposer and match
+        length bucket (survival = survived / offered; the adaptive budget's s_i)."""
+        table = getattr(self.scheduler.speculation, "acceptance", None)
+        labels = ["proposer", "match", "position"]
+        offered = CounterMetricFamily(
+            f"{p}_spec_position_offered",
+            "Verify steps that offered this draft position.",
+            labels=labels,
+        )
+        survived = CounterMetricFamily(
+            f"{p}_spec_position_survived",
+            "Verify steps whose accepted path reached this draft position.",
+            labels=labels,
+        )
+        for row in table.rows() if table is not None else ():
+            key = [row.proposer, row.match, str(row.position)]
+            offered.add_metric(key, row.offered)
+            survived.add_metric(key, row.survived)
+        yield offered
+        yield survived
 
 
 class RefusalCollector:

@@ -85,6 +85,7 @@ class _ServerState:
         as the file stores them (what the model needs), the second ceiling every run is shown
         against. No file path: the server's disk layout is nobody's business."""
         r = self.runner
+        acceptance = getattr(self.scheduler.speculation, "acceptance", None)
         return {
             "id": self.model_name,
             "object": "model",
@@ -98,6 +99,10 @@ class _ServerState:
                 hardware="local",
                 max_batch=self.scheduler.max_batch,
                 max_seq_len=self.scheduler.max_seq_len,
+                cross_request_memory=bool(
+                    getattr(self.scheduler.speculation, "cross_request", False)
+                ),
+                position_acceptance=tuple(acceptance.rows()) if acceptance is not None else (),
             ).to_json(),
         }
 

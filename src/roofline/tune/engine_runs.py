@@ -20,12 +20,12 @@ if TYPE_CHECKING:
     from roofline.tune.settings import TrialSettings
 
 
-def greedy_outputs(launcher: Any, url: str, settings: TrialSettings) -> list[Any]:
-    """One greedy output per prompt, in order: the exactness evidence, and the engine's warm-up."""
+def discovered(url: str, settings: TrialSettings) -> dict[str, Any]:
+    """What the trial's server says about itself (bench's discovery: served name, its stats)."""
     from roofline.bench.driver import discover
     from roofline.bench.plan import BenchPlan
 
-    info = asyncio.run(
+    return asyncio.run(
         discover(
             BenchPlan(
                 url=url,
@@ -36,6 +36,23 @@ def greedy_outputs(launcher: Any, url: str, settings: TrialSettings) -> list[Any
             )
         )
     )
+
+
+def first_time_only(settings: TrialSettings, info: dict[str, Any]) -> bool:
+    """The trial's timed requests must be prompts its server has not seen: it says it remembers
+    across requests (a shared draft trie) and the policy is fresh."""
+    from roofline.response_stats import ServerStats
+
+    stats = ServerStats.from_json(info.get("roofline"))
+    return settings.repeat_policy == "fresh" and bool(stats and stats.cross_request_memory)
+
+
+def greedy_outputs(
+    launcher: Any, url: str, settings: TrialSettings, info: dict[str, Any] | None = None
+) -> list[Any]:
+    """One greedy output per prompt, in order: the exactness evidence, and the engine's warm-up.
+    info: the server's discovery, when the caller has it."""
+    info = info if info is not None else discovered(url, settings)
     timeout = settings.request_timeout_s * max(1, len(settings.prompts))
 
     async def go() -> list[Any]:
@@ -60,11 +77,20 @@ def bench_run(
     out: Path,
     progress: Progress,
     alone: Sequence[GreedyOutput] | None = None,
+    *,
+    first_time: bool = False,
 ) -> tuple[RunSummary, list[dict]]:
     """Bench the running engine with the objective's scenario: (its summary, its request lines).
     alone: the trial's greedy outputs, one prompt at a time: the reference its outputs under the
-    objective's load are checked against (asked for again when None)."""
+    objective's load are checked against (asked for again when None).
+
+    first_time: the server remembers across requests and has seen none of the prompts (the caller
+    runs this before the greedy pass): each prompt is sent once, after a warm-up with a prompt not
+    in the set (bench's --repeat-policy fresh), and the lines returned are first-time prompts only
+    (a prompt whose text an earlier one already had is left out): the first pass of each prompt is
+    what the objective measures. One repetition leaves the trial without a spread."""
     from roofline.bench.plan import BenchPlan
+    from roofline.bench.repeats import repeated_ids, same_as
     from roofline.bench.results import read_requests
     from roofline.bench.session import run_session
 
@@ -77,10 +103,11 @@ def bench_run(
         scenarios=[settings.objective.scenario(os_)],
         model=settings.ceiling_model,
         hardware=hardware,
-        reps=settings.reps,
+        reps=1 if first_time else settings.reps,
         max_tokens=settings.max_tokens,
         temperature=0.0,
-        warmup=0,  # the greedy pass warmed it up
+        warmup=1 if first_time else 0,  # else the greedy pass warmed it up
+        repeat_policy="fresh" if first_time else "auto",
         usage=settings.usage,
         timeout_s=settings.request_timeout_s,
         slo_s=dict(os_.slo_s) if os_.slo_s else None,
@@ -101,6 +128,9 @@ def bench_run(
     if outcome.interrupted:
         raise KeyboardInterrupt
     lines, _ = read_requests(outcome.run_dir)
+    if first_time:
+        again = repeated_ids(lines, same_as(settings.prompts))
+        lines = [ln for ln in lines if ln["id"] not in again]
     return outcome.summary, lines
 
 

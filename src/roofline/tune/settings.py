@@ -9,6 +9,8 @@ from typing import Any
 from roofline.bench.workloads import Prompt
 from roofline.tune.objectives import Objective, ObjectiveSettings
 
+REPEAT_POLICIES = ("fresh", "repeat")  # tune's subset of bench's --repeat-policy
+
 
 @dataclass(frozen=True)
 class TrialSettings:
@@ -29,3 +31,6 @@ class TrialSettings:
     request_timeout_s: float = 300.0
     stop_grace_s: float = 10.0  # SIGTERM -> SIGKILL when the engine ignores it
     usage: str = "auto"  # bench's token accounting; "per-chunk" skips the negotiation request
+    # fresh: with a server that remembers across requests, the objective counts first-time prompts
+    # only (tune.engine_runs); repeat: every request counts
+    repeat_policy: str = "fresh"

@@ -3,7 +3,10 @@
     start_engine(config)     the launcher's argv, its own process group, /health
     greedy outputs           temperature 0, one prompt at a time: the exactness evidence, and the
                              warm-up (first requests pay for compilation)
-    roofline bench           the objective's workload, in bench's own run folder
+    roofline bench           the objective's workload, in bench's own run folder; when the server
+                             remembers across requests (a shared draft trie) and the policy is
+                             fresh, this comes first, each prompt once: the timed requests are
+                             prompts it has not seen (tune.engine_runs.bench_run)
     exactness gate           the greedy outputs against the baseline's
     stop the engine          whatever happened (no orphan processes)
 
@@ -26,7 +29,7 @@ from typing import Any
 from roofline.bench.driver import Progress
 from roofline.bench.engines.greedy import Exactness
 from roofline.bench.summary import RunSummary
-from roofline.tune.engine_runs import bench_run, greedy_outputs
+from roofline.tune.engine_runs import bench_run, discovered, first_time_only, greedy_outputs
 from roofline.tune.objectives import measure
 from roofline.tune.records import Machine, TrialMetrics
 from roofline.tune.search import Slot
@@ -209,8 +212,17 @@ def run_trial(
             on_start=lambda s: argv.extend(s.argv),
         ) as server:
             progress.note(f"trial {number}: engine ready ({' '.join(argv)})")
-            outputs = greedy_outputs(launcher, server.url, settings)
-            summary, lines = bench_run(settings, server.url, folder / "bench", progress, outputs)
+            info = discovered(server.url, settings)
+            if first_time_only(settings, info):  # timed first, while every prompt is new to it
+                summary, lines = bench_run(
+                    settings, server.url, folder / "bench", progress, first_time=True
+                )
+                outputs = greedy_outputs(launcher, server.url, settings, info)
+            else:
+                outputs = greedy_outputs(launcher, server.url, settings, info)
+                summary, lines = bench_run(
+                    settings, server.url, folder / "bench", progress, outputs
+                )
     except KeyboardInterrupt:
         raise
     except ServerDied as e:

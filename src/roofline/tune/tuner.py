@@ -54,6 +54,7 @@ class TuneOptions:
     request_timeout_s: float = 300.0
     stop_grace_s: float = 10.0
     seed: int = 0
+    repeat_policy: str = "fresh"  # tune.settings.REPEAT_POLICIES
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -106,6 +107,7 @@ class TuneArgs:
     engine_timeout: str = "300s"
     timeout: str = "300s"
     seed: int = 0
+    repeat_policy: str = "fresh"
     as_json: bool = False
     as_markdown: bool = False
     no_report: bool = False
@@ -164,6 +166,7 @@ def trial_settings(options: TuneOptions) -> Any:
         request_timeout_s=options.request_timeout_s,
         stop_grace_s=options.stop_grace_s,
         usage=USAGE_PER_CHUNK if launcher.usage_per_chunk else "auto",
+        repeat_policy=options.repeat_policy,
     )
 
 

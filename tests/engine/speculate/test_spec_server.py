@@ -20,6 +20,7 @@ from roofline.engine.speculate.base import SpecOptions
 from roofline.engine.speculate.step import speculation_factory
 from roofline.engine.speculate.tree import DraftTree
 from roofline.engine.speculate.verify import accept
+from roofline.response_stats import ServerStats
 
 PROMPTS = [
     "1, 2, 3, 4, 1, 2, 3, 4, 1, 2,",
@@ -69,6 +70,7 @@ def test_server_mixed_speculating_and_plain_requests(tiny_gguf, method, extra):
         with ThreadPoolExecutor(len(PROMPTS)) as pool:
             results = list(pool.map(run, range(len(PROMPTS))))
         m = metrics(url)
+        card = httpx.get(url + "/v1/models").json()["data"][0]["roofline"]
     for i, r in enumerate(results):
         assert r["choices"][0]["token_ids"] == expected[i], PROMPTS[i]
         assert r["usage"]["completion_tokens"] == N
@@ -87,6 +89,21 @@ def test_server_mixed_speculating_and_plain_requests(tiny_gguf, method, extra):
     )
     # drafts shared passes
     assert m["roofline_decode_rows_total"] > m["roofline_decode_batch_tokens_total"]
+    # per draft position: the accepted path's depths add up to the accepted tokens
+    survived = {k: v for k, v in m.items() if k.startswith("roofline_spec_position_survived_total")}
+    assert survived and all(f"proposer={method}" in k for k in survived)
+    assert sum(survived.values()) == m["roofline_spec_accepted_tokens_total"]
+    stats = ServerStats.from_json(card)
+    assert stats.cross_request_memory is False  # each request's own trie
+    assert sum(r.survived for r in stats.position_acceptance) == sum(survived.values())
+    assert all(r.offered >= r.survived for r in stats.position_acceptance)
+
+
+def test_a_shared_trie_says_it_remembers_across_requests(tiny_gguf):
+    runner = load_runner(str(tiny_gguf), max_batch=1, max_seq_len=64)
+    shared = SpecOptions("trie", trie_scope="shared", adaptive=False)
+    assert speculation_factory(shared, runner).cross_request is True
+    assert speculation_factory(SpecOptions("trie", adaptive=False), runner).cross_request is False
 
 
 def test_streamed_tokens_and_usage_with_speculation(tiny_gguf):

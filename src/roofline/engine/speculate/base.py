@@ -37,5 +37,7 @@ class Proposer(Protocol):
 
 # A registry entry: given the options and the target model's runner, a maker of one proposer per
 # request. Everything the proposers of one maker share (the trie under trie_scope "shared", a draft
-# model) lives in the closure the entry returns.
+# model) lives in the closure the entry returns; a maker whose proposers learn from one request for
+# the next (the shared trie) carries `cross_request = True`, which the server reports (a benchmark
+# that repeats a prompt then measures that memory).
 ProposerFactory = Callable[[SpecOptions, Any], Callable[[], Proposer]]

@@ -23,26 +23,33 @@ from roofline.engine.speculate.base import SpecOptions
 from roofline.engine.speculate.tree import DraftTree
 
 
-def lookup_continuation(tokens: np.ndarray, min_n: int, max_n: int, k: int) -> np.ndarray:
-    """The (up to) k tokens after the earliest earlier occurrence of the longest suffix n-gram of
-    `tokens` with min_n <= n <= max_n; an empty array when there is none (or k <= 0)."""
+def longest_match(tokens: np.ndarray, min_n: int, max_n: int) -> tuple[int, int]:
+    """(end, n): the earliest earlier occurrence of the longest suffix n-gram of `tokens` with
+    min_n <= n <= max_n ends at `end`; (-1, 0) when there is none."""
     length = len(tokens)
-    if k <= 0 or length < min_n + 1:  # an earlier occurrence of an n-gram needs n + 1 tokens
-        return tokens[:0]
+    if length < min_n + 1:  # an earlier occurrence of an n-gram needs n + 1 tokens
+        return -1, 0
     cand = np.flatnonzero(tokens[: length - 1] == tokens[length - 1])
-    best_end = -1
+    best_end, best_n = -1, 0
     m = 1
     while cand.size:
         if m >= min_n:
-            best_end = int(cand[0])
+            best_end, best_n = int(cand[0]), m
         if m == max_n:
             break
         cand = cand[cand >= m]
         cand = cand[tokens[cand - m] == tokens[length - 1 - m]]
         m += 1
-    if best_end < 0:
+    return best_end, best_n
+
+
+def lookup_continuation(tokens: np.ndarray, min_n: int, max_n: int, k: int) -> np.ndarray:
+    """The (up to) k tokens after the earliest earlier occurrence of the longest suffix n-gram of
+    `tokens` with min_n <= n <= max_n; an empty array when there is none (or k <= 0)."""
+    if k <= 0:
         return tokens[:0]
-    return tokens[best_end + 1 : best_end + 1 + k]
+    end, _ = longest_match(tokens, min_n, max_n)
+    return tokens[:0] if end < 0 else tokens[end + 1 : end + 1 + k]
 
 
 class PromptLookupProposer:
@@ -55,6 +62,7 @@ class PromptLookupProposer:
         self.k = options.k
         self._buf = np.zeros(256, dtype=np.int64)
         self._len = 0
+        self.match_len: int | None = None  # of the last proposal
 
     @classmethod
     def factory(
@@ -66,10 +74,13 @@ class PromptLookupProposer:
 
     def propose(self, context: Sequence[int], max_tokens: int) -> DraftTree:
         self._sync(context)
-        draft = lookup_continuation(
-            self._buf[: self._len], self.min_n, self.max_n, min(self.k, max_tokens)
-        )
-        return DraftTree.chain(draft.tolist())
+        k, tokens = min(self.k, max_tokens), self._buf[: self._len]
+        end, n = longest_match(tokens, self.min_n, self.max_n)
+        if k <= 0 or end < 0:
+            self.match_len = None
+            return DraftTree.empty()
+        self.match_len = n  # the acceptance statistics' bucket (adaptive.py)
+        return DraftTree.chain(tokens[end + 1 : end + 1 + k].tolist())
 
     def accepted(self, context: Sequence[int]) -> None:
         """Nothing to learn: the next `propose` reads the context it is given."""

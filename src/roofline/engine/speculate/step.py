@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from roofline.engine.speculate.adaptive import DraftBudget, SpecStats
+from roofline.engine.speculate.adaptive import AcceptanceTable, DraftBudget, SpecStats
 from roofline.engine.speculate.base import SpecOptions
 from roofline.engine.speculate.tree import DraftTree
 from roofline.engine.speculate.verify import accept
@@ -40,7 +40,8 @@ class RequestSpeculation:
         if self.chain_cost_first:
             n = self.budget.chain_length(min(room, self.proposer.k))
             return self.proposer.propose(context, n) if n else DraftTree.empty()
-        return self.budget.cut(self.proposer.propose(context, room))
+        tree = self.proposer.propose(context, room)
+        return self.budget.cut(tree, getattr(self.proposer, "match_len", None))
 
     def verified(self, context: list[int], tree: DraftTree, accepted: int) -> None:
         self.budget.record(tree, accepted)
@@ -55,7 +56,9 @@ class RequestSpeculation:
 def speculation_factory(options: SpecOptions, runner) -> Callable[[], RequestSpeculation] | None:
     """A maker of one RequestSpeculation per request (None when options.method is "none"). Measures
     the runner's pass costs once (the adaptive budget's unit) and, for "draft", loads the draft
-    runner."""
+    runner. The maker's `cross_request` says whether one request's drafts learn from earlier
+    requests (the server reports it: `ServerStats.cross_request_memory`); its `acceptance` is the
+    per-position table all its requests record into and size their drafts by (adaptive.py)."""
     from roofline.engine.speculate import proposer_factory
 
     make_proposer = proposer_factory(options, runner)
@@ -68,14 +71,18 @@ def speculation_factory(options: SpecOptions, runner) -> Callable[[], RequestSpe
         draft_runner.bytes_per_token / runner.bytes_per_token if draft_runner is not None else 0.0
     )
 
+    table = AcceptanceTable(options.method)  # every request's drafts, by position
+
     def make() -> RequestSpeculation:
         budget = DraftBudget(
-            runner.pass_cost, draft_pass_cost=draft_cost, adaptive=options.adaptive
+            runner.pass_cost, draft_pass_cost=draft_cost, adaptive=options.adaptive, table=table
         )
         return RequestSpeculation(
             make_proposer(), budget, chain_cost_first=draft_runner is not None
         )
 
+    make.cross_request = bool(getattr(make_proposer, "cross_request", False))  # type: ignore
+    make.acceptance = table  # type: ignore
     return make
 
 

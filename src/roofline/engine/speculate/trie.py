@@ -282,6 +282,7 @@ class TrieProposer:
         self._serials = [0]
         self._len = 0  # context tokens inserted
         self._last = -1  # the last of them
+        self.match_len: int | None = None  # the longest anchor of the last proposal
 
     @classmethod
     def factory(cls, options: SpecOptions, target: object = None) -> Callable[[], TrieProposer]:
@@ -289,7 +290,12 @@ class TrieProposer:
         unused)."""
         if options.trie_scope == "shared":
             shared = TokenTrie(options.trie_capacity, options.max_trie_depth)
-            return lambda: cls(options, shared)
+
+            def make() -> TrieProposer:
+                return cls(options, shared)
+
+            make.cross_request = True  # what one request inserts drafts for later ones
+            return make
         return lambda: cls(options)
 
     def propose(self, context: Sequence[int], max_tokens: int) -> DraftTree:
@@ -302,6 +308,7 @@ class TrieProposer:
         anchors = [
             (m, tails[m]) for m in range(len(tails) - 1, 0, -1) if self.trie.children(tails[m])
         ]
+        self.match_len = anchors[0][0] if anchors else None  # the statistics' bucket (adaptive)
         if not opts.tree:
             return grow_draft_tree(self.trie, anchors, max_nodes, lambda m: 1).best_path()
         return grow_draft_tree(
