@@ -6,6 +6,9 @@ engine, so the schema lives here, stdlib only).
     file_bytes_per_token   the same count over the weights as the model's file stores them
     dtype                  the engine's weight format
     hardware, max_batch, max_seq_len   what the engine runs on and how far it goes
+    pass_costs             {"rows": time of a weight pass over that many rows of one sequence
+                           relative to one row}, as the engine measured them at start-up (the
+                           cost of verifying a draft: what a predicted speculation ladder needs)
 
 Another server may send anything under that key: `from_json` keeps a field only when it has the
 right type (a number, not a bool; a string), so a malformed entry reads as unknown, never as an
@@ -27,6 +30,19 @@ def _text(v: Any) -> str | None:
     return v if isinstance(v, str) else None
 
 
+def _costs(v: Any) -> tuple[tuple[int, float], ...] | None:
+    """{"rows": cost} with whole rows >= 1 and positive costs, as sorted pairs; None otherwise."""
+    if not isinstance(v, Mapping) or not v:
+        return None
+    out = []
+    for k, c in v.items():
+        rows = int(k) if isinstance(k, str) and k.isdigit() else None
+        if not rows or _number(c) is None or not c > 0:
+            return None
+        out.append((rows, float(c)))
+    return tuple(sorted(out))
+
+
 @dataclass(frozen=True)
 class ServerStats:
     bytes_per_token: int | float | None = None
@@ -35,6 +51,7 @@ class ServerStats:
     hardware: str | None = None
     max_batch: int | None = None
     max_seq_len: int | None = None
+    pass_costs: tuple[tuple[int, float], ...] | None = None  # (rows, relative cost), ascending
 
     def to_json(self) -> dict[str, Any]:
         """The entry's `"roofline"` object; unknown figures are left out."""
@@ -45,6 +62,9 @@ class ServerStats:
             "hardware": self.hardware,
             "max_batch": self.max_batch,
             "max_seq_len": self.max_seq_len,
+            "pass_costs": (
+                None if self.pass_costs is None else {str(r): c for r, c in self.pass_costs}
+            ),
         }
         return {k: v for k, v in out.items() if v is not None}
 
@@ -61,4 +81,5 @@ class ServerStats:
             hardware=_text(d.get("hardware")),
             max_batch=batch if isinstance(batch, int) else None,
             max_seq_len=seq if isinstance(seq, int) else None,
+            pass_costs=_costs(d.get("pass_costs")),
         )
