@@ -160,6 +160,14 @@ def register(app: typer.Typer) -> None:
             "--no-report",
             help="Skip report.html (ladder, sweeps, roofline charts) at the end.",
         ),
+        predict: bool = typer.Option(
+            False,
+            "--predict",
+            help="Run the baseline only, then print the predicted ladder of every model-free "
+            "proposer setting in the space (replayed over the baseline's greedy outputs; "
+            "predicted.json) and stop. Without it, a run that can predict writes predicted.json "
+            "too and shows predicted beside measured.",
+        ),
     ) -> None:
         from roofline.tune.tuner import TuneArgs
 
@@ -191,7 +199,7 @@ def register(app: typer.Typer) -> None:
             as_markdown=as_markdown,
             no_report=no_report,
         )
-        run_until_signal(_run, args)
+        run_until_signal(lambda a: _run(a, predict=predict), args)
 
 
 def _seconds(name: str, text: str) -> float:
@@ -290,7 +298,7 @@ def _new_options(a: TuneArgs) -> TuneOptions:
     )
 
 
-def _run(a: TuneArgs) -> int:
+def _run(a: TuneArgs, *, predict: bool = False) -> int:
     from dataclasses import replace
     from types import SimpleNamespace
 
@@ -307,6 +315,8 @@ def _run(a: TuneArgs) -> int:
     else:
         options = _new_options(a)
         run_dir = default_run_dir(f"tune-{options.engine}", a.runs)
+    if predict:  # the baseline is trial 0: a budget of one runs it alone
+        options = replace(options, trials=1)
     write_options(run_dir, options)
     display = _display(options)
     try:
@@ -329,6 +339,12 @@ def _run(a: TuneArgs) -> int:
         return 1
     finally:
         display.stop()
+    try:
+        ladder = _predicted(run_dir, options, result)
+    except Exception as e:  # a prediction never fails a tuning run; --predict says why
+        ladder = f"no prediction: {type(e).__name__}: {e}"
+    if predict:
+        return _print_predicted(ladder, result, run_dir, as_json=a.as_json)
     _print(result, as_json=a.as_json, as_markdown=a.as_markdown)
     typer.echo(f"run folder: {run_dir} (tune.json, trials.jsonl, trials/*/server.log)", err=True)
     if not a.no_report:
@@ -336,6 +352,34 @@ def _run(a: TuneArgs) -> int:
 
         write_report_after_run(run_dir)
     return 0 if result.best is not None else 1
+
+
+def _predicted(run_dir: Path, options, result):
+    """The predicted ladder from the run's baseline, written to predicted.json; or why there is
+    none (one line)."""
+    from roofline.tune.predict_run import predict_run, write_predicted
+
+    ladder = predict_run(run_dir, options, result.baseline)
+    if not isinstance(ladder, str):
+        write_predicted(run_dir, ladder)
+    return ladder
+
+
+def _print_predicted(ladder, result, run_dir: Path, *, as_json: bool) -> int:
+    """--predict's output: the predicted table (or predicted.json's content); exit 2 when the
+    baseline gave nothing to replay."""
+    from roofline.cli import output
+    from roofline.cli.tune_output import print_predicted
+
+    if isinstance(ladder, str):
+        typer.echo(f"error: {ladder}\nrun folder: {run_dir}", err=True)
+        return 2
+    if as_json:
+        output.print_json(ladder.to_json())
+    else:
+        print_predicted(ladder, result.baseline.config if result.baseline else None)
+    typer.echo(f"run folder: {run_dir} (predicted.json, trials/*/greedy.json)", err=True)
+    return 0
 
 
 def _display(options):

@@ -15,6 +15,7 @@ from roofline.report.tune_text import (
     header_notes,
     percent,
     percent_file,
+    predicted_table,
     status_note,
     tables,
 )
@@ -37,6 +38,17 @@ def print_rich(t: TuneResult) -> None:
         c.print(f, highlight=False, markup=False, soft_wrap=True)  # as the server wrote it
     for line in best_lines(t):
         c.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def print_predicted(ladder: Any, baseline: Mapping[str, Any] | None) -> None:
+    """`roofline tune --predict`'s table (a tune.predict_run.PredictedLadder)."""
+    from roofline.cli.output import console, print_wrapped, rich_table
+
+    c = console()
+    title, headers, rows, notes = predicted_table(ladder, baseline)
+    c.print(rich_table(title, headers, rows), crop=False)
+    for n in notes:
+        print_wrapped(c, n, indent="  ")
 
 
 def markdown(t: TuneResult) -> str:

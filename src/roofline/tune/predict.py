@@ -241,7 +241,8 @@ def settings(space: Space) -> list[dict[str, Any]]:
         methods = list(dims[METHOD_KNOB].values())
     out: list[dict[str, Any]] = []
     for method in dict.fromkeys(m for m in methods if model_free(m)):
-        reads = {speculation.options()[f].knob for f in speculation.PROPOSERS[method].reads}
+        fields = (*speculation.PROPOSERS[method].reads, "adaptive")  # every proposer's budget
+        reads = {speculation.options()[f].knob for f in fields}
         start = {**base, METHOD_KNOB: method}
         swept = [
             d

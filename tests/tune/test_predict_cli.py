@@ -1,0 +1,139 @@
+"""`roofline tune --predict` on a tiny random model through the embedded engine: the baseline alone
+runs, predicted.json holds every model-free proposer setting of the space, and the replayed n-gram
+steps equal the engine's own pass and draft counts for the same setting (greedy: by construction,
+with the adaptive budget off)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from tune_helpers import marker, wait_gone, write_profile, write_space
+
+from roofline.bench.engines import EMBEDDED, start_engine
+from roofline.tune.predict_run import PredictedLadder
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+from fixtures import write_tiny_gguf  # tests/engine: the writer of tiny models
+
+pytestmark = pytest.mark.slow
+
+SPACE = """
+[baseline]
+dtype = "fp32"
+[knobs.spec]
+choices = ["none", "ngram", "trie", "draft"]
+default = "none"
+[knobs.spec_k]
+choices = [2, 4]
+default = 4
+when = { spec = ["ngram", "draft"] }
+[knobs.prompt_lookup_min]
+choices = [1]
+default = 2
+required = true
+when = { spec = "ngram" }
+[knobs.max_bfs_breadth]
+choices = [2, 4]
+default = 10
+when = { spec = "trie" }
+[knobs.adaptive]
+choices = [false]
+default = false
+required = true
+when = { spec = ["ngram", "trie", "draft"] }
+"""
+PROMPTS = [
+    ("count", "1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2,"),
+    ("abc", "a b c a b c a b c a"),
+    ("fox", "The quick brown fox jumps over the lazy dog. The quick brown"),
+]
+N = 24
+
+
+def test_predict_runs_the_baseline_only_and_replays_the_engines_own_counts(tmp_path):
+    model = write_tiny_gguf(tmp_path / "model", tensor_type="F32", seed=0)
+    cache = tmp_path / "cache"
+    write_profile(cache, 30e9)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"id": i, "prompt": p}) + "\n" for i, p in PROMPTS), encoding="utf-8"
+    )
+    mark = marker()
+    cmd = [
+        sys.executable,
+        "-m",
+        "roofline",
+        "tune",
+        "--predict",
+        "--model",
+        str(model),
+        "--space",
+        str(write_space(tmp_path, SPACE)),
+        "--prompts",
+        str(prompts),
+        "--max-tokens",
+        str(N),
+        "--reps",
+        "1",
+        "--runs",
+        str(tmp_path / "runs"),
+        "--engine-arg",
+        "threads=1",
+        f"--engine-arg=--served-model-name={mark}",
+        "--no-report",
+    ]
+    env = {**os.environ, "ROOFLINE_CACHE_DIR": str(cache)}
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "predicted ladder" in p.stdout
+    (run,) = (tmp_path / "runs").iterdir()
+    trials = [json.loads(x) for x in (run / "trials.jsonl").read_text().splitlines()]
+    assert [t["slot"]["kind"] for t in trials] == ["baseline"]  # nothing else launched
+    ladder = PredictedLadder.from_json(json.loads((run / "predicted.json").read_text()))
+    # ngram k 2|4 and trie breadth 2|4; draft loads a model: not replayed
+    assert sorted(
+        (p.setting["spec"], p.setting.get("spec_k") or p.setting.get("max_bfs_breadth"))
+        for p in ladder.predictions
+    ) == [("ngram", 2), ("ngram", 4), ("trie", 2), ("trie", 4)]
+    assert ladder.pass_costs.source.startswith("measured")  # the engine's own, from /v1/models
+    assert all(set(p.prompts) == {i for i, _ in PROMPTS} for p in ladder.predictions)
+    greedy = json.loads((run / "trials" / "000" / "greedy.json").read_text())
+    assert all(g["prompt_token_ids"] and g["token_ids"] for g in greedy)
+
+    # the engine itself at one predicted setting, the same greedy requests
+    ngram = next(
+        p for p in ladder.predictions if p.setting["spec"] == "ngram" and p.setting["spec_k"] == 4
+    )
+    config = {"threads": 1, "dtype": "fp32", **ngram.setting}
+    reported = {}
+    with start_engine(EMBEDDED, model=str(model), config=config, log_path=tmp_path / "log") as s:
+        for i, text in PROMPTS:
+            body = {
+                "messages": [{"role": "user", "content": text}],
+                "max_tokens": N,
+                "temperature": 0.0,
+                "return_token_ids": True,
+            }
+            r = httpx.post(s.url + "/v1/chat/completions", json=body, timeout=120)
+            reported[i] = r.json()
+    for g in greedy:
+        r = reported[g["prompt_id"]]
+        assert r["choices"][0]["token_ids"] == g["token_ids"]  # speculation changes no token
+        assert r["prompt_token_ids"] == g["prompt_token_ids"]
+    full = [g["prompt_id"] for g in greedy if len(g["token_ids"]) == N]
+    assert full, "every output stopped early: no stream to compare"
+    for i in full:  # an output cut by EOS may have had drafts accepted past it in the engine
+        mine, theirs = ngram.prompts[i], reported[i]["roofline"]
+        assert (mine.passes, mine.drafted, mine.accepted) == (
+            theirs["passes"],
+            theirs["drafted_tokens"],
+            theirs["accepted_tokens"],
+        ), i
+    assert sum(ngram.prompts[i].accepted for i in full) > 0  # something to predict
+    assert wait_gone(mark) == []
