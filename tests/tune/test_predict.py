@@ -104,11 +104,14 @@ def test_settings_are_every_model_free_proposer_and_its_knobs():
     found = settings(_space())
     methods = [c["spec"] for c in found]
     assert "draft" not in methods and "none" not in methods  # draft loads a model
-    # ngram: k 2|3 x lookup max 1|2, but lookup max 1 is below the default min 2: refused
+    # ngram: k 2|3|4 (the default: a trial leaving it unset runs it) x lookup max 1|2|5, but max
+    # 1 is below the default min 2: refused
     ngram = [c for c in found if c["spec"] == "ngram"]
-    assert sorted((c["spec_k"], c["prompt_lookup_max"]) for c in ngram) == [(2, 2), (3, 2)]
+    assert sorted((c["spec_k"], c["prompt_lookup_max"]) for c in ngram) == [
+        (k, m) for k in (2, 3, 4) for m in (2, 5)
+    ]
     trie = [c for c in found if c["spec"] == "trie"]
-    assert sorted(c["max_bfs_breadth"] for c in trie) == [1, 2]
+    assert sorted(c["max_bfs_breadth"] for c in trie) == [1, 2, 10]
     assert all(c["adaptive"] is False and "dtype" not in c for c in found)
 
 
@@ -116,7 +119,7 @@ def test_predict_ladder_with_a_hand_built_cost_curve():
     streams = [Stream("a", (1, 2, 3, 4), (1, 2, 3, 9, 1, 2, 3, 9))]
     space = _space()
     ladder = predict_ladder(space, streams, LINEAR, baseline_tok_s=10.0)
-    assert len(ladder) == 4
+    assert len(ladder) == 9
     assert [p.ratio for p in ladder] == sorted((p.ratio for p in ladder), reverse=True)
     # ngram, k 3, lookup 1..2 (min lowered by the baseline): the replay above, 7 / 3.5
     space_min1 = space.with_baseline({"prompt_lookup_min": 1})

@@ -96,11 +96,17 @@ def test_predict_runs_the_baseline_only_and_replays_the_engines_own_counts(tmp_p
     trials = [json.loads(x) for x in (run / "trials.jsonl").read_text().splitlines()]
     assert [t["slot"]["kind"] for t in trials] == ["baseline"]  # nothing else launched
     ladder = PredictedLadder.from_json(json.loads((run / "predicted.json").read_text()))
-    # ngram k 2|4 and trie breadth 2|4; draft loads a model: not replayed
+    # ngram: k 2|4 x lookup min 1|2 (the default, which the ladder's ngram trial runs); trie:
+    # breadth 2|4|10 (the default); draft loads a model: not replayed
     assert sorted(
-        (p.setting["spec"], p.setting.get("spec_k") or p.setting.get("max_bfs_breadth"))
+        (p.setting["spec"], p.setting.get("spec_k"), p.setting.get("prompt_lookup_min"))
         for p in ladder.predictions
-    ) == [("ngram", 2), ("ngram", 4), ("trie", 2), ("trie", 4)]
+        if p.setting["spec"] == "ngram"
+    ) == [("ngram", 2, 1), ("ngram", 2, 2), ("ngram", 4, 1), ("ngram", 4, 2)]
+    assert sorted(
+        p.setting.get("max_bfs_breadth") for p in ladder.predictions if p.setting["spec"] == "trie"
+    ) == [2, 4, 10]
+    assert {p.setting["spec"] for p in ladder.predictions} == {"ngram", "trie"}
     assert ladder.pass_costs.source.startswith("measured")  # the engine's own, from /v1/models
     assert all(set(p.prompts) == {i for i, _ in PROMPTS} for p in ladder.predictions)
     greedy = json.loads((run / "trials" / "000" / "greedy.json").read_text())
@@ -108,7 +114,10 @@ def test_predict_runs_the_baseline_only_and_replays_the_engines_own_counts(tmp_p
 
     # the engine itself at one predicted setting, the same greedy requests
     ngram = next(
-        p for p in ladder.predictions if p.setting["spec"] == "ngram" and p.setting["spec_k"] == 4
+        p
+        for p in ladder.predictions
+        if p.setting["spec"] == "ngram"
+        and (p.setting["spec_k"], p.setting["prompt_lookup_min"]) == (4, 1)
     )
     config = {"threads": 1, "dtype": "fp32", **ngram.setting}
     reported = {}

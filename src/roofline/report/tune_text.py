@@ -318,7 +318,7 @@ def predicted_table(ladder: PredictedLadder, baseline: Mapping[str, Any] | None 
     headers = ["setting", "tok/pass", "acceptance", "predicted tok/s", "x baseline"]
     rows = [
         [
-            config_text(p.setting, baseline),
+            config_text({**(baseline or {}), **p.setting}, baseline),
             fmt(p.stats.tokens_per_pass),
             "-" if p.stats.acceptance is None else f"{100 * p.stats.acceptance:.0f}%",
             fmt(p.tok_per_s),

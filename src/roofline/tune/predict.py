@@ -232,8 +232,8 @@ def model_free(method: Any) -> bool:
 
 def settings(space: Space) -> list[dict[str, Any]]:
     """Every model-free proposer setting of the space: its method knob's model-free values, each
-    with every combination of the knobs that proposer reads (other knobs at the baseline's), as
-    {knob: value} over the speculation knobs set."""
+    with every combination of the knobs that proposer reads (their values and defaults; other
+    knobs at the baseline's), as {knob: value} over the speculation knobs set."""
     base = {k: v for k, v in space.baseline.items() if k in FIELD_OF}
     methods = [base.get(METHOD_KNOB)]
     dims = {d.name: d for d in space.dimensions}
@@ -249,7 +249,9 @@ def settings(space: Space) -> list[dict[str, Any]]:
             for d in space.dimensions
             if d.name in reads and d.name not in base and d.active(space.effective(start))
         ]
-        for values in itertools.product(*(d.values() for d in swept)):
+        # each knob's values and its default: what a trial that leaves it unset runs
+        grid = [dict.fromkeys((*d.values(), *_given(d.default))) for d in swept]
+        for values in itertools.product(*grid):
             config = space.resolve({**start, **{d.name: v for d, v in zip(swept, values)}})
             config = {k: v for k, v in config.items() if k in FIELD_OF}
             try:
@@ -259,6 +261,10 @@ def settings(space: Space) -> list[dict[str, Any]]:
             if config not in out:
                 out.append(config)
     return out
+
+
+def _given(value: Any) -> tuple:
+    return () if value is None else (value,)
 
 
 def predict_one(
