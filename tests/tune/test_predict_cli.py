@@ -112,16 +112,40 @@ def test_predict_runs_the_baseline_only_and_replays_the_engines_own_counts(tmp_p
     greedy = json.loads((run / "trials" / "000" / "greedy.json").read_text())
     assert all(g["prompt_token_ids"] and g["token_ids"] for g in greedy)
 
-    # the engine itself at one predicted setting, the same greedy requests
-    ngram = next(
-        p
-        for p in ladder.predictions
-        if p.setting["spec"] == "ngram"
-        and (p.setting["spec_k"], p.setting["prompt_lookup_min"]) == (4, 1)
-    )
-    config = {"threads": 1, "dtype": "fp32", **ngram.setting}
-    reported = {}
-    with start_engine(EMBEDDED, model=str(model), config=config, log_path=tmp_path / "log") as s:
+    # the engine itself at predicted settings of both proposers, the same greedy requests
+    def pick(spec, knob, value):
+        return next(
+            p
+            for p in ladder.predictions
+            if p.setting["spec"] == spec
+            and p.setting.get(knob) == value
+            and p.setting.get("prompt_lookup_min") in (None, 1)
+        )
+
+    full = [g["prompt_id"] for g in greedy if len(g["token_ids"]) == N]
+    assert full, "every output stopped early: no stream to compare"
+    for predicted in (pick("ngram", "spec_k", 4), pick("trie", "max_bfs_breadth", 4)):
+        reported = _engine_answers(model, predicted.setting, tmp_path / "log")
+        for g in greedy:
+            r = reported[g["prompt_id"]]
+            assert r["choices"][0]["token_ids"] == g["token_ids"]  # speculation changes no token
+            assert r["prompt_token_ids"] == g["prompt_token_ids"]
+        for i in full:  # an output cut by EOS may have had drafts accepted past it in the engine
+            mine, theirs = predicted.prompts[i], reported[i]["roofline"]
+            assert (mine.passes, mine.drafted, mine.accepted) == (
+                theirs["passes"],
+                theirs["drafted_tokens"],
+                theirs["accepted_tokens"],
+            ), (predicted.setting, i)
+        assert sum(predicted.prompts[i].accepted for i in full) > 0  # something to predict
+    assert wait_gone(mark) == []
+
+
+def _engine_answers(model: Path, setting: dict, log: Path) -> dict[str, dict]:
+    """Each prompt's greedy response from the embedded engine run with `setting`."""
+    config = {"threads": 1, "dtype": "fp32", **setting}
+    out = {}
+    with start_engine(EMBEDDED, model=str(model), config=config, log_path=log) as s:
         for i, text in PROMPTS:
             body = {
                 "messages": [{"role": "user", "content": text}],
@@ -129,20 +153,5 @@ def test_predict_runs_the_baseline_only_and_replays_the_engines_own_counts(tmp_p
                 "temperature": 0.0,
                 "return_token_ids": True,
             }
-            r = httpx.post(s.url + "/v1/chat/completions", json=body, timeout=120)
-            reported[i] = r.json()
-    for g in greedy:
-        r = reported[g["prompt_id"]]
-        assert r["choices"][0]["token_ids"] == g["token_ids"]  # speculation changes no token
-        assert r["prompt_token_ids"] == g["prompt_token_ids"]
-    full = [g["prompt_id"] for g in greedy if len(g["token_ids"]) == N]
-    assert full, "every output stopped early: no stream to compare"
-    for i in full:  # an output cut by EOS may have had drafts accepted past it in the engine
-        mine, theirs = ngram.prompts[i], reported[i]["roofline"]
-        assert (mine.passes, mine.drafted, mine.accepted) == (
-            theirs["passes"],
-            theirs["drafted_tokens"],
-            theirs["accepted_tokens"],
-        ), i
-    assert sum(ngram.prompts[i].accepted for i in full) > 0  # something to predict
-    assert wait_gone(mark) == []
+            out[i] = httpx.post(s.url + "/v1/chat/completions", json=body, timeout=120).json()
+    return out
