@@ -31,6 +31,7 @@ from roofline.tune.predict_run import (
 )
 from roofline.tune.records import TrialMetrics
 from roofline.tune.search import Slot
+from roofline.tune.space_records import Dimension, Space
 from roofline.tune.trial import TrialResult
 from roofline.tune.tuner import TuneOptions
 
@@ -167,6 +168,11 @@ def test_predicted_json_round_trip_and_why_not(tmp_path):
     why = predict_run(tmp_path, TuneOptions(engine="x"), base)
     assert why.startswith("no prediction:") and "no token ids" in why
     assert "did not finish" in predict_run(tmp_path, TuneOptions(), None)
+    # ids, but a space with no model-free proposer (draft loads a model)
+    (folder / "greedy.json").write_text(json.dumps([GreedyOutput("a", "", (1,), (2,)).to_json()]))
+    space = Space("s", "embedded", "", "", dimensions=(Dimension("spec", "choice", ("draft",)),))
+    why = predict_run(tmp_path, TuneOptions(space=space.to_json()), base)
+    assert "sets no model-free proposer" in why and "ngram" in why and "draft" not in why
 
 
 @pytest.mark.slow

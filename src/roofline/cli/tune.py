@@ -341,8 +341,10 @@ def _run(a: TuneArgs, *, predict: bool = False) -> int:
         display.stop()
     try:
         ladder = _predicted(run_dir, options, result)
-    except Exception as e:  # a prediction never fails a tuning run; --predict says why
+    except Exception as e:  # a prediction never fails a tuning run
         ladder = f"no prediction: {type(e).__name__}: {e}"
+        if not predict:
+            typer.echo(f"note: {ladder}", err=True)
     if predict:
         return _print_predicted(ladder, result, run_dir, as_json=a.as_json)
     _print(result, as_json=a.as_json, as_markdown=a.as_markdown)

@@ -230,6 +230,10 @@ def model_free(method: Any) -> bool:
     return traits is not None and not traits.draft_model
 
 
+def model_free_methods() -> list[str]:
+    return [m for m in speculation.PROPOSERS if model_free(m)]
+
+
 def settings(space: Space) -> list[dict[str, Any]]:
     """Every model-free proposer setting of the space: its method knob's model-free values, each
     with every combination of the knobs that proposer reads (their values and defaults; other

@@ -21,11 +21,14 @@ from typing import Any
 
 from roofline.tune.predict import (
     FIELD_OF,
+    METHOD_KNOB,
     PassCosts,
     Prediction,
     Stream,
     matching,
+    model_free_methods,
     predict_ladder,
+    settings,
     spec_options,
     with_baseline,
 )
@@ -159,6 +162,11 @@ def predict_run(run_dir: Path, options: Any, baseline: Any) -> PredictedLadder |
             "output (a replay needs both)"
         )
     space = Space.from_json(options.space)
+    if not settings(space):
+        return (
+            "no prediction: the space sets no model-free proposer (a knob "
+            f"{METHOD_KNOB!r} with one of {', '.join(sorted(model_free_methods()))})"
+        )
     costs = pass_costs_of(folder, baseline, options.model, options.hardware)
     tok_s = baseline.metrics.output_speed_median_tok_per_s
     found = predict_ladder(space, streams, costs, tok_s, options.max_tokens)
