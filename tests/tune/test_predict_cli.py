@@ -1,7 +1,7 @@
 """`roofline tune --predict` on a tiny random model through the embedded engine: the baseline alone
 runs, predicted.json holds every model-free proposer setting of the space, and the replayed n-gram
 steps equal the engine's own pass and draft counts for the same setting (greedy: by construction,
-with the adaptive budget off)."""
+with the adaptive budget off); on a text-only engine `--predict` says so in one line (exit 2)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tune_helpers import marker, wait_gone, write_profile, write_space
+from tune_helpers import fake_tune_argv, marker, wait_gone, write_profile, write_space
 
 from roofline.bench.engines import EMBEDDED, start_engine
 from roofline.tune.predict_run import PredictedLadder
@@ -155,3 +155,18 @@ def _engine_answers(model: Path, setting: dict, log: Path) -> dict[str, dict]:
             }
             out[i] = httpx.post(s.url + "/v1/chat/completions", json=body, timeout=120).json()
     return out
+
+
+def test_predict_on_a_text_only_engine_says_so_in_one_line(tmp_path):
+    space = write_space(tmp_path, "[baseline]\nspeed = 80\n[knobs.speed]\nchoices = [60, 80]\n")
+    p = subprocess.run(
+        fake_tune_argv("--predict", "--space", str(space), "--runs", str(tmp_path / "runs")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "error: no prediction:" in p.stderr and "no token ids" in p.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    assert len((run / "trials.jsonl").read_text().splitlines()) == 1  # the baseline alone
+    assert not (run / "predicted.json").exists()

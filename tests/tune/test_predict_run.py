@@ -1,21 +1,18 @@
 """The run-folder side of predicted ladders: streams from greedy.json (a text-only engine gives
 none), verify costs from the server's `/v1/models` figures or the ceiling's model, predicted.json,
-a prediction per trial that ran, the tables that show them, and `--predict` on a text-only engine
-(one line, exit 2)."""
+a prediction per trial that ran, and the tables that show them."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
-from tune_helpers import fake_tune_argv, write_space
 
 from roofline.bench.engines.greedy import GreedyOutput
 from roofline.bench.summary import CeilingFigures
 from roofline.engine.response_builder import ResponseBuilder
 from roofline.engine.scheduler import Usage
-from roofline.report.tune_text import predicted_table, trials_table
+from roofline.report.tune_text import predicted_table, tables, trials_table
 from roofline.response_stats import ServerStats
 from roofline.tune.predict import PassCosts, Prediction, ReplayStats
 from roofline.tune.predict_run import (
@@ -105,7 +102,7 @@ def test_verify_costs_from_the_server_else_from_the_ceiling(tmp_path):
     assert m.source.startswith("model")
 
 
-def test_predictions_per_trial_use_the_same_configuration_without_a_proposer():
+def test_predictions_per_trial_use_the_same_configuration_without_a_proposer(tmp_path):
     ngram = {"spec": "ngram", "spec_k": 4, "adaptive": False}
     ladder = PredictedLadder(
         0,
@@ -149,6 +146,10 @@ def test_predictions_per_trial_use_the_same_configuration_without_a_proposer():
     assert rows[2][col] == "120.0 (1.50x, 2.00 tok/pass)" and rows[1][col] == "-"
     assert any(n.startswith("predicted:") for n in notes)
     assert "predicted" not in trials_table(t)[1]
+    # `roofline tune` and the report: the column comes with the run folder's predicted.json
+    assert "predicted" not in tables(t, tmp_path)[-1][1]
+    write_predicted(tmp_path, ladder)
+    assert "predicted" in tables(t, tmp_path)[-1][1]
     _, headers, rows, notes = predicted_table(ladder, {"dtype": "fp32"})
     assert rows[0][:2] == ["spec=ngram spec_k=4 adaptive=False", "2.00"]
     assert any(MEASURED in n for n in notes)
@@ -173,19 +174,3 @@ def test_predicted_json_round_trip_and_why_not(tmp_path):
     space = Space("s", "embedded", "", "", dimensions=(Dimension("spec", "choice", ("draft",)),))
     why = predict_run(tmp_path, TuneOptions(space=space.to_json()), base)
     assert "sets no model-free proposer" in why and "ngram" in why and "draft" not in why
-
-
-@pytest.mark.slow
-def test_predict_on_a_text_only_engine_says_so_in_one_line(tmp_path):
-    space = write_space(tmp_path, "[baseline]\nspeed = 80\n[knobs.speed]\nchoices = [60, 80]\n")
-    p = subprocess.run(
-        fake_tune_argv("--predict", "--space", str(space), "--runs", str(tmp_path / "runs")),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert p.returncode == 2, p.stderr[-2000:]
-    assert "error: no prediction:" in p.stderr and "no token ids" in p.stderr
-    (run,) = (tmp_path / "runs").iterdir()
-    assert len((run / "trials.jsonl").read_text().splitlines()) == 1  # the baseline alone
-    assert not (run / "predicted.json").exists()
