@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from roofline import speculation
 from roofline.tune.predict import (
     FIELD_OF,
     METHOD_KNOB,
@@ -188,28 +189,34 @@ def read_predicted(run_dir: Path | str) -> PredictedLadder | None:
         return None
 
 
+def _rest(config: Mapping[str, Any]) -> tuple:
+    """A configuration's knobs other than speculation's, as a key."""
+    return tuple(sorted((k, repr(v)) for k, v in config.items() if k not in FIELD_OF))
+
+
+def _drafts(config: Mapping[str, Any]) -> bool | None:
+    """Whether the configuration runs a proposer; None when its speculation knobs are invalid."""
+    try:
+        return spec_options(config).method in speculation.PROPOSERS
+    except (ValueError, TypeError):
+        return None
+
+
 def trial_predictions(ladder: PredictedLadder, trials: Sequence[Any]) -> dict[int, Prediction]:
     """Trial number -> its prediction, for the trials that ran a predicted setting. The tok/s is
     the measured rate of the same configuration without a proposer when that trial ran (the
     formats differ along a ladder), else the baseline's."""
-    plain = {}
-    for r in trials:
-        if r.status == "ok" and r.metrics.output_speed_median_tok_per_s:
-            other = {k: v for k, v in r.config.items() if k not in FIELD_OF}
-            try:
-                if spec_options(r.config).method == "none":
-                    plain[json.dumps(other, sort_keys=True, default=str)] = r
-            except (ValueError, TypeError):
-                continue
+    plain = {
+        _rest(r.config): r.metrics.output_speed_median_tok_per_s
+        for r in trials
+        if r.status == "ok"
+        and r.metrics.output_speed_median_tok_per_s
+        and _drafts(r.config) is False
+    }
     out = {}
     for r in trials:
-        if r.status == "skipped":
-            continue
-        p = matching(ladder.predictions, r.config)
-        if p is None:
-            continue
-        other = {k: v for k, v in r.config.items() if k not in FIELD_OF}
-        ref = plain.get(json.dumps(other, sort_keys=True, default=str))
-        rate = ref.metrics.output_speed_median_tok_per_s if ref else ladder.baseline_tok_per_s
-        out[r.number] = with_baseline(p, rate)
+        p = matching(ladder.predictions, r.config) if r.status != "skipped" else None
+        if p is not None:
+            rate = plain.get(_rest(r.config), ladder.baseline_tok_per_s)
+            out[r.number] = with_baseline(p, rate)
     return out
