@@ -16,7 +16,13 @@ import pytest
 from tune_helpers import fake_tune_argv, marker, wait_gone, write_profile, write_space
 
 from roofline.bench.engines import EMBEDDED, start_engine
-from roofline.tune.predict_run import PredictedLadder
+from roofline.engine import SamplingParams, generate, load_runner
+from roofline.engine.speculate import proposer_factory
+from roofline.engine.speculate.adaptive import DraftBudget
+from roofline.engine.speculate.step import speculation_factory
+from roofline.speculation import SpecOptions
+from roofline.tune.predict import PassCosts, replay
+from roofline.tune.predict_run import MEASURED, PredictedLadder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from fixtures import write_tiny_gguf  # tests/engine: the writer of tiny models
@@ -170,3 +176,45 @@ def test_predict_on_a_text_only_engine_says_so_in_one_line(tmp_path):
     (run,) = (tmp_path / "runs").iterdir()
     assert len((run / "trials.jsonl").read_text().splitlines()) == 1  # the baseline alone
     assert not (run / "predicted.json").exists()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [SpecOptions("ngram", k=4, prompt_lookup_min=1), SpecOptions("trie", max_bfs_breadth=4)],
+    ids=["ngram", "trie"],
+)
+def test_replay_follows_the_adaptive_budget_on_the_engines_own_costs(tmp_path, options):
+    """The adaptive budget on: given the runner's own measured pass costs, the replay cuts every
+    draft as the engine did (the budget is deterministic given the costs)."""
+    model = write_tiny_gguf(tmp_path, tensor_type="F32", seed=0)
+    runner = load_runner(str(model), max_seq_len=256, threads=1)
+    runner.measure_pass_costs()
+    costs = PassCosts(tuple(sorted(runner.pass_costs.items())), MEASURED)
+    make = speculation_factory(options, runner)
+    tok = runner.tokenizer
+    cut = 0
+    for _, text in PROMPTS:
+        ids = tok.encode(text)
+        spec = make()
+        gen = generate(
+            runner,
+            ids,
+            SamplingParams(max_tokens=N, temperature=0.0, ignore_eos=True),
+            speculation=spec,
+        )
+        out = list(gen)
+        stats = replay(
+            proposer_factory(options),
+            ids,
+            out,
+            budget=lambda: DraftBudget(costs, adaptive=True),
+            max_tokens=N,
+        )
+        assert (stats.passes, stats.drafted, stats.accepted) == (
+            gen.timings.passes,
+            spec.stats.drafted,
+            spec.stats.accepted,
+        ), text
+        plain = replay(proposer_factory(options), ids, out, max_tokens=N)
+        cut += plain.drafted - stats.drafted
+    assert cut > 0  # the budget did cut drafts: the test saw it work

@@ -207,7 +207,7 @@ def replay(
             tree = cut.cut(tree)
         took = _accepted_path(tree, out[n:])
         new = out[n : n + took + 1]
-        context += new
+        context = context + new  # a new list each step, as the scheduler passes
         n += len(new)
         passes += 1
         drafted += len(tree)
@@ -216,6 +216,9 @@ def replay(
         if cut is not None:
             cut.record(tree, took)
         proposer.accepted(context)
+    close = getattr(proposer, "close", None)
+    if close is not None:
+        close()
     return ReplayStats(passes, len(out), drafted, accepted, tuple(sorted(rows.items())))
 
 
