@@ -101,6 +101,8 @@ def test_predict_runs_the_baseline_only_and_replays_the_engines_own_counts(tmp_p
     (run,) = (tmp_path / "runs").iterdir()
     trials = [json.loads(x) for x in (run / "trials.jsonl").read_text().splitlines()]
     assert [t["slot"]["kind"] for t in trials] == ["baseline"]  # nothing else launched
+    # the run as asked: --resume measures the rest, the baseline kept
+    assert json.loads((run / "tune-config.json").read_text())["trials"] is None
     ladder = PredictedLadder.from_json(json.loads((run / "predicted.json").read_text()))
     # ngram: k 2|4 x lookup min 1|2 (the default, which the ladder's ngram trial runs); trie:
     # breadth 2|4|10 (the default); draft loads a model: not replayed

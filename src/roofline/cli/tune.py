@@ -315,9 +315,9 @@ def _run(a: TuneArgs, *, predict: bool = False) -> int:
     else:
         options = _new_options(a)
         run_dir = default_run_dir(f"tune-{options.engine}", a.runs)
+    write_options(run_dir, options)  # as asked: --resume continues past --predict's baseline
     if predict:  # the baseline is trial 0: a budget of one runs it alone
         options = replace(options, trials=1)
-    write_options(run_dir, options)
     display = _display(options)
     try:
         if options.hardware == "local":
