@@ -14,6 +14,7 @@ from roofline.tune.predict import (
     Stream,
     matching,
     predict_ladder,
+    predict_one,
     replay,
     settings,
 )
@@ -147,3 +148,15 @@ def test_pass_costs_interpolate_and_extrapolate_like_the_runner():
     assert c(2) == pytest.approx(1.1)
     assert c(7) == pytest.approx(2.8)
     assert PassCosts.from_json(c.to_json()) == c
+    # a measured dip (3 rows cheaper than 2) is noise: the speed-up takes the running maximum
+    dip = PassCosts(((1, 1.0), (2, 1.2), (3, 0.9), (5, 1.5)), "x")
+    assert dip.monotone().points == ((1, 1.0), (2, 1.2), (3, 1.2), (5, 1.5))
+    ngram = {"spec": "ngram", "spec_k": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 2}
+    p = predict_one(
+        {**ngram, "adaptive": False},
+        [Stream("a", (1, 2, 3, 4), (1, 2, 3, 9, 1, 2, 3, 9))],
+        dip,
+        None,
+    )
+    # passes of 4, 1 and 3 rows: 1.35 + 1.0 + 1.2 (not 0.9)
+    assert p.ratio == pytest.approx(7 / 3.55)

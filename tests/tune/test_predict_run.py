@@ -10,6 +10,7 @@ import pytest
 
 from roofline.bench.engines.greedy import GreedyOutput
 from roofline.bench.summary import CeilingFigures
+from roofline.cli.tune_output import predicted_markdown
 from roofline.engine.response_builder import ResponseBuilder
 from roofline.engine.scheduler import Usage
 from roofline.report.tune_text import predicted_table, tables, trials_table
@@ -153,6 +154,8 @@ def test_predictions_per_trial_use_the_same_configuration_without_a_proposer(tmp
     _, headers, rows, notes = predicted_table(ladder, {"dtype": "fp32"})
     assert rows[0][:2] == ["spec=ngram spec_k=4 adaptive=False", "2.00"]
     assert any(MEASURED in n for n in notes)
+    md = predicted_markdown(ladder, {"dtype": "fp32"})
+    assert md.startswith("## predicted ladder") and "| spec=ngram spec_k=4" in md
 
 
 def test_predicted_json_round_trip_and_why_not(tmp_path):

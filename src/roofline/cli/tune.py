@@ -346,7 +346,9 @@ def _run(a: TuneArgs, *, predict: bool = False) -> int:
         if not predict:
             typer.echo(f"note: {ladder}", err=True)
     if predict:
-        return _print_predicted(ladder, result, run_dir, as_json=a.as_json)
+        return _print_predicted(
+            ladder, result, run_dir, as_json=a.as_json, as_markdown=a.as_markdown
+        )
     _print(result, as_json=a.as_json, as_markdown=a.as_markdown)
     typer.echo(f"run folder: {run_dir} (tune.json, trials.jsonl, trials/*/server.log)", err=True)
     if not a.no_report:
@@ -367,19 +369,22 @@ def _predicted(run_dir: Path, options, result):
     return ladder
 
 
-def _print_predicted(ladder, result, run_dir: Path, *, as_json: bool) -> int:
+def _print_predicted(ladder, result, run_dir: Path, *, as_json: bool, as_markdown: bool) -> int:
     """--predict's output: the predicted table (or predicted.json's content); exit 2 when the
     baseline gave nothing to replay."""
     from roofline.cli import output
-    from roofline.cli.tune_output import print_predicted
+    from roofline.cli.tune_output import predicted_markdown, print_predicted
 
     if isinstance(ladder, str):
         typer.echo(f"error: {ladder}\nrun folder: {run_dir}", err=True)
         return 2
+    baseline = result.baseline.config if result.baseline else None
     if as_json:
         output.print_json(ladder.to_json())
+    elif as_markdown:
+        sys.stdout.write(predicted_markdown(ladder, baseline))
     else:
-        print_predicted(ladder, result.baseline.config if result.baseline else None)
+        print_predicted(ladder, baseline)
     typer.echo(f"run folder: {run_dir} (predicted.json, trials/*/greedy.json)", err=True)
     return 0
 

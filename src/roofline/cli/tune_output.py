@@ -51,6 +51,19 @@ def print_predicted(ladder: Any, baseline: Mapping[str, Any] | None) -> None:
         print_wrapped(c, n, indent="  ")
 
 
+def predicted_markdown(ladder: Any, baseline: Mapping[str, Any] | None) -> str:
+    """The same as Markdown."""
+    from roofline.cli.output import markdown_table
+
+    title, headers, rows, notes = predicted_table(ladder, baseline)
+    return (
+        "\n".join(
+            [f"## {title}", "", markdown_table(headers, rows), ""] + [f"- {n}" for n in notes]
+        )
+        + "\n"
+    )
+
+
 def markdown(t: TuneResult) -> str:
     from roofline.cli.output import markdown_table
 

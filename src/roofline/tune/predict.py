@@ -16,6 +16,9 @@ Against the baseline (one token per one-row pass), over the decode passes of all
           = tokens_per_pass / mean(pass_cost(rows) / pass_cost(1))
     predicted tok/s = baseline tok/s * ratio
 
+The budget replays on the measured costs as the engine read them; the ratio takes their running
+maximum (a measured dip below a smaller pass is noise, and would promise speed from nothing).
+
 Not modelled: the proposer's own time and the prefill (unchanged by speculation). A proposer is
 model-free when its PROPOSERS traits load no draft model; a new one is picked up from the registry.
 The run folder's side (streams, verify costs, predicted.json): `predict_run`.
@@ -124,6 +127,14 @@ class PassCosts:
                 return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
         (r0, c0), (r1, c1) = pts[-2], pts[-1]
         return c1 + (c1 - c0) * (rows - r1) / (r1 - r0)
+
+    def monotone(self) -> PassCosts:
+        """The running maximum: a pass over more rows is never cheaper (a dip is timing noise)."""
+        pts, top = [], 0.0
+        for r, c in self.points:
+            top = max(top, c)
+            pts.append((r, top))
+        return PassCosts(tuple(pts), self.source)
 
     def to_json(self) -> dict:
         return {"points": {str(r): c for r, c in self.points}, "source": self.source}
@@ -304,7 +315,7 @@ def predict_one(
     for p in prompts.values():
         total = total.add(p)
     decode_tokens = total.tokens - (total.passes - sum(n for _, n in total.rows))
-    cost = total.cost(pass_cost)
+    cost = total.cost(pass_cost.monotone())
     ratio = decode_tokens / cost if cost else None
     tok_s = baseline_tok_s * ratio if baseline_tok_s and ratio else None
     return Prediction(dict(config), total, ratio, tok_s, prompts)
