@@ -17,10 +17,12 @@ from roofline.report.tune_text import predicted_table, tables, trials_table
 from roofline.response_stats import ServerStats
 from roofline.tune.predict import PassCosts, Prediction, ReplayStats
 from roofline.tune.predict_run import (
+    FAILED,
     MEASURED,
     PredictedLadder,
     model_pass_costs,
     pass_costs_of,
+    predict_and_write,
     predict_run,
     read_predicted,
     streams_of,
@@ -177,3 +179,5 @@ def test_predicted_json_round_trip_and_why_not(tmp_path):
     space = Space("s", "embedded", "", "", dimensions=(Dimension("spec", "choice", ("draft",)),))
     why = predict_run(tmp_path, TuneOptions(space=space.to_json()), base)
     assert "sets no model-free proposer" in why and "ngram" in why and "draft" not in why
+    # whatever goes wrong, a tuning run gets one line, never an exception
+    assert predict_and_write(tmp_path, TuneOptions(space={}), base).startswith(FAILED)

@@ -303,6 +303,7 @@ def _run(a: TuneArgs, *, predict: bool = False) -> int:
     from types import SimpleNamespace
 
     from roofline.bench.results import default_run_dir
+    from roofline.tune.predict_run import FAILED, predict_and_write
     from roofline.tune.study import BaselineFailed
     from roofline.tune.tuner import read_options, run_tune, write_options
 
@@ -339,16 +340,11 @@ def _run(a: TuneArgs, *, predict: bool = False) -> int:
         return 1
     finally:
         display.stop()
-    try:
-        ladder = _predicted(run_dir, options, result)
-    except Exception as e:  # a prediction never fails a tuning run
-        ladder = f"no prediction: {type(e).__name__}: {e}"
-        if not predict:
-            typer.echo(f"note: {ladder}", err=True)
+    ladder = predict_and_write(run_dir, options, result.baseline)
     if predict:
-        return _print_predicted(
-            ladder, result, run_dir, as_json=a.as_json, as_markdown=a.as_markdown
-        )
+        return _print_predicted(ladder, result, run_dir, a)
+    if isinstance(ladder, str) and ladder.startswith(FAILED):  # the other reasons are normal
+        typer.echo(f"note: {ladder}", err=True)
     _print(result, as_json=a.as_json, as_markdown=a.as_markdown)
     typer.echo(f"run folder: {run_dir} (tune.json, trials.jsonl, trials/*/server.log)", err=True)
     if not a.no_report:
@@ -358,33 +354,15 @@ def _run(a: TuneArgs, *, predict: bool = False) -> int:
     return 0 if result.best is not None else 1
 
 
-def _predicted(run_dir: Path, options, result):
-    """The predicted ladder from the run's baseline, written to predicted.json; or why there is
-    none (one line)."""
-    from roofline.tune.predict_run import predict_run, write_predicted
-
-    ladder = predict_run(run_dir, options, result.baseline)
-    if not isinstance(ladder, str):
-        write_predicted(run_dir, ladder)
-    return ladder
-
-
-def _print_predicted(ladder, result, run_dir: Path, *, as_json: bool, as_markdown: bool) -> int:
-    """--predict's output: the predicted table (or predicted.json's content); exit 2 when the
-    baseline gave nothing to replay."""
-    from roofline.cli import output
-    from roofline.cli.tune_output import predicted_markdown, print_predicted
+def _print_predicted(ladder, result, run_dir: Path, a: TuneArgs) -> int:
+    """--predict's output; exit 2 with one line when the baseline gave nothing to replay."""
+    from roofline.cli.tune_output import show_predicted
 
     if isinstance(ladder, str):
         typer.echo(f"error: {ladder}\nrun folder: {run_dir}", err=True)
         return 2
     baseline = result.baseline.config if result.baseline else None
-    if as_json:
-        output.print_json(ladder.to_json())
-    elif as_markdown:
-        sys.stdout.write(predicted_markdown(ladder, baseline))
-    else:
-        print_predicted(ladder, baseline)
+    show_predicted(ladder, baseline, as_json=a.as_json, as_markdown=a.as_markdown)
     typer.echo(f"run folder: {run_dir} (predicted.json, trials/*/greedy.json)", err=True)
     return 0
 

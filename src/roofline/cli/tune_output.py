@@ -64,6 +64,22 @@ def predicted_markdown(ladder: Any, baseline: Mapping[str, Any] | None) -> str:
     )
 
 
+def show_predicted(
+    ladder: Any, baseline: Mapping[str, Any] | None, *, as_json: bool, as_markdown: bool
+) -> None:
+    """`roofline tune --predict`'s output: predicted.json's content, Markdown, or the table."""
+    import sys
+
+    from roofline.cli import output
+
+    if as_json:
+        output.print_json(ladder.to_json())
+    elif as_markdown:
+        sys.stdout.write(predicted_markdown(ladder, baseline))
+    else:
+        print_predicted(ladder, baseline)
+
+
 def markdown(t: TuneResult) -> str:
     from roofline.cli.output import markdown_table
 

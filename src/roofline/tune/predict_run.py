@@ -38,6 +38,7 @@ from roofline.tune.space_records import Space
 PREDICTED = "predicted.json"
 MEASURED = "measured by the engine at start-up"
 MODEL_ROWS = (1, 2, 3, 5, 9, 13, 17, 25, 33, 49, 65)
+FAILED = "no prediction: error"  # how a prediction that raised begins
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,18 @@ def predict_run(run_dir: Path, options: Any, baseline: Any) -> PredictedLadder |
     tok_s = baseline.metrics.output_speed_median_tok_per_s
     found = predict_ladder(space, streams, costs, tok_s, options.max_tokens)
     return PredictedLadder(baseline.number, tok_s, costs, tuple(found), len(streams))
+
+
+def predict_and_write(run_dir: Path, options: Any, baseline: Any) -> PredictedLadder | str:
+    """`predict_run`, its ladder written to RUN_DIR/predicted.json. A prediction never fails a
+    tuning run: an error is returned as its one line ("no prediction: error ...")."""
+    try:
+        ladder = predict_run(run_dir, options, baseline)
+    except Exception as e:
+        return f"{FAILED} {type(e).__name__}: {e}"
+    if not isinstance(ladder, str):
+        write_predicted(run_dir, ladder)
+    return ladder
 
 
 def write_predicted(run_dir: Path, ladder: PredictedLadder) -> None:
