@@ -70,6 +70,12 @@ def test_max_tokens_cuts_the_room_as_the_engine_does():
     assert stats == ReplayStats(passes=2, tokens=4, drafted=2, accepted=2, rows=((3, 1),))
 
 
+def test_the_context_cuts_the_room_as_the_engine_does():
+    # a 6-token context: with 4 prompt tokens and 1 out, rows for at most 6 - 5 = 1 draft token
+    stats = replay(proposer_factory(NGRAM), [1, 2, 3, 4], [1, 2], max_tokens=20, max_seq_len=6)
+    assert stats == ReplayStats(passes=2, tokens=2, drafted=1, accepted=1, rows=((2, 1),))
+
+
 def _space() -> Space:
     spec = Dimension("spec", "choice", ("none", "ngram", "trie", "draft"), default="none")
     on = (Condition("spec", ("ngram", "draft")),)

@@ -25,6 +25,7 @@ from roofline.tune.predict_run import (
     predict_and_write,
     predict_run,
     read_predicted,
+    server_stats,
     streams_of,
     trial_predictions,
     write_predicted,
@@ -92,12 +93,13 @@ def test_verify_costs_from_the_server_else_from_the_ceiling(tmp_path):
         json.dumps({"server": {"roofline": stats.to_json()}})
     )
     base = _trial(0, {}, 10.0)
-    got = pass_costs_of(folder, base, None, None)
+    got = pass_costs_of(server_stats(folder), base, None, None)
     assert got == PassCosts(((1, 1.0), (3, 1.5)), MEASURED)
+    assert server_stats(tmp_path / "elsewhere") is None
     # an external engine: the ceiling's model, memory-bound until the rows' matmuls take longer
     ceiling = CeilingFigures(bytes_per_token=1e9, bandwidth_bytes_per_s=1e12, tok_per_s=1000.0)
     base = _trial(0, {}, 10.0, ceiling=ceiling)
-    got = pass_costs_of(tmp_path / "elsewhere", base, None, None)
+    got = pass_costs_of(None, base, None, None)
     assert got(25) == 1.0 and "memory-bound" in got.source  # no peak FLOP/s known
     # 1 ms to read the weights; 0.1 ms of matmuls per row: flat to 10 rows, then linear
     m = model_pass_costs(1e9, 1e12, 1e9, 1e13)

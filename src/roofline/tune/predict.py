@@ -5,7 +5,8 @@ Under greedy decoding the output does not depend on speculation, so replaying a 
 baseline's prompt + output ids gives the engine's own steps (the same drafts, the same accepted
 paths). A stream of output o[0..T-1]: o[0] comes from the prefill pass; then, with n tokens out,
 
-    draft    = proposer.propose(prompt + o[:n], room)      room = max_tokens - n - 1
+    draft    = proposer.propose(prompt + o[:n], room)      room = max_tokens - n - 1, and
+                                                           max_seq_len - len(prompt) - n
     draft    = budget.cut(draft)                           the adaptive budget, as the engine's
     accepted = the longest root path of the draft equal to o[n], o[n+1], ...
     one weight pass over 1 + len(draft) rows yields accepted + 1 tokens
@@ -197,10 +198,12 @@ def replay(
     *,
     budget: Callable[[], Any] | None = None,
     max_tokens: int | None = None,
+    max_seq_len: int | None = None,
 ) -> ReplayStats:
     """The engine's speculative steps of one greedy request, replayed (module docstring). budget:
     a maker of the request's adaptive budget (`DraftBudget`; None: drafts are not cut); max_tokens:
-    the request's limit (default: the output's length)."""
+    the request's limit (default: the output's length); max_seq_len: the engine's context (rows
+    past it are not drafted; None: no limit)."""
     from roofline.engine.speculate.tree import DraftTree
 
     out = [int(t) for t in output_ids]
@@ -213,6 +216,8 @@ def replay(
     rows: dict[int, int] = {}
     while n < len(out):
         room = limit - n - 1
+        if max_seq_len is not None:  # every row of the pass must fit the context
+            room = min(room, max_seq_len - len(context))
         tree = proposer.propose(context, room) if room > 0 else DraftTree.empty()
         if cut is not None:
             tree = cut.cut(tree)
@@ -291,6 +296,7 @@ def predict_one(
     pass_cost: PassCosts,
     baseline_tok_s: float | None,
     max_tokens: int | None = None,
+    max_seq_len: int | None = None,
 ) -> Prediction:
     """Replay one setting over the streams, in order, with one proposer maker (a trie shared
     across requests stays shared) and the engine's adaptive budget on `pass_cost`."""
@@ -309,6 +315,7 @@ def predict_one(
             s.output_ids,
             budget=lambda: DraftBudget(pass_cost, adaptive=options.adaptive),
             max_tokens=max_tokens,
+            max_seq_len=max_seq_len,
         )
         prompts[s.prompt_id] = prompts.get(s.prompt_id, ReplayStats()).add(stats)
     total = ReplayStats()
@@ -327,10 +334,11 @@ def predict_ladder(
     pass_cost_curve: PassCosts,
     baseline_tok_s: float | None,
     max_tokens: int | None = None,
+    max_seq_len: int | None = None,
 ) -> list[Prediction]:
     """The predicted figures of every model-free proposer setting of the space, best first."""
     found = [
-        predict_one(c, streams, pass_cost_curve, baseline_tok_s, max_tokens)
+        predict_one(c, streams, pass_cost_curve, baseline_tok_s, max_tokens, max_seq_len)
         for c in settings(space)
     ]
     return sorted(found, key=lambda p: -(p.ratio or 0.0))

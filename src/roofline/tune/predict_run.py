@@ -122,18 +122,21 @@ def _compute_bound(model: str | None, hardware: str | None) -> tuple[float | Non
     return flops, (peaks.get("bf16") or max(peaks.values(), default=None))
 
 
-def pass_costs_of(
-    folder: Path, baseline: Any, model: str | None, hardware: str | None
-) -> PassCosts:
-    """The baseline trial's verify costs: its engine's own, else the ceiling's model."""
+def server_stats(folder: Path) -> Any:
+    """The trial engine's `"roofline"` figures as its bench run kept them (None: none)."""
     from roofline.bench.results import PROVENANCE
     from roofline.bench.summary import server_stats_of
 
     try:
         prov = json.loads((folder / "bench" / PROVENANCE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        prov = {}
-    stats = server_stats_of(prov) if isinstance(prov, Mapping) else None
+        return None
+    return server_stats_of(prov) if isinstance(prov, Mapping) else None
+
+
+def pass_costs_of(stats: Any, baseline: Any, model: str | None, hardware: str | None) -> PassCosts:
+    """The baseline trial's verify costs: its engine's own (`stats`, its ServerStats), else the
+    ceiling's model."""
     if stats is not None and stats.pass_costs:
         return PassCosts(tuple(stats.pass_costs), MEASURED)
     c = baseline.metrics.ceiling
@@ -169,9 +172,11 @@ def predict_run(run_dir: Path, options: Any, baseline: Any) -> PredictedLadder |
             "no prediction: the space sets no model-free proposer (a knob "
             f"{METHOD_KNOB!r} with one of {', '.join(sorted(model_free_methods()))})"
         )
-    costs = pass_costs_of(folder, baseline, options.model, options.hardware)
+    stats = server_stats(folder)
+    costs = pass_costs_of(stats, baseline, options.model, options.hardware)
     tok_s = baseline.metrics.output_speed_median_tok_per_s
-    found = predict_ladder(space, streams, costs, tok_s, options.max_tokens)
+    context = stats.max_seq_len if stats is not None else None
+    found = predict_ladder(space, streams, costs, tok_s, options.max_tokens, context)
     return PredictedLadder(baseline.number, tok_s, costs, tuple(found), len(streams))
 
 
