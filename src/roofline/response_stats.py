@@ -11,6 +11,9 @@ engine, so the schema lives here, stdlib only).
                            (bench's --repeat-policy)
     position_acceptance    per proposer, match-length bucket and draft position: how often the
                            position was offered and how often the accepted path reached it
+    pass_costs             {"rows": time of a weight pass over that many rows of one sequence
+                           relative to one row}, as the engine measured them at start-up (the
+                           cost of verifying a draft: what a predicted speculation ladder needs)
 
 Another server may send anything under that key: `from_json` keeps a field only when it has the
 right type (a number, not a bool; a string), so a malformed entry reads as unknown, never as an
@@ -34,6 +37,19 @@ def _bool(v: Any) -> bool | None:
 
 def _text(v: Any) -> str | None:
     return v if isinstance(v, str) else None
+
+
+def _costs(v: Any) -> tuple[tuple[int, float], ...] | None:
+    """{"rows": cost} with whole rows >= 1 and positive costs, as sorted pairs; None otherwise."""
+    if not isinstance(v, Mapping) or not v:
+        return None
+    out = []
+    for k, c in v.items():
+        rows = int(k) if isinstance(k, str) and k.isdigit() else None
+        if not rows or _number(c) is None or not c > 0:
+            return None
+        out.append((rows, float(c)))
+    return tuple(sorted(out))
 
 
 @dataclass(frozen=True)
@@ -95,6 +111,7 @@ class ServerStats:
     max_seq_len: int | None = None
     cross_request_memory: bool | None = None
     position_acceptance: tuple[PositionAcceptance, ...] = ()
+    pass_costs: tuple[tuple[int, float], ...] | None = None  # (rows, relative cost), ascending
 
     def to_json(self) -> dict[str, Any]:
         """The entry's `"roofline"` object; unknown figures are left out."""
@@ -107,6 +124,9 @@ class ServerStats:
             "max_seq_len": self.max_seq_len,
             "cross_request_memory": self.cross_request_memory,
             "position_acceptance": [r.to_json() for r in self.position_acceptance] or None,
+            "pass_costs": (
+                None if self.pass_costs is None else {str(r): c for r, c in self.pass_costs}
+            ),
         }
         return {k: v for k, v in out.items() if v is not None}
 
@@ -125,4 +145,5 @@ class ServerStats:
             max_seq_len=seq if isinstance(seq, int) else None,
             cross_request_memory=_bool(d.get("cross_request_memory")),
             position_acceptance=_rows(d.get("position_acceptance")),
+            pass_costs=_costs(d.get("pass_costs")),
         )

@@ -138,11 +138,17 @@ def serve(
         file=sys.stderr,
         flush=True,
     )
+
+    def speculate(runner):
+        # timed whether or not this server drafts: /v1/models reports them (tune's predictions)
+        runner.measure_pass_costs()
+        return speculation_factory(speculation, runner)
+
     scheduler = Scheduler.loading(
         lambda: load_runner(
             model, dtype=dtype, threads=threads, max_batch=max_batch, max_seq_len=max_seq_len
         ),
-        speculation=lambda runner: speculation_factory(speculation, runner),
+        speculation=speculate,
     )
     runner = scheduler.runner
     app = create_app(

@@ -167,6 +167,14 @@ def register(app: typer.Typer) -> None:
             "--no-report",
             help="Skip report.html (ladder, sweeps, roofline charts) at the end.",
         ),
+        predict: bool = typer.Option(
+            False,
+            "--predict",
+            help="Run the baseline only, then print the predicted ladder of every model-free "
+            "proposer setting in the space (replayed over the baseline's greedy outputs; "
+            "predicted.json) and stop. Without it, a run that can predict writes predicted.json "
+            "too and shows predicted beside measured.",
+        ),
     ) -> None:
         from roofline.tune.tuner import TuneArgs
 
@@ -199,7 +207,7 @@ def register(app: typer.Typer) -> None:
             as_markdown=as_markdown,
             no_report=no_report,
         )
-        run_until_signal(_run, args)
+        run_until_signal(lambda a: _run(a, predict=predict), args)
 
 
 def _seconds(name: str, text: str) -> float:
@@ -304,11 +312,12 @@ def _new_options(a: TuneArgs) -> TuneOptions:
     )
 
 
-def _run(a: TuneArgs) -> int:
+def _run(a: TuneArgs, *, predict: bool = False) -> int:
     from dataclasses import replace
     from types import SimpleNamespace
 
     from roofline.bench.results import default_run_dir
+    from roofline.tune.predict_run import FAILED, predict_and_write
     from roofline.tune.study import BaselineFailed
     from roofline.tune.tuner import read_options, run_tune, write_options
 
@@ -321,7 +330,9 @@ def _run(a: TuneArgs) -> int:
     else:
         options = _new_options(a)
         run_dir = default_run_dir(f"tune-{options.engine}", a.runs)
-    write_options(run_dir, options)
+    write_options(run_dir, options)  # as asked: --resume continues past --predict's baseline
+    if predict:  # the baseline is trial 0: a budget of one runs it alone
+        options = replace(options, trials=1)
     display = _display(options)
     try:
         if options.hardware == "local":
@@ -343,6 +354,11 @@ def _run(a: TuneArgs) -> int:
         return 1
     finally:
         display.stop()
+    ladder = predict_and_write(run_dir, options, result.baseline)
+    if predict:
+        return _print_predicted(ladder, result, run_dir, a)
+    if isinstance(ladder, str) and ladder.startswith(FAILED):  # the other reasons are normal
+        typer.echo(f"note: {ladder}", err=True)
     _print(result, as_json=a.as_json, as_markdown=a.as_markdown)
     typer.echo(f"run folder: {run_dir} (tune.json, trials.jsonl, trials/*/server.log)", err=True)
     if not a.no_report:
@@ -350,6 +366,19 @@ def _run(a: TuneArgs) -> int:
 
         write_report_after_run(run_dir)
     return 0 if result.best is not None else 1
+
+
+def _print_predicted(ladder, result, run_dir: Path, a: TuneArgs) -> int:
+    """--predict's output; exit 2 with one line when the baseline gave nothing to replay."""
+    from roofline.cli.tune_output import show_predicted
+
+    if isinstance(ladder, str):
+        typer.echo(f"error: {ladder}\nrun folder: {run_dir}", err=True)
+        return 2
+    baseline = result.baseline.config if result.baseline else None
+    show_predicted(ladder, baseline, as_json=a.as_json, as_markdown=a.as_markdown)
+    typer.echo(f"run folder: {run_dir} (predicted.json, trials/*/greedy.json)", err=True)
+    return 0
 
 
 def _display(options):

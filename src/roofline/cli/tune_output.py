@@ -15,6 +15,7 @@ from roofline.report.tune_text import (
     header_notes,
     percent,
     percent_file,
+    predicted_table,
     status_note,
     tables,
 )
@@ -37,6 +38,46 @@ def print_rich(t: TuneResult) -> None:
         c.print(f, highlight=False, markup=False, soft_wrap=True)  # as the server wrote it
     for line in best_lines(t):
         c.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def print_predicted(ladder: Any, baseline: Mapping[str, Any] | None) -> None:
+    """`roofline tune --predict`'s table (a tune.predict_run.PredictedLadder)."""
+    from roofline.cli.output import console, print_wrapped, rich_table
+
+    c = console()
+    title, headers, rows, notes = predicted_table(ladder, baseline)
+    c.print(rich_table(title, headers, rows), crop=False)
+    for n in notes:
+        print_wrapped(c, n, indent="  ")
+
+
+def predicted_markdown(ladder: Any, baseline: Mapping[str, Any] | None) -> str:
+    """The same as Markdown."""
+    from roofline.cli.output import markdown_table
+
+    title, headers, rows, notes = predicted_table(ladder, baseline)
+    return (
+        "\n".join(
+            [f"## {title}", "", markdown_table(headers, rows), ""] + [f"- {n}" for n in notes]
+        )
+        + "\n"
+    )
+
+
+def show_predicted(
+    ladder: Any, baseline: Mapping[str, Any] | None, *, as_json: bool, as_markdown: bool
+) -> None:
+    """`roofline tune --predict`'s output: predicted.json's content, Markdown, or the table."""
+    import sys
+
+    from roofline.cli import output
+
+    if as_json:
+        output.print_json(ladder.to_json())
+    elif as_markdown:
+        sys.stdout.write(predicted_markdown(ladder, baseline))
+    else:
+        print_predicted(ladder, baseline)
 
 
 def markdown(t: TuneResult) -> str:

@@ -69,6 +69,12 @@ class PassTiming:
         self.release(0)
         self._pass_costs = {r: seconds[r] / seconds[1] for r in rows}
 
+    @property
+    def pass_costs(self) -> dict[int, float] | None:
+        """The measured table (rows -> cost relative to one row); None before
+        `measure_pass_costs`."""
+        return dict(self._pass_costs) if self._pass_costs else None
+
     def pass_cost(self, rows: int) -> float:
         """Time of a pass over `rows` rows of one slot relative to one row (linear between measured
         counts, extrapolated past the last); 1 + 0.1 per extra row before `measure_pass_costs`

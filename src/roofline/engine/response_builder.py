@@ -22,10 +22,12 @@ def usage_dict(usage: Usage) -> dict[str, int]:
 
 class ResponseBuilder:
     """Builds the response objects of one request: same id, creation time and model on every
-    chunk."""
+    chunk. prompt_token_ids: the prompt's ids, sent in a whole response when the request asked for
+    token ids (as vLLM does: top level in a chat, in the choice of a completion)."""
 
-    def __init__(self, model: str, *, chat: bool):
+    def __init__(self, model: str, *, chat: bool, prompt_token_ids: list[int] | None = None):
         self.chat = chat
+        self.prompt_token_ids = prompt_token_ids
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
         self.model = model
@@ -58,6 +60,8 @@ class ResponseBuilder:
         if token_ids is not None:
             choice["token_ids"] = token_ids
         out = {**self._head(obj), "choices": [choice], "usage": usage_dict(usage)}
+        if token_ids is not None and self.prompt_token_ids is not None:
+            (out if self.chat else choice)["prompt_token_ids"] = self.prompt_token_ids
         if stats is not None:
             out["roofline"] = stats
         return out

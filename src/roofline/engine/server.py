@@ -303,7 +303,11 @@ def create_app(
                     503, f"{e}; retry later", type="server_error", code="unavailable"
                 ) from None
             drain.watch(queue)
-            builder = ResponseBuilder(state.model_name, chat=chat)
+            builder = ResponseBuilder(
+                state.model_name,
+                chat=chat,
+                prompt_token_ids=list(prompt_ids) if req.return_token_ids else None,
+            )
             if req.stream:
 
                 def done() -> None:

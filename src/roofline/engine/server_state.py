@@ -28,6 +28,12 @@ from roofline.errors import UserError
 from roofline.response_stats import ServerStats
 
 
+def _pass_costs(runner: Any) -> tuple[tuple[int, float], ...] | None:
+    """The runner's measured pass costs (rows, relative cost); None when not measured."""
+    table = getattr(runner, "pass_costs", None)
+    return tuple(sorted(table.items())) if isinstance(table, dict) and len(table) > 1 else None
+
+
 class _ServerState:
     """What the routes share: the runner's facts, the scheduler, the key. One per app."""
 
@@ -103,6 +109,7 @@ class _ServerState:
                     getattr(self.scheduler.speculation, "cross_request", False)
                 ),
                 position_acceptance=tuple(acceptance.rows()) if acceptance is not None else (),
+                pass_costs=_pass_costs(r),
             ).to_json(),
         }
 

@@ -195,7 +195,7 @@ def tune_sections(run: Any, key_prefix: str = "", title_prefix: str = "") -> lis
     if bars:
         charts.append(draw_time_bars(bars, key=f"{key_prefix}time_per_token"))
     try:
-        tables = tuple(Table.of(x) for x in tune_tables(t))
+        tables = tuple(Table.of(x) for x in tune_tables(t, run.path))
     except (KeyError, AttributeError, TypeError, ValueError) as e:
         tables = ()
         notes = [f"tables unavailable for this partial run ({e.__class__.__name__})"]

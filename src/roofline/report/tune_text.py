@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from roofline.tune.paired import TIE_RATIO
+from roofline.tune.predict import Prediction
+from roofline.tune.predict_run import PredictedLadder, read_predicted, trial_predictions
 from roofline.tune.records import LadderStep
 from roofline.tune.result import TuneResult
 from roofline.tune.trial import TrialResult
@@ -227,25 +229,39 @@ def ladder_table(t: TuneResult) -> Table | None:
     return ("ladder (each step tries one knob on top of the best so far)", headers, rows, notes)
 
 
-def trials_table(t: TuneResult) -> Table:
+def predicted_text(p: Prediction | None) -> str:
+    """A prediction in a table cell: tok/s, the speed-up, tokens per pass."""
+    if p is None:
+        return "-"
+    tpp = p.stats.tokens_per_pass
+    ratio = f"{p.ratio:.2f}x" if p.ratio else "-"
+    return f"{fmt(p.tok_per_s)} ({ratio}, {tpp:.2f} tok/pass)" if tpp else ratio
+
+
+def trials_table(t: TuneResult, predicted: Mapping[int, Prediction] | None = None) -> Table:
+    """Every trial; with `predicted` (trial number -> its replayed prediction) a column beside the
+    measured figure."""
     unit = t.objective.unit
     base = t.baseline.config if t.baseline else {}
     headers = ["#", "configuration", "status", unit, "spread", "% ceil", "% file", "note"]
+    if predicted:
+        headers.insert(4, "predicted")
     rows = []
     for r in t.trials:
         if r.status != "skipped":
-            rows.append(
-                [
-                    str(r.number),
-                    config_text(r.config, base),
-                    r.status,
-                    fmt(r.value),
-                    fmt(r.spread),
-                    percent(r),
-                    percent_file(r),
-                    status_note(r),
-                ]
-            )
+            row = [
+                str(r.number),
+                config_text(r.config, base),
+                r.status,
+                fmt(r.value),
+                fmt(r.spread),
+                percent(r),
+                percent_file(r),
+                status_note(r),
+            ]
+            if predicted:
+                row.insert(4, predicted_text(predicted.get(r.number)))
+            rows.append(row)
     counts: dict[str, int] = {}
     for r in t.trials:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -263,6 +279,12 @@ def trials_table(t: TuneResult) -> Table:
     notes += [
         f"trial {r.number}: {status_note(r, full=True)}" for r in t.trials if r.status == "inexact"
     ]
+    if predicted:
+        notes.append(
+            "predicted: the proposer replayed over the baseline's greedy outputs (tok/s, speed-up "
+            "over the same configuration without a proposer, tokens per weight pass); see "
+            "predicted.json"
+        )
     waiting = t.study.waiting
     if waiting:
         notes.append(
@@ -307,5 +329,39 @@ def best_lines(t: TuneResult) -> list[str]:
     return [*lines, f"command: {shlex.join(t.serve_command)}"]
 
 
-def tables(t: TuneResult) -> list[Table]:
-    return [x for x in (ladder_table(t), trials_table(t)) if x]
+def predicted_table(ladder: PredictedLadder, baseline: Mapping[str, Any] | None = None) -> Table:
+    """The predicted ladder: every model-free proposer setting, best first."""
+    headers = ["setting", "tok/pass", "acceptance", "predicted tok/s", "x baseline"]
+    rows = [
+        [
+            config_text({**(baseline or {}), **p.setting}, baseline),
+            fmt(p.stats.tokens_per_pass),
+            "-" if p.stats.acceptance is None else f"{100 * p.stats.acceptance:.0f}%",
+            fmt(p.tok_per_s),
+            "-" if p.ratio is None else f"{p.ratio:.2f}x",
+        ]
+        for p in ladder.predictions
+    ]
+    notes = [
+        f"replayed over the {ladder.streams} greedy outputs of trial {ladder.baseline_trial} "
+        f"(baseline {fmt(ladder.baseline_tok_per_s, 'tok/s')}); exact tokens per pass, the speed "
+        "from the verify costs: tok/s = baseline x decode tokens / sum(pass cost(rows) / "
+        "pass cost(1))",
+        f"verify costs {ladder.pass_costs.source}: "
+        + ", ".join(f"{r} rows {c:.2f}" for r, c in ladder.pass_costs.points),
+        "not modelled: the proposer's own time (the trie's is Python)",
+    ]
+    return (
+        "predicted ladder (model-free proposers, from the baseline alone)",
+        headers,
+        rows,
+        notes,
+    )
+
+
+def tables(t: TuneResult, run_dir: Any = None) -> list[Table]:
+    """The ladder and trials tables; the trials table has a predicted column when the run folder
+    (default: t.run_dir) holds predicted.json."""
+    ladder = read_predicted(run_dir or t.run_dir)
+    predicted = trial_predictions(ladder, t.trials) if ladder else None
+    return [x for x in (ladder_table(t), trials_table(t, predicted)) if x]

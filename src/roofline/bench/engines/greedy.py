@@ -32,21 +32,28 @@ class GreedyOutput:
     prompt_id: str
     text: str
     token_ids: tuple[int, ...] | None  # None when the engine gave text only
+    # the prompt as the engine tokenized it (chat template applied), when it says (vLLM and the
+    # embedded server answer `return_token_ids` with them): what a replay of speculation needs
+    prompt_token_ids: tuple[int, ...] | None = None
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "prompt_id": self.prompt_id,
             "text": self.text,
             "token_ids": None if self.token_ids is None else list(self.token_ids),
         }
+        if self.prompt_token_ids is not None:
+            out["prompt_token_ids"] = list(self.prompt_token_ids)
+        return out
 
     @classmethod
     def from_json(cls, d: dict) -> GreedyOutput:
-        ids = d.get("token_ids")
+        ids, prompt = d.get("token_ids"), d.get("prompt_token_ids")
         return cls(
             prompt_id=str(d["prompt_id"]),
             text=str(d.get("text", "")),
             token_ids=None if ids is None else tuple(int(t) for t in ids),
+            prompt_token_ids=None if prompt is None else tuple(int(t) for t in prompt),
         )
 
 
@@ -244,7 +251,12 @@ async def openai_greedy(
                 raise _failed(f"{base}/chat/completions", p, status, data)
             choice = data["choices"][0]
             text = (choice.get("message") or {}).get("content") or choice.get("text") or ""
-            out.append(GreedyOutput(p.id, text, token_ids_of(choice.get("token_ids"))))
+            prompt_ids = data.get("prompt_token_ids") or choice.get("prompt_token_ids")
+            out.append(
+                GreedyOutput(
+                    p.id, text, token_ids_of(choice.get("token_ids")), token_ids_of(prompt_ids)
+                )
+            )
     return out
 
 

@@ -1,0 +1,363 @@
+"""Predicted ladders: what every model-free proposer setting of a space would give, computed from
+one baseline run by replay, without the engine.
+
+Under greedy decoding the output does not depend on speculation, so replaying a proposer over the
+baseline's prompt + output ids gives the engine's own steps (the same drafts, the same accepted
+paths). A stream of output o[0..T-1]: o[0] comes from the prefill pass; then, with n tokens out,
+
+    draft    = proposer.propose(prompt + o[:n], room)      room = max_tokens - n - 1, and
+                                                           max_seq_len - len(prompt) - n
+    draft    = budget.cut(draft)                           the adaptive budget, as the engine's
+    accepted = the longest root path of the draft equal to o[n], o[n+1], ...
+    one weight pass over 1 + len(draft) rows yields accepted + 1 tokens
+
+Against the baseline (one token per one-row pass), over the decode passes of all streams:
+
+    ratio = sum(decode tokens) / sum(pass_cost(rows) / pass_cost(1))
+          = tokens_per_pass / mean(pass_cost(rows) / pass_cost(1))
+    predicted tok/s = baseline tok/s * ratio
+
+The budget replays on the measured costs as the engine read them; the ratio takes their running
+maximum (a measured dip below a smaller pass is noise, and would promise speed from nothing).
+
+Not modelled: the proposer's own time and the prefill (unchanged by speculation). A proposer is
+model-free when its PROPOSERS traits load no draft model; a new one is picked up from the registry.
+The run folder's side (streams, verify costs, predicted.json): `predict_run`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from roofline import speculation
+from roofline.tune.space_records import Space
+
+METHOD_KNOB = speculation.options()["method"].knob  # "spec"
+# launcher knob (spec_k) -> SpecOptions field (k)
+FIELD_OF = {opt.knob: name for name, opt in speculation.options().items()}
+
+
+def _int_table(d: Any) -> tuple[tuple[int, Any], ...]:
+    """{"rows": value} (JSON keys are text) as sorted (rows, value) pairs."""
+    return tuple(sorted((int(k), v) for k, v in (d or {}).items()))
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One baseline request: its prompt's token ids and its greedy output's."""
+
+    prompt_id: str
+    prompt_ids: tuple[int, ...]
+    output_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ReplayStats:
+    """A proposer replayed over streams. passes counts the prefill's, as the engine's `"roofline"`
+    stats do; rows = (rows of a decode pass, how many passes had them)."""
+
+    passes: int = 0
+    tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    rows: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def tokens_per_pass(self) -> float | None:
+        return self.tokens / self.passes if self.passes else None
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    def cost(self, pass_cost: Callable[[int], float]) -> float:
+        """The decode passes' time in one-row passes."""
+        return sum(n * pass_cost(rows) / pass_cost(1) for rows, n in self.rows)
+
+    def add(self, other: ReplayStats) -> ReplayStats:
+        rows = dict(self.rows)
+        for r, n in other.rows:
+            rows[r] = rows.get(r, 0) + n
+        return ReplayStats(
+            self.passes + other.passes,
+            self.tokens + other.tokens,
+            self.drafted + other.drafted,
+            self.accepted + other.accepted,
+            tuple(sorted(rows.items())),
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "passes": self.passes,
+            "tokens": self.tokens,
+            "drafted_tokens": self.drafted,
+            "accepted_tokens": self.accepted,
+            "rows": {str(r): n for r, n in self.rows},
+            "tokens_per_pass": self.tokens_per_pass,
+            "acceptance": self.acceptance,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ReplayStats:
+        return cls(
+            int(d.get("passes", 0)),
+            int(d.get("tokens", 0)),
+            int(d.get("drafted_tokens", 0)),
+            int(d.get("accepted_tokens", 0)),
+            tuple((r, int(n)) for r, n in _int_table(d.get("rows"))),
+        )
+
+
+@dataclass(frozen=True)
+class PassCosts:
+    """Time of a weight pass against its rows, relative to one row, and where it came from."""
+
+    points: tuple[tuple[int, float], ...]  # (rows, cost), rows ascending, (1, 1.0) first
+    source: str  # "measured by the engine at start-up" | the model it came from
+
+    def __call__(self, rows: int) -> float:
+        """Linear between the points, extrapolated past the last (ModelRunner.pass_cost's rule)."""
+        pts = self.points
+        if len(pts) < 2:
+            return 1.0
+        for (r0, c0), (r1, c1) in itertools.pairwise(pts):
+            if rows <= r1:
+                return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
+        (r0, c0), (r1, c1) = pts[-2], pts[-1]
+        return c1 + (c1 - c0) * (rows - r1) / (r1 - r0)
+
+    def monotone(self) -> PassCosts:
+        """The running maximum: a pass over more rows is never cheaper (a dip is timing noise)."""
+        pts, top = [], 0.0
+        for r, c in self.points:
+            top = max(top, c)
+            pts.append((r, top))
+        return PassCosts(tuple(pts), self.source)
+
+    def to_json(self) -> dict:
+        return {"points": {str(r): c for r, c in self.points}, "source": self.source}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PassCosts:
+        pts = tuple((r, float(c)) for r, c in _int_table(d.get("points")))
+        return cls(pts, str(d.get("source", "")))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One proposer setting: the space's knobs that make it, its replay (all streams and each
+    prompt's), and the predicted speed-up over the baseline."""
+
+    setting: Mapping[str, Any]
+    stats: ReplayStats
+    ratio: float | None
+    tok_per_s: float | None = None
+    prompts: Mapping[str, ReplayStats] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "setting": dict(self.setting),
+            "stats": self.stats.to_json(),
+            "ratio": self.ratio,
+            "tok_per_s": self.tok_per_s,
+            "prompts": {k: v.to_json() for k, v in self.prompts.items()},
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Prediction:
+        return cls(
+            dict(d.get("setting") or {}),
+            ReplayStats.from_json(d.get("stats") or {}),
+            d.get("ratio"),
+            d.get("tok_per_s"),
+            {k: ReplayStats.from_json(v) for k, v in (d.get("prompts") or {}).items()},
+        )
+
+
+def _accepted_path(tree: Any, truth: Sequence[int]) -> int:
+    """Nodes of the tree's longest root path equal to truth[0], truth[1], ... (greedy verify)."""
+    children: dict[int, dict[int, int]] = {}
+    for i, (parent, token) in enumerate(zip(tree.parents, tree.tokens)):
+        children.setdefault(parent, {}).setdefault(token, i)
+    node, n = -1, 0
+    while n < len(truth):
+        nxt = children.get(node, {}).get(int(truth[n]))
+        if nxt is None:
+            break
+        node, n = nxt, n + 1
+    return n
+
+
+def replay(
+    proposer_maker: Callable[[], Any],
+    prompt_ids: Sequence[int],
+    output_ids: Sequence[int],
+    *,
+    budget: Callable[[], Any] | None = None,
+    max_tokens: int | None = None,
+    max_seq_len: int | None = None,
+) -> ReplayStats:
+    """The engine's speculative steps of one greedy request, replayed (module docstring). budget:
+    a maker of the request's adaptive budget (`DraftBudget`; None: drafts are not cut); max_tokens:
+    the request's limit (default: the output's length); max_seq_len: the engine's context (rows
+    past it are not drafted; None: no limit)."""
+    from roofline.engine.speculate.tree import DraftTree
+
+    out = [int(t) for t in output_ids]
+    if not out:
+        return ReplayStats()
+    limit = len(out) if max_tokens is None else max_tokens
+    proposer, cut = proposer_maker(), budget() if budget is not None else None
+    context = [int(t) for t in prompt_ids] + out[:1]
+    n, passes, drafted, accepted = 1, 1, 0, 0
+    rows: dict[int, int] = {}
+    while n < len(out):
+        room = limit - n - 1
+        if max_seq_len is not None:  # every row of the pass must fit the context
+            room = min(room, max_seq_len - len(context))
+        tree = proposer.propose(context, room) if room > 0 else DraftTree.empty()
+        if cut is not None:
+            tree = cut.cut(tree)
+        took = _accepted_path(tree, out[n:])
+        new = out[n : n + took + 1]
+        context = context + new  # a new list each step, as the scheduler passes
+        n += len(new)
+        passes += 1
+        drafted += len(tree)
+        accepted += took
+        rows[1 + len(tree)] = rows.get(1 + len(tree), 0) + 1
+        if cut is not None:
+            cut.record(tree, took)
+        proposer.accepted(context)
+    close = getattr(proposer, "close", None)
+    if close is not None:
+        close()
+    return ReplayStats(passes, len(out), drafted, accepted, tuple(sorted(rows.items())))
+
+
+def spec_options(config: Mapping[str, Any]) -> Any:
+    """The SpecOptions a configuration's speculation knobs make (others ignored)."""
+    return speculation.SpecOptions(**{FIELD_OF[k]: v for k, v in config.items() if k in FIELD_OF})
+
+
+def model_free(method: Any) -> bool:
+    """A proposer of the registry that loads no draft model (replay needs no engine)."""
+    traits = speculation.PROPOSERS.get(method) if isinstance(method, str) else None
+    return traits is not None and not traits.draft_model
+
+
+def model_free_methods() -> list[str]:
+    return [m for m in speculation.PROPOSERS if model_free(m)]
+
+
+def settings(space: Space) -> list[dict[str, Any]]:
+    """Every model-free proposer setting of the space: its method knob's model-free values, each
+    with every combination of the knobs that proposer reads (their values and defaults; other
+    knobs at the baseline's), as {knob: value} over the speculation knobs set."""
+    base = {k: v for k, v in space.baseline.items() if k in FIELD_OF}
+    methods = [base.get(METHOD_KNOB)]
+    dims = {d.name: d for d in space.dimensions}
+    if METHOD_KNOB in dims:
+        methods = list(dims[METHOD_KNOB].values())
+    out: list[dict[str, Any]] = []
+    for method in dict.fromkeys(m for m in methods if model_free(m)):
+        fields = (*speculation.PROPOSERS[method].reads, "adaptive")  # every proposer's budget
+        reads = {speculation.options()[f].knob for f in fields}
+        start = {**base, METHOD_KNOB: method}
+        swept = [
+            d
+            for d in space.dimensions
+            if d.name in reads and d.name not in base and d.active(space.effective(start))
+        ]
+        # each knob's values and its default: what a trial that leaves it unset runs
+        grid = [dict.fromkeys((*d.values(), *_given(d.default))) for d in swept]
+        for values in itertools.product(*grid):
+            config = space.resolve({**start, **{d.name: v for d, v in zip(swept, values)}})
+            config = {k: v for k, v in config.items() if k in FIELD_OF}
+            try:
+                spec_options(config)
+            except ValueError:  # e.g. prompt_lookup_min above prompt_lookup_max
+                continue
+            if config not in out:
+                out.append(config)
+    return out
+
+
+def _given(value: Any) -> tuple:
+    return () if value is None else (value,)
+
+
+def predict_one(
+    config: Mapping[str, Any],
+    streams: Sequence[Stream],
+    pass_cost: PassCosts,
+    baseline_tok_s: float | None,
+    max_tokens: int | None = None,
+    max_seq_len: int | None = None,
+) -> Prediction:
+    """Replay one setting over the streams, in order, with one proposer maker (a trie shared
+    across requests stays shared) and the engine's adaptive budget on `pass_cost`."""
+    from roofline.engine.speculate import proposer_factory
+    from roofline.engine.speculate.adaptive import DraftBudget
+
+    options = spec_options(config)
+    maker = proposer_factory(options, None)
+    if maker is None:
+        return Prediction(dict(config), ReplayStats(), 1.0, baseline_tok_s)
+    prompts: dict[str, ReplayStats] = {}
+    for s in streams:
+        stats = replay(
+            maker,
+            s.prompt_ids,
+            s.output_ids,
+            budget=lambda: DraftBudget(pass_cost, adaptive=options.adaptive),
+            max_tokens=max_tokens,
+            max_seq_len=max_seq_len,
+        )
+        prompts[s.prompt_id] = prompts.get(s.prompt_id, ReplayStats()).add(stats)
+    total = ReplayStats()
+    for p in prompts.values():
+        total = total.add(p)
+    decode_tokens = total.tokens - (total.passes - sum(n for _, n in total.rows))
+    cost = total.cost(pass_cost.monotone())
+    ratio = decode_tokens / cost if cost else None
+    tok_s = baseline_tok_s * ratio if baseline_tok_s and ratio else None
+    return Prediction(dict(config), total, ratio, tok_s, prompts)
+
+
+def predict_ladder(
+    space: Space,
+    streams: Sequence[Stream],
+    pass_cost_curve: PassCosts,
+    baseline_tok_s: float | None,
+    max_tokens: int | None = None,
+    max_seq_len: int | None = None,
+) -> list[Prediction]:
+    """The predicted figures of every model-free proposer setting of the space, best first."""
+    found = [
+        predict_one(c, streams, pass_cost_curve, baseline_tok_s, max_tokens, max_seq_len)
+        for c in settings(space)
+    ]
+    return sorted(found, key=lambda p: -(p.ratio or 0.0))
+
+
+def matching(predictions: Sequence[Prediction], config: Mapping[str, Any]) -> Prediction | None:
+    """The prediction for a trial's configuration: the same SpecOptions (a knob left unset and one
+    set to its default compare equal); None when it speculates with no prediction."""
+    try:
+        want = spec_options(config)
+    except (ValueError, TypeError):
+        return None
+    for p in predictions:
+        if spec_options(p.setting) == want:
+            return p
+    return None
+
+
+def with_baseline(p: Prediction, baseline_tok_s: float | None) -> Prediction:
+    """The prediction against another baseline rate (tok/s = rate * ratio)."""
+    tok_s = baseline_tok_s * p.ratio if baseline_tok_s and p.ratio else None
+    return replace(p, tok_per_s=tok_s)

@@ -1,0 +1,240 @@
+"""A predicted ladder from a tune run folder: the baseline trial's greedy streams (greedy.json), the
+verify-cost curve, and RUN_DIR/predicted.json (`PredictedLadder`).
+
+Verify costs: the embedded engine's own, measured at start-up and reported in its `/v1/models`
+entry (kept in the trial's bench/provenance.json). Another engine reports none: then a model from
+the ceiling, a pass over r rows taking
+
+    max(bytes_per_token / bandwidth, r * flops_per_token / peak_flops)
+
+(the weights read once, each row's matmuls; peak FLOP/s from the hardware catalogue), relative to
+one row; with no peak known, every pass costs one (memory-bound), and the ladder says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from roofline import speculation
+from roofline.tune.predict import (
+    FIELD_OF,
+    METHOD_KNOB,
+    PassCosts,
+    Prediction,
+    Stream,
+    matching,
+    model_free_methods,
+    predict_ladder,
+    settings,
+    spec_options,
+    with_baseline,
+)
+from roofline.tune.space_records import Space
+
+PREDICTED = "predicted.json"
+MEASURED = "measured by the engine at start-up"
+MODEL_ROWS = (1, 2, 3, 5, 9, 13, 17, 25, 33, 49, 65)
+FAILED = "no prediction: error"  # how a prediction that raised begins
+
+
+@dataclass(frozen=True)
+class PredictedLadder:
+    """predicted.json: every model-free proposer setting's prediction, best first, from one
+    baseline trial."""
+
+    baseline_trial: int
+    baseline_tok_per_s: float | None
+    pass_costs: PassCosts
+    predictions: tuple[Prediction, ...] = ()
+    streams: int = 0  # greedy requests replayed
+
+    def to_json(self) -> dict:
+        return {
+            "baseline_trial": self.baseline_trial,
+            "baseline_tok_per_s": self.baseline_tok_per_s,
+            "pass_costs": self.pass_costs.to_json(),
+            "streams": self.streams,
+            "predictions": [p.to_json() for p in self.predictions],
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PredictedLadder:
+        return cls(
+            int(d["baseline_trial"]),
+            d.get("baseline_tok_per_s"),
+            PassCosts.from_json(d.get("pass_costs") or {}),
+            tuple(Prediction.from_json(p) for p in d.get("predictions") or ()),
+            int(d.get("streams", 0)),
+        )
+
+
+def streams_of(outputs: Sequence[Any]) -> list[Stream] | None:
+    """The greedy outputs as replayable streams; None when any lacks its token ids (a text-only
+    engine) or its prompt's."""
+    out = []
+    for o in outputs:
+        if not o.token_ids or not o.prompt_token_ids:
+            return None
+        out.append(Stream(o.prompt_id, tuple(o.prompt_token_ids), tuple(o.token_ids)))
+    return out
+
+
+def model_pass_costs(
+    bytes_per_token: float | None,
+    bandwidth: float | None,
+    flops_per_token: float | None,
+    peak_flops: float | None,
+) -> PassCosts:
+    """The ceiling's cost model of a pass over r rows, relative to one row (module docstring)."""
+    if not (bytes_per_token and bandwidth and flops_per_token and peak_flops):
+        return PassCosts(
+            ((1, 1.0), (2, 1.0)),
+            "model: memory-bound, every verify pass costs one (no peak FLOP/s known)",
+        )
+    memory, compute = bytes_per_token / bandwidth, flops_per_token / peak_flops
+
+    def t(r: int) -> float:
+        return max(memory, r * compute)
+
+    points = tuple((r, t(r) / t(1)) for r in MODEL_ROWS)
+    return PassCosts(
+        points, "model: the ceiling's bandwidth and the catalogue's peak FLOP/s (not measured)"
+    )
+
+
+def _compute_bound(model: str | None, hardware: str | None) -> tuple[float | None, float | None]:
+    """(flops per token, peak FLOP/s) where the model and the hardware are known; else Nones."""
+    if not model or not hardware or hardware == "local":
+        return None, None
+    try:
+        from roofline.hardware.catalogue import get_hardware
+        from roofline.modelspec.catalogue import load_spec
+        from roofline.modelspec.components import matmul_params_per_token
+
+        flops = 2.0 * matmul_params_per_token(load_spec(model))
+        peaks = get_hardware(hardware).flops
+    except Exception:  # an unknown model or hardware: no compute bound, said in the source
+        return None, None
+    return flops, (peaks.get("bf16") or max(peaks.values(), default=None))
+
+
+def server_stats(folder: Path) -> Any:
+    """The trial engine's `"roofline"` figures as its bench run kept them (None: none)."""
+    from roofline.bench.results import PROVENANCE
+    from roofline.bench.summary import server_stats_of
+
+    try:
+        prov = json.loads((folder / "bench" / PROVENANCE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return server_stats_of(prov) if isinstance(prov, Mapping) else None
+
+
+def pass_costs_of(stats: Any, baseline: Any, model: str | None, hardware: str | None) -> PassCosts:
+    """The baseline trial's verify costs: its engine's own (`stats`, its ServerStats), else the
+    ceiling's model."""
+    if stats is not None and stats.pass_costs:
+        return PassCosts(tuple(stats.pass_costs), MEASURED)
+    c = baseline.metrics.ceiling
+    return model_pass_costs(
+        c.bytes_per_token if c else None,
+        c.bandwidth_bytes_per_s if c else None,
+        *_compute_bound(model, hardware),
+    )
+
+
+def predict_run(run_dir: Path, options: Any, baseline: Any) -> PredictedLadder | str:
+    """The predicted ladder of a run from its baseline trial (a TrialResult), or why there is
+    none, in one line."""
+    from roofline.bench.engines.greedy import GreedyOutput
+
+    if baseline is None or baseline.status != "ok" or not baseline.folder:
+        return "no prediction: the baseline trial did not finish"
+    folder = run_dir / baseline.folder
+    try:
+        raw = json.loads((folder / "greedy.json").read_text(encoding="utf-8"))
+        outputs = [GreedyOutput.from_json(o) for o in raw]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"no prediction: cannot read the baseline's {folder / 'greedy.json'}"
+    streams = streams_of(outputs)
+    if not streams:
+        return (
+            f"no prediction: engine {options.engine} returned no token ids for the prompt and "
+            "output (a replay needs both)"
+        )
+    space = Space.from_json(options.space)
+    if not settings(space):
+        return (
+            "no prediction: the space sets no model-free proposer (a knob "
+            f"{METHOD_KNOB!r} with one of {', '.join(sorted(model_free_methods()))})"
+        )
+    stats = server_stats(folder)
+    costs = pass_costs_of(stats, baseline, options.model, options.hardware)
+    tok_s = baseline.metrics.output_speed_median_tok_per_s
+    context = stats.max_seq_len if stats is not None else None
+    found = predict_ladder(space, streams, costs, tok_s, options.max_tokens, context)
+    return PredictedLadder(baseline.number, tok_s, costs, tuple(found), len(streams))
+
+
+def predict_and_write(run_dir: Path, options: Any, baseline: Any) -> PredictedLadder | str:
+    """`predict_run`, its ladder written to RUN_DIR/predicted.json. A prediction never fails a
+    tuning run: an error is returned as its one line ("no prediction: error ...")."""
+    try:
+        ladder = predict_run(run_dir, options, baseline)
+    except Exception as e:
+        return f"{FAILED} {type(e).__name__}: {e}"
+    if not isinstance(ladder, str):
+        write_predicted(run_dir, ladder)
+    return ladder
+
+
+def write_predicted(run_dir: Path, ladder: PredictedLadder) -> None:
+    from roofline.bench.results import write_json
+
+    write_json(run_dir / PREDICTED, ladder.to_json())
+
+
+def read_predicted(run_dir: Path | str) -> PredictedLadder | None:
+    """RUN_DIR/predicted.json; None when absent or unreadable."""
+    try:
+        d = json.loads((Path(run_dir) / PREDICTED).read_text(encoding="utf-8"))
+        return PredictedLadder.from_json(d)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _rest(config: Mapping[str, Any]) -> tuple:
+    """A configuration's knobs other than speculation's, as a key."""
+    return tuple(sorted((k, repr(v)) for k, v in config.items() if k not in FIELD_OF))
+
+
+def _drafts(config: Mapping[str, Any]) -> bool | None:
+    """Whether the configuration runs a proposer; None when its speculation knobs are invalid."""
+    try:
+        return spec_options(config).method in speculation.PROPOSERS
+    except (ValueError, TypeError):
+        return None
+
+
+def trial_predictions(ladder: PredictedLadder, trials: Sequence[Any]) -> dict[int, Prediction]:
+    """Trial number -> its prediction, for the trials that ran a predicted setting. The tok/s is
+    the measured rate of the same configuration without a proposer when that trial ran (the
+    formats differ along a ladder), else the baseline's."""
+    plain = {
+        _rest(r.config): r.metrics.output_speed_median_tok_per_s
+        for r in trials
+        if r.status == "ok"
+        and r.metrics.output_speed_median_tok_per_s
+        and _drafts(r.config) is False
+    }
+    out = {}
+    for r in trials:
+        p = matching(ladder.predictions, r.config) if r.status != "skipped" else None
+        if p is not None:
+            rate = plain.get(_rest(r.config), ladder.baseline_tok_per_s)
+            out[r.number] = with_baseline(p, rate)
+    return out
