@@ -94,16 +94,21 @@ def test_server_mixed_speculating_and_plain_requests(tiny_gguf, method, extra):
     assert survived and all(f"proposer={method}" in k for k in survived)
     assert sum(survived.values()) == m["roofline_spec_accepted_tokens_total"]
     stats = ServerStats.from_json(card)
-    assert stats.cross_request_memory is False  # each request's own trie
+    # each request's own structure, unless a shared scope carries one request's text to the next
+    shared = "shared" in (extra.get("suffix_scope"), extra.get("trie_scope"))
+    assert stats.cross_request_memory is shared
     assert sum(r.survived for r in stats.position_acceptance) == sum(survived.values())
     assert all(r.offered >= r.survived for r in stats.position_acceptance)
 
 
-def test_a_shared_trie_says_it_remembers_across_requests(tiny_gguf):
+def test_a_shared_scope_says_it_remembers_across_requests(tiny_gguf):
     runner = load_runner(str(tiny_gguf), max_batch=1, max_seq_len=64)
     shared = SpecOptions("trie", trie_scope="shared", adaptive=False)
     assert speculation_factory(shared, runner).cross_request is True
     assert speculation_factory(SpecOptions("trie", adaptive=False), runner).cross_request is False
+    suffix = SpecOptions("suffix", suffix_scope="shared", adaptive=False)
+    assert speculation_factory(suffix, runner).cross_request is True
+    assert speculation_factory(SpecOptions("suffix", adaptive=False), runner).cross_request is False
 
 
 def test_streamed_tokens_and_usage_with_speculation(tiny_gguf):

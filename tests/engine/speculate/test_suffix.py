@@ -271,3 +271,11 @@ def test_the_better_scoring_structure_wins():
     assert local.tree.tokens[:4] == (50, 51, 52, 53)
     alone = SuffixProposer(SpecOptions("suffix")).draft(own, 12)
     assert local == alone  # the shared draft scored lower: the request's own drafts stand
+
+
+def test_a_proposal_leaves_its_match_length_for_the_acceptance_statistics():
+    p = SuffixProposer.factory(SpecOptions("suffix", adaptive=False))()
+    p.propose([5, 6, 7, 5, 6], 8)  # "5 6" seen before, followed by 7
+    assert p.match_len == 2
+    p.propose([1, 2, 3], 8)  # nothing repeats: no match
+    assert p.match_len is None

@@ -318,6 +318,7 @@ class SuffixProposer:
         self._last = -1  # the last of them
         self._prompt_len = -1  # the first context seen: later tokens are output
         self._stream = 0  # its stream in the shared trie (0: none yet)
+        self.match_len: int | None = None  # the match behind the last proposal
 
     @classmethod
     def factory(cls, options: SpecOptions, target: object = None) -> Callable[[], SuffixProposer]:
@@ -325,11 +326,18 @@ class SuffixProposer:
         unused)."""
         if options.suffix_scope == "shared":
             shared = SharedSuffixes(options.suffix_max_depth, options.suffix_cache_requests)
-            return lambda: cls(options, shared)
+
+            def make() -> SuffixProposer:
+                return cls(options, shared)
+
+            make.cross_request = True  # one request's outputs draft for later ones (bench repeats)
+            return make
         return lambda: cls(options)
 
     def propose(self, context: Sequence[int], max_tokens: int) -> DraftTree:
-        return self.draft(context, max_tokens).tree
+        found = self.draft(context, max_tokens)
+        self.match_len = found.match_len or None  # the acceptance statistics' bucket (adaptive)
+        return found.tree
 
     def draft(self, context: Sequence[int], max_tokens: int) -> Draft:
         """The better of the local and the shared trie's best drafts (ties: local)."""
