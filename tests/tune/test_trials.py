@@ -4,6 +4,7 @@ with their reasons and log tails, the study goes on, and no engine process is le
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from tune_helpers import FAKE, marker, register_fake, wait_gone, write_space
@@ -28,7 +29,8 @@ def options(space, mark: str, **kw) -> TuneOptions:
 
 
 def by_mode(result: TuneResult) -> dict:
-    return {r.config.get("mode", "ok"): r for r in result.trials}
+    """The trials by mode, leaving out the ladder's incumbent slots (the best so far again)."""
+    return {r.config.get("mode", "ok"): r for r in result.trials if r.slot.kind != "incumbent"}
 
 
 def test_crash_hang_garbage_fail_with_log_tails_and_the_study_goes_on(tmp_path, monkeypatch):
@@ -69,14 +71,16 @@ default = "ok"
     )
     assert trials["garbage"].status == "failed" and "GARBAGE" in trials["garbage"].error
     assert trials["ignore_term"].status == "ok"  # it measures fine; stopping it needed SIGKILL
-    for r in result.trials:
+    launched = [r for r in result.trials if r.status != "skipped"]
+    assert len(launched) == 6  # the incumbent's slot is skipped: the baseline ran just before
+    for r in launched:
         assert r.argv and r.argv[-1] == mark and r.machine.hostname
         assert r.engine == "fake" and r.engine_version == "fake 1.0"
     assert result.best in (trials["ok"], trials["ignore_term"])
     assert wait_gone(mark) == []
     # everything was written as it ended: one line per trial, and tune.json reads back
     lines = (tmp_path / "run" / TRIALS).read_text().splitlines()
-    assert len(lines) == 6
+    assert len(lines) == len(result.trials) == 7
     saved = TuneResult.from_json(json.loads((tmp_path / "run" / RESULT).read_text()))
     assert saved.to_json() == json.loads(json.dumps(result.to_json()))
     assert (tmp_path / "run" / "trials" / "001" / "server.log").exists()
@@ -127,6 +131,10 @@ def test_goodput_and_cost_objectives(tmp_path, monkeypatch, objective, extra):
     result = run_tune(
         options(space, marker(), objective=objective, reps=1, **extra), tmp_path / "run", Display()
     )
+    # the incumbent's slot: skipped, the baseline ran just before its challengers
+    again = [r for r in result.trials if r.slot.kind == "incumbent"]
+    assert [r.status for r in again] == ["skipped"]
+    result = replace(result, trials=tuple(r for r in result.trials if r not in again))
     assert [r.status for r in result.trials] == ["ok", "ok", "ok"]
     for r in result.trials:
         tok_per_s = r.metrics.output_tok_per_s
