@@ -108,31 +108,32 @@ def _matvec_overload(w, scale, x, out, o0, o1, accumulate):
         return stored
 
     def plain(w, scale, x, out, o0, o1, accumulate):
-        for o in range(o0, o1):
-            _rows_of_x(w, o, scale[o], x, out, o, accumulate)
+        # as for stored rows: groups of four x rows outside, weight rows inside, so a group's x
+        # rows stay in L1 while the range's weight rows (a unit: tens of KB) come from L2 after
+        # the first group; weight rows outside re-read every x row per weight row, which past
+        # 4-8 rows no longer fit L1 beside the streamed weights
+        n, stride, k, r = w.shape[1], x.shape[1], x.shape[0], 0
+        while r + 4 <= k:
+            for o in range(o0, o1):
+                d = simd.dot_rows(w, o * n, x, r * stride, stride, n, 4)
+                for i in range(4):
+                    _store(out, r + i, o, d[i], scale[o], accumulate)
+            r += 4
+        if k - r == 3:
+            for o in range(o0, o1):
+                d3 = simd.dot_rows(w, o * n, x, r * stride, stride, n, 3)
+                for i in range(3):
+                    _store(out, r + i, o, d3[i], scale[o], accumulate)
+        elif k - r == 2:
+            for o in range(o0, o1):
+                d2 = simd.dot_rows(w, o * n, x, r * stride, stride, n, 2)
+                for i in range(2):
+                    _store(out, r + i, o, d2[i], scale[o], accumulate)
+        elif k - r == 1:
+            for o in range(o0, o1):
+                _store(out, r, o, simd.dot(w, o * n, x, r * stride, n), scale[o], accumulate)
 
     return plain
-
-
-@njit(**_JIT)
-def _rows_of_x(w, o, s, x, out, col, accumulate):
-    """out[r, col] (+)= s sum_i w[o, i] x[r, i] for every row r of x, four rows at a time."""
-    n, stride, k, r = w.shape[1], x.shape[1], x.shape[0], 0
-    while r + 4 <= k:
-        d = simd.dot_rows(w, o * n, x, r * stride, stride, n, 4)
-        for i in range(4):
-            _store(out, r + i, col, d[i], s, accumulate)
-        r += 4
-    if k - r == 3:
-        d3 = simd.dot_rows(w, o * n, x, r * stride, stride, n, 3)
-        for i in range(3):
-            _store(out, r + i, col, d3[i], s, accumulate)
-    elif k - r == 2:
-        d2 = simd.dot_rows(w, o * n, x, r * stride, stride, n, 2)
-        for i in range(2):
-            _store(out, r + i, col, d2[i], s, accumulate)
-    elif k - r == 1:
-        _store(out, r, col, simd.dot(w, o * n, x, r * stride, n), s, accumulate)
 
 
 def embed_into(embed, embed_scale, token, x, r):
