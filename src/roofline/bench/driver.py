@@ -52,6 +52,7 @@ from roofline.bench.results import (
     read_requests,
     write_json,
 )
+from roofline.bench.scrape import PrefixCache, difference, read_metrics
 from roofline.bench.summarize import summarize
 from roofline.bench.summary import RunSummary
 from roofline.bench.tokens import load_tokenizer
@@ -224,7 +225,7 @@ async def _scenario(
     tokenizer: Any,
     negotiate: bool,
     warm_prompts: list,
-) -> tuple[RequestSpec, float]:
+) -> tuple[RequestSpec, float, PrefixCache]:
     main = asyncio.current_task()
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -251,6 +252,10 @@ async def _scenario(
             )
     finally:
         await client.close()
+    before = await read_metrics(spec.endpoint)  # the server's cache figures (bench.scrape)
+    if plan.fresh_prompts:  # go on down the list where the last scenario stopped
+        k = ids[0] % len(plan.prompts)
+        plan = replace(plan, prompts=plan.prompts[k:] + plan.prompts[:k])
     parts = shares(scenario, plan.workers, plan)
     first_id = ids[0]
     if len(parts) == 1:
@@ -261,7 +266,7 @@ async def _scenario(
         cpu, last_id = await run_workers(plan, spec, scenario, parts, first_id, log, progress)
         ids[1] = max(ids[1], last_id)
     ids[0] = max(ids[0], ids[1] + 1)
-    return spec, cpu
+    return spec, cpu, difference(before, await read_metrics(spec.endpoint))
 
 
 def run_bench(
@@ -312,6 +317,7 @@ def run_bench(
     tokenizer = load_tokenizer(plan.tokenizer) if plan.tokenizer else None
     log = RequestLog(run_dir / "requests.jsonl", origin_ns)
     cpu: dict[str, float] = {}
+    cache: dict[str, PrefixCache] = {}
     interrupted = False
     ids = [0, -1]  # next id to give, highest id written
     try:
@@ -321,7 +327,7 @@ def run_bench(
                 loadgen.planned_requests(scenario, len(plan.prompts), plan.reps),
                 scenario.duration_s,
             )
-            spec, cpu[scenario.name] = asyncio.run(
+            spec, cpu[scenario.name], cache[scenario.name] = asyncio.run(
                 _scenario(
                     plan,
                     spec,
@@ -354,7 +360,7 @@ def run_bench(
     prov["interrupted"] = interrupted
     write_json(run_dir / PROVENANCE, prov)
     summary = summarize_run(
-        run_dir, prov, ceiling=ceiling, slo_s=plan.slo_s, cpu_s=cpu, verify=checked
+        run_dir, prov, ceiling=ceiling, slo_s=plan.slo_s, cpu_s=cpu, verify=checked, cache=cache
     )
     return Outcome(run_dir, summary, interrupted)
 
@@ -367,6 +373,7 @@ def summarize_run(
     slo_s: dict | None,
     cpu_s: dict[str, float] | None = None,
     verify: Verify | None = None,
+    cache: dict[str, PrefixCache] | None = None,
 ) -> RunSummary:
     """summary.json from what requests.jsonl holds (written), and the same as types."""
     lines, bad = read_requests(run_dir)
@@ -377,6 +384,8 @@ def summarize_run(
             tokens = s["output_tokens"]
             s["client_cpu_s"] = c
             s["client_cpu_us_per_token"] = 1e6 * c / tokens if tokens else None
+        if s["scenario"]["name"] in (cache or {}):
+            s["prefix_cache"] = cache[s["scenario"]["name"]].to_json()
     if verify is not None:
         summary["verify"] = verify.to_json()
     write_json(run_dir / SUMMARY_JSON, summary)

@@ -28,6 +28,9 @@ class BenchOptions:
     api_key: str | None = None
     prompts: Path | None = None
     synthetic: bool = False
+    workload: str | None = None  # a name in bench.workloads.WORKLOADS
+    prefix_tokens: int = 1000
+    suffix_tokens: int = 32
     input_len: str = "1024"
     output_len: str = "256"
     max_tokens: int = 256
@@ -112,12 +115,7 @@ def plan_from_options(o: BenchOptions) -> BenchPlan:
     from roofline.bench.loadgen import ARRIVALS, Scenario
     from roofline.bench.metrics import parse_slo
     from roofline.bench.repeats import check_policy
-    from roofline.bench.workloads import (
-        builtin_prompts,
-        load_prompts_jsonl,
-        parse_length,
-        synthetic_prompts,
-    )
+    from roofline.bench.workloads import WorkloadArgs, get_workload
     from roofline.units import parse_int_list
 
     if not (o.url or o.engine or o.engine_cmd):
@@ -140,8 +138,7 @@ def plan_from_options(o: BenchOptions) -> BenchPlan:
         check_positive(name, value)
     check_positive("--warmup", o.warmup, allow_zero=True)
     check_policy(o.repeat_policy)
-    if o.synthetic and o.prompts:
-        raise UserError("give --prompts or --synthetic, not both")
+    workload = get_workload(workload_name(o))
     duration = seconds("--duration", o.duration)
     timeout = seconds("--timeout", o.timeout)
     slo = parse_slo(o.slo) if o.slo is not None else None
@@ -150,18 +147,17 @@ def plan_from_options(o: BenchOptions) -> BenchPlan:
         from roofline.bench.tokens import load_tokenizer
 
         tokenizer = load_tokenizer(o.tokenizer)
-    ignore_eos = o.ignore_eos
-    if o.synthetic:
-        ins = parse_length(o.input_len, what="--input-len")
-        outs = parse_length(o.output_len, what="--output-len")
-        prompts = synthetic_prompts(
-            o.num_requests or 64, ins, outs, seed=o.seed, tokenizer=tokenizer
-        )
-        ignore_eos = True
-    elif o.prompts:
-        prompts = load_prompts_jsonl(o.prompts)
-    else:
-        prompts = builtin_prompts()
+    args = WorkloadArgs(
+        count=o.num_requests,
+        prompts_path=o.prompts,
+        input_len=o.input_len,
+        output_len=o.output_len,
+        prefix_tokens=o.prefix_tokens,
+        suffix_tokens=o.suffix_tokens,
+        seed=o.seed,
+        tokenizer=tokenizer,
+    )
+    prompts = workload.build(args)
     scenarios = []
     if o.concurrency:
         scenarios += [
@@ -193,10 +189,10 @@ def plan_from_options(o: BenchOptions) -> BenchPlan:
         model=o.model,
         hardware=o.hardware,
         gpus=o.gpus,
-        reps=o.reps,
+        reps=1 if workload.fresh_prompts else o.reps,
         max_tokens=o.max_tokens,
         temperature=o.temperature,
-        ignore_eos=ignore_eos,
+        ignore_eos=o.ignore_eos or workload.sets_ignore_eos,
         usage=o.usage,
         warmup=o.warmup,
         timeout_s=timeout,
@@ -208,7 +204,21 @@ def plan_from_options(o: BenchOptions) -> BenchPlan:
         verify=o.verify,
         repeat_policy=o.repeat_policy,
         argv=list(sys.argv[1:]),
+        fresh_prompts=workload.fresh_prompts,
+        provenance_extra={"workload": {"name": workload.name, **workload.describe(args)}},
     )
+
+
+def workload_name(o: BenchOptions) -> str:
+    """The workload asked for: --workload NAME, or what --prompts / --synthetic say (builtin when
+    none); UserError when they disagree."""
+    if o.synthetic and o.prompts:
+        raise UserError("give --prompts or --synthetic, not both")
+    implied = "synthetic" if o.synthetic else "prompts" if o.prompts else None
+    if o.workload and implied and o.workload != implied:
+        flag = "--synthetic" if o.synthetic else "--prompts"
+        raise UserError(f"--workload {o.workload} and {flag} disagree: give one of them")
+    return o.workload or implied or "builtin"
 
 
 def _label(o: BenchOptions) -> str:

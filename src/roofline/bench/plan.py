@@ -67,6 +67,8 @@ class BenchPlan:
     extra_body: dict | None = None
     verify: bool = False  # after the run: greedy outputs under its load against each prompt alone
     repeat_policy: str = "auto"  # how repeated identical prompts count (bench.repeats)
+    # each scenario goes on down the prompt list where the last stopped (bench.workloads.Workload)
+    fresh_prompts: bool = False
     argv: list[str] = field(default_factory=list)
     provenance_extra: dict[str, Any] = field(default_factory=dict)
 

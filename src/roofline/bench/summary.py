@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from roofline.bench.repeats import RepeatGroups
+from roofline.bench.scrape import PrefixCache
 from roofline.bench.verify import Verify
 from roofline.response_stats import ServerStats
 
@@ -200,6 +201,7 @@ class ScenarioSummary:
     client_cpu_us_per_token: float | None = None
     # first-time and repeated prompts apart (--repeat-policy fresh or split; bench.repeats)
     repeats: RepeatGroups | None = None
+    prefix_cache: PrefixCache | None = None  # the server's cache figures (bench.scrape)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -224,14 +226,16 @@ class ScenarioSummary:
             passes=_typed(Passes, known.pop("passes", None)),
             vs_ceiling=_typed(VsCeiling, known.pop("vs_ceiling", None)),
             repeats=RepeatGroups.from_json(known.pop("repeats", None)),
+            prefix_cache=PrefixCache.from_json(known.pop("prefix_cache", None)),
             extra=extra,
             **known,
         )
 
     def to_json(self) -> dict[str, Any]:
         out = _plain(self)
-        if self.repeats is None:  # a run that does not split repeats writes no "repeats" key
-            del out["repeats"]
+        for key in ("repeats", "prefix_cache"):  # a run without them writes no such key
+            if out[key] is None:
+                del out[key]
         return out
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from roofline.bench.against import percent_text, read_ratio_line
 from roofline.bench.positions import positions_table
 from roofline.bench.repeats import repeats_table
+from roofline.bench.scrape import cache_table
 from roofline.bench.summary import CeilingFigures, Distribution, RunSummary, ScenarioSummary
 from roofline.bench.verify import verify_line
 
@@ -292,6 +293,7 @@ def tables(summary: RunSummary) -> list[Table]:
             rates_table(summary),
             prompts_table(summary),
             repeats_table(summary),
+            cache_table(summary),
             positions_table(summary),
             failures_table(summary),
         )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -139,89 +139,26 @@ def parse_length(text: str, *, what: str) -> Length:
 
 
 # Short common words, each about one token in the usual BPE vocabularies.
-_WORDS = [
-    "the",
-    "of",
-    "and",
-    "to",
-    "in",
-    "is",
-    "it",
-    "that",
-    "for",
-    "on",
-    "with",
-    "as",
-    "was",
-    "at",
-    "by",
-    "be",
-    "this",
-    "from",
-    "or",
-    "have",
-    "an",
-    "are",
-    "not",
-    "but",
-    "all",
-    "were",
-    "when",
-    "we",
-    "there",
-    "can",
-    "more",
-    "if",
-    "no",
-    "out",
-    "so",
-    "said",
-    "what",
-    "up",
-    "its",
-    "about",
-    "into",
-    "than",
-    "them",
-    "time",
-    "only",
-    "new",
-    "some",
-    "could",
-    "these",
-    "two",
-    "may",
-    "first",
-    "then",
-    "do",
-    "any",
-    "like",
-    "my",
-    "now",
-    "over",
-    "such",
-    "our",
-    "man",
-    "me",
-    "even",
-    "most",
-    "made",
-    "after",
-    "also",
-    "did",
-    "many",
-    "off",
-    "before",
-    "must",
-    "well",
-    "back",
-    "through",
-    "years",
-    "much",
-    "where",
-    "your",
-    "way",
-]
+_WORD_TEXT = (
+    "the of and to in is it that for on with as was at by be this from or have an are not but "
+    "all were when we there can more if no out so said what up its about into than them time "
+    "only new some could these two may first then do any like my now over such our man me even "
+    "most made after also did many off before must well back through years much where your way"
+)
+_WORDS = _WORD_TEXT.split()
+
+
+def _sized(words: list[str], n: int, rng: random.Random, tokenizer: Any) -> str:
+    """The words joined and cut to n tokens: exact with a tokenizer (cut at the end of token n),
+    else n words (about one token each)."""
+    if tokenizer is None:
+        return " ".join(words[:n])
+    text = " ".join(words)
+    enc = tokenizer.encode(text, add_special_tokens=False)
+    while len(enc.ids) < n:  # some words merge: add until long enough, then cut
+        text += " " + " ".join(rng.choice(_WORDS) for _ in range(n - len(enc.ids)))
+        enc = tokenizer.encode(text, add_special_tokens=False)
+    return text[: enc.offsets[n - 1][1]]
 
 
 def synthetic_prompts(
@@ -235,17 +172,155 @@ def synthetic_prompts(
     for i in range(count):
         n_in = input_len.draw(rng)
         words = [f"{i}:"] + [rng.choice(_WORDS) for _ in range(max(n_in - 1, 0))]
-        text = " ".join(words)
-        if tokenizer is not None:
-            enc = tokenizer.encode(text, add_special_tokens=False)
-            while len(enc.ids) < n_in:  # some words merge: add until long enough, then cut
-                text += " " + " ".join(rng.choice(_WORDS) for _ in range(n_in - len(enc.ids)))
-                enc = tokenizer.encode(text, add_special_tokens=False)
-            text = text[: enc.offsets[n_in - 1][1]]
+        text = _sized(words, n_in, rng, tokenizer)
         out.append(
             Prompt(id=f"s{i}", prompt=text, max_tokens=output_len.draw(rng), category="synthetic")
         )
     return out
+
+
+PREFIX_HEAD = "Answer the question at the end from these notes alone."
+SHARED_PREFIX = "shared-prefix"
+
+
+def shared_prefix_prompts(
+    count: int,
+    prefix_tokens: int,
+    suffix_tokens: int,
+    output_len: Length,
+    *,
+    seed: int = 0,
+    tokenizer: Any = None,
+) -> list[Prompt]:
+    """`count` requests sharing one document of `prefix_tokens` tokens (the system message on the
+    chat route), each followed by its own question of `suffix_tokens` tokens.
+
+    Sized as synthetic prompts are: exact with a tokenizer, else one token per word. Prompt text
+    (the completions route) is document + "\\n\\n" + question, as the chat messages joined: the
+    newline ends the document's last pre-token, so its token ids do not depend on what follows. Each
+    question opens with its own number ("Q7:"), so prompts differ right after the shared part and a
+    prefix cache can reuse the document only."""
+    rng = random.Random(seed)
+    head = PREFIX_HEAD.split()
+    words = head + [rng.choice(_WORDS) for _ in range(max(prefix_tokens - len(head), 0))]
+    document = _sized(words, prefix_tokens, rng, tokenizer)
+    out = []
+    for i in range(count):
+        words = [f"Q{i}:"] + [rng.choice(_WORDS) for _ in range(max(suffix_tokens - 1, 0))]
+        question = _sized(words, suffix_tokens, rng, tokenizer)
+        out.append(
+            Prompt(
+                id=f"q{i}",
+                prompt=f"{document}\n\n{question}",
+                messages=[
+                    {"role": "system", "content": document},
+                    {"role": "user", "content": question},
+                ],
+                max_tokens=output_len.draw(rng),
+                category=SHARED_PREFIX,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class WorkloadArgs:
+    """What the workloads read from `roofline bench`'s options (lengths still text)."""
+
+    count: int | None = None  # --num-requests: how many prompts to make
+    prompts_path: Path | None = None
+    input_len: str = "1024"
+    output_len: str = "256"
+    prefix_tokens: int = 1000
+    suffix_tokens: int = 32
+    seed: int = 0
+    tokenizer: Any = None  # a loaded tokenizers.Tokenizer, or None
+
+    @property
+    def sized_by(self) -> str:
+        return "tokenizer" if self.tokenizer is not None else "words (about one token each)"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One way to choose what is sent, and what it implies for the run.
+
+    sets_ignore_eos: the output lengths are the workload's, so generation runs on to them.
+    fresh_prompts: every measured request gets a prompt not sent before (each once, and a later
+    scenario goes on down the list), so a server's cache sees only what the workload shares.
+    reports_cache: the prefix-cache table is printed even when the server exposes no figures."""
+
+    name: str
+    help: str
+    build: Callable[[WorkloadArgs], list[Prompt]]
+    sets_ignore_eos: bool = False
+    fresh_prompts: bool = False
+    reports_cache: bool = False
+    describe: Callable[[WorkloadArgs], dict] = lambda a: {}
+
+
+def _file(a: WorkloadArgs) -> list[Prompt]:
+    if a.prompts_path is None:
+        raise UserError("--workload prompts needs --prompts FILE")
+    return load_prompts_jsonl(a.prompts_path)
+
+
+def _synthetic(a: WorkloadArgs) -> list[Prompt]:
+    ins = parse_length(a.input_len, what="--input-len")
+    outs = parse_length(a.output_len, what="--output-len")
+    return synthetic_prompts(a.count or 64, ins, outs, seed=a.seed, tokenizer=a.tokenizer)
+
+
+def _shared_prefix(a: WorkloadArgs) -> list[Prompt]:
+    for flag, value in (("--prefix-tokens", a.prefix_tokens), ("--suffix-tokens", a.suffix_tokens)):
+        if value < 1:
+            raise UserError(f"{flag} must be a positive number of tokens (got {value})")
+    outs = parse_length(a.output_len, what="--output-len")
+    return shared_prefix_prompts(
+        a.count or 512,
+        a.prefix_tokens,
+        a.suffix_tokens,
+        outs,
+        seed=a.seed,
+        tokenizer=a.tokenizer,
+    )
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload("builtin", "the four fixed prompts", lambda a: builtin_prompts()),
+        Workload("prompts", "a JSONL prompt file (--prompts)", _file),
+        Workload(
+            "synthetic",
+            "random words of --input-len tokens asking for --output-len",
+            _synthetic,
+            sets_ignore_eos=True,
+            describe=lambda a: {"input_len": a.input_len, "sized_by": a.sized_by},
+        ),
+        Workload(
+            SHARED_PREFIX,
+            "one --prefix-tokens document (the chat system message) and a distinct "
+            "--suffix-tokens question per request",
+            _shared_prefix,
+            sets_ignore_eos=True,
+            fresh_prompts=True,
+            reports_cache=True,
+            describe=lambda a: {
+                "prefix_tokens": a.prefix_tokens,
+                "suffix_tokens": a.suffix_tokens,
+                "sized_by": a.sized_by,
+            },
+        ),
+    )
+}
+
+
+def get_workload(name: str) -> Workload:
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise UserError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}") from None
 
 
 @dataclass(frozen=True)

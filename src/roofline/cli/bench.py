@@ -41,6 +41,7 @@ def register(app: typer.Typer) -> None:
     from roofline.bench.engines import LAUNCHERS
     from roofline.bench.loadgen import ARRIVALS
     from roofline.bench.metrics import SLO_METRICS
+    from roofline.bench.workloads import WORKLOADS
 
     engines = listed(
         [
@@ -96,6 +97,22 @@ def register(app: typer.Typer) -> None:
             "--synthetic",
             help="Random-word prompts of --input-len tokens asking for --output-len tokens (sets "
             "--ignore-eos).",
+        ),
+        workload: str | None = typer.Option(
+            None,
+            "--workload",
+            help="What to send: "
+            + "; ".join(f"{w.name}: {w.help}" for w in WORKLOADS.values())
+            + " (default builtin; --prompts and --synthetic choose theirs).",
+        ),
+        prefix_tokens: int = typer.Option(
+            1000,
+            "--prefix-tokens",
+            help="shared-prefix: tokens of the shared document (counted by --tokenizer when "
+            "given, else one per word, as --input-len is).",
+        ),
+        suffix_tokens: int = typer.Option(
+            32, "--suffix-tokens", help="shared-prefix: tokens of each request's own question."
         ),
         input_len: str = typer.Option(
             "1024",
@@ -258,6 +275,9 @@ def register(app: typer.Typer) -> None:
             api_key=api_key,
             prompts=prompts,
             synthetic=synthetic,
+            workload=workload,
+            prefix_tokens=prefix_tokens,
+            suffix_tokens=suffix_tokens,
             input_len=input_len,
             output_len=output_len,
             max_tokens=max_tokens,
