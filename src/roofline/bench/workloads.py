@@ -198,8 +198,8 @@ def shared_prefix_prompts(
     Sized as synthetic prompts are: exact with a tokenizer, else one token per word. Prompt text
     (the completions route) is document + "\\n\\n" + question, as the chat messages joined: the
     newline ends the document's last pre-token, so its token ids do not depend on what follows. Each
-    question opens with its own number ("Q7:"), so prompts differ right after the shared part and a
-    prefix cache can reuse the document only."""
+    question opens with its own number ("Q7:"), so prompts differ within the question's first word:
+    a prefix cache can reuse the document and at most a few tokens more."""
     rng = random.Random(seed)
     head = PREFIX_HEAD.split()
     words = head + [rng.choice(_WORDS) for _ in range(max(prefix_tokens - len(head), 0))]
