@@ -248,3 +248,22 @@ def test_a_server_without_metrics_says_not_exposed(tmp_path, null_url):
     plain = run(null_url, [Scenario("sequential", num_requests=2)], tmp_path / "plain")
     assert cache_table(plain.summary) is None
     assert not plain.summary.scenarios[0].prefix_cache.exposed
+
+
+def test_serving_benchmark_dry_run_prints_matching_commands():
+    """benchmarks/serving.py --dry-run: llama-server's slots equal roofline's --max-batch, flash
+    attention on, and both workloads benched against each server."""
+    script = HERE.parents[1] / "benchmarks" / "serving.py"
+    args = ["--model", "m.gguf", "--llama-server", "ls", "--dry-run", "--concurrency", "1,4"]
+    done = subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("CPU: ")
+    llama = next(ln for ln in lines if ln.startswith("ls "))
+    serve = next(ln for ln in lines if " serve " in ln)
+    assert " -np 4 " in llama and "--flash-attn" in llama and " -m m.gguf " in llama
+    assert "--max-batch 4" in serve and "--model m.gguf" in serve
+    benches = [ln for ln in lines if " bench " in ln]
+    assert len(benches) == 4 and sum("--workload shared-prefix" in ln for ln in benches) == 2
