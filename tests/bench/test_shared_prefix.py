@@ -92,7 +92,8 @@ def test_options_choose_the_workload_from_the_registry():
             concurrency="1,4",
         )
     )
-    assert len(plan.prompts) == 20 and plan.prompts[0].category == "shared-prefix"
+    # a prompt for each request and warm-up (and the usage probe) of both scenarios
+    assert len(plan.prompts) == 2 * (20 + 1 + 1) and plan.prompts[0].category == "shared-prefix"
     assert plan.ignore_eos and plan.fresh_prompts and plan.reps == 1
     assert plan.provenance_extra["workload"] == {
         "name": "shared-prefix",
@@ -100,6 +101,11 @@ def test_options_choose_the_workload_from_the_registry():
         "suffix_tokens": 5,
         "sized_by": "words (about one token each)",
     }
+    plan = plan_from_options(BenchOptions(url="x:1", workload="shared-prefix", concurrency="1,32"))
+    assert [s.num_requests for s in plan.scenarios] == [64, 128]  # as a closed loop's default
+    assert len(plan.prompts) == 64 + 128 + 2 * 2
+    timed = BenchOptions(url="x:1", workload="shared-prefix", concurrency="4", duration="20s")
+    assert len(plan_from_options(timed).prompts) == 2048  # a duration: a long list
     plan = plan_from_options(BenchOptions(url="x:1", synthetic=True, num_requests=3))
     assert plan.provenance_extra["workload"]["name"] == "synthetic" and plan.ignore_eos
     plan = plan_from_options(BenchOptions(url="x:1"))
@@ -244,9 +250,11 @@ def test_a_server_without_metrics_says_not_exposed(tmp_path, null_url):
     assert not c.exposed and "HTTP 404" in c.note
     table = next(t for t in tables(outcome.summary) if t[0].startswith("prefix cache"))
     assert table[2][0][1] == "not exposed" and "HTTP 404" in table[3][0]
+    assert not any(t[0].startswith("per prompt") for t in tables(outcome.summary))  # one-offs
     # a workload not about the cache prints no table for a server without figures
     plain = run(null_url, [Scenario("sequential", num_requests=2)], tmp_path / "plain")
     assert cache_table(plain.summary) is None
+    assert any(t[0].startswith("per prompt") for t in tables(plain.summary))
     assert not plain.summary.scenarios[0].prefix_cache.exposed
 
 

@@ -7,7 +7,7 @@ before anything is started or measured.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from roofline.bench.plan import BenchPlan
@@ -112,7 +112,7 @@ def host_label(url: str) -> str:
 def plan_from_options(o: BenchOptions) -> BenchPlan:
     """Check every option (UserError on the first bad one) and build the BenchPlan."""
     from roofline.bench.api import CHAT, COMPLETIONS, USAGE_LEVELS
-    from roofline.bench.loadgen import ARRIVALS, Scenario
+    from roofline.bench.loadgen import ARRIVALS, Scenario, default_num_requests
     from roofline.bench.metrics import parse_slo
     from roofline.bench.repeats import check_policy
     from roofline.bench.workloads import WorkloadArgs, get_workload
@@ -147,17 +147,6 @@ def plan_from_options(o: BenchOptions) -> BenchPlan:
         from roofline.bench.tokens import load_tokenizer
 
         tokenizer = load_tokenizer(o.tokenizer)
-    args = WorkloadArgs(
-        count=o.num_requests,
-        prompts_path=o.prompts,
-        input_len=o.input_len,
-        output_len=o.output_len,
-        prefix_tokens=o.prefix_tokens,
-        suffix_tokens=o.suffix_tokens,
-        seed=o.seed,
-        tokenizer=tokenizer,
-    )
-    prompts = workload.build(args)
     scenarios = []
     if o.concurrency:
         scenarios += [
@@ -179,6 +168,23 @@ def plan_from_options(o: BenchOptions) -> BenchPlan:
         ]
     if not scenarios:
         scenarios = [Scenario("sequential", num_requests=o.num_requests, duration_s=duration)]
+    count = o.num_requests
+    if workload.fresh_prompts:  # a prompt per request of every scenario and its warm-ups
+        if o.num_requests is None and duration is None:  # each scenario's usual count
+            scenarios = [replace(s, num_requests=default_num_requests(s, 64, 1)) for s in scenarios]
+        wanted = [s.num_requests for s in scenarios]
+        count = None if None in wanted else sum(n + o.warmup + 1 for n in wanted)
+    args = WorkloadArgs(
+        count=count,
+        prompts_path=o.prompts,
+        input_len=o.input_len,
+        output_len=o.output_len,
+        prefix_tokens=o.prefix_tokens,
+        suffix_tokens=o.suffix_tokens,
+        seed=o.seed,
+        tokenizer=tokenizer,
+    )
+    prompts = workload.build(args)
     return BenchPlan(
         url=o.url or "",
         prompts=prompts,

@@ -175,10 +175,10 @@ def _count(x: float | None) -> str:
 def cache_table(summary: Any) -> tuple[str, list[str], list[list[str]], list[str]] | None:
     """The server's prefix-cache figures per scenario of a `bench.summary.RunSummary`: shown when
     the server exposes them or the workload is about the cache (then "not exposed" says so)."""
-    from roofline.bench.workloads import WORKLOADS
+    from roofline.bench.workloads import workload_of
 
-    name = (summary.provenance.get("workload") or {}).get("name")
-    wanted = name in WORKLOADS and WORKLOADS[name].reports_cache
+    workload = workload_of(summary.provenance)
+    wanted = workload is not None and workload.reports_cache
     caches = [(s.name, s.prefix_cache) for s in summary.scenarios]
     if not (wanted or any(c is not None and c.exposed for _, c in caches)):
         return None

@@ -14,6 +14,7 @@ from roofline.bench.repeats import repeats_table
 from roofline.bench.scrape import cache_table
 from roofline.bench.summary import CeilingFigures, Distribution, RunSummary, ScenarioSummary
 from roofline.bench.verify import verify_line
+from roofline.bench.workloads import workload_of
 
 Table = tuple[str, list[str], list[list[str]], list[str]]
 
@@ -245,6 +246,9 @@ def result_notes(summary: RunSummary) -> list[str]:
 
 
 def prompts_table(summary: RunSummary) -> Table | None:
+    workload = workload_of(summary.provenance)
+    if workload is not None and not workload.per_prompt:
+        return None
     rows = []
     for s in summary.scenarios:
         for p in s.prompts:

@@ -227,7 +227,7 @@ def shared_prefix_prompts(
 class WorkloadArgs:
     """What the workloads read from `roofline bench`'s options (lengths still text)."""
 
-    count: int | None = None  # --num-requests: how many prompts to make
+    count: int | None = None  # how many prompts to make (None: the workload's default)
     prompts_path: Path | None = None
     input_len: str = "1024"
     output_len: str = "256"
@@ -248,7 +248,8 @@ class Workload:
     sets_ignore_eos: the output lengths are the workload's, so generation runs on to them.
     fresh_prompts: every measured request gets a prompt not sent before (each once, and a later
     scenario goes on down the list), so a server's cache sees only what the workload shares.
-    reports_cache: the prefix-cache table is printed even when the server exposes no figures."""
+    reports_cache: the prefix-cache table is printed even when the server exposes no figures.
+    per_prompt: the per-prompt table is printed (not for hundreds of one-off prompts)."""
 
     name: str
     help: str
@@ -256,6 +257,7 @@ class Workload:
     sets_ignore_eos: bool = False
     fresh_prompts: bool = False
     reports_cache: bool = False
+    per_prompt: bool = True
     describe: Callable[[WorkloadArgs], dict] = lambda a: {}
 
 
@@ -277,7 +279,7 @@ def _shared_prefix(a: WorkloadArgs) -> list[Prompt]:
             raise UserError(f"{flag} must be a positive number of tokens (got {value})")
     outs = parse_length(a.output_len, what="--output-len")
     return shared_prefix_prompts(
-        a.count or 512,
+        a.count or 2048,
         a.prefix_tokens,
         a.suffix_tokens,
         outs,
@@ -306,6 +308,7 @@ WORKLOADS: dict[str, Workload] = {
             sets_ignore_eos=True,
             fresh_prompts=True,
             reports_cache=True,
+            per_prompt=False,
             describe=lambda a: {
                 "prefix_tokens": a.prefix_tokens,
                 "suffix_tokens": a.suffix_tokens,
@@ -314,6 +317,11 @@ WORKLOADS: dict[str, Workload] = {
         ),
     )
 }
+
+
+def workload_of(provenance: Any) -> Workload | None:
+    """The workload a run's provenance.json names (None: an older run, or a name not known)."""
+    return WORKLOADS.get((provenance.get("workload") or {}).get("name"))
 
 
 def get_workload(name: str) -> Workload:
