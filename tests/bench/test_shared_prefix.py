@@ -275,3 +275,23 @@ def test_serving_benchmark_dry_run_prints_matching_commands():
     assert "--max-batch 4" in serve and "--model m.gguf" in serve
     benches = [ln for ln in lines if " bench " in ln]
     assert len(benches) == 4 and sum("--workload shared-prefix" in ln for ln in benches) == 2
+
+
+def test_prometheus_client_exposition_reads_back():
+    """The embedded server writes /metrics with prometheus_client: counters gain `_total` and a
+    `_created` sample beside it, which must not be read as the figure."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+    reg = CollectorRegistry()
+    for name, value in (("hits", 3), ("lookups", 4), ("tokens_reused", 960), ("evictions", 2)):
+        Counter(f"roofline_prefix_cache_{name}", name, registry=reg).inc(value)
+    Gauge("roofline_prefix_cache_bytes", "bytes", registry=reg).set(1 << 20)
+    r = reading_of(parse_prometheus(generate_latest(reg).decode()))
+    assert r.source.name == "roofline"
+    assert r.values == {
+        "hits": 3.0,
+        "lookups": 4.0,
+        "tokens_reused": 960.0,
+        "cache_bytes": float(1 << 20),
+        "evictions": 2.0,
+    }
