@@ -83,7 +83,9 @@ default = "ok"
     assert len(lines) == len(result.trials) == 7
     saved = TuneResult.from_json(json.loads((tmp_path / "run" / RESULT).read_text()))
     assert saved.to_json() == json.loads(json.dumps(result.to_json()))
-    assert (tmp_path / "run" / "trials" / "001" / "server.log").exists()
+    # each launched trial's folder keeps its engine's log (trial 1, the skipped incumbent, none)
+    assert all((tmp_path / "run" / r.folder / "server.log").exists() for r in launched)
+    assert not (tmp_path / "run" / "trials" / "001").exists()
 
 
 @pytest.mark.parametrize("allow", [False, True])
