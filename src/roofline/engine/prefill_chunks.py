@@ -13,6 +13,10 @@ from __future__ import annotations
 # rows run near the machine's peak (see benchmarks/prefill.py and docs/measured.md).
 DEFAULT_PREFILL_CHUNK_TOKENS = 256
 
+# Target time (ms) of one scheduler turn of prefill: granules run while they fit it (measured rate),
+# so a decode step or a new request waits about this long behind a long prompt, on any host.
+DEFAULT_PREFILL_CHUNK_MS = 150.0
+
 
 def chunk_end(position: int, total: int, chunk_tokens: int) -> int:
     """End (exclusive) of the chunk that holds `position` in a prompt of `total` tokens: the next
