@@ -75,6 +75,13 @@ def test_eviction_takes_unreferenced_leaves_least_recently_used_within_the_budge
     assert cache.match(c, 1) == [] and len(cache.match(a, 3)) == 2
     with pytest.raises(ValueError, match="released more often"):
         cache.release(c_path)
+    # a node larger than the whole budget evicts nothing
+    big = PrefixCache(G, NODE_BYTES - 1)
+    assert big.insert([], a, kv_of(a, 0)) is None and big.stats().entries == 0
+    small = PrefixCache(G, NODE_BYTES)
+    small.release(insert_path(small, a, 1))
+    assert small.insert([], b, lambda: (np.zeros(2 * G),)) is None
+    assert small.stats().evictions == 0 and len(small.match(a, 1)) == 1
 
 
 class CachingFakeRunner(FakeRunner):

@@ -143,7 +143,10 @@ class PrefixCache:
         return node
 
     def _make_room(self, nbytes: int) -> bool:
-        """Evict unreferenced leaves, least recently used first, until nbytes more fit."""
+        """Evict unreferenced leaves, least recently used first, until nbytes more fit (none when
+        nbytes exceeds the whole budget)."""
+        if nbytes > self.budget_bytes:
+            return False
         while self._bytes + nbytes > self.budget_bytes:
             leaves = [n for n in self._nodes() if n.refs == 0 and not n.children]
             if not leaves:
