@@ -7,6 +7,7 @@ prefill(slot, ids, start=0): the prompt, K/V written from position `start`, in c
 decode(slots, ids): one new token for each slot at that slot's own position, all rows in one call of
     the numba kernels (`decode.decode_rows`), which reads each weight once for the whole batch.
 extend(slot, ids): several tokens of one slot in one kernel pass (a speculative verify).
+save_kv / load_kv: copies of a slot's K/V positions out and back in (the prefix cache's granules).
 
 The weights are packed once (`weights.pack_weights`: fused, stacked over layers, fp32 / bf16 /
 int8); torch views of the same memory serve prefill, so nothing is held twice.
