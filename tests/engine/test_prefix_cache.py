@@ -223,3 +223,12 @@ def test_no_cache_by_default_and_with_zero_budget():
     registry = CollectorRegistry()
     registry.register(SchedulerCollector(Scheduler(runner)))
     assert scraped(registry)["roofline_prefix_cache_budget_bytes"] == 0
+
+
+def test_serve_flags_default_to_the_engines_values():
+    from roofline.cli import serve
+    from roofline.engine import prefill_chunks, prefix_cache
+
+    assert serve.DEFAULT_PREFIX_CACHE_MB == prefix_cache.DEFAULT_PREFIX_CACHE_MB
+    assert serve.DEFAULT_PREFILL_CHUNK_MS == prefill_chunks.DEFAULT_PREFILL_CHUNK_MS
+    assert serve.DEFAULT_PREFILL_CHUNK_TOKENS == prefill_chunks.DEFAULT_PREFILL_CHUNK_TOKENS

@@ -9,10 +9,14 @@ import typer
 
 from roofline.cli.generate import DTYPES
 from roofline.cli.speculation_flags import speculation_flags
-from roofline.engine.prefill_chunks import DEFAULT_PREFILL_CHUNK_MS, DEFAULT_PREFILL_CHUNK_TOKENS
-from roofline.engine.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from roofline.errors import UserError
 from roofline.speculation import SpecOptions
+
+# = engine.prefix_cache.DEFAULT_PREFIX_CACHE_MB and engine.prefill_chunks' DEFAULT_PREFILL_CHUNK_MS
+# and DEFAULT_PREFILL_CHUNK_TOKENS (a test checks), kept light: the CLI imports no engine at start
+DEFAULT_PREFIX_CACHE_MB = 512.0
+DEFAULT_PREFILL_CHUNK_MS = 150.0
+DEFAULT_PREFILL_CHUNK_TOKENS = 64
 
 
 @speculation_flags
