@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from test_scheduler import Collector, FakeRunner, fake_greedy_ids, greedy, prefills, wait_until
 
 from roofline.engine.prefix_cache import PrefixCache
+from roofline.engine.sampling import SamplingParams
 from roofline.engine.scheduler import Scheduler
 from roofline.engine.server_metrics import SchedulerCollector
 
@@ -99,6 +100,7 @@ class CachingFakeRunner(FakeRunner):
         else:
             assert len(self.ctx[slot]) == start
         self.ctx[slot] = self.ctx.get(slot, [])[:start] + kv[0].tolist()
+        self.prompt_len[slot] = len(self.ctx[slot])
 
 
 def loads(runner):
@@ -116,14 +118,14 @@ def test_a_shared_prefix_is_loaded_and_the_rest_prefilled_at_the_same_positions(
     tok = runner.tokenizer
     base = tok.encode("the system prompt!!")  # 20 tokens with BOS: granules 0..4
     cases = {
-        "same prompt": base,  # at most (20 - 1) // 4 = 4 granules: the last one is computed
+        "same prompt": base,  # every granule, the last with its logits: nothing computed
         "ends inside a granule": base[:14],  # 3 whole granules, 13 // 4 = 3 loaded
         "ends at a boundary": base[:12],  # 11 // 4 = 2 loaded, granule 2 computed
         "diverges in its last token": base[:-1] + tok.encode("?", add_special_tokens=False),
         "longer": base + tok.encode(" and more", add_special_tokens=False),
     }
     want_loaded = {
-        "same prompt": 4,
+        "same prompt": 5,
         "ends inside a granule": 3,
         "ends at a boundary": 2,
         "diverges in its last token": 4,
@@ -145,6 +147,27 @@ def test_a_shared_prefix_is_loaded_and_the_rest_prefilled_at_the_same_positions(
         assert sched.prefix_cache.referenced() == 0
     assert stats.lookups == 6 and stats.hits == 5
     assert stats.tokens_reused == sum(want_loaded.values()) * G
+
+
+def test_a_repeated_prompt_computes_nothing_and_samples_the_same_tokens():
+    """The same prompt again: every node loads, the last with its logits; no prefill runs, and
+    greedy and seeded sampled output equal the first run's."""
+    runner = CachingFakeRunner(max_batch=1, prefill_chunk_tokens=G)
+    prompt = runner.tokenizer.encode("a prompt sent twice")  # 20 tokens: the tail is a granule
+    sampled = SamplingParams(max_tokens=8, temperature=1.0, top_k=20, seed=7, ignore_eos=True)
+    with Scheduler(runner, prefix_cache_mb=1) as sched:
+        firsts = [run_one(sched, prompt).ids, run_one(sched, prompt[:-2]).ids]
+        for params in (sampled, sampled):
+            c = Collector()
+            sched.submit(prompt, params, c)
+            firsts.append(c.wait(30).ids)
+        runner.log.clear()
+        again = [run_one(sched, prompt).ids, run_one(sched, prompt[:-2]).ids]
+        stats = sched.stats()
+    assert prefills(runner) == []
+    assert again == firsts[:2] and firsts[2] == firsts[3]
+    assert loads(runner) == [(0, k * G) for k in range(5)] + [(0, k * G) for k in range(5)]
+    assert stats.prefix_cache.hits == 5 and stats.prompt_tokens_total == 4 * 20 + 2 * 18
 
 
 def test_references_are_given_back_however_a_request_ends():
@@ -200,10 +223,11 @@ def test_metrics_show_the_cache_figures():
         values = scraped(registry)
     assert values["roofline_prefix_cache_lookups_total"] == 2
     assert values["roofline_prefix_cache_hits_total"] == 1
-    # 13 tokens: 12 // 4 = 3 granules loaded, the last token computed
-    assert values["roofline_prefix_cache_tokens_reused_total"] == 3 * G
-    assert values["roofline_prefix_cache_bytes"] == 3 * NODE_BYTES
-    assert values["roofline_prefix_cache_entries"] == 3
+    # 13 tokens: 3 granules and the 1-token tail with the logits of the prompt's last token
+    assert values["roofline_prefix_cache_tokens_reused_total"] == 13
+    logits_bytes = 4 * runner.config.vocab_size
+    assert values["roofline_prefix_cache_bytes"] == 3 * NODE_BYTES + 8 + logits_bytes
+    assert values["roofline_prefix_cache_entries"] == 4
     assert values["roofline_prefix_cache_evictions_total"] == 0
     assert values["roofline_prefix_cache_budget_bytes"] == 2**20
 

@@ -25,22 +25,17 @@ from roofline.engine.speculate.step import speculation_factory
 N = 8
 
 
-class LogitsTap:
-    """A runner whose prefills' returned logits (a prompt's last token) are kept, in call order;
-    everything else is the wrapped runner."""
+class LogitsScheduler(Scheduler):
+    """A scheduler that keeps the logits each request's first token is sampled from (computed by
+    its last prefill chunk, or loaded with a cached tail)."""
 
-    def __init__(self, runner):
-        self._runner = runner
-        self.logits: list[np.ndarray] = []
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.accepted: list[np.ndarray] = []
 
-    def __getattr__(self, name):
-        return getattr(self._runner, name)
-
-    def prefill(self, slot, token_ids, *, start=0, logits=True):
-        out = self._runner.prefill(slot, token_ids, start=start, logits=logits)
-        if out is not None:
-            self.logits.append(out.copy())
-        return out
+    def _accept(self, w, logits):
+        self.accepted.append(np.array(logits, copy=True))
+        super()._accept(w, logits)
 
 
 def node_mb(runner, granules: int) -> float:
@@ -84,15 +79,19 @@ def test_cached_prefixes_give_a_cold_prefills_logits_bit_for_bit(tiny_gguf, dtyp
     cold = {}
     for name, p in cases.items():
         cold[name] = (runner.prefill(0, p).copy(), greedy_ids(runner, p, N))
-    tap = LogitsTap(runner)
-    with Scheduler(tap, prefix_cache_mb=1) as sched:
+    with LogitsScheduler(runner, prefix_cache_mb=1) as sched:
         serve_all(sched, [base])
         for name, p in cases.items():
             ids = serve_all(sched, [p])[0]
-            assert np.array_equal(tap.logits[-1], cold[name][0]), f"{name}: logits differ"
+            assert np.array_equal(sched.accepted[-1], cold[name][0]), f"{name}: logits differ"
             assert ids == cold[name][1], name
         stats = sched.stats().prefix_cache
         assert sched.prefix_cache.referenced() == 0
+        # the same prompt again computes nothing: its tail came with its logits
+        chunks = sched.stats().prefill_chunks
+        assert serve_all(sched, [base]) == [cold["the same prompt"][1]]
+        assert np.array_equal(sched.accepted[-1], cold["the same prompt"][0])
+        assert sched.stats().prefill_chunks == chunks
     assert stats.hits == len(cases) and stats.tokens_reused >= 13 * CHUNK
 
 

@@ -11,6 +11,10 @@ keys are the tokens themselves, so a match is exact by construction (no hash can
 prefixes), and the tree says what may be evicted: only a leaf, since an inner node serves every
 longer prefix below it.
 
+A prompt's last chunk may be a node too, with the logits of its last token (a tail: shorter than
+a granule, or a whole one): the same prompt sent again loads every node and samples from those
+logits, computing nothing. A tail is never a parent: a longer prompt computes that granule whole.
+
 Reference counts: a request holds the nodes of its path while it prefills (it extends that path);
 LRU eviction takes unreferenced leaves until a new node fits the byte budget; when nothing can go,
 the new node is not stored. Owned by the scheduler thread; `stats()` is a snapshot.
@@ -40,6 +44,8 @@ class PrefixNode:
     parent: PrefixNode | None
     kv: tuple[np.ndarray, ...] = ()
     nbytes: int = 0
+    # float32 logits of the last position, when a prompt ended here (a tail)
+    logits: np.ndarray | None = None
     refs: int = 0
     used: int = 0  # LRU tick of the last match or insert
     children: dict[tuple[int, ...], PrefixNode] = field(default_factory=dict)
@@ -93,17 +99,17 @@ class PrefixCache:
             self.acquire(node)
             path.append(node)
         self.count_lookup()
-        self.count_reuse(len(path), first=True)
+        self.count_reuse(sum(len(n.tokens) for n in path), first=True)
         return path
 
     def count_lookup(self) -> None:
         self._lookups += 1
 
-    def count_reuse(self, granules: int, *, first: bool) -> None:
-        """Count reused granules of one request; `first`: its lookup (a hit if any)."""
-        if granules and first:
+    def count_reuse(self, tokens: int, *, first: bool) -> None:
+        """Count prompt tokens one request reused; `first`: its first reuse (a hit)."""
+        if tokens and first:
             self._hits += 1
-        self._reused += granules * self.granule
+        self._reused += tokens
 
     def acquire(self, node: PrefixNode) -> None:
         node.refs += 1
@@ -121,13 +127,15 @@ class PrefixCache:
         path: Seq[PrefixNode],
         ids: Seq[int],
         kv: Callable[[], tuple[np.ndarray, ...]],
+        logits: np.ndarray | None = None,
     ) -> PrefixNode | None:
         """Granule len(path) of `ids` below `path`, holding `kv()` (called only when the node is
-        new); the node gains a reference. None when it does not fit the budget even after every
+        new); with `logits` (`ids` ends in this node: a tail, which may be short) they are kept too.
+        The node gains a reference. None when it does not fit the budget even after every
         unreferenced leaf is evicted."""
         parent = path[-1] if path else self._root
         key = self._key(ids, len(path))
-        if len(key) != self.granule:
+        if len(key) != self.granule and (logits is None or not key):
             raise ValueError(f"a node holds {self.granule} tokens, got {len(key)}")
         node = parent.children.get(key)
         if node is None:
@@ -140,6 +148,10 @@ class PrefixCache:
             self._bytes += nbytes
             self._entries += 1
         self.acquire(node)
+        if logits is not None and node.logits is None and self._make_room(logits.nbytes):
+            node.logits = logits
+            node.nbytes += logits.nbytes
+            self._bytes += logits.nbytes
         return node
 
     def _make_room(self, nbytes: int) -> bool:

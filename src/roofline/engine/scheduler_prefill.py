@@ -111,6 +111,8 @@ class PrefillChunks:
                 self._finish(w, "abort")
                 return ran
             if self._load_cached(w):
+                if w.prefilled == len(w.seq.prompt_ids):  # a whole prompt cached: it runs now
+                    return ran
                 continue
             if not (must and not ran) and not self._fits(self._chunk_tokens(w)):
                 break
@@ -141,18 +143,23 @@ class PrefillChunks:
             rate = (end - start) / seconds
             old = self._prefill_rate
             self._prefill_rate = rate if old is None else old + RATE_WEIGHT * (rate - old)
-        self._store(w, start, end)
+        self._store(w, start, end, logits if last else None)
         with self._cv:
             self._stats.prefill_chunks += 1
-            if last:
-                self._stats.prefill_seconds.observe(w.prefill_seconds)
-                self._stats.prompt_tokens_total += len(prompt)
         if not last:
             return True
+        self._prefill_done(w, logits)
+        return False
+
+    def _prefill_done(self, w: _Work, logits) -> None:
+        """w's prompt is in its slot: it joins the running requests with its first token sampled
+        from `logits` (its last position's)."""
+        with self._cv:
+            self._stats.prefill_seconds.observe(w.prefill_seconds)
+            self._stats.prompt_tokens_total += len(w.seq.prompt_ids)
         self._release_prefix(w)
         self._running.append(w)
         self._accept(w, logits)
-        return False
 
     # ---- the prefix cache -----------------------------------------------------------------------
     def _lookup(self, w: _Work) -> None:
@@ -170,12 +177,14 @@ class PrefillChunks:
         return w.prefilled + cache.granule <= len(w.seq.prompt_ids) - 1
 
     def _load_cached(self, w: _Work) -> bool:
-        """Load w's next granule from the prefix cache when it holds it; whether it did."""
-        if not self._next_granule(w):
-            return False
+        """Load w's next granule from the prefix cache when it holds it; whether it did. When the
+        cache holds the prompt's tail with its logits, the whole prompt is in and w runs."""
         cache = self.prefix_cache
+        tail = self._at_tail(w)
+        if not (tail or self._next_granule(w)):
+            return False
         node = cache.child(w.cached, w.seq.prompt_ids)
-        if node is None:
+        if node is None or (tail and node.logits is None):
             return False
         try:
             self.runner.load_kv(w.slot, w.prefilled, node.kv)
@@ -184,26 +193,41 @@ class PrefillChunks:
             w.caching = False
             return False
         cache.acquire(node)
-        cache.count_reuse(1, first=not w.reused)
+        n = len(node.tokens)
+        cache.count_reuse(n, first=not w.reused)
         w.cached.append(node)
-        w.prefilled += cache.granule
-        w.reused += cache.granule
+        w.prefilled += n
+        w.reused += n
         self._publish_cache()
+        if tail:
+            self._prefill_done(w, node.logits.copy())
         return True
 
-    def _store(self, w: _Work, start: int, end: int) -> None:
-        """Offer the granule just computed to the prefix cache (a whole granule on w's path)."""
+    def _at_tail(self, w: _Work) -> bool:
+        """Whether w's cached path reaches its last chunk (a granule or less to go)."""
+        cache = self.prefix_cache
+        left = len(w.seq.prompt_ids) - w.prefilled
+        return (
+            cache is not None
+            and w.caching
+            and w.prefilled == len(w.cached) * cache.granule
+            and 0 < left <= cache.granule
+        )
+
+    def _store(self, w: _Work, start: int, end: int, logits) -> None:
+        """Offer the chunk just computed to the prefix cache: a whole granule on w's path, or its
+        prompt's last chunk with the logits (a tail)."""
         cache = self.prefix_cache
         if (
             cache is None
             or not w.caching
-            or end - start != cache.granule
+            or (end - start != cache.granule and logits is None)
             or start != len(w.cached) * cache.granule
         ):
             return
-        slot = w.slot
+        slot, kept = w.slot, None if logits is None else logits.copy()
         node = cache.insert(
-            w.cached, w.seq.prompt_ids, lambda: self.runner.save_kv(slot, start, end)
+            w.cached, w.seq.prompt_ids, lambda: self.runner.save_kv(slot, start, end), kept
         )
         if node is None:
             w.caching = False
