@@ -19,7 +19,7 @@ from test_scheduler import Collector, greedy
 
 from roofline.engine import load_runner
 from roofline.engine.model_runner import KERNEL_PREFILL_MAX_TOKENS, ModelRunner
-from roofline.engine.prefill_chunks import chunk_bounds, chunk_end
+from roofline.engine.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS, chunk_bounds, chunk_end
 from roofline.engine.scheduler import Scheduler
 
 # > KERNEL_PREFILL_MAX_TOKENS: whole chunks take the torch path, a short last one the kernels
@@ -202,17 +202,18 @@ def test_cancelling_mid_prefill_frees_the_slot_before_the_prompt_is_done(tiny_gg
     assert stats.cancelled == 1 and stats.running == 0
 
 
-def test_prefill_operations_do_not_depend_on_torch_thread_count():
+@pytest.mark.parametrize("T", [DEFAULT_PREFILL_CHUNK_TOKENS, 256])
+def test_prefill_operations_do_not_depend_on_torch_thread_count(T):
     """The runner may run torch on fewer threads when cores are busy (engine/threads.py): the
-    prefill's torch operations at the default model's shapes (a 256-row chunk late in a 1k context:
-    GEMMs over the fused weights, addmm_ residuals, masked and causal GQA attention) give the same
-    bits on 1 and 2 threads."""
+    prefill's torch operations at the default model's shapes (a default granule, and a 256-row one,
+    late in a 1k context: GEMMs over the fused weights, addmm_ residuals, masked and causal GQA
+    attention) give the same bits on 1 and 2 threads."""
     import torch
 
     from roofline.engine.prefill import attention, causal_mask
 
     g = torch.Generator().manual_seed(0)
-    T, S, hidden, ffn = 256, 1024, 576, 1536
+    S, hidden, ffn = 1024, 576, 1536
     h, w_gu = torch.randn(T, hidden, generator=g), torch.randn(2 * ffn, hidden, generator=g)
     act, w_d = torch.randn(T, ffn, generator=g), torch.randn(hidden, ffn, generator=g)
     q, k, v = (

@@ -12,6 +12,12 @@ from roofline.cli.speculation_flags import speculation_flags
 from roofline.errors import UserError
 from roofline.speculation import SpecOptions
 
+# = engine.prefix_cache.DEFAULT_PREFIX_CACHE_MB and engine.prefill_chunks' DEFAULT_PREFILL_CHUNK_MS
+# and DEFAULT_PREFILL_CHUNK_TOKENS (a test checks), kept light: the CLI imports no engine at start
+DEFAULT_PREFIX_CACHE_MB = 512.0
+DEFAULT_PREFILL_CHUNK_MS = 150.0
+DEFAULT_PREFILL_CHUNK_TOKENS = 64
+
 
 @speculation_flags
 def serve(
@@ -95,6 +101,27 @@ def serve(
         "--metrics-require-key",
         help="Require the --api-key on /metrics too (by default scrapers need no secret).",
     ),
+    prefix_cache_mb: float = typer.Option(
+        DEFAULT_PREFIX_CACHE_MB,
+        "--prefix-cache-mb",
+        min=0.0,
+        help="Memory for the exact prefix cache (K/V of prompt granules seen before, reused by "
+        "prompts that start with the same tokens; output bits unchanged); 0 turns it off.",
+    ),
+    prefill_chunk_ms: float = typer.Option(
+        DEFAULT_PREFILL_CHUNK_MS,
+        "--prefill-chunk-ms",
+        min=1.0,
+        help="Target time of one prefill turn: a long prompt runs as many granules as fit (from "
+        "the measured prefill rate, at least one) between decode steps of running requests.",
+    ),
+    prefill_granule: int = typer.Option(
+        DEFAULT_PREFILL_CHUNK_TOKENS,
+        "--prefill-granule",
+        min=1,
+        help="Tokens per prefill granule: prompts are computed in granules at fixed multiples of "
+        "it (so output never depends on load); the prefix cache reuses whole granules.",
+    ),
     speculation: SpecOptions = SpecOptions(),  # one flag per field (speculation_flags)
 ) -> None:
     """Serve a model with continuous batching: /v1/chat/completions, /v1/completions, /v1/models,
@@ -144,11 +171,18 @@ def serve(
         runner.measure_pass_costs()
         return speculation_factory(speculation, runner)
 
-    scheduler = Scheduler.loading(
-        lambda: load_runner(
+    def load():
+        runner = load_runner(
             model, dtype=dtype, threads=threads, max_batch=max_batch, max_seq_len=max_seq_len
-        ),
+        )
+        runner.prefill_chunk_tokens = prefill_granule
+        return runner
+
+    scheduler = Scheduler.loading(
+        load,
         speculation=speculate,
+        prefill_chunk_ms=prefill_chunk_ms,
+        prefix_cache_mb=prefix_cache_mb,
     )
     runner = scheduler.runner
     app = create_app(
@@ -166,7 +200,8 @@ def serve(
         print(
             f"roofline serve: {name!r} ({runner.path}, {runner.dtype}, "
             f"max batch {runner.max_batch}, context {runner.max_seq_len}, "
-            f"speculation {speculation.method}) listening on http://{shown}:{bound_port}/v1 "
+            f"speculation {speculation.method}, prefix cache {prefix_cache_mb:g} MB, "
+            f"prefill granule {prefill_granule}) listening on http://{shown}:{bound_port}/v1 "
             f"(auth {'on' if api_key else 'off'}); Ctrl-C stops",
             flush=True,
         )

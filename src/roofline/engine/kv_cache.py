@@ -98,6 +98,29 @@ class KVCache:
     def release(self, slot: int) -> None:
         self.lengths[slot] = 0
 
+    def read(self, slot: int, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of the K and V of positions start..end-1 of a slot: k (layers, kv_heads,
+        end - start, head_dim), v (layers, kv_heads, end - start, head_dim)."""
+        if not 0 <= start < end <= self.lengths[slot]:
+            raise ValueError(f"slot {slot} holds {int(self.lengths[slot])}, not {start}..{end}")
+        pos = np.arange(start, end)
+        k = self.k[slot][:, :, pos // KEY_BLOCK, :, pos % KEY_BLOCK]  # (T, layers, kv_heads, d)
+        return np.ascontiguousarray(k.transpose(1, 2, 0, 3)), self.v[slot][:, :, start:end].copy()
+
+    def write(self, slot: int, start: int, k: np.ndarray, v: np.ndarray) -> None:
+        """Store K/V as `read` returns them at positions start.. of a slot, which must hold exactly
+        start positions; the slot then holds start + their count."""
+        n = k.shape[2]
+        if start != self.lengths[slot]:
+            raise ValueError(
+                f"slot {slot} holds {int(self.lengths[slot])}, cannot write at {start}"
+            )
+        self.check_room(slot, n)
+        pos = np.arange(start, start + n)
+        self.k[slot][:, :, pos // KEY_BLOCK, :, pos % KEY_BLOCK] = k.transpose(2, 0, 1, 3)
+        self.v[slot][:, :, start : start + n] = v
+        self.lengths[slot] = start + n
+
 
 def write_keys(k_blocks, start: int, keys) -> None:
     """Store keys (T, kv_heads, head_dim) at positions start..start+T-1 of one layer's blocked key

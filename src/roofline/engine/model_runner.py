@@ -7,6 +7,7 @@ prefill(slot, ids, start=0): the prompt, K/V written from position `start`, in c
 decode(slots, ids): one new token for each slot at that slot's own position, all rows in one call of
     the numba kernels (`decode.decode_rows`), which reads each weight once for the whole batch.
 extend(slot, ids): several tokens of one slot in one kernel pass (a speculative verify).
+save_kv / load_kv: copies of a slot's K/V positions out and back in (the prefix cache's granules).
 
 The weights are packed once (`weights.pack_weights`: fused, stacked over layers, fp32 / bf16 /
 int8); torch views of the same memory serve prefill, so nothing is held twice.
@@ -111,6 +112,18 @@ class ModelRunner(PassTiming):
 
     def release(self, slot: int) -> None:
         self.cache.release(self.cache.check_slot(slot))
+
+    def save_kv(self, slot: int, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of the K/V of positions start..end-1 of the slot (a prefix-cache node)."""
+        return self.cache.read(self.cache.check_slot(slot), int(start), int(end))
+
+    def load_kv(self, slot: int, start: int, kv: tuple[np.ndarray, np.ndarray]) -> None:
+        """Write K/V that `save_kv` returned at positions start.. of the slot, which holds start
+        positions (start 0 resets it); a prefill may then continue where they end."""
+        slot = self.cache.check_slot(slot)
+        if start == 0:
+            self.cache.release(slot)
+        self.cache.write(slot, int(start), *kv)
 
     def truncate(self, slot: int, length: int) -> None:
         """Roll the slot back to `length` positions (drop rejected speculative tokens)."""

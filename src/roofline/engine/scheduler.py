@@ -1,14 +1,20 @@
 """Continuous batching: one background thread owns the `ModelRunner` and steps every live request.
 
-A step (1) drops cancelled requests, (2) runs prefill chunks within a prompt-token budget (vLLM's
+A step (1) drops cancelled requests, (2) runs a prefill turn: whole granules of prompts within a
+time target (`prefill_chunk_ms`, from the measured prefill rate; or a fixed token budget, vLLM's
 `max_num_batched_tokens`), (3) runs one batched pass for all decoding sequences (with speculation:
 last token plus draft, speculate/step.py) and hands each request's output to its sink as an `Event`.
 
-Chunks are cut at fixed positions (prefill_chunks.py), never at what the budget had left, so a
-request's logits do not depend on how its chunks interleaved with others'. Per step: new requests
-first (FIFO, one chunk each while the budget lasts; the first chunk always runs), then prefills in
-progress in turn (the head always gets a chunk, so arrivals cannot starve it). So a short request
-waits about one chunk behind a long prefill; decodes about a budget plus a chunk.
+Granules are cut at fixed positions (prefill_chunks.py), each its own computation, never at what the
+budget had left and never merged, so a request's logits do not depend on how its granules
+interleaved with others', nor on the budget. Per turn: new requests first (FIFO; the turn's first
+granule always runs), then prefills in progress in turn (the head always gets a granule, so arrivals
+cannot starve it); each runs as many granules in a row as fit. So a short request waits about one
+turn behind a long prefill; decodes about a turn.
+
+With a prefix cache (prefix_cache.py), a prompt's granules already cached (an exact token prefix)
+are loaded instead of computed, and the granules it computes are offered to the cache; its last
+chunk goes in with its logits, so the same prompt again computes nothing.
 
 The prefill half of a step, with the record each request carries: scheduler_prefill.py.
 """
@@ -25,7 +31,8 @@ from collections import deque
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
 
-from roofline.engine.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS
+from roofline.engine.prefill_chunks import DEFAULT_PREFILL_CHUNK_MS, DEFAULT_PREFILL_CHUNK_TOKENS
+from roofline.engine.prefix_cache import PrefixCache
 from roofline.engine.requests import Event, RequestHandle, Sink, Usage, asyncio_sink
 from roofline.engine.sampling import SamplingParams, sample
 from roofline.engine.scheduler_prefill import PrefillChunks, _Work
@@ -50,8 +57,8 @@ __all__ = [
     "asyncio_sink",
 ]
 
-# Prompt tokens prefilled per step: one default chunk (a step may add the head of the prefills in
-# progress).
+# A fixed budget of prompt tokens per turn, when one is given instead of the time target: one
+# default granule (a turn may add the head of the prefills in progress).
 DEFAULT_PREFILL_TOKEN_BUDGET = DEFAULT_PREFILL_CHUNK_TOKENS
 _log = logging.getLogger(__name__)
 
@@ -64,16 +71,35 @@ class Scheduler(PrefillChunks):
         self,
         runner,
         *,
-        prefill_token_budget: int = DEFAULT_PREFILL_TOKEN_BUDGET,
+        prefill_token_budget: int | None = None,
+        prefill_chunk_ms: float = DEFAULT_PREFILL_CHUNK_MS,
+        prefix_cache_mb: float = 0.0,
         clock: Callable[[], float] = time.perf_counter,
         speculation: Callable[[], RequestSpeculation] | None = None,
     ):
+        """prefill_token_budget: prompt tokens per turn (None: the `prefill_chunk_ms` target).
+        prefix_cache_mb: the prefix cache's budget (0: none; it needs a runner that prefills in
+        granules and saves and loads K/V)."""
+        if prefill_chunk_ms <= 0 or prefix_cache_mb < 0:
+            raise ValueError(
+                f"need prefill_chunk_ms > 0 and prefix_cache_mb >= 0, "
+                f"got {prefill_chunk_ms}, {prefix_cache_mb}"
+            )
         self.runner = runner
         # maker of one request's speculation (None: the server never drafts)
         self.speculation = speculation
         self.max_batch = int(runner.max_batch)
         self.max_seq_len = int(runner.max_seq_len)
         self.prefill_token_budget = prefill_token_budget
+        self.prefill_chunk_s = prefill_chunk_ms / 1000.0
+        self._prefill_rate: float | None = None
+        self._turn_start, self._turn_tokens = 0.0, 0
+        granule = getattr(runner, "prefill_chunk_tokens", None)
+        self.prefix_cache = (
+            PrefixCache(granule, int(prefix_cache_mb * 2**20))
+            if prefix_cache_mb and granule and hasattr(runner, "save_kv")
+            else None
+        )
         self._clock = clock
         self._cv = threading.Condition()
         self._inbox: deque[_Work] = deque()  # submitted, not yet seen by the scheduler thread
@@ -84,6 +110,8 @@ class Scheduler(PrefillChunks):
         self._free_slots = list(range(self.max_batch - 1, -1, -1))  # pop() hands out slot 0 first
         self._ids = itertools.count(1)
         self._stats = SchedulerStats()
+        if self.prefix_cache is not None:
+            self._stats.prefix_cache = self.prefix_cache.stats()
         self._stopping = False
         self._thread: threading.Thread | None = None
 
@@ -300,6 +328,7 @@ class Scheduler(PrefillChunks):
         token_ids: tuple[int, ...] = (),
         error: str | None = None,
     ) -> None:
+        self._release_prefix(w)
         if w.slot is not None:
             try:
                 self.runner.release(w.slot)

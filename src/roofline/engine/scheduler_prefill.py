@@ -1,23 +1,35 @@
 """Chunked prefill in the scheduler: the record of one request inside it (`_Work`: its slot, how
-much of its prompt the slot's cache holds, its speculation and passes) and the prefill half of a
-step (`PrefillChunks`, a mixin of `Scheduler`; the policy is in scheduler.py's docstring).
+much of its prompt the slot's cache holds, its prefix-cache path, its speculation and passes) and
+the prefill half of a step (`PrefillChunks`, a mixin of `Scheduler`; the policy is in scheduler.py's
+docstring).
+
+A turn (the prefill half of one step) runs whole granules, each its own `runner.prefill` call at
+its fixed position (prefill_chunks.py), never merged: the arithmetic of a prompt is the same
+whatever the budget. The budget is a time target: a granule runs when the turn's elapsed time plus
+its predicted time (its tokens / the measured prefill rate, an average over the chunks run so far)
+stays within `prefill_chunk_s`; before any chunk was timed, one granule per turn. A fixed token
+budget (`prefill_token_budget`) replaces the target when given.
 
 `PrefillChunks` reads the scheduler's queues (`_waiting`, `_prefilling`, `_running`), free slots,
-budget, runner, clock and stats, and hands a finished prompt to its `_accept`, a failed one to its
-`_finish`.
+budget, runner, prefix cache, clock and stats, and hands a finished prompt to its `_accept`, a
+failed one to its `_finish`.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from roofline.engine.prefill_chunks import chunk_end
+from roofline.engine.prefix_cache import PrefixCache, PrefixNode
 from roofline.engine.requests import RequestHandle, Sink
 from roofline.engine.sequence import Sequence
 from roofline.engine.speculate.step import RequestSpeculation
 
 _log = logging.getLogger("roofline.engine.scheduler")  # prefill failures log as the scheduler
+
+# Weight of the newest chunk in the measured prefill rate (tokens per second).
+RATE_WEIGHT = 0.3
 
 
 @dataclass(eq=False)
@@ -30,10 +42,21 @@ class _Work:
     passes: int = 0
     prefilled: int = 0  # prompt positions already in the slot's cache
     prefill_seconds: float = 0.0  # summed over the request's chunks
+    # prefix-cache nodes of granules 0.. of its prompt, referenced while it prefills
+    cached: list[PrefixNode] = field(default_factory=list)
+    caching: bool = True  # its path may still grow (False once a node did not fit, or done)
+    reused: int = 0  # prompt tokens loaded from the prefix cache
 
 
 class PrefillChunks:
-    """The prefill half of a `Scheduler` step: chunks of new and unfinished prompts."""
+    """The prefill half of a `Scheduler` step: granules of new and unfinished prompts."""
+
+    prefix_cache: PrefixCache | None
+    prefill_token_budget: int | None
+    prefill_chunk_s: float
+    _prefill_rate: float | None  # tokens per second, measured
+    _turn_start: float
+    _turn_tokens: int
 
     def _chunk_tokens(self, w: _Work) -> int:
         """Prompt tokens of the request's next prefill chunk."""
@@ -41,21 +64,30 @@ class PrefillChunks:
         size = getattr(self.runner, "prefill_chunk_tokens", None) or n
         return chunk_end(w.prefilled, n, size) - w.prefilled
 
+    def _fits(self, n: int) -> bool:
+        """Whether a chunk of n tokens fits what is left of this turn's budget."""
+        if self.prefill_token_budget is not None:
+            return self._turn_tokens + n <= self.prefill_token_budget
+        if self._prefill_rate is None:
+            return False
+        elapsed = self._clock() - self._turn_start
+        return elapsed + n / self._prefill_rate <= self.prefill_chunk_s
+
     def _prefill_chunks(self) -> bool:
-        """This step's prefill chunks, within the prompt-token budget: new requests' first chunks
-        (FIFO, into free slots), then one chunk each for the prefills in progress, head first (it
-        always runs), each moving to the back of the line. Returns whether any chunk ran."""
-        budget, ran = self.prefill_token_budget, 0
+        """This turn's granules, within the budget: new requests (FIFO, into free slots; the
+        turn's first granule always runs), then the prefills in progress, head first (it always
+        gets one, so arrivals cannot starve it), each moving to the back of the line. A request
+        runs as many granules in a row as fit. Returns whether any ran."""
+        self._turn_start, self._turn_tokens = self._clock(), 0
+        ran = 0
         in_progress = len(self._prefilling)
         while self._waiting and self._free_slots:
-            n = self._chunk_tokens(self._waiting[0])
-            if ran and n > budget:
+            if ran and not self._fits(self._chunk_tokens(self._waiting[0])):
                 break
             w = self._waiting.popleft()
             w.slot = self._free_slots.pop()
-            budget -= n
-            ran += 1
-            self._run_chunk(w)
+            self._lookup(w)
+            ran += self._run_granules(w, must=not ran)
         for i in range(in_progress):
             w = self._prefilling[0]
             # hung up since the step began: free the slot before another chunk
@@ -63,18 +95,36 @@ class PrefillChunks:
                 self._prefilling.popleft()
                 self._finish(w, "abort")
                 continue
-            n = self._chunk_tokens(w)
-            if i and n > budget:
+            if i and not self._fits(self._chunk_tokens(w)):
                 break
             self._prefilling.popleft()
-            budget -= n
-            ran += 1
-            self._run_chunk(w)
+            ran += self._run_granules(w, must=not i)
         return ran > 0
 
-    def _run_chunk(self, w: _Work) -> None:
+    def _run_granules(self, w: _Work, *, must: bool) -> int:
+        """Cached granules of w, then granules computed while they fit (the first one when
+        `must`); w goes to the back of the prefills in progress unless it finished, failed or was
+        cancelled. Returns the chunks computed."""
+        ran = 0
+        while True:
+            if w.handle.cancelled:
+                self._finish(w, "abort")
+                return ran
+            if self._load_cached(w):
+                if w.prefilled == len(w.seq.prompt_ids):  # a whole prompt cached: it runs now
+                    return ran
+                continue
+            if not (must and not ran) and not self._fits(self._chunk_tokens(w)):
+                break
+            ran += 1
+            if not self._run_chunk(w):
+                return ran
+        self._prefilling.append(w)
+        return ran
+
+    def _run_chunk(self, w: _Work) -> bool:
         """One prefill chunk of w; after the last, w joins the running requests with its first token
-        sampled."""
+        sampled. Returns whether w is still prefilling."""
         prompt = w.seq.prompt_ids
         start, end = w.prefilled, w.prefilled + self._chunk_tokens(w)
         last = end == len(prompt)
@@ -84,16 +134,114 @@ class PrefillChunks:
         except Exception as e:  # a failed request must not take the others down
             _log.exception("request %d failed", w.handle.request_id)
             self._finish(w, "error", error=f"prefill failed: {type(e).__name__}: {e}")
-            return
+            return False
+        seconds = self._clock() - t0
         w.prefilled = end
-        w.prefill_seconds += self._clock() - t0
+        w.prefill_seconds += seconds
+        self._turn_tokens += end - start
+        if seconds > 0:
+            rate = (end - start) / seconds
+            old = self._prefill_rate
+            self._prefill_rate = rate if old is None else old + RATE_WEIGHT * (rate - old)
+        self._store(w, start, end, logits if last else None)
         with self._cv:
             self._stats.prefill_chunks += 1
-            if last:
-                self._stats.prefill_seconds.observe(w.prefill_seconds)
-                self._stats.prompt_tokens_total += len(prompt)
         if not last:
-            self._prefilling.append(w)
-            return
+            return True
+        self._prefill_done(w, logits)
+        return False
+
+    def _prefill_done(self, w: _Work, logits) -> None:
+        """w's prompt is in its slot: it joins the running requests with its first token sampled
+        from `logits` (its last position's)."""
+        with self._cv:
+            self._stats.prefill_seconds.observe(w.prefill_seconds)
+            self._stats.prompt_tokens_total += len(w.seq.prompt_ids)
+        self._release_prefix(w)
         self._running.append(w)
         self._accept(w, logits)
+
+    # ---- the prefix cache -----------------------------------------------------------------------
+    def _lookup(self, w: _Work) -> None:
+        """Count a new request's lookup (its granules load in `_load_cached`)."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.count_lookup()
+            self._publish_cache()
+
+    def _next_granule(self, w: _Work) -> bool:
+        """Whether w's next chunk is a whole granule that extends its cached path and leaves at
+        least the prompt's last token to compute (its logits come from a prefill)."""
+        cache = self.prefix_cache
+        if cache is None or not w.caching or w.prefilled != len(w.cached) * cache.granule:
+            return False
+        return w.prefilled + cache.granule <= len(w.seq.prompt_ids) - 1
+
+    def _load_cached(self, w: _Work) -> bool:
+        """Load w's next granule from the prefix cache when it holds it; whether it did. When the
+        cache holds the prompt's tail with its logits, the whole prompt is in and w runs."""
+        cache = self.prefix_cache
+        tail = self._at_tail(w)
+        if not (tail or self._next_granule(w)):
+            return False
+        node = cache.child(w.cached, w.seq.prompt_ids)
+        if node is None or (tail and node.logits is None):
+            return False
+        try:
+            self.runner.load_kv(w.slot, w.prefilled, node.kv)
+        except Exception:  # never fatal: compute the granule instead
+            _log.exception("request %d: loading cached K/V failed", w.handle.request_id)
+            w.caching = False
+            return False
+        cache.acquire(node)
+        n = len(node.tokens)
+        cache.count_reuse(n, first=not w.reused)
+        w.cached.append(node)
+        w.prefilled += n
+        w.reused += n
+        self._publish_cache()
+        if tail:
+            self._prefill_done(w, node.logits.copy())
+        return True
+
+    def _at_tail(self, w: _Work) -> bool:
+        """Whether w's cached path reaches its last chunk (a granule or less to go)."""
+        cache = self.prefix_cache
+        left = len(w.seq.prompt_ids) - w.prefilled
+        return (
+            cache is not None
+            and w.caching
+            and w.prefilled == len(w.cached) * cache.granule
+            and 0 < left <= cache.granule
+        )
+
+    def _store(self, w: _Work, start: int, end: int, logits) -> None:
+        """Offer the chunk just computed to the prefix cache: a whole granule on w's path, or its
+        prompt's last chunk with the logits (a tail)."""
+        cache = self.prefix_cache
+        if (
+            cache is None
+            or not w.caching
+            or (end - start != cache.granule and logits is None)
+            or start != len(w.cached) * cache.granule
+        ):
+            return
+        slot, kept = w.slot, None if logits is None else logits.copy()
+        node = cache.insert(
+            w.cached, w.seq.prompt_ids, lambda: self.runner.save_kv(slot, start, end), kept
+        )
+        if node is None:
+            w.caching = False
+        else:
+            w.cached.append(node)
+        self._publish_cache()
+
+    def _release_prefix(self, w: _Work) -> None:
+        """Give back w's references (its prefill finished, failed or was cancelled)."""
+        w.caching = False
+        if w.cached and self.prefix_cache is not None:
+            self.prefix_cache.release(w.cached)
+        w.cached = []
+
+    def _publish_cache(self) -> None:
+        with self._cv:
+            self._stats.prefix_cache = self.prefix_cache.stats()

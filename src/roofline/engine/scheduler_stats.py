@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 
+from roofline.engine.prefix_cache import PrefixCacheStats
 from roofline.engine.speculate.adaptive import SpecStats
 
 # Step-time buckets (seconds), about doubling: from a fast decode step of a small model up to a long
@@ -72,6 +73,7 @@ class SchedulerStats:
     decode_rows_total: int = 0  # rows of all decode passes (batch + draft nodes)
     # summed over finished requests (passes of all; drafts of those that speculated)
     spec: SpecStats = field(default_factory=SpecStats)
+    prefix_cache: PrefixCacheStats | None = None  # None: the scheduler has no prefix cache
 
     def copy(self) -> SchedulerStats:
         return dataclasses.replace(

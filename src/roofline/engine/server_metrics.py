@@ -2,8 +2,9 @@
 
 Names follow Prometheus conventions (`_total` counters, `_seconds` histograms). A step's time is
 one batched decode plus any prefills it admitted; mean batch = decode tokens / decode steps;
-acceptance rate = accepted / verified draft tokens. Requests the HTTP layer refused (bad input,
-auth, limits, stopping) are counted by status, apart from the scheduler's.
+acceptance rate = accepted / verified draft tokens; prefix-cache hit rate = hits / lookups.
+Requests the HTTP layer refused (bad input, auth, limits, stopping) are counted by status, apart
+from the scheduler's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from prometheus_client.core import (
     Metric,
 )
 
+from roofline.engine.prefix_cache import PrefixCacheStats
 from roofline.engine.scheduler import Scheduler
 from roofline.engine.scheduler_stats import Histogram
 
@@ -117,6 +119,40 @@ class SchedulerCollector:
             value=float("nan") if rate is None else rate,
         )
         yield from self._positions(p)
+        yield from self._prefix_cache(p, s.prefix_cache or PrefixCacheStats())
+
+    @staticmethod
+    def _prefix_cache(p: str, c: PrefixCacheStats) -> Iterator[Metric]:
+        """The prefix cache's counters and size (all 0 when the server has none: budget 0)."""
+        yield CounterMetricFamily(
+            f"{p}_prefix_cache_lookups", "Requests looked up in the prefix cache.", value=c.lookups
+        )
+        yield CounterMetricFamily(
+            f"{p}_prefix_cache_hits",
+            "Requests that reused at least one cached prefill granule.",
+            value=c.hits,
+        )
+        yield CounterMetricFamily(
+            f"{p}_prefix_cache_tokens_reused",
+            "Prompt tokens loaded from the prefix cache instead of prefilled.",
+            value=c.tokens_reused,
+        )
+        yield CounterMetricFamily(
+            f"{p}_prefix_cache_evictions",
+            "Granules evicted from the prefix cache (least recently used first).",
+            value=c.evictions,
+        )
+        yield GaugeMetricFamily(
+            f"{p}_prefix_cache_bytes", "K/V bytes held by the prefix cache.", value=c.bytes
+        )
+        yield GaugeMetricFamily(
+            f"{p}_prefix_cache_budget_bytes",
+            "The prefix cache's budget in bytes (0: no prefix cache).",
+            value=c.budget_bytes,
+        )
+        yield GaugeMetricFamily(
+            f"{p}_prefix_cache_entries", "Granules held by the prefix cache.", value=c.entries
+        )
 
     def _positions(self, p: str) -> Iterator[Metric]:
         """Per draft position: offered and reached by the accepted path, by proposer and match
