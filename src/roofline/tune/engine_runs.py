@@ -7,6 +7,7 @@ over the tuner's signal handlers.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,19 +49,22 @@ def first_time_only(settings: TrialSettings, info: dict[str, Any]) -> bool:
 
 
 def greedy_outputs(
-    launcher: Any, url: str, settings: TrialSettings, info: dict[str, Any] | None = None
+    launcher: Any,
+    url: str,
+    settings: TrialSettings,
+    info: dict[str, Any] | None = None,
+    body: dict[str, Any] | None = None,
 ) -> list[Any]:
     """One greedy output per prompt, in order: the exactness evidence, and the engine's warm-up.
-    info: the server's discovery, when the caller has it."""
+    info: the server's discovery, when the caller has it; body: fields every request carries (the
+    trial's live knobs)."""
     info = info if info is not None else discovered(url, settings)
     timeout = settings.request_timeout_s * max(1, len(settings.prompts))
+    greedy = greedy_with(launcher, body)
 
     async def go() -> list[Any]:
         return await asyncio.wait_for(
-            launcher.greedy_outputs(
-                url, info.get("served"), list(settings.prompts), settings.max_tokens
-            ),
-            timeout,
+            greedy(url, info.get("served"), list(settings.prompts), settings.max_tokens), timeout
         )
 
     outputs = asyncio.run(go())
@@ -79,6 +83,7 @@ def bench_run(
     alone: Sequence[GreedyOutput] | None = None,
     *,
     first_time: bool = False,
+    body: dict[str, Any] | None = None,
 ) -> tuple[RunSummary, list[dict]]:
     """Bench the running engine with the objective's scenario: (its summary, its request lines).
     alone: the trial's greedy outputs, one prompt at a time: the reference its outputs under the
@@ -88,7 +93,8 @@ def bench_run(
     runs this before the greedy pass): each prompt is sent once, after a warm-up with a prompt not
     in the set (bench's --repeat-policy fresh), and the lines returned are first-time prompts only
     (a prompt whose text an earlier one already had is left out): the first pass of each prompt is
-    what the objective measures. One repetition leaves the trial without a spread."""
+    what the objective measures. One repetition leaves the trial without a spread. body: fields
+    every request carries (the trial's live knobs), the verify pass's too."""
     from roofline.bench.plan import BenchPlan
     from roofline.bench.repeats import repeated_ids, same_as
     from roofline.bench.results import read_requests
@@ -113,6 +119,7 @@ def bench_run(
         slo_s=dict(os_.slo_s) if os_.slo_s else None,
         label="tune-trial",
         verify=True,  # greedy outputs under the objective's load too (nothing sent at 1 stream)
+        extra_body=body,
     )
     # a local model file gives the file's bytes per token when the server does not report them
     outcome = in_thread(
@@ -121,7 +128,7 @@ def bench_run(
             out,
             progress,
             model_file=settings.model,
-            greedy=settings.launcher.greedy_outputs,
+            greedy=greedy_with(settings.launcher, body),
             reference=alone,
         )
     )
@@ -132,6 +139,13 @@ def bench_run(
         again = repeated_ids(lines, same_as(settings.prompts))
         lines = [ln for ln in lines if ln["id"] not in again]
     return outcome.summary, lines
+
+
+def greedy_with(launcher: Any, body: dict[str, Any] | None) -> Any:
+    """The launcher's greedy_outputs, its requests carrying `body` when given."""
+    if not body:
+        return launcher.greedy_outputs
+    return functools.partial(launcher.greedy_outputs, extra_body=body)
 
 
 def in_thread(fn: Any) -> Any:

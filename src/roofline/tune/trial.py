@@ -1,6 +1,8 @@
 """One trial: start the engine with one configuration, measure it, check it is exact, stop it.
 
-    start_engine(config)     the launcher's argv, its own process group, /health
+    start_engine(config)     the launcher's argv, its own process group, /health; or the server
+                             an earlier trial started, when they differ only in live knobs
+                             (tune.servers): then every request below carries them
     greedy outputs           temperature 0, one prompt at a time: the exactness evidence, and the
                              warm-up (first requests pay for compilation)
     roofline bench           the objective's workload, in bench's own run folder; when the server
@@ -8,7 +10,8 @@
                              fresh, this comes first, each prompt once: the timed requests are
                              prompts it has not seen (tune.engine_runs.bench_run)
     exactness gate           the greedy outputs against the baseline's
-    stop the engine          whatever happened (no orphan processes)
+    stop the engine          whatever happened (no orphan processes); a server later trials
+                             may share stops when the study ends
 
 Outputs that differ from the baseline's make the trial *inexact*: recorded with its speed and the
 first divergence, never best without --allow-inexact. An engine that does not start, crashes, hangs
@@ -17,6 +20,7 @@ or answers nonsense makes it *failed*, with its log tail; the study goes on.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -33,6 +37,7 @@ from roofline.tune.engine_runs import bench_run, discovered, first_time_only, gr
 from roofline.tune.objectives import measure
 from roofline.tune.records import Machine, TrialMetrics
 from roofline.tune.search import Slot
+from roofline.tune.servers import Served, Servers
 from roofline.tune.settings import TrialSettings
 
 STATUSES = ("ok", "inexact", "failed", "skipped")
@@ -60,6 +65,9 @@ class TrialResult:
     folder: str | None = None  # the trial's folder, relative to the run folder
     started_utc: str | None = None
     seconds: float | None = None
+    # fields every request carried (live knobs: the trial ran on a server it did not start)
+    live: Mapping[str, Any] = field(default_factory=dict)
+    launched: bool = True  # the trial started its server (False: an earlier trial's, live knobs)
 
     # the model's file beside the engine's own format (None: not known, or a run folder written
     # before these were kept)
@@ -106,6 +114,8 @@ class TrialResult:
             "folder": self.folder,
             "started_utc": self.started_utc,
             "seconds": self.seconds,
+            "live": dict(self.live),
+            "launched": self.launched,
             "file_bytes_per_token": self.file_bytes_per_token,
             "file_ceiling_tok_per_s": self.file_ceiling_tok_per_s,
             "percent_of_file_ceiling": self.percent_of_file_ceiling,
@@ -139,6 +149,8 @@ class TrialResult:
             folder=d.get("folder"),
             started_utc=d.get("started_utc"),
             seconds=d.get("seconds"),
+            live=dict(d.get("live") or {}),
+            launched=bool(d.get("launched", True)),
         )
 
 
@@ -175,15 +187,32 @@ def run_trial(
     progress: Progress,
     *,
     run_dir: Path | None = None,
+    servers: Servers | None = None,
 ) -> tuple[TrialResult, list[Any] | None]:
     """Run one configuration; (its result, its greedy outputs or None when it failed).
 
-    With `baseline` None this trial is the baseline: its outputs become the reference.
-    KeyboardInterrupt passes through after the engine is stopped; every other error makes a failed
-    result."""
-    from roofline.bench.engines import compare_outputs, start_engine
+    With `baseline` None this trial is the baseline: its outputs become the reference. `servers`:
+    the study's engine, kept across trials that can share it (tune.servers); None: a server of
+    this trial's own, stopped at its end. KeyboardInterrupt passes through after the engine is
+    stopped; every other error makes a failed result."""
+    from roofline.bench.engines import compare_outputs
     from roofline.bench.launch import ServerDied
 
+    if servers is None:
+        from roofline.tune.servers import Servers
+
+        with Servers(settings) as own:
+            return run_trial(
+                settings,
+                number,
+                slot,
+                config,
+                folder,
+                baseline,
+                progress,
+                run_dir=run_dir,
+                servers=own,
+            )
     launcher = settings.launcher
     t0 = time.monotonic()
     common = {
@@ -201,28 +230,16 @@ def run_trial(
     log_path = folder / "server.log"
     argv: list[str] = []
     try:
-        with start_engine(
-            launcher,
-            model=settings.model,
-            config=config,
-            log_path=log_path,
-            extra_args=settings.extra_args,
-            ready_timeout_s=settings.ready_timeout_s,
-            stop_grace_s=settings.stop_grace_s,
-            on_start=lambda s: argv.extend(s.argv),
-        ) as server:
-            progress.note(f"trial {number}: engine ready ({' '.join(argv)})")
-            info = discovered(server.url, settings)
-            if first_time_only(settings, info):  # timed first, while every prompt is new to it
-                summary, lines = bench_run(
-                    settings, server.url, folder / "bench", progress, first_time=True
-                )
-                outputs = greedy_outputs(launcher, server.url, settings, info)
-            else:
-                outputs = greedy_outputs(launcher, server.url, settings, info)
-                summary, lines = bench_run(
-                    settings, server.url, folder / "bench", progress, outputs
-                )
+        served = servers.serve(config, log_path, lambda s: argv.extend(s.argv))
+        log_path = served.log_path
+        argv[:] = served.argv
+        common.update(live=dict(served.body), launched=served.launched)
+        try:
+            outputs, summary, lines = _measure(settings, number, served, folder, progress)
+        except BaseException as e:
+            servers.failed(e)
+            raise
+        servers.done()
     except KeyboardInterrupt:
         raise
     except ServerDied as e:
@@ -281,6 +298,30 @@ def run_trial(
         seconds=time.monotonic() - t0,
         **common,
     ), outputs
+
+
+def _measure(
+    settings: TrialSettings, number: int, served: Served, folder: Path, progress: Progress
+) -> tuple[list[Any], RunSummary, list[dict]]:
+    """The greedy pass and the bench run on a ready server, every request carrying the trial's
+    live fields: (greedy outputs, bench summary, bench request lines)."""
+    shown = " ".join(served.argv)
+    if not served.launched:
+        shown = f"running engine ({shown}), per request: {json.dumps(dict(served.body))}"
+    progress.note(f"trial {number}: engine ready ({shown})")
+    info = discovered(served.url, settings)
+    body = dict(served.body) or None
+    if first_time_only(settings, info):  # timed first, while every prompt is new to it
+        summary, lines = bench_run(
+            settings, served.url, folder / "bench", progress, first_time=True, body=body
+        )
+        outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
+    else:
+        outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
+        summary, lines = bench_run(
+            settings, served.url, folder / "bench", progress, outputs, body=body
+        )
+    return outputs, summary, lines
 
 
 def under_load(alone: Exactness, summary: RunSummary) -> Exactness:

@@ -201,6 +201,7 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
     from roofline.tune import study as st
     from roofline.tune.result import build_result
     from roofline.tune.search import Rule, get_strategy
+    from roofline.tune.servers import Servers
     from roofline.tune.space_records import Space
     from roofline.tune.trial import run_trial
 
@@ -247,6 +248,8 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
         write_json(run_dir / RESULT, result.to_json())
         return result
 
+    servers = Servers(settings)  # one engine kept across trials that differ in live knobs only
+
     def evaluate(number: int, slot: Any, config: dict, reference: list[dict] | None):
         baseline = None if reference is None else [GreedyOutput.from_json(o) for o in reference]
         return run_trial(
@@ -258,6 +261,7 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
             baseline,
             progress,
             run_dir=run_dir,
+            servers=servers,
         )
 
     def on_result(result: Any) -> None:
@@ -269,7 +273,8 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
         study, strategy, space, rule, budget=budget(options), objective=options.objective
     )
     try:
-        st.run_worker(worker, evaluate, on_start=display.trial_started, on_result=on_result)
+        with servers:
+            st.run_worker(worker, evaluate, on_start=display.trial_started, on_result=on_result)
     except KeyboardInterrupt:
         write_result(interrupted=True)
         raise
