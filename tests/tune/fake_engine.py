@@ -142,6 +142,8 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200, b"\x00\x01 GARBAGE {{{")
             return
         ids = token_ids(body)
+        if body.get("stream"):  # the order of measured requests, for the tests of paired blocks
+            print("stream", json.dumps(body.get("fake_live") or {}, sort_keys=True), flush=True)
         seen = json.dumps(body.get("messages") or body.get("prompt"), sort_keys=True)
         speed = live(body, "speed", args.speed) * (2 if live(body, "shift", args.shift) else 1)
         speed *= 4 if args.memory and seen in SEEN else 1

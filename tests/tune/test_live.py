@@ -5,6 +5,7 @@ relaunched trials; and no engine outlives the study."""
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -140,3 +141,58 @@ def test_the_embedded_engines_live_knobs_come_from_the_speculation_options():
 
 def test_a_launcher_without_live_knobs_has_no_live_body():
     assert FAKE.live_knobs == frozenset() and FAKE.live_body({"shift": 5}) is None
+
+
+LADDER = """
+[baseline]
+speed = 100
+[knobs.speed]
+choices = [100, 400]
+default = 100
+[knobs.shift]
+choices = [0, 5]
+default = 0
+"""
+
+
+def test_a_ladder_step_of_live_values_runs_as_one_interleaved_paired_block(tmp_path, monkeypatch):
+    """Each step's incumbent and values share the baseline's server; the bench runs alternate
+    between them repetition by repetition; the ladder pairs their units and decides as ever."""
+    from roofline.bench import engines
+
+    both = LiveFake(name="livefake", knobs=FAKE.knobs, live_knobs=frozenset({"speed", "shift"}))
+    monkeypatch.setitem(engines.LAUNCHERS, both.name, both)
+    space = load_space_file(write_space(tmp_path, LADDER, "ladder.toml"), both)
+    mark = marker()
+    STARTS.clear()
+    opts = TuneOptions(
+        engine=both.name,
+        space=space.to_json(),
+        max_tokens=12,
+        extra_args=(mark,),
+        ready_timeout_s=3,
+        request_timeout_s=5,
+        stop_grace_s=1,
+        reps=2,
+    )
+    result = run_tune(opts, tmp_path / "run", Display())
+    assert wait_gone(mark) == []
+    assert len(STARTS) == 1  # the baseline's server, for every trial
+    by = {(r.slot.kind, r.slot.round): r for r in result.trials}
+    assert all(r.status != "skipped" for r in result.trials)  # the incumbent runs in its block
+    inc1, fast = by[("incumbent", 1)], by[("ladder", 1)]
+    assert inc1.config == {"speed": 100} and fast.config == {"speed": 400}
+    assert not inc1.launched and not fast.launched
+    step1, step2 = result.ladder
+    assert step1.remeasured == inc1.number and step1.kept and step1.best_value == 400
+    assert step1.paired.pairs == 8  # 4 prompts x 2 reps
+    assert not step2.kept and by[("ladder", 2)].status == "inexact"
+    assert result.best.number == fast.number
+    # the measured requests alternate repetition by repetition: the incumbent's prompts, then the
+    # value's (a run of equal labels may join a step's last run and the next step's first)
+    log = (tmp_path / "run" / "trials" / "000" / "server.log").read_text().splitlines()
+    streamed = [ln.split(" ", 1)[1] for ln in log if ln.startswith("stream ")]
+    labels = [json.loads(k) for k, _ in itertools.groupby(streamed)]
+    s100, s400, shift = {"speed": 100}, {"speed": 400}, {"speed": 400, "shift": 5}
+    # baseline and step 1's first incumbent run, then step 1, then step 2
+    assert labels == [s100, s400, s100, s400, shift, s400, shift]

@@ -19,13 +19,16 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roofline.errors import UserError
 from roofline.tune.records import Machine
 from roofline.tune.search import Rule, Slot, Strategy, View
 from roofline.tune.space_records import Space
 from roofline.tune.trial import TrialResult
+
+if TYPE_CHECKING:
+    from roofline.tune.block import Blocks
 
 DEFAULT_STUDY = "tune"
 _POLL_S = 1.0
@@ -202,6 +205,30 @@ def claim(study: Any, strategy: Strategy, budget: int | None) -> Any | None:
     return trial
 
 
+def claim_step(study: Any, round: int) -> list[tuple[Any, Slot]]:
+    """The waiting value slots of one ladder step this worker now holds (RUNNING), with their
+    slots; those another worker took first are left out."""
+    import optuna
+    from optuna.trial import TrialState
+
+    storage = study._storage
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        slot = _slot(t)
+        if slot.kind != "ladder" or slot.round != round:
+            continue
+        tid = storage.get_trial_id_from_study_id_trial_number(study._study_id, t.number)
+        try:
+            if not storage.set_trial_state_values(tid, TrialState.RUNNING):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+        trial = optuna.trial.Trial(study, tid)
+        trial.set_user_attr("worker", worker_id())
+        out.append((trial, slot))
+    return out
+
+
 def results(study: Any) -> list[TrialResult]:
     """Every finished trial's result (interrupted ones as failed), in trial order."""
     from optuna.trial import TrialState
@@ -298,18 +325,36 @@ def run_worker(
     *,
     on_start: Callable[[int, Slot, dict], None] = lambda *a: None,
     on_result: Callable[[TrialResult], None] = lambda r: None,
+    blocks: Blocks | None = None,
 ) -> int:
     """Claim, configure, evaluate and record trials until none is left; the number this worker ran.
 
     `evaluate(number, slot, config, baseline_outputs)` runs one trial (baseline_outputs None for the
-    baseline itself). Ctrl-C fails the running trial and enqueues it again, then re-raises."""
+    baseline itself). `blocks`: a ladder step whose configurations fit one server runs as one
+    paired block (tune.block; not under a trial budget). Ctrl-C fails the running trial and
+    enqueues it again, then re-raises."""
+    from roofline.tune.block import run_step_block
+
     ran = 0
     while True:
         trial = claim(w.study, w.strategy, w.budget)
         if trial is None:
             return ran
+        slot = Slot.from_json(trial.user_attrs.get("slot"))
+        if blocks and w.strategy.climbs and slot.kind == "incumbent" and w.budget is None:
+            try:
+                n = run_step_block(w, trial, slot, blocks, on_start, on_result)
+            except BaseException as e:
+                requeue(
+                    w.study,
+                    trial.number,
+                    "interrupted" if isinstance(e, KeyboardInterrupt) else str(e)[:200],
+                )
+                raise
+            if n is not None:
+                ran += n
+                continue
         try:
-            slot = Slot.from_json(trial.user_attrs.get("slot"))
             decision, reference = _configure(w, trial, slot)
             if decision.action == "skip":
                 from roofline.tune.trial import skipped

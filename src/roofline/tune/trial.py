@@ -195,8 +195,6 @@ def run_trial(
     the study's engine, kept across trials that can share it (tune.servers); None: a server of
     this trial's own, stopped at its end. KeyboardInterrupt passes through after the engine is
     stopped; every other error makes a failed result."""
-    from roofline.bench.engines import compare_outputs
-    from roofline.bench.launch import ServerDied
 
     if servers is None:
         from roofline.tune.servers import Servers
@@ -213,20 +211,8 @@ def run_trial(
                 run_dir=run_dir,
                 servers=own,
             )
-    launcher = settings.launcher
     t0 = time.monotonic()
-    common = {
-        "number": number,
-        "slot": slot,
-        "config": dict(config),
-        "objective": settings.objective.name,
-        "machine": machine(),
-        "engine": launcher.name,
-        "engine_version": _version(launcher),
-        "folder": str(folder.relative_to(run_dir)) if run_dir else str(folder),
-        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    folder.mkdir(parents=True, exist_ok=True)
+    common = trial_common(settings, number, slot, config, folder, run_dir)
     log_path = folder / "server.log"
     argv: list[str] = []
     try:
@@ -242,50 +228,101 @@ def run_trial(
         servers.done()
     except KeyboardInterrupt:
         raise
-    except ServerDied as e:
-        return TrialResult(
-            status="failed",
-            error=str(e),
-            log_tail=e.tail,
-            argv=tuple(argv),
-            seconds=time.monotonic() - t0,
-            **common,
-        ), None
     except Exception as e:  # a crash, a hang past its timeout, nonsense answers: the study goes on
-        detail = (
+        return failure(e, common, log_path, argv, t0), None
+    result = measured_result(
+        settings, common, folder, baseline, outputs, [summary], lines, log_path, argv, t0
+    )
+    return result, outputs
+
+
+def trial_common(
+    settings: TrialSettings,
+    number: int,
+    slot: Slot,
+    config: Mapping[str, Any],
+    folder: Path,
+    run_dir: Path | None,
+) -> dict[str, Any]:
+    """The fields of a trial's result known before it runs (its folder made)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return {
+        "number": number,
+        "slot": slot,
+        "config": dict(config),
+        "objective": settings.objective.name,
+        "machine": machine(),
+        "engine": settings.launcher.name,
+        "engine_version": _version(settings.launcher),
+        "folder": str(folder.relative_to(run_dir)) if run_dir else str(folder),
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def failure(
+    e: Exception, common: Mapping[str, Any], log_path: Path, argv: Sequence[str], t0: float
+) -> TrialResult:
+    """A failed result for the error a trial raised: a dead server's own words and log tail, or
+    the error and the log's last lines."""
+    from roofline.bench.launch import ServerDied
+
+    if isinstance(e, ServerDied):
+        error, tail = str(e), e.tail
+    else:
+        error = (
             f"{type(e).__name__}: {e}"
             if str(e)
             else "".join(traceback.format_exception_only(e)).strip()
         )
-        return TrialResult(
-            status="failed",
-            error=detail,
-            log_tail=_tail(log_path),
-            argv=tuple(argv),
-            seconds=time.monotonic() - t0,
-            **common,
-        ), None
+        tail = _tail(log_path)
+    return TrialResult(
+        status="failed",
+        error=error,
+        log_tail=tail,
+        argv=tuple(argv),
+        seconds=time.monotonic() - t0,
+        **common,
+    )
+
+
+def measured_result(
+    settings: TrialSettings,
+    common: Mapping[str, Any],
+    folder: Path,
+    baseline: Sequence[Any] | None,
+    outputs: Sequence[Any],
+    summaries: Sequence[RunSummary],
+    lines: Sequence[dict],
+    log_path: Path,
+    argv: Sequence[str],
+    t0: float,
+) -> TrialResult:
+    """The result of a trial that ran (its greedy outputs written to its folder): the objective
+    over its request lines (from one or more bench runs: `summaries`, the last one's figures
+    kept), exact when its greedy outputs equal the baseline's (None: it is the baseline) alone and
+    under every run's load."""
+    from roofline.bench.engines import Exactness, compare_outputs
+
     _write_outputs(folder / "greedy.json", outputs)
     m = measure(settings.objective, lines, settings.objective_settings)
-    found = TrialMetrics.of_run(summary)
+    found = TrialMetrics.of_run(summaries[-1])
     if m.value is None:
         return TrialResult(
             status="failed",
-            error=f"no request succeeded ({_failure_reasons(summary)})",
+            error=f"no request succeeded ({_failure_reasons(summaries[-1])})",
             log_tail=_tail(log_path),
             argv=tuple(argv),
             metrics=found,
             seconds=time.monotonic() - t0,
             **common,
-        ), outputs
+        )
     if baseline is None:
-        from roofline.bench.engines import Exactness
-
         basis = "token_ids" if all(o.token_ids is not None for o in outputs) else "text"
         exact = Exactness(True, len(outputs), basis)
     else:
         exact = compare_outputs(baseline, outputs)
-    exact = under_load(exact, summary)
+    for summary in summaries:
+        exact = under_load(exact, summary)
     return TrialResult(
         status="ok" if exact.exact else "inexact",
         value=m.value,
@@ -297,7 +334,7 @@ def run_trial(
         argv=tuple(argv),
         seconds=time.monotonic() - t0,
         **common,
-    ), outputs
+    )
 
 
 def _measure(

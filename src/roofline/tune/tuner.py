@@ -199,6 +199,7 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
     from roofline.bench.engines import GreedyOutput
     from roofline.tune import storage as stored
     from roofline.tune import study as st
+    from roofline.tune.block import Blocks, fits, run_block
     from roofline.tune.result import build_result
     from roofline.tune.search import Rule, get_strategy
     from roofline.tune.servers import Servers
@@ -264,6 +265,16 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
             servers=servers,
         )
 
+    def block(items: Any, reference: list[dict]) -> Any:
+        baseline = [GreedyOutput.from_json(o) for o in reference]
+        return run_block(settings, items, baseline, progress, servers, run_dir=run_dir)
+
+    blocks = Blocks(
+        lambda configs: fits(settings.launcher, configs),
+        block,
+        lambda number: run_dir / "trials" / f"{number:03d}",
+    )
+
     def on_result(result: Any) -> None:
         _append_line(run_dir / TRIALS, result.to_json())
         tune = write_result()
@@ -274,7 +285,13 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
     )
     try:
         with servers:
-            st.run_worker(worker, evaluate, on_start=display.trial_started, on_result=on_result)
+            st.run_worker(
+                worker,
+                evaluate,
+                on_start=display.trial_started,
+                on_result=on_result,
+                blocks=blocks,
+            )
     except KeyboardInterrupt:
         write_result(interrupted=True)
         raise
