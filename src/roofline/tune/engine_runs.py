@@ -1,4 +1,5 @@
-"""What a trial asks of a running engine: its greedy outputs, then a bench run of the objective.
+"""What a trial asks of a running engine: its greedy outputs, then a bench run of the objective
+(`measure_served`: both, every request carrying the trial's live knobs).
 
 Both talk to the engine over HTTP; the bench run goes through `in_thread` so that bench never takes
 over the tuner's signal handlers.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +20,7 @@ from roofline.bench.summary import RunSummary
 
 if TYPE_CHECKING:
     from roofline.bench.engines.greedy import GreedyOutput
+    from roofline.tune.servers import Served
     from roofline.tune.settings import TrialSettings
 
 
@@ -146,6 +149,30 @@ def greedy_with(launcher: Any, body: dict[str, Any] | None) -> Any:
     if not body:
         return launcher.greedy_outputs
     return functools.partial(launcher.greedy_outputs, extra_body=body)
+
+
+def measure_served(
+    settings: TrialSettings, number: int, served: Served, folder: Path, progress: Progress
+) -> tuple[list[Any], RunSummary, list[dict]]:
+    """The greedy pass and the bench run on a ready server, every request carrying the trial's
+    live fields: (greedy outputs, bench summary, bench request lines)."""
+    shown = " ".join(served.argv)
+    if not served.launched:
+        shown = f"running engine ({shown}), per request: {json.dumps(dict(served.body))}"
+    progress.note(f"trial {number}: engine ready ({shown})")
+    info = discovered(served.url, settings)
+    body = dict(served.body) or None
+    if first_time_only(settings, info):  # timed first, while every prompt is new to it
+        summary, lines = bench_run(
+            settings, served.url, folder / "bench", progress, first_time=True, body=body
+        )
+        outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
+    else:
+        outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
+        summary, lines = bench_run(
+            settings, served.url, folder / "bench", progress, outputs, body=body
+        )
+    return outputs, summary, lines
 
 
 def in_thread(fn: Any) -> Any:

@@ -19,16 +19,13 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from roofline.errors import UserError
 from roofline.tune.records import Machine
 from roofline.tune.search import Rule, Slot, Strategy, View
 from roofline.tune.space_records import Space
 from roofline.tune.trial import TrialResult
-
-if TYPE_CHECKING:
-    from roofline.tune.block import Blocks
 
 DEFAULT_STUDY = "tune"
 _POLL_S = 1.0
@@ -313,6 +310,8 @@ class Worker:
 
 
 Evaluate = Callable[[int, Slot, dict, list[dict] | None], tuple[TrialResult, list[Any] | None]]
+# (worker, claimed incumbent trial, its slot, on_start, on_result) -> trials run, or None
+StepBlock = Callable[[Any, Any, Slot, Callable, Callable], int | None]
 
 
 class BaselineFailed(UserError):
@@ -325,25 +324,23 @@ def run_worker(
     *,
     on_start: Callable[[int, Slot, dict], None] = lambda *a: None,
     on_result: Callable[[TrialResult], None] = lambda r: None,
-    blocks: Blocks | None = None,
+    step_block: StepBlock | None = None,
 ) -> int:
     """Claim, configure, evaluate and record trials until none is left; the number this worker ran.
 
     `evaluate(number, slot, config, baseline_outputs)` runs one trial (baseline_outputs None for the
-    baseline itself). `blocks`: a ladder step whose configurations fit one server runs as one
-    paired block (tune.block; not under a trial budget). Ctrl-C fails the running trial and
-    enqueues it again, then re-raises."""
-    from roofline.tune.block import run_step_block
-
+    baseline itself). `step_block(worker, trial, slot, on_start, on_result)` runs the ladder step
+    of a claimed incumbent slot as one paired block (tune.block; not under a trial budget), or
+    answers None. Ctrl-C fails the running trial and enqueues it again, then re-raises."""
     ran = 0
     while True:
         trial = claim(w.study, w.strategy, w.budget)
         if trial is None:
             return ran
         slot = Slot.from_json(trial.user_attrs.get("slot"))
-        if blocks and w.strategy.climbs and slot.kind == "incumbent" and w.budget is None:
+        if step_block and w.strategy.climbs and slot.kind == "incumbent" and w.budget is None:
             try:
-                n = run_step_block(w, trial, slot, blocks, on_start, on_result)
+                n = step_block(w, trial, slot, on_start, on_result)
             except BaseException as e:
                 requeue(
                     w.study,

@@ -20,7 +20,6 @@ or answers nonsense makes it *failed*, with its log tail; the study goes on.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -33,11 +32,11 @@ from typing import Any
 from roofline.bench.driver import Progress
 from roofline.bench.engines.greedy import Exactness
 from roofline.bench.summary import RunSummary
-from roofline.tune.engine_runs import bench_run, discovered, first_time_only, greedy_outputs
+from roofline.tune.engine_runs import measure_served
 from roofline.tune.objectives import measure
 from roofline.tune.records import Machine, TrialMetrics
 from roofline.tune.search import Slot
-from roofline.tune.servers import Served, Servers
+from roofline.tune.servers import Servers
 from roofline.tune.settings import TrialSettings
 
 STATUSES = ("ok", "inexact", "failed", "skipped")
@@ -197,8 +196,6 @@ def run_trial(
     stopped; every other error makes a failed result."""
 
     if servers is None:
-        from roofline.tune.servers import Servers
-
         with Servers(settings) as own:
             return run_trial(
                 settings,
@@ -221,7 +218,7 @@ def run_trial(
         argv[:] = served.argv
         common.update(live=dict(served.body), launched=served.launched)
         try:
-            outputs, summary, lines = _measure(settings, number, served, folder, progress)
+            outputs, summary, lines = measure_served(settings, number, served, folder, progress)
         except BaseException as e:
             servers.failed(e)
             raise
@@ -301,7 +298,7 @@ def measured_result(
     over its request lines (from one or more bench runs: `summaries`, the last one's figures
     kept), exact when its greedy outputs equal the baseline's (None: it is the baseline) alone and
     under every run's load."""
-    from roofline.bench.engines import Exactness, compare_outputs
+    from roofline.bench.engines import compare_outputs
 
     _write_outputs(folder / "greedy.json", outputs)
     m = measure(settings.objective, lines, settings.objective_settings)
@@ -335,30 +332,6 @@ def measured_result(
         seconds=time.monotonic() - t0,
         **common,
     )
-
-
-def _measure(
-    settings: TrialSettings, number: int, served: Served, folder: Path, progress: Progress
-) -> tuple[list[Any], RunSummary, list[dict]]:
-    """The greedy pass and the bench run on a ready server, every request carrying the trial's
-    live fields: (greedy outputs, bench summary, bench request lines)."""
-    shown = " ".join(served.argv)
-    if not served.launched:
-        shown = f"running engine ({shown}), per request: {json.dumps(dict(served.body))}"
-    progress.note(f"trial {number}: engine ready ({shown})")
-    info = discovered(served.url, settings)
-    body = dict(served.body) or None
-    if first_time_only(settings, info):  # timed first, while every prompt is new to it
-        summary, lines = bench_run(
-            settings, served.url, folder / "bench", progress, first_time=True, body=body
-        )
-        outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
-    else:
-        outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
-        summary, lines = bench_run(
-            settings, served.url, folder / "bench", progress, outputs, body=body
-        )
-    return outputs, summary, lines
 
 
 def under_load(alone: Exactness, summary: RunSummary) -> Exactness:

@@ -199,7 +199,7 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
     from roofline.bench.engines import GreedyOutput
     from roofline.tune import storage as stored
     from roofline.tune import study as st
-    from roofline.tune.block import Blocks, fits, run_block
+    from roofline.tune.block import Blocks, fits, run_block, run_step_block
     from roofline.tune.result import build_result
     from roofline.tune.search import Rule, get_strategy
     from roofline.tune.servers import Servers
@@ -290,7 +290,7 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
                 evaluate,
                 on_start=display.trial_started,
                 on_result=on_result,
-                blocks=blocks,
+                step_block=lambda *a: run_step_block(*a[:3], blocks, *a[3:]),
             )
     except KeyboardInterrupt:
         write_result(interrupted=True)
