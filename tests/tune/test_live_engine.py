@@ -4,6 +4,7 @@ greedy outputs and exactness verdicts of trials that each start their own."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -92,3 +93,54 @@ def test_live_trials_equal_relaunched_ones_on_the_tiny_model(tmp_path):
         assert [o.token_ids for o in a_out] == [o.token_ids for o in b_out], a.config
     assert all(r.status == "ok" for r, _ in live[:4])  # speculation never changes greedy ids
     assert live[1][0].metrics.to_json() is not None
+
+
+BLOCK_SPACE = """
+[baseline]
+dtype = "fp32"
+[knobs.spec]
+choices = ["none", "ngram", "trie"]
+default = "none"
+"""
+
+
+def test_a_proposer_step_runs_as_one_block_on_the_tiny_model(tmp_path, monkeypatch):
+    """`roofline tune`'s ladder on the real engine: the proposer step (live values) runs on the
+    baseline's server as one paired block, every value exact, paired with the incumbent."""
+    from tune_helpers import write_profile, write_space
+
+    from roofline.tune.space import load_space_file
+    from roofline.tune.tuner import Display, TuneOptions, run_tune
+
+    cache = tmp_path / "cache"
+    write_profile(cache, 30e9)
+    monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(cache))
+    mark = marker()
+    space = load_space_file(write_space(tmp_path, BLOCK_SPACE), EMBEDDED)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"id": p.id, "prompt": p.prompt}) + "\n" for p in PROMPTS)
+    )
+    opts = TuneOptions(
+        model=str(_tiny_gguf(tmp_path)),
+        prompts=str(prompts),
+        space=space.to_json(),
+        max_tokens=16,
+        reps=2,
+        extra_args=(f"--served-model-name={mark}",),
+        ready_timeout_s=120,
+        request_timeout_s=60,
+    )
+    result = run_tune(opts, tmp_path / "run", Display())
+    assert wait_gone(mark) == []
+    ran = [r for r in result.trials if r.status != "skipped"]
+    assert [r.slot.kind for r in ran] == ["baseline", "incumbent", "ladder", "ladder"]
+    assert [r.launched for r in ran] == [True, False, False, False]
+    assert all(r.status == "ok" for r in ran)  # speculation never changes greedy ids
+    assert [r.live for r in ran[2:]] == [
+        {"roofline_speculation": {"method": m}} for m in ("ngram", "trie")
+    ]
+    (step,) = result.ladder
+    # paired units: a request whose tokens all arrive in one read has no speed (this model is
+    # that fast), so not every prompt x repetition pairs here; tests/tune/test_live.py counts them
+    assert step.remeasured == ran[1].number and step.paired is not None
