@@ -152,10 +152,10 @@ class Blocks:
 
 
 def run_step_block(
+    blocks: Blocks,
     w: Any,
     trial: Any,
     slot: Slot,
-    blocks: Blocks,
     on_start: Callable[[int, Slot, dict], None],
     on_result: Callable[[Any], None],
 ) -> int | None:
@@ -176,7 +176,8 @@ def run_step_block(
     by_value = {s.value: d for s, d in decided[1:]}
     claimed = st.claim_step(w.study, slot.round)
     members = [(trial, slot, decided[0][1])]
-    members += [(t, s, by_value[s.value]) for t, s in claimed if s.value in by_value]
+    other = Decision("skip", reason=f"not a value of step {slot.round}")
+    members += [(t, s, by_value.get(s.value, other)) for t, s in claimed]
     done: set[int] = set()
     items: list[tuple[Any, Item]] = []
     try:

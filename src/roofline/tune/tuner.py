@@ -12,6 +12,7 @@ Nothing lives only in memory: a kill loses no finished trial.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -290,7 +291,7 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
                 evaluate,
                 on_start=display.trial_started,
                 on_result=on_result,
-                step_block=lambda *a: run_step_block(*a[:3], blocks, *a[3:]),
+                step_block=functools.partial(run_step_block, blocks),
             )
     except KeyboardInterrupt:
         write_result(interrupted=True)
