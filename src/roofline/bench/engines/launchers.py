@@ -105,12 +105,15 @@ class EmbeddedLauncher(Launcher):
             self.ordered(config, knob[low], knob[high])
 
     def live_body(self, config: Mapping[str, Any]) -> dict[str, Any] | None:
-        """{"roofline_speculation": the configuration's speculation options}; None when it sets a
-        knob only the server takes, or its drafts learn across requests (its timed prompts must be
-        new to the whole server: a server of its own)."""
+        """{"roofline_speculation": the configuration's speculation options} ({} when it sets none:
+        the server's own); None when it sets a knob only the server takes, or its drafts learn
+        across requests (its timed prompts must be new to the whole server: a server of its
+        own)."""
         if any(config.get(k) is not None for k in _SPEC_FIELD if k not in self.live_knobs):
             return None
         given = {_SPEC_FIELD[k]: v for k, v in config.items() if k in _SPEC_FIELD and v is not None}
+        if not given:  # the server's own options, as a relaunch without these knobs would have
+            return {}
         if speculation.cross_request(speculation.SpecOptions(**given)):
             return None
         return {"roofline_speculation": given}
