@@ -83,7 +83,8 @@ default = "ok"
     assert len(lines) == len(result.trials) == 7
     saved = TuneResult.from_json(json.loads((tmp_path / "run" / RESULT).read_text()))
     assert saved.to_json() == json.loads(json.dumps(result.to_json()))
-    assert (tmp_path / "run" / "trials" / "001" / "server.log").exists()
+    # every trial that ran keeps its engine's log (001, the incumbent's slot, was skipped)
+    assert all((tmp_path / "run" / r.folder / "server.log").exists() for r in launched)
 
 
 @pytest.mark.parametrize("allow", [False, True])
