@@ -29,6 +29,8 @@ class ProposerTraits:
     factory: str  # "module:attribute" of its engine.speculate.base.ProposerFactory
     draft_model: bool = False  # loads a second, cheaper model
     reads: tuple[str, ...] = ()  # the SpecOptions fields it reads (besides method and adaptive)
+    # the SpecOptions field whose "shared" value makes one request's drafts learn from earlier ones
+    shared_by: str | None = None
 
 
 PROPOSERS: MappingProxyType[str, ProposerTraits] = MappingProxyType(
@@ -52,6 +54,7 @@ PROPOSERS: MappingProxyType[str, ProposerTraits] = MappingProxyType(
                 "trie_scope",
                 "tree",
             ),
+            shared_by="trie_scope",
         ),
         "suffix": ProposerTraits(
             "suffix decoding: drafts as long as the match, over prompt + output (+ past outputs)",
@@ -67,6 +70,7 @@ PROPOSERS: MappingProxyType[str, ProposerTraits] = MappingProxyType(
                 "suffix_scope",
                 "suffix_cache_requests",
             ),
+            shared_by="suffix_scope",
         ),
         "draft": ProposerTraits(
             "a cheaper model drafts: the target's own int8 copy by default",
@@ -80,6 +84,8 @@ PROPOSERS: MappingProxyType[str, ProposerTraits] = MappingProxyType(
 
 DRAFT_DTYPES = ("stored", "fp32", "bf16", "int8")  # = engine.weights.DTYPES (checked there)
 TRIE_SCOPES = ("request", "shared")  # also suffix_scope's
+# fields a request may not set (`roofline_speculation`): a file path is the server owner's choice
+SERVER_ONLY = ("draft_model",)
 # (low, high) fields: low <= high
 ORDERED = (("prompt_lookup_min", "prompt_lookup_max"), ("min_bfs_breadth", "max_bfs_breadth"))
 
@@ -247,6 +253,13 @@ class SpecOptions:
             raise ValueError(
                 f"draft_model must be None or a non-empty string; got {self.draft_model!r}"
             )
+
+
+def cross_request(options: SpecOptions) -> bool:
+    """Whether one request's drafts learn from earlier requests under these options (the engine's
+    maker says the same: its `cross_request`)."""
+    traits = PROPOSERS.get(options.method)
+    return bool(traits and traits.shared_by and getattr(options, traits.shared_by) == "shared")
 
 
 def options() -> dict[str, Option]:

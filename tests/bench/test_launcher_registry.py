@@ -153,7 +153,10 @@ def test_tune_runs_a_launcher_registered_from_a_test(registered, tmp_path):
 def test_live_knobs_must_be_knobs():
     with pytest.raises(ValueError, match="live knobs"):
         Launcher(name="x", live_knobs=frozenset({"threads"}))
-    assert all(la.live_knobs == frozenset() for la in engines.LAUNCHERS.values())
+    # only the embedded engine takes knobs per request (its speculation options)
+    live = {name for name, la in engines.LAUNCHERS.items() if la.live_knobs}
+    assert live == {"embedded"}
+    assert all(la.live_body({}) is None for la in engines.LAUNCHERS.values() if not la.live_knobs)
 
 
 def test_the_shipped_launchers_traits():

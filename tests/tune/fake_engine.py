@@ -7,7 +7,9 @@ completion), hang (never listen, ignore SIGTERM), garbage (print bytes, answer c
 nonsense), ignore_term (serve, ignore SIGTERM). Greedy answers carry `token_ids` derived from the
 prompt; --shift N changes every token from the fourth on and doubles the speed (an inexact
 configuration that is faster, like lossy int8 weights). Unknown
-arguments (a marker for the process table) are ignored.
+arguments (a marker for the process table) are ignored. A request's `fake_live` field
+({"shift": N, "speed": S, "mode": "crash_mid"}) overrides those flags for that request (a
+launcher's live knobs).
 
 --gate DIR: each engine started records its start as DIR/start-N (N = 0, 1, ...; the file holds the
 pid of the process that started it); every engine but the first holds each completion request until
@@ -37,8 +39,6 @@ ap.add_argument("--shift", type=int, default=0)
 ap.add_argument("--gate", default=None)
 ap.add_argument("--memory", type=int, default=0)
 args, _ = ap.parse_known_args()
-if args.shift:
-    args.speed *= 2
 
 print(f"fake engine: {args.mode} at {args.speed:g} tok/s on {args.host}:{args.port}", flush=True)
 if args.mode == "crash":
@@ -86,7 +86,13 @@ def token_ids(body: dict) -> list[int]:
     text = json.dumps(body.get("messages") or body.get("prompt"), sort_keys=True)
     h = int(hashlib.sha256(text.encode()).hexdigest()[:6], 16)
     n = int(body.get("max_tokens") or 16)
-    return [(h + 7 * i) % 1000 + (args.shift if i >= 3 else 0) for i in range(n)]
+    shift = live(body, "shift", args.shift)
+    return [(h + 7 * i) % 1000 + (shift if i >= 3 else 0) for i in range(n)]
+
+
+def live(body: dict, knob: str, started: int) -> int:
+    """A knob's value for this request: the request's `fake_live` field, else the command line's."""
+    return (body.get("fake_live") or {}).get(knob, started)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -129,15 +135,18 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         wait_for_release()
-        if args.mode == "crash_mid":
+        if live(body, "mode", args.mode) == "crash_mid":
             print("segmentation fault (core dumped)", flush=True)
             os._exit(139)
         if args.mode == "garbage":
             self.reply(200, b"\x00\x01 GARBAGE {{{")
             return
         ids = token_ids(body)
+        if body.get("stream"):  # the order of measured requests, for the tests of paired blocks
+            print("stream", json.dumps(body.get("fake_live") or {}, sort_keys=True), flush=True)
         seen = json.dumps(body.get("messages") or body.get("prompt"), sort_keys=True)
-        speed = args.speed * (4 if args.memory and seen in SEEN else 1)
+        speed = live(body, "speed", args.speed) * (2 if live(body, "shift", args.shift) else 1)
+        speed *= 4 if args.memory and seen in SEEN else 1
         SEEN.add(seen)
         text = "".join(f" t{t}" for t in ids)
         usage = {"prompt_tokens": 8, "completion_tokens": len(ids), "total_tokens": 8 + len(ids)}

@@ -14,8 +14,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from roofline import speculation
 from roofline.engine.sampling import SamplingParams
 from roofline.engine.sequence import context_error
+from roofline.speculation import SpecOptions
 
 
 class APIError(Exception):
@@ -72,9 +74,41 @@ class _SamplingFields(_Strict):
     # vLLM extension: each choice (each chunk) carries its output token ids
     return_token_ids: bool = False
     speculative: bool = True  # roofline extension: false = decode this request without drafts
+    # roofline extension: this request's speculation options (SpecOptions fields) instead of the
+    # server's; see spec_options
+    roofline_speculation: dict[str, Any] | None = None
     n: int = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
+
+    def spec_options(self) -> SpecOptions | None:
+        """The request's own speculation options (None: the server's). Fields left out take
+        SpecOptions' defaults, not the server's: a request names its whole configuration. A 400 for
+        an unknown field, a bad value or a field only the server's owner sets (a file path)."""
+        given = self.roofline_speculation
+        if given is None:
+            return None
+        param = "roofline_speculation"
+        known = set(speculation.options())
+        for name in given:
+            if name not in known:
+                raise APIError(
+                    400,
+                    f"{param}: unknown option {name!r}; options: {', '.join(sorted(known))}",
+                    param=f"{param}.{name}",
+                    code="invalid_value",
+                )
+            if name in speculation.SERVER_ONLY:
+                raise APIError(
+                    400,
+                    f"{param}: {name} is set when the server starts, not per request",
+                    param=f"{param}.{name}",
+                    code="invalid_value",
+                )
+        try:
+            return SpecOptions(**given)
+        except (TypeError, ValueError) as e:
+            raise APIError(400, f"{param}: {e}", param=param, code="invalid_value") from None
 
     def stop_strings(self) -> tuple[str, ...]:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -312,6 +346,7 @@ def parse_request(model_cls: type[_SamplingFields], data: Any) -> _SamplingField
         ) from None
     if req.n != 1:
         raise APIError(400, "only n=1 is supported", param="n", code="invalid_value")
+    req.spec_options()  # a 400 before anything runs
     for name in _UNSUPPORTED:  # better a clear 400 than a silently ignored option
         if data.get(name) and not (name == "best_of" and data[name] == 1):
             raise APIError(

@@ -44,8 +44,10 @@ from roofline.engine.speculate.step import (
     draft_all,
     room_for_draft,
     settle,
+    speculation_factory,
     verify_rows,
 )
+from roofline.speculation import SpecOptions
 
 __all__ = [
     "DEFAULT_PREFILL_TOKEN_BUDGET",
@@ -60,6 +62,9 @@ __all__ = [
 # A fixed budget of prompt tokens per turn, when one is given instead of the time target: one
 # default granule (a turn may add the head of the prefills in progress).
 DEFAULT_PREFILL_TOKEN_BUDGET = DEFAULT_PREFILL_CHUNK_TOKENS
+# makers of requests' own speculation options kept (the least recently asked is dropped beyond:
+# its shared draft state with it)
+MAX_OPTION_MAKERS = 8
 _log = logging.getLogger(__name__)
 
 
@@ -88,6 +93,10 @@ class Scheduler(PrefillChunks):
         self.runner = runner
         # maker of one request's speculation (None: the server never drafts)
         self.speculation = speculation
+        # a request's own options -> their maker (scheduler thread only); the server's own options
+        # map to its maker, so a request naming them shares its state
+        self._makers: dict[SpecOptions, Callable[[], RequestSpeculation] | None] = {}
+        self._default_options = getattr(speculation, "options", None)
         self.max_batch = int(runner.max_batch)
         self.max_seq_len = int(runner.max_seq_len)
         self.prefill_token_budget = prefill_token_budget
@@ -102,7 +111,8 @@ class Scheduler(PrefillChunks):
         )
         self._clock = clock
         self._cv = threading.Condition()
-        self._inbox: deque[_Work] = deque()  # submitted, not yet seen by the scheduler thread
+        # submitted, not yet seen by the scheduler thread: (work, speculate, its own options)
+        self._inbox: deque[tuple[_Work, bool, SpecOptions | None]] = deque()
         self._waiting: deque[_Work] = deque()  # scheduler thread only
         # holding a slot, prompt not done (scheduler thread only)
         self._prefilling: deque[_Work] = deque()
@@ -179,10 +189,19 @@ class Scheduler(PrefillChunks):
         self.close()
 
     def submit(
-        self, prompt_ids: Seq[int], params: SamplingParams, sink: Sink, *, speculate: bool = True
+        self,
+        prompt_ids: Seq[int],
+        params: SamplingParams,
+        sink: Sink,
+        *,
+        speculate: bool = True,
+        options: SpecOptions | None = None,
     ) -> RequestHandle:
         """Queue one request; `max_tokens` is trimmed to the context left after the prompt.
         speculate=False: this request decodes without drafts even when the server speculates.
+        options: this request's own speculation options instead of the server's; their maker is
+        made once per distinct options, on the scheduler thread (it may time passes or load a draft
+        model), and kept for later requests with the same options.
 
         Raises sequence.ContextLengthError when the prompt leaves no room, RuntimeError after
         close()."""
@@ -193,14 +212,7 @@ class Scheduler(PrefillChunks):
             if self._stopping:
                 raise RuntimeError("the scheduler is shut down")
             handle = RequestHandle(next(self._ids), self._wake)
-            self._inbox.append(
-                _Work(
-                    handle,
-                    seq,
-                    sink,
-                    spec=self.speculation() if speculate and self.speculation else None,
-                )
-            )
+            self._inbox.append((_Work(handle, seq, sink), speculate, options))
             self._stats.requests_total += 1
             self._stats.queued += 1
             self._cv.notify_all()
@@ -233,10 +245,39 @@ class Scheduler(PrefillChunks):
                     self._cv.wait()
                 if self._stopping:
                     break
-                self._waiting.extend(self._inbox)
+                arrived = list(self._inbox)
                 self._inbox.clear()
+            for w, speculate, options in arrived:
+                if self._speculate(w, speculate, options):
+                    self._waiting.append(w)
             self._step()
         self._fail_all("the server is shutting down")
+
+    def _speculate(self, w: _Work, speculate: bool, options: SpecOptions | None) -> bool:
+        """Give an arrived request its speculation; False (the request failed) when its own
+        options' maker could not be made."""
+        if not speculate:
+            return True
+        try:
+            maker = self.speculation if options is None else self._maker(options)
+            w.spec = maker() if maker is not None else None
+        except Exception as e:
+            _log.exception("speculation for request %d failed", w.handle.request_id)
+            self._finish(w, "error", error=f"speculation failed: {type(e).__name__}: {e}")
+            return False
+        return True
+
+    def _maker(self, options: SpecOptions) -> Callable[[], RequestSpeculation] | None:
+        """The maker of `options` (made on first use; at most MAX_OPTION_MAKERS kept)."""
+        if options == self._default_options:
+            return self.speculation
+        if options in self._makers:
+            self._makers[options] = self._makers.pop(options)  # most recently asked last
+        else:
+            if len(self._makers) >= MAX_OPTION_MAKERS:
+                self._makers.pop(next(iter(self._makers)))
+            self._makers[options] = speculation_factory(options, self.runner)
+        return self._makers[options]
 
     def _step(self) -> None:
         t0 = self._clock()
@@ -362,7 +403,7 @@ class Scheduler(PrefillChunks):
 
     def _fail_all(self, message: str) -> None:
         with self._cv:
-            pending = list(self._inbox)
+            pending = [w for w, *_ in self._inbox]
             self._inbox.clear()
         for w in pending + list(self._waiting) + list(self._prefilling) + list(self._running):
             self._finish(w, "error", error=message)

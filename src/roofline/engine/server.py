@@ -297,7 +297,13 @@ def create_app(
             params = sampling_params(req, len(prompt_ids), state.scheduler.max_seq_len)
             sink, queue = asyncio_sink(asyncio.get_running_loop())
             try:
-                handle = state.scheduler.submit(prompt_ids, params, sink, speculate=req.speculative)
+                handle = state.scheduler.submit(
+                    prompt_ids,
+                    params,
+                    sink,
+                    speculate=req.speculative,
+                    options=req.spec_options(),
+                )
             except RuntimeError as e:
                 raise APIError(
                     503, f"{e}; retry later", type="server_error", code="unavailable"

@@ -1,4 +1,5 @@
-"""What a trial asks of a running engine: its greedy outputs, then a bench run of the objective.
+"""What a trial asks of a running engine: its greedy outputs, then a bench run of the objective
+(`measure_served`: both, every request carrying the trial's live knobs).
 
 Both talk to the engine over HTTP; the bench run goes through `in_thread` so that bench never takes
 over the tuner's signal handlers.
@@ -7,6 +8,8 @@ over the tuner's signal handlers.
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +20,7 @@ from roofline.bench.summary import RunSummary
 
 if TYPE_CHECKING:
     from roofline.bench.engines.greedy import GreedyOutput
+    from roofline.tune.servers import Served
     from roofline.tune.settings import TrialSettings
 
 
@@ -48,19 +52,22 @@ def first_time_only(settings: TrialSettings, info: dict[str, Any]) -> bool:
 
 
 def greedy_outputs(
-    launcher: Any, url: str, settings: TrialSettings, info: dict[str, Any] | None = None
+    launcher: Any,
+    url: str,
+    settings: TrialSettings,
+    info: dict[str, Any] | None = None,
+    body: dict[str, Any] | None = None,
 ) -> list[Any]:
     """One greedy output per prompt, in order: the exactness evidence, and the engine's warm-up.
-    info: the server's discovery, when the caller has it."""
+    info: the server's discovery, when the caller has it; body: fields every request carries (the
+    trial's live knobs)."""
     info = info if info is not None else discovered(url, settings)
     timeout = settings.request_timeout_s * max(1, len(settings.prompts))
+    greedy = greedy_with(launcher, body)
 
     async def go() -> list[Any]:
         return await asyncio.wait_for(
-            launcher.greedy_outputs(
-                url, info.get("served"), list(settings.prompts), settings.max_tokens
-            ),
-            timeout,
+            greedy(url, info.get("served"), list(settings.prompts), settings.max_tokens), timeout
         )
 
     outputs = asyncio.run(go())
@@ -79,6 +86,7 @@ def bench_run(
     alone: Sequence[GreedyOutput] | None = None,
     *,
     first_time: bool = False,
+    body: dict[str, Any] | None = None,
 ) -> tuple[RunSummary, list[dict]]:
     """Bench the running engine with the objective's scenario: (its summary, its request lines).
     alone: the trial's greedy outputs, one prompt at a time: the reference its outputs under the
@@ -88,7 +96,8 @@ def bench_run(
     runs this before the greedy pass): each prompt is sent once, after a warm-up with a prompt not
     in the set (bench's --repeat-policy fresh), and the lines returned are first-time prompts only
     (a prompt whose text an earlier one already had is left out): the first pass of each prompt is
-    what the objective measures. One repetition leaves the trial without a spread."""
+    what the objective measures. One repetition leaves the trial without a spread. body: fields
+    every request carries (the trial's live knobs), the verify pass's too."""
     from roofline.bench.plan import BenchPlan
     from roofline.bench.repeats import repeated_ids, same_as
     from roofline.bench.results import read_requests
@@ -113,6 +122,7 @@ def bench_run(
         slo_s=dict(os_.slo_s) if os_.slo_s else None,
         label="tune-trial",
         verify=True,  # greedy outputs under the objective's load too (nothing sent at 1 stream)
+        extra_body=body,
     )
     # a local model file gives the file's bytes per token when the server does not report them
     outcome = in_thread(
@@ -121,7 +131,7 @@ def bench_run(
             out,
             progress,
             model_file=settings.model,
-            greedy=settings.launcher.greedy_outputs,
+            greedy=greedy_with(settings.launcher, body),
             reference=alone,
         )
     )
@@ -132,6 +142,37 @@ def bench_run(
         again = repeated_ids(lines, same_as(settings.prompts))
         lines = [ln for ln in lines if ln["id"] not in again]
     return outcome.summary, lines
+
+
+def greedy_with(launcher: Any, body: dict[str, Any] | None) -> Any:
+    """The launcher's greedy_outputs, its requests carrying `body` when given."""
+    if not body:
+        return launcher.greedy_outputs
+    return functools.partial(launcher.greedy_outputs, extra_body=body)
+
+
+def measure_served(
+    settings: TrialSettings, number: int, served: Served, folder: Path, progress: Progress
+) -> tuple[list[Any], RunSummary, list[dict]]:
+    """The greedy pass and the bench run on a ready server, every request carrying the trial's
+    live fields: (greedy outputs, bench summary, bench request lines)."""
+    shown = " ".join(served.argv)
+    if not served.launched:
+        shown = f"running engine ({shown}), per request: {json.dumps(dict(served.body))}"
+    progress.note(f"trial {number}: engine ready ({shown})")
+    info = discovered(served.url, settings)
+    body = dict(served.body) or None
+    if first_time_only(settings, info):  # timed first, while every prompt is new to it
+        summary, lines = bench_run(
+            settings, served.url, folder / "bench", progress, first_time=True, body=body
+        )
+        outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
+    else:
+        outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
+        summary, lines = bench_run(
+            settings, served.url, folder / "bench", progress, outputs, body=body
+        )
+    return outputs, summary, lines
 
 
 def in_thread(fn: Any) -> Any:

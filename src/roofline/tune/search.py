@@ -210,7 +210,7 @@ def ladder_current(
     return current
 
 
-def _challenger(space: Space, current: Any, knob: str, value: Any) -> Decision:
+def challenger(space: Space, current: Any, knob: str, value: Any) -> Decision:
     """Whether `knob=value` on top of the current best is a configuration to run."""
     config = space.resolve({**current.config, knob: value})
     if knob not in config:
@@ -228,7 +228,7 @@ def _incumbent(space: Space, slot: Slot, view: View, current: Any) -> Decision:
     (then that measurement pairs) or none of the step's values will run."""
     base = space.effective(space.baseline)
     values = [v for v in space.dimension(slot.knob).values() if v != base.get(slot.knob)]
-    if all(_challenger(space, current, slot.knob, v).action == "skip" for v in values):
+    if all(challenger(space, current, slot.knob, v).action == "skip" for v in values):
         return Decision("skip", reason=f"no value of {slot.knob} runs on the current best")
     ran = [r.number for r in view.results if r.status != "skipped"]
     if ran and max(ran) == current.number:
@@ -250,7 +250,7 @@ def ladder_configure(
         return _incumbent(space, slot, view, current)
     if any(u.round == slot.round and u.kind == "incumbent" for u in view.unfinished):
         return Decision("wait", reason=f"step {slot.round} waits for its incumbent")
-    return _challenger(space, current, slot.knob, slot.value)
+    return challenger(space, current, slot.knob, slot.value)
 
 
 # -- the grid --------------------------------------------------------------------------------------

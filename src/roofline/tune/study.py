@@ -202,6 +202,30 @@ def claim(study: Any, strategy: Strategy, budget: int | None) -> Any | None:
     return trial
 
 
+def claim_step(study: Any, round: int) -> list[tuple[Any, Slot]]:
+    """The waiting value slots of one ladder step this worker now holds (RUNNING), with their
+    slots; those another worker took first are left out."""
+    import optuna
+    from optuna.trial import TrialState
+
+    storage = study._storage
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        slot = _slot(t)
+        if slot.kind != "ladder" or slot.round != round:
+            continue
+        tid = storage.get_trial_id_from_study_id_trial_number(study._study_id, t.number)
+        try:
+            if not storage.set_trial_state_values(tid, TrialState.RUNNING):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+        trial = optuna.trial.Trial(study, tid)
+        trial.set_user_attr("worker", worker_id())
+        out.append((trial, slot))
+    return out
+
+
 def results(study: Any) -> list[TrialResult]:
     """Every finished trial's result (interrupted ones as failed), in trial order."""
     from optuna.trial import TrialState
@@ -286,6 +310,8 @@ class Worker:
 
 
 Evaluate = Callable[[int, Slot, dict, list[dict] | None], tuple[TrialResult, list[Any] | None]]
+# (worker, claimed incumbent trial, its slot, on_start, on_result) -> trials run, or None
+StepBlock = Callable[[Any, Any, Slot, Callable, Callable], int | None]
 
 
 class BaselineFailed(UserError):
@@ -298,18 +324,34 @@ def run_worker(
     *,
     on_start: Callable[[int, Slot, dict], None] = lambda *a: None,
     on_result: Callable[[TrialResult], None] = lambda r: None,
+    step_block: StepBlock | None = None,
 ) -> int:
     """Claim, configure, evaluate and record trials until none is left; the number this worker ran.
 
     `evaluate(number, slot, config, baseline_outputs)` runs one trial (baseline_outputs None for the
-    baseline itself). Ctrl-C fails the running trial and enqueues it again, then re-raises."""
+    baseline itself). `step_block(worker, trial, slot, on_start, on_result)` runs the ladder step
+    of a claimed incumbent slot as one paired block (tune.block; not under a trial budget), or
+    answers None. Ctrl-C fails the running trial and enqueues it again, then re-raises."""
     ran = 0
     while True:
         trial = claim(w.study, w.strategy, w.budget)
         if trial is None:
             return ran
+        slot = Slot.from_json(trial.user_attrs.get("slot"))
+        if step_block and w.strategy.climbs and slot.kind == "incumbent" and w.budget is None:
+            try:
+                n = step_block(w, trial, slot, on_start, on_result)
+            except BaseException as e:
+                requeue(
+                    w.study,
+                    trial.number,
+                    "interrupted" if isinstance(e, KeyboardInterrupt) else str(e)[:200],
+                )
+                raise
+            if n is not None:
+                ran += n
+                continue
         try:
-            slot = Slot.from_json(trial.user_attrs.get("slot"))
             decision, reference = _configure(w, trial, slot)
             if decision.action == "skip":
                 from roofline.tune.trial import skipped

@@ -1,6 +1,8 @@
 """One trial: start the engine with one configuration, measure it, check it is exact, stop it.
 
-    start_engine(config)     the launcher's argv, its own process group, /health
+    start_engine(config)     the launcher's argv, its own process group, /health; or the server
+                             an earlier trial started, when they differ only in live knobs
+                             (tune.servers): then every request below carries them
     greedy outputs           temperature 0, one prompt at a time: the exactness evidence, and the
                              warm-up (first requests pay for compilation)
     roofline bench           the objective's workload, in bench's own run folder; when the server
@@ -8,7 +10,8 @@
                              fresh, this comes first, each prompt once: the timed requests are
                              prompts it has not seen (tune.engine_runs.bench_run)
     exactness gate           the greedy outputs against the baseline's
-    stop the engine          whatever happened (no orphan processes)
+    stop the engine          whatever happened (no orphan processes); a server later trials
+                             may share stops when the study ends
 
 Outputs that differ from the baseline's make the trial *inexact*: recorded with its speed and the
 first divergence, never best without --allow-inexact. An engine that does not start, crashes, hangs
@@ -29,10 +32,11 @@ from typing import Any
 from roofline.bench.driver import Progress
 from roofline.bench.engines.greedy import Exactness
 from roofline.bench.summary import RunSummary
-from roofline.tune.engine_runs import bench_run, discovered, first_time_only, greedy_outputs
+from roofline.tune.engine_runs import measure_served
 from roofline.tune.objectives import measure
 from roofline.tune.records import Machine, TrialMetrics
 from roofline.tune.search import Slot
+from roofline.tune.servers import Servers
 from roofline.tune.settings import TrialSettings
 
 STATUSES = ("ok", "inexact", "failed", "skipped")
@@ -60,6 +64,9 @@ class TrialResult:
     folder: str | None = None  # the trial's folder, relative to the run folder
     started_utc: str | None = None
     seconds: float | None = None
+    # fields every request carried (live knobs: the trial ran on a server it did not start)
+    live: Mapping[str, Any] = field(default_factory=dict)
+    launched: bool = True  # the trial started its server (False: an earlier trial's, live knobs)
 
     # the model's file beside the engine's own format (None: not known, or a run folder written
     # before these were kept)
@@ -106,6 +113,8 @@ class TrialResult:
             "folder": self.folder,
             "started_utc": self.started_utc,
             "seconds": self.seconds,
+            "live": dict(self.live),
+            "launched": self.launched,
             "file_bytes_per_token": self.file_bytes_per_token,
             "file_ceiling_tok_per_s": self.file_ceiling_tok_per_s,
             "percent_of_file_ceiling": self.percent_of_file_ceiling,
@@ -139,6 +148,8 @@ class TrialResult:
             folder=d.get("folder"),
             started_utc=d.get("started_utc"),
             seconds=d.get("seconds"),
+            live=dict(d.get("live") or {}),
+            launched=bool(d.get("launched", True)),
         )
 
 
@@ -175,100 +186,140 @@ def run_trial(
     progress: Progress,
     *,
     run_dir: Path | None = None,
+    servers: Servers | None = None,
 ) -> tuple[TrialResult, list[Any] | None]:
     """Run one configuration; (its result, its greedy outputs or None when it failed).
 
-    With `baseline` None this trial is the baseline: its outputs become the reference.
-    KeyboardInterrupt passes through after the engine is stopped; every other error makes a failed
-    result."""
-    from roofline.bench.engines import compare_outputs, start_engine
-    from roofline.bench.launch import ServerDied
+    With `baseline` None this trial is the baseline: its outputs become the reference. `servers`:
+    the study's engine, kept across trials that can share it (tune.servers); None: a server of
+    this trial's own, stopped at its end. KeyboardInterrupt passes through after the engine is
+    stopped; every other error makes a failed result."""
 
-    launcher = settings.launcher
+    if servers is None:
+        with Servers(settings) as own:
+            return run_trial(
+                settings,
+                number,
+                slot,
+                config,
+                folder,
+                baseline,
+                progress,
+                run_dir=run_dir,
+                servers=own,
+            )
     t0 = time.monotonic()
-    common = {
+    common = trial_common(settings, number, slot, config, folder, run_dir)
+    log_path = folder / "server.log"
+    argv: list[str] = []
+    try:
+        served = servers.serve(config, log_path, lambda s: argv.extend(s.argv))
+        log_path = served.log_path
+        argv[:] = served.argv
+        common.update(live=dict(served.body), launched=served.launched)
+        try:
+            outputs, summary, lines = measure_served(settings, number, served, folder, progress)
+        except BaseException as e:
+            servers.failed(e)
+            raise
+        servers.done()
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # a crash, a hang past its timeout, nonsense answers: the study goes on
+        return failure(e, common, log_path, argv, t0), None
+    result = measured_result(
+        settings, common, folder, baseline, outputs, [summary], lines, log_path, argv, t0
+    )
+    return result, outputs
+
+
+def trial_common(
+    settings: TrialSettings,
+    number: int,
+    slot: Slot,
+    config: Mapping[str, Any],
+    folder: Path,
+    run_dir: Path | None,
+) -> dict[str, Any]:
+    """The fields of a trial's result known before it runs (its folder made)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return {
         "number": number,
         "slot": slot,
         "config": dict(config),
         "objective": settings.objective.name,
         "machine": machine(),
-        "engine": launcher.name,
-        "engine_version": _version(launcher),
+        "engine": settings.launcher.name,
+        "engine_version": _version(settings.launcher),
         "folder": str(folder.relative_to(run_dir)) if run_dir else str(folder),
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    folder.mkdir(parents=True, exist_ok=True)
-    log_path = folder / "server.log"
-    argv: list[str] = []
-    try:
-        with start_engine(
-            launcher,
-            model=settings.model,
-            config=config,
-            log_path=log_path,
-            extra_args=settings.extra_args,
-            ready_timeout_s=settings.ready_timeout_s,
-            stop_grace_s=settings.stop_grace_s,
-            on_start=lambda s: argv.extend(s.argv),
-        ) as server:
-            progress.note(f"trial {number}: engine ready ({' '.join(argv)})")
-            info = discovered(server.url, settings)
-            if first_time_only(settings, info):  # timed first, while every prompt is new to it
-                summary, lines = bench_run(
-                    settings, server.url, folder / "bench", progress, first_time=True
-                )
-                outputs = greedy_outputs(launcher, server.url, settings, info)
-            else:
-                outputs = greedy_outputs(launcher, server.url, settings, info)
-                summary, lines = bench_run(
-                    settings, server.url, folder / "bench", progress, outputs
-                )
-    except KeyboardInterrupt:
-        raise
-    except ServerDied as e:
-        return TrialResult(
-            status="failed",
-            error=str(e),
-            log_tail=e.tail,
-            argv=tuple(argv),
-            seconds=time.monotonic() - t0,
-            **common,
-        ), None
-    except Exception as e:  # a crash, a hang past its timeout, nonsense answers: the study goes on
-        detail = (
+
+
+def failure(
+    e: Exception, common: Mapping[str, Any], log_path: Path, argv: Sequence[str], t0: float
+) -> TrialResult:
+    """A failed result for the error a trial raised: a dead server's own words and log tail, or
+    the error and the log's last lines."""
+    from roofline.bench.launch import ServerDied
+
+    if isinstance(e, ServerDied):
+        error, tail = str(e), e.tail
+    else:
+        error = (
             f"{type(e).__name__}: {e}"
             if str(e)
             else "".join(traceback.format_exception_only(e)).strip()
         )
-        return TrialResult(
-            status="failed",
-            error=detail,
-            log_tail=_tail(log_path),
-            argv=tuple(argv),
-            seconds=time.monotonic() - t0,
-            **common,
-        ), None
+        tail = _tail(log_path)
+    return TrialResult(
+        status="failed",
+        error=error,
+        log_tail=tail,
+        argv=tuple(argv),
+        seconds=time.monotonic() - t0,
+        **common,
+    )
+
+
+def measured_result(
+    settings: TrialSettings,
+    common: Mapping[str, Any],
+    folder: Path,
+    baseline: Sequence[Any] | None,
+    outputs: Sequence[Any],
+    summaries: Sequence[RunSummary],
+    lines: Sequence[dict],
+    log_path: Path,
+    argv: Sequence[str],
+    t0: float,
+) -> TrialResult:
+    """The result of a trial that ran (its greedy outputs written to its folder): the objective
+    over its request lines (from one or more bench runs: `summaries`, the last one's figures
+    kept), exact when its greedy outputs equal the baseline's (None: it is the baseline) alone and
+    under every run's load."""
+    from roofline.bench.engines import compare_outputs
+
     _write_outputs(folder / "greedy.json", outputs)
     m = measure(settings.objective, lines, settings.objective_settings)
-    found = TrialMetrics.of_run(summary)
+    found = TrialMetrics.of_run(summaries[-1])
     if m.value is None:
         return TrialResult(
             status="failed",
-            error=f"no request succeeded ({_failure_reasons(summary)})",
+            error=f"no request succeeded ({_failure_reasons(summaries[-1])})",
             log_tail=_tail(log_path),
             argv=tuple(argv),
             metrics=found,
             seconds=time.monotonic() - t0,
             **common,
-        ), outputs
+        )
     if baseline is None:
-        from roofline.bench.engines import Exactness
-
         basis = "token_ids" if all(o.token_ids is not None for o in outputs) else "text"
         exact = Exactness(True, len(outputs), basis)
     else:
         exact = compare_outputs(baseline, outputs)
-    exact = under_load(exact, summary)
+    for summary in summaries:
+        exact = under_load(exact, summary)
     return TrialResult(
         status="ok" if exact.exact else "inexact",
         value=m.value,
@@ -280,7 +331,7 @@ def run_trial(
         argv=tuple(argv),
         seconds=time.monotonic() - t0,
         **common,
-    ), outputs
+    )
 
 
 def under_load(alone: Exactness, summary: RunSummary) -> Exactness:

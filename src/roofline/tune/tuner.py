@@ -12,6 +12,7 @@ Nothing lives only in memory: a kill loses no finished trial.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -199,8 +200,10 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
     from roofline.bench.engines import GreedyOutput
     from roofline.tune import storage as stored
     from roofline.tune import study as st
+    from roofline.tune.block import Blocks, fits, run_block, run_step_block
     from roofline.tune.result import build_result
     from roofline.tune.search import Rule, get_strategy
+    from roofline.tune.servers import Servers
     from roofline.tune.space_records import Space
     from roofline.tune.trial import run_trial
 
@@ -247,6 +250,8 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
         write_json(run_dir / RESULT, result.to_json())
         return result
 
+    servers = Servers(settings)  # one engine kept across trials that differ in live knobs only
+
     def evaluate(number: int, slot: Any, config: dict, reference: list[dict] | None):
         baseline = None if reference is None else [GreedyOutput.from_json(o) for o in reference]
         return run_trial(
@@ -258,7 +263,18 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
             baseline,
             progress,
             run_dir=run_dir,
+            servers=servers,
         )
+
+    def block(items: Any, reference: list[dict]) -> Any:
+        baseline = [GreedyOutput.from_json(o) for o in reference]
+        return run_block(settings, items, baseline, progress, servers, run_dir=run_dir)
+
+    blocks = Blocks(
+        lambda configs: fits(settings.launcher, configs),
+        block,
+        lambda number: run_dir / "trials" / f"{number:03d}",
+    )
 
     def on_result(result: Any) -> None:
         _append_line(run_dir / TRIALS, result.to_json())
@@ -269,7 +285,14 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
         study, strategy, space, rule, budget=budget(options), objective=options.objective
     )
     try:
-        st.run_worker(worker, evaluate, on_start=display.trial_started, on_result=on_result)
+        with servers:
+            st.run_worker(
+                worker,
+                evaluate,
+                on_start=display.trial_started,
+                on_result=on_result,
+                step_block=functools.partial(run_step_block, blocks),
+            )
     except KeyboardInterrupt:
         write_result(interrupted=True)
         raise

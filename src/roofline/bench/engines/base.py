@@ -110,8 +110,8 @@ class Launcher:
     default_hardware: str | None = None  # the ceiling's hardware without --hardware ("local":
     # the engine runs on this machine and is held against its measured bandwidth)
     takes_template: bool = False  # started from a --engine-cmd template, not a known command
-    # knobs that can change without a restart; none is live for any engine yet (a later issue
-    # fills these in), so every launcher keeps this default
+    # knobs a running server takes per request (`live_body`): a configuration that differs from the
+    # server's only in these runs on it, without a restart
     live_knobs: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
@@ -155,14 +155,26 @@ class Launcher:
         """Rules between knobs (each knob's own value is already checked): UserError naming the
         knob."""
 
+    def live_body(self, config: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The request-body fields that give a server started without the live knobs this
+        configuration's live knob values (sent with every request); None when the configuration
+        needs a server of its own. Default: no knob is live."""
+        return None
+
     async def greedy_outputs(
-        self, url: str, model_id: str | None, prompts: Sequence[Prompt], max_tokens: int
+        self,
+        url: str,
+        model_id: str | None,
+        prompts: Sequence[Prompt],
+        max_tokens: int,
+        *,
+        extra_body: Mapping[str, Any] | None = None,
     ) -> list[GreedyOutput]:
         """Temperature 0, one request at a time: token ids where the engine gives them, text
-        otherwise."""
+        otherwise. extra_body: fields added to every request (`live_body`)."""
         from roofline.bench.engines.greedy import openai_greedy
 
-        return await openai_greedy(url, model_id, prompts, max_tokens)
+        return await openai_greedy(url, model_id, prompts, max_tokens, extra_body=extra_body)
 
     # -- helpers for subclasses --------------------------------------------------------------------
     def settings(self, config: Mapping[str, Any]) -> list[tuple[Knob, Any]]:

@@ -10,7 +10,7 @@ different tokenization of the same text but nothing a user would read.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,9 +222,11 @@ async def openai_greedy(
     max_tokens: int,
     *,
     timeout_s: float = TIMEOUT_S,
+    extra_body: Mapping[str, Any] | None = None,
 ) -> list[GreedyOutput]:
     """Non-streamed chat completions at temperature 0 asking for `return_token_ids`; a server that
-    refuses the field (400/422) is asked again without it, for text."""
+    refuses the field (400/422) is asked again without it, for text. extra_body: fields added to
+    every request."""
     _, base = _roots(url)
     out = []
     async with _session(timeout_s) as session:
@@ -232,6 +234,7 @@ async def openai_greedy(
         ask_ids = True
         for p in prompts:
             body: dict[str, Any] = {
+                **(extra_body or {}),
                 "messages": messages_of(p),
                 "max_tokens": max_tokens,
                 "temperature": 0.0,

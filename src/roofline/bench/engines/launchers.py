@@ -65,6 +65,10 @@ def _speculation_knobs() -> tuple[Knob, ...]:
 
 
 _SPEC_KNOBS = _speculation_knobs()
+_SPEC_FIELD = {opt.knob: name for name, opt in speculation.options().items()}  # spec_k -> k
+# what a running `roofline serve` takes per request (`roofline_speculation`): every speculation
+# option but those only the server's owner sets. Not threads: one pass serves every running request
+_LIVE_KNOBS = frozenset(k for k, name in _SPEC_FIELD.items() if name not in speculation.SERVER_ONLY)
 _SPEC_METHOD = speculation.options()["method"].knob  # "spec"
 _SPEC_OFF = {  # bool knob -> its false flag (spec_tree -> --spec-chain)
     speculation.options()[n].knob: "--" + o.off_flag
@@ -100,6 +104,20 @@ class EmbeddedLauncher(Launcher):
         for low, high in speculation.ORDERED:
             self.ordered(config, knob[low], knob[high])
 
+    def live_body(self, config: Mapping[str, Any]) -> dict[str, Any] | None:
+        """{"roofline_speculation": the configuration's speculation options} ({} when it sets none:
+        the server's own); None when it sets a knob only the server takes, or its drafts learn
+        across requests (its timed prompts must be new to the whole server: a server of its
+        own)."""
+        if any(config.get(k) is not None for k in _SPEC_FIELD if k not in self.live_knobs):
+            return None
+        given = {_SPEC_FIELD[k]: v for k, v in config.items() if k in _SPEC_FIELD and v is not None}
+        if not given:  # the server's own options, as a relaunch without these knobs would have
+            return {}
+        if speculation.cross_request(speculation.SpecOptions(**given)):
+            return None
+        return {"roofline_speculation": given}
+
     def version(self) -> str | None:
         from roofline import __version__
 
@@ -118,6 +136,7 @@ EMBEDDED = EmbeddedLauncher(
     reports_bytes_per_token=True,
     usage_per_chunk=True,
     default_hardware="local",
+    live_knobs=_LIVE_KNOBS,
     knobs=knob_table(
         Knob(
             "dtype",

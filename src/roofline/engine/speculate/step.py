@@ -83,6 +83,7 @@ def speculation_factory(options: SpecOptions, runner) -> Callable[[], RequestSpe
 
     make.cross_request = bool(getattr(make_proposer, "cross_request", False))  # type: ignore
     make.acceptance = table  # type: ignore
+    make.options = options  # type: ignore  # a request naming these options shares this maker
     return make
 
 

@@ -1,0 +1,207 @@
+"""A ladder step run as one paired block: the incumbent and the step's values on one server.
+
+When every configuration of a step differs from the others only in live knobs (tune.servers), the
+worker claims the step's slots together and measures them in one block:
+
+    greedy pass, each configuration     the exactness evidence, and each one's warm-up
+    for rep in reps:                    round-robin: one bench run of every prompt per
+        for config in block:            configuration, the incumbent first; its lines keep
+            bench run (reps=1)          `rep` = the round, so units pair across configurations
+
+so a value's units pair with the incumbent's from the same minutes. The decision is the ladder's
+own (`search._decide` over the results, `tune.paired`); the block only feeds it results. A step that
+cannot be one block (a restart knob, drafts that learn across requests, a budget) runs slot by slot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from roofline.bench.driver import Progress
+from roofline.tune.search import Decision, Slot, View, challenger, ladder_current
+from roofline.tune.space_records import Space
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """One configuration of a block: its trial number, slot, configuration and folder."""
+
+    number: int
+    slot: Slot
+    config: dict[str, Any]
+    folder: Path
+
+
+def ladder_block(space: Space, slot: Slot, view: View, rule: Any) -> list[tuple[Slot, Decision]]:
+    """The decisions of one ladder step whose incumbent slot is `slot`, run together: the incumbent
+    always runs (it pairs with its challengers from the same minutes), each value as
+    `search.challenger` says. [] when the step has nothing to run or the best is unknown."""
+    current = ladder_current(space, view.results, rule, slot.round)
+    if current is None:
+        return []
+    base = space.effective(space.baseline)
+    values = [v for v in space.dimension(slot.knob).values() if v != base.get(slot.knob)]
+    out = [
+        (Slot("ladder", slot.round, slot.knob, v), challenger(space, current, slot.knob, v))
+        for v in values
+    ]
+    if all(d.action == "skip" for _, d in out):
+        return []
+    return [(slot, Decision("run", dict(current.config))), *out]
+
+
+def fits(launcher: Any, configs: Sequence[dict[str, Any]]) -> bool:
+    """Whether these configurations can share one server: each takes its live knobs per request
+    and their restart knobs agree."""
+    restart = []
+    for c in configs:
+        if launcher.live_body(c) is None:
+            return False
+        restart.append({k: v for k, v in c.items() if k not in launcher.live_knobs})
+    return all(r == restart[0] for r in restart)
+
+
+def run_block(
+    settings: Any,
+    items: Sequence[Item],
+    baseline: Sequence[Any],
+    progress: Progress,
+    servers: Any,
+    *,
+    run_dir: Path | None = None,
+) -> list[tuple[Any, list[Any] | None]]:
+    """Measure the block's configurations interleaved on one server; (result, greedy outputs) per
+    item, in order. An error fails every item (KeyboardInterrupt passes through, the server
+    stopped)."""
+    from roofline.tune.engine_runs import bench_run, discovered, greedy_outputs
+    from roofline.tune.trial import failure, measured_result, trial_common
+
+    t0 = time.monotonic()
+    commons = [trial_common(settings, i.number, i.slot, i.config, i.folder, run_dir) for i in items]
+    argv: list[str] = []
+    log_path = items[0].folder / "server.log"
+    try:
+        served = [
+            servers.serve(i.config, i.folder / "server.log", lambda s: argv.extend(s.argv))
+            for i in items
+        ]
+        argv[:], log_path = served[0].argv, served[0].log_path
+        for c, s in zip(commons, served):
+            c.update(live=dict(s.body), launched=s.launched)
+        numbers = ", ".join(str(i.number) for i in items)
+        progress.note(f"trials {numbers}: one paired block on the running engine")
+        try:
+            info = discovered(served[0].url, settings)
+            outputs = [
+                greedy_outputs(settings.launcher, s.url, settings, info, dict(s.body))
+                for s in served
+            ]
+            once = dataclasses.replace(settings, reps=1)
+            runs: list[list[tuple[Any, list[dict]]]] = [[] for _ in items]
+            for rep in range(settings.reps):
+                for k, (item, s) in enumerate(zip(items, served)):
+                    summary, lines = bench_run(
+                        once,
+                        s.url,
+                        item.folder / f"bench-{rep}",
+                        progress,
+                        outputs[k],
+                        body=dict(s.body),
+                    )
+                    runs[k].append((summary, [{**ln, "rep": rep} for ln in lines]))
+        except BaseException as e:
+            servers.failed(e)
+            raise
+        servers.done()
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # the study goes on: every configuration of the block failed with it
+        return [(failure(e, c, log_path, argv, t0), None) for c in commons]
+    return [
+        (
+            measured_result(
+                settings,
+                c,
+                item.folder,
+                baseline,
+                out,
+                [summary for summary, _ in run],
+                [ln for _, lines in run for ln in lines],
+                log_path,
+                argv,
+                t0,
+            ),
+            out,
+        )
+        for item, c, out, run in zip(items, commons, outputs, runs)
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Blocks:
+    """How a worker runs blocks: whether configurations fit one (`fits`), and how a block is
+    measured (`evaluate(items, baseline greedy outputs as JSON)`: run_block's answer)."""
+
+    fits: Callable[[Sequence[dict[str, Any]]], bool]
+    evaluate: Callable[[Sequence[Item], list[dict]], list[tuple[Any, list[Any] | None]]]
+    folder: Callable[[int], Path]  # trial number -> its folder
+
+
+def run_step_block(
+    blocks: Blocks,
+    w: Any,
+    trial: Any,
+    slot: Slot,
+    on_start: Callable[[int, Slot, dict], None],
+    on_result: Callable[[Any], None],
+) -> int | None:
+    """Run the ladder step of the claimed incumbent trial as one block: claim the step's other
+    slots, measure, record each. The number of trials run; None (nothing claimed beyond `trial`)
+    when the step cannot be one block, and the worker goes on slot by slot."""
+    from roofline.tune import study as st
+    from roofline.tune.trial import skipped
+
+    v = st.view(w.study, exclude=trial.number)
+    if any(u.round < slot.round or u.kind == "baseline" for u in v.unfinished):
+        return None
+    reference = st.baseline_outputs(w.study)
+    decided = ladder_block(w.space, slot, v, w.rule) if reference is not None else []
+    runs = [d.config for _, d in decided if d.action == "run"]
+    if len(runs) < 2 or not blocks.fits(runs):
+        return None
+    by_value = {s.value: d for s, d in decided[1:]}
+    claimed = st.claim_step(w.study, slot.round)
+    members = [(trial, slot, decided[0][1])]
+    other = Decision("skip", reason=f"not a value of step {slot.round}")
+    members += [(t, s, by_value.get(s.value, other)) for t, s in claimed]
+    done: set[int] = set()
+    items: list[tuple[Any, Item]] = []
+    try:
+        for t, s, d in members:
+            if d.action == "skip":
+                result = skipped(t.number, s, d.reason, w.objective)
+                st.record(w.study, t, result, w.rule)
+                done.add(t.number)
+                on_result(result)
+                continue
+            t.set_user_attr("config", dict(d.config))
+            on_start(t.number, s, dict(d.config))
+            items.append((t, Item(t.number, s, dict(d.config), blocks.folder(t.number))))
+        results = blocks.evaluate([i for _, i in items], reference)
+    except BaseException as e:  # Ctrl-C: the step's slots go back in the queue
+        for t, *_ in members:
+            if t.number not in done:
+                st.requeue(
+                    w.study,
+                    t.number,
+                    "interrupted" if isinstance(e, KeyboardInterrupt) else str(e)[:200],
+                )
+        raise
+    for (t, _), (result, outputs) in zip(items, results):
+        st.record(w.study, t, result, w.rule, outputs)
+        on_result(result)
+    return len(items)

@@ -1,0 +1,198 @@
+"""Live knobs: a trial that differs from the running server only in knobs its launcher takes per
+request runs on that server (no launch); other knobs relaunch; the exactness verdicts are those of
+relaunched trials; and no engine outlives the study."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tune_helpers import FAKE, FakeLauncher, marker, wait_gone, write_space
+
+from roofline.bench.engines.launchers import EMBEDDED
+from roofline.speculation import SERVER_ONLY, options
+from roofline.tune.space import load_space_file
+from roofline.tune.tuner import Display, TuneOptions, run_tune
+
+STARTS: list[dict] = []  # every engine LiveFake started: its configuration
+
+
+@dataclass(frozen=True)
+class LiveFake(FakeLauncher):
+    """fake_engine.py taking `shift` per request (the `fake_live` field)."""
+
+    def argv(self, *, model, port, host, config, extra_args=(), template=None) -> list[str]:
+        STARTS.append(dict(config))
+        return super().argv(model=model, port=port, host=host, config=config, extra_args=extra_args)
+
+    def live_body(self, config: Mapping[str, Any]) -> dict[str, Any] | None:
+        return {"fake_live": {k: config[k] for k in self.live_knobs if k in config}}
+
+
+LIVE = LiveFake(name="livefake", knobs=FAKE.knobs, live_knobs=frozenset({"shift"}))
+
+SPACE = """
+[baseline]
+speed = 100
+[knobs.speed]
+choices = [100, 150]
+default = 100
+[knobs.shift]
+choices = [0, 5, 7]
+default = 0
+"""
+
+
+def _tune(tmp_path, monkeypatch, launcher, name: str, body: str = SPACE):
+    from roofline.bench import engines
+
+    monkeypatch.setitem(engines.LAUNCHERS, launcher.name, launcher)
+    space = load_space_file(write_space(tmp_path, body, f"{name}.toml"), launcher)
+    mark = marker()
+    opts = TuneOptions(
+        engine=launcher.name,
+        space=space.to_json(),
+        max_tokens=12,
+        extra_args=(mark,),
+        ready_timeout_s=3,
+        request_timeout_s=5,
+        stop_grace_s=1,
+        reps=1,
+        strategy="grid",
+    )
+    STARTS.clear()
+    result = run_tune(opts, tmp_path / name, Display())
+    assert wait_gone(mark) == []  # the kept server too
+    return result, list(STARTS)
+
+
+def _verdicts(result) -> dict:
+    return {
+        tuple(sorted(r.config.items())): (r.status, r.exactness.first_position)
+        for r in result.trials
+        if r.exactness is not None
+    }
+
+
+def test_live_trials_run_on_the_running_server_with_relaunched_verdicts(tmp_path, monkeypatch):
+    live, starts = _tune(tmp_path, monkeypatch, LIVE, "live")
+    trials = [r for r in live.trials if r.status != "skipped"]
+    assert len(trials) >= 6
+    # a server is started only when the restart knobs change, and never with a live knob
+    assert len(starts) == sum(r.launched for r in trials) < len(trials)
+    assert all("shift" not in c for c in starts)
+    for before, r in itertools.pairwise(trials):
+        if not r.launched:
+            assert r.config.get("speed") == before.config.get("speed")
+            assert r.argv == before.argv
+        assert r.live == {"fake_live": {"shift": r.config["shift"]}} or "shift" not in r.config
+    relaunched, _ = _tune(tmp_path, monkeypatch, FAKE, "relaunched")
+    assert all(r.launched and not r.live for r in relaunched.trials if r.status != "skipped")
+    assert _verdicts(live) == _verdicts(relaunched)
+    assert any(status == "inexact" for status, _ in _verdicts(live).values())
+
+
+def test_a_live_trial_that_kills_the_server_fails_and_the_next_one_starts_again(
+    tmp_path, monkeypatch
+):
+    """The running server dies in a live trial (`mode` crash_mid, per request): that trial is
+    failed with the server's log tail, and the trial after a failed one starts a server of its
+    own."""
+    crashing = LiveFake(name="livefake", knobs=FAKE.knobs, live_knobs=frozenset({"shift", "mode"}))
+    result, starts = _tune(tmp_path, monkeypatch, crashing, "crash", SPACE_CRASH)
+    by = {(r.config.get("mode", "ok"), r.config.get("shift", 0)): r for r in result.trials}
+    died = by[("crash_mid", 0)]
+    assert died.status == "failed" and "segmentation fault" in (died.log_tail or "")
+    assert not died.launched  # it ran on the baseline's server
+    trials = [r for r in result.trials if r.status != "skipped"]
+    for before, r in itertools.pairwise(trials):
+        if before.status == "failed":
+            assert r.launched
+    assert all(r.status in ("ok", "inexact") for r in trials if r.config.get("mode") != "crash_mid")
+    assert len(starts) == sum(r.launched for r in trials) >= 2
+
+
+SPACE_CRASH = """
+[baseline]
+speed = 100
+[knobs.mode]
+choices = ["ok", "crash_mid"]
+default = "ok"
+[knobs.shift]
+choices = [0, 5]
+default = 0
+"""
+
+
+def test_the_embedded_engines_live_knobs_come_from_the_speculation_options():
+    want = {o.knob for name, o in options().items() if name not in SERVER_ONLY}
+    assert want == EMBEDDED.live_knobs
+    assert "threads" not in EMBEDDED.live_knobs and "dtype" not in EMBEDDED.live_knobs
+    body = EMBEDDED.live_body({"spec": "trie", "max_bfs_breadth": 24, "dtype": "int8"})
+    assert body == {"roofline_speculation": {"method": "trie", "max_bfs_breadth": 24}}
+    assert EMBEDDED.live_body({"dtype": "int8"}) == {}  # the server's own options
+    # a server of its own: drafts that learn across requests, a knob only the server takes
+    assert EMBEDDED.live_body({"spec": "trie", "trie_scope": "shared"}) is None
+    assert EMBEDDED.live_body({"spec": "draft", "draft_model": "m.gguf"}) is None
+
+
+def test_a_launcher_without_live_knobs_has_no_live_body():
+    assert FAKE.live_knobs == frozenset() and FAKE.live_body({"shift": 5}) is None
+
+
+LADDER = """
+[baseline]
+speed = 100
+[knobs.speed]
+choices = [100, 400]
+default = 100
+[knobs.shift]
+choices = [0, 5]
+default = 0
+"""
+
+
+def test_a_ladder_step_of_live_values_runs_as_one_interleaved_paired_block(tmp_path, monkeypatch):
+    """Each step's incumbent and values share the baseline's server; the bench runs alternate
+    between them repetition by repetition; the ladder pairs their units and decides as ever."""
+    from roofline.bench import engines
+
+    both = LiveFake(name="livefake", knobs=FAKE.knobs, live_knobs=frozenset({"speed", "shift"}))
+    monkeypatch.setitem(engines.LAUNCHERS, both.name, both)
+    space = load_space_file(write_space(tmp_path, LADDER, "ladder.toml"), both)
+    mark = marker()
+    STARTS.clear()
+    opts = TuneOptions(
+        engine=both.name,
+        space=space.to_json(),
+        max_tokens=12,
+        extra_args=(mark,),
+        ready_timeout_s=3,
+        request_timeout_s=5,
+        stop_grace_s=1,
+        reps=2,
+    )
+    result = run_tune(opts, tmp_path / "run", Display())
+    assert wait_gone(mark) == []
+    assert len(STARTS) == 1  # the baseline's server, for every trial
+    by = {(r.slot.kind, r.slot.round): r for r in result.trials}
+    assert all(r.status != "skipped" for r in result.trials)  # the incumbent runs in its block
+    inc1, fast = by[("incumbent", 1)], by[("ladder", 1)]
+    assert inc1.config == {"speed": 100} and fast.config == {"speed": 400}
+    assert not inc1.launched and not fast.launched
+    step1, step2 = result.ladder
+    assert step1.remeasured == inc1.number and step1.kept and step1.best_value == 400
+    assert step1.paired.pairs == 8  # 4 prompts x 2 reps
+    assert not step2.kept and by[("ladder", 2)].status == "inexact"
+    assert result.best.number == fast.number
+    # the measured requests alternate repetition by repetition: the incumbent's prompts, then the
+    # value's (a run of equal labels may join a step's last run and the next step's first)
+    log = (tmp_path / "run" / "trials" / "000" / "server.log").read_text().splitlines()
+    streamed = [ln.split(" ", 1)[1] for ln in log if ln.startswith("stream ")]
+    labels = [json.loads(k) for k, _ in itertools.groupby(streamed)]
+    s100, s400, shift = {"speed": 100}, {"speed": 400}, {"speed": 400, "shift": 5}
+    # baseline and step 1's first incumbent run, then step 1, then step 2
+    assert labels == [s100, s400, s100, s400, shift, s400, shift]
