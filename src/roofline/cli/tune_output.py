@@ -18,6 +18,7 @@ from roofline.report.tune_text import (
     predicted_table,
     status_note,
     tables,
+    trial_text,
 )
 from roofline.tune.result import TuneResult
 from roofline.tune.trial import TrialResult
@@ -170,7 +171,7 @@ class RichDisplay(Display):
     def trial_ended(self, result: TrialResult, best: TrialResult | None) -> None:
         if result.slot.kind == "baseline" and result.status == "ok":
             self.baseline = dict(result.config)
-        line = f"trial {result.number} {result.status}: {config_text(result.config, self.baseline)}"
+        line = f"trial {result.number} {result.status}: {trial_text(result, self.baseline)}"
         if result.value is not None:
             line += (
                 f" -> {fmt(result.value, self.unit)} (spread {fmt(result.spread)}, "

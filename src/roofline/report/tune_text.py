@@ -33,6 +33,17 @@ def config_text(config: Mapping[str, Any], baseline: Mapping[str, Any] | None = 
     return " ".join(diff + gone) or "(baseline)"
 
 
+def trial_text(r: TrialResult, baseline: Mapping[str, Any] | None = None) -> str:
+    """What a trial ran: its configuration; a skipped ladder value by its knob and value; for the
+    ladder's incumbent slot, which step it measured the best so far for."""
+    if r.slot.kind != "incumbent":
+        if r.status == "skipped" and r.slot.knob is not None:  # a ladder value never configured
+            return f"{r.slot.knob}={r.slot.value}"
+        return config_text(r.config, baseline)
+    what = f"the incumbent again, before the {r.slot.knob} step"
+    return what if r.status == "skipped" else f"{what}: {config_text(r.config, baseline)}"
+
+
 def status_note(r: TrialResult, full: bool = False) -> str:
     """Why a trial is not ok, in a few words (full: with the diverging pieces)."""
     if r.status == "inexact" and r.exactness:
@@ -183,7 +194,7 @@ def ladder_table(t: TuneResult) -> Table | None:
                 "baseline",
                 fmt(b.value),
                 "-",
-                fmt(b.spread),
+                f"spread {fmt(b.spread)}",
                 "-",
                 percent(b),
                 percent_file(b),
@@ -251,7 +262,7 @@ def trials_table(t: TuneResult, predicted: Mapping[int, Prediction] | None = Non
         if r.status != "skipped":
             row = [
                 str(r.number),
-                config_text(r.config, base),
+                trial_text(r, base),
                 r.status,
                 fmt(r.value),
                 fmt(r.spread),
@@ -270,7 +281,11 @@ def trials_table(t: TuneResult, predicted: Mapping[int, Prediction] | None = Non
         "% ceil: against the ceiling of the bytes the engine reads per token; % file: against the "
         "bytes the model's file stores (what the model needs)",
     ]
-    skipped = [f"{r.slot.knob}={r.slot.value}" for r in t.trials if r.status == "skipped"]
+    skipped = [
+        f"{r.slot.knob}={r.slot.value}"
+        for r in t.trials
+        if r.status == "skipped" and r.slot.kind != "incumbent"
+    ]
     if skipped:
         notes.append(
             "skipped (their condition does not hold on the best configuration): "
