@@ -31,7 +31,22 @@ def start_bench(url, out, *extra):
         str(out),
         *extra,
     ]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_as_from_a_shell,
+    )
+
+
+def _as_from_a_shell() -> None:
+    """The bench starts as from a terminal: SIGINT and SIGTERM delivered and at their defaults. A
+    child inherits ignored or blocked signals from its parent, and the test process's state after
+    other tests is not a user's shell (in whole-suite runs Ctrl-C never reached the bench)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def wait_for_lines(path, n, proc, timeout_s=60):
