@@ -47,18 +47,6 @@ FIGURES = (
 PEER_ENV = dict(os.environ)
 
 
-def cpu_info() -> dict:
-    """Model name and the SIMD flags that matter to both engines' kernels."""
-    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    info = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    info = {k.strip(): v.strip() for k, v in info.items()}
-    flags = set(info.get("flags", "").split())
-    return {
-        "model": info.get("model name", "unknown"),
-        "flags": {f: f in flags for f in ("avx512f", "avx512_bf16", "avx2")},
-    }
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -244,6 +232,8 @@ def main() -> None:
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     a = ap.parse_args()
     a.concurrency = [int(c) for c in a.concurrency.split(",") if c.strip()]
+    from engine_vs_peers import cpu_info  # a sibling script: the same CPU line everywhere
+
     cpu = cpu_info()
     flags = " ".join(f"{f}={'yes' if on else 'no'}" for f, on in cpu["flags"].items())
     print(f"CPU: {cpu['model']}; {flags}; {a.threads} threads; {max(a.concurrency)} slots")
