@@ -9,7 +9,10 @@ for a concurrent one. Per pair j, in the objective's direction (> 1: the candida
                                              slower cancel, whatever their absolute speeds
 
 and a 95% interval for R from the bootstrap: resample the pairs with replacement (seeded, so a run
-repeats its own decisions), take the 2.5th and 97.5th percentiles of R. Drift that moves both
+repeats its own decisions), take the 2.5th and 97.5th percentiles of R. With the handful of pairs a
+trial has (8 by default) that interval is too narrow, so it is widened about R by Hesterberg's
+expanded-percentile factor sqrt(n / (n - 1)) * t(0.975, n - 1) / z(0.975): without it a step with
+no gain is called worse in 3-5% of simulated runs instead of 2.5%. Drift that moves both
 members of a pair cancels in r_j; what is left is the noise the interval measures. A step is kept
 only when the interval's low end clears 1 + TIE_RATIO; otherwise it is a tie and the simpler
 configuration (the incumbent) stays.
@@ -25,7 +28,8 @@ from typing import Any
 
 TIE_RATIO = 0.02  # a kept step must be at least 2% faster at the interval's low end
 RESAMPLES = 2000
-CONFIDENCE = 0.95
+CONFIDENCE = 0.95  # the interval; t975 and Z975 below are its quantiles
+Z975 = 1.959964
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,28 @@ def _geomean(logs: Sequence[float]) -> float:
     return math.exp(sum(logs) / len(logs))
 
 
+_T975_SMALL = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776}  # Student's t, 97.5th percentile
+
+
+def t975(df: int) -> float:
+    """Student's t 97.5th percentile: a table below 5 degrees of freedom, else Cornish-Fisher's
+    expansion about the normal's (within 0.1% from df = 5 up)."""
+    if df in _T975_SMALL:
+        return _T975_SMALL[df]
+    z = Z975
+    return (
+        z
+        + (z**3 + z) / (4 * df)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
+    )
+
+
+def expansion(n: int) -> float:
+    """How much wider than the plain percentile interval a small sample's must be (n >= 2)."""
+    return math.sqrt(n / (n - 1)) * t975(n - 1) / Z975
+
+
 def paired_ratio(
     candidate: Mapping[str, float],
     incumbent: Mapping[str, float],
@@ -104,6 +130,13 @@ def paired_ratio(
     n = len(logs)
     stats = sorted(_geomean([logs[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
     tail = (1.0 - CONFIDENCE) / 2.0
+    ratio = _geomean(logs)
     low = stats[int(tail * (resamples - 1))]
     high = stats[math.ceil((1.0 - tail) * (resamples - 1))]
-    return PairedRatio(_geomean(logs), low, high, n)
+    if n < 2:  # one pair proves nothing
+        return PairedRatio(ratio, 0.0, math.inf, n)
+    if low == high == ratio:  # every pair agrees: nothing to widen
+        return PairedRatio(ratio, low, high, n)
+    f = expansion(n)
+    low, high = ratio * (low / ratio) ** f, ratio * (high / ratio) ** f
+    return PairedRatio(ratio, low, high, n)
