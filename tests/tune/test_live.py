@@ -17,7 +17,16 @@ from roofline.speculation import SERVER_ONLY, options
 from roofline.tune.space import load_space_file
 from roofline.tune.tuner import Display, TuneOptions, run_tune
 
-STARTS: list[dict] = []  # every engine LiveFake started: its configuration
+# every command line LiveFake made, (port, configuration): a server's start is the first on its
+# port; later ones on the same port are trials' commands (the whole configuration as flags)
+STARTS: list[tuple[int, dict]] = []
+
+
+def _started() -> list[dict]:
+    first: dict[int, dict] = {}
+    for port, config in STARTS:
+        first.setdefault(port, config)
+    return list(first.values())
 
 
 @dataclass(frozen=True)
@@ -25,7 +34,7 @@ class LiveFake(FakeLauncher):
     """fake_engine.py taking `shift` per request (the `fake_live` field)."""
 
     def argv(self, *, model, port, host, config, extra_args=(), template=None) -> list[str]:
-        STARTS.append(dict(config))
+        STARTS.append((port, dict(config)))
         return super().argv(model=model, port=port, host=host, config=config, extra_args=extra_args)
 
     def live_body(self, config: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -66,7 +75,7 @@ def _tune(tmp_path, monkeypatch, launcher, name: str, body: str = SPACE):
     STARTS.clear()
     result = run_tune(opts, tmp_path / name, Display())
     assert wait_gone(mark) == []  # the kept server too
-    return result, list(STARTS)
+    return result, _started()
 
 
 def _verdicts(result) -> dict:
@@ -87,11 +96,13 @@ def test_live_trials_run_on_the_running_server_with_relaunched_verdicts(tmp_path
     for before, r in itertools.pairwise(trials):
         if not r.launched:
             assert r.config.get("speed") == before.config.get("speed")
-            assert r.argv == before.argv
+            # its command runs the whole configuration: the live knob as a flag
+            assert ("--shift" in r.argv) == ("shift" in r.config), r.argv
         assert r.live == {"fake_live": {"shift": r.config["shift"]}} or "shift" not in r.config
     relaunched, _ = _tune(tmp_path, monkeypatch, FAKE, "relaunched")
     assert all(r.launched and not r.live for r in relaunched.trials if r.status != "skipped")
     assert _verdicts(live) == _verdicts(relaunched)
+    assert ("--shift" in live.best_command) == ("shift" in live.best.config)
     assert any(status == "inexact" for status, _ in _verdicts(live).values())
 
 
@@ -177,7 +188,7 @@ def test_a_ladder_step_of_live_values_runs_as_one_interleaved_paired_block(tmp_p
     )
     result = run_tune(opts, tmp_path / "run", Display())
     assert wait_gone(mark) == []
-    assert len(STARTS) == 1  # the baseline's server, for every trial
+    assert len(_started()) == 1  # the baseline's server, for every trial
     by = {(r.slot.kind, r.slot.round): r for r in result.trials}
     assert all(r.status != "skipped" for r in result.trials)  # the incumbent runs in its block
     inc1, fast = by[("incumbent", 1)], by[("ladder", 1)]

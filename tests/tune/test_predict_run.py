@@ -5,6 +5,7 @@ a prediction per trial that ran, and the tables that show them."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -24,6 +25,7 @@ from roofline.tune.predict_run import (
     pass_costs_of,
     predict_and_write,
     predict_run,
+    predict_trials,
     read_predicted,
     server_stats,
     streams_of,
@@ -128,8 +130,12 @@ def test_predictions_per_trial_use_the_same_configuration_without_a_proposer(tmp
     assert got[2].tok_per_s == pytest.approx(120.0)  # 80 (stored, no proposer) x 1.5
     assert got[3].tok_per_s == pytest.approx(60.0)  # 50 (the baseline) x 1.2
     # a knob left at its default matches the prediction that set it
-    got = trial_predictions(ladder, [_trial(5, {"spec": "ngram", "adaptive": False}, 1.0)])
-    assert set(got) == {5}
+    got = trial_predictions(
+        ladder, [_trial(4, {}, 2.0), _trial(5, {"spec": "ngram", "adaptive": False}, 1.0)]
+    )
+    assert set(got) == {5} and got[5].tok_per_s == pytest.approx(3.0)
+    # other knobs no trial ran without a proposer: no rate to scale, no prediction
+    assert trial_predictions(ladder, [_trial(6, {"threads": 1, **ngram}, 1.0)]) == {}
 
     from roofline.tune.objectives import ObjectiveInfo
     from roofline.tune.records import StudyInfo
@@ -160,6 +166,51 @@ def test_predictions_per_trial_use_the_same_configuration_without_a_proposer(tmp
     assert any(MEASURED in n for n in notes)
     md = predicted_markdown(ladder, {"dtype": "fp32"})
     assert md.startswith("## predicted ladder") and "| spec=ngram spec_k=4" in md
+
+
+def _with_costs(tmp_path, number, costs):
+    folder = tmp_path / "trials" / f"{number:03d}"
+    (folder / "bench").mkdir(parents=True)
+    stats = ServerStats(pass_costs=costs)
+    (folder / "bench" / "provenance.json").write_text(
+        json.dumps({"server": {"roofline": stats.to_json()}})
+    )
+    return f"trials/{number:03d}"
+
+
+def test_each_trial_is_predicted_on_its_own_engines_verify_costs(tmp_path):
+    ngram = {"spec": "ngram", "spec_k": 4, "adaptive": False}
+    fp32_costs, stored_costs = ((1, 1.0), (5, 1.2)), ((1, 1.0), (5, 2.5))
+    ladder = PredictedLadder(
+        0, 50.0, PassCosts(fp32_costs, MEASURED), (_prediction(ngram, 1.5),), 4
+    )
+
+    def trial(number, config, tok_s, costs):
+        units = {f"p#{i}": tok_s * (1 + 0.01 * i) for i in range(4)}
+        t = _trial(number, config, tok_s, folder=_with_costs(tmp_path, number, costs))
+        return replace(t, units=units)
+
+    trials = [
+        trial(0, {"dtype": "fp32"}, 50.0, fp32_costs),
+        trial(1, {"dtype": "stored"}, 200.0, stored_costs),
+        trial(2, {"dtype": "stored"}, 180.0, stored_costs),  # the incumbent, again
+        trial(3, {"dtype": "stored", **ngram}, 216.0, stored_costs),
+        trial(4, {"dtype": "stored", "threads": 1, **ngram}, 100.0, stored_costs),
+    ]
+    calls = []
+
+    def replay(config, pass_cost, baseline_tok_s):
+        calls.append((config, pass_cost, baseline_tok_s))
+        return _prediction(config, 1.1)
+
+    got = predict_trials(tmp_path, ladder, trials, replay)
+    # trial 4: no trial ran stored on one thread without a proposer
+    assert [t.number for t in got] == [3] and got[0].plain == 2
+    assert calls == [({"dtype": "stored", **ngram}, PassCosts(stored_costs, MEASURED), 180.0)]
+    assert got[0].measured.ratio == pytest.approx(1.2)  # 216 / 180 on every unit
+    assert trial_predictions(replace(ladder, trials=got), trials)[3].ratio == 1.1
+    back = PredictedLadder.from_json(replace(ladder, trials=got).to_json())
+    assert back.trials == got
 
 
 def test_predicted_json_round_trip_and_why_not(tmp_path):

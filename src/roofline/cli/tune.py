@@ -354,7 +354,7 @@ def _run(a: TuneArgs, *, predict: bool = False) -> int:
         return 1
     finally:
         display.stop()
-    ladder = predict_and_write(run_dir, options, result.baseline)
+    ladder = predict_and_write(run_dir, options, result.baseline, result.trials)
     if predict:
         return _print_predicted(ladder, result, run_dir, a)
     if isinstance(ladder, str) and ladder.startswith(FAILED):  # the other reasons are normal

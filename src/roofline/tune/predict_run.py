@@ -13,13 +13,15 @@ one row; with no peak known, every pass costs one (memory-bound), and the ladder
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from roofline import speculation
+from roofline.tune.paired import PairedRatio, paired_ratio
 from roofline.tune.predict import (
     FIELD_OF,
     METHOD_KNOB,
@@ -29,6 +31,7 @@ from roofline.tune.predict import (
     matching,
     model_free_methods,
     predict_ladder,
+    predict_one,
     settings,
     spec_options,
     with_baseline,
@@ -42,15 +45,46 @@ FAILED = "no prediction: error"  # how a prediction that raised begins
 
 
 @dataclass(frozen=True)
+class TrialPrediction:
+    """A trial that ran a predicted setting: its setting replayed on its own engine's verify costs
+    (a stored-format pass costs more rows than an fp32 one), the speed-up applied to `plain`, the
+    latest trial before it of the same configuration without a proposer, and what the trial
+    measured against `plain`, paired (None: no pairing units)."""
+
+    number: int
+    plain: int
+    prediction: Prediction
+    measured: PairedRatio | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "number": self.number,
+            "plain": self.plain,
+            "prediction": self.prediction.to_json(),
+            "measured": None if self.measured is None else self.measured.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TrialPrediction:
+        return cls(
+            int(d["number"]),
+            int(d["plain"]),
+            Prediction.from_json(d["prediction"]),
+            PairedRatio.from_json(d.get("measured")),
+        )
+
+
+@dataclass(frozen=True)
 class PredictedLadder:
     """predicted.json: every model-free proposer setting's prediction, best first, from one
-    baseline trial."""
+    baseline trial; after a run, each trial that ran one (`trials`)."""
 
     baseline_trial: int
     baseline_tok_per_s: float | None
     pass_costs: PassCosts
     predictions: tuple[Prediction, ...] = ()
     streams: int = 0  # greedy requests replayed
+    trials: tuple[TrialPrediction, ...] = ()
 
     def to_json(self) -> dict:
         return {
@@ -59,6 +93,7 @@ class PredictedLadder:
             "pass_costs": self.pass_costs.to_json(),
             "streams": self.streams,
             "predictions": [p.to_json() for p in self.predictions],
+            "trials": [t.to_json() for t in self.trials],
         }
 
     @classmethod
@@ -69,6 +104,7 @@ class PredictedLadder:
             PassCosts.from_json(d.get("pass_costs") or {}),
             tuple(Prediction.from_json(p) for p in d.get("predictions") or ()),
             int(d.get("streams", 0)),
+            tuple(TrialPrediction.from_json(t) for t in d.get("trials") or ()),
         )
 
 
@@ -147,9 +183,11 @@ def pass_costs_of(stats: Any, baseline: Any, model: str | None, hardware: str | 
     )
 
 
-def predict_run(run_dir: Path, options: Any, baseline: Any) -> PredictedLadder | str:
-    """The predicted ladder of a run from its baseline trial (a TrialResult), or why there is
-    none, in one line."""
+def predict_run(
+    run_dir: Path, options: Any, baseline: Any, trials: Sequence[Any] = ()
+) -> PredictedLadder | str:
+    """The predicted ladder of a run from its baseline trial (a TrialResult), with a prediction
+    for each of `trials` that ran a predicted setting; or why there is none, in one line."""
     from roofline.bench.engines.greedy import GreedyOutput
 
     if baseline is None or baseline.status != "ok" or not baseline.folder:
@@ -177,14 +215,54 @@ def predict_run(run_dir: Path, options: Any, baseline: Any) -> PredictedLadder |
     tok_s = baseline.metrics.output_speed_median_tok_per_s
     context = stats.max_seq_len if stats is not None else None
     found = predict_ladder(space, streams, costs, tok_s, options.max_tokens, context)
-    return PredictedLadder(baseline.number, tok_s, costs, tuple(found), len(streams))
+    ladder = PredictedLadder(baseline.number, tok_s, costs, tuple(found), len(streams))
+    replay = functools.partial(
+        predict_one, streams=streams, max_tokens=options.max_tokens, max_seq_len=context
+    )
+    return replace(ladder, trials=predict_trials(run_dir, ladder, trials, replay))
 
 
-def predict_and_write(run_dir: Path, options: Any, baseline: Any) -> PredictedLadder | str:
+def predict_trials(
+    run_dir: Path, ladder: PredictedLadder, trials: Sequence[Any], replay: Any
+) -> tuple[TrialPrediction, ...]:
+    """Each trial that ran a predicted setting, replayed again on the verify costs its own engine
+    measured (`replay(config, pass_cost=, baseline_tok_s=)`); a trial with no earlier trial of
+    the same configuration without a proposer has no rate to scale and no prediction."""
+    out = []
+    for r in sorted(trials, key=lambda r: r.number):
+        if r.status == "skipped" or matching(ladder.predictions, r.config) is None:
+            continue
+        plain = [
+            q
+            for q in trials
+            if q.number < r.number
+            and q.status == "ok"
+            and q.metrics.output_speed_median_tok_per_s
+            and _drafts(q.config) is False
+            and _rest(q.config) == _rest(r.config)
+        ]
+        if not plain:
+            continue
+        q = max(plain, key=lambda q: q.number)
+        stats = server_stats(run_dir / r.folder) if r.folder else None
+        costs = PassCosts(tuple(stats.pass_costs), MEASURED) if stats and stats.pass_costs else None
+        p = replay(
+            dict(r.config),
+            pass_cost=costs or ladder.pass_costs,
+            baseline_tok_s=q.metrics.output_speed_median_tok_per_s,
+        )
+        measured = paired_ratio(r.units, q.units, seed=r.number) if r.units and q.units else None
+        out.append(TrialPrediction(r.number, q.number, p, measured))
+    return tuple(out)
+
+
+def predict_and_write(
+    run_dir: Path, options: Any, baseline: Any, trials: Sequence[Any] = ()
+) -> PredictedLadder | str:
     """`predict_run`, its ladder written to RUN_DIR/predicted.json. A prediction never fails a
     tuning run: an error is returned as its one line ("no prediction: error ...")."""
     try:
-        ladder = predict_run(run_dir, options, baseline)
+        ladder = predict_run(run_dir, options, baseline, trials)
     except Exception as e:
         return f"{FAILED} {type(e).__name__}: {e}"
     if not isinstance(ladder, str):
@@ -221,9 +299,11 @@ def _drafts(config: Mapping[str, Any]) -> bool | None:
 
 
 def trial_predictions(ladder: PredictedLadder, trials: Sequence[Any]) -> dict[int, Prediction]:
-    """Trial number -> its prediction, for the trials that ran a predicted setting. The tok/s is
-    the measured rate of the same configuration without a proposer when that trial ran (the
-    formats differ along a ladder), else the baseline's."""
+    """Trial number -> its prediction, for the trials that ran a predicted setting: the run's own
+    (`ladder.trials`) when it has them, else the ladder's at the measured rate of the same
+    configuration without a proposer, where one ran (the formats differ along a ladder)."""
+    if ladder.trials:
+        return {t.number: t.prediction for t in ladder.trials}
     plain = {
         _rest(r.config): r.metrics.output_speed_median_tok_per_s
         for r in trials
@@ -235,6 +315,7 @@ def trial_predictions(ladder: PredictedLadder, trials: Sequence[Any]) -> dict[in
     for r in trials:
         p = matching(ladder.predictions, r.config) if r.status != "skipped" else None
         if p is not None:
-            rate = plain.get(_rest(r.config), ladder.baseline_tok_per_s)
-            out[r.number] = with_baseline(p, rate)
+            rate = plain.get(_rest(r.config))
+            if rate:  # else no trial ran its other knobs without a proposer: no rate to scale
+                out[r.number] = with_baseline(p, rate)
     return out

@@ -157,11 +157,12 @@ def _decide(d: Any, current: Any, step_results: Sequence[Any], rule: Rule) -> St
     ratios = {n: pr for n, pr in ratios.items() if pr is not None}
     if ratios:
         number = max(ratios, key=lambda n: ratios[n].ratio)
+        number, why = _simplest_tied(d, tried, ratios, number, rule)
         cand, pr = next(r for r in tried if r.number == number), ratios[number]
         what = f"{d.name}={cand.config.get(d.name)}"
         if pr.verdict == "better":
             g = rule.gain(cand.value, current.value)
-            note = f"kept {what}: {pr.describe()}"
+            note = f"kept {what}: {pr.describe()}{why}"
             return replace(step, kept=cand, gain=g, note=note, paired=pr, best=cand)
         word = "tie (within noise)" if pr.verdict == "tie" else "slower"
         note = f"not kept: {what} {word}: {pr.describe()}"
@@ -174,6 +175,31 @@ def _decide(d: Any, current: Any, step_results: Sequence[Any], rule: Rule) -> St
         return replace(step, kept=cand, gain=g, note=note, best=cand)
     note = f"not kept: best {what} gains {g:.3g}, within spread {margin:.3g}"
     return replace(step, note=note, best=cand)
+
+
+def _simplest_tied(
+    d: Any, tried: Sequence[Any], ratios: Mapping[int, PairedRatio], best: int, rule: Rule
+) -> tuple[int, str]:
+    """Which value a step keeps when several beat the incumbent: the first the space lists (its
+    choices go simplest first) whose paired ratio to the fastest one is within noise; else the
+    fastest. So values a run cannot tell apart are decided by the space, not by the noise, and
+    the same step decides the same way run after run. (trial number, a note saying so or "")."""
+    by_number = {r.number: r for r in tried}
+    top = by_number[best]
+    if ratios[best].verdict != "better":
+        return best, ""
+    for v in d.values():
+        if v == top.config.get(d.name):
+            break
+        for n, pr in ratios.items():
+            r = by_number[n]
+            if r.config.get(d.name) != v or pr.verdict != "better":
+                continue
+            vs = paired_ratio(top.units, r.units, rule.direction == "maximize", top.number)
+            if vs is not None and vs.verdict != "better":
+                fast = f"{d.name}={top.config.get(d.name)}"
+                return n, f"; {fast} against it {vs.describe()}: a tie, the simpler kept"
+    return best, ""
 
 
 def ladder_steps(space: Space, results: Sequence[Any], rule: Rule) -> tuple[Any | None, list[Step]]:

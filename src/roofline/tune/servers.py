@@ -25,10 +25,13 @@ class Served:
     of the trial carries, and whether the trial started it."""
 
     url: str
-    argv: tuple[str, ...]
+    argv: tuple[str, ...]  # what the server was started with
     log_path: Path
     body: Mapping[str, Any] = field(default_factory=dict)
     launched: bool = True
+    # the command line that starts the trial's whole configuration, live knobs as flags: what a
+    # user runs to get this trial again (argv when the trial carries no live knobs)
+    command: tuple[str, ...] = ()
 
 
 @dataclass
@@ -68,7 +71,8 @@ class Servers:
             and r.restart == restart
             and r.server.proc.poll() is None
         ):
-            return Served(r.server.url, r.argv, r.log_path, body, launched=False)
+            command = self._command(config, r.server)
+            return Served(r.server.url, r.argv, r.log_path, body, False, command)
         self.close()
         stack = contextlib.ExitStack()
         server = stack.enter_context(
@@ -86,7 +90,20 @@ class Servers:
         self.launches += 1
         argv = tuple(server.argv)
         self._running = _Running(server, stack, argv, restart, log_path, body is not None)
-        return Served(server.url, argv, log_path, body or {}, launched=True)
+        command = self._command(config, server) if body else argv
+        return Served(server.url, argv, log_path, body or {}, True, command)
+
+    def _command(self, config: Mapping[str, Any], server: Any) -> tuple[str, ...]:
+        """The launcher's command line for the whole `config` on `server`'s address."""
+        return tuple(
+            self.settings.launcher.argv(
+                model=self.settings.model,
+                port=server.port,
+                host=server.host,
+                config=dict(config),
+                extra_args=self.settings.extra_args,
+            )
+        )
 
     def done(self) -> None:
         """After a trial that went well: stop a server no later trial may share."""

@@ -58,7 +58,9 @@ class TrialResult:
     machine: Machine = field(default_factory=Machine)
     engine: str = ""
     engine_version: str | None = None
-    argv: tuple[str, ...] = ()  # the exact engine command line
+    # the command line that runs this configuration (a live trial's knobs as its flags: `live`
+    # says they went per request to a server started without them)
+    argv: tuple[str, ...] = ()
     error: str | None = None
     log_tail: str | None = None
     folder: str | None = None  # the trial's folder, relative to the run folder
@@ -215,7 +217,7 @@ def run_trial(
     try:
         served = servers.serve(config, log_path, lambda s: argv.extend(s.argv))
         log_path = served.log_path
-        argv[:] = served.argv
+        argv[:] = served.command or served.argv
         common.update(live=dict(served.body), launched=served.launched)
         try:
             outputs, summary, lines = measure_served(settings, number, served, folder, progress)
