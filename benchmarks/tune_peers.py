@@ -82,12 +82,16 @@ def convert_to_hf(gguf: str, out: Path) -> None:
     tok.save_pretrained(out)
 
 
-def grid_size(engine: str) -> int:
+def grid_size(engine: str, space_file: str | None = None) -> int:
     from roofline.bench.engines import get_launcher
     from roofline.tune.search import get_strategy
-    from roofline.tune.space import load_preset
+    from roofline.tune.space import load_preset, load_space_file
 
-    space = load_preset(PRESETS[engine], get_launcher(engine))
+    launcher = get_launcher(engine)
+    if space_file:
+        space = load_space_file(Path(space_file), launcher)
+    else:
+        space = load_preset(PRESETS[engine], launcher)
     return len(get_strategy("grid").plan(space))
 
 
@@ -95,9 +99,9 @@ def tune_command(
     engine: str, a: argparse.Namespace, strategy: str, trials: int | None, runs: Path
 ) -> tuple[list[str], dict[str, str]]:
     env = dict(os.environ)
+    where = ["--space", str(a.space)] if a.space else ["--preset", PRESETS[engine]]
     tail = [
-        "--preset",
-        PRESETS[engine],
+        *where,
         "--strategy",
         strategy,
         "--reps",
@@ -217,7 +221,7 @@ def summarize(engine: str, r: dict) -> None:
 
 
 def search_check(engine: str, a: argparse.Namespace) -> None:
-    n = grid_size(engine)
+    n = grid_size(engine, a.space)
     k = max(2, n // 3)
     print(
         f"\n[{engine}] grid = {n} trials; TPE gets {k} (a third). "
@@ -305,6 +309,12 @@ def main() -> int:
     )
     p.add_argument(
         "--count-only", action="store_true", help="with --search-check: only count the grid"
+    )
+    p.add_argument(
+        "--space",
+        default=None,
+        help="a space TOML file instead of the engine's preset (e.g. "
+        "benchmarks/spaces/llamacpp-search-check.toml, a grid that fits an hour)",
     )
     p.add_argument(
         "--trial-s",

@@ -1,11 +1,14 @@
 """Does `roofline tune` decide the same thing run after run, and how long does it take?
 
-Runs `roofline tune` N times in a row with the same arguments (each in its own run folder, a fresh
-engine per trial as always) and prints, per run: wall time, trials launched, the best
-configuration, its value and ratio to the baseline, and every ladder step's verdict (kept / tie /
-not kept, with the paired ratio and its interval); then how many runs agreed on the best
-configuration and the wall times' min / median / max. Runs one after another, never together
-(they would share the cores they measure).
+Runs `roofline tune` N times in a row with the same arguments (each in its own run folder) and
+prints, per run: wall time and the tuning time tune.json reports, trials run and engines
+launched, the best configuration, its value and ratio to the baseline, every ladder step's
+verdict (kept / tie / not kept, with the paired ratio and its interval), and each proposer
+trial's predicted speed-up (predicted.json: replayed on the trial's own verify costs) against the
+speed-up it measured over the same configuration without a proposer (paired); then how many runs
+agreed on the best configuration, the times' min / median / max, the prediction error of the top
+five predicted trials, and one `roofline tune --predict` run's time. Runs one after another, never
+together (they would share the cores they measure).
 
 Usage: python benchmarks/tune_repeat.py [--runs 3] [--out DIR] [--json FILE] [-- TUNE ARGS...]
 e.g.   python benchmarks/tune_repeat.py --runs 3 -- --max-tokens 64
@@ -27,7 +30,7 @@ from pathlib import Path
 def one_run(tune_args: list[str], runs_dir: Path) -> dict:
     """One `roofline tune --json` run: its result (tune.json's content) and wall seconds."""
     cmd = [sys.executable, "-m", "roofline", "tune", "--runs", str(runs_dir), "--json"]
-    cmd += ["--no-report", *tune_args]
+    cmd += [*([] if "--predict" in tune_args else ["--no-report"]), *tune_args]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
@@ -52,12 +55,40 @@ def describe(run: dict) -> dict:
     ]
     return {
         "seconds": run["seconds"],
+        "tuning_s": t.wall_s,
         "launched": sum(1 for r in t.trials if r.status != "skipped"),
+        "engines": sum(1 for r in t.trials if r.status != "skipped" and r.launched),
+        "predicted": predicted_vs_measured(t),
         "best": None if best is None else dict(sorted(best.config.items())),
         "best_value": None if best is None else best.value,
         "ratio": best.value / base.value if best and base and base.value else None,
         "steps": steps,
     }
+
+
+def predicted_vs_measured(t) -> list[dict]:
+    """Each proposer trial of the run: predicted and measured speed-up over the same configuration
+    without a proposer, best predicted first."""
+    from roofline.tune.predict_run import read_predicted
+
+    ladder = read_predicted(t.run_dir)
+    rows = []
+    for tp in ladder.trials if ladder else ():
+        r, m = t.trial(tp.number), tp.measured
+        if r is None or m is None or tp.prediction.ratio is None:
+            continue
+        rows.append(
+            {
+                "trial": tp.number,
+                "config": dict(r.config),
+                "predicted": tp.prediction.ratio,
+                "tok_per_pass": tp.prediction.stats.tokens_per_pass,
+                "measured": m.ratio,
+                "measured_interval": [m.low, m.high],
+                "error": tp.prediction.ratio / m.ratio - 1.0,
+            }
+        )
+    return sorted(rows, key=lambda x: -x["predicted"])
 
 
 def main() -> None:
@@ -76,11 +107,19 @@ def main() -> None:
         figures.append(f)
         ratio = f"{f['ratio']:.2f}x" if f["ratio"] else "-"
         print(
-            f"run {i + 1}: {f['seconds']:.0f} s, {f['launched']} trials, best {f['best']} "
+            f"run {i + 1}: {f['seconds']:.0f} s ({f['tuning_s']:.0f} s tuning), {f['launched']} "
+            f"trials on {f['engines']} engine launches, best {f['best']} "
             f"({f['best_value']:.1f}, {ratio})"
         )
         for knob, verdict, detail in f["steps"]:
             print(f"    {knob}: {verdict}  {detail}")
+        for p in f["predicted"]:
+            lo, hi = p["measured_interval"]
+            print(
+                f"    trial {p['trial']} {p['config']}: predicted {p['predicted']:.2f}x "
+                f"({p['tok_per_pass']:.2f} tok/pass), measured {p['measured']:.2f}x "
+                f"[{lo:.2f}, {hi:.2f}], error {100 * p['error']:+.0f}%"
+            )
     agree = Counter(json.dumps(f["best"], sort_keys=True) for f in figures)
     config, count = agree.most_common(1)[0]
     secs = [f["seconds"] for f in figures]
@@ -88,6 +127,23 @@ def main() -> None:
     print(
         f"wall time min / median / max: {min(secs):.0f} / {statistics.median(secs):.0f} / "
         f"{max(secs):.0f} s"
+    )
+    top = [p for f in figures for p in f["predicted"][:5]]
+    if top:
+        errs = sorted(abs(p["error"]) for p in top)
+        within = sum(e <= 0.15 for e in errs)
+        print(
+            f"top five predicted per run: |error| min / median / max {100 * errs[0]:.0f} / "
+            f"{100 * statistics.median(errs):.0f} / {100 * errs[-1]:.0f}%, {within} of "
+            f"{len(errs)} within 15%"
+        )
+    print("tune --predict ...", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    cmd = [sys.executable, "-m", "roofline", "tune", "--predict", "--runs", str(out / "predict")]
+    p = subprocess.run([*cmd, *tune_args], capture_output=True, text=True)
+    print(
+        f"tune --predict: {time.perf_counter() - t0:.0f} s, exit {p.returncode}\n"
+        + p.stdout[-4000:]
     )
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1, default=str))

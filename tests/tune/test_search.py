@@ -225,7 +225,8 @@ def test_values_that_tie_with_each_other_keep_the_first_listed_whatever_the_nois
         for trie_gain, want in ((1.3, "ngram"), (1.56, "trie")):
 
             def gain_of(config, trie_gain=trie_gain):
-                return {"none": 1.0, "ngram": 1.3, "trie": trie_gain}[SPACE.effective(config)["spec"]]
+                gains = {"none": 1.0, "ngram": 1.3, "trie": trie_gain}
+                return gains[SPACE.effective(config)["spec"]]
 
             def units(config, number, seed=seed, gain_of=gain_of):
                 return paired_units(gain_of, 0.02)(config, number + 100 * seed)

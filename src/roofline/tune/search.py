@@ -350,7 +350,9 @@ def tpe_configure(space: Space, slot: Slot, view: View, rule: Rule, trial: Any =
     return Decision("run", suggest_config(trial, space))
 
 
-def tpe_sampler(seed: int | None) -> Any:
+def tpe_sampler(seed: int | None, budget: int | None = None) -> Any:
+    """TPE, its first draws random: 8 of them, or a third of a smaller budget (at least 3), so a
+    budget of 8 is not all random draws."""
     import warnings
 
     import optuna
@@ -358,11 +360,14 @@ def tpe_sampler(seed: int | None) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, group=True, n_startup_trials=8
+            seed=seed,
+            multivariate=True,
+            group=True,
+            n_startup_trials=8 if budget is None else max(3, min(8, budget // 3)),
         )
 
 
-def plain_sampler(seed: int | None) -> Any:
+def plain_sampler(seed: int | None, budget: int | None = None) -> Any:
     """Ladder and grid never ask Optuna for values; any sampler will do."""
     import optuna
 
@@ -375,7 +380,7 @@ class Strategy:
     help: str  # `roofline tune --strategy`'s words for it
     plan: Callable[[Space], list[Slot]]
     configure: Callable[..., Decision]
-    sampler: Callable[[int | None], Any]
+    sampler: Callable[[int | None, int | None], Any]  # (seed, trial budget)
     open_ended: bool  # asks Optuna for new trials beyond the plan (until the budget)
     default_budget: int | None = None  # trials run without --trials (None: the whole plan)
     climbs: bool = False  # a ladder: its steps are a table, its best is where the climb ended

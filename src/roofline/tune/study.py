@@ -39,6 +39,7 @@ def open_study(
     fingerprint: Mapping[str, Any],
     direction: str,
     seed: int | None,
+    budget: int | None = None,
 ) -> tuple[Any, bool]:
     """(the study, True when this call created it). The creator enqueues the strategy's plan; a
     joiner waits for it and refuses a study set up for another engine, space, strategy or
@@ -46,7 +47,7 @@ def open_study(
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = strategy.sampler(seed)
+    sampler = strategy.sampler(seed, budget)
     try:
         study = optuna.create_study(
             storage=storage, study_name=name, direction=direction, sampler=sampler

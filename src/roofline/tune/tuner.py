@@ -225,6 +225,7 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
         options.fingerprint(),
         settings.objective.direction,
         seed,
+        budget(options),
     )
     redo = st.recover(study, private=options.storage is None)
     if redo:
