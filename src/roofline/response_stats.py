@@ -14,6 +14,8 @@ engine, so the schema lives here, stdlib only).
     pass_costs             {"rows": time of a weight pass over that many rows of one sequence
                            relative to one row}, as the engine measured them at start-up (the
                            cost of verifying a draft: what a predicted speculation ladder needs)
+    one_row_pass_s         seconds of a one-row weight pass in that measurement (what a decode
+                           step costs beyond its per-token work)
 
 Another server may send anything under that key: `from_json` keeps a field only when it has the
 right type (a number, not a bool; a string), so a malformed entry reads as unknown, never as an
@@ -25,6 +27,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+
+def _positive(v: Any) -> float | None:
+    n = _number(v)
+    return float(n) if n is not None and n > 0 else None
 
 
 def _number(v: Any) -> int | float | None:
@@ -112,6 +119,7 @@ class ServerStats:
     cross_request_memory: bool | None = None
     position_acceptance: tuple[PositionAcceptance, ...] = ()
     pass_costs: tuple[tuple[int, float], ...] | None = None  # (rows, relative cost), ascending
+    one_row_pass_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The entry's `"roofline"` object; unknown figures are left out."""
@@ -127,6 +135,7 @@ class ServerStats:
             "pass_costs": (
                 None if self.pass_costs is None else {str(r): c for r, c in self.pass_costs}
             ),
+            "one_row_pass_s": self.one_row_pass_s,
         }
         return {k: v for k, v in out.items() if v is not None}
 
@@ -146,4 +155,5 @@ class ServerStats:
             cross_request_memory=_bool(d.get("cross_request_memory")),
             position_acceptance=_rows(d.get("position_acceptance")),
             pass_costs=_costs(d.get("pass_costs")),
+            one_row_pass_s=_positive(d.get("one_row_pass_s")),
         )

@@ -112,3 +112,22 @@ def test_the_small_sample_interval_is_wider_than_the_plain_percentiles():
         hits += pr.low <= 1.0 <= pr.high
     assert hits >= 0.93 * 400, hits
     assert paired_ratio({"a#0": 2.0}, {"a#0": 1.0}).verdict == "tie"  # one pair proves nothing
+
+
+def test_prompts_are_the_workload_so_only_their_repetitions_are_noise():
+    # a proposer 1.6x on two prompts and 1.0x on two (acceptance is fixed per prompt under greedy
+    # decoding), 2% timing noise: the repetitions of each prompt agree, so the gain is certain;
+    # resampled as one pool the prompts' spread would read as noise
+    rng = random.Random(3)
+    gains = {"list": 1.6, "prose": 1.0, "code": 1.6, "story": 1.0}
+    incumbent, candidate = {}, {}
+    for p, g in gains.items():
+        for rep in range(2):
+            incumbent[f"{p}#{rep}"] = 100.0 * rng.lognormvariate(0.0, 0.02)
+            candidate[f"{p}#{rep}"] = 100.0 * g * rng.lognormvariate(0.0, 0.02)
+    pr = paired_ratio(candidate, incumbent)
+    assert pr.ratio == pytest.approx(math.sqrt(1.6), rel=0.03)
+    assert pr.verdict == "better" and pr.high / pr.low < 1.15
+    one_rep = {k: v for k, v in candidate.items() if k.endswith("#0")}
+    wide = paired_ratio(one_rep, incumbent)  # one repetition: the prompts' spread is the noise
+    assert wide.pairs == 4 and wide.verdict == "tie"

@@ -166,3 +166,23 @@ def test_pass_costs_interpolate_and_extrapolate_like_the_runner():
     )
     # passes of 4, 1 and 3 rows: 1.35 + 1.0 + 1.2 (not 0.9)
     assert p.ratio == pytest.approx(7 / 3.55)
+
+
+def test_with_a_one_row_time_the_work_outside_passes_and_the_proposer_count():
+    # a flat curve: every pass costs one row's 10 ms; the baseline's 50 tok/s (20 ms a token) spend
+    # the other 10 ms outside the pass, per token, with or without a proposer
+    ngram = {"spec": "ngram", "spec_k": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 2}
+    streams = [Stream("a", (1, 2, 3, 4), (1, 2, 3, 9, 1, 2, 3, 9))]
+    flat = ((1, 1.0), (5, 1.0))
+    passes_only = predict_one({**ngram, "adaptive": False}, streams, PassCosts(flat, "x"), 50.0)
+    timed = predict_one(
+        {**ngram, "adaptive": False}, streams, PassCosts(flat, "x", one_row_s=0.01), 50.0
+    )
+    s = timed.stats
+    assert s.proposer_s > 0 and s == passes_only.stats  # the timing is not compared
+    decode = s.tokens - 1  # the first token is the prefill's
+    decode_passes = sum(n for _, n in s.rows)
+    assert passes_only.ratio == pytest.approx(decode / decode_passes)
+    want = decode * 0.02 / (0.01 * decode_passes + decode * 0.01 + s.proposer_s)
+    assert timed.ratio == pytest.approx(want) and 1.0 < timed.ratio < passes_only.ratio
+    assert PassCosts.from_json(PassCosts(flat, "x", 0.01).to_json()).one_row_s == 0.01

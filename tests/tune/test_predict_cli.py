@@ -116,6 +116,7 @@ def test_predict_runs_the_baseline_only_and_replays_the_engines_own_counts(tmp_p
     ) == [2, 4, 10]
     assert {p.setting["spec"] for p in ladder.predictions} == {"ngram", "trie"}
     assert ladder.pass_costs.source.startswith("measured")  # the engine's own, from /v1/models
+    assert 0 < ladder.pass_costs.one_row_s < 1.0  # and the seconds of its one-row pass
     assert all(set(p.prompts) == {i for i, _ in PROMPTS} for p in ladder.predictions)
     greedy = json.loads((run / "trials" / "000" / "greedy.json").read_text())
     assert all(g["prompt_token_ids"] and g["token_ids"] for g in greedy)

@@ -57,9 +57,11 @@ def _prediction(setting, ratio, tpp_tokens=(10, 5)):
 
 
 def test_server_stats_carry_pass_costs_and_refuse_malformed_ones():
-    s = ServerStats(bytes_per_token=10, pass_costs=((1, 1.0), (2, 1.25)))
+    s = ServerStats(bytes_per_token=10, pass_costs=((1, 1.0), (2, 1.25)), one_row_pass_s=0.004)
     assert s.to_json()["pass_costs"] == {"1": 1.0, "2": 1.25}
     assert ServerStats.from_json(s.to_json()) == s
+    for bad in (-1.0, 0, "x", True):
+        assert ServerStats.from_json({"one_row_pass_s": bad}).one_row_pass_s is None
     for bad in ({"1": "x"}, {"one": 1.0}, {"2": -1.0}, [1, 2], {"1": True}):
         assert ServerStats.from_json({"pass_costs": bad}).pass_costs is None
     assert "pass_costs" not in ServerStats(bytes_per_token=10).to_json()
@@ -197,6 +199,7 @@ def test_each_trial_is_predicted_on_its_own_engines_verify_costs(tmp_path):
         trial(3, {"dtype": "stored", **ngram}, 216.0, stored_costs),
         trial(4, {"dtype": "stored", "threads": 1, **ngram}, 100.0, stored_costs),
     ]
+    trials = [replace(t, slot=Slot("ladder", 2)) for t in trials]
     calls = []
 
     def replay(config, pass_cost, baseline_tok_s):
@@ -205,12 +208,32 @@ def test_each_trial_is_predicted_on_its_own_engines_verify_costs(tmp_path):
 
     got = predict_trials(tmp_path, ladder, trials, replay)
     # trial 4: no trial ran stored on one thread without a proposer
-    assert [t.number for t in got] == [3] and got[0].plain == 2
+    assert [t.number for t in got] == [3] and got[0].plain == got[0].against == 2
     assert calls == [({"dtype": "stored", **ngram}, PassCosts(stored_costs, MEASURED), 180.0)]
+    assert got[0].predicted == 1.1
     assert got[0].measured.ratio == pytest.approx(1.2)  # 216 / 180 on every unit
     assert trial_predictions(replace(ladder, trials=got), trials)[3].ratio == 1.1
     back = PredictedLadder.from_json(replace(ladder, trials=got).to_json())
     assert back.trials == got
+    # a knob's step: held against its incumbent (ngram again, trial 5), predicted ratio of the two;
+    # trial 5 itself has no plain trial in its step: no measured ratio (minutes apart)
+    k8 = {**ngram, "spec_k": 8}
+    ladder = replace(ladder, predictions=(*ladder.predictions, _prediction(k8, 1.0)))
+    later = [
+        replace(
+            trial(5, {"dtype": "stored", **ngram}, 200.0, stored_costs), slot=Slot("incumbent", 3)
+        ),
+        replace(trial(6, {"dtype": "stored", **k8}, 220.0, stored_costs), slot=Slot("ladder", 3)),
+    ]
+    ratios = {"spec_k": {4: 1.1, 8: 1.32}}
+
+    def by_k(config, pass_cost, baseline_tok_s):
+        return _prediction(config, ratios["spec_k"][config.get("spec_k", 4)])
+
+    got = {t.number: t for t in predict_trials(tmp_path, ladder, [*trials, *later], by_k)}
+    assert got[5].against == 2 and got[5].measured is None
+    assert got[6].against == 5 and got[6].predicted == pytest.approx(1.2)
+    assert got[6].measured.ratio == pytest.approx(1.1)
 
 
 def test_predicted_json_round_trip_and_why_not(tmp_path):

@@ -55,6 +55,7 @@ class PassTiming:
         n = max(rows)
         if self.max_seq_len < n + 2:
             self._pass_costs = {1: 1.0}
+            self.one_row_pass_s = None
             return
         self.prefill(0, [0])
         seconds = {}
@@ -68,6 +69,7 @@ class PassTiming:
             seconds[r] = sorted(times)[len(times) // 2]
         self.release(0)
         self._pass_costs = {r: seconds[r] / seconds[1] for r in rows}
+        self.one_row_pass_s = seconds[1]
 
     @property
     def pass_costs(self) -> dict[int, float] | None:

@@ -110,6 +110,7 @@ class _ServerState:
                 ),
                 position_acceptance=tuple(acceptance.rows()) if acceptance is not None else (),
                 pass_costs=_pass_costs(r),
+                one_row_pass_s=getattr(r, "one_row_pass_s", None),
             ).to_json(),
         }
 

@@ -357,15 +357,23 @@ def predicted_table(ladder: PredictedLadder, baseline: Mapping[str, Any] | None 
         ]
         for p in ladder.predictions
     ]
+    costs = ladder.pass_costs
+    if costs.one_row_s:
+        speed = (
+            f"tok/s = baseline x decode tokens x T / (sum(t1 x pass cost(rows)) + decode tokens "
+            f"x (T - t1) + the proposer's time in the replay), T = 1 / baseline tok/s, t1 = "
+            f"{1e3 * costs.one_row_s:.2f} ms (a one-row pass)"
+        )
+    else:
+        speed = "tok/s = baseline x decode tokens / sum(pass cost(rows) / pass cost(1))"
     notes = [
         f"replayed over the {ladder.streams} greedy outputs of trial {ladder.baseline_trial} "
         f"(baseline {fmt(ladder.baseline_tok_per_s, 'tok/s')}); exact tokens per pass, the speed "
-        "from the verify costs: tok/s = baseline x decode tokens / sum(pass cost(rows) / "
-        "pass cost(1))",
-        f"verify costs {ladder.pass_costs.source}: "
-        + ", ".join(f"{r} rows {c:.2f}" for r, c in ladder.pass_costs.points),
-        "not modelled: the proposer's own time (the trie's is Python)",
+        f"from the verify costs: {speed}",
+        f"verify costs {costs.source}: " + ", ".join(f"{r} rows {c:.2f}" for r, c in costs.points),
     ]
+    if not costs.one_row_s:
+        notes.append("not modelled: the proposer's own time and the work outside weight passes")
     return (
         "predicted ladder (model-free proposers, from the baseline alone)",
         headers,

@@ -8,14 +8,18 @@ for a concurrent one. Per pair j, in the objective's direction (> 1: the candida
     R   = exp(mean_j log r_j)                the geometric mean: a prompt 2x faster and one 2x
                                              slower cancel, whatever their absolute speeds
 
-and a 95% interval for R from the bootstrap: resample the pairs with replacement (seeded, so a run
-repeats its own decisions), take the 2.5th and 97.5th percentiles of R. With the handful of pairs a
-trial has (8 by default) that interval is too narrow, so it is widened about R by Hesterberg's
-expanded-percentile factor sqrt(n / (n - 1)) * t(0.975, n - 1) / z(0.975): without it a step with
-no gain is called worse in 3-5% of simulated runs instead of 2.5%. Drift that moves both
-members of a pair cancels in r_j; what is left is the noise the interval measures. A step is kept
-only when the interval's low end clears 1 + TIE_RATIO; otherwise it is a tie and the simpler
-configuration (the incumbent) stays.
+and a 95% interval for R from a bootstrap, seeded so a run repeats its own decisions. The
+prompts are the workload, not a sample of it: under greedy decoding a proposer's acceptance on each
+prompt is fixed, so how prompts differ is the answer, and the noise is how a prompt's repetitions
+disagree. So the bootstrap resamples repetitions within each prompt (stratified; R = exp of the
+mean over prompts of each prompt's mean log ratio) whenever every prompt has two or more; with one
+repetition per prompt, or per-repetition units, the spread between pairs is all there is to
+measure and it resamples the pairs. With the handful of pairs a trial has (8 by default)
+percentiles are too narrow, so the interval is widened about R by Hesterberg's expanded-percentile
+factor sqrt(m / (m - 1)) * t(0.975, n - k) / z(0.975) (n pairs in k strata of m = n / k): without
+it a step with no gain is called worse in 3-5% of simulated runs instead of 2.5%. Drift that moves
+both members of a pair cancels in r_j. A step is kept only when the interval's low end clears
+1 + TIE_RATIO; otherwise it is a tie and the simpler configuration (the incumbent) stays.
 """
 
 from __future__ import annotations
@@ -87,10 +91,6 @@ def unit_values(
     return out
 
 
-def _geomean(logs: Sequence[float]) -> float:
-    return math.exp(sum(logs) / len(logs))
-
-
 _T975_SMALL = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776}  # Student's t, 97.5th percentile
 
 
@@ -108,9 +108,20 @@ def t975(df: int) -> float:
     )
 
 
-def expansion(n: int) -> float:
-    """How much wider than the plain percentile interval a small sample's must be (n >= 2)."""
-    return math.sqrt(n / (n - 1)) * t975(n - 1) / Z975
+def expansion(n: int, strata: int = 1) -> float:
+    """How much wider than the plain percentile interval a small sample's must be: n pairs in
+    `strata` groups resampled apart (n > strata)."""
+    m = n / strata
+    return math.sqrt(m / (m - 1)) * t975(n - strata) / Z975
+
+
+def stratum(key: str) -> str:
+    """A unit's prompt ("a#1" -> "a"); per-repetition units ("rep 1") are all one."""
+    return key.rsplit("#", 1)[0] if "#" in key else ""
+
+
+def _mean_of_means(groups: Sequence[Sequence[float]]) -> float:
+    return math.exp(sum(sum(g) / len(g) for g in groups) / len(groups))
 
 
 def paired_ratio(
@@ -125,18 +136,28 @@ def paired_ratio(
     if not keys:
         return None
     sign = 1.0 if maximize else -1.0
-    logs = [sign * (math.log(candidate[k]) - math.log(incumbent[k])) for k in keys]
+    by_prompt: dict[str, list[float]] = {}
+    for k in keys:
+        by_prompt.setdefault(stratum(k), []).append(
+            sign * (math.log(candidate[k]) - math.log(incumbent[k]))
+        )
+    groups = list(by_prompt.values())
+    if min(len(g) for g in groups) < 2:  # a prompt measured once: resample the pairs
+        groups = [[x for g in groups for x in g]]
+    n = len(keys)
+    ratio = _mean_of_means(groups)
+    if n <= len(groups):  # one pair proves nothing
+        return PairedRatio(ratio, 0.0, math.inf, n)
     rng = random.Random(seed)
-    n = len(logs)
-    stats = sorted(_geomean([logs[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
+    stats = sorted(
+        _mean_of_means([[g[rng.randrange(len(g))] for _ in g] for g in groups])
+        for _ in range(resamples)
+    )
     tail = (1.0 - CONFIDENCE) / 2.0
-    ratio = _geomean(logs)
     low = stats[int(tail * (resamples - 1))]
     high = stats[math.ceil((1.0 - tail) * (resamples - 1))]
-    if n < 2:  # one pair proves nothing
-        return PairedRatio(ratio, 0.0, math.inf, n)
     if low == high == ratio:  # every pair agrees: nothing to widen
         return PairedRatio(ratio, low, high, n)
-    f = expansion(n)
+    f = expansion(n, len(groups))
     low, high = ratio * (low / ratio) ** f, ratio * (high / ratio) ** f
     return PairedRatio(ratio, low, high, n)

@@ -20,7 +20,15 @@ Against the baseline (one token per one-row pass), over the decode passes of all
 The budget replays on the measured costs as the engine read them; the ratio takes their running
 maximum (a measured dip below a smaller pass is noise, and would promise speed from nothing).
 
-Not modelled: the proposer's own time and the prefill (unchanged by speculation). A proposer is
+With the seconds of a one-row pass t1 (the engine measures it with the costs) the ratio is held to
+the time the baseline spends outside weight passes too. A baseline token takes T = 1 / tok/s, of
+which w = T - t1 is work outside the pass (sampling, scheduling, streaming), counted per token (an
+upper bound: part of it is per step, and speculation saves that part); the proposer's own time p
+is what the replay spent in it (the same code):
+
+    ratio = decode tokens * T / (sum(t1 * pass_cost(rows)) + decode tokens * w + p)
+
+Not modelled: the prefill (unchanged by speculation). A proposer is
 model-free when its PROPOSERS traits load no draft model; a new one is picked up from the registry.
 The run folder's side (streams, verify costs, predicted.json): `predict_run`.
 """
@@ -28,6 +36,7 @@ The run folder's side (streams, verify costs, predicted.json): `predict_run`.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -64,6 +73,9 @@ class ReplayStats:
     drafted: int = 0
     accepted: int = 0
     rows: tuple[tuple[int, int], ...] = ()
+    # the proposer's own time in the replay (the engine spends it too); a timing, not part of what
+    # a replay is, so equal replays compare equal whatever it took
+    proposer_s: float = field(default=0.0, compare=False)
 
     @property
     def tokens_per_pass(self) -> float | None:
@@ -87,6 +99,7 @@ class ReplayStats:
             self.drafted + other.drafted,
             self.accepted + other.accepted,
             tuple(sorted(rows.items())),
+            self.proposer_s + other.proposer_s,
         )
 
     def to_json(self) -> dict:
@@ -96,6 +109,7 @@ class ReplayStats:
             "drafted_tokens": self.drafted,
             "accepted_tokens": self.accepted,
             "rows": {str(r): n for r, n in self.rows},
+            "proposer_s": self.proposer_s,
             "tokens_per_pass": self.tokens_per_pass,
             "acceptance": self.acceptance,
         }
@@ -108,6 +122,7 @@ class ReplayStats:
             int(d.get("drafted_tokens", 0)),
             int(d.get("accepted_tokens", 0)),
             tuple((r, int(n)) for r, n in _int_table(d.get("rows"))),
+            float(d.get("proposer_s", 0.0)),
         )
 
 
@@ -117,6 +132,7 @@ class PassCosts:
 
     points: tuple[tuple[int, float], ...]  # (rows, cost), rows ascending, (1, 1.0) first
     source: str  # "measured by the engine at start-up" | the model it came from
+    one_row_s: float | None = None  # seconds of a one-row pass, where measured
 
     def __call__(self, rows: int) -> float:
         """Linear between the points, extrapolated past the last (ModelRunner.pass_cost's rule)."""
@@ -135,15 +151,17 @@ class PassCosts:
         for r, c in self.points:
             top = max(top, c)
             pts.append((r, top))
-        return PassCosts(tuple(pts), self.source)
+        return PassCosts(tuple(pts), self.source, self.one_row_s)
 
     def to_json(self) -> dict:
-        return {"points": {str(r): c for r, c in self.points}, "source": self.source}
+        out = {"points": {str(r): c for r, c in self.points}, "source": self.source}
+        return out if self.one_row_s is None else {**out, "one_row_s": self.one_row_s}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> PassCosts:
         pts = tuple((r, float(c)) for r, c in _int_table(d.get("points")))
-        return cls(pts, str(d.get("source", "")))
+        t1 = d.get("one_row_s")
+        return cls(pts, str(d.get("source", "")), float(t1) if t1 else None)
 
 
 @dataclass(frozen=True)
@@ -214,11 +232,14 @@ def replay(
     context = [int(t) for t in prompt_ids] + out[:1]
     n, passes, drafted, accepted = 1, 1, 0, 0
     rows: dict[int, int] = {}
+    spent = 0.0
     while n < len(out):
         room = limit - n - 1
         if max_seq_len is not None:  # every row of the pass must fit the context
             room = min(room, max_seq_len - len(context))
+        t0 = time.perf_counter()
         tree = proposer.propose(context, room) if room > 0 else DraftTree.empty()
+        spent += time.perf_counter() - t0
         if cut is not None:
             tree = cut.cut(tree)
         took = _accepted_path(tree, out[n:])
@@ -231,11 +252,13 @@ def replay(
         rows[1 + len(tree)] = rows.get(1 + len(tree), 0) + 1
         if cut is not None:
             cut.record(tree, took)
+        t0 = time.perf_counter()
         proposer.accepted(context)
+        spent += time.perf_counter() - t0
     close = getattr(proposer, "close", None)
     if close is not None:
         close()
-    return ReplayStats(passes, len(out), drafted, accepted, tuple(sorted(rows.items())))
+    return ReplayStats(passes, len(out), drafted, accepted, tuple(sorted(rows.items())), spent)
 
 
 def spec_options(config: Mapping[str, Any]) -> Any:
@@ -324,6 +347,12 @@ def predict_one(
     decode_tokens = total.tokens - (total.passes - sum(n for _, n in total.rows))
     cost = total.cost(pass_cost.monotone())
     ratio = decode_tokens / cost if cost else None
+    t1 = pass_cost.one_row_s
+    if ratio and t1 and baseline_tok_s:  # the time outside passes (module docstring)
+        per_token_s = 1.0 / baseline_tok_s
+        other_s = max(0.0, per_token_s - t1)
+        spent = t1 * cost + decode_tokens * other_s + total.proposer_s
+        ratio = decode_tokens * per_token_s / spent
     tok_s = baseline_tok_s * ratio if baseline_tok_s and ratio else None
     return Prediction(dict(config), total, ratio, tok_s, prompts)
 

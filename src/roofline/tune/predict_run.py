@@ -48,12 +48,16 @@ FAILED = "no prediction: error"  # how a prediction that raised begins
 class TrialPrediction:
     """A trial that ran a predicted setting: its setting replayed on its own engine's verify costs
     (a stored-format pass costs more rows than an fp32 one), the speed-up applied to `plain`, the
-    latest trial before it of the same configuration without a proposer, and what the trial
-    measured against `plain`, paired (None: no pairing units)."""
+    latest trial before it of the same configuration without a proposer. Held against `against`,
+    the trial its step measured next to it (the step's incumbent, else `plain`): the predicted
+    ratio of the two, and the measured one, paired (None: no pairing units, or `against` ran in
+    another step, minutes away)."""
 
     number: int
     plain: int
     prediction: Prediction
+    against: int
+    predicted: float | None = None
     measured: PairedRatio | None = None
 
     def to_json(self) -> dict:
@@ -61,6 +65,8 @@ class TrialPrediction:
             "number": self.number,
             "plain": self.plain,
             "prediction": self.prediction.to_json(),
+            "against": self.against,
+            "predicted": self.predicted,
             "measured": None if self.measured is None else self.measured.to_json(),
         }
 
@@ -70,6 +76,8 @@ class TrialPrediction:
             int(d["number"]),
             int(d["plain"]),
             Prediction.from_json(d["prediction"]),
+            int(d.get("against", d["plain"])),
+            d.get("predicted"),
             PairedRatio.from_json(d.get("measured")),
         )
 
@@ -174,7 +182,7 @@ def pass_costs_of(stats: Any, baseline: Any, model: str | None, hardware: str | 
     """The baseline trial's verify costs: its engine's own (`stats`, its ServerStats), else the
     ceiling's model."""
     if stats is not None and stats.pass_costs:
-        return PassCosts(tuple(stats.pass_costs), MEASURED)
+        return PassCosts(tuple(stats.pass_costs), MEASURED, stats.one_row_pass_s)
     c = baseline.metrics.ceiling
     return model_pass_costs(
         c.bytes_per_token if c else None,
@@ -228,7 +236,7 @@ def predict_trials(
     """Each trial that ran a predicted setting, replayed again on the verify costs its own engine
     measured (`replay(config, pass_cost=, baseline_tok_s=)`); a trial with no earlier trial of
     the same configuration without a proposer has no rate to scale and no prediction."""
-    out = []
+    out: dict[int, TrialPrediction] = {}
     for r in sorted(trials, key=lambda r: r.number):
         if r.status == "skipped" or matching(ladder.predictions, r.config) is None:
             continue
@@ -245,15 +253,46 @@ def predict_trials(
             continue
         q = max(plain, key=lambda q: q.number)
         stats = server_stats(run_dir / r.folder) if r.folder else None
-        costs = PassCosts(tuple(stats.pass_costs), MEASURED) if stats and stats.pass_costs else None
+        costs = (
+            PassCosts(tuple(stats.pass_costs), MEASURED, stats.one_row_pass_s)
+            if stats and stats.pass_costs
+            else None
+        )
         p = replay(
             dict(r.config),
             pass_cost=costs or ladder.pass_costs,
             baseline_tok_s=q.metrics.output_speed_median_tok_per_s,
         )
-        measured = paired_ratio(r.units, q.units, seed=r.number) if r.units and q.units else None
-        out.append(TrialPrediction(r.number, q.number, p, measured))
-    return tuple(out)
+        ref = _step_incumbent(trials, r) or q
+        if ref is q:
+            predicted = p.ratio
+        else:
+            before = out.get(ref.number)
+            base = before.prediction.ratio if before else None
+            predicted = p.ratio / base if p.ratio and base else None
+        # measured against a trial of the same step only: one minutes away pairs with drift
+        same_step = ref.slot.round == r.slot.round
+        measured = (
+            paired_ratio(r.units, ref.units, seed=r.number)
+            if r.units and ref.units and same_step
+            else None
+        )
+        out[r.number] = TrialPrediction(r.number, q.number, p, ref.number, predicted, measured)
+    return tuple(out.values())
+
+
+def _step_incumbent(trials: Sequence[Any], r: Any) -> Any | None:
+    """The incumbent measured again in r's ladder step, before r, with r's other knobs."""
+    found = [
+        x
+        for x in trials
+        if x.slot.kind == "incumbent"
+        and x.slot.round == r.slot.round
+        and x.number < r.number
+        and x.status == "ok"
+        and _rest(x.config) == _rest(r.config)
+    ]
+    return max(found, key=lambda x: x.number) if found else None
 
 
 def predict_and_write(
