@@ -11,6 +11,7 @@ five predicted trials, and one `roofline tune --predict` run's time. Runs one af
 together (they would share the cores they measure).
 
 Usage: python benchmarks/tune_repeat.py [--runs 3] [--out DIR] [--json FILE] [-- TUNE ARGS...]
+       python benchmarks/tune_repeat.py --again DIR      (the figures of the runs left in DIR)
 e.g.   python benchmarks/tune_repeat.py --runs 3 -- --max-tokens 64
 """
 
@@ -37,6 +38,23 @@ def one_run(tune_args: list[str], runs_dir: Path) -> dict:
     if p.returncode != 0:
         raise SystemExit(f"roofline tune failed ({p.returncode}):\n{p.stderr[-3000:]}")
     return {"seconds": seconds, "result": json.loads(p.stdout)}
+
+
+def earlier_run(runs_dir: Path) -> dict:
+    """A run an earlier call made: its tune.json, the seconds it reports for tuning as its wall;
+    its predicted.json made again by this checkout's code (the replay is deterministic; the
+    proposer's time is measured again)."""
+    from roofline.tune.predict_run import predict_and_write
+    from roofline.tune.result import TuneResult
+    from roofline.tune.tuner import read_options
+
+    found = sorted(runs_dir.glob("*/tune.json"))
+    if not found:
+        raise SystemExit(f"no tune.json under {runs_dir}")
+    result = json.loads(found[-1].read_text())
+    t = TuneResult.from_json(result)
+    predict_and_write(found[-1].parent, read_options(found[-1].parent), t.baseline, t.trials)
+    return {"seconds": result.get("wall_s") or 0.0, "result": result}
 
 
 def describe(run: dict) -> dict:
@@ -67,25 +85,27 @@ def describe(run: dict) -> dict:
 
 
 def predicted_vs_measured(t) -> list[dict]:
-    """Each proposer trial of the run: predicted and measured speed-up over the same configuration
-    without a proposer, best predicted first."""
+    """Each proposer trial of the run: predicted and measured speed-up over the trial its step
+    measured next to it (the same configuration without a proposer, or the step's incumbent),
+    best predicted first."""
     from roofline.tune.predict_run import read_predicted
 
     ladder = read_predicted(t.run_dir)
     rows = []
     for tp in ladder.trials if ladder else ():
         r, m = t.trial(tp.number), tp.measured
-        if r is None or m is None or tp.prediction.ratio is None:
+        if r is None or m is None or tp.predicted is None:
             continue
         rows.append(
             {
                 "trial": tp.number,
+                "against": tp.against,
                 "config": dict(r.config),
-                "predicted": tp.prediction.ratio,
+                "predicted": tp.predicted,
                 "tok_per_pass": tp.prediction.stats.tokens_per_pass,
                 "measured": m.ratio,
                 "measured_interval": [m.low, m.high],
-                "error": tp.prediction.ratio / m.ratio - 1.0,
+                "error": tp.predicted / m.ratio - 1.0,
             }
         )
     return sorted(rows, key=lambda x: -x["predicted"])
@@ -96,14 +116,22 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", type=Path, default=None, help="run folders (default: a temp dir)")
     ap.add_argument("--json", metavar="FILE", help="write every run's figures to FILE")
+    ap.add_argument(
+        "--again",
+        type=Path,
+        default=None,
+        metavar="OUT",
+        help="run nothing: print the figures of the runs an earlier call left in OUT",
+    )
     ap.add_argument("tune_args", nargs=argparse.REMAINDER, help="after --: passed to tune")
     args = ap.parse_args()
     tune_args = [a for a in args.tune_args if a != "--"]
-    out = args.out or Path(tempfile.mkdtemp(prefix="tune-repeat-"))
+    out = args.again or args.out or Path(tempfile.mkdtemp(prefix="tune-repeat-"))
     figures = []
     for i in range(args.runs):
         print(f"run {i + 1}/{args.runs} ...", file=sys.stderr, flush=True)
-        f = describe(one_run(tune_args, out / f"run{i + 1}"))
+        run = earlier_run(out / f"run{i + 1}") if args.again else None
+        f = describe(run or one_run(tune_args, out / f"run{i + 1}"))
         figures.append(f)
         ratio = f"{f['ratio']:.2f}x" if f["ratio"] else "-"
         print(
@@ -116,7 +144,8 @@ def main() -> None:
         for p in f["predicted"]:
             lo, hi = p["measured_interval"]
             print(
-                f"    trial {p['trial']} {p['config']}: predicted {p['predicted']:.2f}x "
+                f"    trial {p['trial']} {p['config']} against trial {p['against']}: predicted "
+                f"{p['predicted']:.2f}x "
                 f"({p['tok_per_pass']:.2f} tok/pass), measured {p['measured']:.2f}x "
                 f"[{lo:.2f}, {hi:.2f}], error {100 * p['error']:+.0f}%"
             )
@@ -137,6 +166,8 @@ def main() -> None:
             f"{100 * statistics.median(errs):.0f} / {100 * errs[-1]:.0f}%, {within} of "
             f"{len(errs)} within 15%"
         )
+    if args.again:
+        return
     print("tune --predict ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     cmd = [sys.executable, "-m", "roofline", "tune", "--predict", "--runs", str(out / "predict")]

@@ -186,3 +186,6 @@ def test_with_a_one_row_time_the_work_outside_passes_and_the_proposer_count():
     want = decode * 0.02 / (0.01 * decode_passes + decode * 0.01 + s.proposer_s)
     assert timed.ratio == pytest.approx(want) and 1.0 < timed.ratio < passes_only.ratio
     assert PassCosts.from_json(PassCosts(flat, "x", 0.01).to_json()).one_row_s == 0.01
+    # a one-row pass longer than a baseline token is another engine's: passes only
+    slow = PassCosts(flat, "x", one_row_s=0.05)
+    assert predict_one({**ngram, "adaptive": False}, streams, slow, 50.0).ratio == passes_only.ratio

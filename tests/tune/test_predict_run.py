@@ -100,6 +100,12 @@ def test_verify_costs_from_the_server_else_from_the_ceiling(tmp_path):
     got = pass_costs_of(server_stats(folder), base, None, None)
     assert got == PassCosts(((1, 1.0), (3, 1.5)), MEASURED)
     assert server_stats(tmp_path / "elsewhere") is None
+    block = tmp_path / "trials" / "001"  # a paired block's trial: one bench run per repetition
+    (block / "bench-0").mkdir(parents=True)
+    (block / "bench-0" / "provenance.json").write_text(
+        json.dumps({"server": {"roofline": stats.to_json()}})
+    )
+    assert server_stats(block).pass_costs == stats.pass_costs
     # an external engine: the ceiling's model, memory-bound until the rows' matmuls take longer
     ceiling = CeilingFigures(bytes_per_token=1e9, bandwidth_bytes_per_s=1e12, tok_per_s=1000.0)
     base = _trial(0, {}, 10.0, ceiling=ceiling)

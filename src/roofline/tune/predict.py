@@ -348,7 +348,9 @@ def predict_one(
     cost = total.cost(pass_cost.monotone())
     ratio = decode_tokens / cost if cost else None
     t1 = pass_cost.one_row_s
-    if ratio and t1 and baseline_tok_s:  # the time outside passes (module docstring)
+    # the time outside passes (module docstring); a one-row pass longer than a baseline token is
+    # another engine's (another format's), and says nothing of this one
+    if ratio and t1 and baseline_tok_s and t1 < 1.0 / baseline_tok_s:
         per_token_s = 1.0 / baseline_tok_s
         other_s = max(0.0, per_token_s - t1)
         spent = t1 * cost + decode_tokens * other_s + total.proposer_s

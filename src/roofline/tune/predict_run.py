@@ -167,15 +167,18 @@ def _compute_bound(model: str | None, hardware: str | None) -> tuple[float | Non
 
 
 def server_stats(folder: Path) -> Any:
-    """The trial engine's `"roofline"` figures as its bench run kept them (None: none)."""
+    """The trial engine's `"roofline"` figures as its bench run kept them: bench/, or bench-0/
+    for a trial of a paired block (one bench run per repetition). None: none."""
     from roofline.bench.results import PROVENANCE
     from roofline.bench.summary import server_stats_of
 
-    try:
-        prov = json.loads((folder / "bench" / PROVENANCE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return server_stats_of(prov) if isinstance(prov, Mapping) else None
+    for run in ("bench", "bench-0"):
+        try:
+            prov = json.loads((folder / run / PROVENANCE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        return server_stats_of(prov) if isinstance(prov, Mapping) else None
+    return None
 
 
 def pass_costs_of(stats: Any, baseline: Any, model: str | None, hardware: str | None) -> PassCosts:
