@@ -44,10 +44,14 @@ class PassTiming:
         if self.thread_chooser is not None and self._timed_passes > 1:
             self.thread_chooser.record(threads, rows, seconds)
 
-    def measure_pass_costs(self, rows: Seq[int] = PASS_COST_ROWS, reps: int = 3) -> None:
-        """Time weight passes over several row counts of one slot (median of reps each), relative to
-        a one-row pass: what a speculative verify of k drafted tokens costs (`pass_cost`). Once per
-        runner."""
+    def measure_pass_costs(self, rows: Seq[int] = PASS_COST_ROWS, reps: int = 7) -> None:
+        """Time weight passes over several row counts of one slot, relative to a one-row pass: what
+        a speculative verify of k drafted tokens costs (`pass_cost`). Once per runner.
+
+        A round times every row count once; a first round warms up (not kept), then `reps` rounds,
+        the fastest of each count kept: the work is fixed, so anything slower is the host's noise,
+        and interleaved rounds let a drift hit every count alike. (Medians of 3 back to back read
+        2 rows at 0.92x to 1.52x of one row on the same server build.)"""
         import time
 
         if self._pass_costs is not None:
@@ -58,15 +62,15 @@ class PassTiming:
             self.one_row_pass_s = None
             return
         self.prefill(0, [0])
-        seconds = {}
-        for r in rows:
-            times = []
-            for _ in range(reps):
+        seconds: dict[int, float] = {}
+        for round_ in range(reps + 1):
+            for r in rows:
                 t0 = time.perf_counter()
                 self.step([(0, [0] * r, None)])
-                times.append(time.perf_counter() - t0)
+                took = time.perf_counter() - t0
                 self.truncate(0, 1)
-            seconds[r] = sorted(times)[len(times) // 2]
+                if round_:
+                    seconds[r] = min(seconds.get(r, took), took)
         self.release(0)
         self._pass_costs = {r: seconds[r] / seconds[1] for r in rows}
         self.one_row_pass_s = seconds[1]
