@@ -194,6 +194,9 @@ def test_a_ladder_step_of_live_values_runs_as_one_interleaved_paired_block(tmp_p
     inc1, fast = by[("incumbent", 1)], by[("ladder", 1)]
     assert inc1.config == {"speed": 100} and fast.config == {"speed": 400}
     assert not inc1.launched and not fast.launched
+    # each trial's command runs its own configuration (the block's server was started with less)
+    assert "400" in fast.argv and "400" not in inc1.argv
+    assert ("400" in result.best_command) == (result.best.config.get("speed") == 400)
     step1, step2 = result.ladder
     assert step1.remeasured == inc1.number and step1.kept and step1.best_value == 400
     assert step1.paired.pairs == 8  # 4 prompts x 2 reps

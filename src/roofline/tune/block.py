@@ -132,12 +132,12 @@ def run_block(
                 [summary for summary, _ in run],
                 [ln for _, lines in run for ln in lines],
                 log_path,
-                argv,
+                list(s.command or s.argv),  # its whole configuration, live knobs as flags
                 t0,
             ),
             out,
         )
-        for item, c, out, run in zip(items, commons, outputs, runs)
+        for item, c, out, run, s in zip(items, commons, outputs, runs, served)
     ]
 
 
