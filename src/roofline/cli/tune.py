@@ -86,13 +86,13 @@ def register(app: typer.Typer) -> None:
             help=f"{objectives}.",
         ),
         reps: int = typer.Option(
-            2,
+            3,
             "--reps",
-            help="Times each prompt is sent per trial; the spread across reps is the noise a gain "
-            "must beat.",
+            help="Times each prompt is sent per trial; how a prompt's repetitions disagree is the "
+            "noise a gain must beat.",
         ),
         max_tokens: int = typer.Option(
-            96,
+            64,
             "--max-tokens",
             help="Tokens generated per request (and compared by the exactness gate).",
         ),

@@ -40,8 +40,8 @@ class TuneOptions:
     strategy: str = "ladder"
     objective: str = "speed"
     trials: int | None = None  # budget; None = the strategy's whole plan (TPE: 20)
-    reps: int = 2
-    max_tokens: int = 96
+    reps: int = 3
+    max_tokens: int = 64
     prompts: str | None = None  # a JSONL prompt file; None = the built-in four
     hardware: str | None = None
     storage: str | None = None  # None = RUN_DIR/study.db
@@ -92,8 +92,8 @@ class TuneArgs:
     strategy: str = "ladder"
     trials: int | None = None
     objective: str = "speed"
-    reps: int = 2
-    max_tokens: int = 96
+    reps: int = 3
+    max_tokens: int = 64
     prompts: Path | None = None
     hardware: str | None = None
     storage: str | None = None
