@@ -14,7 +14,7 @@ prompt is fixed, so how prompts differ is the answer, and the noise is how a pro
 disagree. So the bootstrap resamples repetitions within each prompt (stratified; R = exp of the
 mean over prompts of each prompt's mean log ratio) whenever every prompt has two or more; with one
 repetition per prompt, or per-repetition units, the spread between pairs is all there is to
-measure and it resamples the pairs. With the handful of pairs a trial has (8 by default)
+measure and it resamples the pairs. With the handful of pairs a trial has (12 by default)
 percentiles are too narrow, so the interval is widened about R by Hesterberg's expanded-percentile
 factor sqrt(m / (m - 1)) * t(0.975, n - k) / z(0.975) (n pairs in k strata of m = n / k): without
 it a step with no gain is called worse in 3-5% of simulated runs instead of 2.5%. Drift that moves
