@@ -181,11 +181,19 @@ def server_stats(folder: Path) -> Any:
     return None
 
 
+def measured_costs(stats: Any) -> PassCosts | None:
+    """The verify costs a server measured at start-up (its ServerStats); None when it gave none."""
+    if stats is None or not stats.pass_costs:
+        return None
+    return PassCosts(tuple(stats.pass_costs), MEASURED, stats.one_row_pass_s)
+
+
 def pass_costs_of(stats: Any, baseline: Any, model: str | None, hardware: str | None) -> PassCosts:
     """The baseline trial's verify costs: its engine's own (`stats`, its ServerStats), else the
     ceiling's model."""
-    if stats is not None and stats.pass_costs:
-        return PassCosts(tuple(stats.pass_costs), MEASURED, stats.one_row_pass_s)
+    measured = measured_costs(stats)
+    if measured is not None:
+        return measured
     c = baseline.metrics.ceiling
     return model_pass_costs(
         c.bytes_per_token if c else None,
@@ -255,12 +263,7 @@ def predict_trials(
         if not plain:
             continue
         q = max(plain, key=lambda q: q.number)
-        stats = server_stats(run_dir / r.folder) if r.folder else None
-        costs = (
-            PassCosts(tuple(stats.pass_costs), MEASURED, stats.one_row_pass_s)
-            if stats and stats.pass_costs
-            else None
-        )
+        costs = measured_costs(server_stats(run_dir / r.folder) if r.folder else None)
         p = replay(
             dict(r.config),
             pass_cost=costs or ladder.pass_costs,
