@@ -173,7 +173,7 @@ class ModelRunner(PassTiming):
                 self._use_threads(torch_too=True)
                 trial = (
                     self.thread_chooser.torch_layer_trial()
-                    if self.thread_chooser is not None
+                    if self.thread_chooser is not None and self.pass_threads is None
                     else None
                 )
                 with torch.inference_mode():

@@ -19,20 +19,27 @@ PASS_COST_ROWS = (1, 2, 3, 5, 9, 13, 17, 25)  # row counts timed for the specula
 class PassTiming:
     """Thread counts and pass costs of a `ModelRunner`, from timed passes."""
 
+    # set by the scheduler before each step: the requests' own thread limit (None: the chooser's
+    # or the given count). Such passes are not the chooser's: not told to it
+    pass_threads: int | None = None
+
     def _use_threads(self, torch_too: bool = False) -> int:
         """Set the thread count for the next pass and return it. numba's count is per calling
         thread, so it is checked on every call, from the calling thread; torch's matters only for
         the torch prefill."""
         import numba
 
-        chooser = self.thread_chooser
-        n = self.threads if chooser is None else chooser.threads_for_pass()
+        chooser, asked = self.thread_chooser, self.pass_threads
+        if asked is not None:
+            n = t = min(asked, self.threads)
+        else:
+            n = self.threads if chooser is None else chooser.threads_for_pass()
+            t = self.threads if chooser is None else chooser.torch_threads()
         if numba.get_num_threads() != n:
             numba.set_num_threads(n)
         if torch_too:
             import torch
 
-            t = self.threads if chooser is None else chooser.torch_threads()
             if torch.get_num_threads() != t:
                 torch.set_num_threads(t)
         return n
@@ -41,7 +48,8 @@ class PassTiming:
         """Tell the chooser how long a kernel pass took (the first pass may have compiled: not
         counted)."""
         self._timed_passes += 1
-        if self.thread_chooser is not None and self._timed_passes > 1:
+        chosen = self.pass_threads is None  # else the requests' limit, not the chooser's choice
+        if self.thread_chooser is not None and self._timed_passes > 1 and chosen:
             self.thread_chooser.record(threads, rows, seconds)
 
     def measure_pass_costs(self, rows: Seq[int] = PASS_COST_ROWS, reps: int = 7) -> None:

@@ -77,6 +77,9 @@ class _SamplingFields(_Strict):
     # roofline extension: this request's speculation options (SpecOptions fields) instead of the
     # server's; see spec_options
     roofline_speculation: dict[str, Any] | None = None
+    # roofline extension: at most this many threads for the passes that hold this request (the
+    # fewest any live request asks wins; results do not depend on it). None: the server's choice
+    roofline_threads: int | None = Field(default=None, ge=1)
     n: int = 1
     stream: bool = False
     stream_options: StreamOptions | None = None

@@ -196,12 +196,14 @@ class Scheduler(PrefillChunks):
         *,
         speculate: bool = True,
         options: SpecOptions | None = None,
+        threads: int | None = None,
     ) -> RequestHandle:
         """Queue one request; `max_tokens` is trimmed to the context left after the prompt.
         speculate=False: this request decodes without drafts even when the server speculates.
         options: this request's own speculation options instead of the server's; their maker is
         made once per distinct options, on the scheduler thread (it may time passes or load a draft
-        model), and kept for later requests with the same options.
+        model), and kept for later requests with the same options. threads: at most this many
+        threads for the passes that hold this request (`pass_threads`).
 
         Raises sequence.ContextLengthError when the prompt leaves no room, RuntimeError after
         close()."""
@@ -212,11 +214,16 @@ class Scheduler(PrefillChunks):
             if self._stopping:
                 raise RuntimeError("the scheduler is shut down")
             handle = RequestHandle(next(self._ids), self._wake)
-            self._inbox.append((_Work(handle, seq, sink), speculate, options))
+            self._inbox.append((_Work(handle, seq, sink, threads=threads), speculate, options))
             self._stats.requests_total += 1
             self._stats.queued += 1
             self._cv.notify_all()
         return handle
+
+    @property
+    def max_threads(self) -> int:
+        """The most threads a request may ask (`roofline_threads`): the runner's."""
+        return int(getattr(self.runner, "threads", 1))
 
     @property
     def alive(self) -> bool:
@@ -282,15 +289,25 @@ class Scheduler(PrefillChunks):
     def _step(self) -> None:
         t0 = self._clock()
         self._drop_cancelled()
-        worked = self._prefill_chunks()
-        if self._running:
-            self._decode()
-            worked = True
+        self.runner.pass_threads = self._pass_threads()
+        try:
+            worked = self._prefill_chunks()
+            if self._running:
+                self._decode()
+                worked = True
+        finally:  # passes outside a step (a maker timing its costs) are the server's own
+            self.runner.pass_threads = None
         with self._cv:
             if worked:
                 self._stats.step_seconds.observe(self._clock() - t0)
             self._stats.running = len(self._running) + len(self._prefilling)
             self._stats.queued = len(self._waiting) + len(self._inbox)
+
+    def _pass_threads(self) -> int | None:
+        """The fewest threads any live request asks (None: none asks): kernels sum in a fixed order
+        whatever the count, so a request's limit changes its neighbours' speed, never their ids."""
+        live = (*self._waiting, *self._prefilling, *self._running)
+        return min((w.threads for w in live if w.threads), default=None)
 
     def _drop_cancelled(self) -> None:
         for queue in (self._waiting, self._prefilling):

@@ -46,6 +46,7 @@ class _Work:
     cached: list[PrefixNode] = field(default_factory=list)
     caching: bool = True  # its path may still grow (False once a node did not fit, or done)
     reused: int = 0  # prompt tokens loaded from the prefix cache
+    threads: int | None = None  # the request's own thread limit (None: the server's choice)
 
 
 class PrefillChunks:

@@ -72,6 +72,17 @@ def _shutting_down() -> APIError:
     )
 
 
+def _check_threads(asked: int | None, most: int) -> None:
+    """A 400 for a request that asks more threads (`roofline_threads`) than the server runs on."""
+    if asked is not None and asked > most:
+        raise APIError(
+            400,
+            f"roofline_threads: this server runs on at most {most} threads, got {asked}",
+            param="roofline_threads",
+            code="invalid_value",
+        )
+
+
 def _error_event_body(event: Event) -> dict[str, Any]:
     return APIError(
         500, event.error or "generation failed", type="server_error", code="engine_error"
@@ -295,6 +306,7 @@ def create_app(
             state.check_model(req.model)
             prompt_ids = await asyncio.to_thread(state.prompt_ids, req, chat)
             params = sampling_params(req, len(prompt_ids), state.scheduler.max_seq_len)
+            _check_threads(req.roofline_threads, state.scheduler.max_threads)
             sink, queue = asyncio_sink(asyncio.get_running_loop())
             try:
                 handle = state.scheduler.submit(
@@ -303,6 +315,7 @@ def create_app(
                     sink,
                     speculate=req.speculative,
                     options=req.spec_options(),
+                    threads=req.roofline_threads,
                 )
             except RuntimeError as e:
                 raise APIError(

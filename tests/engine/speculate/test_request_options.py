@@ -126,3 +126,34 @@ def test_nonsense_options_are_a_400(tiny_gguf, options, fragment):
     err = r.json()["error"]
     assert fragment in err["message"]
     assert err["param"].startswith("roofline_speculation")
+
+
+def test_a_requests_thread_limit_runs_its_passes_on_that_many_threads(tiny_gguf):
+    """`roofline_threads`: the passes of the request run on that many threads (the runner is
+    asked for it), the ids are those of the server's own count; more than the server has is a
+    400, as is a count below 1."""
+    runner = load_runner(str(tiny_gguf), max_batch=2, max_seq_len=64, threads=2)
+    used: list[int] = []
+    pick = runner._use_threads
+
+    def spy(torch_too: bool = False) -> int:
+        n = pick(torch_too)
+        used.append(n)
+        return n
+
+    runner._use_threads = spy
+    with serving(runner) as url:
+        name = sdk(url).models.list().data[0].id
+        plain = _ask(url, name, PROMPTS[0], None)
+        assert set(used) == {2}
+        used.clear()
+        body = {"model": name, "prompt": PROMPTS[0], "max_tokens": N, "temperature": 0}
+        body |= {"ignore_eos": True, "return_token_ids": True, "roofline_threads": 1}
+        one = httpx.post(url + "/v1/completions", json=body, timeout=60).json()
+        assert set(used) == {1}
+        assert one["choices"][0]["token_ids"] == plain["choices"][0]["token_ids"]
+        for asked, fragment in ((3, "at most 2 threads"), (0, "greater than or equal")):
+            r = httpx.post(url + "/v1/completions", json=body | {"roofline_threads": asked})
+            assert r.status_code == 400, r.text
+            assert fragment in r.json()["error"]["message"]
+    assert runner.pass_threads is None  # no live request asks any more

@@ -66,9 +66,13 @@ def _speculation_knobs() -> tuple[Knob, ...]:
 
 _SPEC_KNOBS = _speculation_knobs()
 _SPEC_FIELD = {opt.knob: name for name, opt in speculation.options().items()}  # spec_k -> k
-# what a running `roofline serve` takes per request (`roofline_speculation`): every speculation
-# option but those only the server's owner sets. Not threads: one pass serves every running request
-_LIVE_KNOBS = frozenset(k for k, name in _SPEC_FIELD.items() if name not in speculation.SERVER_ONLY)
+# what a running `roofline serve` takes per request: every speculation option but those only the
+# server's owner sets (`roofline_speculation`), and threads (`roofline_threads`: a pass runs on the
+# fewest threads its requests ask, and a trial's requests are the only ones running)
+_LIVE_THREADS = "threads"
+_LIVE_KNOBS = frozenset(
+    k for k, name in _SPEC_FIELD.items() if name not in speculation.SERVER_ONLY
+) | {_LIVE_THREADS}
 _SPEC_METHOD = speculation.options()["method"].knob  # "spec"
 _SPEC_OFF = {  # bool knob -> its false flag (spec_tree -> --spec-chain)
     speculation.options()[n].knob: "--" + o.off_flag
@@ -105,18 +109,20 @@ class EmbeddedLauncher(Launcher):
             self.ordered(config, knob[low], knob[high])
 
     def live_body(self, config: Mapping[str, Any]) -> dict[str, Any] | None:
-        """{"roofline_speculation": the configuration's speculation options} ({} when it sets none:
-        the server's own); None when it sets a knob only the server takes, or its drafts learn
-        across requests (its timed prompts must be new to the whole server: a server of its
-        own)."""
+        """{"roofline_speculation": the configuration's speculation options, "roofline_threads":
+        its threads}, each left out when the configuration does not set it (the server's own, as a
+        relaunch without the knob would have); None when it sets a knob only the server takes, or
+        its drafts learn across requests (its timed prompts must be new to the whole server: a
+        server of its own)."""
         if any(config.get(k) is not None for k in _SPEC_FIELD if k not in self.live_knobs):
             return None
         given = {_SPEC_FIELD[k]: v for k, v in config.items() if k in _SPEC_FIELD and v is not None}
-        if not given:  # the server's own options, as a relaunch without these knobs would have
-            return {}
-        if speculation.cross_request(speculation.SpecOptions(**given)):
+        if given and speculation.cross_request(speculation.SpecOptions(**given)):
             return None
-        return {"roofline_speculation": given}
+        body: dict[str, Any] = {"roofline_speculation": given} if given else {}
+        if config.get(_LIVE_THREADS) is not None:
+            body["roofline_threads"] = int(config[_LIVE_THREADS])
+        return body
 
     def version(self) -> str | None:
         from roofline import __version__
