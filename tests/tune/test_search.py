@@ -4,6 +4,7 @@ same study and worker loop the real tuner uses."""
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
@@ -94,7 +95,7 @@ def evaluate_with(fn, spread: float = 1.0, inexact=lambda c: False, units=None):
     """A trial's result from fn(config); units(config, number) gives its pairing units (none: the
     ladder falls back to the spread rule)."""
 
-    def evaluate(number, slot, config, reference):
+    def evaluate(number, slot, config, reference, report=None):
         status = "inexact" if inexact(config) else "ok"
         return TrialResult(
             number,
@@ -305,7 +306,7 @@ def test_minimize_picks_the_smallest():
 
 
 def test_a_failed_baseline_stops_the_study():
-    def evaluate(number, slot, config, reference):
+    def evaluate(number, slot, config, reference, report=None):
         return TrialResult(number, slot, config, "failed", error="engine crashed"), None
 
     with pytest.raises(st.BaselineFailed, match="engine crashed"):
@@ -317,11 +318,11 @@ def test_interrupted_trial_is_failed_and_its_slot_queued_again():
 
     calls = []
 
-    def evaluate(number, slot, config, reference):
+    def evaluate(number, slot, config, reference, report=None):
         calls.append(number)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return evaluate_with(landscape)(number, slot, config, reference)
+        return evaluate_with(landscape)(number, slot, config, reference, report)
 
     s = STRATEGIES["grid"]
     small = parse_space(
@@ -341,3 +342,44 @@ def test_interrupted_trial_is_failed_and_its_slot_queued_again():
     assert sorted(str(sorted(small.effective(r.config).items())) for r in done) == sorted(
         str(sorted(small.effective(c).items())) for c in grid_configs(small)
     )
+
+
+def test_tpe_prunes_trials_losing_after_their_first_repetition():
+    """Each trial reports its first repetition; one below the median of the finished trials' is
+    stopped there: PRUNED in Optuna, marked in its result, and never the best."""
+    import optuna
+
+    def noisy(number: int) -> float:  # the landscape TPE cannot learn: values by trial number
+        return 100.0 + (number * 37) % 50
+
+    told: list[tuple[int, bool]] = []
+
+    def evaluate(number, slot, config, reference, report=None):
+        value = noisy(number)
+        stop = report is not None and report(0, value)
+        told.append((number, stop))
+        return TrialResult(
+            number,
+            slot,
+            config,
+            "ok",
+            value=value,
+            spread=1.0,
+            rep_values=(value,) if stop else (value, value),
+            pruned_after=1 if stop else 0,
+        ), [Out()]
+
+    study, results, _ = run("tpe", evaluate, budget=14)
+    pruned = [r for r in results if r.pruned_after]
+    assert pruned and len(pruned) < len(results) - 4
+    assert told[0] == (0, False)  # the baseline reports nothing
+    states = {t.number: t.state for t in study.get_trials()}
+    assert all(states[r.number] == optuna.trial.TrialState.PRUNED for r in pruned)
+    for r in pruned:  # below the median of the trials finished before it (baseline left out)
+        earlier = [
+            x.value for x in results if x.number < r.number and x.number and not x.pruned_after
+        ]
+        assert len(earlier) >= 3 and r.value < statistics.median(earlier)
+    best = Rule().best(results)
+    assert not best.pruned_after
+    assert best.value == max(r.value for r in results if not r.pruned_after)

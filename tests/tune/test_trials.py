@@ -11,6 +11,7 @@ from tune_helpers import FAKE, marker, register_fake, wait_gone, write_space
 
 from roofline.tune.result import TuneResult
 from roofline.tune.space import load_space_file
+from roofline.tune.trial import TrialResult
 from roofline.tune.tuner import RESULT, TRIALS, Display, TuneOptions, run_tune
 
 
@@ -506,3 +507,49 @@ def test_tune_times_first_time_prompts_by_default(tmp_path, monkeypatch, policy)
     else:
         assert trial.value > 250  # 400 tok/s: the greedy pass taught it every answer
         assert len(measured) == 8
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_a_trial_told_to_stop_after_its_first_repetition_runs_no_more(tmp_path, stop):
+    """With a pruner each repetition is its own bench run; a pruned trial keeps what it measured
+    (one repetition), says so, and runs nothing more."""
+    from roofline.bench.driver import Progress
+    from roofline.bench.workloads import builtin_prompts
+    from roofline.tune.objectives import OBJECTIVES, ObjectiveSettings
+    from roofline.tune.search import Slot
+    from roofline.tune.settings import TrialSettings
+    from roofline.tune.trial import run_trial
+
+    mark = marker()
+    settings = TrialSettings(
+        launcher=FAKE,
+        model=None,
+        objective=OBJECTIVES["speed"],
+        objective_settings=ObjectiveSettings(),
+        prompts=builtin_prompts()[:2],
+        reps=3,
+        max_tokens=12,
+        extra_args=(mark,),
+        ready_timeout_s=3,
+        request_timeout_s=5,
+        stop_grace_s=1,
+    )
+    told: list[tuple[int, float]] = []
+
+    def report(rep: int, value: float) -> bool:
+        told.append((rep, value))
+        return stop
+
+    folder = tmp_path / "t"
+    result, outputs = run_trial(
+        settings, 1, Slot("tpe", 1), {"speed": 400}, folder, None, Progress(), report=report
+    )
+    assert wait_gone(mark) == []
+    assert result.status == "ok" and outputs
+    assert [rep for rep, _ in told] == ([0] if stop else [0, 1])  # never after the last
+    assert told[0][1] > 0
+    assert result.pruned_after == (1 if stop else 0)
+    assert len(result.rep_values) == (1 if stop else 3)
+    ran = sorted(p.name for p in folder.iterdir() if p.name.startswith("bench"))
+    assert ran == (["bench-0"] if stop else ["bench-0", "bench-1", "bench-2"])
+    assert TrialResult.from_json(result.to_json()) == result

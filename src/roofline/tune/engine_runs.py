@@ -8,10 +8,11 @@ over the tuner's signal handlers.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -152,10 +153,16 @@ def greedy_with(launcher: Any, body: dict[str, Any] | None) -> Any:
 
 
 def measure_served(
-    settings: TrialSettings, number: int, served: Served, folder: Path, progress: Progress
-) -> tuple[list[Any], RunSummary, list[dict]]:
+    settings: TrialSettings,
+    number: int,
+    served: Served,
+    folder: Path,
+    progress: Progress,
+    report: Callable[[int, float], bool] | None = None,
+) -> tuple[list[Any], list[RunSummary], list[dict], int]:
     """The greedy pass and the bench run on a ready server, every request carrying the trial's
-    live fields: (greedy outputs, bench summary, bench request lines)."""
+    live fields: (greedy outputs, bench summaries, bench request lines, repetitions run when the
+    pruner stopped it, else 0). With `report` the repetitions run one bench run each (`by_rep`)."""
     shown = " ".join(served.argv)
     if not served.launched:
         shown = f"running engine ({shown}), per request: {json.dumps(dict(served.body))}"
@@ -167,12 +174,40 @@ def measure_served(
             settings, served.url, folder / "bench", progress, first_time=True, body=body
         )
         outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
-    else:
-        outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
-        summary, lines = bench_run(
-            settings, served.url, folder / "bench", progress, outputs, body=body
-        )
-    return outputs, summary, lines
+        return outputs, [summary], lines, 0
+    outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
+    if report is not None and settings.reps > 1:
+        return (outputs, *by_rep(settings, served.url, folder, progress, outputs, body, report))
+    summary, lines = bench_run(settings, served.url, folder / "bench", progress, outputs, body=body)
+    return outputs, [summary], lines, 0
+
+
+def by_rep(
+    settings: TrialSettings,
+    url: str,
+    folder: Path,
+    progress: Progress,
+    outputs: Sequence[Any],
+    body: dict[str, Any] | None,
+    report: Callable[[int, float], bool],
+) -> tuple[list[RunSummary], list[dict], int]:
+    """One bench run per repetition (`bench-<rep>`, its lines' `rep` the repetition), the pruner
+    told the objective so far after each but the last: (summaries, lines, repetitions run when
+    it said stop, else 0)."""
+    from roofline.tune.objectives import measure
+
+    once = dataclasses.replace(settings, reps=1)
+    summaries: list[RunSummary] = []
+    lines: list[dict] = []
+    for rep in range(settings.reps):
+        summary, got = bench_run(once, url, folder / f"bench-{rep}", progress, outputs, body=body)
+        summaries.append(summary)
+        lines += [{**ln, "rep": rep} for ln in got]
+        value = measure(settings.objective, lines, settings.objective_settings).value
+        if rep < settings.reps - 1 and value is not None and report(rep, value):
+            progress.note(f"pruned after {rep + 1} of {settings.reps} repetitions: {value:.4g}")
+            return summaries, lines, rep + 1
+    return summaries, lines, 0
 
 
 def in_thread(fn: Any) -> Any:

@@ -67,8 +67,12 @@ class Rule:
     allow_inexact: bool = False
 
     def eligible(self, r: Any) -> bool:
-        return r.value is not None and (
-            r.status == "ok" or (r.status == "inexact" and self.allow_inexact)
+        """May be the best: measured, exact (or inexact allowed), and not pruned (measured on
+        fewer repetitions because it was losing)."""
+        return (
+            r.value is not None
+            and not getattr(r, "pruned_after", 0)
+            and (r.status == "ok" or (r.status == "inexact" and self.allow_inexact))
         )
 
     def gain(self, new: float, old: float) -> float:
@@ -367,6 +371,16 @@ def tpe_sampler(seed: int | None, budget: int | None = None) -> Any:
         )
 
 
+def tpe_pruner(budget: int | None = None) -> Any:
+    """Stop a trial after a repetition whose value lies below the median of the finished trials'
+    at the same repetition (once 3 besides the baseline, which reports none, have finished): it
+    is clearly losing, and its remaining repetitions would only measure how much. A pruned trial
+    is never the best."""
+    import optuna
+
+    return optuna.pruners.MedianPruner(n_startup_trials=1 + 3, n_warmup_steps=0)
+
+
 def plain_sampler(seed: int | None, budget: int | None = None) -> Any:
     """Ladder and grid never ask Optuna for values; any sampler will do."""
     import optuna
@@ -384,6 +398,8 @@ class Strategy:
     open_ended: bool  # asks Optuna for new trials beyond the plan (until the budget)
     default_budget: int | None = None  # trials run without --trials (None: the whole plan)
     climbs: bool = False  # a ladder: its steps are a table, its best is where the climb ended
+    # (trial budget) -> Optuna's pruner: trials report each repetition and may stop early
+    pruner: Callable[[int | None], Any] | None = None
 
 
 STRATEGIES: dict[str, Strategy] = {
@@ -406,12 +422,14 @@ STRATEGIES: dict[str, Strategy] = {
     ),
     "tpe": Strategy(
         "tpe",
-        "Optuna's TPE sampler, for spaces too big for a grid",
+        "Optuna's TPE sampler, for spaces too big for a grid; a trial below the median after "
+        "a repetition is pruned",
         tpe_plan,
         tpe_configure,
         tpe_sampler,
         True,
         default_budget=20,
+        pruner=tpe_pruner,
     ),
 }
 

@@ -48,13 +48,14 @@ def open_study(
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = strategy.sampler(seed, budget)
+    pruner = strategy.pruner(budget) if strategy.pruner else None
     try:
         study = optuna.create_study(
-            storage=storage, study_name=name, direction=direction, sampler=sampler
+            storage=storage, study_name=name, direction=direction, sampler=sampler, pruner=pruner
         )
         created = True
     except optuna.exceptions.DuplicatedStudyError:
-        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner)
         created = False
     if created:
         study.set_user_attr("tune", dict(fingerprint))
@@ -277,8 +278,12 @@ def record(
         trial.set_user_attr("greedy", [o.to_json() for o in outputs])
     trial.set_user_attr("result", result.to_json())
     if result.status in ("ok", "inexact") and result.value is not None:
-        trial.set_constraint("exact", 0.0 if rule.eligible(result) else 1.0)
-        study.tell(trial, result.value)
+        exact = result.status == "ok" or rule.allow_inexact
+        trial.set_constraint("exact", 0.0 if exact else 1.0)
+        if result.pruned_after:  # Optuna keeps its last reported value
+            study.tell(trial, state=TrialState.PRUNED)
+        else:
+            study.tell(trial, result.value)
     elif result.status == "skipped":
         trial.set_user_attr("skipped", result.error or "")
         study.tell(trial, state=TrialState.PRUNED)
@@ -310,7 +315,12 @@ class Worker:
     poll_s: float = _POLL_S
 
 
-Evaluate = Callable[[int, Slot, dict, list[dict] | None], tuple[TrialResult, list[Any] | None]]
+# (number, slot, config, baseline outputs, report) -> (result, greedy outputs); report: None, or
+# (repetition, value so far) -> True when the trial should stop there (pruned)
+Report = Callable[[int, float], bool]
+Evaluate = Callable[
+    [int, Slot, dict, list[dict] | None, Report | None], tuple[TrialResult, list[Any] | None]
+]
 # (worker, claimed incumbent trial, its slot, on_start, on_result) -> trials run, or None
 StepBlock = Callable[[Any, Any, Slot, Callable, Callable], int | None]
 
@@ -364,7 +374,8 @@ def run_worker(
             config = dict(decision.config or {})
             trial.set_user_attr("config", config)
             on_start(trial.number, slot, config)
-            result, outputs = evaluate(trial.number, slot, config, reference)
+            report = _reporter(trial) if w.strategy.pruner and slot.kind != "baseline" else None
+            result, outputs = evaluate(trial.number, slot, config, reference, report)
         except (
             BaseException
         ) as e:  # Ctrl-C, or no baseline to compare with: the slot goes back in the queue
@@ -379,6 +390,16 @@ def run_worker(
         on_result(result)
         if slot.kind == "baseline" and result.status not in ("ok", "inexact"):
             raise BaselineFailed(f"the baseline configuration failed: {result.error}")
+
+
+def _reporter(trial: Any) -> Report:
+    """Tell Optuna a trial's value after each repetition; True when its pruner says stop."""
+
+    def report(rep: int, value: float) -> bool:
+        trial.report(value, rep)
+        return bool(trial.should_prune())
+
+    return report
 
 
 def _configure(w: Worker, trial: Any, slot: Slot) -> tuple[Any, list[dict] | None]:

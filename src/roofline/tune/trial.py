@@ -24,7 +24,7 @@ import os
 import socket
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,8 @@ class TrialResult:
     # fields every request carried (live knobs: the trial ran on a server it did not start)
     live: Mapping[str, Any] = field(default_factory=dict)
     launched: bool = True  # the trial started its server (False: an earlier trial's, live knobs)
+    # pruned (TPE): the repetitions it ran before it was stopped as clearly losing (0: all ran)
+    pruned_after: int = 0
 
     # the model's file beside the engine's own format (None: not known, or a run folder written
     # before these were kept)
@@ -117,6 +119,7 @@ class TrialResult:
             "seconds": self.seconds,
             "live": dict(self.live),
             "launched": self.launched,
+            "pruned_after": self.pruned_after,
             "file_bytes_per_token": self.file_bytes_per_token,
             "file_ceiling_tok_per_s": self.file_ceiling_tok_per_s,
             "percent_of_file_ceiling": self.percent_of_file_ceiling,
@@ -152,6 +155,7 @@ class TrialResult:
             seconds=d.get("seconds"),
             live=dict(d.get("live") or {}),
             launched=bool(d.get("launched", True)),
+            pruned_after=int(d.get("pruned_after") or 0),
         )
 
 
@@ -189,13 +193,15 @@ def run_trial(
     *,
     run_dir: Path | None = None,
     servers: Servers | None = None,
+    report: Callable[[int, float], bool] | None = None,
 ) -> tuple[TrialResult, list[Any] | None]:
     """Run one configuration; (its result, its greedy outputs or None when it failed).
 
     With `baseline` None this trial is the baseline: its outputs become the reference. `servers`:
     the study's engine, kept across trials that can share it (tune.servers); None: a server of
-    this trial's own, stopped at its end. KeyboardInterrupt passes through after the engine is
-    stopped; every other error makes a failed result."""
+    this trial's own, stopped at its end. `report(rep, value so far)`: the pruner, told after each
+    repetition but the last; True stops the trial there (pruned). KeyboardInterrupt passes through
+    after the engine is stopped; every other error makes a failed result."""
 
     if servers is None:
         with Servers(settings) as own:
@@ -209,6 +215,7 @@ def run_trial(
                 progress,
                 run_dir=run_dir,
                 servers=own,
+                report=report,
             )
     t0 = time.monotonic()
     common = trial_common(settings, number, slot, config, folder, run_dir)
@@ -220,7 +227,9 @@ def run_trial(
         argv[:] = served.command or served.argv
         common.update(live=dict(served.body), launched=served.launched)
         try:
-            outputs, summary, lines = measure_served(settings, number, served, folder, progress)
+            outputs, summaries, lines, pruned = measure_served(
+                settings, number, served, folder, progress, report
+            )
         except BaseException as e:
             servers.failed(e)
             raise
@@ -230,9 +239,9 @@ def run_trial(
     except Exception as e:  # a crash, a hang past its timeout, nonsense answers: the study goes on
         return failure(e, common, log_path, argv, t0), None
     result = measured_result(
-        settings, common, folder, baseline, outputs, [summary], lines, log_path, argv, t0
+        settings, common, folder, baseline, outputs, summaries, lines, log_path, argv, t0
     )
-    return result, outputs
+    return replace(result, pruned_after=pruned), outputs
 
 
 def trial_common(

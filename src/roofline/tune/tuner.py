@@ -253,7 +253,9 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
 
     servers = Servers(settings)  # one engine kept across trials that differ in live knobs only
 
-    def evaluate(number: int, slot: Any, config: dict, reference: list[dict] | None):
+    def evaluate(
+        number: int, slot: Any, config: dict, reference: list[dict] | None, report: Any = None
+    ):
         baseline = None if reference is None else [GreedyOutput.from_json(o) for o in reference]
         return run_trial(
             settings,
@@ -265,6 +267,7 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
             progress,
             run_dir=run_dir,
             servers=servers,
+            report=report,
         )
 
     def block(items: Any, reference: list[dict]) -> Any:
