@@ -209,7 +209,8 @@ def summarize(engine: str, r: dict) -> None:
     counts: dict[str, int] = {}
     for t in r["trials"]:
         counts[t["status"]] = counts.get(t["status"], 0) + 1
-    print(f"  trial statuses: {counts}")
+    pruned = [t["number"] for t in r["trials"] if t.get("pruned_after")]
+    print(f"  trial statuses: {counts}" + (f"; pruned early: trials {pruned}" if pruned else ""))
     for t in r["trials"]:
         if t["status"] in ("failed", "inexact"):
             why = t.get("error") or t.get("exactness") or ""
@@ -235,8 +236,10 @@ def search_check(engine: str, a: argparse.Namespace) -> None:
     gb, tb = _value(grid and grid.get("best")), _value(tpe and tpe.get("best"))
     if gb and tb:
         ratio = tb / gb
+        pruned = sum(1 for t in tpe["trials"] if t.get("pruned_after"))
         print(
-            f"\n[{engine}] P5: TPE best {tb:.2f} in {k} trials vs grid best {gb:.2f} in {n}: "
+            f"\n[{engine}] P5: TPE best {tb:.2f} in {k} trials ({pruned} pruned early, "
+            f"{tpe['_wall_s']:.0f} s) vs grid best {gb:.2f} in {n} ({grid['_wall_s']:.0f} s): "
             f"{100 * ratio:.1f}% of grid's best -> {'MET' if ratio >= 0.9 else 'NOT met'} "
             "(target: within 10% in <= 1/3 of the trials)"
         )

@@ -86,3 +86,19 @@ def test_json_round_trip():
     assert d["bound_bytes_per_s"] == 36e9 and d["drift_is_large"] is True
     assert BandwidthWindow.from_json(d) == w
     assert BandwidthWindow.from_json(BandwidthWindow(1e9).to_json()) == BandwidthWindow(1e9)
+
+
+def test_back_to_back_runs_share_the_probe_between_them():
+    from roofline.hardware.window import ProbeChain
+
+    taken = iter(range(1, 100))
+    chain = ProbeChain(lambda: (float(next(taken)), "k"))
+    windows = []
+    for _ in range(3):
+        measure = chain.for_run()
+        windows.append((measure()[0], measure()[0]))
+    # run 1: probes 1 and 2; run 2 starts from run 1's after-probe: 4 probes for 3 runs
+    assert windows == [(1.0, 2.0), (2.0, 3.0), (3.0, 4.0)]
+    # a run whose after-probe never came (its ceiling unknown) leaves nothing to carry
+    chain.for_run()()
+    assert chain.for_run()()[0] == 5.0  # run 4 took 4; run 5 probes afresh

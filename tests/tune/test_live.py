@@ -213,3 +213,39 @@ def test_a_ladder_step_of_live_values_runs_as_one_interleaved_paired_block(tmp_p
     s100, s400, shift = {"speed": 100}, {"speed": 400}, {"speed": 400, "shift": 5}
     # baseline and step 1's first incumbent run, then step 1, then step 2
     assert labels == [s100, s400, s100, s400, shift, s400, shift]
+
+
+def test_a_value_clearly_slower_after_the_first_round_runs_no_more_rounds(tmp_path, monkeypatch):
+    """In a paired block a value 4x slower than the incumbent on every prompt of the first round
+    stops there (pruned, never kept); the incumbent runs every round."""
+    from roofline.bench import engines
+
+    live = LiveFake(name="livefake", knobs=FAKE.knobs, live_knobs=frozenset({"speed"}))
+    monkeypatch.setitem(engines.LAUNCHERS, live.name, live)
+    body = "[baseline]\nspeed = 400\n[knobs.speed]\nchoices = [400, 100, 800]\ndefault = 400\n"
+    space = load_space_file(write_space(tmp_path, body, "slow.toml"), live)
+    mark = marker()
+    opts = TuneOptions(
+        engine=live.name,
+        space=space.to_json(),
+        max_tokens=12,
+        extra_args=(mark,),
+        ready_timeout_s=3,
+        request_timeout_s=5,
+        stop_grace_s=1,
+        reps=3,
+    )
+    result = run_tune(opts, tmp_path / "run", Display())
+    assert wait_gone(mark) == []
+    by = {r.config.get("speed"): r for r in result.trials if r.slot.kind == "ladder"}
+    slow, fast = by[100], by[800]
+    again = next(r for r in result.trials if r.slot.kind == "incumbent")
+
+    def runs(r) -> list[str]:
+        return sorted(p.name for p in (tmp_path / "run" / r.folder).glob("bench-*"))
+
+    assert slow.pruned_after == 1 and runs(slow) == ["bench-0"] and len(slow.rep_values) == 1
+    assert fast.pruned_after == 0 and runs(fast) == ["bench-0", "bench-1", "bench-2"]
+    assert again.pruned_after == 0 and runs(again) == ["bench-0", "bench-1", "bench-2"]
+    (step,) = result.ladder
+    assert step.kept and result.best.number == fast.number

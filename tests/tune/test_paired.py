@@ -131,3 +131,19 @@ def test_prompts_are_the_workload_so_only_their_repetitions_are_noise():
     one_rep = {k: v for k, v in candidate.items() if k.endswith("#0")}
     wide = paired_ratio(one_rep, incumbent)  # one repetition: the prompts' spread is the noise
     assert wide.pairs == 4 and wide.verdict == "tie"
+
+
+def test_clearly_worse_needs_every_prompt_slower_and_a_large_gap():
+    from roofline.tune.paired import clearly_worse
+
+    base = {f"p{i}#0": 100.0 for i in range(4)}
+    slow = {f"p{i}#0": 57.0 + i for i in range(4)}
+    assert clearly_worse(slow, base).ratio == pytest.approx(0.585, abs=0.01)
+    # 10% slower: worse, but not clearly enough to stop measuring
+    assert clearly_worse({k: 90.0 + i for i, k in enumerate(base)}, base) is None
+    # one prompt faster (a proposer that pays on one prompt): the interval reaches above 1
+    mixed = slow | {"p3#0": 160.0}
+    assert clearly_worse(mixed, base) is None
+    # minimize: a higher cost is the worse one
+    assert clearly_worse({k: 2 * v for k, v in base.items()}, base, maximize=False) is not None
+    assert clearly_worse({k: v / 2 for k, v in base.items()}, base, maximize=False) is None

@@ -8,9 +8,12 @@ worker claims the step's slots together and measures them in one block:
         for config in block:            configuration, the incumbent first; its lines keep
             bench run (reps=1)          `rep` = the round, so units pair across configurations
 
-so a value's units pair with the incumbent's from the same minutes. The decision is the ladder's
-own (`search._decide` over the results, `tune.paired`); the block only feeds it results. A step that
-cannot be one block (a restart knob, drafts that learn across requests, a budget) runs slot by slot.
+so a value's units pair with the incumbent's from the same minutes; consecutive runs share the
+bandwidth probe between them. A value clearly slower than the incumbent after the first round
+(`paired.clearly_worse`) runs no more rounds: pruned, it cannot be kept. The decision is the
+ladder's own (`search._decide` over the results, `tune.paired`); the block only feeds it results. A
+step that cannot be one block (a restart knob, drafts that learn across requests, a budget) runs
+slot by slot.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ def run_block(
     """Measure the block's configurations interleaved on one server; (result, greedy outputs) per
     item, in order. An error fails every item (KeyboardInterrupt passes through, the server
     stopped)."""
-    from roofline.tune.engine_runs import bench_run, discovered, greedy_outputs
+    from roofline.tune.engine_runs import bench_run, discovered, greedy_outputs, trial_probes
     from roofline.tune.trial import failure, measured_result, trial_common
 
     t0 = time.monotonic()
@@ -100,10 +103,12 @@ def run_block(
                 greedy_outputs(settings.launcher, s.url, settings, info, dict(s.body))
                 for s in served
             ]
-            once = dataclasses.replace(settings, reps=1)
+            once, probes = dataclasses.replace(settings, reps=1), trial_probes()
             runs: list[list[tuple[Any, list[dict]]]] = [[] for _ in items]
+            active = list(range(len(items)))
             for rep in range(settings.reps):
-                for k, (item, s) in enumerate(zip(items, served)):
+                for k in active:
+                    item, s = items[k], served[k]
                     summary, lines = bench_run(
                         once,
                         s.url,
@@ -111,8 +116,17 @@ def run_block(
                         progress,
                         outputs[k],
                         body=dict(s.body),
+                        probes=probes,
                     )
                     runs[k].append((summary, [{**ln, "rep": rep} for ln in lines]))
+                if rep == 0 and settings.reps > 1:
+                    slower = _stop_slower(settings, items, runs)
+                    for k in sorted(slower):
+                        progress.note(
+                            f"trial {items[k].number}: clearly slower than the incumbent after "
+                            "the first round: no more rounds"
+                        )
+                    active = [k for k in active if k not in slower]
         except BaseException as e:
             servers.failed(e)
             raise
@@ -123,22 +137,48 @@ def run_block(
         return [(failure(e, c, log_path, argv, t0), None) for c in commons]
     return [
         (
-            measured_result(
-                settings,
-                c,
-                item.folder,
-                baseline,
-                out,
-                [summary for summary, _ in run],
-                [ln for _, lines in run for ln in lines],
-                log_path,
-                list(s.command or s.argv),  # its whole configuration, live knobs as flags
-                t0,
+            dataclasses.replace(
+                measured_result(
+                    settings,
+                    c,
+                    item.folder,
+                    baseline,
+                    out,
+                    [summary for summary, _ in run],
+                    [ln for _, lines in run for ln in lines],
+                    log_path,
+                    list(s.command or s.argv),  # its whole configuration, live knobs as flags
+                    t0,
+                ),
+                pruned_after=len(run) if len(run) < settings.reps else 0,
             ),
             out,
         )
         for item, c, out, run, s in zip(items, commons, outputs, runs, served)
     ]
+
+
+def _stop_slower(
+    settings: Any, items: Sequence[Item], runs: Sequence[Sequence[tuple[Any, list[dict]]]]
+) -> set[int]:
+    """The challengers (indices into items) clearly slower than the incumbent (items[0]) after
+    the first round (`paired.clearly_worse`): they run no more rounds and cannot be kept."""
+    from roofline.tune.objectives import measure
+    from roofline.tune.paired import clearly_worse
+
+    if items[0].slot.kind != "incumbent":
+        return set()
+
+    def units(k: int) -> dict[str, float]:
+        lines = [ln for _, got in runs[k] for ln in got]
+        return dict(measure(settings.objective, lines, settings.objective_settings).units)
+
+    maximize = settings.objective.direction == "maximize"
+    base, out = units(0), set()
+    for k in range(1, len(items)):
+        if runs[k] and base and clearly_worse(units(k), base, maximize) is not None:
+            out.add(k)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,6 +21,7 @@ from roofline.bench.summary import RunSummary
 
 if TYPE_CHECKING:
     from roofline.bench.engines.greedy import GreedyOutput
+    from roofline.hardware.window import ProbeChain
     from roofline.tune.servers import Served
     from roofline.tune.settings import TrialSettings
 
@@ -88,6 +89,7 @@ def bench_run(
     *,
     first_time: bool = False,
     body: dict[str, Any] | None = None,
+    probes: ProbeChain | None = None,
 ) -> tuple[RunSummary, list[dict]]:
     """Bench the running engine with the objective's scenario: (its summary, its request lines).
     alone: the trial's greedy outputs, one prompt at a time: the reference its outputs under the
@@ -98,7 +100,8 @@ def bench_run(
     in the set (bench's --repeat-policy fresh), and the lines returned are first-time prompts only
     (a prompt whose text an earlier one already had is left out): the first pass of each prompt is
     what the objective measures. One repetition leaves the trial without a spread. body: fields
-    every request carries (the trial's live knobs), the verify pass's too."""
+    every request carries (the trial's live knobs), the verify pass's too. probes: runs back to
+    back share the bandwidth probe between them (`trial_probes`)."""
     from roofline.bench.plan import BenchPlan
     from roofline.bench.repeats import repeated_ids, same_as
     from roofline.bench.results import read_requests
@@ -134,6 +137,7 @@ def bench_run(
             model_file=settings.model,
             greedy=greedy_with(settings.launcher, body),
             reference=alone,
+            measure_bandwidth=probes.for_run() if probes is not None else None,
         )
     )
     if outcome.interrupted:
@@ -143,6 +147,13 @@ def bench_run(
         again = repeated_ids(lines, same_as(settings.prompts))
         lines = [ln for ln in lines if ln["id"] not in again]
     return outcome.summary, lines
+
+
+def trial_probes() -> ProbeChain:
+    """The bandwidth probes of bench runs a trial or a block runs back to back."""
+    from roofline.hardware.window import ProbeChain, short_probe
+
+    return ProbeChain(lambda: short_probe(by="the run window of a tune trial"))
 
 
 def greedy_with(launcher: Any, body: dict[str, Any] | None) -> Any:
@@ -196,11 +207,13 @@ def by_rep(
     it said stop, else 0)."""
     from roofline.tune.objectives import measure
 
-    once = dataclasses.replace(settings, reps=1)
+    once, probes = dataclasses.replace(settings, reps=1), trial_probes()
     summaries: list[RunSummary] = []
     lines: list[dict] = []
     for rep in range(settings.reps):
-        summary, got = bench_run(once, url, folder / f"bench-{rep}", progress, outputs, body=body)
+        summary, got = bench_run(
+            once, url, folder / f"bench-{rep}", progress, outputs, body=body, probes=probes
+        )
         summaries.append(summary)
         lines += [{**ln, "rep": rep} for ln in got]
         value = measure(settings.objective, lines, settings.objective_settings).value

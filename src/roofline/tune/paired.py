@@ -161,3 +161,16 @@ def paired_ratio(
     f = expansion(n, len(groups))
     low, high = ratio * (low / ratio) ** f, ratio * (high / ratio) ** f
     return PairedRatio(ratio, low, high, n)
+
+
+CLEARLY_SLOWER = 0.85  # ... and at most this ratio: a challenger stopped after its first round
+
+
+def clearly_worse(
+    candidate: Mapping[str, float], incumbent: Mapping[str, float], maximize: bool = True
+) -> PairedRatio | None:
+    """The paired ratio when the candidate is clearly worse after a first round (the whole
+    widened interval below 1 and R at most CLEARLY_SLOWER): no later round could make it a
+    kept step, so it need not run them. None otherwise."""
+    pr = paired_ratio(candidate, incumbent, maximize)
+    return pr if pr is not None and pr.high < 1.0 and pr.ratio <= CLEARLY_SLOWER else None

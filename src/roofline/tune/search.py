@@ -151,7 +151,13 @@ def _decide(d: Any, current: Any, step_results: Sequence[Any], rule: Rule) -> St
     if current is None:
         return replace(step, note="no baseline to compare with")
     if cand is None:
-        return replace(step, note="no eligible value (failed or inexact)")
+        pruned = [f"{d.name}={r.config.get(d.name)}" for r in tried if r.pruned_after]
+        if not pruned:
+            return replace(step, note="no eligible value (failed or inexact)")
+        note = f"not kept: {', '.join(pruned)} clearly slower (stopped after a first round)"
+        if len(pruned) < len(tried):
+            note += "; the other values failed or were inexact"
+        return replace(step, note=note)
     incumbent = step.remeasured or current
     ratios = {
         r.number: paired_ratio(r.units, incumbent.units, rule.direction == "maximize", r.number)
