@@ -107,10 +107,13 @@ default = 0
     )
     mark = marker()
     result = run_tune(
-        options(space, mark, allow_inexact=allow, reps=1), tmp_path / "run", Display()
+        options(space, mark, allow_inexact=allow, reps=2), tmp_path / "run", Display()
     )
     inexact = [r for r in result.trials if r.status == "inexact"]
     assert len(inexact) == 1
+    # it may not win: its speed is shown from one repetition; allowed to win, it runs them all
+    assert inexact[0].pruned_after == (0 if allow else 1)
+    assert len(inexact[0].rep_values) == (2 if allow else 1)
     e = inexact[0].exactness
     assert e.exact is False and e.basis == "token_ids" and e.first_position == 3
     assert e.first_prompt == "reasoning"  # the first of the built-in prompts

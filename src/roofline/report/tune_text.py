@@ -54,7 +54,7 @@ def status_note(r: TrialResult, full: bool = False) -> str:
             short += f" at {e.streams} streams (alone: the same as the baseline's)"
         return short + (f": {e.baseline_piece!r} vs {e.candidate_piece!r}" if full else "")
     if r.pruned_after:
-        return f"pruned after {r.pruned_after} repetition(s): losing to the median, never best"
+        return f"stopped after {r.pruned_after} repetition(s) as clearly losing: never best"
     if r.status in ("failed", "skipped") and r.error:
         first = printable(r.error.splitlines()[0])
         return first if full else first[:80]

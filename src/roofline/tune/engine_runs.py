@@ -170,10 +170,12 @@ def measure_served(
     folder: Path,
     progress: Progress,
     report: Callable[[int, float], bool] | None = None,
+    may_win: Callable[[list[Any]], bool] | None = None,
 ) -> tuple[list[Any], list[RunSummary], list[dict], int]:
     """The greedy pass and the bench run on a ready server, every request carrying the trial's
-    live fields: (greedy outputs, bench summaries, bench request lines, repetitions run when the
-    pruner stopped it, else 0). With `report` the repetitions run one bench run each (`by_rep`)."""
+    live fields: (greedy outputs, bench summaries, bench request lines, repetitions run when it
+    stopped early, else 0). With `report` the repetitions run one bench run each (`by_rep`).
+    may_win(greedy outputs) False (inexact, not allowed to win): one repetition is measured."""
     shown = " ".join(served.argv)
     if not served.launched:
         shown = f"running engine ({shown}), per request: {json.dumps(dict(served.body))}"
@@ -187,6 +189,11 @@ def measure_served(
         outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
         return outputs, [summary], lines, 0
     outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
+    if may_win is not None and settings.reps > 1 and not may_win(outputs):
+        once = dataclasses.replace(settings, reps=1)
+        progress.note(f"trial {number}: outputs differ from the baseline's: one repetition")
+        summary, lines = bench_run(once, served.url, folder / "bench", progress, outputs, body=body)
+        return outputs, [summary], lines, 1
     if report is not None and settings.reps > 1:
         return (outputs, *by_rep(settings, served.url, folder, progress, outputs, body, report))
     summary, lines = bench_run(settings, served.url, folder / "bench", progress, outputs, body=body)

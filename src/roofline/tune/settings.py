@@ -34,3 +34,6 @@ class TrialSettings:
     # fresh: with a server that remembers across requests, the objective counts first-time prompts
     # only (tune.engine_runs); repeat: every request counts
     repeat_policy: str = "fresh"
+    # False: a trial whose greedy outputs differ from the baseline's can never be best, so its
+    # speed is measured on one repetition only (shown, not decided on)
+    allow_inexact: bool = False

@@ -280,7 +280,9 @@ def record(
     if result.status in ("ok", "inexact") and result.value is not None:
         exact = result.status == "ok" or rule.allow_inexact
         trial.set_constraint("exact", 0.0 if exact else 1.0)
-        if result.pruned_after:  # Optuna keeps its last reported value
+        # stopped as losing: Optuna keeps its last reported value (an inexact one stays
+        # COMPLETE, its violated constraint is what TPE learns from)
+        if result.pruned_after and result.status == "ok":
             study.tell(trial, state=TrialState.PRUNED)
         else:
             study.tell(trial, result.value)

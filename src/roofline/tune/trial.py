@@ -228,7 +228,7 @@ def run_trial(
         common.update(live=dict(served.body), launched=served.launched)
         try:
             outputs, summaries, lines, pruned = measure_served(
-                settings, number, served, folder, progress, report
+                settings, number, served, folder, progress, report, _gate(settings, baseline)
             )
         except BaseException as e:
             servers.failed(e)
@@ -242,6 +242,16 @@ def run_trial(
         settings, common, folder, baseline, outputs, summaries, lines, log_path, argv, t0
     )
     return replace(result, pruned_after=pruned), outputs
+
+
+def _gate(settings: TrialSettings, baseline: Sequence[Any] | None) -> Callable | None:
+    """outputs -> whether they may be best: exact against the baseline (None: any may, the
+    baseline itself or --allow-inexact)."""
+    if baseline is None or settings.allow_inexact:
+        return None
+    from roofline.bench.engines import compare_outputs
+
+    return lambda outputs: compare_outputs(baseline, outputs).exact
 
 
 def trial_common(

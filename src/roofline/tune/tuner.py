@@ -168,6 +168,7 @@ def trial_settings(options: TuneOptions) -> Any:
         stop_grace_s=options.stop_grace_s,
         usage=USAGE_PER_CHUNK if launcher.usage_per_chunk else "auto",
         repeat_policy=options.repeat_policy,
+        allow_inexact=options.allow_inexact,
     )
 
 
