@@ -102,3 +102,27 @@ def test_back_to_back_runs_share_the_probe_between_them():
     # a run whose after-probe never came (its ceiling unknown) leaves nothing to carry
     chain.for_run()()
     assert chain.for_run()()[0] == 5.0  # run 4 took 4; run 5 probes afresh
+
+
+def test_a_chain_writes_its_probe_buffer_once(monkeypatch):
+    from roofline.hardware import profile, readbw
+    from roofline.hardware.window import ProbeChain
+
+    made = []
+    make = readbw.probe_buffer
+
+    def small(size_bytes=None):
+        made.append(size_bytes)
+        return make(1 << 20)
+
+    monkeypatch.setattr(readbw, "probe_buffer", small)
+    monkeypatch.setattr(profile, "note_read_rate", lambda *a, **k: None)
+    chain = ProbeChain()
+    rates = []
+    for _ in range(3):
+        measure = chain.for_run()
+        rates += [measure(), measure()]
+    assert made == [None]  # one buffer for the chain's 4 probes
+    assert all(rate > 0 and kernel for rate, kernel in rates)
+    rb = readbw.read_bandwidth_now(buf=make(1 << 20), repeats=1, warmup=0)
+    assert rb.size_bytes == 1 << 20  # the buffer's own size

@@ -129,12 +129,13 @@ def measure_read_bandwidth(
     threads: int,
     pool: ThreadPoolExecutor | None = None,
     kernels: Sequence[str] | None = None,
+    buf: Any = None,
 ) -> ReadBandwidth:
-    """Time every read kernel over one fp32 buffer of size_bytes (see the module's docstring)."""
-    import numpy as np
-
+    """Time every read kernel over one fp32 buffer of size_bytes (see the module's docstring);
+    buf: that buffer, made by the caller (`probe_buffer`) and kept for its next probe."""
     names = list(READ_KERNELS) if kernels is None else list(kernels)
-    buf = np.full(size_bytes // FP32_BYTES, 1.0, dtype=np.float32)
+    buf = probe_buffer(size_bytes) if buf is None else buf
+    size_bytes = buf.size * FP32_BYTES
     own_pool = pool is None
     pool = pool or ThreadPoolExecutor(max_workers=threads, thread_name_prefix="probe-read")
     try:
@@ -163,6 +164,19 @@ def measure_read_bandwidth(
     )
 
 
+def probe_buffer(size_bytes: int | None = None) -> Any:
+    """The fp32 buffer a probe reads (the short probe's size by default), written once: filling
+    1 GiB costs about as long as reading it twelve times, so a caller that probes again and again
+    keeps it."""
+    import numpy as np
+
+    if size_bytes is None:
+        from roofline.hardware.machine import total_memory_bytes
+
+        size_bytes = short_probe_size_bytes(total_memory_bytes())
+    return np.full(size_bytes // FP32_BYTES, 1.0, dtype=np.float32)
+
+
 def short_probe_size_bytes(memory_bytes: int | None) -> int:
     """SHORT_SIZE_BYTES, or a quarter of the machine's memory when that is less."""
     return (
@@ -178,15 +192,16 @@ def read_bandwidth_now(
     size_bytes: int | None = None,
     repeats: int = SHORT_REPEATS,
     warmup: int = SHORT_WARMUP,
+    buf: Any = None,
 ) -> ReadBandwidth:
     """The short probe (about a second): every read kernel over 1 GiB, one warm-up and three timed
     passes each. The bandwidth of these minutes, to hold a run taken now against (a shared host
-    drifts)."""
+    drifts). buf: a `probe_buffer` kept from an earlier probe (size_bytes is then its size)."""
     from roofline.hardware.machine import total_memory_bytes, usable_cpu_count
 
     threads = usable_cpu_count() if threads is None else threads
     size = short_probe_size_bytes(total_memory_bytes()) if size_bytes is None else size_bytes
-    return measure_read_bandwidth(size, repeats, warmup, threads)
+    return measure_read_bandwidth(size, repeats, warmup, threads, buf=buf)
 
 
 def read_bandwidth_now_bytes_per_s(threads: int | None = None) -> float:

@@ -123,14 +123,15 @@ def measure_window(run: Callable[[], T], measure: Measure) -> tuple[T, Bandwidth
 RUN_WINDOW = "a run window's short probe"
 
 
-def short_probe(by: str = RUN_WINDOW) -> tuple[float, str]:
+def short_probe(by: str = RUN_WINDOW, buf: Any = None) -> tuple[float, str]:
     """The short probe's best read rate and its kernel (the default `Measure`). A rate above the
     best the saved profile records raises it (`profile.note_read_rate`, credited to `by`), so the
-    profile stays a bound on what this machine has shown it can read."""
+    profile stays a bound on what this machine has shown it can read. buf: the probe's buffer,
+    kept from an earlier probe (`readbw.probe_buffer`)."""
     from roofline.hardware.profile import note_read_rate
     from roofline.hardware.readbw import read_bandwidth_now
 
-    rb = read_bandwidth_now()
+    rb = read_bandwidth_now(buf=buf)
     note_read_rate(rb.best_bytes_per_s, by=by, kernel=rb.best_kernel)
     return rb.best_bytes_per_s, rb.best_kernel
 
@@ -140,11 +141,24 @@ class ProbeChain:
     the next (nothing ran in between), so n runs take n + 1 probes instead of 2n, and each run is
     still held against the bandwidth of its own minutes. `for_run()` is one run's `Measure`: its
     first call (before) takes the last run's after-probe when there is one, its later calls
-    (after) probe and keep the result for the next run."""
+    (after) probe and keep the result for the next run.
 
-    def __init__(self, measure: Measure | None = None) -> None:
-        self._measure = measure or short_probe
+    Without a `measure` of its own the chain probes with `short_probe` and keeps the probe's buffer
+    (1 GiB, or a quarter of the memory) while it lives: writing it anew costs more than all the
+    probe's reads of it."""
+
+    def __init__(self, measure: Measure | None = None, by: str = RUN_WINDOW) -> None:
+        self._measure = measure or self._probe
+        self._by = by
+        self._buf: Any = None
         self._carry: tuple[float, str] | None = None
+
+    def _probe(self) -> tuple[float, str]:
+        from roofline.hardware.readbw import probe_buffer
+
+        if self._buf is None:
+            self._buf = probe_buffer()
+        return short_probe(self._by, self._buf)
 
     def for_run(self) -> Measure:
         first = True

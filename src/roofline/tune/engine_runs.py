@@ -151,9 +151,9 @@ def bench_run(
 
 def trial_probes() -> ProbeChain:
     """The bandwidth probes of bench runs a trial or a block runs back to back."""
-    from roofline.hardware.window import ProbeChain, short_probe
+    from roofline.hardware.window import ProbeChain
 
-    return ProbeChain(lambda: short_probe(by="the run window of a tune trial"))
+    return ProbeChain(by="the run window of a tune trial")
 
 
 def greedy_with(launcher: Any, body: dict[str, Any] | None) -> Any:
@@ -192,11 +192,15 @@ def measure_served(
     if may_win is not None and settings.reps > 1 and not may_win(outputs):
         once = dataclasses.replace(settings, reps=1)
         progress.note(f"trial {number}: outputs differ from the baseline's: one repetition")
-        summary, lines = bench_run(once, served.url, folder / "bench", progress, outputs, body=body)
+        summary, lines = bench_run(
+            once, served.url, folder / "bench", progress, outputs, body=body, probes=trial_probes()
+        )
         return outputs, [summary], lines, 1
     if report is not None and settings.reps > 1:
         return (outputs, *by_rep(settings, served.url, folder, progress, outputs, body, report))
-    summary, lines = bench_run(settings, served.url, folder / "bench", progress, outputs, body=body)
+    summary, lines = bench_run(
+        settings, served.url, folder / "bench", progress, outputs, body=body, probes=trial_probes()
+    )
     return outputs, [summary], lines, 0
 
 
