@@ -15,9 +15,9 @@ from roofline.bench.driver import Progress
 from roofline.bench.engines.launchers import EMBEDDED
 from roofline.bench.workloads import Prompt
 from roofline.tune.objectives import OBJECTIVES, ObjectiveSettings
-from roofline.tune.search import Slot
 from roofline.tune.servers import Servers
 from roofline.tune.settings import TrialSettings
+from roofline.tune.slots import Slot
 from roofline.tune.trial import run_trial
 
 pytestmark = pytest.mark.slow

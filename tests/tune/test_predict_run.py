@@ -33,7 +33,7 @@ from roofline.tune.predict_run import (
     write_predicted,
 )
 from roofline.tune.records import TrialMetrics
-from roofline.tune.search import Slot
+from roofline.tune.slots import Slot
 from roofline.tune.space_records import Dimension, Space
 from roofline.tune.trial import TrialResult
 from roofline.tune.tuner import TuneOptions

@@ -12,8 +12,9 @@ import sys
 import pytest
 from tune_helpers import marker, wait_gone, write_profile, write_space
 
+from roofline.tune.ladder import ladder_steps
 from roofline.tune.result import build_result
-from roofline.tune.search import Rule, ladder_steps
+from roofline.tune.slots import Rule
 from roofline.tune.space import Space
 from roofline.tune.trial import TrialResult
 from roofline.tune.tuner import TuneOptions

@@ -10,14 +10,9 @@ import pytest
 
 from roofline.bench.engines.base import Knob, Launcher, knob_table
 from roofline.tune import study as st
-from roofline.tune.search import (
-    STRATEGIES,
-    Rule,
-    grid_configs,
-    grid_plan,
-    ladder_plan,
-    ladder_steps,
-)
+from roofline.tune.ladder import ladder_plan, ladder_steps
+from roofline.tune.search import STRATEGIES, grid_configs, grid_plan
+from roofline.tune.slots import Rule
 from roofline.tune.space import parse_space
 from roofline.tune.trial import TrialResult
 

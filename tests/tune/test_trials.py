@@ -245,7 +245,7 @@ def _bench_summary(percent_file: float | None = 15.0, tok_per_s: float = 41.9) -
 def _trial(number: int, value: float, summary: dict, **kw):
     from roofline.bench.summary import RunSummary
     from roofline.tune.records import TrialMetrics
-    from roofline.tune.search import Slot
+    from roofline.tune.slots import Slot
     from roofline.tune.trial import TrialResult
 
     slot = Slot("baseline") if number == 0 else Slot("ladder", 1, "threads", kw.get("threads", 2))
@@ -519,8 +519,8 @@ def test_a_trial_told_to_stop_after_its_first_repetition_runs_no_more(tmp_path, 
     from roofline.bench.driver import Progress
     from roofline.bench.workloads import builtin_prompts
     from roofline.tune.objectives import OBJECTIVES, ObjectiveSettings
-    from roofline.tune.search import Slot
     from roofline.tune.settings import TrialSettings
+    from roofline.tune.slots import Slot
     from roofline.tune.trial import run_trial
 
     mark = marker()

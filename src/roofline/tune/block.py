@@ -11,7 +11,7 @@ worker claims the step's slots together and measures them in one block:
 so a value's units pair with the incumbent's from the same minutes; consecutive runs share the
 bandwidth probe between them. A value clearly slower than the incumbent after the first round
 (`paired.clearly_worse`) runs no more rounds: pruned, it cannot be kept. The decision is the
-ladder's own (`search._decide` over the results, `tune.paired`); the block only feeds it results. A
+ladder's own (`ladder._decide` over the results, `tune.paired`); the block only feeds it results. A
 step that cannot be one block (a restart knob, drafts that learn across requests, a budget) runs
 slot by slot.
 """
@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from roofline.bench.driver import Progress
-from roofline.tune.search import Decision, Slot, View, challenger, ladder_current
+from roofline.tune.ladder import challenger, ladder_current
+from roofline.tune.slots import Decision, Slot, View
 from roofline.tune.space_records import Space
 
 

@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from roofline.bench.summary import CeilingFigures
+from roofline.tune.ladder import ladder_current, ladder_steps
 from roofline.tune.objectives import ObjectiveInfo
 from roofline.tune.records import LadderStep, StepStart, StudyInfo, SweepPoint
-from roofline.tune.search import Rule, get_strategy, ladder_current, ladder_steps
+from roofline.tune.search import get_strategy
+from roofline.tune.slots import Rule
 from roofline.tune.space_records import Space
 from roofline.tune.trial import TrialResult
 

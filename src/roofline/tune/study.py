@@ -23,7 +23,8 @@ from typing import Any
 
 from roofline.errors import UserError
 from roofline.tune.records import Machine
-from roofline.tune.search import Rule, Slot, Strategy, View
+from roofline.tune.search import Strategy
+from roofline.tune.slots import Rule, Slot, View
 from roofline.tune.space_records import Space
 from roofline.tune.trial import TrialResult
 

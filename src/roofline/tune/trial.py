@@ -35,9 +35,9 @@ from roofline.bench.summary import RunSummary
 from roofline.tune.engine_runs import measure_served
 from roofline.tune.objectives import measure
 from roofline.tune.records import Machine, TrialMetrics
-from roofline.tune.search import Slot
 from roofline.tune.servers import Servers
 from roofline.tune.settings import TrialSettings
+from roofline.tune.slots import Slot
 
 STATUSES = ("ok", "inexact", "failed", "skipped")
 

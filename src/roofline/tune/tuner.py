@@ -203,8 +203,9 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
     from roofline.tune import study as st
     from roofline.tune.block import Blocks, fits, run_block, run_step_block
     from roofline.tune.result import build_result
-    from roofline.tune.search import Rule, get_strategy
+    from roofline.tune.search import get_strategy
     from roofline.tune.servers import Servers
+    from roofline.tune.slots import Rule
     from roofline.tune.space_records import Space
     from roofline.tune.trial import run_trial
 

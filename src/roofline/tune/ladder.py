@@ -1,0 +1,194 @@
+"""The ladder (the B200 study's method): one knob at a time, in the space's order, on top of the
+best so far; the incumbent is measured again next to its challengers, and a value is kept only when
+its paired ratio to the incumbent clears noise (`tune.paired`): runs of one configuration minutes
+apart vary more than many gains. `ladder_steps` replays the decisions over finished results."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from roofline.tune.paired import PairedRatio, paired_ratio
+from roofline.tune.slots import Decision, Rule, Slot, View
+from roofline.tune.space_records import Space
+
+
+def ladder_plan(space: Space) -> list[Slot]:
+    """The baseline, then per knob in order: the incumbent again (skipped when its measurement is
+    the trial just before), then each value other than the one the baseline runs."""
+    slots = [Slot("baseline", 0, config=dict(space.baseline))]
+    base = space.effective(space.baseline)
+    for i, d in enumerate(space.dimensions, 1):
+        slots.append(Slot("incumbent", i, d.name))
+        slots += [Slot("ladder", i, d.name, v) for v in d.values() if v != base.get(d.name)]
+    return slots
+
+
+@dataclass(frozen=True)
+class Step:
+    """One rung of the ladder: a knob, what its values gave, and whether the best one was kept."""
+
+    round: int
+    knob: str
+    before: Any  # the best result when the step started
+    tried: tuple  # results of this step's values, in trial order
+    kept: Any | None  # the result that became the new best, or None
+    # kept.value - before.value in the objective's direction (None when not kept)
+    gain: float | None
+    note: str
+    paired: PairedRatio | None = None  # the best value against the incumbent, paired
+    remeasured: Any | None = None  # the incumbent measured again just before its challengers
+    best: Any | None = None  # the value compared with the incumbent (the best paired ratio)
+
+
+def _decide(d: Any, current: Any, step_results: Sequence[Any], rule: Rule) -> Step:
+    """One step over its finished results. The incumbent's figures come from its measurement next
+    to the challengers; each eligible value is paired with it and the best paired ratio decides
+    (`tune.paired`). Results without pairing units (run folders from before) fall back to the old
+    rule: the gain must beat the larger spread."""
+    tried = tuple(r for r in step_results if r.slot.kind == "ladder" and r.status != "skipped")
+    again = [r for r in step_results if r.slot.kind == "incumbent" and rule.eligible(r)]
+    step = Step(0, d.name, current, tried, None, None, "", remeasured=again[-1] if again else None)
+    cand = rule.best(tried)
+    if not tried:
+        return step
+    if current is None:
+        return replace(step, note="no baseline to compare with")
+    if cand is None:
+        pruned = [f"{d.name}={r.config.get(d.name)}" for r in tried if r.pruned_after]
+        if not pruned:
+            return replace(step, note="no eligible value (failed or inexact)")
+        note = f"not kept: {', '.join(pruned)} clearly slower (stopped after a first round)"
+        if len(pruned) < len(tried):
+            note += "; the other values failed or were inexact"
+        return replace(step, note=note)
+    incumbent = step.remeasured or current
+    ratios = {
+        r.number: paired_ratio(r.units, incumbent.units, rule.direction == "maximize", r.number)
+        for r in tried
+        if rule.eligible(r) and r.units and incumbent.units
+    }
+    ratios = {n: pr for n, pr in ratios.items() if pr is not None}
+    if ratios:
+        number = max(ratios, key=lambda n: ratios[n].ratio)
+        number, why = _simplest_tied(d, tried, ratios, number, rule)
+        cand, pr = next(r for r in tried if r.number == number), ratios[number]
+        what = f"{d.name}={cand.config.get(d.name)}"
+        if pr.verdict == "better":
+            g = rule.gain(cand.value, current.value)
+            note = f"kept {what}: {pr.describe()}{why}"
+            return replace(step, kept=cand, gain=g, note=note, paired=pr, best=cand)
+        word = "tie (within noise)" if pr.verdict == "tie" else "slower"
+        note = f"not kept: {what} {word}: {pr.describe()}"
+        return replace(step, note=note, paired=pr, best=cand)
+    margin = max(current.spread or 0.0, cand.spread or 0.0)
+    g = rule.gain(cand.value, current.value)
+    what = f"{d.name}={cand.config.get(d.name)}"
+    if g > margin:
+        note = f"kept {what}: gain {g:.3g} > spread {margin:.3g}"
+        return replace(step, kept=cand, gain=g, note=note, best=cand)
+    note = f"not kept: best {what} gains {g:.3g}, within spread {margin:.3g}"
+    return replace(step, note=note, best=cand)
+
+
+def _simplest_tied(
+    d: Any, tried: Sequence[Any], ratios: Mapping[int, PairedRatio], best: int, rule: Rule
+) -> tuple[int, str]:
+    """Which value a step keeps when several beat the incumbent: the first the space lists (its
+    choices go simplest first) whose paired ratio to the fastest one is within noise; else the
+    fastest. So values a run cannot tell apart are decided by the space, not by the noise, and
+    the same step decides the same way run after run. (trial number, a note saying so or "")."""
+    by_number = {r.number: r for r in tried}
+    top = by_number[best]
+    if ratios[best].verdict != "better":
+        return best, ""
+    for v in d.values():
+        if v == top.config.get(d.name):
+            break
+        for n, pr in ratios.items():
+            r = by_number[n]
+            if r.config.get(d.name) != v or pr.verdict != "better":
+                continue
+            vs = paired_ratio(top.units, r.units, rule.direction == "maximize", top.number)
+            if vs is not None and vs.verdict != "better":
+                fast = f"{d.name}={top.config.get(d.name)}"
+                return n, f"; {fast} against it {vs.describe()}: a tie, the simpler kept"
+    return best, ""
+
+
+def ladder_steps(space: Space, results: Sequence[Any], rule: Rule) -> tuple[Any | None, list[Step]]:
+    """Replay the ladder over finished results: (the baseline result, the steps taken so far).
+
+    A step is complete when none of its slots is unfinished; the caller passes only finished
+    results, and steps with no results yet are left out."""
+    by_round: dict[int, list] = {}
+    for r in sorted(results, key=lambda r: r.number):
+        by_round.setdefault(r.slot.round, []).append(r)
+    baseline = rule.best([r for r in by_round.get(0, []) if r.slot.kind == "baseline"])
+    current = baseline
+    steps = []
+    for i, d in enumerate(space.dimensions, 1):
+        step = replace(_decide(d, current, by_round.get(i, []), rule), round=i)
+        if not step.tried:
+            continue
+        steps.append(step)
+        if step.kept is not None:
+            current = step.kept
+    return baseline, steps
+
+
+def ladder_current(
+    space: Space, results: Sequence[Any], rule: Rule, before_round: int
+) -> Any | None:
+    """The best result after the steps before `before_round` (the configuration the next step builds
+    on)."""
+    baseline, steps = ladder_steps(space, [r for r in results if r.slot.round < before_round], rule)
+    current = baseline
+    for s in steps:
+        if s.kept is not None:
+            current = s.kept
+    return current
+
+
+def challenger(space: Space, current: Any, knob: str, value: Any) -> Decision:
+    """Whether `knob=value` on top of the current best is a configuration to run."""
+    config = space.resolve({**current.config, knob: value})
+    if knob not in config:
+        cond = " and ".join(c.describe() for c in space.dimension(knob).conditions)
+        return Decision(
+            "skip", reason=f"{knob} is inactive on the current best ({cond} does not hold)"
+        )
+    if space.effective(config) == space.effective(current.config):
+        return Decision("skip", reason=f"{knob}={value} is what the current best runs")
+    return Decision("run", config)
+
+
+def _incumbent(space: Space, slot: Slot, view: View, current: Any) -> Decision:
+    """The current best again, right before its challengers, unless the trial just before was it
+    (then that measurement pairs) or none of the step's values will run."""
+    base = space.effective(space.baseline)
+    values = [v for v in space.dimension(slot.knob).values() if v != base.get(slot.knob)]
+    if all(challenger(space, current, slot.knob, v).action == "skip" for v in values):
+        return Decision("skip", reason=f"no value of {slot.knob} runs on the current best")
+    ran = [r.number for r in view.results if r.status != "skipped"]
+    if ran and max(ran) == current.number:
+        return Decision("skip", reason="the current best was measured just before")
+    return Decision("run", dict(current.config))
+
+
+def ladder_configure(
+    space: Space, slot: Slot, view: View, rule: Rule, trial: Any = None
+) -> Decision:
+    if slot.kind == "baseline":
+        return Decision("run", dict(slot.config or {}))
+    if any(u.round < slot.round for u in view.unfinished):
+        return Decision("wait", reason=f"step {slot.round} waits for earlier steps")
+    current = ladder_current(space, view.results, rule, slot.round)
+    if current is None:
+        return Decision("skip", reason="the baseline did not give a result")
+    if slot.kind == "incumbent":
+        return _incumbent(space, slot, view, current)
+    if any(u.round == slot.round and u.kind == "incumbent" for u in view.unfinished):
+        return Decision("wait", reason=f"step {slot.round} waits for its incumbent")
+    return challenger(space, current, slot.knob, slot.value)

@@ -1,0 +1,91 @@
+"""What a search strategy works with: the slots a study enqueues (`Slot`), how results compare
+(`Rule`), what a worker knows when it configures a slot (`View`) and what it decides
+(`Decision`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+TUNED = ("ok", "inexact")  # statuses that carry a measured value
+
+
+@dataclass(frozen=True)
+class Slot:
+    """What a claimed trial is for: the baseline, one ladder step's value, a grid point, or a TPE
+    draw."""
+
+    kind: str  # "baseline" | "incumbent" (the ladder's, again) | "ladder" | "grid" | "tpe"
+    round: int = 0  # baseline 0; the ladder's step (1 = first knob); grid and tpe 1
+    knob: str | None = None
+    value: Any = None
+    config: Mapping[str, Any] | None = None  # fixed configurations (baseline, grid)
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "round": self.round,
+            "knob": self.knob,
+            "value": self.value,
+            "config": None if self.config is None else dict(self.config),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping | None) -> Slot:
+        if not d:
+            return cls("tpe", 1)
+        return cls(
+            d["kind"],
+            int(d.get("round", 0)),
+            d.get("knob"),
+            d.get("value"),
+            None if d.get("config") is None else dict(d["config"]),
+        )
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How results compare: the objective's direction, and whether inexact trials may win."""
+
+    direction: str = "maximize"  # or "minimize"
+    allow_inexact: bool = False
+
+    def eligible(self, r: Any) -> bool:
+        """May be the best: measured, exact (or inexact allowed), and not pruned (measured on
+        fewer repetitions because it was losing)."""
+        return (
+            r.value is not None
+            and not getattr(r, "pruned_after", 0)
+            and (r.status == "ok" or (r.status == "inexact" and self.allow_inexact))
+        )
+
+    def gain(self, new: float, old: float) -> float:
+        """How much better new is than old, in the objective's unit (positive = better)."""
+        return new - old if self.direction == "maximize" else old - new
+
+    def best(self, results: Sequence[Any]) -> Any | None:
+        ok = [r for r in results if self.eligible(r)]
+        if not ok:
+            return None
+        return (
+            max(ok, key=lambda r: r.value)
+            if self.direction == "maximize"
+            else min(ok, key=lambda r: r.value)
+        )
+
+
+@dataclass(frozen=True)
+class View:
+    """What a worker knows when it configures a slot: finished results, and slots not yet
+    finished."""
+
+    results: Sequence[Any]  # TrialResult-like: number, slot, config, status, value, spread
+    unfinished: Sequence[Slot] = ()
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # "run" | "skip" | "wait"
+    config: Mapping[str, Any] | None = None
+    reason: str = ""
