@@ -12,6 +12,10 @@ from pathlib import Path
 
 import pytest
 
+# the engine's runtime settings (passive OpenMP waits, MKL's strict reproducibility), as every
+# process that serves or generates has them: made on its import, before any test calls torch
+import roofline.engine  # noqa: F401
+
 TESTS = Path(__file__).resolve().parent
 
 # file (relative to tests/) -> test functions that take seconds each (servers, subprocesses,

@@ -21,6 +21,7 @@ from roofline.engine.threads import (
     TorchLayerTrial,
     candidate_thread_counts,
     prefer_passive_omp_waits,
+    prefer_strict_blas,
 )
 
 
@@ -265,3 +266,10 @@ def test_seeding_starts_the_choice_from_measured_passes():
     )
     assert fixed.thread_chooser is None
     np.testing.assert_array_equal(fixed.prefill(0, PROMPT), runner.prefill(0, PROMPT))
+
+
+def test_mkl_is_asked_for_results_that_do_not_depend_on_threads():
+    env: dict[str, str] = {}
+    assert prefer_strict_blas(env) and env == {"MKL_CBWR": "AUTO,STRICT"}
+    env = {"MKL_CBWR": "COMPATIBLE"}  # the user's own choice stays
+    assert not prefer_strict_blas(env) and env == {"MKL_CBWR": "COMPATIBLE"}

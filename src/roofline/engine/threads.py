@@ -49,6 +49,20 @@ def prefer_passive_omp_waits(environ=os.environ, modules=sys.modules) -> bool:
     return True
 
 
+def prefer_strict_blas(environ=os.environ) -> bool:
+    """Set MKL_CBWR=AUTO,STRICT unless MKL_CBWR is set already. True when it set it.
+
+    torch's CPU GEMMs go through MKL, which on some CPUs (an AVX-512 Xeon with AMX) sums a residual
+    GEMM (`addmm_`) in another order on 2 threads than on 1, so a prefill's bits would follow the
+    thread count the runner picked. MKL's strict reproducibility mode makes the result the same on
+    any count, at no cost measured on the default model's shapes. MKL reads it at its first call,
+    so setting it on this package's import (before any runner exists) is in time."""
+    if "MKL_CBWR" in environ:
+        return False
+    environ["MKL_CBWR"] = "AUTO,STRICT"
+    return True
+
+
 def candidate_thread_counts(most: int) -> tuple[int, ...]:
     """most, most // 2, ..., 1 (distinct, falling)."""
     counts, n = [], max(1, int(most))
