@@ -111,13 +111,14 @@ def tpe_sampler(seed: int | None, budget: int | None = None) -> Any:
 
 
 def tpe_pruner(budget: int | None = None) -> Any:
-    """Stop a trial after a repetition whose value lies below the median of the finished trials'
-    at the same repetition (once 3 besides the baseline, which reports none, have finished): it
-    is clearly losing, and its remaining repetitions would only measure how much. A pruned trial
-    is never the best."""
+    """Stop a trial after a repetition whose value lies below the lower quartile of the finished
+    trials' at the same repetition (once 3 besides the baseline, which reports none, have
+    finished): it is clearly losing, and its remaining repetitions would only measure how much. A
+    pruned trial is never the best. (The median pruned a configuration 0.4% off the best on its
+    first repetition's noise: the quartile leaves near-ties alone.)"""
     import optuna
 
-    return optuna.pruners.MedianPruner(n_startup_trials=1 + 3, n_warmup_steps=0)
+    return optuna.pruners.PercentilePruner(75.0, n_startup_trials=1 + 3, n_warmup_steps=0)
 
 
 def plain_sampler(seed: int | None, budget: int | None = None) -> Any:
@@ -161,8 +162,8 @@ STRATEGIES: dict[str, Strategy] = {
     ),
     "tpe": Strategy(
         "tpe",
-        "Optuna's TPE sampler, for spaces too big for a grid; a trial below the median after "
-        "a repetition is pruned",
+        "Optuna's TPE sampler, for spaces too big for a grid; a trial below the lower quartile "
+        "after a repetition is pruned",
         tpe_plan,
         tpe_configure,
         tpe_sampler,
