@@ -10,12 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tune_helpers import FAKE, FakeLauncher, marker, wait_gone, write_space
+from tune_helpers import FAKE, FakeLauncher, marker, tune_options, wait_gone, write_space
 
 from roofline.bench.engines.launchers import EMBEDDED
 from roofline.speculation import SERVER_ONLY, options
 from roofline.tune.space import load_space_file
-from roofline.tune.tuner import Display, TuneOptions, run_tune
+from roofline.tune.tuner import Display, run_tune
 
 # every command line LiveFake made, (port, configuration): a server's start is the first on its
 # port; later ones on the same port are trials' commands (the whole configuration as flags)
@@ -61,17 +61,7 @@ def _tune(tmp_path, monkeypatch, launcher, name: str, body: str = SPACE):
     monkeypatch.setitem(engines.LAUNCHERS, launcher.name, launcher)
     space = load_space_file(write_space(tmp_path, body, f"{name}.toml"), launcher)
     mark = marker()
-    opts = TuneOptions(
-        engine=launcher.name,
-        space=space.to_json(),
-        max_tokens=12,
-        extra_args=(mark,),
-        ready_timeout_s=3,
-        request_timeout_s=5,
-        stop_grace_s=1,
-        reps=1,
-        strategy="grid",
-    )
+    opts = tune_options(space, mark, engine=launcher.name, reps=1, strategy="grid")
     STARTS.clear()
     result = run_tune(opts, tmp_path / name, Display())
     assert wait_gone(mark) == []  # the kept server too
@@ -179,16 +169,7 @@ def test_a_ladder_step_of_live_values_runs_as_one_interleaved_paired_block(tmp_p
     space = load_space_file(write_space(tmp_path, LADDER, "ladder.toml"), both)
     mark = marker()
     STARTS.clear()
-    opts = TuneOptions(
-        engine=both.name,
-        space=space.to_json(),
-        max_tokens=12,
-        extra_args=(mark,),
-        ready_timeout_s=3,
-        request_timeout_s=5,
-        stop_grace_s=1,
-        reps=2,
-    )
+    opts = tune_options(space, mark, engine=both.name, reps=2)
     result = run_tune(opts, tmp_path / "run", Display())
     assert wait_gone(mark) == []
     assert len(_started()) == 1  # the baseline's server, for every trial
@@ -225,16 +206,7 @@ def test_a_value_clearly_slower_after_the_first_round_runs_no_more_rounds(tmp_pa
     body = "[baseline]\nspeed = 400\n[knobs.speed]\nchoices = [400, 100, 800]\ndefault = 400\n"
     space = load_space_file(write_space(tmp_path, body, "slow.toml"), live)
     mark = marker()
-    opts = TuneOptions(
-        engine=live.name,
-        space=space.to_json(),
-        max_tokens=12,
-        extra_args=(mark,),
-        ready_timeout_s=3,
-        request_timeout_s=5,
-        stop_grace_s=1,
-        reps=3,
-    )
+    opts = tune_options(space, mark, engine=live.name, reps=3)
     result = run_tune(opts, tmp_path / "run", Display())
     assert wait_gone(mark) == []
     by = {r.config.get("speed"): r for r in result.trials if r.slot.kind == "ladder"}

@@ -7,26 +7,12 @@ import json
 from dataclasses import replace
 
 import pytest
-from tune_helpers import FAKE, marker, register_fake, wait_gone, write_space
+from tune_helpers import FAKE, marker, register_fake, tune_options, wait_gone, write_space
 
 from roofline.tune.result import TuneResult
 from roofline.tune.space import load_space_file
 from roofline.tune.trial import TrialResult
-from roofline.tune.tuner import RESULT, TRIALS, Display, TuneOptions, run_tune
-
-
-def options(space, mark: str, **kw) -> TuneOptions:
-    kw.setdefault("reps", 2)
-    return TuneOptions(
-        engine="fake",
-        space=space.to_json(),
-        max_tokens=12,
-        extra_args=(mark,),
-        ready_timeout_s=3,
-        request_timeout_s=5,
-        stop_grace_s=1,
-        **kw,
-    )
+from roofline.tune.tuner import RESULT, TRIALS, Display, run_tune
 
 
 def by_mode(result: TuneResult) -> dict:
@@ -50,7 +36,7 @@ default = "ok"
         FAKE,
     )
     mark = marker()
-    result = run_tune(options(space, mark), tmp_path / "run", Display())
+    result = run_tune(tune_options(space, mark), tmp_path / "run", Display())
     trials = by_mode(result)
     assert set(trials) == {"ok", "crash", "crash_mid", "hang", "garbage", "ignore_term"}
     assert (
@@ -107,7 +93,7 @@ default = 0
     )
     mark = marker()
     result = run_tune(
-        options(space, mark, allow_inexact=allow, reps=2), tmp_path / "run", Display()
+        tune_options(space, mark, allow_inexact=allow, reps=2), tmp_path / "run", Display()
     )
     inexact = [r for r in result.trials if r.status == "inexact"]
     assert len(inexact) == 1
@@ -134,9 +120,8 @@ def test_goodput_and_cost_objectives(tmp_path, monkeypatch, objective, extra):
     # the baseline streams at 500 tok/s, the steps at 100 and 200: far enough apart that a busy
     # host (the fake sleeps per token) cannot turn them into a tie; a wrong direction would pick 100
     space = load_space_file(write_space(tmp_path, "[knobs.speed]\nchoices = [100, 200]\n"), FAKE)
-    result = run_tune(
-        options(space, marker(), objective=objective, reps=1, **extra), tmp_path / "run", Display()
-    )
+    opts = tune_options(space, marker(), objective=objective, reps=1, **extra)
+    result = run_tune(opts, tmp_path / "run", Display())
     # the incumbent's slot: skipped, the baseline ran just before its challengers
     again = [r for r in result.trials if r.slot.kind == "incumbent"]
     assert [r.status for r in again] == ["skipped"]
@@ -161,7 +146,7 @@ def test_tpe_through_the_tuner(tmp_path, monkeypatch):
         write_space(tmp_path, "[knobs.speed]\nlow = 100\nhigh = 900\nstep = 100\n"), FAKE
     )
     result = run_tune(
-        options(space, marker(), strategy="tpe", trials=4, reps=1), tmp_path / "run", Display()
+        tune_options(space, marker(), strategy="tpe", trials=4, reps=1), tmp_path / "run", Display()
     )
     assert len(result.trials) == 4 and result.trials[0].slot.kind == "baseline"
     assert all(r.status == "ok" and 100 <= r.config.get("speed", 100) <= 900 for r in result.trials)
@@ -493,7 +478,8 @@ def test_tune_times_first_time_prompts_by_default(tmp_path, monkeypatch, policy)
         FAKE,
     )
     kw = {} if policy == "fresh" else {"repeat_policy": policy}
-    result = run_tune(options(space, marker(), trials=1, reps=2, **kw), tmp_path / "run", Display())
+    opts = tune_options(space, marker(), trials=1, reps=2, **kw)
+    result = run_tune(opts, tmp_path / "run", Display())
     trial = result.baseline
     assert trial.status == "ok"
     lines = [

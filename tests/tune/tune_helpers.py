@@ -48,6 +48,24 @@ def register_fake(monkeypatch) -> None:
     monkeypatch.setitem(engines.LAUNCHERS, "fake", FAKE)
 
 
+def tune_options(space, mark: str, **kw):
+    """TuneOptions for a fake engine (`engine`, default "fake"): short requests and timeouts, the
+    process marker `mark` as its last argument, 2 repetitions unless `reps` says otherwise."""
+    from roofline.tune.tuner import TuneOptions
+
+    kw.setdefault("engine", "fake")
+    kw.setdefault("reps", 2)
+    return TuneOptions(
+        space=space.to_json(),
+        max_tokens=12,
+        extra_args=(mark,),
+        ready_timeout_s=3,
+        request_timeout_s=5,
+        stop_grace_s=1,
+        **kw,
+    )
+
+
 def write_space(folder: Path, body: str, name: str = "space.toml") -> Path:
     path = folder / name
     path.write_text('source = "test"\ndate = "2026-12-02"\n' + body, encoding="utf-8")

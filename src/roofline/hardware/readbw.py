@@ -197,11 +197,11 @@ def read_bandwidth_now(
     """The short probe (about a second): every read kernel over 1 GiB, one warm-up and three timed
     passes each. The bandwidth of these minutes, to hold a run taken now against (a shared host
     drifts). buf: a `probe_buffer` kept from an earlier probe (size_bytes is then its size)."""
-    from roofline.hardware.machine import total_memory_bytes, usable_cpu_count
+    from roofline.hardware.machine import usable_cpu_count
 
     threads = usable_cpu_count() if threads is None else threads
-    size = short_probe_size_bytes(total_memory_bytes()) if size_bytes is None else size_bytes
-    return measure_read_bandwidth(size, repeats, warmup, threads, buf=buf)
+    buf = probe_buffer(size_bytes) if buf is None else buf
+    return measure_read_bandwidth(buf.size * FP32_BYTES, repeats, warmup, threads, buf=buf)
 
 
 def read_bandwidth_now_bytes_per_s(threads: int | None = None) -> float:

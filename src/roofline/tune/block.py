@@ -81,7 +81,7 @@ def run_block(
     """Measure the block's configurations interleaved on one server; (result, greedy outputs) per
     item, in order. An error fails every item (KeyboardInterrupt passes through, the server
     stopped)."""
-    from roofline.tune.engine_runs import bench_run, discovered, greedy_outputs, trial_probes
+    from roofline.tune.engine_runs import bench_rep, discovered, greedy_outputs, trial_probes
     from roofline.tune.trial import failure, measured_result, trial_common
 
     t0 = time.monotonic()
@@ -109,17 +109,19 @@ def run_block(
             active = list(range(len(items)))
             for rep in range(settings.reps):
                 for k in active:
-                    item, s = items[k], served[k]
-                    summary, lines = bench_run(
-                        once,
-                        s.url,
-                        item.folder / f"bench-{rep}",
-                        progress,
-                        outputs[k],
-                        body=dict(s.body),
-                        probes=probes,
+                    s = served[k]
+                    runs[k].append(
+                        bench_rep(
+                            once,
+                            s.url,
+                            items[k].folder,
+                            rep,
+                            progress,
+                            outputs[k],
+                            dict(s.body),
+                            probes,
+                        )
                     )
-                    runs[k].append((summary, [{**ln, "rep": rep} for ln in lines]))
                 if rep == 0 and settings.reps > 1:
                     slower = _stop_slower(settings, items, runs)
                     for k in sorted(slower):

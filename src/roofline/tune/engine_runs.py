@@ -149,6 +149,24 @@ def bench_run(
     return outcome.summary, lines
 
 
+def bench_rep(
+    once: TrialSettings,
+    url: str,
+    folder: Path,
+    rep: int,
+    progress: Progress,
+    outputs: Sequence[Any],
+    body: dict[str, Any] | None,
+    probes: ProbeChain,
+) -> tuple[RunSummary, list[dict]]:
+    """Repetition `rep` as a bench run of its own (`once`: settings of one repetition) in
+    folder/bench-<rep>, its lines' `rep` set to it so units pair across runs."""
+    summary, lines = bench_run(
+        once, url, folder / f"bench-{rep}", progress, outputs, body=body, probes=probes
+    )
+    return summary, [{**ln, "rep": rep} for ln in lines]
+
+
 def trial_probes() -> ProbeChain:
     """The bandwidth probes of bench runs a trial or a block runs back to back."""
     from roofline.hardware.window import ProbeChain
@@ -189,19 +207,16 @@ def measure_served(
         outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
         return outputs, [summary], lines, 0
     outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
-    if may_win is not None and settings.reps > 1 and not may_win(outputs):
-        once = dataclasses.replace(settings, reps=1)
+    once = settings.reps > 1 and may_win is not None and not may_win(outputs)
+    if once:
         progress.note(f"trial {number}: outputs differ from the baseline's: one repetition")
-        summary, lines = bench_run(
-            once, served.url, folder / "bench", progress, outputs, body=body, probes=trial_probes()
-        )
-        return outputs, [summary], lines, 1
-    if report is not None and settings.reps > 1:
+    elif report is not None and settings.reps > 1:
         return (outputs, *by_rep(settings, served.url, folder, progress, outputs, body, report))
+    run = dataclasses.replace(settings, reps=1) if once else settings
     summary, lines = bench_run(
-        settings, served.url, folder / "bench", progress, outputs, body=body, probes=trial_probes()
+        run, served.url, folder / "bench", progress, outputs, body=body, probes=trial_probes()
     )
-    return outputs, [summary], lines, 0
+    return outputs, [summary], lines, int(once)
 
 
 def by_rep(
@@ -222,11 +237,9 @@ def by_rep(
     summaries: list[RunSummary] = []
     lines: list[dict] = []
     for rep in range(settings.reps):
-        summary, got = bench_run(
-            once, url, folder / f"bench-{rep}", progress, outputs, body=body, probes=probes
-        )
+        summary, got = bench_rep(once, url, folder, rep, progress, outputs, body, probes)
         summaries.append(summary)
-        lines += [{**ln, "rep": rep} for ln in got]
+        lines += got
         value = measure(settings.objective, lines, settings.objective_settings).value
         if rep < settings.reps - 1 and value is not None and report(rep, value):
             progress.note(f"pruned after {rep + 1} of {settings.reps} repetitions: {value:.4g}")
