@@ -96,6 +96,24 @@ def test_bad_streams_are_failures_with_reasons():
     assert run([chat(role=True)], saw_done=True).error_kind == "no_tokens"
 
 
+def test_token_ids_in_the_stream_are_kept_with_the_prompts():
+    def ids(obj, chunk_ids, **top):
+        obj = json.loads(obj)
+        obj["choices"][0]["token_ids"] = chunk_ids
+        return json.dumps({**obj, **top}).encode()
+
+    p = [ids(chat(role=True), [], prompt_token_ids=[7, 8]), ids(chat(" a b"), [4, 5])]
+    rec = run([*p, ids(chat(" c", finish="stop"), [6])])
+    assert rec.ok and rec.token_ids == [4, 5, 6] and rec.prompt_token_ids == [7, 8]
+    line = rec.to_json(0)
+    assert line["token_ids"] == [4, 5, 6] and line["prompt_token_ids"] == [7, 8]
+    plain = run([chat(" a"), chat(" b", finish="stop")])
+    assert plain.token_ids is None and "token_ids" not in plain.to_json(0)
+    for bad in (["4"], [-1], "4 5", [True]):
+        r = run([ids(chat(" a"), bad)])
+        assert r.error_kind == "malformed_event" and "token ids" in r.error
+
+
 def test_passes_reported_by_server():
     p = [
         chat(" a b"),

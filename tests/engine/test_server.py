@@ -193,6 +193,43 @@ def test_completions_plain_streamed_and_token_ids(url, runner):
     assert chunks[-1].usage.total_tokens == len(prompt_ids) + 25
 
 
+@pytest.mark.parametrize("route", ["completions", "chat/completions"])
+def test_a_stream_with_token_ids_gives_the_whole_answers_ids_and_the_prompts_first(url, route):
+    """`return_token_ids` on a stream: the chunks' ids join into the whole response's, the prompt's
+    ids come once, in the first chunk; bench's record of the stream holds both."""
+    from roofline.bench.records import RequestRecord
+    from roofline.bench.sse import SSEParser
+    from roofline.bench.tokens import finalize
+
+    body = {"model": "fake-model", "max_tokens": 12, "temperature": 0, "ignore_eos": True}
+    body |= {"return_token_ids": True}
+    if route == "chat/completions":
+        body["messages"] = MESSAGES
+    else:
+        body["prompt"] = "Count: 1, 2, 3"
+    whole = httpx.post(f"{url}/v1/{route}", json=body, timeout=60).json()
+    want_ids = whole["choices"][0]["token_ids"]
+    holder = whole if route == "chat/completions" else whole["choices"][0]
+    want_prompt = holder["prompt_token_ids"]
+    parser, payloads = SSEParser(), []
+    with httpx.stream("POST", f"{url}/v1/{route}", json=body | {"stream": True}) as r:
+        for piece in r.iter_bytes():
+            payloads += [p for p in parser.feed(piece) if p != b"[DONE]"]
+    events = [json.loads(p) for p in payloads]
+    with_prompt = [
+        i
+        for i, e in enumerate(events)
+        if "prompt_token_ids" in e or "prompt_token_ids" in (e["choices"] or [{}])[0]
+    ]
+    assert with_prompt == [0]
+    ids = [t for e in events for c in e["choices"] for t in c.get("token_ids", [])]
+    assert len(want_ids) == 12 and ids == want_ids
+    rec = RequestRecord(id=0, scenario="t")
+    finalize(rec, list(range(len(payloads))), payloads, True)
+    assert rec.ok and rec.token_ids == want_ids and rec.prompt_token_ids == want_prompt
+    assert rec.to_json(0)["token_ids"] == want_ids
+
+
 def test_stop_strings(url, runner):
     text, *_ = chat_expected(runner, MESSAGES, 60, ignore_eos=True)
     stop = text[10:13]

@@ -42,6 +42,10 @@ class RequestRecord:
     # a server's own send stamps (`roofline_t_ns`), if offered
     server_chunk_ns: list[int] | None = None
     passes: int | None = None  # weight passes (verify steps) the server reports, if it does
+    # the output's and the prompt's token ids, when the stream carried them (`return_token_ids`
+    # asked for: the embedded server, vLLM)
+    token_ids: list[int] | None = None
+    prompt_token_ids: list[int] | None = None
     # sent again once on a fresh connection after a stale keep-alive one closed
     retried: bool = False
     # raw stream, kept from the last byte until `tokens.finalize` has decoded it (never written)
@@ -89,4 +93,8 @@ class RequestRecord:
             d["server_chunk_ns"] = [t - base for t in self.server_chunk_ns]
         if self.passes is not None:
             d["passes"] = self.passes
+        if self.token_ids is not None:
+            d["token_ids"] = self.token_ids
+        if self.prompt_token_ids is not None:
+            d["prompt_token_ids"] = self.prompt_token_ids
         return d

@@ -157,6 +157,33 @@ def _passes(obj: dict) -> int | None:
     return None
 
 
+def _ids(value: object, what: str) -> list[int] | None:
+    """A token id list (`return_token_ids`): None when absent; MalformedEvent unless a list of
+    ids from 0 to _MAX_COUNT."""
+    if value is None:
+        return None
+    if value.__class__ is list and all(t.__class__ is int and 0 <= t <= _MAX_COUNT for t in value):
+        return value
+    raise MalformedEvent(f"{what} is {describe(value)}, not a list of token ids")
+
+
+def _event_ids(obj: dict, ids: list[int] | None) -> tuple[list[int] | None, list[int] | None]:
+    """The event's token ids added to `ids` (the stream's so far; None: none seen), and the
+    prompt's ids if the event carries them (top level in a chat, in the choice of a
+    completion)."""
+    prompt = _ids(obj.get("prompt_token_ids"), "prompt_token_ids")
+    choices = obj.get("choices")
+    for choice in choices if choices.__class__ is list else ():
+        if choice.__class__ is not dict:
+            continue
+        got = _ids(choice.get("token_ids"), "choices[].token_ids")
+        if got is not None:
+            ids = (ids or []) + got
+        if prompt is None:
+            prompt = _ids(choice.get("prompt_token_ids"), "choices[].prompt_token_ids")
+    return ids, prompt
+
+
 def _stamp(value: object) -> int | None:
     """A server's send stamp (`roofline_t_ns`), or None when absent."""
     if value is None or (value.__class__ is int and 0 <= value <= _MAX_STAMP_NS):
@@ -212,6 +239,8 @@ def _finalize(
     final_usage: dict | None = None
     finish_reason = rec.finish_reason
     passes = None
+    ids: list[int] | None = None  # output token ids, when the stream carries them
+    prompt_ids: list[int] | None = None
     for i, obj in enumerate(objs):
         try:
             if obj.get("error") is not None:
@@ -247,6 +276,9 @@ def _finalize(
             if stamp is not None and not (stamp.__class__ is int and 0 <= stamp <= _MAX_STAMP_NS):
                 _stamp(stamp)  # raises
             stamps.append(stamp)
+            if b'token_ids"' in payloads[i]:  # token_ids or prompt_token_ids, somewhere
+                ids, prompt = _event_ids(obj, ids)
+                prompt_ids = prompt if prompt is not None else prompt_ids
         except MalformedEvent as e:
             raise MalformedEvent(f"event {i}: {e}") from None
         texts.append(text)
@@ -266,6 +298,7 @@ def _finalize(
     rec.text = "".join(texts)
     if prompt_tokens is not None:
         rec.prompt_tokens = prompt_tokens
+    rec.token_ids, rec.prompt_token_ids = ids, prompt_ids
     if any(stamps[i] is not None for i in keep):
         rec.server_chunk_ns = [stamps[i] or 0 for i in keep]
     if not saw_done and rec.finish_reason is None:

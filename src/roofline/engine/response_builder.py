@@ -22,8 +22,9 @@ def usage_dict(usage: Usage) -> dict[str, int]:
 
 class ResponseBuilder:
     """Builds the response objects of one request: same id, creation time and model on every
-    chunk. prompt_token_ids: the prompt's ids, sent in a whole response when the request asked for
-    token ids (as vLLM does: top level in a chat, in the choice of a completion)."""
+    chunk. prompt_token_ids: the prompt's ids, sent when the request asked for token ids (as vLLM
+    does: top level in a chat, in the choice of a completion), in a whole response or in a
+    stream's first chunk."""
 
     def __init__(self, model: str, *, chat: bool, prompt_token_ids: list[int] | None = None):
         self.chat = chat
@@ -75,7 +76,10 @@ class ResponseBuilder:
         with_usage_field: bool = False,
         token_ids: list[int] | None = None,
         stats: dict[str, int] | None = None,
+        prompt_ids: bool = False,
     ) -> dict[str, Any]:
+        """One stream chunk; prompt_ids: with the prompt's ids (the first chunk of a stream that
+        asked for token ids)."""
         if self.chat:
             delta: dict[str, Any] = {}
             if role:
@@ -94,6 +98,8 @@ class ResponseBuilder:
             out = {**self._head("text_completion"), "choices": [choice]}
         if token_ids is not None:
             choice["token_ids"] = token_ids
+        if prompt_ids and self.prompt_token_ids is not None:
+            (out if self.chat else choice)["prompt_token_ids"] = self.prompt_token_ids
         if stats is not None:
             out["roofline"] = stats
         # OpenAI sends "usage": null on every chunk but the last when asked for usage

@@ -100,9 +100,13 @@ async def _stream_events(
     several tokens: a verify step that accepted drafts), a finish chunk with the request's pass and
     draft counts (`"roofline"`), the usage chunk with empty choices when asked for, then [DONE].
     token_ids: every chunk carries the ids of its tokens (then an event with ids but no text yet
-    gets a chunk too)."""
+    gets a chunk too), the first one the prompt's ids as well."""
+    first = token_ids  # the prompt's ids still to send
     if builder.chat:
-        yield sse(builder.chunk(text="", role=True, with_usage_field=include_usage))
+        yield sse(
+            builder.chunk(text="", role=True, with_usage_field=include_usage, prompt_ids=first)
+        )
+        first = False
     while True:
         event: Event = await queue.get()
         if event is SHUTDOWN:
@@ -117,8 +121,10 @@ async def _stream_events(
                     text=event.text,
                     with_usage_field=include_usage,
                     token_ids=list(event.token_ids) if token_ids else None,
+                    prompt_ids=first,
                 )
             )
+            first = False
         if event.final:
             yield sse(
                 builder.chunk(
@@ -126,6 +132,7 @@ async def _stream_events(
                     with_usage_field=include_usage,
                     stats=_stats(event),
                     token_ids=[] if token_ids else None,
+                    prompt_ids=first,
                 )
             )
             if include_usage and event.usage is not None:
