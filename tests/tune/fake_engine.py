@@ -5,11 +5,11 @@
 Modes: ok (serve), crash (exit at start with an error), crash_mid (serve /health, die on the first
 completion), hang (never listen, ignore SIGTERM), garbage (print bytes, answer completions with
 nonsense), ignore_term (serve, ignore SIGTERM). Greedy answers carry `token_ids` derived from the
-prompt; --shift N changes every token from the fourth on and doubles the speed (an inexact
-configuration that is faster, like lossy int8 weights). Unknown
-arguments (a marker for the process table) are ignored. A request's `fake_live` field
-({"shift": N, "speed": S, "mode": "crash_mid"}) overrides those flags for that request (a
-launcher's live knobs).
+prompt (a stream that asks `return_token_ids` too, chunk by chunk); --shift N changes every token
+from the fourth on and doubles the speed (an inexact configuration that is faster, like lossy int8
+weights). Unknown arguments (a marker for the process table) are ignored. A request's
+`fake_live` field ({"shift": N, "speed": S, "mode": "crash_mid"}) overrides those flags for that
+request (a launcher's live knobs).
 
 --gate DIR: each engine started records its start as DIR/start-N (N = 0, 1, ...; the file holds the
 pid of the process that started it); every engine but the first holds each completion request until
@@ -142,8 +142,10 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200, b"\x00\x01 GARBAGE {{{")
             return
         ids = token_ids(body)
-        if body.get("stream"):  # the order of measured requests, for the tests of paired blocks
-            print("stream", json.dumps(body.get("fake_live") or {}, sort_keys=True), flush=True)
+        # the order of measured requests (tests of paired blocks) and of whole answers (greedy
+        # passes)
+        kind = "stream" if body.get("stream") else "whole"
+        print(kind, json.dumps(body.get("fake_live") or {}, sort_keys=True), flush=True)
         seen = json.dumps(body.get("messages") or body.get("prompt"), sort_keys=True)
         speed = live(body, "speed", args.speed) * (2 if live(body, "shift", args.shift) else 1)
         speed *= 4 if args.memory and seen in SEEN else 1
@@ -176,18 +178,14 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         head = {"id": "x", "object": "chat.completion.chunk", "model": "fake"}
-        self.chunk(
-            {
-                **head,
-                "choices": [
-                    {
-                        "index": 0,
-                        "delta": {"role": "assistant", "content": ""},
-                        "finish_reason": None,
-                    }
-                ],
-            }
-        )
+        with_ids = bool(body.get("return_token_ids"))  # ids per chunk (not the prompt's)
+        first = {
+            **head,
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+            ],
+        }
+        self.chunk(first)
         for i, t in enumerate(ids):
             time.sleep(1.0 / speed)
             ev = {
@@ -200,6 +198,8 @@ class Handler(BaseHTTPRequestHandler):
                     }
                 ],
             }
+            if with_ids:
+                ev["choices"][0]["token_ids"] = [t]
             if opts.get("continuous_usage_stats"):
                 ev["usage"] = {
                     "prompt_tokens": 8,

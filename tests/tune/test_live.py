@@ -192,8 +192,45 @@ def test_a_ladder_step_of_live_values_runs_as_one_interleaved_paired_block(tmp_p
     streamed = [ln.split(" ", 1)[1] for ln in log if ln.startswith("stream ")]
     labels = [json.loads(k) for k, _ in itertools.groupby(streamed)]
     s100, s400, shift = {"speed": 100}, {"speed": 400}, {"speed": 400, "shift": 5}
-    # baseline and step 1's first incumbent run, then step 1, then step 2
-    assert labels == [s100, s400, s100, s400, shift, s400, shift]
+    # baseline and step 1's first incumbent run, then step 1, then step 2, whose inexact value
+    # (its first round is its greedy pass) runs no second round
+    assert labels == [s100, s400, s100, s400, shift, s400]
+    assert by[("ladder", 2)].pruned_after == 1 and by[("incumbent", 2)].pruned_after == 0
+
+
+@dataclass(frozen=True)
+class LearningLiveFake(LiveFake):
+    """Its requests teach it speed, as drafts' acceptance statistics do: a warm-up comes first."""
+
+    def learns_speed(self, config) -> bool:
+        return True
+
+
+def test_a_configuration_the_server_ran_before_needs_no_warm_up_pass(tmp_path, monkeypatch):
+    """On a server that learns, a greedy pass warms up each configuration new to it; the
+    incumbent measured again in the next step's block (the same requests on the same server)
+    takes its greedy outputs from its first round instead."""
+    from roofline.bench import engines
+
+    both = LearningLiveFake(
+        name="learnfake",
+        knobs=FAKE.knobs,
+        live_knobs=frozenset({"speed", "shift"}),
+        stream_token_ids=True,
+    )
+    monkeypatch.setitem(engines.LAUNCHERS, both.name, both)
+    space = load_space_file(write_space(tmp_path, LADDER, "ladder.toml"), both)
+    mark = marker()
+    result = run_tune(tune_options(space, mark, engine=both.name), tmp_path / "run", Display())
+    assert wait_gone(mark) == []
+    by = {(r.slot.kind, r.slot.round): r for r in result.trials}
+    assert by[("ladder", 2)].status == "inexact" and result.best.config == {"speed": 400}
+    log = (tmp_path / "run" / "trials" / "000" / "server.log").read_text().splitlines()
+    whole = [json.loads(ln.split(" ", 1)[1]) for ln in log if ln.startswith("whole ")]
+    passes = [k for k, _ in itertools.groupby(whole)]
+    # the baseline, step 1's value, step 2's value: 4 prompts each; not the incumbents again
+    assert passes == [{"speed": 100}, {"speed": 400}, {"speed": 400, "shift": 5}]
+    assert len(whole) == 12
 
 
 def test_a_value_clearly_slower_after_the_first_round_runs_no_more_rounds(tmp_path, monkeypatch):

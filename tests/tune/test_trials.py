@@ -4,11 +4,20 @@ with their reasons and log tails, the study goes on, and no engine process is le
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pytest
-from tune_helpers import FAKE, marker, register_fake, tune_options, wait_gone, write_space
+from tune_helpers import (
+    FAKE,
+    FakeLauncher,
+    marker,
+    register_fake,
+    tune_options,
+    wait_gone,
+    write_space,
+)
 
+from roofline.tune.records import bench_lines
 from roofline.tune.result import TuneResult
 from roofline.tune.space import load_space_file
 from roofline.tune.trial import TrialResult
@@ -75,9 +84,33 @@ default = "ok"
     assert not (tmp_path / "run" / "trials" / "001").exists()
 
 
+NO_IDS = replace(FAKE, name="fake-no-ids", stream_token_ids=False)
+
+
+@dataclass(frozen=True)
+class Learning(FakeLauncher):
+    """Streams ids, but its requests teach it speed: a warm-up greedy pass comes first."""
+
+    def learns_speed(self, config) -> bool:
+        return True
+
+
+LEARNING = Learning(name="fake-learning", knobs=FAKE.knobs, stream_token_ids=True)
+
+
+@pytest.mark.parametrize(
+    "launcher", [FAKE, NO_IDS, LEARNING], ids=["ids-in-stream", "no-ids", "learning"]
+)
 @pytest.mark.parametrize("allow", [False, True])
-def test_the_exactness_gate_rejects_a_faster_inexact_configuration(tmp_path, monkeypatch, allow):
-    register_fake(monkeypatch)
+def test_the_exactness_gate_rejects_a_faster_inexact_configuration(
+    tmp_path, monkeypatch, allow, launcher
+):
+    """Greedy outputs from the first repetition's stream when the engine streams token ids and
+    the configuration teaches it nothing (no request of their own), else from a greedy pass of
+    whole answers: the same verdicts."""
+    from roofline.bench import engines
+
+    monkeypatch.setitem(engines.LAUNCHERS, launcher.name, launcher)
     space = load_space_file(
         write_space(
             tmp_path,
@@ -89,12 +122,15 @@ choices = [0, 5]
 default = 0
 """,
         ),
-        FAKE,
+        launcher,
     )
     mark = marker()
-    result = run_tune(
-        tune_options(space, mark, allow_inexact=allow, reps=2), tmp_path / "run", Display()
-    )
+    opts = tune_options(space, mark, allow_inexact=allow, reps=2, engine=launcher.name)
+    result = run_tune(opts, tmp_path / "run", Display())
+    for trial in (t for t in result.trials if t.status != "skipped"):
+        log = (tmp_path / "run" / trial.folder / "server.log").read_text().splitlines()
+        whole = [ln for ln in log if ln.startswith("whole ")]
+        assert len(whole) == (0 if launcher is FAKE else 4)  # a greedy pass: 4 prompts
     inexact = [r for r in result.trials if r.status == "inexact"]
     assert len(inexact) == 1
     # it may not win: its speed is shown from one repetition; allowed to win, it runs them all
@@ -482,19 +518,15 @@ def test_tune_times_first_time_prompts_by_default(tmp_path, monkeypatch, policy)
     result = run_tune(opts, tmp_path / "run", Display())
     trial = result.baseline
     assert trial.status == "ok"
-    lines = [
-        json.loads(ln)
-        for ln in (tmp_path / "run" / trial.folder / "bench" / "requests.jsonl")
-        .read_text()
-        .splitlines()
-    ]
+    lines = bench_lines(tmp_path / "run" / trial.folder)
     measured = [ln for ln in lines if ln["phase"] == "measured"]
     if policy == "fresh":
         assert trial.value < 200  # 100 tok/s: nothing remembered
         assert len(measured) == 4 and trial.spread is None  # the four prompts, once each
         assert all(ln["prompt"] == "roofline-warmup" for ln in lines if ln["phase"] == "warmup")
     else:
-        assert trial.value > 250  # 400 tok/s: the greedy pass taught it every answer
+        # 400 tok/s: the greedy pass (a warm-up here: this server learns) taught it every answer
+        assert trial.value > 250
         assert len(measured) == 8
 
 

@@ -30,9 +30,13 @@ class FakeLauncher(Launcher):
     def version(self) -> str | None:
         return "fake 1.0"
 
+    def learns_speed(self, config) -> bool:
+        return bool(config.get("memory"))  # --memory 1: repeats are faster
+
 
 FAKE = FakeLauncher(
     name="fake",
+    stream_token_ids=True,
     knobs=knob_table(
         Knob("mode", "choice", ("ok", "crash", "crash_mid", "hang", "garbage", "ignore_term")),
         Knob("speed", "int", minimum=1),

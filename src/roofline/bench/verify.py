@@ -112,15 +112,18 @@ class Verify:
 
 
 def verify_streams(plan: BenchPlan) -> int:
-    """The most requests any scenario keeps in flight (an open loop without --max-concurrency:
-    every prompt at once, at least 2)."""
-    most = 1
-    for s in plan.scenarios:
-        if s.kind == "concurrency":
-            most = max(most, int(s.concurrency or 1))
-        elif s.kind == "rate":
-            most = max(most, s.max_concurrency or max(2, len(plan.prompts)))
-    return most
+    """The most requests any scenario keeps in flight."""
+    return max([1, *(scenario_streams(s, len(plan.prompts)) for s in plan.scenarios)])
+
+
+def scenario_streams(scenario: Any, n_prompts: int) -> int:
+    """The most requests a scenario keeps in flight: a closed loop's concurrency, an open loop's
+    --max-concurrency (without one every prompt at once, at least 2), else 1."""
+    if scenario.kind == "concurrency":
+        return int(scenario.concurrency or 1)
+    if scenario.kind == "rate":
+        return scenario.max_concurrency or max(2, n_prompts)
+    return 1
 
 
 def compare_loaded(

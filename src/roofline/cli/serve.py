@@ -122,12 +122,24 @@ def serve(
         help="Tokens per prefill granule: prompts are computed in granules at fixed multiples of "
         "it (so output never depends on load); the prefix cache reuses whole granules.",
     ),
+    prepare: bool = typer.Option(
+        False,
+        "--prepare",
+        help="Compile the kernels this model and --dtype use (numba caches them for later "
+        "starts), then exit without serving; quick when done before for the same files. "
+        "`roofline tune` does this for every format it will try before it starts timing.",
+    ),
     speculation: SpecOptions = SpecOptions(),  # one flag per field (speculation_flags)
 ) -> None:
     """Serve a model with continuous batching: /v1/chat/completions, /v1/completions, /v1/models,
     /health, /metrics."""
     if dtype not in DTYPES:
         raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if prepare:
+        from roofline.engine.prepare import prepare as prepare_kernels
+
+        print(prepare_kernels(model, dtype, threads), flush=True)
+        return
     if port < 0 or port > 65535:
         raise UserError(f"--port must lie in 0..65535, got {port}")
     if metrics_require_key and not api_key:

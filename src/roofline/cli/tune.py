@@ -319,7 +319,7 @@ def _run(a: TuneArgs, *, predict: bool = False) -> int:
     from roofline.bench.results import default_run_dir
     from roofline.tune.predict_run import FAILED, predict_and_write
     from roofline.tune.study import BaselineFailed
-    from roofline.tune.tuner import read_options, run_tune, write_options
+    from roofline.tune.tuner import prepare_engine, read_options, run_tune, write_options
 
     if a.resume:
         run_dir = a.resume
@@ -339,6 +339,7 @@ def _run(a: TuneArgs, *, predict: bool = False) -> int:
             from roofline.bench.session import ensure_local_profile
 
             ensure_local_profile(SimpleNamespace(note=display.note))
+        prepare_engine(options, display.note, baseline_only=predict)
         result = run_tune(options, run_dir, display)
     except KeyboardInterrupt:
         display.stop()

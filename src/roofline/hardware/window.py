@@ -136,6 +136,20 @@ def short_probe(by: str = RUN_WINDOW, buf: Any = None) -> tuple[float, str]:
     return rb.best_bytes_per_s, rb.best_kernel
 
 
+class ProbeBuffer:
+    """The probe's buffer, written on first use and kept: a study's trials share one."""
+
+    def __init__(self) -> None:
+        self._buf: Any = None
+
+    def get(self) -> Any:
+        from roofline.hardware.readbw import probe_buffer
+
+        if self._buf is None:
+            self._buf = probe_buffer()
+        return self._buf
+
+
 class ProbeChain:
     """Back-to-back runs share the probe between them: the probe after one run is the probe before
     the next (nothing ran in between), so n runs take n + 1 probes instead of 2n, and each run is
@@ -144,21 +158,22 @@ class ProbeChain:
     (after) probe and keep the result for the next run.
 
     Without a `measure` of its own the chain probes with `short_probe` and keeps the probe's buffer
-    (1 GiB, or a quarter of the memory) while it lives: writing it anew costs more than all the
-    probe's reads of it."""
+    (1 GiB, or a quarter of the memory) while it lives, or `buffer`'s, shared with other chains:
+    writing it anew costs more than all the probe's reads of it."""
 
-    def __init__(self, measure: Measure | None = None, by: str = RUN_WINDOW) -> None:
+    def __init__(
+        self,
+        measure: Measure | None = None,
+        by: str = RUN_WINDOW,
+        buffer: ProbeBuffer | None = None,
+    ) -> None:
         self._measure = measure or self._probe
         self._by = by
-        self._buf: Any = None
+        self._buf = buffer or ProbeBuffer()
         self._carry: tuple[float, str] | None = None
 
     def _probe(self) -> tuple[float, str]:
-        from roofline.hardware.readbw import probe_buffer
-
-        if self._buf is None:
-            self._buf = probe_buffer()
-        return short_probe(self._by, self._buf)
+        return short_probe(self._by, self._buf.get())
 
     def for_run(self) -> Measure:
         first = True

@@ -144,11 +144,12 @@ def _baseline_dtype(run: Any) -> str | None:
         return None
     if base.config.get("dtype"):
         return str(base.config["dtype"])
+    from roofline.tune.records import bench_runs
+
+    runs = bench_runs(run.path / str(base.folder))
     try:
-        prov = json.loads(
-            (run.path / str(base.folder) / "bench" / "provenance.json").read_text(encoding="utf-8")
-        )
-    except (OSError, ValueError, TypeError):
+        prov = json.loads((runs[0] / "provenance.json").read_text(encoding="utf-8"))
+    except (IndexError, OSError, ValueError, TypeError):
         return None
     from roofline.bench.summary import server_stats_of
 

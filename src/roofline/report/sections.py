@@ -219,7 +219,7 @@ def tune_prompt_reps(run: Any) -> list:
     own)."""
     from dataclasses import replace
 
-    from roofline.bench.results import read_requests
+    from roofline.tune.records import bench_lines
 
     t = run.tune
     picks = [("baseline", t.baseline)] + (
@@ -229,7 +229,7 @@ def tune_prompt_reps(run: Any) -> list:
     for name, trial in picks:
         if trial is None or not trial.folder:
             continue
-        lines, _ = read_requests(run.path / trial.folder / "bench")
+        lines = bench_lines(run.path / trial.folder)
         out += [replace(r, scenario=f"{name} (trial {trial.number})") for r in prompt_reps(lines)]
     return out
 

@@ -3,14 +3,16 @@
 When every configuration of a step differs from the others only in live knobs (tune.servers), the
 worker claims the step's slots together and measures them in one block:
 
-    greedy pass, each configuration     the exactness evidence, and each one's warm-up
     for rep in reps:                    round-robin: one bench run of every prompt per
         for config in block:            configuration, the incumbent first; its lines keep
             bench run (reps=1)          `rep` = the round, so units pair across configurations
 
 so a value's units pair with the incumbent's from the same minutes; consecutive runs share the
-bandwidth probe between them. A value clearly slower than the incumbent after the first round
-(`paired.clearly_worse`) runs no more rounds: pruned, it cannot be kept. The decision is the
+bandwidth probe between them. The first round, one stream with token ids in the stream, is also
+the greedy pass (the exactness evidence) of each configuration that teaches the server nothing;
+the others run a greedy pass first, their warm-up (`engine_runs.ids_in_stream`).
+A value clearly slower than the incumbent after the first round (`paired.clearly_worse`), or
+inexact and not allowed to win, runs no more rounds: pruned, it cannot be kept. The decision is the
 ladder's own (`ladder._decide` over the results, `tune.paired`); the block only feeds it results. A
 step that cannot be one block (a restart knob, drafts that learn across requests, a budget) runs
 slot by slot.
@@ -81,7 +83,6 @@ def run_block(
     """Measure the block's configurations interleaved on one server; (result, greedy outputs) per
     item, in order. An error fails every item (KeyboardInterrupt passes through, the server
     stopped)."""
-    from roofline.tune.engine_runs import bench_rep, discovered, greedy_outputs, trial_probes
     from roofline.tune.trial import failure, measured_result, trial_common
 
     t0 = time.monotonic()
@@ -99,37 +100,7 @@ def run_block(
         numbers = ", ".join(str(i.number) for i in items)
         progress.note(f"trials {numbers}: one paired block on the running engine")
         try:
-            info = discovered(served[0].url, settings)
-            outputs = [
-                greedy_outputs(settings.launcher, s.url, settings, info, dict(s.body))
-                for s in served
-            ]
-            once, probes = dataclasses.replace(settings, reps=1), trial_probes()
-            runs: list[list[tuple[Any, list[dict]]]] = [[] for _ in items]
-            active = list(range(len(items)))
-            for rep in range(settings.reps):
-                for k in active:
-                    s = served[k]
-                    runs[k].append(
-                        bench_rep(
-                            once,
-                            s.url,
-                            items[k].folder,
-                            rep,
-                            progress,
-                            outputs[k],
-                            dict(s.body),
-                            probes,
-                        )
-                    )
-                if rep == 0 and settings.reps > 1:
-                    slower = _stop_slower(settings, items, runs)
-                    for k in sorted(slower):
-                        progress.note(
-                            f"trial {items[k].number}: clearly slower than the incumbent after "
-                            "the first round: no more rounds"
-                        )
-                    active = [k for k in active if k not in slower]
+            outputs, runs = _rounds(settings, items, served, baseline, progress)
         except BaseException as e:
             servers.failed(e)
             raise
@@ -159,6 +130,80 @@ def run_block(
         )
         for item, c, out, run, s in zip(items, commons, outputs, runs, served)
     ]
+
+
+def _rounds(
+    settings: Any,
+    items: Sequence[Item],
+    served: Sequence[Any],
+    baseline: Sequence[Any],
+    progress: Progress,
+) -> tuple[list[Any], list[list[tuple[Any, list[dict]]]]]:
+    """The block's rounds: (greedy outputs, bench runs) per item. The first round is also the
+    greedy pass when the engine streams token ids at one stream (`ids_in_stream`), else a greedy
+    pass runs first; after it a value clearly slower than the incumbent, or inexact and not
+    allowed to win, runs no more rounds."""
+    from roofline.tune.engine_runs import (
+        bench_rep,
+        discovered,
+        greedy_outputs,
+        ids_in_stream,
+        stream_outputs,
+        trial_probes,
+        with_ids,
+    )
+    from roofline.tune.trial import exact_gate
+
+    info: dict[str, Any] = {}
+
+    def greedy(k: int) -> list[Any]:
+        if not info:
+            info.update(discovered(served[0].url, settings))
+        return greedy_outputs(
+            settings.launcher, served[k].url, settings, info, dict(served[k].body)
+        )
+
+    streamed = [ids_in_stream(settings, i.config, s.warm) for i, s in zip(items, served)]
+    outputs = [None if streamed[k] else greedy(k) for k in range(len(items))]
+    once, probes = dataclasses.replace(settings, reps=1), trial_probes(settings)
+    runs: list[list[tuple[Any, list[dict]]]] = [[] for _ in items]
+    active = list(range(len(items)))
+    for rep in range(settings.reps):
+        for k in active:
+            s, body = served[k], dict(served[k].body)
+            first = rep == 0 and streamed[k]
+            warm = int(first and k == 0 and s.launched)  # a new server's first request
+            runs[k].append(
+                bench_rep(
+                    once,
+                    s.url,
+                    items[k].folder,
+                    rep,
+                    progress,
+                    outputs[k],
+                    with_ids(body) if first else body,
+                    probes,
+                    warm,
+                )
+            )
+            if first:
+                outputs[k] = stream_outputs(runs[k][0][1], settings.prompts) or greedy(k)
+        if rep == 0 and settings.reps > 1:
+            stop = _stop_slower(settings, items, runs)
+            for k in sorted(stop):
+                progress.note(
+                    f"trial {items[k].number}: clearly slower than the incumbent after "
+                    "the first round: no more rounds"
+                )
+            gate = exact_gate(settings, baseline)
+            for k in active:
+                if gate is not None and k not in stop and not gate(outputs[k]):
+                    progress.note(
+                        f"trial {items[k].number}: outputs differ from the baseline's: one round"
+                    )
+                    stop.add(k)
+            active = [k for k in active if k not in stop]
+    return outputs, runs
 
 
 def _stop_slower(

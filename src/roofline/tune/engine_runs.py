@@ -1,5 +1,11 @@
-"""What a trial asks of a running engine: its greedy outputs, then a bench run of the objective
+"""What a trial asks of a running engine: its greedy outputs and bench runs of the objective
 (`measure_served`: both, every request carrying the trial's live knobs).
+
+At one stream, from an engine whose stream carries token ids, the first repetition is the greedy
+pass: its requests are temperature 0, one at a time, so their ids are each prompt's greedy output
+alone, and a separate pass would decode the same tokens again. Not for a configuration whose
+requests teach the server speed (the embedded engine's draft statistics): its greedy pass is also
+the warm-up; timed cold, a proposer's first round measured up to a quarter slower than its next.
 
 Both talk to the engine over HTTP; the bench run goes through `in_thread` so that bench never takes
 over the tuner's signal handlers.
@@ -12,7 +18,7 @@ import dataclasses
 import functools
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +96,7 @@ def bench_run(
     first_time: bool = False,
     body: dict[str, Any] | None = None,
     probes: ProbeChain | None = None,
+    warmup: int = 0,
 ) -> tuple[RunSummary, list[dict]]:
     """Bench the running engine with the objective's scenario: (its summary, its request lines).
     alone: the trial's greedy outputs, one prompt at a time: the reference its outputs under the
@@ -101,7 +108,8 @@ def bench_run(
     (a prompt whose text an earlier one already had is left out): the first pass of each prompt is
     what the objective measures. One repetition leaves the trial without a spread. body: fields
     every request carries (the trial's live knobs), the verify pass's too. probes: runs back to
-    back share the bandwidth probe between them (`trial_probes`)."""
+    back share the bandwidth probe between them (`trial_probes`). warmup: requests sent first,
+    not measured (a server no greedy pass has warmed up)."""
     from roofline.bench.plan import BenchPlan
     from roofline.bench.repeats import repeated_ids, same_as
     from roofline.bench.results import read_requests
@@ -119,7 +127,7 @@ def bench_run(
         reps=1 if first_time else settings.reps,
         max_tokens=settings.max_tokens,
         temperature=0.0,
-        warmup=1 if first_time else 0,  # else the greedy pass warmed it up
+        warmup=1 if first_time else warmup,
         repeat_policy="fresh" if first_time else "auto",
         usage=settings.usage,
         timeout_s=settings.request_timeout_s,
@@ -158,20 +166,70 @@ def bench_rep(
     outputs: Sequence[Any],
     body: dict[str, Any] | None,
     probes: ProbeChain,
+    warmup: int = 0,
 ) -> tuple[RunSummary, list[dict]]:
-    """Repetition `rep` as a bench run of its own (`once`: settings of one repetition) in
-    folder/bench-<rep>, its lines' `rep` set to it so units pair across runs."""
+    """Repetitions from `rep` on (`once`: settings of those repetitions) as one bench run in
+    folder/bench-<rep>, its lines' `rep` counted from it so units pair across runs."""
     summary, lines = bench_run(
-        once, url, folder / f"bench-{rep}", progress, outputs, body=body, probes=probes
+        once,
+        url,
+        folder / f"bench-{rep}",
+        progress,
+        outputs,
+        body=body,
+        probes=probes,
+        warmup=warmup,
     )
-    return summary, [{**ln, "rep": rep} for ln in lines]
+    return summary, [{**ln, "rep": rep + ln["rep"]} for ln in lines]
 
 
-def trial_probes() -> ProbeChain:
-    """The bandwidth probes of bench runs a trial or a block runs back to back."""
+def trial_probes(settings: TrialSettings) -> ProbeChain:
+    """The bandwidth probes of bench runs a trial or a block runs back to back (the study's probe
+    buffer, when it keeps one)."""
     from roofline.hardware.window import ProbeChain
 
-    return ProbeChain(by="the run window of a tune trial")
+    return ProbeChain(by="the run window of a tune trial", buffer=settings.probe_buffer)
+
+
+def ids_in_stream(settings: TrialSettings, config: Mapping[str, Any], warm: bool = False) -> bool:
+    """Whether a bench run's first repetition can be the greedy pass of a configuration: the
+    objective keeps one request in flight (its requests are greedy outputs alone), the engine
+    streams token ids, and the configuration's requests teach the server nothing that speeds up
+    later ones or the server ran it before (`warm`); else the greedy pass is also the warm-up
+    the timed runs need."""
+    from roofline.bench.verify import scenario_streams
+
+    launcher = settings.launcher
+    scenario = settings.objective.scenario(settings.objective_settings)
+    one = scenario_streams(scenario, 1) == 1
+    return one and launcher.stream_token_ids and (warm or not launcher.learns_speed(config))
+
+
+def with_ids(body: dict[str, Any] | None) -> dict[str, Any]:
+    """A request body's extra fields, token ids asked for."""
+    return {**(body or {}), "return_token_ids": True}
+
+
+def stream_outputs(lines: Sequence[dict], prompts: Sequence[Any]) -> list[GreedyOutput] | None:
+    """The greedy outputs in a single-stream run's request lines: per prompt, in order, its first
+    measured request's text and token ids; None unless every prompt has one that succeeded with
+    ids."""
+    from roofline.bench.engines.greedy import GreedyOutput, token_ids_of
+
+    first: dict[str, dict] = {}
+    for ln in lines:
+        if ln.get("phase") == "measured":
+            first.setdefault(ln.get("prompt", ""), ln)
+    out = []
+    for p in prompts:
+        ln = first.get(p.id)
+        ids = token_ids_of(ln.get("token_ids")) if ln and ln.get("ok") else None
+        if ids is None:
+            return None
+        out.append(
+            GreedyOutput(p.id, ln.get("text", ""), ids, token_ids_of(ln.get("prompt_token_ids")))
+        )
+    return out
 
 
 def greedy_with(launcher: Any, body: dict[str, Any] | None) -> Any:
@@ -189,10 +247,12 @@ def measure_served(
     progress: Progress,
     report: Callable[[int, float], bool] | None = None,
     may_win: Callable[[list[Any]], bool] | None = None,
+    config: Mapping[str, Any] | None = None,
 ) -> tuple[list[Any], list[RunSummary], list[dict], int]:
-    """The greedy pass and the bench run on a ready server, every request carrying the trial's
-    live fields: (greedy outputs, bench summaries, bench request lines, repetitions run when it
-    stopped early, else 0). With `report` the repetitions run one bench run each (`by_rep`).
+    """The greedy outputs and the bench runs on a ready server, every request carrying the
+    trial's live fields: (greedy outputs, bench summaries, bench request lines, repetitions run
+    when it stopped early, else 0). The first repetition is the greedy pass where it can be
+    (`ids_in_stream`); with `report` each repetition is a bench run of its own (`more_reps`).
     may_win(greedy outputs) False (inexact, not allowed to win): one repetition is measured."""
     shown = " ".join(served.argv)
     if not served.launched:
@@ -202,49 +262,78 @@ def measure_served(
     body = dict(served.body) or None
     if first_time_only(settings, info):  # timed first, while every prompt is new to it
         summary, lines = bench_run(
-            settings, served.url, folder / "bench", progress, first_time=True, body=body
+            settings,
+            served.url,
+            folder / "bench",
+            progress,
+            first_time=True,
+            body=body,
+            probes=trial_probes(settings),
         )
         outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
         return outputs, [summary], lines, 0
-    outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
-    once = settings.reps > 1 and may_win is not None and not may_win(outputs)
-    if once:
+    probes = trial_probes(settings)
+    runs: list[tuple[RunSummary, list[dict]]] = []
+    if ids_in_stream(settings, config or {}, served.warm):  # the first repetition is greedy
+        once = dataclasses.replace(settings, reps=1)
+        warm = int(served.launched)  # the engine's first request is not measured
+        runs.append(
+            bench_rep(once, served.url, folder, 0, progress, None, with_ids(body), probes, warm)
+        )
+        outputs = stream_outputs(runs[0][1], settings.prompts)
+    else:
+        outputs = None
+    if outputs is None:
+        outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
+    reps = settings.reps
+    if reps > 1 and may_win is not None and not may_win(outputs):
         progress.note(f"trial {number}: outputs differ from the baseline's: one repetition")
-    elif report is not None and settings.reps > 1:
-        return (outputs, *by_rep(settings, served.url, folder, progress, outputs, body, report))
-    run = dataclasses.replace(settings, reps=1) if once else settings
-    summary, lines = bench_run(
-        run, served.url, folder / "bench", progress, outputs, body=body, probes=trial_probes()
+        reps = 1
+    run = dataclasses.replace(settings, reps=reps)
+    runs += more_reps(run, served.url, folder, progress, outputs, body, report, probes, runs)
+    ran = len(runs) if report is not None else reps  # with the pruner a run per repetition
+    return (
+        outputs,
+        [summary for summary, _ in runs],
+        [ln for _, got in runs for ln in got],
+        (ran if ran < settings.reps else 0),
     )
-    return outputs, [summary], lines, int(once)
 
 
-def by_rep(
+def more_reps(
     settings: TrialSettings,
     url: str,
     folder: Path,
     progress: Progress,
     outputs: Sequence[Any],
     body: dict[str, Any] | None,
-    report: Callable[[int, float], bool],
-) -> tuple[list[RunSummary], list[dict], int]:
-    """One bench run per repetition (`bench-<rep>`, its lines' `rep` the repetition), the pruner
-    told the objective so far after each but the last: (summaries, lines, repetitions run when
-    it said stop, else 0)."""
+    report: Callable[[int, float], bool] | None,
+    probes: ProbeChain,
+    runs: Sequence[tuple[RunSummary, list[dict]]],
+) -> list[tuple[RunSummary, list[dict]]]:
+    """The repetitions after `runs` (those run already): with `report` (the pruner) one bench run
+    each (`bench-<rep>`), the pruner told the objective so far after each but the last, and none
+    after it says stop; else one run of them all."""
     from roofline.tune.objectives import measure
 
-    once, probes = dataclasses.replace(settings, reps=1), trial_probes()
-    summaries: list[RunSummary] = []
-    lines: list[dict] = []
-    for rep in range(settings.reps):
-        summary, got = bench_rep(once, url, folder, rep, progress, outputs, body, probes)
-        summaries.append(summary)
-        lines += got
-        value = measure(settings.objective, lines, settings.objective_settings).value
-        if rep < settings.reps - 1 and value is not None and report(rep, value):
-            progress.note(f"pruned after {rep + 1} of {settings.reps} repetitions: {value:.4g}")
-            return summaries, lines, rep + 1
-    return summaries, lines, 0
+    done, left = len(runs), settings.reps - len(runs)
+    if left <= 0:
+        return []
+    if report is None:
+        rest = dataclasses.replace(settings, reps=left)
+        return [bench_rep(rest, url, folder, done, progress, outputs, body, probes)]
+    once = dataclasses.replace(settings, reps=1)
+    out: list[tuple[RunSummary, list[dict]]] = []
+    lines = [ln for _, got in runs for ln in got]
+    for rep in range(done, settings.reps):
+        if rep > 0:
+            value = measure(settings.objective, lines, settings.objective_settings).value
+            if value is not None and report(rep - 1, value):
+                progress.note(f"pruned after {rep} of {settings.reps} repetitions: {value:.4g}")
+                break
+        out.append(bench_rep(once, url, folder, rep, progress, outputs, body, probes))
+        lines += out[-1][1]
+    return out
 
 
 def in_thread(fn: Any) -> Any:

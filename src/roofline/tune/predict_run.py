@@ -167,14 +167,15 @@ def _compute_bound(model: str | None, hardware: str | None) -> tuple[float | Non
 
 
 def server_stats(folder: Path) -> Any:
-    """The trial engine's `"roofline"` figures as its bench run kept them: bench/, or bench-0/
-    for a trial of a paired block (one bench run per repetition). None: none."""
+    """The trial engine's `"roofline"` figures as its first bench run kept them (`bench_runs`).
+    None: none."""
     from roofline.bench.results import PROVENANCE
     from roofline.bench.summary import server_stats_of
+    from roofline.tune.records import bench_runs
 
-    for run in ("bench", "bench-0"):
+    for run in bench_runs(folder)[:1]:
         try:
-            prov = json.loads((folder / run / PROVENANCE).read_text(encoding="utf-8"))
+            prov = json.loads((run / PROVENANCE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         return server_stats_of(prov) if isinstance(prov, Mapping) else None

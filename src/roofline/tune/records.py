@@ -14,10 +14,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from roofline.bench.summary import CeilingFigures, RunSummary
 from roofline.tune.paired import PairedRatio
+
+
+def bench_runs(folder: Path) -> list[Path]:
+    """A trial folder's bench run folders in the order they ran: `bench/` (all repetitions in one
+    run), or `bench-<rep>/` (a run from that repetition on: a repetition per run, or the first
+    alone when it was the greedy pass too)."""
+    numbered = [p for p in folder.glob("bench-*") if p.name[6:].isdigit()]
+    plain = [folder / "bench"] if (folder / "bench").is_dir() else []
+    return plain + sorted(numbered, key=lambda p: int(p.name[6:]))
+
+
+def bench_lines(folder: Path) -> list[dict]:
+    """The request lines of a trial folder's bench runs, each `rep` counted across them."""
+    from roofline.bench.results import read_requests
+
+    out = []
+    for run in bench_runs(folder):
+        first = int(run.name[6:]) if run.name != "bench" else 0
+        out += [{**ln, "rep": first + int(ln.get("rep") or 0)} for ln in read_requests(run)[0]]
+    return out
 
 
 def _num(v: Any) -> float | None:

@@ -6,13 +6,15 @@
     otherwise                               the running one stops, a new one starts
 
 So a trial that changes only live knobs (the embedded engine's proposer and its options) costs its
-requests, not a launch, a model load and a warm-up. Every server started is stopped: after a trial
+requests, not a launch, a model load and a warm-up; a configuration the server ran before (the
+incumbent measured again in the next step) is `warm`. Every server started is stopped: after a trial
 that cannot share it, on any error in a trial, and at the end (`close`, also on Ctrl-C).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,8 @@ class Served:
     # the command line that starts the trial's whole configuration, live knobs as flags: what a
     # user runs to get this trial again (argv when the trial carries no live knobs)
     command: tuple[str, ...] = ()
+    # the server ran requests of this same configuration before (an earlier trial): warmed up
+    warm: bool = False
 
 
 @dataclass
@@ -42,6 +46,7 @@ class _Running:
     restart: dict[str, Any]
     log_path: Path
     shared: bool  # later trials with the same restart knobs may run on it
+    ran: set[str] = field(default_factory=set)  # the live bodies its trials carried (as JSON)
 
 
 class Servers:
@@ -72,7 +77,10 @@ class Servers:
             and r.server.proc.poll() is None
         ):
             command = self._command(config, r.server)
-            return Served(r.server.url, r.argv, r.log_path, body, False, command)
+            key = json.dumps(body, sort_keys=True)
+            warm = key in r.ran
+            r.ran.add(key)
+            return Served(r.server.url, r.argv, r.log_path, body, False, command, warm)
         self.close()
         stack = contextlib.ExitStack()
         server = stack.enter_context(
@@ -90,6 +98,7 @@ class Servers:
         self.launches += 1
         argv = tuple(server.argv)
         self._running = _Running(server, stack, argv, restart, log_path, body is not None)
+        self._running.ran.add(json.dumps(body or {}, sort_keys=True))
         command = self._command(config, server) if body else argv
         return Served(server.url, argv, log_path, body or {}, True, command)
 

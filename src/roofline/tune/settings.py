@@ -37,3 +37,6 @@ class TrialSettings:
     # False: a trial whose greedy outputs differ from the baseline's can never be best, so its
     # speed is measured on one repetition only (shown, not decided on)
     allow_inexact: bool = False
+    # the bandwidth probe's buffer (hardware.window.ProbeBuffer), written once for the whole study
+    # (None: each trial writes its own)
+    probe_buffer: Any = None

@@ -3,9 +3,12 @@
     start_engine(config)     the launcher's argv, its own process group, /health; or the server
                              an earlier trial started, when they differ only in live knobs
                              (tune.servers): then every request below carries them
-    greedy outputs           temperature 0, one prompt at a time: the exactness evidence, and the
-                             warm-up (first requests pay for compilation)
-    roofline bench           the objective's workload, in bench's own run folder; when the server
+    greedy outputs           temperature 0, one prompt at a time: the exactness evidence; the
+                             first repetition of the bench run below when it is one stream,
+                             the engine streams token ids and the configuration teaches it no
+                             speed (then a warm-up request comes first on a server just
+                             started), else a pass of their own before it, the warm-up
+    roofline bench           the objective's workload, in bench's own run folders; when the server
                              remembers across requests (a shared draft trie) and the policy is
                              fresh, this comes first, each prompt once: the timed requests are
                              prompts it has not seen (tune.engine_runs.bench_run)
@@ -228,7 +231,14 @@ def run_trial(
         common.update(live=dict(served.body), launched=served.launched)
         try:
             outputs, summaries, lines, pruned = measure_served(
-                settings, number, served, folder, progress, report, _gate(settings, baseline)
+                settings,
+                number,
+                served,
+                folder,
+                progress,
+                report,
+                exact_gate(settings, baseline),
+                config,
             )
         except BaseException as e:
             servers.failed(e)
@@ -244,7 +254,7 @@ def run_trial(
     return replace(result, pruned_after=pruned), outputs
 
 
-def _gate(settings: TrialSettings, baseline: Sequence[Any] | None) -> Callable | None:
+def exact_gate(settings: TrialSettings, baseline: Sequence[Any] | None) -> Callable | None:
     """outputs -> whether they may be best: exact against the baseline (None: any may, the
     baseline itself or --allow-inexact)."""
     if baseline is None or settings.allow_inexact:

@@ -143,6 +143,7 @@ def trial_settings(options: TuneOptions) -> Any:
     from roofline.bench.engines import get_launcher
     from roofline.bench.metrics import parse_slo
     from roofline.bench.workloads import builtin_prompts, load_prompts_jsonl
+    from roofline.hardware.window import ProbeBuffer
     from roofline.tune.objectives import ObjectiveSettings, get_objective
     from roofline.tune.settings import TrialSettings
 
@@ -169,6 +170,7 @@ def trial_settings(options: TuneOptions) -> Any:
         usage=USAGE_PER_CHUNK if launcher.usage_per_chunk else "auto",
         repeat_policy=options.repeat_policy,
         allow_inexact=options.allow_inexact,
+        probe_buffer=ProbeBuffer(),
     )
 
 
@@ -193,6 +195,32 @@ class Display:
     def trial_ended(self, result: Any, best: Any) -> None: ...
     def note(self, text: str) -> None: ...
     def stop(self) -> None: ...
+
+
+def prepare_engine(options: TuneOptions, note: Any, *, baseline_only: bool = False) -> float:
+    """Run the launcher's once-per-install preparation for every value the study may give each
+    knob (the baseline's alone: `baseline_only`), before the study's clock starts, so that no
+    trial times it; seconds taken. A command that fails is reported and left to the trials."""
+    import subprocess
+
+    from roofline.bench.engines import get_launcher
+    from roofline.tune.space_records import Space
+
+    space = Space.from_json(options.space)
+    if baseline_only:
+        values = {k: [v] for k, v in space.effective(space.baseline).items()}
+    else:
+        values = {d.name: [*d.values(), space.baseline.get(d.name)] for d in space.dimensions}
+        values = {k: [v for v in vs if v is not None] for k, vs in values.items()}
+    t0 = time.monotonic()
+    for argv in get_launcher(options.engine).prepare_commands(options.model, values):
+        p = subprocess.run(argv, capture_output=True, text=True, check=False)
+        last = (p.stdout.strip() or p.stderr.strip()).splitlines()[-1:] or [""]
+        if p.returncode != 0:
+            note(f"preparing the engine failed (exit {p.returncode}): {last[0][:200]}")
+            break
+        note(f"prepared the engine: {last[0]}")
+    return time.monotonic() - t0
 
 
 def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:

@@ -113,6 +113,9 @@ class Launcher:
     # knobs a running server takes per request (`live_body`): a configuration that differs from the
     # server's only in these runs on it, without a restart
     live_knobs: frozenset[str] = frozenset()
+    # its stream carries each chunk's token ids, and the prompt's in the first chunk, when a request
+    # asks `"return_token_ids": true`: a single-stream bench run is also a greedy pass
+    stream_token_ids: bool = False
 
     def __post_init__(self) -> None:
         unknown = set(self.live_knobs) - set(self.knobs)
@@ -137,6 +140,20 @@ class Launcher:
         """The server's argument list (never a shell string): knobs in the table's order, then
         extra_args."""
         raise NotImplementedError
+
+    def learns_speed(self, config: Mapping[str, Any]) -> bool:
+        """Whether requests of this configuration teach the server what makes later ones faster
+        (the embedded engine's draft acceptance statistics): its timed runs need a warm-up pass
+        first, or the first would time the learning. Default: assume so."""
+        return True
+
+    def prepare_commands(
+        self, model: str | None, values: Mapping[str, Sequence[Any]]
+    ) -> list[list[str]]:
+        """Commands that do once per install what the engine's first starts would otherwise do
+        inside a timed study (the embedded engine compiles its kernels for each weight format),
+        given every value each knob may take; each quick when run before. Default: none."""
+        return []
 
     def env(self, config: Mapping[str, Any]) -> dict[str, str]:
         """Extra environment for the server (on top of this process's)."""

@@ -124,6 +124,17 @@ class EmbeddedLauncher(Launcher):
             body["roofline_threads"] = int(config[_LIVE_THREADS])
         return body
 
+    def learns_speed(self, config: Mapping[str, Any]) -> bool:
+        """A proposer learns per-position acceptance across requests (speculate.adaptive)."""
+        return config.get(_SPEC_METHOD) not in (None, "none")
+
+    def prepare_commands(self, model, values) -> list[list[str]]:
+        """`roofline serve --prepare` for every dtype (its kernels are compiled per format)."""
+        head = [sys.executable, "-m", "roofline", "serve", "--prepare"]
+        head += ["--model", model] if model else []
+        dtypes = list(dict.fromkeys(values.get("dtype") or [None]))
+        return [head + (["--dtype", str(d)] if d is not None else []) for d in dtypes]
+
     def version(self) -> str | None:
         from roofline import __version__
 
@@ -143,6 +154,7 @@ EMBEDDED = EmbeddedLauncher(
     usage_per_chunk=True,
     default_hardware="local",
     live_knobs=_LIVE_KNOBS,
+    stream_token_ids=True,
     knobs=knob_table(
         Knob(
             "dtype",
