@@ -189,3 +189,22 @@ def test_with_a_one_row_time_the_work_outside_passes_and_the_proposer_count():
     # a one-row pass longer than a baseline token is another engine's: passes only
     slow = PassCosts(flat, "x", one_row_s=0.05)
     assert predict_one({**ngram, "adaptive": False}, streams, slow, 50.0).ratio == passes_only.ratio
+
+
+def test_prompts_are_averaged_geometrically_like_the_paired_ratio():
+    """A copy-heavy prompt beside one no draft helps: the speed-up is the geometric mean of the
+    two prompts' own (as the ladder's paired ratio averages measured requests), not the ratio of
+    summed tokens to summed passes, which weighs the slow prompt's time."""
+    ngram = {"spec": "ngram", "spec_k": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 2}
+    copy = Stream("copy", (1, 2, 3, 4), (1, 2, 3, 9, 1, 2, 3, 9))
+    plain = Stream("plain", (5, 6), tuple(range(100, 108)))  # no token repeats: never drafts
+    flat = PassCosts(((1, 1.0), (5, 1.0)), "flat")
+    p = predict_one({**ngram, "adaptive": False}, [copy, plain], flat, None)
+    alone = [
+        predict_one({**ngram, "adaptive": False}, [s], flat, None).ratio for s in (copy, plain)
+    ]
+    assert alone[1] == pytest.approx(1.0) and alone[0] > 1.5
+    assert p.ratio == pytest.approx((alone[0] * alone[1]) ** 0.5)
+    s = p.stats
+    pooled = (s.tokens - 2) / sum(n for _, n in s.rows)  # two prefill tokens
+    assert p.ratio > pooled

@@ -362,12 +362,16 @@ def predicted_table(ladder: PredictedLadder, baseline: Mapping[str, Any] | None 
     costs = ladder.pass_costs
     if costs.one_row_s:
         speed = (
-            f"tok/s = baseline x decode tokens x T / (sum(t1 x pass cost(rows)) + decode tokens "
-            f"x (T - t1) + the proposer's time in the replay), T = 1 / baseline tok/s, t1 = "
-            f"{1e3 * costs.one_row_s:.2f} ms (a one-row pass)"
+            f"tok/s = baseline x the geometric mean over prompts of decode tokens x T / "
+            f"(sum(t1 x pass cost(rows)) + decode tokens x (T - t1) + the proposer's time in the "
+            f"replay), T = 1 / baseline tok/s, t1 = {1e3 * costs.one_row_s:.2f} ms (a one-row "
+            f"pass)"
         )
     else:
-        speed = "tok/s = baseline x decode tokens / sum(pass cost(rows) / pass cost(1))"
+        speed = (
+            "tok/s = baseline x the geometric mean over prompts of decode tokens / "
+            "sum(pass cost(rows) / pass cost(1))"
+        )
     notes = [
         f"replayed over the {ladder.streams} greedy outputs of trial {ladder.baseline_trial} "
         f"(baseline {fmt(ladder.baseline_tok_per_s, 'tok/s')}); exact tokens per pass, the speed "
