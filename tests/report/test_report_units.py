@@ -117,7 +117,7 @@ def test_a_ladder_step_with_nothing_eligible_shows_its_fastest_try():
 def test_the_files_floor_is_marked_on_each_tune_bar():
     from roofline.report.time_bars import bars_of_tune, draw_time_bars
     from roofline.tune.slots import Slot
-    from roofline.tune.trial import TrialResult
+    from roofline.tune.trial_result import TrialResult
 
     def trial(number: int, speed: float, file_pct: float | None) -> TrialResult:
         ceiling = {"bytes_per_token": 540e6, "bandwidth_bytes_per_s": 27e9, "tok_per_s": 50.0}

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 from roofline.bench.engines.greedy import Exactness
 from roofline.bench.verify import Divergence, Verify
 from roofline.report.tune_text import status_note
-from roofline.tune.trial import TrialResult, under_load
+from roofline.tune.trial import under_load
+from roofline.tune.trial_result import TrialResult
 
 ALONE = Exactness(True, 3, "token_ids")
 

@@ -35,7 +35,7 @@ from roofline.tune.predict_run import (
 from roofline.tune.records import TrialMetrics
 from roofline.tune.slots import Slot
 from roofline.tune.space_records import Dimension, Space
-from roofline.tune.trial import TrialResult
+from roofline.tune.trial_result import TrialResult
 from roofline.tune.tuner import TuneOptions
 
 

@@ -16,7 +16,7 @@ from roofline.tune.ladder import ladder_steps
 from roofline.tune.result import build_result
 from roofline.tune.slots import Rule
 from roofline.tune.space import Space
-from roofline.tune.trial import TrialResult
+from roofline.tune.trial_result import TrialResult
 from roofline.tune.tuner import TuneOptions
 
 pytestmark = pytest.mark.slow

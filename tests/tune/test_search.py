@@ -10,11 +10,12 @@ import pytest
 
 from roofline.bench.engines.base import Knob, Launcher, knob_table
 from roofline.tune import study as st
+from roofline.tune import worker as wk
 from roofline.tune.ladder import ladder_plan, ladder_steps
 from roofline.tune.search import STRATEGIES, grid_configs, grid_plan
 from roofline.tune.slots import Rule
 from roofline.tune.space import parse_space
-from roofline.tune.trial import TrialResult
+from roofline.tune.trial_result import TrialResult
 
 LAUNCHER = Launcher(
     "fake",
@@ -114,7 +115,7 @@ def run(strategy: str, evaluate, *, budget=None, seed=1, rule=None, space=SPACE)
         optuna.storages.InMemoryStorage(), "t", s, space, {"engine": "fake"}, rule.direction, seed
     )
     assert created
-    ran = st.run_worker(st.Worker(study, s, space, rule, budget=budget), evaluate)
+    ran = wk.run_worker(wk.Worker(study, s, space, rule, budget=budget), evaluate)
     return study, st.results(study), ran
 
 
@@ -304,7 +305,7 @@ def test_a_failed_baseline_stops_the_study():
     def evaluate(number, slot, config, reference, report=None):
         return TrialResult(number, slot, config, "failed", error="engine crashed"), None
 
-    with pytest.raises(st.BaselineFailed, match="engine crashed"):
+    with pytest.raises(wk.BaselineFailed, match="engine crashed"):
         run("ladder", evaluate)
 
 
@@ -326,12 +327,12 @@ def test_interrupted_trial_is_failed_and_its_slot_queued_again():
         LAUNCHER,
     )
     study, _ = st.open_study(optuna.storages.InMemoryStorage(), "t", s, small, {}, "maximize", 0)
-    w = st.Worker(study, s, small, Rule())
+    w = wk.Worker(study, s, small, Rule())
     with pytest.raises(KeyboardInterrupt):
-        st.run_worker(w, evaluate)
+        wk.run_worker(w, evaluate)
     interrupted = [t for t in study.get_trials() if "interrupted" in t.user_attrs]
     assert len(interrupted) == 1 and interrupted[0].state.name == "FAIL"
-    st.run_worker(w, evaluate)
+    wk.run_worker(w, evaluate)
     done = [r for r in st.results(study) if r.status == "ok"]
     # each point once, the interrupted one re-run
     assert sorted(str(sorted(small.effective(r.config).items())) for r in done) == sorted(

@@ -20,7 +20,7 @@ from tune_helpers import (
 from roofline.tune.records import bench_lines
 from roofline.tune.result import TuneResult
 from roofline.tune.space import load_space_file
-from roofline.tune.trial import TrialResult
+from roofline.tune.trial_result import TrialResult
 from roofline.tune.tuner import RESULT, TRIALS, Display, run_tune
 
 
@@ -267,7 +267,7 @@ def _trial(number: int, value: float, summary: dict, **kw):
     from roofline.bench.summary import RunSummary
     from roofline.tune.records import TrialMetrics
     from roofline.tune.slots import Slot
-    from roofline.tune.trial import TrialResult
+    from roofline.tune.trial_result import TrialResult
 
     slot = Slot("baseline") if number == 0 else Slot("ladder", 1, "threads", kw.get("threads", 2))
     config = {} if number == 0 else {"threads": kw.get("threads", 2)}
@@ -294,7 +294,7 @@ def _before_file_figures(line: dict) -> dict:
 
 
 def test_a_trial_keeps_the_files_bytes_and_its_percent_of_the_files_ceiling():
-    from roofline.tune.trial import TrialResult
+    from roofline.tune.trial_result import TrialResult
 
     f = _trial(0, 41.9, _bench_summary())
     assert f.file_bytes_per_token == 96.6e6 and f.file_ceiling_tok_per_s == pytest.approx(

@@ -5,7 +5,6 @@ Only typer, rich and the standard library at module level; the tuner and Optuna 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -317,9 +316,10 @@ def _run(a: TuneArgs, *, predict: bool = False) -> int:
     from types import SimpleNamespace
 
     from roofline.bench.results import default_run_dir
+    from roofline.cli.tune_output import display_for, print_result
     from roofline.tune.predict_run import FAILED, predict_and_write
-    from roofline.tune.study import BaselineFailed
     from roofline.tune.tuner import prepare_engine, read_options, run_tune, write_options
+    from roofline.tune.worker import BaselineFailed
 
     if a.resume:
         run_dir = a.resume
@@ -333,7 +333,7 @@ def _run(a: TuneArgs, *, predict: bool = False) -> int:
     write_options(run_dir, options)  # as asked: --resume continues past --predict's baseline
     if predict:  # the baseline is trial 0: a budget of one runs it alone
         options = replace(options, trials=1)
-    display = _display(options)
+    display = display_for(options)
     try:
         if options.hardware == "local":
             from roofline.bench.session import ensure_local_profile
@@ -360,7 +360,7 @@ def _run(a: TuneArgs, *, predict: bool = False) -> int:
         return _print_predicted(ladder, result, run_dir, a)
     if isinstance(ladder, str) and ladder.startswith(FAILED):  # the other reasons are normal
         typer.echo(f"note: {ladder}", err=True)
-    _print(result, as_json=a.as_json, as_markdown=a.as_markdown)
+    print_result(result, as_json=a.as_json, as_markdown=a.as_markdown)
     typer.echo(f"run folder: {run_dir} (tune.json, trials.jsonl, trials/*/server.log)", err=True)
     if not a.no_report:
         from roofline.cli.report import write_report_after_run
@@ -380,30 +380,3 @@ def _print_predicted(ladder, result, run_dir: Path, a: TuneArgs) -> int:
     show_predicted(ladder, baseline, as_json=a.as_json, as_markdown=a.as_markdown)
     typer.echo(f"run folder: {run_dir} (predicted.json, trials/*/greedy.json)", err=True)
     return 0
-
-
-def _display(options):
-    from roofline.cli.tune_output import RichDisplay, planned_total
-    from roofline.tune.objectives import OBJECTIVES
-    from roofline.tune.search import get_strategy
-    from roofline.tune.space_records import Space
-    from roofline.tune.tuner import budget
-
-    strategy = get_strategy(options.strategy)
-    plan = strategy.plan(Space.from_json(options.space))
-    return RichDisplay(
-        planned_total(plan, budget(options), strategy.open_ended),
-        OBJECTIVES[options.objective].unit,
-    )
-
-
-def _print(result, *, as_json: bool, as_markdown: bool) -> None:
-    from roofline.cli import output
-    from roofline.cli.tune_output import markdown, print_rich
-
-    if as_json:
-        output.print_json(result.to_json())
-    elif as_markdown:
-        sys.stdout.write(markdown(result))
-    else:
-        print_rich(result)

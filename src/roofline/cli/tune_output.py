@@ -4,6 +4,7 @@ display (rich, on stderr); the text itself is `roofline.report.tune_text`'s."""
 from __future__ import annotations
 
 import shlex
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,7 +22,7 @@ from roofline.report.tune_text import (
     trial_text,
 )
 from roofline.tune.result import TuneResult
-from roofline.tune.trial import TrialResult
+from roofline.tune.trial_result import TrialResult
 from roofline.tune.tuner import Display
 
 
@@ -206,3 +207,30 @@ def planned_total(plan: Sequence[Any], budget: int | None, open_ended: bool) -> 
     if open_ended or (budget is not None and budget < len(plan)):
         return budget
     return len(plan)
+
+
+def display_for(options):
+    """The live display of a tune run: its planned trial count and objective unit."""
+    from roofline.tune.objectives import OBJECTIVES
+    from roofline.tune.search import get_strategy
+    from roofline.tune.space_records import Space
+    from roofline.tune.tuner import budget
+
+    strategy = get_strategy(options.strategy)
+    plan = strategy.plan(Space.from_json(options.space))
+    return RichDisplay(
+        planned_total(plan, budget(options), strategy.open_ended),
+        OBJECTIVES[options.objective].unit,
+    )
+
+
+def print_result(result, *, as_json: bool, as_markdown: bool) -> None:
+    """The result as JSON, markdown or the terminal's tables."""
+    from roofline.cli import output
+
+    if as_json:
+        output.print_json(result.to_json())
+    elif as_markdown:
+        sys.stdout.write(markdown(result))
+    else:
+        print_rich(result)

@@ -16,13 +16,12 @@ With a prefix cache (prefix_cache.py), a prompt's granules already cached (an ex
 are loaded instead of computed, and the granules it computes are offered to the cache; its last
 chunk goes in with its logits, so the same prompt again computes nothing.
 
-The prefill half of a step, with the record each request carries: scheduler_prefill.py.
+The prefill half of a step, with the record each request carries: scheduler_prefill.py; how a
+request's tokens and its end become events: scheduler_output.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import itertools
 import logging
 import threading
@@ -34,11 +33,11 @@ from collections.abc import Sequence as Seq
 from roofline.engine.prefill_chunks import DEFAULT_PREFILL_CHUNK_MS, DEFAULT_PREFILL_CHUNK_TOKENS
 from roofline.engine.prefix_cache import PrefixCache
 from roofline.engine.requests import Event, RequestHandle, Sink, Usage, asyncio_sink
-from roofline.engine.sampling import SamplingParams, sample
+from roofline.engine.sampling import SamplingParams
+from roofline.engine.scheduler_output import RequestOutput
 from roofline.engine.scheduler_prefill import PrefillChunks, _Work
 from roofline.engine.scheduler_stats import SchedulerStats
 from roofline.engine.sequence import Sequence, fit_to_context
-from roofline.engine.speculate.adaptive import SpecStats
 from roofline.engine.speculate.step import (
     RequestSpeculation,
     draft_all,
@@ -68,7 +67,7 @@ MAX_OPTION_MAKERS = 8
 _log = logging.getLogger(__name__)
 
 
-class Scheduler(PrefillChunks):
+class Scheduler(PrefillChunks, RequestOutput):
     """Continuous batching over one runner. Use as a context manager, or `start()` then
     `close()`."""
 
@@ -354,74 +353,3 @@ class Scheduler(PrefillChunks):
                 self._finish(w, "error", error=f"verification failed: {type(e).__name__}: {e}")
                 continue
             self._emit_tokens(w, tuple(tokens), text)
-
-    def _accept(self, w: _Work, logits) -> None:
-        """Sample the first token from the prefill's logits and emit what became final."""
-        w.passes += 1
-        try:
-            token = int(sample(logits, w.seq.params, w.seq.rng))
-            text = w.seq.append(token)
-            if w.seq.done:
-                text += w.seq.flush()
-        except Exception as e:
-            _log.exception("request %d failed", w.handle.request_id)
-            self._finish(w, "error", error=f"sampling failed: {type(e).__name__}: {e}")
-            return
-        self._emit_tokens(w, (token,), text)
-
-    def _emit_tokens(self, w: _Work, tokens: tuple[int, ...], text: str) -> None:
-        with self._cv:
-            self._stats.generation_tokens_total += len(tokens)
-        if w.seq.done:
-            self._finish(w, w.seq.finish_reason or "stop", text=text, token_ids=tokens)
-        else:
-            self._emit(w, Event(text, tokens))
-
-    def _finish(
-        self,
-        w: _Work,
-        reason: str,
-        *,
-        text: str = "",
-        token_ids: tuple[int, ...] = (),
-        error: str | None = None,
-    ) -> None:
-        self._release_prefix(w)
-        if w.slot is not None:
-            try:
-                self.runner.release(w.slot)
-            finally:
-                self._free_slots.append(w.slot)
-                w.slot = None
-        if w in self._running:
-            self._running.remove(w)
-        if w in self._prefilling:
-            self._prefilling.remove(w)
-        stats = SpecStats(passes=w.passes)
-        if w.spec is not None:
-            w.spec.close()
-            stats = dataclasses.replace(w.spec.stats, passes=w.passes)
-        with self._cv:
-            self._stats.spec.add(stats)
-            if reason == "abort":
-                self._stats.cancelled += 1
-            elif reason == "error":
-                self._stats.failed += 1
-            else:
-                self._stats.finished[reason] = self._stats.finished.get(reason, 0) + 1
-        usage = Usage(len(w.seq.prompt_ids), len(w.seq.output_ids))
-        self._emit(w, Event(text, token_ids, reason, usage, error, stats))
-
-    @staticmethod
-    def _emit(w: _Work, event: Event) -> None:
-        # a broken sink is the caller's problem, never the scheduler's
-        with contextlib.suppress(Exception):
-            w.sink(event)
-
-    def _fail_all(self, message: str) -> None:
-        with self._cv:
-            pending = [w for w, *_ in self._inbox]
-            self._inbox.clear()
-        for w in pending + list(self._waiting) + list(self._prefilling) + list(self._running):
-            self._finish(w, "error", error=message)
-        self._waiting.clear()

@@ -16,12 +16,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import socket
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -33,43 +31,16 @@ from roofline.engine.http_limits import (
     set_nodelay,
 )
 from roofline.engine.protocol import APIError, sampling_params
-from roofline.engine.response_builder import ResponseBuilder, sse
-from roofline.engine.scheduler import Event, RequestHandle, Scheduler, asyncio_sink
+from roofline.engine.response_builder import ResponseBuilder
+from roofline.engine.scheduler import Scheduler, asyncio_sink
+from roofline.engine.server_responses import (
+    CancellingStream,
+    collect,
+    shutting_down,
+    stream_events,
+)
 from roofline.engine.server_state import _ServerState
-from roofline.engine.shutdown import SHUTDOWN, Drain, GracefulServer
-
-_DISCONNECTED = object()  # put into a request's queue when its client goes away
-
-
-class _CancellingStream(StreamingResponse):
-    """A streaming response that cancels its request however the stream ends (done, error,
-    disconnect)."""
-
-    def __init__(self, content: AsyncIterator[bytes], handle: RequestHandle, done):
-        super().__init__(
-            content,
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
-        self._handle = handle
-        self._done = done
-
-    async def __call__(self, scope, receive, send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            # no-op for a finished request; frees the slot of an abandoned one
-            self._handle.cancel()
-            self._done()
-
-
-def _shutting_down() -> APIError:
-    return APIError(
-        503,
-        "the server is shutting down; retry on another instance",
-        type="server_error",
-        code="shutting_down",
-    )
+from roofline.engine.shutdown import Drain, GracefulServer
 
 
 def _check_threads(asked: int | None, most: int) -> None:
@@ -81,108 +52,6 @@ def _check_threads(asked: int | None, most: int) -> None:
             param="roofline_threads",
             code="invalid_value",
         )
-
-
-def _error_event_body(event: Event) -> dict[str, Any]:
-    return APIError(
-        500, event.error or "generation failed", type="server_error", code="engine_error"
-    ).body()
-
-
-def _stats(event: Event) -> dict[str, int] | None:
-    return event.spec.to_json() if event.spec is not None else None
-
-
-async def _stream_events(
-    queue: asyncio.Queue, builder: ResponseBuilder, include_usage: bool, token_ids: bool = False
-) -> AsyncIterator[bytes]:
-    """SSE chunks: (chat) a role chunk, one chunk per event that carries text (an event may carry
-    several tokens: a verify step that accepted drafts), a finish chunk with the request's pass and
-    draft counts (`"roofline"`), the usage chunk with empty choices when asked for, then [DONE].
-    token_ids: every chunk carries the ids of its tokens (then an event with ids but no text yet
-    gets a chunk too), the first one the prompt's ids as well."""
-    first = token_ids  # the prompt's ids still to send
-    if builder.chat:
-        yield sse(
-            builder.chunk(text="", role=True, with_usage_field=include_usage, prompt_ids=first)
-        )
-        first = False
-    while True:
-        event: Event = await queue.get()
-        if event is SHUTDOWN:
-            yield sse(_shutting_down().body())
-            break
-        if event.finish_reason == "error":
-            yield sse(_error_event_body(event))
-            break
-        if event.text or (token_ids and event.token_ids):
-            yield sse(
-                builder.chunk(
-                    text=event.text,
-                    with_usage_field=include_usage,
-                    token_ids=list(event.token_ids) if token_ids else None,
-                    prompt_ids=first,
-                )
-            )
-            first = False
-        if event.final:
-            yield sse(
-                builder.chunk(
-                    finish_reason=event.finish_reason,
-                    with_usage_field=include_usage,
-                    stats=_stats(event),
-                    token_ids=[] if token_ids else None,
-                    prompt_ids=first,
-                )
-            )
-            if include_usage and event.usage is not None:
-                yield sse(builder.usage_chunk(event.usage, _stats(event)))
-            break
-    yield sse("[DONE]")
-
-
-async def _collect(
-    request: Request,
-    queue: asyncio.Queue,
-    handle: RequestHandle,
-    builder: ResponseBuilder,
-    token_ids: bool = False,
-) -> Response:
-    """Wait for the whole completion; a client that hangs up meanwhile cancels its request."""
-
-    async def watch_disconnect() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-        queue.put_nowait(_DISCONNECTED)
-
-    watcher = asyncio.create_task(watch_disconnect())
-    parts: list[str] = []
-    ids: list[int] = []
-    try:
-        while True:
-            event = await queue.get()
-            if event is _DISCONNECTED:
-                return Response(status_code=499)  # nobody reads it; the slot is freed below
-            if event is SHUTDOWN:
-                return JSONResponse(_shutting_down().body(), status_code=503)
-            parts.append(event.text)
-            ids.extend(event.token_ids)
-            if event.final:
-                break
-    finally:
-        watcher.cancel()
-        handle.cancel()
-    if event.finish_reason == "error":
-        return JSONResponse(_error_event_body(event), status_code=500)
-    return JSONResponse(
-        builder.full(
-            "".join(parts),
-            event.finish_reason,
-            event.usage,
-            token_ids=ids if token_ids else None,
-            stats=_stats(event),
-        )
-    )
 
 
 class _HeaderCount:
@@ -302,7 +171,7 @@ def create_app(
     async def complete(request: Request, chat: bool) -> Response:
         drain = state.drain
         if drain.stopping:
-            raise _shutting_down()
+            raise shutting_down()
         drain.begin()
         streaming = False
         try:
@@ -341,13 +210,13 @@ def create_app(
                     drain.end()
 
                 streaming = True
-                return _CancellingStream(
-                    _stream_events(queue, builder, req.include_usage(), req.return_token_ids),
+                return CancellingStream(
+                    stream_events(queue, builder, req.include_usage(), req.return_token_ids),
                     handle,
                     done,
                 )
             try:
-                return await _collect(request, queue, handle, builder, req.return_token_ids)
+                return await collect(request, queue, handle, builder, req.return_token_ids)
             finally:
                 drain.unwatch(queue)
         finally:

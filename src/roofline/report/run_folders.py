@@ -125,7 +125,7 @@ def _load_tune(path: Path) -> LoadedRun:
     from roofline.tune.objectives import ObjectiveInfo
     from roofline.tune.records import StudyInfo
     from roofline.tune.result import TuneResult
-    from roofline.tune.trial import TrialResult
+    from roofline.tune.trial_result import TrialResult
 
     warnings: list[str] = []
     data = _read_json(path / TUNE_JSON, warnings)

@@ -13,7 +13,7 @@ from roofline.tune.predict import Prediction
 from roofline.tune.predict_run import PredictedLadder, read_predicted, trial_predictions
 from roofline.tune.records import LadderStep
 from roofline.tune.result import TuneResult
-from roofline.tune.trial import TrialResult
+from roofline.tune.trial_result import TrialResult
 
 Table = tuple[str, list[str], list[list[str]], list[str]]
 

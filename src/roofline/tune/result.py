@@ -24,7 +24,7 @@ from roofline.tune.records import LadderStep, StepStart, StudyInfo, SweepPoint
 from roofline.tune.search import get_strategy
 from roofline.tune.slots import Rule
 from roofline.tune.space_records import Space
-from roofline.tune.trial import TrialResult
+from roofline.tune.trial_result import TrialResult
 
 
 @dataclass(frozen=True)

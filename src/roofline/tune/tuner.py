@@ -236,6 +236,7 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
     from roofline.tune.slots import Rule
     from roofline.tune.space_records import Space
     from roofline.tune.trial import run_trial
+    from roofline.tune.worker import Worker, run_worker
 
     t0 = time.monotonic()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -315,12 +316,12 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
         tune = write_result()
         display.trial_ended(result, tune.best)
 
-    worker = st.Worker(
+    worker = Worker(
         study, strategy, space, rule, budget=budget(options), objective=options.objective
     )
     try:
         with servers:
-            st.run_worker(
+            run_worker(
                 worker,
                 evaluate,
                 on_start=display.trial_started,
