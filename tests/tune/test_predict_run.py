@@ -16,7 +16,7 @@ from roofline.engine.response_builder import ResponseBuilder
 from roofline.engine.scheduler import Usage
 from roofline.report.tune_text import predicted_table, tables, trials_table
 from roofline.response_stats import ServerStats
-from roofline.tune.predict import PassCosts, Prediction, ReplayStats
+from roofline.tune.predict_records import PassCosts, Prediction, ReplayStats
 from roofline.tune.predict_run import (
     FAILED,
     MEASURED,

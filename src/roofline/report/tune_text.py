@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from roofline.tune.paired import TIE_RATIO
-from roofline.tune.predict import Prediction
+from roofline.tune.predict_records import Prediction
 from roofline.tune.predict_run import PredictedLadder, read_predicted, trial_predictions
 from roofline.tune.records import LadderStep
 from roofline.tune.result import TuneResult

@@ -25,9 +25,6 @@ from roofline.tune.paired import PairedRatio, paired_ratio
 from roofline.tune.predict import (
     FIELD_OF,
     METHOD_KNOB,
-    PassCosts,
-    Prediction,
-    Stream,
     matching,
     model_free_methods,
     predict_ladder,
@@ -36,6 +33,7 @@ from roofline.tune.predict import (
     spec_options,
     with_baseline,
 )
+from roofline.tune.predict_records import PassCosts, Prediction, Stream
 from roofline.tune.space_records import Space
 
 PREDICTED = "predicted.json"
