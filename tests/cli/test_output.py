@@ -379,3 +379,21 @@ def test_bench_tables_and_progress_through_a_pipe(tmp_path) -> None:
         wide = _render(FitTable(title, headers, rows), WIDE)
         for width in WIDTHS:
             _assert_whole(_render(FitTable(title, headers, rows), width), wide, width)
+
+
+def test_line_progress_reset_starts_a_tasks_clock_again(monkeypatch) -> None:
+    """`roofline tune` resets its trial counter after the probe and the kernels' preparation: the
+    time on the last line is the study's."""
+    import roofline.cli.progress as progress
+
+    now = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    buf = io.StringIO()
+    p = LineProgress(Console(file=buf, width=80, force_terminal=False))
+    t = p.add_task("trials", total=1)
+    now[0] = 190.0  # 90 s of preparation
+    p.reset(t)
+    now[0] = 200.0
+    p.update(t, advance=1)
+    p.stop()
+    assert buf.getvalue().startswith("trials: 1/1 (10.0 s)"), buf.getvalue()

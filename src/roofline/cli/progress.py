@@ -84,6 +84,12 @@ class LineProgress:
         self._tasks[task_id] = _Task(description, total, completed, visible, dict(fields))
         return task_id
 
+    def reset(self, task_id: int) -> None:
+        """Start the task's clock and count again (as rich's Progress.reset)."""
+        task = self._tasks[task_id]
+        task.started = task.last = time.monotonic()
+        task.completed, task.reported = 0, False
+
     def update(
         self,
         task_id: int,

@@ -340,6 +340,7 @@ def _run(a: TuneArgs, *, predict: bool = False) -> int:
 
             ensure_local_profile(SimpleNamespace(note=display.note))
         prepare_engine(options, display.note, baseline_only=predict)
+        display.clock_from_now()
         result = run_tune(options, run_dir, display)
     except KeyboardInterrupt:
         display.stop()

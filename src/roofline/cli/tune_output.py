@@ -163,6 +163,11 @@ class RichDisplay(Display):
     def bench_progress(self) -> Any:
         return _BenchProgress(self)
 
+    def clock_from_now(self) -> None:
+        """The trials' elapsed time counts from here: the study's, not the preparation's (the
+        bandwidth probe, the engine's once-per-install kernels)."""
+        self.p.reset(self.trials)
+
     def trial_started(self, number: int, slot: Any, config: Mapping[str, Any]) -> None:
         self.p.update(
             self.trials,
