@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -80,12 +79,9 @@ def _key(model: Path, dtype: str) -> str:
 
 def _cpu() -> str:
     """The CPU's name and feature flags (numba compiles for the host's)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return platform.processor() or platform.machine()
-    lines = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags"))]
-    return "\n".join(dict.fromkeys(lines))
+    from roofline.hardware.machine import cpu_flags, cpu_model_name
+
+    return f"{cpu_model_name()}\n{cpu_flags()}"
 
 
 def _cache_present() -> bool:

@@ -16,14 +16,24 @@ def usable_cpu_count() -> int:
 
 
 def cpu_model_name() -> str:
+    return _cpuinfo_field("model name") or platform.processor() or platform.machine() or "unknown"
+
+
+def cpu_flags() -> str:
+    """The CPU's feature flags as /proc/cpuinfo lists them ("" where it does not)."""
+    return _cpuinfo_field("flags") or ""
+
+
+def _cpuinfo_field(name: str) -> str | None:
+    """The first /proc/cpuinfo line's value for `name`; None when absent or unreadable."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
-                if line.lower().startswith("model name"):
+                if line.lower().startswith(name):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine() or "unknown"
+    return None
 
 
 def total_memory_bytes() -> int | None:

@@ -170,10 +170,12 @@ def bench_rep(
 ) -> tuple[RunSummary, list[dict]]:
     """Repetitions from `rep` on (`once`: settings of those repetitions) as one bench run in
     folder/bench-<rep>, its lines' `rep` counted from it so units pair across runs."""
+    from roofline.tune.records import bench_folder
+
     summary, lines = bench_run(
         once,
         url,
-        folder / f"bench-{rep}",
+        bench_folder(folder, rep),
         progress,
         outputs,
         body=body,

@@ -27,7 +27,17 @@ def bench_runs(folder: Path) -> list[Path]:
     alone when it was the greedy pass too)."""
     numbered = [p for p in folder.glob("bench-*") if p.name[6:].isdigit()]
     plain = [folder / "bench"] if (folder / "bench").is_dir() else []
-    return plain + sorted(numbered, key=lambda p: int(p.name[6:]))
+    return plain + sorted(numbered, key=first_rep)
+
+
+def bench_folder(folder: Path, rep: int) -> Path:
+    """The folder of a trial's bench run that starts at repetition `rep` (`first_rep` reads it)."""
+    return folder / f"bench-{rep}"
+
+
+def first_rep(run: Path) -> int:
+    """The repetition a bench run folder starts at (`bench-<rep>`; `bench`: 0)."""
+    return int(run.name[6:]) if run.name != "bench" else 0
 
 
 def bench_lines(folder: Path) -> list[dict]:
@@ -36,8 +46,9 @@ def bench_lines(folder: Path) -> list[dict]:
 
     out = []
     for run in bench_runs(folder):
-        first = int(run.name[6:]) if run.name != "bench" else 0
-        out += [{**ln, "rep": first + int(ln.get("rep") or 0)} for ln in read_requests(run)[0]]
+        out += [
+            {**ln, "rep": first_rep(run) + int(ln.get("rep") or 0)} for ln in read_requests(run)[0]
+        ]
     return out
 
 

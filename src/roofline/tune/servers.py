@@ -77,9 +77,8 @@ class Servers:
             and r.server.proc.poll() is None
         ):
             command = self._command(config, r.server)
-            key = json.dumps(body, sort_keys=True)
-            warm = key in r.ran
-            r.ran.add(key)
+            warm = _key(body) in r.ran
+            r.ran.add(_key(body))
             return Served(r.server.url, r.argv, r.log_path, body, False, command, warm)
         self.close()
         stack = contextlib.ExitStack()
@@ -98,7 +97,7 @@ class Servers:
         self.launches += 1
         argv = tuple(server.argv)
         self._running = _Running(server, stack, argv, restart, log_path, body is not None)
-        self._running.ran.add(json.dumps(body or {}, sort_keys=True))
+        self._running.ran.add(_key(body or {}))
         command = self._command(config, server) if body else argv
         return Served(server.url, argv, log_path, body or {}, True, command)
 
@@ -141,3 +140,8 @@ class Servers:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _key(body: Mapping[str, Any]) -> str:
+    """A live body as the set of bodies a server ran holds it."""
+    return json.dumps(body, sort_keys=True)
