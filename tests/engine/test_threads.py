@@ -273,3 +273,25 @@ def test_mkl_is_asked_for_results_that_do_not_depend_on_threads():
     assert prefer_strict_blas(env) and env == {"MKL_CBWR": "AUTO,STRICT"}
     env = {"MKL_CBWR": "COMPATIBLE"}  # the user's own choice stays
     assert not prefer_strict_blas(env) and env == {"MKL_CBWR": "COMPATIBLE"}
+
+
+def test_pass_costs_are_timed_on_one_thread_count_whatever_the_chooser_would_probe():
+    """A table of costs relative to one row compares passes on the same thread count: probes of
+    the other count (here due every pass) are held off while it is measured, and learn nothing."""
+    runner = ModelRunner(
+        tiny_checkpoint("llama"), dtype="fp32", threads=None, max_batch=1, max_seq_len=64
+    )
+    runner.threads = 2
+    runner.thread_chooser = chooser = ThreadChooser(2, first_interval=1, longest_interval=1)
+    used = []
+    pick = runner._use_threads
+
+    def spy(torch_too: bool = False) -> int:
+        used.append(pick(torch_too))
+        return used[-1]
+
+    runner._use_threads = spy
+    runner.measure_pass_costs(rows=(1, 2, 3), reps=2)
+    assert used and set(used) == {chooser.current}
+    assert chooser.pinned is None and chooser.passes_by_threads[1] == 0
+    assert runner.position(0) == 0 and set(runner.pass_costs) == {1, 2, 3}

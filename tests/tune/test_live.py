@@ -258,3 +258,95 @@ def test_a_value_clearly_slower_after_the_first_round_runs_no_more_rounds(tmp_pa
     assert again.pruned_after == 0 and runs(again) == ["bench-0", "bench-1", "bench-2"]
     (step,) = result.ladder
     assert step.kept and result.best.number == fast.number
+
+
+def _fake_runs(units_by_k):
+    """Block runs whose lines are the units themselves (for a patched `block._units`)."""
+    return [[(None, [u])] for u in units_by_k]
+
+
+def _units(gain: float, noise: float, seed: int, reps: int = 3) -> dict[str, float]:
+    import random
+
+    rng = random.Random(seed)
+    return {
+        f"{p}#{r}": 100.0 * gain * (1 + noise * (2 * rng.random() - 1))
+        for p in "abcd"
+        for r in range(reps)
+    }
+
+
+def _close_call_of(monkeypatch, gains, noise, seed, predicted=None):
+    from types import SimpleNamespace
+
+    from roofline.tune import block
+    from roofline.tune.slots import Slot
+
+    monkeypatch.setattr(block, "_units", lambda settings, run: dict(run[0][1][0]))
+    settings = SimpleNamespace(reps=3, objective=SimpleNamespace(direction="maximize"))
+    items = [block.Item(10, Slot("incumbent", 2, "spec"), {}, None)]
+    items += [
+        block.Item(11 + i, Slot("ladder", 2, "spec", v), {}, None, i, (predicted or {}).get(v))
+        for i, v in enumerate(gains)
+    ]
+    units = [_units(1.0, noise, seed)] + [
+        _units(g, noise, seed + 1 + i) for i, g in enumerate(gains.values())
+    ]
+    return block._close_call(settings, items, _fake_runs(units), list(range(len(items))))
+
+
+def test_two_values_too_close_to_call_get_more_rounds_and_clear_ones_do_not(monkeypatch):
+    # ngram and trie both beat the incumbent; trie by 2.3% more, 3% noise per request: the
+    # interval of trie against ngram straddles 1.02 -> the two run more rounds
+    close = [_close_call_of(monkeypatch, {"ngram": 1.30, "trie": 1.33}, 0.03, s) for s in range(5)]
+    assert close.count((1, 2)) >= 4
+    # trie 20% ahead of ngram: decided; equal with 0.2% noise: a tie beyond doubt; a value that
+    # does not beat the incumbent cannot be in a close call
+    assert _close_call_of(monkeypatch, {"ngram": 1.30, "trie": 1.56}, 0.03, 0) is None
+    assert _close_call_of(monkeypatch, {"ngram": 1.30, "trie": 1.30}, 0.002, 0) is None
+    assert _close_call_of(monkeypatch, {"ngram": 1.0, "trie": 1.33}, 0.03, 0) is None
+    # replay predicts trie 3% faster: it is kept whether ngram counts as tied or not
+    predicted = {"ngram": 1.30, "trie": 1.34}
+    assert _close_call_of(monkeypatch, {"ngram": 1.30, "trie": 1.33}, 0.03, 1, predicted) is None
+    # ... within 2%: the simpler would be kept if tied, so the call is open again
+    predicted = {"ngram": 1.32, "trie": 1.34}
+    assert _close_call_of(monkeypatch, {"ngram": 1.30, "trie": 1.33}, 0.03, 1, predicted) == (1, 2)
+    # the faster-measured value listed first: nothing simpler to hold it against
+    assert _close_call_of(monkeypatch, {"trie": 1.33, "ngram": 1.30}, 0.03, 0) is None
+
+
+def test_a_close_call_runs_its_two_values_more_rounds_and_the_ladder_pairs_them(
+    tmp_path, monkeypatch
+):
+    """Rounds after the block's: the two values only, in bench-<rep> folders numbered on."""
+    from roofline.bench import engines
+    from roofline.tune import block
+
+    live = LiveFake(name="livefake", knobs=FAKE.knobs, live_knobs=frozenset({"speed"}))
+    monkeypatch.setitem(engines.LAUNCHERS, live.name, live)
+    body = "[baseline]\nspeed = 100\n[knobs.speed]\nchoices = [100, 300, 320]\ndefault = 100\n"
+    space = load_space_file(write_space(tmp_path, body, "close.toml"), live)
+    calls = []
+
+    def twice(settings, items, runs, active):
+        calls.append(len(runs[1]))
+        return (1, 2) if len(calls) <= 2 else None
+
+    monkeypatch.setattr(block, "_close_call", twice)
+    mark = marker()
+    result = run_tune(
+        tune_options(space, mark, engine=live.name, reps=2), tmp_path / "run", Display()
+    )
+    assert wait_gone(mark) == []
+    by = {r.config.get("speed"): r for r in result.trials if r.slot.kind == "ladder"}
+    again = next(r for r in result.trials if r.slot.kind == "incumbent")
+
+    def runs(r) -> list[str]:
+        return sorted(p.name for p in (tmp_path / "run" / r.folder).glob("bench-*"))
+
+    assert calls == [2, 3, 4]  # asked after the block's rounds and after each extra one
+    assert runs(again) == ["bench-0", "bench-1"]
+    assert runs(by[300]) == runs(by[320]) == ["bench-0", "bench-1", "bench-2", "bench-3"]
+    assert len(by[300].units) == 16 and len(again.units) == 8  # 4 prompts x 4 and x 2 rounds
+    (step,) = result.ladder
+    assert step.kept and step.paired.pairs == 8  # against the incumbent: the rounds it ran

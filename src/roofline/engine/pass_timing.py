@@ -69,17 +69,24 @@ class PassTiming:
             self._pass_costs = {1: 1.0}
             self.one_row_pass_s = None
             return
+        chooser = self.thread_chooser
+        if chooser is not None:  # every count on the chooser's current threads, not its probes
+            chooser.pinned = chooser.current
         self.prefill(0, [0])
         seconds: dict[int, float] = {}
-        for round_ in range(reps + 1):
-            for r in rows:
-                t0 = time.perf_counter()
-                self.step([(0, [0] * r, None)])
-                took = time.perf_counter() - t0
-                self.truncate(0, 1)
-                if round_:
-                    seconds[r] = min(seconds.get(r, took), took)
-        self.release(0)
+        try:
+            for round_ in range(reps + 1):
+                for r in rows:
+                    t0 = time.perf_counter()
+                    self.step([(0, [0] * r, None)])
+                    took = time.perf_counter() - t0
+                    self.truncate(0, 1)
+                    if round_:
+                        seconds[r] = min(seconds.get(r, took), took)
+        finally:
+            if chooser is not None:
+                chooser.pinned = None
+            self.release(0)
         self._pass_costs = {r: seconds[r] / seconds[1] for r in rows}
         self.one_row_pass_s = seconds[1]
 

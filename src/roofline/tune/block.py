@@ -12,7 +12,9 @@ bandwidth probe between them. The first round, one stream with token ids in the 
 the greedy pass (the exactness evidence) of each configuration that teaches the server nothing;
 the others run a greedy pass first, their warm-up (`engine_runs.ids_in_stream`).
 A value clearly slower than the incumbent after the first round (`paired.clearly_worse`), or
-inexact and not allowed to win, runs no more rounds: pruned, it cannot be kept. The decision is the
+inexact and not allowed to win, runs no more rounds: pruned, it cannot be kept. Two values that
+both beat the incumbent but are too close to call between them (`_close_call`) run up to
+CLOSE_CALL_ROUNDS more rounds, the two alone. The decision is the
 ladder's own (`ladder._decide` over the results, `tune.paired`); the block only feeds it results. A
 step that cannot be one block (a restart knob, drafts that learn across requests, a budget) runs
 slot by slot.
@@ -40,6 +42,8 @@ class Item:
     slot: Slot
     config: dict[str, Any]
     folder: Path
+    rank: int = -1  # where its value comes in the knob's list (simplest first); -1: the incumbent
+    predicted: float | None = None  # its replayed speed-up (tune.predict_step), where known
 
 
 def ladder_block(space: Space, slot: Slot, view: View, rule: Any) -> list[tuple[Slot, Decision]]:
@@ -52,7 +56,7 @@ def ladder_block(space: Space, slot: Slot, view: View, rule: Any) -> list[tuple[
     base = space.effective(space.baseline)
     values = [v for v in space.dimension(slot.knob).values() if v != base.get(slot.knob)]
     out = [
-        (Slot("ladder", slot.round, slot.knob, v), challenger(space, current, slot.knob, v))
+        (Slot("ladder", slot.round, slot.knob, v), challenger(space, current, slot.knob, v, view))
         for v in values
     ]
     if all(d.action == "skip" for _, d in out):
@@ -167,27 +171,22 @@ def _rounds(
     outputs = [None if streamed[k] else greedy(k) for k in range(len(items))]
     once, probes = dataclasses.replace(settings, reps=1), trial_probes(settings)
     runs: list[list[tuple[Any, list[dict]]]] = [[] for _ in items]
+
+    def measure(k: int, rep: int) -> None:
+        s, body = served[k], dict(served[k].body)
+        first = rep == 0 and streamed[k]
+        warm = int(first and k == 0 and s.launched)  # a new server's first request
+        body = with_ids(body) if first else body
+        runs[k].append(
+            bench_rep(once, s.url, items[k].folder, rep, progress, outputs[k], body, probes, warm)
+        )
+        if first:
+            outputs[k] = stream_outputs(runs[k][0][1], settings.prompts) or greedy(k)
+
     active = list(range(len(items)))
     for rep in range(settings.reps):
         for k in active:
-            s, body = served[k], dict(served[k].body)
-            first = rep == 0 and streamed[k]
-            warm = int(first and k == 0 and s.launched)  # a new server's first request
-            runs[k].append(
-                bench_rep(
-                    once,
-                    s.url,
-                    items[k].folder,
-                    rep,
-                    progress,
-                    outputs[k],
-                    with_ids(body) if first else body,
-                    probes,
-                    warm,
-                )
-            )
-            if first:
-                outputs[k] = stream_outputs(runs[k][0][1], settings.prompts) or greedy(k)
+            measure(k, rep)
         if rep == 0 and settings.reps > 1:
             stop = _stop_slower(settings, items, runs)
             for k in sorted(stop):
@@ -203,7 +202,68 @@ def _rounds(
                     )
                     stop.add(k)
             active = [k for k in active if k not in stop]
+    for rep in range(settings.reps, settings.reps + CLOSE_CALL_ROUNDS):
+        pair = _close_call(settings, items, runs, active)
+        if pair is None:
+            break
+        if rep == settings.reps:
+            a, b = (items[k].number for k in pair)
+            progress.note(f"trials {a} and {b}: too close to call: more rounds of the two")
+        for k in pair:
+            measure(k, rep)
     return outputs, runs
+
+
+CLOSE_CALL_ROUNDS = 3  # at most this many rounds more, of two values too close to call
+
+
+def _close_call(
+    settings: Any,
+    items: Sequence[Item],
+    runs: Sequence[Sequence[tuple[Any, list[dict]]]],
+    active: Sequence[int],
+) -> tuple[int, int] | None:
+    """Two values (indices into items) whose comparison still decides the step: both beat the
+    incumbent (items[0]) beyond noise, the faster-measured one against the other has an interval
+    that straddles 1 + TIE_RATIO, and the ladder would keep another value with the other counted
+    as tied than without it (`ladder.pick_tied`). More rounds of the two narrow the interval, so a
+    gain of a few percent is called the same way run after run rather than by which side of the
+    threshold one run's interval fell. None: the block's rounds decide."""
+    from roofline.tune.ladder import pick_tied
+    from roofline.tune.paired import TIE_RATIO, paired_ratio
+
+    if items[0].slot.kind != "incumbent" or settings.reps < 2 or 0 not in active:
+        return None
+    maximize = settings.objective.direction == "maximize"
+    units = {k: _units(settings, runs[k]) for k in active}
+    ratios = {k: paired_ratio(units[k], units[0], maximize, items[k].number) for k in active[1:]}
+    better = [k for k, pr in ratios.items() if pr is not None and pr.verdict == "better"]
+    if len(better) < 2:
+        return None
+    top = max(better, key=lambda k: ratios[k].ratio)
+    tied, open_ = [top], []
+    for k in better:
+        vs = paired_ratio(units[top], units[k], maximize, items[top].number) if k != top else None
+        if vs is not None and vs.verdict != "better":
+            tied.append(k)
+            if vs.high > 1.0 + TIE_RATIO:
+                open_.append(k)
+
+    def pick(ks: list[int]) -> int:
+        return pick_tied(ks, lambda k: items[k].rank, lambda k: items[k].predicted)
+
+    for k in sorted(open_, key=lambda k: items[k].rank):
+        if pick(tied) != pick([j for j in tied if j != k]):
+            return (k, top)
+    return None
+
+
+def _units(settings: Any, run: Sequence[tuple[Any, list[dict]]]) -> dict[str, float]:
+    """The objective on each pairing unit of a configuration's bench runs so far."""
+    from roofline.tune.objectives import measure
+
+    lines = [ln for _, got in run for ln in got]
+    return dict(measure(settings.objective, lines, settings.objective_settings).units)
 
 
 def _stop_slower(
@@ -211,20 +271,14 @@ def _stop_slower(
 ) -> set[int]:
     """The challengers (indices into items) clearly slower than the incumbent (items[0]) after
     the first round (`paired.clearly_worse`): they run no more rounds and cannot be kept."""
-    from roofline.tune.objectives import measure
     from roofline.tune.paired import clearly_worse
 
     if items[0].slot.kind != "incumbent":
         return set()
-
-    def units(k: int) -> dict[str, float]:
-        lines = [ln for _, got in runs[k] for ln in got]
-        return dict(measure(settings.objective, lines, settings.objective_settings).units)
-
     maximize = settings.objective.direction == "maximize"
-    base, out = units(0), set()
+    base, out = _units(settings, runs[0]), set()
     for k in range(1, len(items)):
-        if runs[k] and base and clearly_worse(units(k), base, maximize) is not None:
+        if runs[k] and base and clearly_worse(_units(settings, runs[k]), base, maximize):
             out.add(k)
     return out
 
@@ -252,8 +306,9 @@ def run_step_block(
     when the step cannot be one block, and the worker goes on slot by slot."""
     from roofline.tune import study as st
     from roofline.tune.trial import skipped
+    from roofline.tune.worker import predicted_on, with_prediction
 
-    v = st.view(w.study, exclude=trial.number)
+    v = st.view(w.study, exclude=trial.number, predict=w.predict)
     if any(u.round < slot.round or u.kind == "baseline" for u in v.unfinished):
         return None
     reference = st.baseline_outputs(w.study)
@@ -262,6 +317,8 @@ def run_step_block(
     if len(runs) < 2 or not blocks.fits(runs):
         return None
     by_value = {s.value: d for s, d in decided[1:]}
+    values = list(w.space.dimension(slot.knob).values())
+    current = ladder_current(w.space, v.results, w.rule, slot.round)
     claimed = st.claim_step(w.study, slot.round)
     members = [(trial, slot, decided[0][1])]
     other = Decision("skip", reason=f"not a value of step {slot.round}")
@@ -278,7 +335,10 @@ def run_step_block(
                 continue
             t.set_user_attr("config", dict(d.config))
             on_start(t.number, s, dict(d.config))
-            items.append((t, Item(t.number, s, dict(d.config), blocks.folder(t.number))))
+            rank = values.index(s.value) if s.kind == "ladder" and s.value in values else -1
+            p = predicted_on(w, dict(d.config), current, v.results)
+            folder = blocks.folder(t.number)
+            items.append((t, Item(t.number, s, dict(d.config), folder, rank, p)))
         results = blocks.evaluate([i for _, i in items], reference)
     except BaseException as e:  # Ctrl-C: the step's slots go back in the queue
         for t, *_ in members:
@@ -290,6 +350,7 @@ def run_step_block(
                 )
         raise
     for (t, _), (result, outputs) in zip(items, results):
+        result = with_prediction(w, result, v.results)
         st.record(w.study, t, result, w.rule, outputs)
         on_result(result)
     return len(items)

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from roofline.tune.paired import PairedRatio, paired_ratio
+from roofline.tune.paired import TIE_RATIO, PairedRatio, paired_ratio
 from roofline.tune.slots import Decision, Rule, Slot, View
 from roofline.tune.space_records import Space
 
@@ -92,29 +92,67 @@ def _decide(d: Any, current: Any, step_results: Sequence[Any], rule: Rule) -> St
     return replace(step, note=note, best=cand)
 
 
+# tied values whose replayed speed-ups lie within the ratio a kept step needs are the same to
+# replay too (1% was tried: trie and suffix, whose drafts differ little, swapped places by 1.5%)
+PREDICTED_TIE = TIE_RATIO
+
+
 def _simplest_tied(
     d: Any, tried: Sequence[Any], ratios: Mapping[int, PairedRatio], best: int, rule: Rule
 ) -> tuple[int, str]:
-    """Which value a step keeps when several beat the incumbent: the first the space lists (its
-    choices go simplest first) whose paired ratio to the fastest one is within noise; else the
-    fastest. So values a run cannot tell apart are decided by the space, not by the noise, and
-    the same step decides the same way run after run. (trial number, a note saying so or "")."""
+    """Which value a step keeps when several beat the incumbent. The tied ones are the fastest
+    and every value it does not beat beyond noise (paired); of those, the ones replay predicts
+    fastest (`TrialResult.predicted`, within PREDICTED_TIE; all of them when any lacks a
+    prediction), and of those the first the space lists (its choices go simplest first). So values
+    a run cannot tell apart are decided by the replay's exact tokens per pass and then by the
+    space, not by the noise, and the same step decides the same way run after run.
+    (trial number, a note saying so or "")."""
     by_number = {r.number: r for r in tried}
     top = by_number[best]
     if ratios[best].verdict != "better":
         return best, ""
-    for v in d.values():
-        if v == top.config.get(d.name):
-            break
-        for n, pr in ratios.items():
-            r = by_number[n]
-            if r.config.get(d.name) != v or pr.verdict != "better":
-                continue
-            vs = paired_ratio(top.units, r.units, rule.direction == "maximize", top.number)
-            if vs is not None and vs.verdict != "better":
-                fast = f"{d.name}={top.config.get(d.name)}"
-                return n, f"; {fast} against it {vs.describe()}: a tie, the simpler kept"
-    return best, ""
+    tied, against = [top], {}
+    for n, pr in ratios.items():
+        if n == best or pr.verdict != "better":
+            continue
+        vs = paired_ratio(top.units, by_number[n].units, rule.direction == "maximize", top.number)
+        if vs is not None and vs.verdict != "better":
+            tied.append(by_number[n])
+            against[n] = vs
+    if len(tied) == 1:
+        return best, ""
+    order = list(d.values())
+
+    def rank(r: Any) -> int:
+        v = r.config.get(d.name)
+        return order.index(v) if v in order else len(order)
+
+    kept = pick_tied(tied, rank, lambda r: r.predicted)
+    simpler = min(tied, key=rank)
+    if kept is top and simpler is top:
+        return best, ""
+    other = kept if kept is not top else simpler  # the value the note holds the fastest against
+    fast, what = f"{d.name}={top.config.get(d.name)}", f"{d.name}={other.config.get(d.name)}"
+    note = f"; {fast} against {what} {against[other.number].describe()}: a tie"
+    if all(r.predicted for r in tied) and kept is not simpler:
+        shown = ", ".join(
+            f"{r.config.get(d.name)} {r.predicted:.2f}x" for r in sorted(tied, key=rank)
+        )
+        note += f"; replay predicts {shown}: the simplest of the fastest kept"
+    else:
+        note += ", the simpler kept"
+    return kept.number, note
+
+
+def pick_tied(tied: Sequence[Any], rank: Any, predicted: Any) -> Any:
+    """Of values measurement cannot tell apart: those replay predicts fastest (within
+    PREDICTED_TIE; all of them when any has no prediction), and of those the lowest rank (the
+    space's order, simplest first)."""
+    chosen = list(tied)
+    if all(predicted(r) for r in tied):
+        most = max(predicted(r) for r in tied)
+        chosen = [r for r in tied if predicted(r) * (1.0 + PREDICTED_TIE) >= most]
+    return min(chosen, key=rank)
 
 
 def ladder_steps(space: Space, results: Sequence[Any], rule: Rule) -> tuple[Any | None, list[Step]]:
@@ -151,8 +189,12 @@ def ladder_current(
     return current
 
 
-def challenger(space: Space, current: Any, knob: str, value: Any) -> Decision:
-    """Whether `knob=value` on top of the current best is a configuration to run."""
+def challenger(
+    space: Space, current: Any, knob: str, value: Any, view: View | None = None
+) -> Decision:
+    """Whether `knob=value` on top of the current best is a configuration to run: not when its
+    condition does not hold, when it is what the best runs, or when replay predicts it no faster
+    than the best by the margin a kept step needs (`view.predict`: a proposer's own knobs)."""
     config = space.resolve({**current.config, knob: value})
     if knob not in config:
         cond = " and ".join(c.describe() for c in space.dimension(knob).conditions)
@@ -161,6 +203,13 @@ def challenger(space: Space, current: Any, knob: str, value: Any) -> Decision:
         )
     if space.effective(config) == space.effective(current.config):
         return Decision("skip", reason=f"{knob}={value} is what the current best runs")
+    ratio = view.predict(config, current, view.results) if view and view.predict else None
+    if ratio is not None and ratio < 1.0 + TIE_RATIO:
+        return Decision(
+            "skip",
+            reason=f"{knob}={value} predicted {ratio:.3f}x the current best (replay of the "
+            f"baseline's outputs; a kept step needs {1.0 + TIE_RATIO:.2f}x): not measured",
+        )
     return Decision("run", config)
 
 
@@ -169,7 +218,7 @@ def _incumbent(space: Space, slot: Slot, view: View, current: Any) -> Decision:
     (then that measurement pairs) or none of the step's values will run."""
     base = space.effective(space.baseline)
     values = [v for v in space.dimension(slot.knob).values() if v != base.get(slot.knob)]
-    if all(challenger(space, current, slot.knob, v).action == "skip" for v in values):
+    if all(challenger(space, current, slot.knob, v, view).action == "skip" for v in values):
         return Decision("skip", reason=f"no value of {slot.knob} runs on the current best")
     ran = [r.number for r in view.results if r.status != "skipped"]
     if ran and max(ran) == current.number:
@@ -191,4 +240,4 @@ def ladder_configure(
         return _incumbent(space, slot, view, current)
     if any(u.round == slot.round and u.kind == "incumbent" for u in view.unfinished):
         return Decision("wait", reason=f"step {slot.round} waits for its incumbent")
-    return challenger(space, current, slot.knob, slot.value)
+    return challenger(space, current, slot.knob, slot.value, view)

@@ -125,6 +125,19 @@ def streams_of(outputs: Sequence[Any]) -> list[Stream] | None:
     return out
 
 
+def baseline_streams(folder: Path) -> list[Stream] | None:
+    """A trial folder's greedy outputs (greedy.json) as replayable streams: [] when they lack
+    token ids, None when the file cannot be read."""
+    from roofline.bench.engines.greedy import GreedyOutput
+
+    try:
+        raw = json.loads((folder / "greedy.json").read_text(encoding="utf-8"))
+        outputs = [GreedyOutput.from_json(o) for o in raw]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return streams_of(outputs) or []
+
+
 def model_pass_costs(
     bytes_per_token: float | None,
     bandwidth: float | None,
@@ -206,17 +219,12 @@ def predict_run(
 ) -> PredictedLadder | str:
     """The predicted ladder of a run from its baseline trial (a TrialResult), with a prediction
     for each of `trials` that ran a predicted setting; or why there is none, in one line."""
-    from roofline.bench.engines.greedy import GreedyOutput
-
     if baseline is None or baseline.status != "ok" or not baseline.folder:
         return "no prediction: the baseline trial did not finish"
     folder = run_dir / baseline.folder
-    try:
-        raw = json.loads((folder / "greedy.json").read_text(encoding="utf-8"))
-        outputs = [GreedyOutput.from_json(o) for o in raw]
-    except (OSError, ValueError, KeyError, TypeError):
+    streams = baseline_streams(folder)
+    if streams is None:
         return f"no prediction: cannot read the baseline's {folder / 'greedy.json'}"
-    streams = streams_of(outputs)
     if not streams:
         return (
             f"no prediction: engine {options.engine} returned no token ids for the prompt and "
@@ -250,18 +258,9 @@ def predict_trials(
     for r in sorted(trials, key=lambda r: r.number):
         if r.status == "skipped" or matching(ladder.predictions, r.config) is None:
             continue
-        plain = [
-            q
-            for q in trials
-            if q.number < r.number
-            and q.status == "ok"
-            and q.metrics.output_speed_median_tok_per_s
-            and _drafts(q.config) is False
-            and _rest(q.config) == _rest(r.config)
-        ]
-        if not plain:
+        q = plain_before(trials, r)
+        if q is None:
             continue
-        q = max(plain, key=lambda q: q.number)
         costs = measured_costs(server_stats(run_dir / r.folder) if r.folder else None)
         p = replay(
             dict(r.config),
@@ -286,6 +285,21 @@ def predict_trials(
     return tuple(out.values())
 
 
+def plain_before(trials: Sequence[Any], r: Any) -> Any | None:
+    """The latest finished trial before r with r's other knobs and no proposer (its rate is what
+    r's speculation multiplies); None when none ran."""
+    plain = [
+        q
+        for q in trials
+        if q.number < r.number
+        and q.status == "ok"
+        and q.metrics.output_speed_median_tok_per_s
+        and drafts(q.config) is False
+        and rest_key(q.config) == rest_key(r.config)
+    ]
+    return max(plain, key=lambda q: q.number) if plain else None
+
+
 def _step_incumbent(trials: Sequence[Any], r: Any) -> Any | None:
     """The incumbent measured again in r's ladder step, before r, with r's other knobs."""
     found = [
@@ -295,7 +309,7 @@ def _step_incumbent(trials: Sequence[Any], r: Any) -> Any | None:
         and x.slot.round == r.slot.round
         and x.number < r.number
         and x.status == "ok"
-        and _rest(x.config) == _rest(r.config)
+        and rest_key(x.config) == rest_key(r.config)
     ]
     return max(found, key=lambda x: x.number) if found else None
 
@@ -329,12 +343,12 @@ def read_predicted(run_dir: Path | str) -> PredictedLadder | None:
         return None
 
 
-def _rest(config: Mapping[str, Any]) -> tuple:
+def rest_key(config: Mapping[str, Any]) -> tuple:
     """A configuration's knobs other than speculation's, as a key."""
     return tuple(sorted((k, repr(v)) for k, v in config.items() if k not in FIELD_OF))
 
 
-def _drafts(config: Mapping[str, Any]) -> bool | None:
+def drafts(config: Mapping[str, Any]) -> bool | None:
     """Whether the configuration runs a proposer; None when its speculation knobs are invalid."""
     try:
         return spec_options(config).method in speculation.PROPOSERS
@@ -349,17 +363,17 @@ def trial_predictions(ladder: PredictedLadder, trials: Sequence[Any]) -> dict[in
     if ladder.trials:
         return {t.number: t.prediction for t in ladder.trials}
     plain = {
-        _rest(r.config): r.metrics.output_speed_median_tok_per_s
+        rest_key(r.config): r.metrics.output_speed_median_tok_per_s
         for r in trials
         if r.status == "ok"
         and r.metrics.output_speed_median_tok_per_s
-        and _drafts(r.config) is False
+        and drafts(r.config) is False
     }
     out = {}
     for r in trials:
         p = matching(ladder.predictions, r.config) if r.status != "skipped" else None
         if p is not None:
-            rate = plain.get(_rest(r.config))
+            rate = plain.get(rest_key(r.config))
             if rate:  # else no trial ran its other knobs without a proposer: no rate to scale
                 out[r.number] = with_baseline(p, rate)
     return out

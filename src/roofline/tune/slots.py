@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +82,9 @@ class View:
 
     results: Sequence[Any]  # TrialResult-like: number, slot, config, status, value, spread
     unfinished: Sequence[Slot] = ()
+    # (configuration, the current best result, results) -> the configuration's predicted speed-up
+    # over the current best by replay (tune.predict_step), None where nothing predicts it
+    predict: Callable[[Mapping[str, Any], Any, Sequence[Any]], float | None] | None = None
 
 
 @dataclass(frozen=True)

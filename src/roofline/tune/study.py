@@ -250,7 +250,9 @@ def results(study: Any) -> list[TrialResult]:
     return sorted(out, key=lambda r: r.number)
 
 
-def view(study: Any, exclude: int | None = None) -> View:
+def view(study: Any, exclude: int | None = None, predict: Any = None) -> View:
+    """What a worker knows now: finished results, unfinished slots (but `exclude`), and its
+    predictor (`View.predict`)."""
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
@@ -259,7 +261,7 @@ def view(study: Any, exclude: int | None = None) -> View:
         for t in trials
         if t.state in (TrialState.WAITING, TrialState.RUNNING) and t.number != exclude
     ]
-    return View(results(study), unfinished)
+    return View(results(study), unfinished, predict)
 
 
 def record(

@@ -42,6 +42,9 @@ class TrialResult:
     launched: bool = True  # the trial started its server (False: an earlier trial's, live knobs)
     # pruned (TPE): the repetitions it ran before it was stopped as clearly losing (0: all ran)
     pruned_after: int = 0
+    # its speed-up over the same configuration without a proposer, replayed on its own engine's
+    # verify costs (tune.predict_step); None: no model-free proposer, or nothing to replay
+    predicted: float | None = None
 
     # the model's file beside the engine's own format (None: not known, or a run folder written
     # before these were kept)
@@ -91,6 +94,7 @@ class TrialResult:
             "live": dict(self.live),
             "launched": self.launched,
             "pruned_after": self.pruned_after,
+            "predicted": self.predicted,
             "file_bytes_per_token": self.file_bytes_per_token,
             "file_ceiling_tok_per_s": self.file_ceiling_tok_per_s,
             "percent_of_file_ceiling": self.percent_of_file_ceiling,
@@ -127,4 +131,5 @@ class TrialResult:
             live=dict(d.get("live") or {}),
             launched=bool(d.get("launched", True)),
             pruned_after=int(d.get("pruned_after") or 0),
+            predicted=d.get("predicted"),
         )

@@ -230,6 +230,7 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
     from roofline.tune import storage as stored
     from roofline.tune import study as st
     from roofline.tune.block import Blocks, fits, run_block, run_step_block
+    from roofline.tune.predict_step import StepPredictor
     from roofline.tune.result import build_result
     from roofline.tune.search import get_strategy
     from roofline.tune.servers import Servers
@@ -317,7 +318,13 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
         display.trial_ended(result, tune.best)
 
     worker = Worker(
-        study, strategy, space, rule, budget=budget(options), objective=options.objective
+        study,
+        strategy,
+        space,
+        rule,
+        budget=budget(options),
+        objective=options.objective,
+        predict=StepPredictor(run_dir, options.max_tokens),
     )
     try:
         with servers:

@@ -5,8 +5,8 @@ trial back in the queue."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from roofline.errors import UserError
@@ -33,6 +33,7 @@ class Worker:
     budget: int | None = None
     objective: str = "speed"
     poll_s: float = POLL_S
+    predict: Any = None  # View.predict: replay's verdict on a proposer's knob values, or None
 
 
 # (number, slot, config, baseline outputs, report) -> (result, greedy outputs); report: None, or
@@ -105,11 +106,33 @@ def run_worker(
                 "interrupted" if isinstance(e, KeyboardInterrupt) else str(e)[:200],
             )
             raise
+        result = with_prediction(w, result, view(w.study).results)
         record(w.study, trial, result, w.rule, outputs)
         ran += 1
         on_result(result)
         if slot.kind == "baseline" and result.status not in ("ok", "inexact"):
             raise BaselineFailed(f"the baseline configuration failed: {result.error}")
+
+
+def with_prediction(w: Worker, result: TrialResult, results: Sequence[TrialResult]) -> TrialResult:
+    """The result with its replayed speed-up (`TrialResult.predicted`) where the worker's
+    predictor gives one; a prediction that fails leaves the result as it was."""
+    speedup = getattr(w.predict, "speedup", None)
+    try:
+        p = speedup(result, results) if speedup is not None else None
+    except Exception:  # a prediction never fails a trial
+        p = None
+    return replace(result, predicted=p) if p else result
+
+
+def predicted_on(w: Worker, config: dict, on: Any, results: Sequence[TrialResult]) -> float | None:
+    """config's replayed speed-up on the verify costs trial `on`'s engine measured, where the
+    worker's predictor gives one (before a block runs: its values on the current best's server)."""
+    speedup_on = getattr(w.predict, "speedup_on", None)
+    try:
+        return speedup_on(config, on, results) if speedup_on and on is not None else None
+    except Exception:  # a prediction never fails a step
+        return None
 
 
 def _reporter(trial: Any) -> Report:
@@ -126,7 +149,7 @@ def _configure(w: Worker, trial: Any, slot: Slot) -> tuple[Any, list[dict] | Non
     """The strategy's decision for this slot, waiting while it depends on unfinished trials, and the
     baseline's greedy outputs (None for the baseline itself)."""
     while True:
-        v = view(w.study, exclude=trial.number)
+        v = view(w.study, exclude=trial.number, predict=w.predict)
         if slot.kind == "baseline":
             return w.strategy.configure(w.space, slot, v, w.rule, trial), None
         if not any(u.kind == "baseline" for u in v.unfinished):
