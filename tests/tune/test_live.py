@@ -305,11 +305,11 @@ def test_two_values_too_close_to_call_get_more_rounds_and_clear_ones_do_not(monk
     assert _close_call_of(monkeypatch, {"ngram": 1.30, "trie": 1.56}, 0.03, 0) is None
     assert _close_call_of(monkeypatch, {"ngram": 1.30, "trie": 1.30}, 0.002, 0) is None
     assert _close_call_of(monkeypatch, {"ngram": 1.0, "trie": 1.33}, 0.03, 0) is None
-    # replay predicts trie 3% faster: it is kept whether ngram counts as tied or not
-    predicted = {"ngram": 1.30, "trie": 1.34}
+    # replay predicts trie 7% faster: it is kept whether ngram counts as tied or not
+    predicted = {"ngram": 1.25, "trie": 1.34}
     assert _close_call_of(monkeypatch, {"ngram": 1.30, "trie": 1.33}, 0.03, 1, predicted) is None
-    # ... within 2%: the simpler would be kept if tied, so the call is open again
-    predicted = {"ngram": 1.32, "trie": 1.34}
+    # ... within 5%: the simpler would be kept if tied, so the call is open again
+    predicted = {"ngram": 1.29, "trie": 1.34}
     assert _close_call_of(monkeypatch, {"ngram": 1.30, "trie": 1.33}, 0.03, 1, predicted) == (1, 2)
     # the faster-measured value listed first: nothing simpler to hold it against
     assert _close_call_of(monkeypatch, {"trie": 1.33, "ngram": 1.30}, 0.03, 0) is None
@@ -350,3 +350,40 @@ def test_a_close_call_runs_its_two_values_more_rounds_and_the_ladder_pairs_them(
     assert len(by[300].units) == 16 and len(again.units) == 8  # 4 prompts x 4 and x 2 rounds
     (step,) = result.ladder
     assert step.kept and step.paired.pairs == 8  # against the incumbent: the rounds it ran
+
+
+class TwoFigures:
+    """A predictor whose figure before a block (on the current best's costs) differs from the one
+    after it (on the trial's own engine's), as two engines' measured verify costs do."""
+
+    def __init__(self, run_dir, max_tokens=None):
+        pass
+
+    def __call__(self, config, current, results):
+        return None
+
+    def speedup_on(self, config, on, results):
+        return {300: 1.30, 320: 1.34}.get(config.get("speed"))
+
+    def speedup(self, result, results):
+        return {300: 1.34, 320: 1.30}.get(result.config.get("speed"))
+
+
+def test_a_blocks_values_keep_the_predictions_its_close_calls_used(tmp_path, monkeypatch):
+    """The ladder breaks ties on the figures the block decided its extra rounds by, not on ones
+    re-made after it from another engine's costs (they would send the rounds to the wrong pair)."""
+    from roofline.bench import engines
+    from roofline.tune import predict_step
+
+    live = LiveFake(name="livefake", knobs=FAKE.knobs, live_knobs=frozenset({"speed"}))
+    monkeypatch.setitem(engines.LAUNCHERS, live.name, live)
+    monkeypatch.setattr(predict_step, "StepPredictor", TwoFigures)
+    body = "[baseline]\nspeed = 100\n[knobs.speed]\nchoices = [100, 300, 320]\ndefault = 100\n"
+    space = load_space_file(write_space(tmp_path, body, "two.toml"), live)
+    mark = marker()
+    result = run_tune(
+        tune_options(space, mark, engine=live.name, reps=2), tmp_path / "run", Display()
+    )
+    assert wait_gone(mark) == []
+    by = {r.config.get("speed"): r for r in result.trials if r.slot.kind == "ladder"}
+    assert by[300].predicted == 1.30 and by[320].predicted == 1.34

@@ -283,7 +283,7 @@ class Replay:
 
 def test_values_measurement_cannot_tell_apart_are_decided_by_replay_then_by_the_space():
     # ngram and trie measure the same 30% gain (2% noise: a tie every seed); replay predicts trie
-    # 3% faster -> trie each time; replay within 2% -> the space's order, ngram
+    # 7% faster -> trie each time; replay within 5% -> the space's order, ngram
     def gain_of(config):
         return 1.3 if SPACE.effective(config)["spec"] != "none" else 1.0
 
@@ -294,8 +294,8 @@ def test_values_measurement_cannot_tell_apart_are_decided_by_replay_then_by_the_
 
         ev = evaluate_with(lambda c: 100.0 * gain_of(c), units=units)
         for by_spec, want in (
-            ({"ngram": 1.33, "trie": 1.37}, "trie"),
-            ({"ngram": 1.35, "trie": 1.37}, "ngram"),
+            ({"ngram": 1.28, "trie": 1.37}, "trie"),
+            ({"ngram": 1.33, "trie": 1.37}, "ngram"),
         ):
             _, results, _ = run("ladder", ev, predict=Replay(by_spec))
             _, steps = ladder_steps(SPACE, results, Rule())
@@ -303,7 +303,7 @@ def test_values_measurement_cannot_tell_apart_are_decided_by_replay_then_by_the_
             assert spec.kept is not None and spec.kept.config["spec"] == want, spec.note
             assert spec.kept.predicted == by_spec[want]
             if want == "trie":
-                assert "replay predicts ngram 1.33x, trie 1.37x" in spec.note
+                assert "replay predicts ngram 1.28x, trie 1.37x" in spec.note
 
 
 def test_ladder_skips_knobs_whose_condition_does_not_hold():

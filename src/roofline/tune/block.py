@@ -214,7 +214,7 @@ def _rounds(
     return outputs, runs
 
 
-CLOSE_CALL_ROUNDS = 3  # at most this many rounds more, of two values too close to call
+CLOSE_CALL_ROUNDS = 6  # at most this many rounds more, of two values too close to call
 
 
 def _close_call(
@@ -349,8 +349,15 @@ def run_step_block(
                     "interrupted" if isinstance(e, KeyboardInterrupt) else str(e)[:200],
                 )
         raise
-    for (t, _), (result, outputs) in zip(items, results):
-        result = with_prediction(w, result, v.results)
+    for (t, item), (result, outputs) in zip(items, results):
+        # the prediction the block's close calls used, so the ladder picks from the same figures
+        # (a later engine's verify costs move the replayed ratios by a few percent)
+        predicted = item.predicted if item.rank >= 0 else None
+        result = (
+            dataclasses.replace(result, predicted=predicted)
+            if predicted
+            else with_prediction(w, result, v.results)
+        )
         st.record(w.study, t, result, w.rule, outputs)
         on_result(result)
     return len(items)
