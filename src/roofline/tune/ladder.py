@@ -105,9 +105,8 @@ def _simplest_tied(
     and every value it does not beat beyond noise (paired); of those, the ones replay predicts
     fastest (`TrialResult.predicted`, within PREDICTED_TIE; all of them when any lacks a
     prediction), and of those the first the space lists (its choices go simplest first). So values
-    a run cannot tell apart are decided by the replay's exact tokens per pass and then by the
-    space, not by the noise, and the same step decides the same way run after run.
-    (trial number, a note saying so or "")."""
+    a run cannot tell apart are decided by the replay and then by the space, not by which was
+    measured faster. (trial number, a note saying so or "")."""
     by_number = {r.number: r for r in tried}
     top = by_number[best]
     if ratios[best].verdict != "better":

@@ -14,10 +14,10 @@ no verify costs are always measured: replay predicts a proposer's speed-up withi
 the same replayed passes.
 
 Each measured trial also keeps its own prediction (`speedup`: over the same configuration without
-a proposer, on its engine's costs): where the measurements cannot tell a step's values apart, the
-ladder keeps the one replay predicts fastest (`ladder._simplest_tied`). Replay counts the tokens
-each pass accepts exactly, so it separates proposers that draft alike better than a few minutes of
-requests can.
+a proposer, on its engine's costs; a block's values keep the one made before the block): where the
+measurements cannot tell a step's values apart, the ladder keeps one replay predicts fastest by more
+than `ladder.PREDICTED_TIE` (`ladder._simplest_tied`). Replay counts the tokens each pass accepts
+exactly, but prices them on measured verify costs, which move from one engine launch to the next.
 """
 
 from __future__ import annotations
