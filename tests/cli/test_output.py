@@ -397,3 +397,23 @@ def test_line_progress_reset_starts_a_tasks_clock_again(monkeypatch) -> None:
     p.update(t, advance=1)
     p.stop()
     assert buf.getvalue().startswith("trials: 1/1 (10.0 s)"), buf.getvalue()
+
+
+def test_a_trials_request_counter_times_its_own_requests(monkeypatch, capsys) -> None:
+    """The first trial's request line once said 105.5 s for 5 s of requests: the counter's clock
+    ran from the display's start, through the probe and the kernels' preparation."""
+    import roofline.cli.progress as progress
+    from roofline.cli.tune_output import RichDisplay
+
+    now = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    display = RichDisplay(3, "tok/s")
+    now[0] = 200.0  # 100 s of probe and preparation
+    bench = display.bench_progress()
+    bench.start("sequential", 2, None)
+    now[0] = 205.0
+    bench.advance(True)
+    bench.advance(True)
+    display.stop()
+    err = capsys.readouterr().err
+    assert "requests (sequential): 2/2 (5.0 s)" in err, err

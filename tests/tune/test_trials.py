@@ -399,6 +399,27 @@ def test_tables_show_the_files_ceiling_beside_the_engines():
     assert [r[6] for r in rows] == ["-", "-"]
 
 
+def test_a_paired_steps_gain_is_its_paired_ratio_not_tok_s_from_other_minutes():
+    """A fresh clone's ladder read "spec=trie 137.7 tok/s, gain -5.1 (-4%), paired 1.297x, kept":
+    the gain held the value against the dtype step's figure, measured minutes before."""
+    from roofline.tune.records import LadderStep
+
+    row = {
+        "round": 2,
+        "knob": "spec",
+        "before": {"trial": 2, "objective": 142.8, "spread": 27.6, "config": {}},
+        "tried": [{"value": "trie", "objective": 137.7, "spread": 9.0, "status": "ok", "trial": 7}],
+        "best_value": "trie",
+        "best_objective": 137.7,
+        "kept": True,
+        "gain": -5.1,
+        "paired": {"ratio": 1.297, "low": 1.238, "high": 1.357, "pairs": 12},
+    }
+    step = LadderStep.from_json(row)
+    assert step.gain_pct == pytest.approx(29.7)
+    assert LadderStep.from_json({**row, "paired": None}).gain_pct == pytest.approx(-3.57, abs=0.01)
+
+
 def test_a_trials_bench_is_given_the_model_file(tmp_path, monkeypatch):
     """The file's bytes per token are counted from the tuned model when its server does not report
     them."""

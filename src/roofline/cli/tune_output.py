@@ -109,6 +109,7 @@ class _BenchProgress:
         self.d = display
 
     def start(self, name: str, total: int | None, duration_s: float | None) -> None:
+        self.d.p.reset(self.d.requests)  # its clock: these requests', not the display's
         self.d.p.update(
             self.d.requests,
             description=f"  requests ({name})",

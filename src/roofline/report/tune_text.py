@@ -210,7 +210,9 @@ def ladder_table(t: TuneResult) -> Table | None:
         )
         gain = "-"
         start = s.before.objective if s.before else None
-        if s.best_objective is not None and start:
+        if s.paired is not None:  # against the incumbent of the same minutes, not the step's start
+            gain = f"{s.paired.ratio - 1:+.0%} (paired)"
+        elif s.best_objective is not None and start:
             g = t.objective.better_by(s.best_objective, start)
             gain = f"{g:+.1f} ({100 * g / start:+.0f}%)"
         best = step_best(t, s)
@@ -228,11 +230,13 @@ def ladder_table(t: TuneResult) -> Table | None:
             ]
         )
     notes = [
+        "gain: over the step's start, or (paired) the paired ratio's, where the step measured "
+        "the incumbent again next to its values: tok/s from other minutes would mislead",
         "paired ratio: the step's best value against the incumbent measured next to it, per "
         "(prompt, repetition) pair, geometric mean and 95% bootstrap interval; a value is kept "
         f"only when the interval's low end clears {1 + TIE_RATIO:.2f}, else the simpler "
         "configuration stays (tie); inexact values are never kept"
-        + (" (here allowed: --allow-inexact)" if t.allow_inexact else "")
+        + (" (here allowed: --allow-inexact)" if t.allow_inexact else ""),
     ]
     notes += [
         f"step {i}: the incumbent measured again in trial {s.remeasured}"

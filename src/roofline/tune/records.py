@@ -293,6 +293,10 @@ class LadderStep:
 
     @property
     def gain_pct(self) -> float | None:
+        """The kept value's gain in percent: from the paired ratio where the step measured it
+        next to the incumbent (the same minutes), else over the step's start."""
+        if self.gain is not None and self.paired is not None:
+            return 100.0 * (self.paired.ratio - 1.0)
         b = self.before.objective if self.before else None
         return 100.0 * self.gain / b if self.gain is not None and b else None
 
