@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from roofline.bench.driver import Progress
-from roofline.tune.ladder import challenger, ladder_current
+from roofline.tune.ladder import challenger, ladder_current, pick_tied, ties_with
+from roofline.tune.paired import TIE_RATIO, clearly_worse, paired_ratio
 from roofline.tune.slots import Decision, Slot, View
 from roofline.tune.space_records import Space
 
@@ -229,9 +230,6 @@ def _close_call(
     as tied than without it (`ladder.pick_tied`). More rounds of the two narrow the interval, so a
     gain of a few percent is called the same way run after run rather than by which side of the
     threshold one run's interval fell. None: the block's rounds decide."""
-    from roofline.tune.ladder import pick_tied
-    from roofline.tune.paired import TIE_RATIO, paired_ratio
-
     if items[0].slot.kind != "incumbent" or settings.reps < 2 or 0 not in active:
         return None
     maximize = settings.objective.direction == "maximize"
@@ -241,13 +239,10 @@ def _close_call(
     if len(better) < 2:
         return None
     top = max(better, key=lambda k: ratios[k].ratio)
-    tied, open_ = [top], []
-    for k in better:
-        vs = paired_ratio(units[top], units[k], maximize, items[top].number) if k != top else None
-        if vs is not None and vs.verdict != "better":
-            tied.append(k)
-            if vs.high > 1.0 + TIE_RATIO:
-                open_.append(k)
+    beat = {k: units[k] for k in better if k != top}
+    against = ties_with(units[top], beat, maximize, items[top].number)
+    tied = [top, *against]
+    open_ = [k for k, vs in against.items() if vs.high > 1.0 + TIE_RATIO]
 
     def pick(ks: list[int]) -> int:
         return pick_tied(ks, lambda k: items[k].rank, lambda k: items[k].predicted)
@@ -271,8 +266,6 @@ def _stop_slower(
 ) -> set[int]:
     """The challengers (indices into items) clearly slower than the incumbent (items[0]) after
     the first round (`paired.clearly_worse`): they run no more rounds and cannot be kept."""
-    from roofline.tune.paired import clearly_worse
-
     if items[0].slot.kind != "incumbent":
         return set()
     maximize = settings.objective.direction == "maximize"

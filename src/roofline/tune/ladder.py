@@ -111,14 +111,11 @@ def _simplest_tied(
     top = by_number[best]
     if ratios[best].verdict != "better":
         return best, ""
-    tied, against = [top], {}
-    for n, pr in ratios.items():
-        if n == best or pr.verdict != "better":
-            continue
-        vs = paired_ratio(top.units, by_number[n].units, rule.direction == "maximize", top.number)
-        if vs is not None and vs.verdict != "better":
-            tied.append(by_number[n])
-            against[n] = vs
+    beat = {
+        n: by_number[n].units for n, pr in ratios.items() if n != best and pr.verdict == "better"
+    }
+    against = ties_with(top.units, beat, rule.direction == "maximize", top.number)
+    tied = [top, *(by_number[n] for n in against)]
     if len(tied) == 1:
         return best, ""
     order = list(d.values())
@@ -142,6 +139,22 @@ def _simplest_tied(
     else:
         note += ", the simpler kept"
     return kept.number, note
+
+
+def ties_with(
+    top_units: Mapping[str, float],
+    others: Mapping[Any, Mapping[str, float]],
+    maximize: bool,
+    seed: int,
+) -> dict[Any, PairedRatio]:
+    """Of `others` (key -> pairing units), those the fastest value (top_units) does not beat beyond
+    noise, each with the top's paired ratio against it, in `others`' order."""
+    out = {}
+    for k, units in others.items():
+        vs = paired_ratio(top_units, units, maximize, seed)
+        if vs is not None and vs.verdict != "better":
+            out[k] = vs
+    return out
 
 
 def pick_tied(tied: Sequence[Any], rank: Any, predicted: Any) -> Any:
