@@ -29,7 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from roofline.bench.driver import Progress
-from roofline.tune.ladder import challenger, ladder_current, pick_tied, ties_with
+from roofline.tune.ladder import (
+    challenger,
+    ladder_current,
+    pick_tied,
+    replay_ties,
+    ties_with,
+)
 from roofline.tune.paired import TIE_RATIO, clearly_worse, paired_ratio
 from roofline.tune.slots import Decision, Slot, View
 from roofline.tune.space_records import Space
@@ -229,7 +235,8 @@ def _close_call(
     that straddles 1 + TIE_RATIO, and the ladder would keep another value with the other counted
     as tied than without it (`ladder.pick_tied`). More rounds of the two narrow the interval, so a
     gain of a few percent is called the same way run after run rather than by which side of the
-    threshold one run's interval fell. None: the block's rounds decide."""
+    threshold one run's interval fell; values replay prices the same (`ladder.replay_ties`) are
+    tied whatever the rounds say, so they need none. None: the block's rounds decide."""
     if items[0].slot.kind != "incumbent" or settings.reps < 2 or 0 not in active:
         return None
     maximize = settings.objective.direction == "maximize"
@@ -240,9 +247,15 @@ def _close_call(
         return None
     top = max(better, key=lambda k: ratios[k].ratio)
     beat = {k: units[k] for k in better if k != top}
-    against = ties_with(units[top], beat, maximize, items[top].number)
+    pred = {k: items[k].predicted for k in beat}
+    against = ties_with(units[top], beat, maximize, items[top].number, pred, items[top].predicted)
     tied = [top, *against]
-    open_ = [k for k, vs in against.items() if vs.high > 1.0 + TIE_RATIO]
+    # a value replay ties with the top is tied whatever more rounds measure
+    open_ = [
+        k
+        for k, vs in against.items()
+        if vs.high > 1.0 + TIE_RATIO and not replay_ties(pred[k], items[top].predicted)
+    ]
 
     def pick(ks: list[int]) -> int:
         return pick_tied(ks, lambda k: items[k].rank, lambda k: items[k].predicted)

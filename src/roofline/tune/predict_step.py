@@ -7,17 +7,20 @@ of one proposer on one engine differ only in the passes they replay, so
 
 both replayed on the verify costs the best's own engine measured (a stored-format pass over k rows
 costs more, relative to one row, than an fp32 one), at the rate of the same configuration without
-a proposer. A value predicted below 1 + TIE_RATIO is not measured: at best it would confirm a tie.
-The proposer itself (the method knob), other knobs, model-based proposers and engines that measure
-no verify costs are always measured: replay predicts a proposer's speed-up within about 15%
-(docs/measured.md), too loosely to choose between proposers, while the knobs of one proposer move
-the same replayed passes.
+a proposer. A value predicted below 1 + `ladder.PREDICTED_TIE` is not measured: replay cannot
+tell it from the best, and measurement would at best confirm a tie. The proposer itself (the
+method knob), other knobs, model-based proposers and engines that measure no verify costs are
+always measured: replay predicts a proposer's speed-up over none within about 15%
+(docs/measured.md), too loosely to say whether it beats the incumbent, while the knobs of one
+proposer move the same replayed passes.
 
 Each measured trial also keeps its own prediction (`speedup`: over the same configuration without
 a proposer, on its engine's costs; a block's values keep the one made before the block): where the
 measurements cannot tell a step's values apart, the ladder keeps one replay predicts fastest by more
 than `ladder.PREDICTED_TIE` (`ladder._simplest_tied`). Replay counts the tokens each pass accepts
-exactly, but prices them on measured verify costs, which move from one engine launch to the next.
+exactly, but prices them on measured verify costs, which move from one engine launch to the next;
+values it prices within PREDICTED_TIE of each other tie, whatever they measured
+(`ladder.replay_ties`).
 """
 
 from __future__ import annotations
