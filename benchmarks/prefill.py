@@ -9,8 +9,9 @@ One run, side by side.
    one invocation per round. Rounds run every configuration in turn, so drift on a shared machine
    hits all alike; the table gives min / median / max over rounds and the ratio of the medians.
 2. TTFT of a short request (16 tokens) submitted 50 ms after a long one (2048 tokens) to a running
-   `Scheduler` (no HTTP), chunked prefill on (the runner's default chunk and budget) and off (the
-   whole prompt as one chunk, in one step), interleaved per round. Also the long request's own TTFT.
+   `Scheduler` (no HTTP), chunked prefill on (the server's defaults: granules of the runner's
+   default size, as many per turn as fit the `prefill_chunk_ms` time target) and off (the whole
+   prompt as one chunk, in one step), interleaved per round. Also the long request's own TTFT.
 
 llama-bench: give its path with --llama-bench or the LLAMA_BENCH environment variable (build it from
 llama.cpp's sources, target `llama-bench`); without it that part is skipped and says so.
@@ -98,10 +99,10 @@ def short_request_ttft(runner, chunked: bool, long_n: int, seed: int) -> tuple[f
     """(TTFT of a short request submitted 50 ms after a long one, TTFT of the long one), seconds."""
     from roofline.engine.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS
     from roofline.engine.sampling import SamplingParams
-    from roofline.engine.scheduler import DEFAULT_PREFILL_TOKEN_BUDGET, Scheduler
+    from roofline.engine.scheduler import Scheduler
 
     chunk = DEFAULT_PREFILL_CHUNK_TOKENS if chunked else runner.max_seq_len
-    budget = DEFAULT_PREFILL_TOKEN_BUDGET if chunked else runner.max_seq_len
+    budget = None if chunked else runner.max_seq_len  # None: the time target
     runner.prefill_chunk_tokens = chunk
     vocab = runner.config.vocab_size
     first: dict[str, float] = {}
@@ -144,7 +145,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sizes", default="512,2048", help="prompt lengths, comma-separated")
-    ap.add_argument("--dtypes", default="fp32,bf16", help="roofline weight formats (fp32, bf16)")
+    ap.add_argument(
+        "--dtypes", default="fp32,bf16", help="formats of the prefill part ('' to skip it)"
+    )
     ap.add_argument(
         "--ttft-dtypes", default="fp32", help="formats of the TTFT part ('' to skip it)"
     )
@@ -277,8 +280,9 @@ def main() -> None:
             rows,
             as_markdown=args.markdown,
             notes=[
-                "on: the runner's default chunk and the scheduler's default budget; "
-                "off: the whole prompt as one chunk in one step"
+                "on: the server's defaults (granules of the runner's default size, as many "
+                "per turn as fit the prefill_chunk_ms target); off: the whole prompt as one "
+                "chunk in one step"
             ],
         )
 
