@@ -116,7 +116,7 @@ def test_the_ladder_skips_values_predicted_no_faster_and_says_so():
     knob = Dimension("spec_k", "choice", choices=(2, 4, 8), default=4)
     space = Space("s", "embedded", "", "", baseline={"spec": "ngram"}, dimensions=(knob,))
     current = _trial(3, "ladder", {"spec": "ngram"}, 100.0, "trials/003")
-    predicted = {2: 0.95, 8: 1.049}  # under 1 + PREDICTED_TIE: replay cannot tell them apart
+    predicted = {2: 0.95, 8: 1.049}  # under 1 + PREDICTED_GAIN: replay cannot tell them apart
     view = View([current], predict=lambda c, best, results: predicted.get(c.get("spec_k")))
     low = challenger(space, current, "spec_k", 2, view)
     edge = challenger(space, current, "spec_k", 8, view)

@@ -283,7 +283,7 @@ class Replay:
 
 def test_values_measurement_cannot_tell_apart_are_decided_by_replay_then_by_the_space():
     # ngram and trie measure the same 30% gain (2% noise: a tie every seed); replay predicts trie
-    # 7% faster -> trie each time; replay within 5% -> the space's order, ngram
+    # 12% faster -> trie each time; replay within 10% -> the space's order, ngram
     def gain_of(config):
         return 1.3 if SPACE.effective(config)["spec"] != "none" else 1.0
 
@@ -294,8 +294,8 @@ def test_values_measurement_cannot_tell_apart_are_decided_by_replay_then_by_the_
 
         ev = evaluate_with(lambda c: 100.0 * gain_of(c), units=units)
         for by_spec, want in (
-            ({"ngram": 1.28, "trie": 1.37}, "trie"),
-            ({"ngram": 1.33, "trie": 1.37}, "ngram"),
+            ({"ngram": 1.22, "trie": 1.37}, "trie"),
+            ({"ngram": 1.28, "trie": 1.37}, "ngram"),
         ):
             _, results, _ = run("ladder", ev, predict=Replay(by_spec))
             _, steps = ladder_steps(SPACE, results, Rule())
@@ -303,13 +303,13 @@ def test_values_measurement_cannot_tell_apart_are_decided_by_replay_then_by_the_
             assert spec.kept is not None and spec.kept.config["spec"] == want, spec.note
             assert spec.kept.predicted == by_spec[want]
             if want == "trie":
-                assert "replay predicts ngram 1.28x, trie 1.37x" in spec.note
+                assert "replay predicts ngram 1.22x, trie 1.37x" in spec.note
 
 
 def test_a_measured_gap_between_values_replay_prices_the_same_is_a_tie():
     # trie measures 20% faster than ngram (2% noise: beyond noise every seed). Replay counts the
-    # same passes for both (within 5%): the gap is the requests' noise, ngram (listed first) is
-    # kept and the note says why; replay 7% apart: the measurement decides, trie
+    # same passes for both (within 10%): the gap is the requests' noise, ngram (listed first) is
+    # kept and the note says why; replay 12% apart: the measurement decides, trie
     def gain_of(config):
         return {"none": 1.0, "ngram": 1.3, "trie": 1.56}[SPACE.effective(config)["spec"]]
 
@@ -320,15 +320,15 @@ def test_a_measured_gap_between_values_replay_prices_the_same_is_a_tie():
 
         ev = evaluate_with(lambda c: 100.0 * gain_of(c), units=units)
         for by_spec, want in (
-            ({"ngram": 1.35, "trie": 1.37}, "ngram"),
-            ({"ngram": 1.28, "trie": 1.37}, "trie"),
+            ({"ngram": 1.28, "trie": 1.37}, "ngram"),
+            ({"ngram": 1.22, "trie": 1.37}, "trie"),
         ):
             _, results, _ = run("ladder", ev, predict=Replay(by_spec))
             _, steps = ladder_steps(SPACE, results, Rule())
             spec = next(s for s in steps if s.knob == "spec")
             assert spec.kept is not None and spec.kept.config["spec"] == want, spec.note
             if want == "ngram":
-                assert "but replay predicts 1.37x and 1.35x: a tie" in spec.note
+                assert "but replay predicts 1.37x and 1.28x: a tie" in spec.note
 
 
 def test_ladder_skips_knobs_whose_condition_does_not_hold():

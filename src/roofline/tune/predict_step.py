@@ -7,7 +7,7 @@ of one proposer on one engine differ only in the passes they replay, so
 
 both replayed on the verify costs the best's own engine measured (a stored-format pass over k rows
 costs more, relative to one row, than an fp32 one), at the rate of the same configuration without
-a proposer. A value predicted below 1 + `ladder.PREDICTED_TIE` is not measured: replay cannot
+a proposer. A value predicted below 1 + `ladder.PREDICTED_GAIN` is not measured: replay cannot
 tell it from the best, and measurement would at best confirm a tie. The proposer itself (the
 method knob), other knobs, model-based proposers and engines that measure no verify costs are
 always measured: replay predicts a proposer's speed-up over none within about 15%
