@@ -260,6 +260,30 @@ def dot_rows(typingctx, a, ia, b, ib, b_stride, n, rows):
     return result(a, ia, b, ib, b_stride, n, rows), codegen
 
 
+@intrinsic
+def prefetch(typingctx, a, byte):
+    """A read hint (LLVM `prefetch`: into all cache levels) for the line holding byte `byte` of
+    the C-contiguous array a. No arithmetic, so no bits change; an address past the array is never
+    read (a hint does not fault), but callers keep inside it."""
+    if not (isinstance(a, types.Array) and a.layout == "C" and isinstance(byte, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        ptr = builder.gep(
+            builder.bitcast(data, i8p), [context.cast(builder, args[1], sig.args[1], types.intp)]
+        )
+        fn = builder.module.declare_intrinsic(
+            "llvm.prefetch", [i8p], fnty=ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        )
+        # read (0), keep in every level (3), data cache (1)
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.none(a, byte), codegen
+
+
 def _host_has(feature: str) -> bool:
     import llvmlite.binding as llvm
 

@@ -74,34 +74,59 @@ def matvec(w, scale, x, out, o0, o1, accumulate):
     raise NotImplementedError
 
 
+# Weight rows are read this many bytes ahead with software prefetches: the hardware prefetchers
+# left one-row passes waiting on memory, most of all over stored blocks, whose widening is several
+# instructions per 16 weights, so a core asks for its next bytes slowly (a profile put a third of
+# a pass on the instruction after the block load). 2, 4 and 8 KiB measured alike (docs/measured.md).
+PREFETCH_BYTES = 4096
+
+
+@njit(**_JIT)
+def _prefetch_row(w, o, row_bytes):
+    """Hint the bytes PREFETCH_BYTES past the start of row o (rows of row_bytes), one row's worth,
+    within w."""
+    ahead = o * row_bytes + PREFETCH_BYTES
+    for b in range(ahead, min(ahead + row_bytes, w.size * w.itemsize), 64):
+        simd.prefetch(w, b)
+
+
 @overload(matvec, jit_options=_OVERLOAD)
 def _matvec_overload(w, scale, x, out, o0, o1, accumulate):
     if _stored(w):
 
         def stored(w, scale, x, out, o0, o1, accumulate):  # scale: the rows' format codes
             # row groups outside, weight rows inside: each group's code runs over the whole range
-            # (its rows stay in L1/L2 for the next group), rather than switching code every row
+            # (its rows stay in L1/L2 for the next group), rather than switching code every row;
+            # the first sweep over the range reads from memory, so it prefetches ahead
             fmt, stride, k, n, row = scale, x.shape[1], x.shape[0], x.shape[1], w.shape[1]
             one = np.float32(1.0)
             r = 0
             while r + 4 <= k:
                 for o in range(o0, o1):
+                    if r == 0:
+                        _prefetch_row(w, o, row)
                     d = block_simd.stored_dot_rows(w, o * row, fmt[o], x, r * stride, stride, n, 4)
                     for i in range(4):
                         _store(out, r + i, o, d[i], one, accumulate)
                 r += 4
             if k - r == 3:
                 for o in range(o0, o1):
+                    if r == 0:
+                        _prefetch_row(w, o, row)
                     d3 = block_simd.stored_dot_rows(w, o * row, fmt[o], x, r * stride, stride, n, 3)
                     for i in range(3):
                         _store(out, r + i, o, d3[i], one, accumulate)
             elif k - r == 2:
                 for o in range(o0, o1):
+                    if r == 0:
+                        _prefetch_row(w, o, row)
                     d2 = block_simd.stored_dot_rows(w, o * row, fmt[o], x, r * stride, stride, n, 2)
                     for i in range(2):
                         _store(out, r + i, o, d2[i], one, accumulate)
             elif k - r == 1:
                 for o in range(o0, o1):
+                    if r == 0:
+                        _prefetch_row(w, o, row)
                     d1 = block_simd.stored_dot_rows(w, o * row, fmt[o], x, r * stride, stride, n, 1)
                     _store(out, r, o, d1[0], one, accumulate)
 
@@ -110,27 +135,36 @@ def _matvec_overload(w, scale, x, out, o0, o1, accumulate):
     def plain(w, scale, x, out, o0, o1, accumulate):
         # as for stored rows: groups of four x rows outside, weight rows inside, so a group's x
         # rows stay in L1 while the range's weight rows (a unit: tens of KB) come from L2 after
-        # the first group; weight rows outside re-read every x row per weight row, which past
-        # 4-8 rows no longer fit L1 beside the streamed weights
+        # the first group (the one that prefetches); weight rows outside re-read every x row per
+        # weight row, which past 4-8 rows no longer fit L1 beside the streamed weights
         n, stride, k, r = w.shape[1], x.shape[1], x.shape[0], 0
+        row_bytes = n * w.itemsize
         while r + 4 <= k:
             for o in range(o0, o1):
+                if r == 0:
+                    _prefetch_row(w, o, row_bytes)
                 d = simd.dot_rows(w, o * n, x, r * stride, stride, n, 4)
                 for i in range(4):
                     _store(out, r + i, o, d[i], scale[o], accumulate)
             r += 4
         if k - r == 3:
             for o in range(o0, o1):
+                if r == 0:
+                    _prefetch_row(w, o, row_bytes)
                 d3 = simd.dot_rows(w, o * n, x, r * stride, stride, n, 3)
                 for i in range(3):
                     _store(out, r + i, o, d3[i], scale[o], accumulate)
         elif k - r == 2:
             for o in range(o0, o1):
+                if r == 0:
+                    _prefetch_row(w, o, row_bytes)
                 d2 = simd.dot_rows(w, o * n, x, r * stride, stride, n, 2)
                 for i in range(2):
                     _store(out, r + i, o, d2[i], scale[o], accumulate)
         elif k - r == 1:
             for o in range(o0, o1):
+                if r == 0:
+                    _prefetch_row(w, o, row_bytes)
                 _store(out, r, o, simd.dot(w, o * n, x, r * stride, n), scale[o], accumulate)
 
     return plain
