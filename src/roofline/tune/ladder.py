@@ -104,11 +104,9 @@ PREDICTED_GAIN = 0.05
 
 def replay_ties(a: float | None, b: float | None) -> bool:
     """Whether two replayed speed-ups are the same to replay (both known, within PREDICTED_TIE).
-    Replay counts each value's passes exactly; two values it prices this close spend the same
-    passes, and a measured gap between them is the measurement's noise: on 2 cores the same
-    64-pass request took 391-706 ms within one run, and the three model-free proposers, replayed
-    within 3% of each other in each of three runs (the engines counted 173-179 passes each), were
-    measured 1.55x/1.45x/1.36x in one run and 1.15x/1.26x/1.28x in the next (docs/measured.md)."""
+    Replay counts each value's passes exactly; two values it prices this close spend about the same
+    passes, so a measured gap between them is the requests' own noise, which on a shared 2-core
+    host moves one request's time by a third within a run (docs/measured.md, series L-O)."""
     return bool(a and b) and max(a, b) <= min(a, b) * (1.0 + PREDICTED_TIE)
 
 
