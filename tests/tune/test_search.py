@@ -281,6 +281,19 @@ class Replay:
         return self.by_spec.get(SPACE.effective(result.config)["spec"])
 
 
+def _spec_step(gain_of, seed: int, by_spec: dict):
+    """The ladder's spec step over a landscape of gains (2% noise per request, seeded) with replay
+    predicting `by_spec` per proposer."""
+
+    def units(config, number):
+        return paired_units(gain_of, 0.02)(config, number + 100 * seed)
+
+    ev = evaluate_with(lambda c: 100.0 * gain_of(c), units=units)
+    _, results, _ = run("ladder", ev, predict=Replay(by_spec))
+    _, steps = ladder_steps(SPACE, results, Rule())
+    return next(s for s in steps if s.knob == "spec")
+
+
 def test_values_measurement_cannot_tell_apart_are_decided_by_replay_then_by_the_space():
     # ngram and trie measure the same 30% gain (2% noise: a tie every seed); replay predicts trie
     # 12% faster -> trie each time; replay within 10% -> the space's order, ngram
@@ -288,18 +301,11 @@ def test_values_measurement_cannot_tell_apart_are_decided_by_replay_then_by_the_
         return 1.3 if SPACE.effective(config)["spec"] != "none" else 1.0
 
     for seed in range(4):
-
-        def units(config, number, seed=seed):
-            return paired_units(gain_of, 0.02)(config, number + 100 * seed)
-
-        ev = evaluate_with(lambda c: 100.0 * gain_of(c), units=units)
         for by_spec, want in (
             ({"ngram": 1.22, "trie": 1.37}, "trie"),
             ({"ngram": 1.28, "trie": 1.37}, "ngram"),
         ):
-            _, results, _ = run("ladder", ev, predict=Replay(by_spec))
-            _, steps = ladder_steps(SPACE, results, Rule())
-            spec = next(s for s in steps if s.knob == "spec")
+            spec = _spec_step(gain_of, seed, by_spec)
             assert spec.kept is not None and spec.kept.config["spec"] == want, spec.note
             assert spec.kept.predicted == by_spec[want]
             if want == "trie":
@@ -314,18 +320,11 @@ def test_a_measured_gap_between_values_replay_prices_the_same_is_a_tie():
         return {"none": 1.0, "ngram": 1.3, "trie": 1.56}[SPACE.effective(config)["spec"]]
 
     for seed in range(4):
-
-        def units(config, number, seed=seed):
-            return paired_units(gain_of, 0.02)(config, number + 100 * seed)
-
-        ev = evaluate_with(lambda c: 100.0 * gain_of(c), units=units)
         for by_spec, want in (
             ({"ngram": 1.28, "trie": 1.37}, "ngram"),
             ({"ngram": 1.22, "trie": 1.37}, "trie"),
         ):
-            _, results, _ = run("ladder", ev, predict=Replay(by_spec))
-            _, steps = ladder_steps(SPACE, results, Rule())
-            spec = next(s for s in steps if s.knob == "spec")
+            spec = _spec_step(gain_of, seed, by_spec)
             assert spec.kept is not None and spec.kept.config["spec"] == want, spec.note
             if want == "ngram":
                 assert "but replay predicts 1.37x and 1.28x: a tie" in spec.note
