@@ -56,6 +56,62 @@ def _fold(builder, v, lanes: int):
     return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
 
 
+HINTS_PER_STEP = 2  # read hints per main-loop step of `_emit_block`, at most
+
+
+def _hint(builder, ptr):
+    """A read hint (LLVM `prefetch`: read, keep in every level, data) for the line holding the
+    byte at ptr. A hint never faults."""
+    i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+    fn = builder.module.declare_intrinsic(
+        "llvm.prefetch", [i8p], fnty=ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+    )
+    # read (0), keep in every level (3), data cache (1)
+    builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+
+
+def _emit_hints(builder, hints, step):
+    """Hint lines step * HINTS_PER_STEP + h (h < HINTS_PER_STEP) of hints = (i8* base, lines),
+    those below `lines`."""
+    base, lines = hints
+    for h in range(HINTS_PER_STEP):
+        line = builder.add(
+            builder.mul(step, ir.Constant(_I64, HINTS_PER_STEP)), ir.Constant(_I64, h)
+        )
+        with builder.if_then(builder.icmp_signed("<", line, lines)):
+            _hint(builder, builder.gep(base, [builder.shl(line, ir.Constant(_I64, 6))]))
+
+
+def _fold_many(builder, vectors):
+    """[`_fold`(v, 16) for v in vectors], the same adds on the same lanes, several vectors per
+    instruction: each level halves every sum's lanes, two vectors' halves packed into one (a
+    vector of g groups of l lanes, g l = 16, becomes two vectors' 2g groups of l/2 lanes)."""
+    i32 = ir.IntType(32)
+    level = [(v, [k]) for k, v in enumerate(vectors)]  # (vector, which sum each group holds)
+    lanes = _WIDTH
+    while lanes > 1:
+        h, nxt = lanes // 2, []
+        for p in range(0, len(level), 2):
+            (x, gx), (y, gy) = level[p], level[min(p + 1, len(level) - 1)]
+            lo = [
+                b + g * lanes + i
+                for b, gs in ((0, gx), (_WIDTH, gy))
+                for g in range(len(gs))
+                for i in range(h)
+            ]
+            hi = [i + h for i in lo]
+            pick = [
+                builder.shuffle_vector(x, y, ir.Constant(_vec(_WIDTH, i32), m)) for m in (lo, hi)
+            ]
+            nxt.append((builder.fadd(pick[0], pick[1], flags=_KEEP), gx + gy))
+        level, lanes = nxt, h
+    out = {}
+    for v, groups in level:
+        for lane, k in enumerate(groups):
+            out.setdefault(k, builder.extract_element(v, ir.Constant(i32, lane)))
+    return [out[k] for k in range(len(vectors))]
+
+
 _ELEMENT = {types.float32: _F32, types.uint16: ir.IntType(16), types.int8: ir.IntType(8)}
 
 
@@ -93,41 +149,92 @@ def _emit_sums(builder, n, load_a, loads_b, split=False):
     lanes) loads element i + off, i a multiple of 64 and off a Python int, so block formats know
     their place in a block at compile time.
     """
+    return _emit_block(builder, n, [load_a], loads_b, split)[0]
+
+
+def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None):
+    """[[sum_i a_i * b_i for b in loads_b] for a in loads_a]: `_emit_sums` for several a at once,
+    each sum in the same order. Each step's b is loaded once for every a: with 4 a and 4 b, a
+    step's 16 FMAs need 8 loads where one a needed 20, so the FMA units set the pace, not the
+    loads. The 16-lane main sums run in passes over the rows, each pass keeping the partial sums
+    of a few of the four lane blocks in registers (at most 16 vectors); a partial sum's own order
+    is the same in any pass, so the result is too. hints: (i8* base, lines), runtime values: the
+    main loop's steps hint lines base, base + 64, ... (up to `lines` of them, HINTS_PER_STEP per
+    step), so that memory streams while the block computes (no value changes)."""
     if not split:
-        plain_a = load_a
+        plains = loads_a
 
-        def load_a(i, off, lanes):
-            return plain_a(i if off == 0 else builder.add(i, ir.Constant(_I64, off)), lanes)
+        def wrap(plain_a):
+            return lambda i, off, lanes: plain_a(
+                i if off == 0 else builder.add(i, ir.Constant(_I64, off)), lanes
+            )
 
-    def step(acc, a, load_b, j, lanes):
+        loads_a = [wrap(p) for p in plains]
+
+    def step(acc, a, b):
         old = builder.load(acc)
         builder.store(
-            builder.fadd(old, a, flags=_KEEP)
-            if load_b is None
-            else _fma(builder, a, load_b(j, lanes), old),
-            acc,
+            builder.fadd(old, a, flags=_KEEP) if b is None else _fma(builder, a, b, old), acc
         )
 
-    accs = [[cgutils.alloca_once_value(builder, _ZERO16) for _ in range(4)] for _ in loads_b]
+    per_pass = next(c for c in (4, 2, 1) if c * len(loads_a) * len(loads_b) <= 16 or c == 1)
+    accs = [
+        [[cgutils.alloca_once_value(builder, _ZERO16) for _ in range(4)] for _ in loads_b]
+        for _ in loads_a
+    ]
     n64 = builder.and_(n, ir.Constant(_I64, ~63))
-    with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), n64, ir.Constant(_I64, 64)) as (
-        i,
-        _,
-    ):
-        for c in range(4):
-            j = builder.add(i, ir.Constant(_I64, c * _WIDTH))
-            a = load_a(i, c * _WIDTH, _WIDTH)
-            for acc, load_b in zip(accs, loads_b):
-                step(acc[c], a, load_b, j, _WIDTH)
-    totals = []
-    for acc in accs:
-        v = [builder.load(x) for x in acc]
-        pair = builder.fadd(
-            builder.fadd(v[0], v[1], flags=_KEEP),
-            builder.fadd(v[2], v[3], flags=_KEEP),
-            flags=_KEEP,
-        )
-        totals.append(cgutils.alloca_once_value(builder, _fold(builder, pair, _WIDTH)))
+    steps = builder.lshr(n64, ir.Constant(_I64, 6))
+    for first in range(0, 4, per_pass):
+        with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), n64, ir.Constant(_I64, 64)) as (
+            i,
+            _,
+        ):
+            if hints is not None:  # this step's number over all passes
+                at = builder.add(
+                    builder.mul(steps, ir.Constant(_I64, first // per_pass)),
+                    builder.lshr(i, ir.Constant(_I64, 6)),
+                )
+                _emit_hints(builder, hints, at)
+            for c in range(first, first + per_pass):
+                j = builder.add(i, ir.Constant(_I64, c * _WIDTH))
+                a = [load_a(i, c * _WIDTH, _WIDTH) for load_a in loads_a]
+                for x, load_b in enumerate(loads_b):
+                    b = None if load_b is None else load_b(j, _WIDTH)
+                    for w in range(len(loads_a)):
+                        step(accs[w][x][c], a[w], b)
+    joined = []  # per sum: its four partial sums, (a0 + a1) + (a2 + a3)
+    for per_a in accs:
+        for acc in per_a:
+            v = [builder.load(x) for x in acc]
+            joined.append(
+                builder.fadd(
+                    builder.fadd(v[0], v[1], flags=_KEEP),
+                    builder.fadd(v[2], v[3], flags=_KEEP),
+                    flags=_KEEP,
+                )
+            )
+    # one a: each sum folded alone, in narrowing halves (cheaper than full-width packing, which
+    # made one-row passes 3-10% slower)
+    folded = (
+        _fold_many(builder, joined)
+        if len(loads_a) > 1
+        else [_fold(builder, v, _WIDTH) for v in joined]
+    )
+    x = len(loads_b)
+    return [
+        _emit_rest(builder, n, n64, folded[w * x : (w + 1) * x], load_a, loads_b, step)
+        for w, load_a in enumerate(loads_a)
+    ]
+
+
+def _emit_rest(builder, n, n64, folded, load_a, loads_b, step):
+    """The sums of one a, from its folded main sums: the 8-lane middle and the one-by-one tail
+    (the module docstring's order)."""
+    totals = [cgutils.alloca_once_value(builder, f) for f in folded]
+
+    def b_at(load_b, i, lanes):
+        return None if load_b is None else load_b(i, lanes)
+
     n8 = builder.add(n64, builder.and_(builder.sub(n, n64), ir.Constant(_I64, ~7)))
     with builder.if_then(builder.icmp_signed(">", n8, n64)):
         zero8 = ir.Constant(_vec(_HALF), [0.0] * _HALF)
@@ -140,13 +247,13 @@ def _emit_sums(builder, n, load_a, loads_b, split=False):
         with cgutils.for_range_slice(builder, n64, n8, ir.Constant(_I64, _HALF)) as (i, _):
             a = load_a(i, 0, _HALF)
             for acc, load_b in zip(acc8, loads_b):
-                step(acc, a, load_b, i, _HALF)
+                step(acc, a, b_at(load_b, i, _HALF))
         for acc, total in zip(acc8, totals):
             builder.store(_fold(builder, builder.load(acc), _HALF), total)
     with cgutils.for_range_slice(builder, n8, n, ir.Constant(_I64, 1)) as (i, _):
         a = load_a(i, 0, 0)
         for total, load_b in zip(totals, loads_b):
-            step(total, a, load_b, i, 0)
+            step(total, a, b_at(load_b, i, 0))
     return [builder.load(t) for t in totals]
 
 
@@ -216,69 +323,72 @@ def vsum(typingctx, a, ia, n):
 
 
 @intrinsic
-def dot_rows(typingctx, a, ia, b, ib, b_stride, n, rows):
-    """(sum_i a.flat[ia + i] * b.flat[ib + r b_stride + i] for r < rows), rows a literal 1..4: `dot`
-    of one weight row with several activation rows at once, each in the same order as `dot` (so bit
-    for bit equal to it)."""
-    ints = all(isinstance(t, types.Integer) for t in (ia, ib, b_stride, n))
-    if not (
-        ints
-        and isinstance(rows, types.IntegerLiteral)
-        and 1 <= rows.literal_value <= 4
-        and _contiguous(a, _WEIGHTS)
-        and _contiguous(b, (types.float32,))
-    ):
+def dot_block(typingctx, a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hint, lines):
+    """(sum_i a.flat[ia + w a_stride + i] * b.flat[ib + r b_stride + i] for w, r), w < a_rows and
+    r < b_rows (literals 1..4), flat index w * b_rows + r: `dot` of several weight rows with
+    several activation rows, each in `dot`'s order (so bit for bit equal to it). hint, lines: read
+    hints for `lines` 64-byte lines of a from byte `hint` on, spread over the work (0: none)."""
+    ints = all(isinstance(t, types.Integer) for t in (ia, a_stride, ib, b_stride, n, hint, lines))
+    literal = all(
+        isinstance(t, types.IntegerLiteral) and 1 <= t.literal_value <= 4 for t in (a_rows, b_rows)
+    )
+    if not (ints and literal and _contiguous(a, _WEIGHTS) and _contiguous(b, (types.float32,))):
         return None
-    m = rows.literal_value
-    result = types.UniTuple(types.float32, m)
+    m_a, m_b = a_rows.literal_value, b_rows.literal_value
+    result = types.UniTuple(types.float32, m_a * m_b)
 
     def codegen(context, builder, sig, args):
-        a_ty, ia_ty, b_ty, ib_ty, sb_ty, n_ty, _ = sig.args
-        load_a = _loader(
-            builder, a_ty.dtype, _flat_pointer(context, builder, a_ty, args[0], ia_ty, args[1])
-        )
-        ib = context.cast(builder, args[3], ib_ty, types.intp)
-        sb = context.cast(builder, args[4], sb_ty, types.intp)
-        loads = [
-            _loader(
-                builder,
-                types.float32,
-                _flat_pointer(
-                    context,
-                    builder,
-                    b_ty,
-                    args[2],
-                    types.intp,
-                    builder.add(ib, builder.mul(sb, ir.Constant(_I64, r))),
-                ),
-            )
-            for r in range(m)
-        ]
-        sums = _emit_sums(builder, context.cast(builder, args[5], n_ty, types.intp), load_a, loads)
-        return context.make_tuple(builder, result, sums)
+        a_ty, ia_ty, sa_ty, b_ty, ib_ty, sb_ty, n_ty, _, _, hint_ty, lines_ty = sig.args
 
-    return result(a, ia, b, ib, b_stride, n, rows), codegen
+        def rows(ty, ary, start, start_ty, stride, stride_ty, count, dtype):
+            start = context.cast(builder, start, start_ty, types.intp)
+            stride = context.cast(builder, stride, stride_ty, types.intp)
+            return [
+                _loader(
+                    builder,
+                    dtype,
+                    _flat_pointer(
+                        context,
+                        builder,
+                        ty,
+                        ary,
+                        types.intp,
+                        builder.add(start, builder.mul(stride, ir.Constant(_I64, r))),
+                    ),
+                )
+                for r in range(count)
+            ]
+
+        loads_a = rows(a_ty, args[0], args[1], ia_ty, args[2], sa_ty, m_a, a_ty.dtype)
+        loads_b = rows(b_ty, args[3], args[4], ib_ty, args[5], sb_ty, m_b, types.float32)
+        data = context.make_array(a_ty)(context, builder, args[0]).data
+        first = context.cast(builder, args[9], hint_ty, types.intp)
+        hints = (
+            builder.gep(builder.bitcast(data, ir.IntType(8).as_pointer()), [first]),
+            context.cast(builder, args[10], lines_ty, types.intp),
+        )
+        if isinstance(lines_ty, types.IntegerLiteral) and lines_ty.literal_value == 0:
+            hints = None  # none asked for: no hint code in the loop
+        n_v = context.cast(builder, args[6], n_ty, types.intp)
+        sums = _emit_block(builder, n_v, loads_a, loads_b, hints=hints)
+        return context.make_tuple(builder, result, [v for per_a in sums for v in per_a])
+
+    return result(a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hint, lines), codegen
 
 
 @intrinsic
 def prefetch(typingctx, a, byte):
-    """A read hint (LLVM `prefetch`: into all cache levels) for the line holding byte `byte` of
-    the C-contiguous array a. No arithmetic, so no bits change; an address past the array is never
-    read (a hint does not fault), but callers keep inside it."""
+    """A read hint (`_hint`) for the line holding byte `byte` of the C-contiguous array a. No
+    arithmetic, so no bits change; an address past the array is never read (a hint does not
+    fault), but callers keep inside it."""
     if not (isinstance(a, types.Array) and a.layout == "C" and isinstance(byte, types.Integer)):
         return None
 
     def codegen(context, builder, sig, args):
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
         data = context.make_array(sig.args[0])(context, builder, args[0]).data
-        ptr = builder.gep(
-            builder.bitcast(data, i8p), [context.cast(builder, args[1], sig.args[1], types.intp)]
-        )
-        fn = builder.module.declare_intrinsic(
-            "llvm.prefetch", [i8p], fnty=ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        )
-        # read (0), keep in every level (3), data cache (1)
-        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        i8p = ir.IntType(8).as_pointer()
+        offset = context.cast(builder, args[1], sig.args[1], types.intp)
+        _hint(builder, builder.gep(builder.bitcast(data, i8p), [offset]))
         return context.get_dummy_value()
 
     return types.none(a, byte), codegen

@@ -77,17 +77,25 @@ def test_bf16_widening_is_exact():
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
-def test_k_row_matvec_is_bit_identical_to_one_row(rng, dtype):
+@pytest.mark.parametrize("k", [2, 7, 16, 18])
+def test_k_row_matvec_is_bit_identical_to_one_row(rng, dtype, k):
+    # 101 rows of 577: tiles of whole 4-row blocks and single rows; a main loop, middle and tail;
+    # k past 4 takes the tiled kernel (groups of four x rows and a partial group), with accumulate
     w, scale, _ = kernel_weights(rng.standard_normal((101, 577), dtype=np.float32), dtype)
-    x = rng.standard_normal((7, 577), dtype=np.float32)
-    many = np.empty((7, 101), np.float32)
+    x = rng.standard_normal((k, 577), dtype=np.float32)
+    start = rng.standard_normal((k, 101), dtype=np.float32)
+    many, summed = np.empty((k, 101), np.float32), start.copy()
     layer_kernels.matvec_rows(w, scale, x, many, 0, 101, False)
-    for r in range(7):
+    layer_kernels.matvec_rows(w, scale, x, summed, 3, 98, True)  # a range off the tile grid
+    for r in range(k):
         one = np.empty((1, 101), np.float32)
         layer_kernels.matvec_rows(w, scale, x[r : r + 1].copy(), one, 0, 101, False)
         assert np.array_equal(one[0], many[r]), (
-            f"row {r} differs between the 1-row and 7-row kernels"
+            f"row {r} differs between the 1-row and {k}-row kernels"
         )
+        plus = start[r : r + 1].copy()
+        layer_kernels.matvec_rows(w, scale, x[r : r + 1].copy(), plus, 3, 98, True)
+        assert np.array_equal(plus[0], summed[r]), f"row {r}: accumulate over rows 3..98 differs"
 
 
 def test_rms_norm_and_silu_match_torch(rng):

@@ -70,6 +70,39 @@ def test_reductions_follow_the_documented_order_bit_for_bit(n):
     assert _dot(bits[None], np.ones(n, np.float32)) == documented_order_sum(bits_to_f32(bits))
 
 
+def _dot_block_ones(a, a_rows, b_rows, n, lines):
+    """simd.dot_block of a's first a_rows rows (of n) with b_rows rows of ones (the literal shapes
+    need one compiled function each, so this picks among them)."""
+    ones = np.ones((b_rows, n), np.float32)
+    return _DOT_BLOCKS[a_rows, b_rows](a, ones, n, lines)
+
+
+def _make_dot_block(a_rows, b_rows):
+    @njit(cache=False)
+    def block(a, b, n, lines):
+        return simd.dot_block(a, 0, n, b, 0, n, n, a_rows, b_rows, 0, lines)
+
+    return block
+
+
+_DOT_BLOCKS = {(w, r): _make_dot_block(w, r) for w in (1, 2, 4) for r in (1, 3, 4)}
+
+
+@pytest.mark.parametrize("n", [7, 64, 200, 576, 1536 + 13])
+@pytest.mark.parametrize("a_rows,b_rows", sorted(_DOT_BLOCKS))
+def test_dot_block_sums_every_pair_in_the_documented_order(n, a_rows, b_rows):
+    # several weight rows against several x rows, folded together: each sum bit for bit the one
+    # `dot` gives alone, with and without read hints (hints may run past the array: never read)
+    rng = np.random.default_rng(n + 10 * a_rows + b_rows)
+    a = (rng.standard_normal((a_rows, n)) * 10.0 ** rng.integers(-3, 4, (a_rows, n))).astype(
+        np.float32
+    )
+    want = [documented_order_sum(a[w]) for w in range(a_rows)]
+    for lines in (0, 3, 10**6):
+        got = _dot_block_ones(a, a_rows, b_rows, n, lines)
+        assert list(got) == [want[q // b_rows] for q in range(a_rows * b_rows)], lines
+
+
 def test_silu_of_a_column_does_not_depend_on_the_range_it_is_computed_in():
     rng = np.random.default_rng(3)
     ffn = 50

@@ -52,14 +52,14 @@ def _flat_f32(context, builder, ty, ary, idx_ty, idx):
 
 @intrinsic
 def stored_dot_rows(typingctx, w, off, fmt, x, ix, x_stride, n, rows):
-    """(sum_i w_i x.flat[ix + r x_stride + i] for r < rows), rows a literal 1..4: the row of n
+    """(sum_i w_i x.flat[ix + r x_stride + i] for r < rows), rows a literal 1..16: the row of n
     weights stored from byte `off` of the uint8 array w in format `fmt` (block_formats code), each
     sum in `simd.dot`'s order (so equal to it over the widened row)."""
     ints = all(isinstance(t, types.Integer) for t in (off, fmt, ix, x_stride, n))
     if not (
         ints
         and isinstance(rows, types.IntegerLiteral)
-        and 1 <= rows.literal_value <= 4
+        and 1 <= rows.literal_value <= 16
         and _contiguous(w, (types.uint8,))
         and _contiguous(x, (types.float32,))
     ):

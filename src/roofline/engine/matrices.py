@@ -79,14 +79,17 @@ def matvec(w, scale, x, out, o0, o1, accumulate):
 # instructions per 16 weights, so a core asks for its next bytes slowly (a profile put a third of
 # a pass on the instruction after the block load). 2, 4 and 8 KiB measured alike (docs/measured.md).
 PREFETCH_BYTES = 4096
+# (The helpers below are inlined: a unit of work is 16 KiB of weights, a few microseconds, and two
+# more calls per unit made one-row passes over stored rows 10-15% slower.)
+# Past four x rows the weights go in tiles: all x rows pass over a tile (in groups of four) while
+# it sits in L1 beside one group of x rows, and the tile hints the next one's bytes as it goes.
+TILE_BYTES = 32768
 
 
-@njit(**_JIT)
-def _prefetch_row(w, o, row_bytes):
-    """Hint the bytes PREFETCH_BYTES past the start of row o (rows of row_bytes), one row's worth,
-    within w."""
-    ahead = o * row_bytes + PREFETCH_BYTES
-    for b in range(ahead, min(ahead + row_bytes, w.size * w.itemsize), 64):
+@njit(inline="always", **_JIT)
+def _hint_span(w, lo, hi):
+    """Read hints for the lines of bytes [lo, hi) of w (clipped to w)."""
+    for b in range(lo & ~63, min(hi, w.size * w.itemsize), 64):
         simd.prefetch(w, b)
 
 
@@ -95,79 +98,203 @@ def _matvec_overload(w, scale, x, out, o0, o1, accumulate):
     if _stored(w):
 
         def stored(w, scale, x, out, o0, o1, accumulate):  # scale: the rows' format codes
-            # row groups outside, weight rows inside: each group's code runs over the whole range
-            # (its rows stay in L1/L2 for the next group), rather than switching code every row;
-            # the first sweep over the range reads from memory, so it prefetches ahead
-            fmt, stride, k, n, row = scale, x.shape[1], x.shape[0], x.shape[1], w.shape[1]
-            one = np.float32(1.0)
-            r = 0
-            while r + 4 <= k:
+            k, s, row, one = x.shape[0], x.shape[1], w.shape[1], np.float32(1.0)
+            # up to four x rows: one weight row at a time for all of them, its bytes ahead hinted;
+            # one loop per row count (a branch on it inside the loop cost 10%)
+            a = PREFETCH_BYTES
+            if k == 4:
                 for o in range(o0, o1):
-                    if r == 0:
-                        _prefetch_row(w, o, row)
-                    d = block_simd.stored_dot_rows(w, o * row, fmt[o], x, r * stride, stride, n, 4)
+                    _hint_span(w, o * row + a, (o + 1) * row + a)
+                    d = block_simd.stored_dot_rows(w, o * row, scale[o], x, 0, s, s, 4)
                     for i in range(4):
-                        _store(out, r + i, o, d[i], one, accumulate)
-                r += 4
-            if k - r == 3:
+                        _store(out, i, o, d[i], one, accumulate)
+                return
+            if k == 3:
                 for o in range(o0, o1):
-                    if r == 0:
-                        _prefetch_row(w, o, row)
-                    d3 = block_simd.stored_dot_rows(w, o * row, fmt[o], x, r * stride, stride, n, 3)
+                    _hint_span(w, o * row + a, (o + 1) * row + a)
+                    d3 = block_simd.stored_dot_rows(w, o * row, scale[o], x, 0, s, s, 3)
                     for i in range(3):
-                        _store(out, r + i, o, d3[i], one, accumulate)
-            elif k - r == 2:
+                        _store(out, i, o, d3[i], one, accumulate)
+                return
+            if k == 2:
                 for o in range(o0, o1):
-                    if r == 0:
-                        _prefetch_row(w, o, row)
-                    d2 = block_simd.stored_dot_rows(w, o * row, fmt[o], x, r * stride, stride, n, 2)
+                    _hint_span(w, o * row + a, (o + 1) * row + a)
+                    d2 = block_simd.stored_dot_rows(w, o * row, scale[o], x, 0, s, s, 2)
                     for i in range(2):
-                        _store(out, r + i, o, d2[i], one, accumulate)
-            elif k - r == 1:
+                        _store(out, i, o, d2[i], one, accumulate)
+                return
+            if k == 1:
                 for o in range(o0, o1):
-                    if r == 0:
-                        _prefetch_row(w, o, row)
-                    d1 = block_simd.stored_dot_rows(w, o * row, fmt[o], x, r * stride, stride, n, 1)
-                    _store(out, r, o, d1[0], one, accumulate)
+                    _hint_span(w, o * row + a, (o + 1) * row + a)
+                    d1 = block_simd.stored_dot_rows(w, o * row, scale[o], x, 0, s, s, 1)
+                    _store(out, 0, o, d1[0], one, accumulate)
+                return
+            rows = max(1, TILE_BYTES // w.shape[1])
+            for t0 in range(o0, o1, rows):
+                _stored_tile(w, scale, x, out, t0, min(t0 + rows, o1), accumulate)
 
         return stored
 
     def plain(w, scale, x, out, o0, o1, accumulate):
-        # as for stored rows: groups of four x rows outside, weight rows inside, so a group's x
-        # rows stay in L1 while the range's weight rows (a unit: tens of KB) come from L2 after
-        # the first group (the one that prefetches); weight rows outside re-read every x row per
-        # weight row, which past 4-8 rows no longer fit L1 beside the streamed weights
-        n, stride, k, r = w.shape[1], x.shape[1], x.shape[0], 0
-        row_bytes = n * w.itemsize
-        while r + 4 <= k:
-            for o in range(o0, o1):
-                if r == 0:
-                    _prefetch_row(w, o, row_bytes)
-                d = simd.dot_rows(w, o * n, x, r * stride, stride, n, 4)
-                for i in range(4):
-                    _store(out, r + i, o, d[i], scale[o], accumulate)
-            r += 4
-        if k - r == 3:
-            for o in range(o0, o1):
-                if r == 0:
-                    _prefetch_row(w, o, row_bytes)
-                d3 = simd.dot_rows(w, o * n, x, r * stride, stride, n, 3)
-                for i in range(3):
-                    _store(out, r + i, o, d3[i], scale[o], accumulate)
-        elif k - r == 2:
-            for o in range(o0, o1):
-                if r == 0:
-                    _prefetch_row(w, o, row_bytes)
-                d2 = simd.dot_rows(w, o * n, x, r * stride, stride, n, 2)
-                for i in range(2):
-                    _store(out, r + i, o, d2[i], scale[o], accumulate)
-        elif k - r == 1:
-            for o in range(o0, o1):
-                if r == 0:
-                    _prefetch_row(w, o, row_bytes)
-                _store(out, r, o, simd.dot(w, o * n, x, r * stride, n), scale[o], accumulate)
+        if x.shape[0] <= 4:
+            _plain_rows(w, scale, x, out, o0, o1, accumulate)
+            return
+        rows = _tile_rows(w.shape[1] * w.itemsize, 16 * x.shape[1])
+        for t0 in range(o0, o1, rows):
+            _plain_tile(w, scale, x, out, t0, min(t0 + rows, o1), accumulate)
 
     return plain
+
+
+def stored_into(w, fmt, x, out, o0, o1, r, m, accumulate, first):
+    """out[r + j, o] (+)= sum_t w[o, t] x[r + j, t] for stored rows o in [o0, o1) and j < m (a
+    literal 1..16: `block_simd.stored_dot_rows`); first: the first pass over these rows, which
+    hints the bytes ahead."""
+    raise NotImplementedError
+
+
+@overload(stored_into, prefer_literal=True, jit_options=_OVERLOAD)
+def _stored_into_overload(w, fmt, x, out, o0, o1, r, m, accumulate, first):
+    if not isinstance(m, types.IntegerLiteral):
+        return None
+    rows = m.literal_value
+
+    def impl(w, fmt, x, out, o0, o1, r, m, accumulate, first):
+        s, row, one = x.shape[1], w.shape[1], np.float32(1.0)
+        for o in range(o0, o1):
+            if first:
+                _hint_span(w, o * row + PREFETCH_BYTES, (o + 1) * row + PREFETCH_BYTES)
+            d = block_simd.stored_dot_rows(w, o * row, fmt[o], x, r * s, s, s, rows)
+            for i in range(rows):
+                _store(out, r + i, o, d[i], one, accumulate)
+
+    return impl
+
+
+@njit(**_JIT)
+def _stored_tile(w, fmt, x, out, o0, o1, accumulate):
+    # x rows in groups of up to 8 outside, the tile's weight rows inside: widening a stored
+    # block costs several instructions per 16 weights, so each widened vector serves 8 x rows
+    # (16 made no difference and took longer to compile); the tile stays in L1 for the next group
+    k, r = x.shape[0], 0
+    while r < k:
+        left, first = k - r, r == 0
+        if left >= 8:
+            stored_into(w, fmt, x, out, o0, o1, r, 8, accumulate, first)
+            r += 8
+        elif left >= 4:
+            stored_into(w, fmt, x, out, o0, o1, r, 4, accumulate, first)
+            r += 4
+        elif left == 3:
+            stored_into(w, fmt, x, out, o0, o1, r, 3, accumulate, first)
+            r += 3
+        elif left == 2:
+            stored_into(w, fmt, x, out, o0, o1, r, 2, accumulate, first)
+            r += 2
+        else:
+            stored_into(w, fmt, x, out, o0, o1, r, 1, accumulate, first)
+            r += 1
+
+
+def block_into(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hint, lines):
+    """out[r + j, o + i] (+)= scale[o + i] sum_t w[o + i, t] x[r + j, t] for i < a_rows, j < b_rows
+    (literals: `simd.dot_block`), hinting `lines` lines of w from byte `hint` on as it goes."""
+    raise NotImplementedError
+
+
+@overload(block_into, prefer_literal=True, inline="always", jit_options=_OVERLOAD)
+def _block_into_overload(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hint, lines):
+    literal = all(isinstance(t, types.IntegerLiteral) for t in (a_rows, b_rows))
+    if not literal:
+        return None
+    na, nb = a_rows.literal_value, b_rows.literal_value
+
+    def impl(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hint, lines):
+        n, s = w.shape[1], x.shape[1]
+        d = simd.dot_block(w, o * n, n, x, r * s, s, n, na, nb, hint, lines)
+        for q in range(na * nb):
+            _store(out, r + q % nb, o + q // nb, d[q], scale[o + q // nb], accumulate)
+
+    return impl
+
+
+@njit(inline="always", **_JIT)
+def _plain_block(w, scale, x, out, o, r, m, rows, accumulate, hint, lines):
+    """x rows r..r+m (m 1..4) against weight rows o..o+rows (rows 4, or 1)."""
+    if rows == 4:
+        if m == 4:
+            block_into(w, scale, x, out, o, r, 4, 4, accumulate, hint, lines)
+        elif m == 3:
+            block_into(w, scale, x, out, o, r, 4, 3, accumulate, hint, lines)
+        elif m == 2:
+            block_into(w, scale, x, out, o, r, 4, 2, accumulate, hint, lines)
+        else:
+            block_into(w, scale, x, out, o, r, 4, 1, accumulate, hint, lines)
+    elif m == 4:
+        block_into(w, scale, x, out, o, r, 1, 4, accumulate, hint, lines)
+    elif m == 3:
+        block_into(w, scale, x, out, o, r, 1, 3, accumulate, hint, lines)
+    elif m == 2:
+        block_into(w, scale, x, out, o, r, 1, 2, accumulate, hint, lines)
+    else:
+        block_into(w, scale, x, out, o, r, 1, 1, accumulate, hint, lines)
+
+
+@njit(inline="always", **_JIT)
+def _plain_rows(w, scale, x, out, o0, o1, accumulate):
+    # up to four x rows: one weight row at a time, for all of them; memory sets the pace, so each
+    # row hints the bytes PREFETCH_BYTES ahead of it, all at once. One loop per row count: a
+    # branch on it inside the loop cost 10% at two rows
+    k, row_bytes, a = x.shape[0], w.shape[1] * w.itemsize, PREFETCH_BYTES
+    if k == 4:
+        for o in range(o0, o1):
+            _hint_span(w, o * row_bytes + a, (o + 1) * row_bytes + a)
+            block_into(w, scale, x, out, o, 0, 1, 4, accumulate, 0, 0)
+    elif k == 3:
+        for o in range(o0, o1):
+            _hint_span(w, o * row_bytes + a, (o + 1) * row_bytes + a)
+            block_into(w, scale, x, out, o, 0, 1, 3, accumulate, 0, 0)
+    elif k == 2:
+        for o in range(o0, o1):
+            _hint_span(w, o * row_bytes + a, (o + 1) * row_bytes + a)
+            block_into(w, scale, x, out, o, 0, 1, 2, accumulate, 0, 0)
+    else:
+        for o in range(o0, o1):
+            _hint_span(w, o * row_bytes + a, (o + 1) * row_bytes + a)
+            block_into(w, scale, x, out, o, 0, 1, 1, accumulate, 0, 0)
+
+
+@njit(inline="always", **_JIT)
+def _tile_rows(row_bytes, group_bytes):
+    """Weight rows per tile: what fits TILE_BYTES beside a group of four x rows (group_bytes),
+    in whole 4-row blocks when there are four or more."""
+    rows = max(1, (TILE_BYTES - group_bytes) // row_bytes)
+    return rows // 4 * 4 if rows >= 4 else rows
+
+
+@njit(**_JIT)
+def _plain_tile(w, scale, x, out, o0, o1, accumulate):
+    # more than four x rows: groups of four outside, the tile's weight rows inside, four at a time
+    # (`simd.dot_block`: 8 loads per 16 FMAs); a group's x rows and the tile's weights
+    # (TILE_BYTES) stay in L1 for the next group. Each block hints an equal share of the next
+    # tile's bytes, so memory streams at the pace the tile computes (the first group hinting
+    # whole rows stalled on full miss buffers, then left memory idle while the others computed)
+    k, row_bytes = x.shape[0], w.shape[1] * w.itemsize
+    groups, blocks = (k + 3) // 4, (o1 - o0) // 4 + (o1 - o0) % 4
+    ahead, tile_bytes, steps, step = o1 * row_bytes, (o1 - o0) * row_bytes, groups * blocks, 0
+    size = w.size * w.itemsize
+    for g in range(groups):
+        r = 4 * g
+        m = min(4, k - r)
+        o = o0
+        while o < o1:
+            rows = 4 if o + 4 <= o1 else 1
+            lo = (ahead + step * tile_bytes // steps) & ~63
+            hi = min(ahead + (step + 1) * tile_bytes // steps, size)
+            lines = max(0, (hi - lo + 63) // 64)
+            _plain_block(w, scale, x, out, o, r, m, rows, accumulate, lo, lines)
+            o += rows
+            step += 1
 
 
 def embed_into(embed, embed_scale, token, x, r):
