@@ -215,6 +215,14 @@ def _block_into_overload(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hin
         for q in range(na * nb):
             _store(out, r + q % nb, o + q // nb, d[q], scale[o + q // nb], accumulate)
 
+    def unhinted(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hint, lines):
+        n, s = w.shape[1], x.shape[1]
+        d = simd.dot_block(w, o * n, n, x, r * s, s, n, na, nb, 0, 0)  # no hint code at all
+        for q in range(na * nb):
+            _store(out, r + q % nb, o + q // nb, d[q], scale[o + q // nb], accumulate)
+
+    if isinstance(lines, types.IntegerLiteral) and lines.literal_value == 0:
+        return unhinted
     return impl
 
 
