@@ -208,21 +208,43 @@ def _block_into_overload(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hin
     if not literal:
         return None
     na, nb = a_rows.literal_value, b_rows.literal_value
+    # literal zero lines: pass literals on, so that no hint code enters the loop (as a runtime 0 the
+    # check stayed in every step and cost one-row passes 3%)
+    hinted = not (isinstance(lines, types.IntegerLiteral) and lines.literal_value == 0)
 
     def impl(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hint, lines):
         n, s = w.shape[1], x.shape[1]
-        d = simd.dot_block(w, o * n, n, x, r * s, s, n, na, nb, hint, lines)
+        if hinted:
+            d = simd.dot_block(w, o * n, n, x, r * s, s, n, na, nb, hint, lines)
+        else:
+            d = simd.dot_block(w, o * n, n, x, r * s, s, n, na, nb, 0, 0)
         for q in range(na * nb):
             _store(out, r + q % nb, o + q // nb, d[q], scale[o + q // nb], accumulate)
 
-    def unhinted(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hint, lines):
-        n, s = w.shape[1], x.shape[1]
-        d = simd.dot_block(w, o * n, n, x, r * s, s, n, na, nb, 0, 0)  # no hint code at all
-        for q in range(na * nb):
-            _store(out, r + q % nb, o + q // nb, d[q], scale[o + q // nb], accumulate)
+    return impl
 
-    if isinstance(lines, types.IntegerLiteral) and lines.literal_value == 0:
-        return unhinted
+
+def _block_of(w, scale, x, out, o, r, a_rows, m, accumulate, hint, lines):
+    """`block_into` with a_rows a literal and m (x rows, 1..4) known only at run time."""
+    raise NotImplementedError
+
+
+@overload(_block_of, prefer_literal=True, inline="always", jit_options=_OVERLOAD)
+def _block_of_overload(w, scale, x, out, o, r, a_rows, m, accumulate, hint, lines):
+    if not isinstance(a_rows, types.IntegerLiteral):
+        return None
+    na = a_rows.literal_value
+
+    def impl(w, scale, x, out, o, r, a_rows, m, accumulate, hint, lines):
+        if m == 4:
+            block_into(w, scale, x, out, o, r, na, 4, accumulate, hint, lines)
+        elif m == 3:
+            block_into(w, scale, x, out, o, r, na, 3, accumulate, hint, lines)
+        elif m == 2:
+            block_into(w, scale, x, out, o, r, na, 2, accumulate, hint, lines)
+        else:
+            block_into(w, scale, x, out, o, r, na, 1, accumulate, hint, lines)
+
     return impl
 
 
@@ -230,22 +252,9 @@ def _block_into_overload(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hin
 def _plain_block(w, scale, x, out, o, r, m, rows, accumulate, hint, lines):
     """x rows r..r+m (m 1..4) against weight rows o..o+rows (rows 4, or 1)."""
     if rows == 4:
-        if m == 4:
-            block_into(w, scale, x, out, o, r, 4, 4, accumulate, hint, lines)
-        elif m == 3:
-            block_into(w, scale, x, out, o, r, 4, 3, accumulate, hint, lines)
-        elif m == 2:
-            block_into(w, scale, x, out, o, r, 4, 2, accumulate, hint, lines)
-        else:
-            block_into(w, scale, x, out, o, r, 4, 1, accumulate, hint, lines)
-    elif m == 4:
-        block_into(w, scale, x, out, o, r, 1, 4, accumulate, hint, lines)
-    elif m == 3:
-        block_into(w, scale, x, out, o, r, 1, 3, accumulate, hint, lines)
-    elif m == 2:
-        block_into(w, scale, x, out, o, r, 1, 2, accumulate, hint, lines)
+        _block_of(w, scale, x, out, o, r, 4, m, accumulate, hint, lines)
     else:
-        block_into(w, scale, x, out, o, r, 1, 1, accumulate, hint, lines)
+        _block_of(w, scale, x, out, o, r, 1, m, accumulate, hint, lines)
 
 
 @njit(inline="always", **_JIT)
