@@ -22,6 +22,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from roofline.simd_memory import emit_hints, park, unpark
+
 _F32 = ir.FloatType()
 _I64 = ir.IntType(64)
 # a flag that changes nothing, present so numba's fastmath pass leaves the op alone
@@ -54,32 +56,6 @@ def _fold(builder, v, lanes: int):
         v = builder.fadd(lo, hi, flags=_KEEP)
         lanes = h
     return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
-
-
-HINTS_PER_STEP = 2  # read hints per main-loop step of `_emit_block`, at most
-
-
-def _hint(builder, ptr):
-    """A read hint (LLVM `prefetch`: read, keep in every level, data) for the line holding the
-    byte at ptr. A hint never faults."""
-    i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-    fn = builder.module.declare_intrinsic(
-        "llvm.prefetch", [i8p], fnty=ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-    )
-    # read (0), keep in every level (3), data cache (1)
-    builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-
-
-def _emit_hints(builder, hints, step):
-    """Hint lines step * HINTS_PER_STEP + h (h < HINTS_PER_STEP) of hints = (i8* base, lines),
-    those below `lines`."""
-    base, lines = hints
-    for h in range(HINTS_PER_STEP):
-        line = builder.add(
-            builder.mul(step, ir.Constant(_I64, HINTS_PER_STEP)), ir.Constant(_I64, h)
-        )
-        with builder.if_then(builder.icmp_signed("<", line, lines)):
-            _hint(builder, builder.gep(base, [builder.shl(line, ir.Constant(_I64, 6))]))
 
 
 def _fold_many(builder, vectors):
@@ -160,7 +136,7 @@ def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None):
     of a few of the four lane blocks in registers (at most 16 vectors); a partial sum's own order
     is the same in any pass, so the result is too. hints: (i8* base, lines), runtime values: the
     main loop's steps hint lines base, base + 64, ... (up to `lines` of them, HINTS_PER_STEP per
-    step), so that memory streams while the block computes (no value changes)."""
+    step: `simd_memory.emit_hints`), so that memory streams while the block computes."""
     if not split:
         plains = loads_a
 
@@ -178,6 +154,9 @@ def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None):
         )
 
     per_pass = next(c for c in (4, 2, 1) if c * len(loads_a) * len(loads_b) <= 16 or c == 1)
+    # several weight rows: 48 held vectors beside 16 accumulators; one row's (widened stored
+    # blocks) measured slower parked
+    parked = per_pass < 4 and len(loads_a) > 1
     accs = [
         [[cgutils.alloca_once_value(builder, _ZERO16) for _ in range(4)] for _ in loads_b]
         for _ in loads_a
@@ -194,7 +173,7 @@ def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None):
                     builder.mul(steps, ir.Constant(_I64, first // per_pass)),
                     builder.lshr(i, ir.Constant(_I64, 6)),
                 )
-                _emit_hints(builder, hints, at)
+                emit_hints(builder, hints, at)
             for c in range(first, first + per_pass):
                 j = builder.add(i, ir.Constant(_I64, c * _WIDTH))
                 a = [load_a(i, c * _WIDTH, _WIDTH) for load_a in loads_a]
@@ -202,10 +181,15 @@ def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None):
                     b = None if load_b is None else load_b(j, _WIDTH)
                     for w in range(len(loads_a)):
                         step(accs[w][x][c], a[w], b)
+        if parked:  # this pass's sums to memory, out of the next passes' registers
+            for per_a in accs:
+                for acc in per_a:
+                    for c in range(first, first + per_pass):
+                        park(builder, acc, c)
     joined = []  # per sum: its four partial sums, (a0 + a1) + (a2 + a3)
     for per_a in accs:
         for acc in per_a:
-            v = [builder.load(x) for x in acc]
+            v = [unpark(builder, x) if parked else builder.load(x) for x in acc]
             joined.append(
                 builder.fadd(
                     builder.fadd(v[0], v[1], flags=_KEEP),
@@ -374,24 +358,6 @@ def dot_block(typingctx, a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hi
         return context.make_tuple(builder, result, [v for per_a in sums for v in per_a])
 
     return result(a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hint, lines), codegen
-
-
-@intrinsic
-def prefetch(typingctx, a, byte):
-    """A read hint (`_hint`) for the line holding byte `byte` of the C-contiguous array a. No
-    arithmetic, so no bits change; an address past the array is never read (a hint does not
-    fault), but callers keep inside it."""
-    if not (isinstance(a, types.Array) and a.layout == "C" and isinstance(byte, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        data = context.make_array(sig.args[0])(context, builder, args[0]).data
-        i8p = ir.IntType(8).as_pointer()
-        offset = context.cast(builder, args[1], sig.args[1], types.intp)
-        _hint(builder, builder.gep(builder.bitcast(data, i8p), [offset]))
-        return context.get_dummy_value()
-
-    return types.none(a, byte), codegen
 
 
 def _host_has(feature: str) -> bool:

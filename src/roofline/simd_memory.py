@@ -1,0 +1,92 @@
+"""Where the kernels' bytes are, as LLVM IR: read hints (prefetches) that bring lines in ahead of
+the loops that read them, and values parked in memory so that they leave the registers to the
+loops between. Nothing here does arithmetic, so no result changes.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+_I64 = ir.IntType(64)
+
+HINTS_PER_STEP = 2  # read hints per main-loop step of `simd._emit_block`, at most
+# LLVM prefetch locality: 3 keeps the line in every level (prefetcht0: into L1), 1 in the outer
+# levels (prefetcht2: into L2). A k-row tile's hints of the next tile go to L2: into L1 they held
+# the core's few L1 miss buffers while the block computed (docs/measured.md)
+TO_L1, TO_L2 = 3, 1
+
+
+def hint(builder, ptr, level=TO_L1):
+    """A read hint (LLVM `prefetch`: read, data) for the line holding the byte at ptr, kept from
+    `level` out. A hint never faults."""
+    i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+    fn = builder.module.declare_intrinsic(
+        "llvm.prefetch", [i8p], fnty=ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+    )
+    # read (0), locality, data cache (1)
+    builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, level), ir.Constant(i32, 1)])
+
+
+def emit_hints(builder, hints, step):
+    """Hint lines step * HINTS_PER_STEP + h (h < HINTS_PER_STEP) of hints = (i8* base, lines),
+    those below `lines`, into L2."""
+    base, lines = hints
+    for h in range(HINTS_PER_STEP):
+        line = builder.add(
+            builder.mul(step, ir.Constant(_I64, HINTS_PER_STEP)), ir.Constant(_I64, h)
+        )
+        with builder.if_then(builder.icmp_signed("<", line, lines)):
+            at = builder.gep(base, [builder.shl(line, ir.Constant(_I64, 6))])
+            hint(builder, at, TO_L2)
+
+
+class _VolatileStore(ir.instructions.StoreInstr):
+    def descr(self, buf):
+        super().descr(buf)
+        buf[-1] = buf[-1].replace("store ", "store volatile ", 1)
+
+
+class _VolatileLoad(ir.instructions.LoadInstr):
+    def descr(self, buf):
+        super().descr(buf)
+        buf[-1] = buf[-1].replace("load ", "load volatile ", 1)
+
+
+def park(builder, acc, c):
+    """Store a finished partial sum (acc[c]) to a slot of its own, volatile so that LLVM keeps it
+    in memory: left as a value, each earlier pass's sums stay live through the later passes' loops
+    (48 vectors beside a 4 x 4 block's 16), and LLVM spilled accumulators inside those loops."""
+    value = builder.load(acc[c])
+    slot = cgutils.alloca_once(builder, value.type)
+    store = _VolatileStore(builder.block, value, slot)
+    store.align = None
+    builder._insert(store)
+    acc[c] = slot
+
+
+def unpark(builder, slot):
+    """The value `park` stored in slot."""
+    load = _VolatileLoad(builder.block, slot)
+    builder._insert(load)
+    return load
+
+
+@intrinsic
+def prefetch(typingctx, a, byte):
+    """A read hint (`hint`) for the line holding byte `byte` of the C-contiguous array a. No
+    arithmetic, so no bits change; an address past the array is never read (a hint does not
+    fault), but callers keep inside it."""
+    if not (isinstance(a, types.Array) and a.layout == "C" and isinstance(byte, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        i8p = ir.IntType(8).as_pointer()
+        offset = context.cast(builder, args[1], sig.args[1], types.intp)
+        hint(builder, builder.gep(builder.bitcast(data, i8p), [offset]))
+        return context.get_dummy_value()
+
+    return types.none(a, byte), codegen
