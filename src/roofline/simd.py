@@ -185,7 +185,7 @@ def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None):
             for per_a in accs:
                 for acc in per_a:
                     for c in range(first, first + per_pass):
-                        park(builder, acc, c)
+                        acc[c] = park(builder, acc[c])
     joined = []  # per sum: its four partial sums, (a0 + a1) + (a2 + a3)
     for per_a in accs:
         for acc in per_a:

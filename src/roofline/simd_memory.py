@@ -43,6 +43,7 @@ def emit_hints(builder, hints, step):
             hint(builder, at, TO_L2)
 
 
+# llvmlite's loads and stores have no volatile flag: these print the same instruction with it
 class _VolatileStore(ir.instructions.StoreInstr):
     def descr(self, buf):
         super().descr(buf)
@@ -55,16 +56,17 @@ class _VolatileLoad(ir.instructions.LoadInstr):
         buf[-1] = buf[-1].replace("load ", "load volatile ", 1)
 
 
-def park(builder, acc, c):
-    """Store a finished partial sum (acc[c]) to a slot of its own, volatile so that LLVM keeps it
-    in memory: left as a value, each earlier pass's sums stay live through the later passes' loops
-    (48 vectors beside a 4 x 4 block's 16), and LLVM spilled accumulators inside those loops."""
-    value = builder.load(acc[c])
+def park(builder, acc):
+    """A slot of its own holding the finished partial sum in acc (an alloca), stored volatile so
+    that LLVM keeps it in memory: left as a value, each earlier pass's sums stay live through the
+    later passes' loops (48 vectors beside a 4 x 4 block's 16), and LLVM spilled accumulators
+    inside those loops. Read it back with `unpark`."""
+    value = builder.load(acc)
     slot = cgutils.alloca_once(builder, value.type)
     store = _VolatileStore(builder.block, value, slot)
-    store.align = None
+    store.align = None  # set by builder.store, which this bypasses
     builder._insert(store)
-    acc[c] = slot
+    return slot
 
 
 def unpark(builder, slot):
