@@ -172,3 +172,60 @@ def test_a_turn_runs_the_granules_that_fit_the_target_between_decode_steps():
     assert {len(turn) for turn in turns if turn} == {2}, kinds
     gaps = np.diff(runner.decode_times)
     assert gaps.max() <= TARGET_S + GRANULE * PER_TOKEN_S + 1e-9
+
+
+class CachingRunner(ClockedRunner):
+    """The clocked fake runner with K/V to cache: a slot's "K/V" are its tokens, and each load
+    costs `load_s` of the fake clock."""
+
+    def __init__(self, clock: FakeClock, seconds_per_token: float, load_s: float, **kw):
+        super().__init__(clock, seconds_per_token, **kw)
+        self.load_s = load_s
+
+    def save_kv(self, slot, start, end):
+        ids = np.array(self.ctx[slot][start:end], dtype=np.int64)
+        return ids, ids.copy()
+
+    def load_kv(self, slot, start, kv):
+        self.log.append(("load", slot, start))
+        self.clock.advance(self.load_s)
+        self.ctx[slot] = self.ctx.get(slot, [])[:start] + kv[0].tolist()
+        self.prompt_len[slot] = len(self.ctx[slot])
+
+
+def test_granules_loaded_from_the_prefix_cache_count_against_the_turns_time():
+    """Six requests arrive at once with a prompt the cache holds whole (two granules and a tail,
+    60 ms of the fake clock to load each): a turn loads new requests' granules while its time is
+    under the 100 ms target, and the head of the prefills in progress gets one granule whatever
+    the time, so the running request's decode steps wait at most the target and two loads, not all
+    18 loads (1.08 s, as one turn took before loads counted); the six get a cold run's ids."""
+    clock = FakeClock()
+    load_s = 0.06
+    runner = CachingRunner(clock, PER_TOKEN_S, load_s, max_batch=8, prefill_chunk_tokens=GRANULE)
+    tok = runner.tokenizer
+    shared = tok.encode("S" * 10)  # 11 tokens: granules 0-3, 4-7 and a 3-token tail
+    submitted = threading.Event()
+    runner.decode_gate = lambda: submitted.is_set() or not runner.decode_times
+    with Scheduler(
+        runner, prefill_chunk_ms=TARGET_S * 1000, prefix_cache_mb=1.0, clock=clock
+    ) as sched:
+        first = Collector()
+        sched.submit(shared, greedy(1, ignore_eos=True), first)
+        first.wait(30)
+        running = Collector()
+        sched.submit(tok.encode("a"), greedy(120, ignore_eos=True), running)
+        assert running.first.wait(30)
+        wait_until(lambda: runner.decode_times, what="the running request's first decode step")
+        copies = [Collector() for _ in range(6)]
+        for c in copies:  # all queued while the decode step waits for the gate
+            sched.submit(shared, greedy(3, ignore_eos=True), c)
+        submitted.set()
+        for c in copies:
+            c.wait(30)
+        running.wait(60)
+    loads = [e for e in runner.log if e[0] == "load"]
+    assert len(loads) == 18, loads  # every copy loaded its whole prompt: nothing recomputed
+    gaps = np.diff(runner.decode_times)
+    assert gaps.max() <= TARGET_S + 2 * load_s + 1e-9, f"a decode step waited {gaps.max():.3f} s"
+    for c in copies:
+        assert c.ids == fake_greedy_ids(tok, shared, 3, ignore_eos=True)

@@ -7,12 +7,14 @@ Layouts, float32 (B = KEY_BLOCK):
     values (slots, layers, kv_heads, S, head_dim): sum_t p_t v_t vectorised over head_dim
 
 S is max_seq_len rounded up to whole ATTN_CHUNKs, so kernels may read any chunk whole. Bytes per
-cached token: 2 * layers * kv_heads * head_dim * 4. np.zeros maps pages lazily, so a long
-max_seq_len costs address space, not memory, until written. `lengths[slot]` is the number of
-positions written (the next token's position).
+cached token: 2 * layers * kv_heads * head_dim * 4. The arrays are anonymous memory mapped lazily in
+small pages (`lazy_zeros`), so a long max_seq_len costs address space, not memory, until written.
+`lengths[slot]` is the number of positions written (the next token's position).
 """
 
 from __future__ import annotations
+
+import mmap
 
 import numpy as np
 
@@ -34,12 +36,8 @@ class KVCache:
             )
         c = config
         n_blocks = -(-max_seq_len // ATTN_CHUNK) * (ATTN_CHUNK // KEY_BLOCK)
-        self.k = np.zeros(
-            (n_slots, c.n_layers, c.n_kv_heads, n_blocks, c.head_dim, KEY_BLOCK), dtype=np.float32
-        )
-        self.v = np.zeros(
-            (n_slots, c.n_layers, c.n_kv_heads, n_blocks * KEY_BLOCK, c.head_dim), dtype=np.float32
-        )
+        self.k = lazy_zeros((n_slots, c.n_layers, c.n_kv_heads, n_blocks, c.head_dim, KEY_BLOCK))
+        self.v = lazy_zeros((n_slots, c.n_layers, c.n_kv_heads, n_blocks * KEY_BLOCK, c.head_dim))
         self.lengths = np.zeros(n_slots, dtype=np.int64)
         self.n_slots = n_slots
         self.max_seq_len = max_seq_len
@@ -120,6 +118,24 @@ class KVCache:
         self.k[slot][:, :, pos // KEY_BLOCK, :, pos % KEY_BLOCK] = k.transpose(2, 0, 1, 3)
         self.v[slot][:, :, start : start + n] = v
         self.lengths[slot] = start + n
+
+
+def lazy_zeros(shape: tuple[int, ...]) -> np.ndarray:
+    """float32 zeros in private anonymous memory, mapped on first write in small pages.
+
+    Every (layer, kv head) of a slot starts its own stretch of the arrays, so a slot's first write
+    touches all of them. In transparent huge pages (numpy asks for them for large arrays) that
+    faults in the whole slot: 2 * layers * kv_heads * max_seq_len * head_dim * 4 bytes (94 MB of
+    the default model at 2,048 positions), a stall on a server's first use of each slot
+    (docs/measured.md); in small pages a 64-token write faults only the 3 MB it writes."""
+    nbytes = int(np.prod(shape)) * 4
+    if nbytes == 0:
+        return np.zeros(shape, dtype=np.float32)
+    private = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
+    buf = mmap.mmap(-1, nbytes, flags=private) if private else mmap.mmap(-1, nbytes)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):  # Linux: even where huge pages are always on
+        buf.madvise(mmap.MADV_NOHUGEPAGE)
+    return np.frombuffer(buf, dtype=np.float32).reshape(shape)
 
 
 def write_keys(k_blocks, start: int, keys) -> None:

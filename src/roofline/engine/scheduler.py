@@ -13,8 +13,9 @@ cannot starve it); each runs as many granules in a row as fit. So a short reques
 turn behind a long prefill; decodes about a turn.
 
 With a prefix cache (prefix_cache.py), a prompt's granules already cached (an exact token prefix)
-are loaded instead of computed, and the granules it computes are offered to the cache; its last
-chunk goes in with its logits, so the same prompt again computes nothing.
+are loaded instead of computed (within the turn's time, as computed ones), and the granules it
+computes are offered to the cache; its last chunk goes in with its logits, so the same prompt again
+computes nothing.
 
 The prefill half of a step, with the record each request carries: scheduler_prefill.py; how a
 request's tokens and its end become events: scheduler_output.py.

@@ -7,8 +7,10 @@ A turn (the prefill half of one step) runs whole granules, each its own `runner.
 its fixed position (prefill_chunks.py), never merged: the arithmetic of a prompt is the same
 whatever the budget. The budget is a time target: a granule runs when the turn's elapsed time plus
 its predicted time (its tokens / the measured prefill rate, an average over the chunks run so far)
-stays within `prefill_chunk_s`; before any chunk was timed, one granule per turn. A fixed token
-budget (`prefill_token_budget`) replaces the target when given.
+stays within `prefill_chunk_s`; before any chunk was timed, one granule per turn. A granule loaded
+from the prefix cache runs while the turn's elapsed time is under the target (a load is cheap, not
+free: a turn that loaded every waiting request's cached prompt once kept 16 streams waiting 2.6 s).
+A fixed token budget (`prefill_token_budget`) replaces the target when given; loads are then free.
 
 `PrefillChunks` reads the scheduler's queues (`_waiting`, `_prefilling`, `_running`), free slots,
 budget, runner, prefix cache, clock and stats, and hands a finished prompt to its `_accept`, a
@@ -74,6 +76,15 @@ class PrefillChunks:
         elapsed = self._clock() - self._turn_start
         return elapsed + n / self._prefill_rate <= self.prefill_chunk_s
 
+    def _next_fits(self, w: _Work) -> bool:
+        """Whether w's next granule fits this turn: a cached one while time is left, a computed one
+        when its predicted time fits (`_fits`)."""
+        if self._cached_node(w) is None:
+            return self._fits(self._chunk_tokens(w))
+        if self.prefill_token_budget is not None:
+            return True
+        return self._clock() - self._turn_start < self.prefill_chunk_s
+
     def _prefill_chunks(self) -> bool:
         """This turn's granules, within the budget: new requests (FIFO, into free slots; the
         turn's first granule always runs), then the prefills in progress, head first (it always
@@ -83,7 +94,7 @@ class PrefillChunks:
         ran = 0
         in_progress = len(self._prefilling)
         while self._waiting and self._free_slots:
-            if ran and not self._fits(self._chunk_tokens(self._waiting[0])):
+            if ran and not self._next_fits(self._waiting[0]):
                 break
             w = self._waiting.popleft()
             w.slot = self._free_slots.pop()
@@ -96,28 +107,29 @@ class PrefillChunks:
                 self._prefilling.popleft()
                 self._finish(w, "abort")
                 continue
-            if i and not self._fits(self._chunk_tokens(w)):
+            if i and not self._next_fits(w):
                 break
             self._prefilling.popleft()
             ran += self._run_granules(w, must=not i)
         return ran > 0
 
     def _run_granules(self, w: _Work, *, must: bool) -> int:
-        """Cached granules of w, then granules computed while they fit (the first one when
-        `must`); w goes to the back of the prefills in progress unless it finished, failed or was
-        cancelled. Returns the chunks computed."""
+        """Granules of w, loaded from the prefix cache or computed, while they fit (the first one
+        when `must`); w goes to the back of the prefills in progress unless it finished, failed or
+        was cancelled. Returns the granules run."""
         ran = 0
         while True:
             if w.handle.cancelled:
                 self._finish(w, "abort")
                 return ran
-            if self._load_cached(w):
+            if not (must and not ran) and not self._next_fits(w):
+                break
+            ran += 1
+            node = self._cached_node(w)
+            if node is not None and self._load_cached(w, node):
                 if w.prefilled == len(w.seq.prompt_ids):  # a whole prompt cached: it runs now
                     return ran
                 continue
-            if not (must and not ran) and not self._fits(self._chunk_tokens(w)):
-                break
-            ran += 1
             if not self._run_chunk(w):
                 return ran
         self._prefilling.append(w)
@@ -177,16 +189,19 @@ class PrefillChunks:
             return False
         return w.prefilled + cache.granule <= len(w.seq.prompt_ids) - 1
 
-    def _load_cached(self, w: _Work) -> bool:
-        """Load w's next granule from the prefix cache when it holds it; whether it did. When the
-        cache holds the prompt's tail with its logits, the whole prompt is in and w runs."""
-        cache = self.prefix_cache
+    def _cached_node(self, w: _Work) -> PrefixNode | None:
+        """The prefix cache's node for w's next granule, or for its last chunk with the logits;
+        None when the cache does not hold it."""
         tail = self._at_tail(w)
         if not (tail or self._next_granule(w)):
-            return False
-        node = cache.child(w.cached, w.seq.prompt_ids)
-        if node is None or (tail and node.logits is None):
-            return False
+            return None
+        node = self.prefix_cache.child(w.cached, w.seq.prompt_ids)
+        return None if node is None or (tail and node.logits is None) else node
+
+    def _load_cached(self, w: _Work, node: PrefixNode) -> bool:
+        """Load w's next granule (`_cached_node`) into its slot; whether it did. When it is the
+        prompt's last chunk, w runs."""
+        cache = self.prefix_cache
         try:
             self.runner.load_kv(w.slot, w.prefilled, node.kv)
         except Exception:  # never fatal: compute the granule instead
@@ -200,7 +215,7 @@ class PrefillChunks:
         w.prefilled += n
         w.reused += n
         self._publish_cache()
-        if tail:
+        if w.prefilled == len(w.seq.prompt_ids):
             self._prefill_done(w, node.logits.copy())
         return True
 
