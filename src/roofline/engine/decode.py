@@ -150,7 +150,9 @@ def _finish(counters, phase, n_threads, n_units, done):
 
 @njit(**_JIT)
 def _rows_per_unit(w, unit_bytes):
-    return max(1, unit_bytes // (w.shape[1] * w.itemsize))
+    """About unit_bytes of w's rows, in whole 4-row blocks: a unit's odd rows would run through the
+    k-row kernels one weight row at a time (`matrices`)."""
+    return max(4, (unit_bytes // (w.shape[1] * w.itemsize) + 2) // 4 * 4)
 
 
 @njit(**_JIT)
