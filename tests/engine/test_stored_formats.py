@@ -191,3 +191,22 @@ def test_a_model_in_each_format_decodes_the_float32_paths_ids(tmp_path_factory, 
             assert greedy_ids(runner, ids, 64) == greedy_ids(reference, ids, 64), (
                 f"{fmt}: {prompt!r}"
             )
+
+
+@pytest.mark.parametrize("fmt", ["F32", "Q8_0"])
+def test_the_prefill_reads_f32_rows_in_place_and_widens_the_others(tmp_path_factory, fmt):
+    """A matrix stored as F32 rows goes to torch's GEMM as a view of its bytes (no copy per chunk);
+    other formats are widened into the scratch buffer."""
+    from roofline.engine import load_runner
+    from roofline.engine.prefill import _Widener
+
+    runner = load_runner(str(_model_file(tmp_path_factory, fmt)), dtype="stored", max_seq_len=64)
+    w, c = runner.weights, runner.config
+    widen = _Widener(w, c)
+    try:
+        t = widen.layer(w.wgu, 1, w.gu_scale, c.hidden)
+        assert tuple(t.shape) == (w.wgu.shape[1], c.hidden)
+        in_place = t.data_ptr() == w.wgu[1].ctypes.data
+        assert in_place == (fmt == "F32")
+    finally:
+        widen.close()

@@ -30,12 +30,16 @@ import torch
 import torch.nn.functional as F
 
 from roofline.engine import layer_kernels, matrices
+from roofline.engine.block_formats import BLOCK_FORMATS
 from roofline.engine.config import ModelConfig
 from roofline.engine.kv_cache import KEY_BLOCK
 from roofline.engine.threads import TorchLayerTrial
 from roofline.engine.weights import DecodeWeights
 
 __all__ = ["attention", "keys_for_attention", "prefill_chunk"]
+
+
+_F32_CODE = BLOCK_FORMATS["F32"].code
 
 
 def _torch(a: np.ndarray) -> torch.Tensor:
@@ -50,7 +54,7 @@ def _torch(a: np.ndarray) -> torch.Tensor:
 class _Widener:
     """float32 (out, in) views of one packed matrix at a time: fp32 as stored, bf16 and int8 widened
     (int8 times its row scales) and stored rows (`matrices`) widened by the decode kernels' own
-    loaders, into a scratch buffer that is reused for every matrix."""
+    loaders, into a scratch buffer that is reused for every matrix; F32 rows are read in place."""
 
     def __init__(self, w: DecodeWeights, c: ModelConfig):
         self.stored = w.wqkv.dtype == np.uint8
@@ -84,6 +88,10 @@ class _Widener:
     def layer(self, stack: np.ndarray, i: int, scales: np.ndarray, n_in: int) -> torch.Tensor:
         """Layer i of a stacked matrix as float32 (out, n_in)."""
         if self.stored:
+            if stack.shape[2] == 4 * n_in and not np.any(scales[i] != _F32_CODE):
+                # F32 rows are the float32 values themselves: no copy (widening all of them took
+                # a third of a 64-token chunk, docs/measured.md)
+                return torch.from_numpy(stack[i].view(np.float32))
             out = self._scratch[: stack.shape[1] * n_in].view(stack.shape[1], n_in)
             self._widen_stored(stack[i], scales[i], out.numpy())
             return out
