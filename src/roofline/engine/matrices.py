@@ -306,7 +306,7 @@ def _plain_rows(w, scale, x, out, o0, o1, accumulate):
 def _tile_rows(row_bytes, group_bytes):
     """Weight rows per tile: what fits TILE_BYTES beside a group of four x rows (group_bytes), in
     whole 4-row blocks, at least one. (With long rows, one row fitted: the FFN's down matrix ran
-    in 1 x 4 blocks, every x row coming from L2 again for each weight row, at 0.6x the speed.)"""
+    in 1 x 4 blocks, every x row coming from L2 again for each weight row; docs/measured.md.)"""
     return max(4, (TILE_BYTES - group_bytes) // row_bytes // 4 * 4)
 
 

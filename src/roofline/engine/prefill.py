@@ -89,8 +89,8 @@ class _Widener:
         """Layer i of a stacked matrix as float32 (out, n_in)."""
         if self.stored:
             if stack.shape[2] == 4 * n_in and not np.any(scales[i] != _F32_CODE):
-                # F32 rows are the float32 values themselves: no copy (widening all of them took
-                # a third of a 64-token chunk, docs/measured.md)
+                # F32 rows are the float32 values themselves: read in place, not copied through
+                # the widener every chunk (docs/measured.md)
                 return torch.from_numpy(stack[i].view(np.float32))
             out = self._scratch[: stack.shape[1] * n_in].view(stack.shape[1], n_in)
             self._widen_stored(stack[i], scales[i], out.numpy())

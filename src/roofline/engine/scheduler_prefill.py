@@ -8,9 +8,10 @@ its fixed position (prefill_chunks.py), never merged: the arithmetic of a prompt
 whatever the budget. The budget is a time target: a granule runs when the turn's elapsed time plus
 its predicted time (its tokens / the measured prefill rate, an average over the chunks run so far)
 stays within `prefill_chunk_s`; before any chunk was timed, one granule per turn. A granule loaded
-from the prefix cache runs while the turn's elapsed time is under the target (a load is cheap, not
-free: a turn that loaded every waiting request's cached prompt once kept 16 streams waiting 2.6 s).
-A fixed token budget (`prefill_token_budget`) replaces the target when given; loads are then free.
+from the prefix cache runs while the turn's elapsed time is under the target (a load is cheap but
+not free: into a fresh slot it faults in memory, and loads without a limit once kept 16 streams
+waiting seconds, docs/measured.md). A fixed token budget (`prefill_token_budget`) replaces the
+target when given; loads are then free.
 
 `PrefillChunks` reads the scheduler's queues (`_waiting`, `_prefilling`, `_running`), free slots,
 budget, runner, prefix cache, clock and stats, and hands a finished prompt to its `_accept`, a
