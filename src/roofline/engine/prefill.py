@@ -235,6 +235,23 @@ def prefill_chunk(
     if not logits:
         return None
     layer_kernels.rms_norm(x[-1:], w.final_norm, eps, h[:1])
-    out = np.empty((1, c.vocab_size), np.float32)
-    layer_kernels.matvec_rows(w.lm_head, w.lm_scale, h[:1], out, 0, c.vocab_size, False)
+    return _last_logits(w, h[:1], c.vocab_size, torch.get_num_threads())
+
+
+def _last_logits(w: DecodeWeights, h: np.ndarray, vocab: int, threads: int) -> np.ndarray:
+    """float32 logits (vocab,) of the one row h (1, hidden): `matvec_rows` (the decode's dot order)
+    over parts of the vocabulary in Python threads (the kernel releases the GIL); each logit is the
+    same dot whichever part holds it."""
+    out = np.empty((1, vocab), np.float32)
+    cuts = [vocab * j // threads for j in range(threads + 1)]
+    if threads == 1:
+        layer_kernels.matvec_rows(w.lm_head, w.lm_scale, h, out, 0, vocab, False)
+        return out[0]
+    with ThreadPoolExecutor(threads) as pool:
+        jobs = [
+            pool.submit(layer_kernels.matvec_rows, w.lm_head, w.lm_scale, h, out, a, b, False)
+            for a, b in itertools.pairwise(cuts)
+        ]
+        for job in jobs:
+            job.result()
     return out[0]
