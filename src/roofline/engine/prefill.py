@@ -54,7 +54,8 @@ def _torch(a: np.ndarray) -> torch.Tensor:
 class _Widener:
     """float32 (out, in) views of one packed matrix at a time: fp32 as stored, bf16 and int8 widened
     (int8 times its row scales) and stored rows (`matrices`) widened by the decode kernels' own
-    loaders, into a scratch buffer that is reused for every matrix; F32 rows are read in place."""
+    loaders, into a scratch buffer that is reused for every matrix; F32 rows are read in place. Its
+    Python threads also split other row-wise kernels (`split_rows`)."""
 
     def __init__(self, w: DecodeWeights, c: ModelConfig):
         self.stored = w.wqkv.dtype == np.uint8
@@ -64,22 +65,24 @@ class _Widener:
         self._scratch = torch.empty(max(sizes) if self.narrow else 0, dtype=torch.float32)
         self._pool: ThreadPoolExecutor | None = None
 
-    def _widen_stored(self, rows: np.ndarray, codes: np.ndarray, out: np.ndarray) -> None:
-        """Widen stored rows on torch's thread count, in Python threads (the kernel releases the
-        GIL)."""
+    def split_rows(self, run, n: int) -> None:
+        """run(a, b) for rows [a, b) of n, cut into torch's thread count of parts, each in a Python
+        thread (the kernels release the GIL); a row's result does not depend on its part."""
         parts = torch.get_num_threads()
-        cuts = [len(rows) * j // parts for j in range(parts + 1)]
         if parts == 1:
-            matrices.stored_rows_f32(rows, codes, out)
+            run(0, n)
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(parts)
-        jobs = [
-            self._pool.submit(matrices.stored_rows_f32, rows[a:b], codes[a:b], out[a:b])
-            for a, b in itertools.pairwise(cuts)
-        ]
+        cuts = [n * j // parts for j in range(parts + 1)]
+        jobs = [self._pool.submit(run, a, b) for a, b in itertools.pairwise(cuts)]
         for job in jobs:
             job.result()
+
+    def _widen_stored(self, rows: np.ndarray, codes: np.ndarray, out: np.ndarray) -> None:
+        self.split_rows(
+            lambda a, b: matrices.stored_rows_f32(rows[a:b], codes[a:b], out[a:b]), len(rows)
+        )
 
     def close(self) -> None:
         if self._pool is not None:
@@ -230,28 +233,15 @@ def prefill_chunk(
             X.addmm_(ACT, widen.layer(w.wd, i, w.d_scale, c.ffn).T)
             if trial is not None:
                 trial.record_layer(i, n_threads, time.perf_counter() - layer_started)
+        if not logits:
+            return None
+        # the last row's logits in the decode's dot order (`matvec_rows`), the vocabulary split
+        layer_kernels.rms_norm(x[-1:], w.final_norm, eps, h[:1])
+        out = np.empty((1, c.vocab_size), np.float32)
+        widen.split_rows(
+            lambda a, b: layer_kernels.matvec_rows(w.lm_head, w.lm_scale, h[:1], out, a, b, False),
+            c.vocab_size,
+        )
+        return out[0]
     finally:
         widen.close()
-    if not logits:
-        return None
-    layer_kernels.rms_norm(x[-1:], w.final_norm, eps, h[:1])
-    return _last_logits(w, h[:1], c.vocab_size, torch.get_num_threads())
-
-
-def _last_logits(w: DecodeWeights, h: np.ndarray, vocab: int, threads: int) -> np.ndarray:
-    """float32 logits (vocab,) of the one row h (1, hidden): `matvec_rows` (the decode's dot order)
-    over parts of the vocabulary in Python threads (the kernel releases the GIL); each logit is the
-    same dot whichever part holds it."""
-    out = np.empty((1, vocab), np.float32)
-    cuts = [vocab * j // threads for j in range(threads + 1)]
-    if threads == 1:
-        layer_kernels.matvec_rows(w.lm_head, w.lm_scale, h, out, 0, vocab, False)
-        return out[0]
-    with ThreadPoolExecutor(threads) as pool:
-        jobs = [
-            pool.submit(layer_kernels.matvec_rows, w.lm_head, w.lm_scale, h, out, a, b, False)
-            for a, b in itertools.pairwise(cuts)
-        ]
-        for job in jobs:
-            job.result()
-    return out[0]
