@@ -1,7 +1,7 @@
-"""Prefill turns sized by time: a turn runs whole granules while they fit the target (from the
-measured prefill rate), each its own computation at its fixed position, so a prompt's logits are the
-same whatever the budget; and a short request's first token, like a running request's next decode
-step, waits about one turn behind a long prompt.
+"""Prefill turns sized by time: a turn runs whole granules while they fit the target (predicted
+from measured prefill times), each its own computation at its fixed position, so a prompt's logits
+are the same whatever the budget; and a short request's first token, like a running request's next
+decode step, waits about one turn behind a long prompt.
 
 The timing tests run the fake runner on a fake clock that each prefill advances by its tokens'
 cost: what the scheduler decides from the clock is exact, however busy the machine."""

@@ -112,8 +112,9 @@ def serve(
         DEFAULT_PREFILL_CHUNK_MS,
         "--prefill-chunk-ms",
         min=1.0,
-        help="Target time of one prefill turn: a long prompt runs as many granules as fit (from "
-        "the measured prefill rate, at least one) between decode steps of running requests.",
+        help="Target time of one prefill turn: a long prompt runs as many granules as fit "
+        "(predicted from measured prefill times, at least one) between decode steps of running "
+        "requests.",
     ),
     prefill_granule: int = typer.Option(
         DEFAULT_PREFILL_CHUNK_TOKENS,

@@ -27,7 +27,7 @@ from roofline.engine.config import ModelConfig
 from roofline.engine.kv_cache import KVCache
 from roofline.engine.loaders.checkpoint import file_bytes_per_token
 from roofline.engine.pass_timing import PassTiming
-from roofline.engine.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS
+from roofline.engine.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS, KERNEL_PREFILL_MAX_TOKENS
 from roofline.engine.threads import ThreadChooser
 from roofline.engine.weights import (
     DTYPES,
@@ -39,16 +39,16 @@ from roofline.hardware.machine import usable_cpu_count as available_cores
 
 __all__ = ["DTYPES", "KERNEL_PREFILL_MAX_TOKENS", "ModelRunner", "available_cores", "load_runner"]
 
-# Prompts up to this length prefill through the decode kernels: below it they beat torch's small-M
-# GEMMs (figures in docs/measured.md).
-KERNEL_PREFILL_MAX_TOKENS = 24
-
 
 class ModelRunner(PassTiming):
     """Owns the weights and the KV cache. Not thread-safe: one thread calls it."""
 
     # prompts are prefilled in chunks cut at its multiples
     prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS
+    # whether prefill rows are invariant to the rows beside them (prefill_probe.py, set by
+    # `probe_prefill_rows`): granules then merge into one computation and a prefill may start
+    # inside a granule
+    merge_prefill: bool = False
 
     def __init__(
         self,
@@ -135,15 +135,15 @@ class ModelRunner(PassTiming):
     ) -> np.ndarray | None:
         """Write a prompt's tokens at positions start, start + 1, ... of the slot; float32 logits
         (vocab,) of the last one (None with logits=False). start=0 resets the slot; a later start
-        continues the prompt and must be a multiple of `prefill_chunk_tokens`.
+        continues the prompt where the slot ends: at a multiple of `prefill_chunk_tokens`, or
+        anywhere when `merge_prefill` (rows invariant, prefill_probe.py).
 
-        Chunks are cut at those multiples (prefill_chunks.py), so a prompt prefilled in one call or
-        a chunk at a time between other requests' steps gives bit-identical logits and K/V. Chunks
-        up to KERNEL_PREFILL_MAX_TOKENS run through the decode kernels, longer ones prefill.py's."""
-        import torch
-
-        from roofline.engine.prefill import prefill_chunk
-        from roofline.engine.prefill_chunks import chunk_bounds
+        Pieces are cut at those multiples and each runs as its whole granule would
+        (prefill_chunks.prefill_runs), so a prompt prefilled in one call, a chunk at a time between
+        other requests' steps, or from part of a granule the prefix cache held gives bit-identical
+        logits and K/V. Granules up to KERNEL_PREFILL_MAX_TOKENS run through the decode kernels,
+        longer ones prefill.py's."""
+        from roofline.engine.prefill_chunks import prefill_runs
 
         slot = self.cache.check_slot(slot)
         ids = self._check_ids(token_ids)
@@ -151,7 +151,9 @@ class ModelRunner(PassTiming):
             raise ValueError("prefill needs at least one token")
         if start == 0:
             self.cache.release(slot)
-        elif start != self.position(slot) or start % self.prefill_chunk_tokens:
+        elif start != self.position(slot) or (
+            start % self.prefill_chunk_tokens and not self.merge_prefill
+        ):
             raise ValueError(
                 f"slot {slot} holds {self.position(slot)} positions; "
                 f"a prefill cannot continue at {start} "
@@ -159,10 +161,17 @@ class ModelRunner(PassTiming):
             )
         self.cache.check_room(slot, ids.size)
         out = None
-        for a, b in chunk_bounds(start, start + ids.size, self.prefill_chunk_tokens):
+        end = start + ids.size
+        for pieces, kernels in prefill_runs(
+            start,
+            end,
+            self.prefill_chunk_tokens,
+            KERNEL_PREFILL_MAX_TOKENS,
+            merge=self.merge_prefill,
+        ):
+            a, b = pieces[0][0], pieces[-1][1]
             chunk = ids[a - start : b - start]
-            want = logits and b == start + ids.size
-            if chunk.size <= KERNEL_PREFILL_MAX_TOKENS:
+            if kernels:
                 out = self._run_rows(
                     chunk,
                     np.full(chunk.size, slot, dtype=np.int64),
@@ -170,28 +179,38 @@ class ModelRunner(PassTiming):
                     last_only=True,
                 )[0]
             else:
-                self._use_threads(torch_too=True)
-                trial = (
-                    self.thread_chooser.torch_layer_trial()
-                    if self.thread_chooser is not None and self.pass_threads is None
-                    else None
-                )
-                with torch.inference_mode():
-                    out = prefill_chunk(
-                        self.config,
-                        self.weights,
-                        chunk,
-                        slot,
-                        a,
-                        self.cache.k,
-                        self.cache.v,
-                        self._cos,
-                        self._sin,
-                        logits=want,
-                        trial=trial,
-                    )
+                out = self._prefill_torch(slot, chunk, pieces, logits and b == end)
             self.cache.lengths[slot] = b
         return out if logits else None
+
+    def _prefill_torch(
+        self, slot: int, chunk: np.ndarray, pieces: list[tuple[int, int]], want: bool
+    ) -> np.ndarray | None:
+        import torch
+
+        from roofline.engine.prefill import prefill_chunk
+
+        self._use_threads(torch_too=True)
+        trial = (
+            self.thread_chooser.torch_layer_trial()
+            if self.thread_chooser is not None and self.pass_threads is None
+            else None
+        )
+        with torch.inference_mode():
+            return prefill_chunk(
+                self.config,
+                self.weights,
+                chunk,
+                slot,
+                pieces[0][0],
+                self.cache.k,
+                self.cache.v,
+                self._cos,
+                self._sin,
+                logits=want,
+                trial=trial,
+                pieces=pieces,
+            )
 
     def _run_rows(
         self,
@@ -314,12 +333,16 @@ class ModelRunner(PassTiming):
 
     def warmup(self) -> None:
         """Compile (or load from numba's cache) the decode kernels, run torch's prefill path once
-        (its first call is slow), and touch the weights."""
+        (its first call is slow), touch the weights, and check whether prefill rows are invariant
+        here (`merge_prefill`, prefill_probe.py)."""
+        from roofline.engine.prefill_probe import rows_invariant
+
         n = min(KERNEL_PREFILL_MAX_TOKENS + 1, self.max_seq_len - 1)
         if n > 0:
             self.prefill(0, [0] * n)
         self.decode([0], [0])
         self.release(0)
+        self.merge_prefill = rows_invariant(self)
         self.seed_threads()
 
 

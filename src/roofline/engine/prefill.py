@@ -173,13 +173,17 @@ def prefill_chunk(
     *,
     logits: bool = True,
     trial: TorchLayerTrial | None = None,
+    pieces: list[tuple[int, int]] | None = None,
 ) -> np.ndarray | None:
     """Run token_ids (T,) at positions start..start+T-1 of `slot`, whose cache holds 0..start-1:
     k_cache (slots, layers, kv_heads, S / B, d, B), v_cache (slots, layers, kv_heads, S, d);
     cos/sin (positions, d / 2). Writes the chunk's K/V; returns the float32 logits (vocab,) of
     its last token (None when logits=False). Call under torch.inference_mode() with torch's thread
     count set. A `trial` (threads.py) sets each layer's thread count and gets its time; torch's
-    ops here give the same bits on any thread count (a test checks), so it changes no result."""
+    ops here give the same bits on any thread count (a test checks), so it changes no result.
+
+    `pieces` (default: one) cut the chunk into granule pieces [a, b): the GEMMs run over all rows,
+    attention once per piece, over keys 0..b-1, as that piece alone would."""
     c = config
     T, end = token_ids.shape[0], start + token_ids.shape[0]
     qd, kvd, hidden, eps = c.q_dim, c.kv_dim, c.hidden, np.float32(c.rms_eps)
@@ -193,7 +197,10 @@ def prefill_chunk(
     )
     X, Hh, QKV, ATT, GU, ACT = (torch.from_numpy(a) for a in (x, h, qkv, att, gu, act))
     slots, positions = np.full(T, slot, dtype=np.int64), np.arange(start, end, dtype=np.int64)
-    mask = causal_mask(start, T) if start else None
+    pieces = pieces or [(start, end)]
+    if pieces[0][0] != start or pieces[-1][1] != end:
+        raise ValueError(f"pieces {pieces} do not cover positions {start}..{end - 1}")
+    masks = [causal_mask(a, b - a) if a else None for a, b in pieces]
     v_slot = torch.from_numpy(v_cache[slot])
     q = QKV[:, :qd].view(T, c.n_heads, c.head_dim)
     try:
@@ -222,10 +229,12 @@ def prefill_chunk(
                 k_cache,
                 v_cache,
             )
-            keys = keys_for_attention(k_cache[slot, i], end)
-            att.reshape(T, c.n_heads, c.head_dim)[...] = attention(
-                q, keys, v_slot[i, :, :end], start, mask
-            ).numpy()
+            heads = att.reshape(T, c.n_heads, c.head_dim)
+            for (a, b), mask in zip(pieces, masks):
+                keys = keys_for_attention(k_cache[slot, i], b)
+                heads[a - start : b - start] = attention(
+                    q[a - start : b - start], keys, v_slot[i, :, :b], a, mask
+                ).numpy()
             X.addmm_(ATT, widen.layer(w.wo, i, w.o_scale, qd).T)
             layer_kernels.rms_norm(x, w.mlp_norm[i], eps, h)
             torch.mm(Hh, widen.layer(w.wgu, i, w.gu_scale, hidden).T, out=GU)

@@ -15,6 +15,10 @@ A prompt's last chunk may be a node too, with the logits of its last token (a ta
 a granule, or a whole one): the same prompt sent again loads every node and samples from those
 logits, computing nothing. A tail is never a parent: a longer prompt computes that granule whole.
 
+Part of a node (`partial_child`): where the runner's prefill rows do not depend on the rows beside
+them (prefill_probe.py), a prompt whose granule starts like a cached node of the same length
+(same end, so attention saw the same keys) loads the shared first rows and computes the rest.
+
 Reference counts: a request holds the nodes of its path while it prefills (it extends that path);
 LRU eviction takes unreferenced leaves until a new node fits the byte budget; when nothing can go,
 the new node is not stored. Owned by the scheduler thread; `stats()` is a snapshot.
@@ -87,6 +91,27 @@ class PrefixCache:
         cached."""
         parent = path[-1] if path else self._root
         return parent.children.get(self._key(ids, len(path)))
+
+    def partial_child(
+        self, path: Seq[PrefixNode], ids: Seq[int], length: int
+    ) -> tuple[PrefixNode, int] | None:
+        """The node below `path` of exactly `length` tokens whose tokens share the longest common
+        prefix with the next `length` of `ids` (granule len(path)), and that prefix's length; None
+        when no such node shares a first token. Its LRU tick is renewed."""
+        parent = path[-1] if path else self._root
+        start = len(path) * self.granule
+        want = [int(t) for t in ids[start : start + length]]
+        best, best_n = None, 0
+        for key, node in parent.children.items():
+            if len(key) != length or key[0] != want[0]:
+                continue
+            n = next((i for i, (a, b) in enumerate(zip(key, want)) if a != b), len(want))
+            if n > best_n:
+                best, best_n = node, n
+        if best is None:
+            return None
+        best.used = next(self._tick)
+        return best, best_n
 
     def match(self, ids: Seq[int], max_granules: int) -> list[PrefixNode]:
         """The longest cached path of whole granules of `ids`, at most max_granules; each node gains

@@ -1,16 +1,16 @@
 """Continuous batching: one background thread owns the `ModelRunner` and steps every live request.
 
-A step (1) drops cancelled requests, (2) runs a prefill turn: whole granules of prompts within a
-time target (`prefill_chunk_ms`, from the measured prefill rate; or a fixed token budget, vLLM's
+A step (1) drops cancelled requests, (2) runs a prefill turn: granules of prompts within a
+time target (`prefill_chunk_ms`, from measured prefill times; or a fixed token budget, vLLM's
 `max_num_batched_tokens`), (3) runs one batched pass for all decoding sequences (with speculation:
 last token plus draft, speculate/step.py) and hands each request's output to its sink as an `Event`.
 
-Granules are cut at fixed positions (prefill_chunks.py), each its own computation, never at what the
-budget had left and never merged, so a request's logits do not depend on how its granules
-interleaved with others', nor on the budget. Per turn: new requests first (FIFO; the turn's first
-granule always runs), then prefills in progress in turn (the head always gets a granule, so arrivals
-cannot starve it); each runs as many granules in a row as fit. So a short request waits about one
-turn behind a long prefill; decodes about a turn.
+Granules are cut at fixed positions (prefill_chunks.py), never at what the budget had left, each
+its own computation or merged where rows are invariant (prefill_probe.py), so a request's logits
+do not depend on how its granules interleaved with others', nor on the budget. Per turn: new
+requests first (FIFO; the turn's first granule always runs), then prefills in progress in turn (the
+head always gets a granule, so arrivals cannot starve it); each runs as many granules in a row as
+fit. So a short request waits about one turn behind a long prefill; decodes about a turn.
 
 With a prefix cache (prefix_cache.py), a prompt's granules already cached (an exact token prefix)
 are loaded instead of computed (within the turn's time, as computed ones), and the granules it
@@ -31,7 +31,11 @@ from collections import deque
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
 
-from roofline.engine.prefill_chunks import DEFAULT_PREFILL_CHUNK_MS, DEFAULT_PREFILL_CHUNK_TOKENS
+from roofline.engine.prefill_chunks import (
+    DEFAULT_PREFILL_CHUNK_MS,
+    DEFAULT_PREFILL_CHUNK_TOKENS,
+    PrefillCost,
+)
 from roofline.engine.prefix_cache import PrefixCache
 from roofline.engine.requests import Event, RequestHandle, Sink, Usage, asyncio_sink
 from roofline.engine.sampling import SamplingParams
@@ -101,7 +105,7 @@ class Scheduler(PrefillChunks, RequestOutput):
         self.max_seq_len = int(runner.max_seq_len)
         self.prefill_token_budget = prefill_token_budget
         self.prefill_chunk_s = prefill_chunk_ms / 1000.0
-        self._prefill_rate: float | None = None
+        self._prefill_cost = PrefillCost()
         self._turn_start, self._turn_tokens = 0.0, 0
         granule = getattr(runner, "prefill_chunk_tokens", None)
         self.prefix_cache = (

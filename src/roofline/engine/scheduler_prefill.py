@@ -3,15 +3,16 @@ much of its prompt the slot's cache holds, its prefix-cache path, its speculatio
 the prefill half of a step (`PrefillChunks`, a mixin of `Scheduler`; the policy is in scheduler.py's
 docstring).
 
-A turn (the prefill half of one step) runs whole granules, each its own `runner.prefill` call at
-its fixed position (prefill_chunks.py), never merged: the arithmetic of a prompt is the same
-whatever the budget. The budget is a time target: a granule runs when the turn's elapsed time plus
-its predicted time (its tokens / the measured prefill rate, an average over the chunks run so far)
-stays within `prefill_chunk_s`; before any chunk was timed, one granule per turn. A granule loaded
-from the prefix cache runs while the turn's elapsed time is under the target (a load is cheap but
-not free: into a fresh slot it faults in memory, and loads without a limit once kept 16 streams
-waiting seconds, docs/measured.md). A fixed token budget (`prefill_token_budget`) replaces the
-target when given; loads are then free.
+A turn (the prefill half of one step) runs granules at their fixed positions (prefill_chunks.py),
+each its own `runner.prefill` call, or, with a runner whose prefill rows do not depend on the rows
+beside them (`merge_prefill`, prefill_probe.py), as many as fit in one call: the arithmetic of a
+prompt is the same whatever the budget. The budget is a time target: a granule runs when the
+turn's elapsed time plus its predicted time (a + b tokens, fitted to the chunks timed so far:
+`PrefillCost`) stays within `prefill_chunk_s`; before any chunk was timed, one granule per turn.
+A granule loaded from the prefix cache runs while the turn's elapsed time is under the target (a
+load is cheap but not free: into a fresh slot it faults in memory, and loads without a limit once
+kept 16 streams waiting seconds, docs/measured.md). A fixed token budget (`prefill_token_budget`)
+replaces the target when given; loads are then free.
 
 `PrefillChunks` reads the scheduler's queues (`_waiting`, `_prefilling`, `_running`), free slots,
 budget, runner, prefix cache, clock and stats, and hands a finished prompt to its `_accept`, a
@@ -23,16 +24,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from roofline.engine.prefill_chunks import chunk_end
+from roofline.engine.prefill_chunks import PrefillCost, chunk_end
 from roofline.engine.prefix_cache import PrefixCache, PrefixNode
 from roofline.engine.requests import RequestHandle, Sink
 from roofline.engine.sequence import Sequence
 from roofline.engine.speculate.step import RequestSpeculation
 
 _log = logging.getLogger("roofline.engine.scheduler")  # prefill failures log as the scheduler
-
-# Weight of the newest chunk in the measured prefill rate (tokens per second).
-RATE_WEIGHT = 0.3
 
 
 @dataclass(eq=False)
@@ -58,7 +56,7 @@ class PrefillChunks:
     prefix_cache: PrefixCache | None
     prefill_token_budget: int | None
     prefill_chunk_s: float
-    _prefill_rate: float | None  # tokens per second, measured
+    _prefill_cost: PrefillCost  # seconds of a computation of n tokens, measured
     _turn_start: float
     _turn_tokens: int
 
@@ -72,10 +70,21 @@ class PrefillChunks:
         """Whether a chunk of n tokens fits what is left of this turn's budget."""
         if self.prefill_token_budget is not None:
             return self._turn_tokens + n <= self.prefill_token_budget
-        if self._prefill_rate is None:
+        seconds = self._prefill_cost.seconds(n)
+        if seconds is None:
             return False
-        elapsed = self._clock() - self._turn_start
-        return elapsed + n / self._prefill_rate <= self.prefill_chunk_s
+        return self._clock() - self._turn_start + seconds <= self.prefill_chunk_s
+
+    def _compute_end(self, w: _Work) -> int:
+        """End of w's next computation: the rest of its granule, then, with a runner that merges
+        granules (`merge_prefill`), each next granule while the whole still fits (`_fits`)."""
+        n = len(w.seq.prompt_ids)
+        end = w.prefilled + self._chunk_tokens(w)
+        if getattr(self.runner, "merge_prefill", False):
+            size = self.runner.prefill_chunk_tokens
+            while end < n and self._fits(chunk_end(end, n, size) - w.prefilled):
+                end = chunk_end(end, n, size)
+        return end
 
     def _next_fits(self, w: _Work) -> bool:
         """Whether w's next granule fits this turn: a cached one while time is left, a computed one
@@ -126,8 +135,8 @@ class PrefillChunks:
             if not (must and not ran) and not self._next_fits(w):
                 break
             ran += 1
-            node = self._cached_node(w)
-            if node is not None and self._load_cached(w, node):
+            found = self._cached_node(w)
+            if found is not None and self._load_cached(w, *found):
                 if w.prefilled == len(w.seq.prompt_ids):  # a whole prompt cached: it runs now
                     return ran
                 continue
@@ -140,7 +149,7 @@ class PrefillChunks:
         """One prefill chunk of w; after the last, w joins the running requests with its first token
         sampled. Returns whether w is still prefilling."""
         prompt = w.seq.prompt_ids
-        start, end = w.prefilled, w.prefilled + self._chunk_tokens(w)
+        start, end = w.prefilled, self._compute_end(w)
         last = end == len(prompt)
         t0 = self._clock()
         try:
@@ -154,10 +163,8 @@ class PrefillChunks:
         w.prefill_seconds += seconds
         self._turn_tokens += end - start
         if seconds > 0:
-            rate = (end - start) / seconds
-            old = self._prefill_rate
-            self._prefill_rate = rate if old is None else old + RATE_WEIGHT * (rate - old)
-        self._store(w, start, end, logits if last else None)
+            self._prefill_cost.observe(end - start, seconds)
+        self._store(w, end, logits if last else None)
         with self._cv:
             self._stats.prefill_chunks += 1
         if not last:
@@ -190,32 +197,46 @@ class PrefillChunks:
             return False
         return w.prefilled + cache.granule <= len(w.seq.prompt_ids) - 1
 
-    def _cached_node(self, w: _Work) -> PrefixNode | None:
-        """The prefix cache's node for w's next granule, or for its last chunk with the logits;
-        None when the cache does not hold it."""
+    def _cached_node(self, w: _Work) -> tuple[PrefixNode, int] | None:
+        """The prefix cache's node for w's next granule, or for its last chunk with the logits, and
+        its rows to load (all); else, with a runner that may start inside a granule
+        (`merge_prefill`), a node of the same length that starts alike and its shared rows, short of
+        the granule's last (computed, with its logits when the prompt ends there); None when the
+        cache holds neither."""
         tail = self._at_tail(w)
         if not (tail or self._next_granule(w)):
             return None
         node = self.prefix_cache.child(w.cached, w.seq.prompt_ids)
-        return None if node is None or (tail and node.logits is None) else node
+        if node is not None and (node.logits is not None or not tail):
+            return node, len(node.tokens)
+        if not getattr(self.runner, "merge_prefill", False):
+            return None
+        length = self._chunk_tokens(w)
+        found = self.prefix_cache.partial_child(w.cached, w.seq.prompt_ids, length)
+        rows = 0 if found is None else min(found[1], length - 1)
+        return (found[0], rows) if rows else None
 
-    def _load_cached(self, w: _Work, node: PrefixNode) -> bool:
-        """Load w's next granule (`_cached_node`) into its slot; whether it did. When it is the
-        prompt's last chunk, w runs."""
+    def _load_cached(self, w: _Work, node: PrefixNode, rows: int) -> bool:
+        """Load the first `rows` of a node (`_cached_node`) into w's slot; whether it did. A whole
+        node joins w's path, and when it is the prompt's last chunk, w runs; part of one does not
+        (w computes and caches its own granule)."""
         cache = self.prefix_cache
+        whole = rows == len(node.tokens)
+        kv = node.kv if whole else tuple(a[:, :, :rows] for a in node.kv)
         try:
-            self.runner.load_kv(w.slot, w.prefilled, node.kv)
+            self.runner.load_kv(w.slot, w.prefilled, kv)
         except Exception:  # never fatal: compute the granule instead
             _log.exception("request %d: loading cached K/V failed", w.handle.request_id)
             w.caching = False
             return False
-        cache.acquire(node)
-        n = len(node.tokens)
-        cache.count_reuse(n, first=not w.reused)
-        w.cached.append(node)
-        w.prefilled += n
-        w.reused += n
+        cache.count_reuse(rows, first=not w.reused)
+        w.prefilled += rows
+        w.reused += rows
         self._publish_cache()
+        if not whole:
+            return True
+        cache.acquire(node)
+        w.cached.append(node)
         if w.prefilled == len(w.seq.prompt_ids):
             self._prefill_done(w, node.logits.copy())
         return True
@@ -231,25 +252,32 @@ class PrefillChunks:
             and 0 < left <= cache.granule
         )
 
-    def _store(self, w: _Work, start: int, end: int, logits) -> None:
-        """Offer the chunk just computed to the prefix cache: a whole granule on w's path, or its
-        prompt's last chunk with the logits (a tail)."""
+    def _store(self, w: _Work, end: int, logits) -> None:
+        """Offer the granules w's slot now holds whole past its cached path to the prefix cache:
+        each whole granule up to `end`, and its prompt's last chunk with the logits (a tail)."""
         cache = self.prefix_cache
-        if (
-            cache is None
-            or not w.caching
-            or (end - start != cache.granule and logits is None)
-            or start != len(w.cached) * cache.granule
-        ):
+        if cache is None:
             return
-        slot, kept = w.slot, None if logits is None else logits.copy()
-        node = cache.insert(
-            w.cached, w.seq.prompt_ids, lambda: self.runner.save_kv(slot, start, end), kept
-        )
-        if node is None:
-            w.caching = False
-        else:
-            w.cached.append(node)
+        n, slot = len(w.seq.prompt_ids), w.slot
+        while w.caching:
+            start = len(w.cached) * cache.granule
+            stop = min(start + cache.granule, n)
+            last = stop == n
+            kept = logits.copy() if last and logits is not None else None
+            if stop > end or (stop - start != cache.granule and kept is None):
+                break  # not all in the slot yet, or a tail without its logits
+            node = cache.insert(
+                w.cached,
+                w.seq.prompt_ids,
+                lambda a=start, b=stop: self.runner.save_kv(slot, a, b),
+                kept,
+            )
+            if node is None:
+                w.caching = False
+            else:
+                w.cached.append(node)
+            if last:
+                break
         self._publish_cache()
 
     def _release_prefix(self, w: _Work) -> None:
