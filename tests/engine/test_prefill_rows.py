@@ -21,6 +21,7 @@ from roofline.engine.prefill_chunks import (
     prefill_runs,
 )
 from roofline.engine.prefill_probe import rows_invariant
+from roofline.engine.prefix_cache import PrefixCache
 
 K = KERNEL_PREFILL_MAX_TOKENS
 
@@ -66,6 +67,22 @@ def test_the_cost_model_fits_fixed_and_per_token_seconds():
     for n, s in ((10, 0.5), (60, 0.1), (30, 0.3)):  # no sensible line: tokens / rate
         falling.observe(n, s)
     assert falling.seconds(20) == pytest.approx(20 * falling.t / falling.n)
+
+
+def test_part_of_a_node_is_the_longest_shared_start_among_nodes_of_the_same_length():
+    cache = PrefixCache(granule=4, budget_bytes=1 << 20)
+    kv = lambda: (np.zeros((1, 1, 4, 2), np.float32),)  # noqa: E731
+    root = cache.insert([], [1, 2, 3, 4], kv)
+    for tokens in ([5, 6, 7, 8], [5, 6, 9, 9], [5, 1, 1, 1]):
+        cache.insert([root], [1, 2, 3, 4, *tokens], kv)
+    tail = cache.insert([root], [1, 2, 3, 4, 5, 6, 7], kv, logits=np.zeros(3, np.float32))
+    ids = [1, 2, 3, 4, 5, 6, 7, 0, 0]
+    node, shared = cache.partial_child([root], ids, 4)
+    assert (node.tokens, shared) == ((5, 6, 7, 8), 3)
+    assert cache.partial_child([root], ids, 3) == (tail, 3)  # a tail of the same length only
+    assert cache.partial_child([root], [1, 2, 3, 4, 7, 6, 7, 8], 4) is None
+    assert cache.partial_child([], [1, 2, 9], 3) is None  # no root node of three tokens
+    assert cache.partial_child([], [1, 2, 9, 9], 4) == (root, 2)
 
 
 def _cold(runner, ids):

@@ -7,13 +7,13 @@ nearer the CPU's peak), and a granule started where the prefix cache's match end
 prompt that shares 1,000 tokens with a cached one computes its last ~50, not ~90).
 
 Row by row everything in a prefill is independent except the GEMMs and attention. In MKL's strict
-reproducible mode (threads.prefer_strict_blas) a GEMM's row has measured the same bits for 1 to
-2,100 rows; attention is run once per granule piece, over the keys its whole granule would see,
-and torch's attention has given a piece's rows the same bits whatever rows came before it. Neither
-is documented, so the runner checks it on its own kernels before it relies on it: a prompt of one
-granule and a tail prefilled granule by granule against the same prompt continued, in merged runs,
-from inside its first and its last granule. Any differing bit, and the runner keeps the granules
-apart.
+reproducible mode (threads.prefer_strict_blas) a GEMM's row has measured the same bits whatever the
+row count; attention is run once per granule piece, over the keys its whole granule would see, and
+torch's attention has given a piece's rows the same bits whatever rows came before it
+(docs/measured.md). Neither is documented, so the runner checks it on its own kernels before it
+relies on it: a prompt of one granule and a tail prefilled granule by granule against the same
+prompt continued, in merged runs, from inside its first and its last granule. Any differing bit,
+and the runner keeps the granules apart.
 """
 
 from __future__ import annotations
@@ -44,9 +44,7 @@ def rows_invariant(runner) -> bool:
             runner.load_kv(0, 0, (k[:, :, :p], v[:, :, :p]))
             out = runner.prefill(0, ids[p:], start=p)
             k2, v2 = runner.save_kv(0, 0, n)
-            if not (np.array_equal(out, logits) and np.array_equal(k2, k)):
-                return False
-            if not np.array_equal(v2, v):
+            if not all(np.array_equal(a, b) for a, b in ((out, logits), (k2, k), (v2, v))):
                 return False
         return True
     finally:
