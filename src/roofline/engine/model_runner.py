@@ -46,8 +46,7 @@ class ModelRunner(PassTiming):
     # prompts are prefilled in chunks cut at its multiples
     prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS
     # whether prefill rows are invariant to the rows beside them (prefill_probe.py, set by
-    # `probe_prefill_rows`): granules then merge into one computation and a prefill may start
-    # inside a granule
+    # `warmup`): granules then merge into one computation and a prefill may start inside a granule
     merge_prefill: bool = False
 
     def __init__(

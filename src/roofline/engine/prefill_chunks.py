@@ -4,9 +4,10 @@ it.
 The scheduler runs a prompt's granules a few per turn between decode steps (as many as fit its time
 target); `ModelRunner.prefill` runs all the granules of what it is given in a row. Both cut at the
 same fixed positions (never at "what this step's budget had left") and run each granule as its own
-computation (torch GEMMs' bits may depend on their row count), so the same granules run in the same
-order on the same data, and a request's logits do not depend on what else was running, on the
-budget, or on which granules came from the prefix cache. Pure arithmetic: no torch, no numpy.
+computation, or several merged where the runner found prefill rows invariant to their neighbours
+(`prefill_runs`, prefill_probe.py), so a request's logits do not depend on what else was running,
+on the budget, or on which granules came from the prefix cache. Pure arithmetic: no torch, no
+numpy.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ DEFAULT_PREFILL_CHUNK_TOKENS = 64
 # GEMMs (figures in docs/measured.md).
 KERNEL_PREFILL_MAX_TOKENS = 24
 
-# Target time (ms) of one scheduler turn of prefill: granules run while they fit it (measured rate),
+# Target time (ms) of one scheduler turn of prefill: granules run while they fit it (`PrefillCost`),
 # so a decode step or a new request waits about this long behind a long prompt, on any host.
 DEFAULT_PREFILL_CHUNK_MS = 150.0
 
