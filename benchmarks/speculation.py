@@ -3,10 +3,13 @@ same run.
 
 What it measures (batch 1, greedy, `generate` with and without a proposer, EOS ends an answer):
   1. baseline (no speculation) vs n-gram prompt lookup, the suffix trie and suffix decoding (tree
-     and chain mode) and the int8 self-draft, on a structured prompt set (answers that copy the
-     input: code edits, JSON/list transforms, a quote), the code-work set (agent-style edits of a
-     40-80 line file answered with the whole file: src/roofline/data/prompts/code_work.jsonl) and
-     an open-prose set. Per configuration and set: decode tok/s
+     and chain mode) and the int8 self-draft, on a copy-heavy set (the input asked back verbatim:
+     src/roofline/data/prompts/copy_heavy.jsonl), a structured set (code edits, JSON/list
+     transforms, a quote: answers that reuse the input in part), the code-work set (agent-style
+     edits of a 40-80 line file answered with the whole file: .../prompts/code_work.jsonl) and
+     an open-prose set. Per set, the copied share of the baseline's answers (tokens inside a run of
+     8 already seen: `roofline.speculation.copied_share`) bounds what any proposer drafting from
+     seen text can reach. Per configuration and set: decode tok/s
      (tokens after the first over the decode time, summed over the set's prompts) min / median / max
      over rounds; tokens per weight pass; acceptance (accepted / drafted nodes); the ratio to the
      baseline (median of per-round ratios) against the targets of issues 8 and 19 (suffix in
@@ -39,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 
-from speculation_tables import SETS, report  # a sibling module: run as a script
+from speculation_tables import SETS, report, share  # a sibling module: run as a script
 
 # greedy answers (SmolLM2-135M-Instruct) copy long stretches of the prompt
 STRUCTURED = {
@@ -71,11 +74,11 @@ PROSE = {
 }
 
 
-def code_work() -> dict[str, str]:
-    """The built-in code-work set (roofline's package data): id -> prompt."""
+def prompt_file(name: str) -> dict[str, str]:
+    """A built-in prompt set of roofline's package data (code_work.jsonl, copy_heavy.jsonl): id ->
+    prompt."""
     from roofline.bench.workloads import parse_prompts_jsonl
 
-    name = "code_work.jsonl"
     text = resources.files("roofline").joinpath("data/prompts", name).read_text(encoding="utf-8")
     return {p.id: p.prompt for p in parse_prompts_jsonl(text, name)}
 
@@ -173,6 +176,10 @@ def build_configs(quick: bool) -> tuple[list[Config], list[tuple[str, object]]]:
         ("trie chain (12 nodes)", O(method="trie", tree=False)),
         ("suffix tree (factor 1, 12 nodes)", O(method="suffix")),
         ("suffix chain (factor 1, 12 nodes)", O(method="suffix", tree=False)),
+        (
+            "suffix tree (factor 4, 24 nodes)",
+            O(method="suffix", spec_max_factor=4.0, num_draft_tokens=24),
+        ),
         ("draft: int8 self-draft k4", O(method="draft", k=4, draft_dtype="int8")),
     ]
     configs = [Config(label, opts, SETS) for label, opts in table]
@@ -286,26 +293,31 @@ def bench_dtype(dtype, args, header_notes) -> dict:
     # code-work prompts are ~500 tokens and their answers repeat them
     runner = load_runner(None, dtype=dtype, threads=args.threads, max_seq_len=2048)
     tok = runner.tokenizer
-    prompt_sets = {
-        "structured": {n: chat_ids(tok, p) for n, p in STRUCTURED.items()},
-        "code-work": {n: chat_ids(tok, p) for n, p in code_work().items()},
-        "prose": {n: chat_ids(tok, p) for n, p in PROSE.items()},
+    texts = {
+        "copy": prompt_file("copy_heavy.jsonl"),
+        "structured": STRUCTURED,
+        "code-work": prompt_file("code_work.jsonl"),
+        "prose": PROSE,
     }
+    prompt_sets = {s: {n: chat_ids(tok, p) for n, p in t.items()} for s, t in texts.items()}
     configs, sweep = build_configs(args.quick)
     for c in configs:  # once per configuration: measures pass costs, loads the draft runner
         c.make = speculation_factory(c.options, runner)
     ks = (1, 2, 4, 8, 16) if args.quick else tuple(range(1, 17))
     costs = pass_costs(runner, ks, args.cost_reps, prompt_sets["structured"]["code-edit"])
     results = measure_speed(runner, configs, prompt_sets, args.rounds, args.max_tokens)
+    copied = {s: share(prompt_sets[s], results[("baseline", s)].outputs) for s in prompt_sets}
     notes = [
         *header_notes,
         (
-            f"{dtype} target; {len(STRUCTURED)} structured prompts ({', '.join(STRUCTURED)}), "
-            f"{len(prompt_sets['code-work'])} code-work ({', '.join(prompt_sets['code-work'])}), "
-            f"{len(PROSE)} prose ({', '.join(PROSE)}); greedy, batch 1, "
-            f"up to {args.max_tokens} new tokens (EOS ends an answer), "
+            f"{dtype} target; "
+            + ", ".join(f"{len(t)} {s} ({', '.join(t)})" for s, t in texts.items())
+            + f"; greedy, batch 1, up to {args.max_tokens} new tokens (EOS ends an answer), "
             f"{args.rounds} round(s), {runner.threads} threads"
         ),
+        "copied share of the baseline's answers (tokens in a run of 8 seen before, in prompt or "
+        "answer: the most a proposer drafting from seen text can copy): "
+        + ", ".join(f"{s} {100 * v:.0f}%" for s, v in copied.items()),
         (
             "tok/s: decode tokens / decode seconds summed over the set's prompts, per round; "
             "min / median / max over rounds"
@@ -329,6 +341,7 @@ def bench_dtype(dtype, args, header_notes) -> dict:
             "(acceptance ~100%, no cheaper pass)"
         )
     out = report(dtype, results, configs, sweep, costs, args, notes)
+    out["copied_share"] = copied
     for c in configs:
         c.make = None
     return out

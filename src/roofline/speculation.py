@@ -15,6 +15,7 @@ Adding a proposer: its module and one entry here.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, get_type_hints
@@ -291,6 +292,27 @@ def min_trie_capacity(max_trie_depth: int) -> int:
     max_trie_depth that one insertion step touches span at most 1 + 2 + ... + max_trie_depth
     nodes."""
     return max_trie_depth * (max_trie_depth + 1) // 2
+
+
+def copied_share(context: Sequence[int], answer: Sequence[int], span: int = 8) -> float:
+    """Share of the answer's tokens that lie in a run of `span` tokens already seen earlier in
+    context + answer (an earlier start; the runs may overlap, as in LZ77): the text a proposer that
+    drafts from what it has seen (ngram, trie, suffix) could copy at best. 0.0 for an empty answer.
+
+    A window w of the answer (tokens p..p+span-1 of context + answer) counts when the same tokens
+    start at some q < p; every token of a counted window is covered."""
+    if span < 1:
+        raise ValueError(f"span must be >= 1; got {span}")
+    text, start = [*context, *answer], len(context)
+    first: dict[tuple[int, ...], int] = {}
+    covered = [False] * len(answer)
+    for p in range(len(text) - span + 1):
+        gram = tuple(text[p : p + span])
+        seen = first.setdefault(gram, p)
+        if seen < p and p + span > start:
+            for i in range(max(p, start), p + span):
+                covered[i - start] = True
+    return sum(covered) / len(answer) if answer else 0.0
 
 
 def _check_float(name: str, value: object, low: float | None) -> float:

@@ -40,6 +40,22 @@ def test_code_work_set_is_a_prompt_file_of_whole_file_edits():
         assert {"source", "date"} <= set(json.loads(line)), line[:40]
 
 
+def test_copy_heavy_set_asks_for_its_input_back_verbatim():
+    """The built-in copy-heavy set loads as `--prompts` does: a few prompts, each asking for a text
+    of its own (a paragraph, a list, a file) back exactly; source and date on each."""
+    from importlib import resources
+
+    path = resources.files("roofline") / "data" / "prompts" / "copy_heavy.jsonl"
+    prompts = load_prompts_jsonl(path)
+    assert 3 <= len(prompts) <= 8
+    for p in prompts:
+        ask, text = p.prompt.split("\n\n", 1)
+        assert "exactly" in ask and "verbatim" in p.category, p.id
+        assert len(text) >= 200, p.id
+    for line in path.read_text(encoding="utf-8").splitlines():
+        assert {"source", "date"} <= set(json.loads(line)), line[:40]
+
+
 def test_jsonl_prompts(tmp_path):
     f = tmp_path / "p.jsonl"
     f.write_text(
