@@ -8,8 +8,8 @@ What it measures (batch 1, greedy, `generate` with and without a proposer, EOS e
      transforms, a quote: answers that reuse the input in part), the code-work set (agent-style
      edits of a 40-80 line file answered with the whole file: .../prompts/code_work.jsonl) and
      an open-prose set. Per set, the copied share of the baseline's answers (tokens inside a run of
-     8 already seen: `roofline.speculation.copied_share`) bounds what any proposer drafting from
-     seen text can reach. Per configuration and set: decode tok/s
+     8 already seen: `roofline.speculation.copied_share`) shows how much of them a proposer
+     drafting from seen text can copy. Per configuration and set: decode tok/s
      (tokens after the first over the decode time, summed over the set's prompts) min / median / max
      over rounds; tokens per weight pass; acceptance (accepted / drafted nodes); the ratio to the
      baseline (median of per-round ratios) against the targets of issues 8 and 19 (suffix in
@@ -44,7 +44,8 @@ from importlib import resources
 
 from speculation_tables import SETS, report, share  # a sibling module: run as a script
 
-# greedy answers (SmolLM2-135M-Instruct) copy long stretches of the prompt
+# greedy answers (SmolLM2-135M-Instruct) reuse the prompt in part: the quote is explained, the
+# JSON rewritten (the set's copied share is printed)
 STRUCTURED = {
     "code-edit": (
         'Change every <li> in this HTML to use the class "item" and show the full HTML:\n<ul>\n'
@@ -316,7 +317,7 @@ def bench_dtype(dtype, args, header_notes) -> dict:
             f"{args.rounds} round(s), {runner.threads} threads"
         ),
         "copied share of the baseline's answers (tokens in a run of 8 seen before, in prompt or "
-        "answer: the most a proposer drafting from seen text can copy): "
+        "answer: what a proposer drafting from seen text can copy): "
         + ", ".join(f"{s} {100 * v:.0f}%" for s, v in copied.items()),
         (
             "tok/s: decode tokens / decode seconds summed over the set's prompts, per round; "

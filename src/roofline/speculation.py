@@ -296,8 +296,9 @@ def min_trie_capacity(max_trie_depth: int) -> int:
 
 def copied_share(context: Sequence[int], answer: Sequence[int], span: int = 8) -> float:
     """Share of the answer's tokens that lie in a run of `span` tokens already seen earlier in
-    context + answer (an earlier start; the runs may overlap, as in LZ77): the text a proposer that
-    drafts from what it has seen (ngram, trie, suffix) could copy at best. 0.0 for an empty answer.
+    context + answer (an earlier start; the runs may overlap, as in LZ77): how much of the answer a
+    proposer that drafts from what it has seen (ngram, trie, suffix) can copy in long runs (shorter
+    runs are not counted). 0.0 for an empty answer.
 
     A window w of the answer (tokens p..p+span-1 of context + answer) counts when the same tokens
     start at some q < p; every token of a counted window is covered."""
