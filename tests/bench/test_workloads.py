@@ -23,37 +23,38 @@ def test_builtin_set_spans_predictability():
     assert len({p.id for p in prompts}) == len(prompts)
 
 
+def _builtin_prompt_file(name):
+    """A built-in prompt set of the package data, loaded as `--prompts` loads it, after checking
+    that every entry names its source and date."""
+    from importlib import resources
+
+    path = resources.files("roofline") / "data" / "prompts" / name
+    for line in path.read_text(encoding="utf-8").splitlines():
+        assert {"source", "date"} <= set(json.loads(line)), line[:40]
+    return load_prompts_jsonl(path)
+
+
 def test_code_work_set_is_a_prompt_file_of_whole_file_edits():
     """The built-in code-work set loads as `--prompts` does: about six prompts, each an edit,
     rename or fix of a 40-80 line file whose answer is the whole file; source and date on each."""
-    from importlib import resources
-
-    path = resources.files("roofline") / "data" / "prompts" / "code_work.jsonl"
-    prompts = load_prompts_jsonl(path)
+    prompts = _builtin_prompt_file("code_work.jsonl")
     assert 5 <= len(prompts) <= 8
     for word in ("edit", "rename", "fix"):
         assert any(word in p.category for p in prompts), word
     for p in prompts:
         code = p.prompt.split("```", 1)[1]
         assert 40 <= code.count("\n") <= 80 and "whole" in p.prompt + p.category, p.id
-    for line in path.read_text(encoding="utf-8").splitlines():
-        assert {"source", "date"} <= set(json.loads(line)), line[:40]
 
 
 def test_copy_heavy_set_asks_for_its_input_back_verbatim():
     """The built-in copy-heavy set loads as `--prompts` does: a few prompts, each asking for a text
     of its own (a paragraph, a list, a file) back exactly; source and date on each."""
-    from importlib import resources
-
-    path = resources.files("roofline") / "data" / "prompts" / "copy_heavy.jsonl"
-    prompts = load_prompts_jsonl(path)
+    prompts = _builtin_prompt_file("copy_heavy.jsonl")
     assert 3 <= len(prompts) <= 8
     for p in prompts:
         ask, text = p.prompt.split("\n\n", 1)
         assert "exactly" in ask and "verbatim" in p.category, p.id
         assert len(text) >= 200, p.id
-    for line in path.read_text(encoding="utf-8").splitlines():
-        assert {"source", "date"} <= set(json.loads(line)), line[:40]
 
 
 def test_jsonl_prompts(tmp_path):
