@@ -10,8 +10,12 @@ from numba's cache). These reductions emit one fixed order instead:
     tail    the rest one by one: s = fma(w_i, x_i, s)
 
 the order LLVM 22 (numba 0.68) gave fastmath loops on AVX-512 (width 16, interleave 4), so values
-match the kernels this replaced bit for bit. Products are fused; float ops carry `afn`, which keeps
-numba's fastmath pass from adding `reassoc`. The attention loops (`block_scores`,
+match the kernels this replaced bit for bit. Weight matrices (`dot_block`, and the stored formats
+in `block_simd`) sum in the matrix order: the same, but one 16-lane sum per product takes the four
+lane blocks of each 64-step in turn, s = fold(sum), so that a block of 4 weight rows x 4 x rows
+keeps its 16 sums in registers (the order above needs 64, and parked them between passes).
+Products are fused; float ops carry `afn`, which keeps numba's fastmath pass from adding
+`reassoc`. The attention loops (`block_scores`,
 `weighted_rows`) and the 16-lane SiLU (`silu_block`) are written out likewise, in `simd_loops`.
 """
 
@@ -118,23 +122,25 @@ def _loader(builder, dtype, base):
     return load
 
 
-def _emit_sums(builder, n, load_a, loads_b, split=False):
+def _emit_sums(builder, n, load_a, loads_b, split=False, partials=4):
     """[sum_i a_i * b_i for each b in loads_b] (or [sum_i a_i] when loads_b is [None]) over i < n,
-    in the module docstring's order. a is loaded once per step for all sums: independent chains
-    keep the FMA units busy where one row would wait on its accumulators. split: load_a(i, off,
-    lanes) loads element i + off, i a multiple of 64 and off a Python int, so block formats know
-    their place in a block at compile time.
+    in the module docstring's order (partials 4) or the matrix order (partials 1). a is loaded
+    once per step for all sums: independent chains keep the FMA units busy where one row would
+    wait on its accumulators. split: load_a(i, off, lanes) loads element i + off, i a multiple of
+    64 and off a Python int, so block formats know their place in a block at compile time.
     """
-    return _emit_block(builder, n, [load_a], loads_b, split)[0]
+    return _emit_block(builder, n, [load_a], loads_b, split, partials=partials)[0]
 
 
-def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None):
+def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None, partials=4):
     """[[sum_i a_i * b_i for b in loads_b] for a in loads_a]: `_emit_sums` for several a at once,
     each sum in the same order. Each step's b is loaded once for every a: with 4 a and 4 b, a
     step's 16 FMAs need 8 loads where one a needed 20, so the FMA units set the pace, not the
-    loads. The 16-lane main sums run in passes over the rows, each pass keeping the partial sums
-    of a few of the four lane blocks in registers (at most 16 vectors); a partial sum's own order
-    is the same in any pass, so the result is too. hints: (i8* base, lines), runtime values: the
+    loads. partials 4: the 16-lane main sums run in passes over the rows, each pass keeping the
+    partial sums of a few of the four lane blocks in registers (at most 16 vectors); a partial
+    sum's own order is the same in any pass, so the result is too. partials 1 (the matrix order):
+    one 16-lane sum per product takes the four lane blocks of a step in turn, so a 4 x 4 block
+    holds 16 sums in one pass, nothing parked. hints: (i8* base, lines), runtime values: the
     main loop's steps hint lines base, base + 64, ... (up to `lines` of them, HINTS_PER_STEP per
     step: `simd_memory.emit_hints`), so that memory streams while the block computes."""
     if not split:
@@ -154,11 +160,13 @@ def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None):
         )
 
     per_pass = next(c for c in (4, 2, 1) if c * len(loads_a) * len(loads_b) <= 16 or c == 1)
+    if partials == 1:
+        per_pass = 4
     # several weight rows: 48 held vectors beside 16 accumulators; one row's (widened stored
     # blocks) measured slower parked
     parked = per_pass < 4 and len(loads_a) > 1
     accs = [
-        [[cgutils.alloca_once_value(builder, _ZERO16) for _ in range(4)] for _ in loads_b]
+        [[cgutils.alloca_once_value(builder, _ZERO16) for _ in range(partials)] for _ in loads_b]
         for _ in loads_a
     ]
     n64 = builder.and_(n, ir.Constant(_I64, ~63))
@@ -168,19 +176,22 @@ def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None):
             i,
             _,
         ):
-            if hints is not None:  # this step's number over all passes
+            if hints is not None and partials > 1:  # this step's number over all passes
                 at = builder.add(
                     builder.mul(steps, ir.Constant(_I64, first // per_pass)),
                     builder.lshr(i, ir.Constant(_I64, 6)),
                 )
                 emit_hints(builder, hints, at)
             for c in range(first, first + per_pass):
+                if hints is not None and partials == 1:  # as many per FMA as over four passes
+                    at = builder.add(builder.lshr(i, ir.Constant(_I64, 4)), ir.Constant(_I64, c))
+                    emit_hints(builder, hints, at)
                 j = builder.add(i, ir.Constant(_I64, c * _WIDTH))
                 a = [load_a(i, c * _WIDTH, _WIDTH) for load_a in loads_a]
                 for x, load_b in enumerate(loads_b):
                     b = None if load_b is None else load_b(j, _WIDTH)
                     for w in range(len(loads_a)):
-                        step(accs[w][x][c], a[w], b)
+                        step(accs[w][x][c % partials], a[w], b)
         if parked:  # this pass's sums to memory, out of the next passes' registers
             for per_a in accs:
                 for acc in per_a:
@@ -190,6 +201,9 @@ def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None):
     for per_a in accs:
         for acc in per_a:
             v = [unpark(builder, x) if parked else builder.load(x) for x in acc]
+            if partials == 1:
+                joined.append(v[0])
+                continue
             joined.append(
                 builder.fadd(
                     builder.fadd(v[0], v[1], flags=_KEEP),
@@ -309,8 +323,8 @@ def vsum(typingctx, a, ia, n):
 @intrinsic
 def dot_block(typingctx, a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hint, lines):
     """(sum_i a.flat[ia + w a_stride + i] * b.flat[ib + r b_stride + i] for w, r), w < a_rows and
-    r < b_rows (literals 1..4), flat index w * b_rows + r: `dot` of several weight rows with
-    several activation rows, each in `dot`'s order (so bit for bit equal to it). hint, lines: read
+    r < b_rows (literals 1..4), flat index w * b_rows + r: several weight rows with several
+    activation rows, each sum in the matrix order whatever the block's shape. hint, lines: read
     hints for `lines` 64-byte lines of a from byte `hint` on, spread over the work (0: none)."""
     ints = all(isinstance(t, types.Integer) for t in (ia, a_stride, ib, b_stride, n, hint, lines))
     literal = all(
@@ -354,7 +368,7 @@ def dot_block(typingctx, a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hi
         if isinstance(lines_ty, types.IntegerLiteral) and lines_ty.literal_value == 0:
             hints = None  # none asked for: no hint code in the loop
         n_v = context.cast(builder, args[6], n_ty, types.intp)
-        sums = _emit_block(builder, n_v, loads_a, loads_b, hints=hints)
+        sums = _emit_block(builder, n_v, loads_a, loads_b, hints=hints, partials=1)
         return context.make_tuple(builder, result, [v for per_a in sums for v in per_a])
 
     return result(a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hint, lines), codegen

@@ -26,10 +26,10 @@ def _dot(w, x):
     return simd.dot(w, 0, x, 0, x.shape[0])
 
 
-def documented_order_sum(v: np.ndarray) -> np.float32:
-    """simd's order, in float32 numpy: 4 x 16 lanes over the 64-blocks, (a0 + a1) + (a2 + a3),
-    halving folds; then an 8-lane sum seeded with the running total over the 8-blocks; then one by
-    one."""
+def documented_order_sum(v: np.ndarray, partials: int = 4) -> np.float32:
+    """simd's order, in float32 numpy: 4 x 16 lanes over the 64-blocks, (a0 + a1) + (a2 + a3)
+    (partials 1, the matrix order: one 16-lane sum takes the four lane blocks in turn), halving
+    folds; then an 8-lane sum seeded with the running total over the 8-blocks; then one by one."""
     f32 = np.float32
 
     def fold(x):
@@ -42,10 +42,14 @@ def documented_order_sum(v: np.ndarray) -> np.float32:
     lanes = [np.zeros(16, f32) for _ in range(4)]
     for i in range(0, n64, 64):
         for c in range(4):
-            lanes[c] = (lanes[c] + v[i + 16 * c : i + 16 * c + 16]).astype(f32)
-    total = fold(
-        ((lanes[0] + lanes[1]).astype(f32) + (lanes[2] + lanes[3]).astype(f32)).astype(f32)
-    )
+            p = c % partials
+            lanes[p] = (lanes[p] + v[i + 16 * c : i + 16 * c + 16]).astype(f32)
+    if partials == 1:
+        total = fold(lanes[0])
+    else:
+        total = fold(
+            ((lanes[0] + lanes[1]).astype(f32) + (lanes[2] + lanes[3]).astype(f32)).astype(f32)
+        )
     n8 = n64 + (n - n64) // 8 * 8
     if n8 > n64:
         acc = np.zeros(8, f32)
@@ -91,13 +95,14 @@ _DOT_BLOCKS = {(w, r): _make_dot_block(w, r) for w in (1, 2, 4) for r in (1, 3, 
 @pytest.mark.parametrize("n", [7, 64, 200, 576, 1536 + 13])
 @pytest.mark.parametrize("a_rows,b_rows", sorted(_DOT_BLOCKS))
 def test_dot_block_sums_every_pair_in_the_documented_order(n, a_rows, b_rows):
-    # several weight rows against several x rows, folded together: each sum bit for bit the one
-    # `dot` gives alone, with and without read hints (hints may run past the array: never read)
+    # several weight rows against several x rows, folded together: each sum bit for bit the
+    # matrix order's, whatever the block, with and without read hints (hints may run past the
+    # array: never read)
     rng = np.random.default_rng(n + 10 * a_rows + b_rows)
     a = (rng.standard_normal((a_rows, n)) * 10.0 ** rng.integers(-3, 4, (a_rows, n))).astype(
         np.float32
     )
-    want = [documented_order_sum(a[w]) for w in range(a_rows)]
+    want = [documented_order_sum(a[w], partials=1) for w in range(a_rows)]
     for lines in (0, 3, 10**6):
         got = _dot_block_ones(a, a_rows, b_rows, n, lines)
         assert list(got) == [want[q // b_rows] for q in range(a_rows * b_rows)], lines

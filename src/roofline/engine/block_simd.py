@@ -1,8 +1,8 @@
 """Dot products and row widening over weights as the file stores them (`block_formats`), in LLVM IR.
 
 Weights are widened to float32 in registers, 16 (or 8) at a time, into the same fixed-order sums as
-float32 weights (`simd._emit_sums`). Widening is exact (see block_formats), so a row dot here
-equals `simd.dot` over the dequantized row bit for bit, whatever the format.
+float32 weights (`simd`'s matrix order). Widening is exact (see block_formats), so a row dot here
+equals `simd.dot_block` over the dequantized row bit for bit, whatever the format.
 
 Widening each format's blocks (and their byte layouts): block_widen.py.
 """
@@ -17,7 +17,7 @@ from numba.extending import intrinsic
 from roofline.engine.block_formats import BY_CODE
 from roofline.engine.block_widen import _format_loader, _k
 from roofline.engine.block_widen import _half_to_f32 as _half_to_f32  # tests widen with it
-from roofline.simd import _F32, _contiguous, _emit_sums, _loader, _vec
+from roofline.simd import _F32, _contiguous, _emit_block, _emit_sums, _loader, _vec
 
 
 def _switch(builder, fmt, results, emit):
@@ -54,7 +54,7 @@ def _flat_f32(context, builder, ty, ary, idx_ty, idx):
 def stored_dot_rows(typingctx, w, off, fmt, x, ix, x_stride, n, rows):
     """(sum_i w_i x.flat[ix + r x_stride + i] for r < rows), rows a literal 1..16: the row of n
     weights stored from byte `off` of the uint8 array w in format `fmt` (block_formats code), each
-    sum in `simd.dot`'s order (so equal to it over the widened row)."""
+    sum in `simd`'s matrix order (so equal to `simd.dot_block` over the widened row)."""
     ints = all(isinstance(t, types.Integer) for t in (off, fmt, ix, x_stride, n))
     if not (
         ints
@@ -88,11 +88,50 @@ def stored_dot_rows(typingctx, w, off, fmt, x, ix, x_stride, n, rows):
             builder,
             code,
             results,
-            lambda c: _emit_sums(builder, n_v, _format_loader(builder, c, row), loads, split=True),
+            lambda c: _emit_sums(
+                builder, n_v, _format_loader(builder, c, row), loads, split=True, partials=1
+            ),
         )
         return context.make_tuple(builder, result, [builder.load(s) for s in results])
 
     return result(w, off, fmt, x, ix, x_stride, n, rows), codegen
+
+
+@intrinsic
+def stored_dot_pair(typingctx, w, off, fmt, x, ix, n):
+    """(sum_i w0_i x.flat[ix + i], sum_i w1_i x.flat[ix + i]): `stored_dot_rows` of one x row
+    with two weight rows of one format, stored from bytes off and off + w.shape[1], in one loop.
+    The matrix order has one sum per product: two rows give the core two chains where one row
+    waits on its own (one-row passes over stored rows measured slower with one)."""
+    ints = all(isinstance(t, types.Integer) for t in (off, fmt, ix, n))
+    if not (ints and _contiguous(w, (types.uint8,)) and _contiguous(x, (types.float32,))):
+        return None
+    result = types.UniTuple(types.float32, 2)
+
+    def codegen(context, builder, sig, args):
+        w_ty, off_ty, fmt_ty, x_ty, ix_ty, n_ty = sig.args
+        stride = context.make_array(w_ty)(context, builder, args[0]).strides
+        row_bytes = builder.extract_value(stride, 0)
+        off = context.cast(builder, args[1], off_ty, types.intp)
+        rows = [
+            _row_pointer(context, builder, w_ty, args[0], types.intp, o)
+            for o in (off, builder.add(off, row_bytes))
+        ]
+        x_row = _flat_f32(context, builder, x_ty, args[3], ix_ty, args[4])
+        load_x = _loader(builder, types.float32, x_row)
+        n_v = context.cast(builder, args[5], n_ty, types.intp)
+        code = context.cast(builder, args[2], fmt_ty, types.int32)
+        results = [cgutils.alloca_once(builder, _F32) for _ in range(2)]
+
+        def emit(c):
+            loads = [_format_loader(builder, c, row) for row in rows]
+            sums = _emit_block(builder, n_v, loads, [load_x], split=True, partials=1)
+            return [per_a[0] for per_a in sums]
+
+        _switch(builder, code, results, emit)
+        return context.make_tuple(builder, result, [builder.load(s) for s in results])
+
+    return result(w, off, fmt, x, ix, n), codegen
 
 
 @intrinsic

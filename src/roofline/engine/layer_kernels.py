@@ -7,9 +7,10 @@ streamed once and dotted with every input row while it sits in L1:
     out[r, o] = scale[o] * sum_i W[o, i] * x[r, i]     (fp32 accumulation, W widened in-register)
 
 W: fp32 or bf16 bits as uint16 (scale 1; widening is a shift and a bitcast), or int8 with an fp32
-scale per output row. Every float reduction goes through `simd.dot` / `simd.vsum`, which fix the
-summation order: row r of a k-row pass is bit-identical to a 1-row pass on it (batched decode ==
-each sequence alone; a speculative verify == plain decode steps).
+scale per output row. Every float reduction goes through `simd` (`dot_block` for the weights,
+`dot` / `vsum` for the rest), which fixes the summation order: row r of a k-row pass is
+bit-identical to a 1-row pass on it (batched decode == each sequence alone; a speculative verify ==
+plain decode steps).
 
 Per layer (x: residual stream, one row per token):
     h = RMSNorm(x);  [q|k|v] = Wqkv h (+ bias);  q, k = RoPE(qk-norm(q, k));  k, v -> cache
