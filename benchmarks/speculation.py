@@ -9,7 +9,9 @@ What it measures (batch 1, greedy, `generate` with and without a proposer, EOS e
      edits of a 40-80 line file answered with the whole file: .../prompts/code_work.jsonl) and
      an open-prose set. Per set, the copied share of the baseline's answers (tokens inside a run of
      8 already seen: `roofline.speculation.copied_share`) shows how much of them a proposer
-     drafting from seen text can copy. Per configuration and set: decode tok/s
+     drafting from seen text can copy, and the hindsight bound on tokens per pass (the best
+     drafts of seen text, chosen knowing the answer) how many a pass it could accept at best.
+     Per configuration and set: decode tok/s
      (tokens after the first over the decode time, summed over the set's prompts) min / median / max
      over rounds; tokens per weight pass; acceptance (accepted / drafted nodes); the ratio to the
      baseline (median of per-round ratios) against the targets of issues 8 and 19 (suffix in
@@ -42,7 +44,7 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 
-from speculation_tables import SETS, report, share  # a sibling module: run as a script
+from speculation_tables import SETS, hindsight, report, share  # a sibling module: run as a script
 
 # greedy answers (SmolLM2-135M-Instruct) reuse the prompt in part: the quote is explained, the
 # JSON rewritten (the set's copied share is printed)
@@ -308,6 +310,10 @@ def bench_dtype(dtype, args, header_notes) -> dict:
     costs = pass_costs(runner, ks, args.cost_reps, prompt_sets["structured"]["code-edit"])
     results = measure_speed(runner, configs, prompt_sets, args.rounds, args.max_tokens)
     copied = {s: share(prompt_sets[s], results[("baseline", s)].outputs) for s in prompt_sets}
+    bound = {
+        s: {m: hindsight(prompt_sets[s], results[("baseline", s)].outputs, m) for m in (12, 24)}
+        for s in prompt_sets
+    }
     notes = [
         *header_notes,
         (
@@ -319,6 +325,10 @@ def bench_dtype(dtype, args, header_notes) -> dict:
         "copied share of the baseline's answers (tokens in a run of 8 seen before, in prompt or "
         "answer: what a proposer drafting from seen text can copy): "
         + ", ".join(f"{s} {100 * v:.0f}%" for s, v in copied.items()),
+        "hindsight bound on tokens/pass (each pass drafts, knowing the answer, the best "
+        "continuation of text seen in prompt or answer after a 1-token match; at most 12 / 24 "
+        "drafted tokens accepted a pass): "
+        + ", ".join(f"{s} {b[12]:.2f} / {b[24]:.2f}" for s, b in bound.items()),
         (
             "tok/s: decode tokens / decode seconds summed over the set's prompts, per round; "
             "min / median / max over rounds"
@@ -343,6 +353,7 @@ def bench_dtype(dtype, args, header_notes) -> dict:
         )
     out = report(dtype, results, configs, sweep, costs, args, notes)
     out["copied_share"] = copied
+    out["hindsight_tokens_per_pass"] = bound
     for c in configs:
         c.make = None
     return out

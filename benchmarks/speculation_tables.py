@@ -82,6 +82,20 @@ def share(prompts: dict, outputs: dict) -> float:
     )
 
 
+def hindsight(prompts: dict, outputs: dict, max_draft: int) -> float:
+    """Tokens per pass, pooled over a set's prompts, for the best drafts of seen text after a
+    one-token match (`roofline.speculation.hindsight_tokens_per_pass`): no proposer drafting from
+    the request's own text does better."""
+    from roofline.speculation import hindsight_tokens_per_pass
+
+    tokens = passes = 0.0
+    for n, ids in prompts.items():
+        if outputs[n]:
+            tokens += len(outputs[n])
+            passes += len(outputs[n]) / hindsight_tokens_per_pass(ids, outputs[n], max_draft)
+    return tokens / passes if passes else 0.0
+
+
 def fmt_acc(a) -> str:
     return "—" if a is None else f"{100 * a:.0f}%"
 

@@ -316,6 +316,45 @@ def copied_share(context: Sequence[int], answer: Sequence[int], span: int = 8) -
     return sum(covered) / len(answer) if answer else 0.0
 
 
+def hindsight_tokens_per_pass(
+    context: Sequence[int], answer: Sequence[int], max_draft: int, min_match: int = 1
+) -> float:
+    """Tokens per verify pass when every pass drafts, with hindsight, the best continuation of seen
+    text: of all earlier places where the last `min_match` tokens of context + answer so far were
+    seen, the one whose next tokens agree longest with the answer (at most `max_draft` of them);
+    the pass yields those plus the target's own token. 0.0 for an empty answer.
+
+    No proposer drafting from one request's seen text (ngram, trie, suffix, trees included: an
+    accepted path continues one place) after a match of >= min_match tokens, with <= max_draft
+    accepted a pass, does better: taking the longest run each pass is optimal, because the reach
+    i + run(i) never falls as i grows (the run found at i, less its first token, is there at
+    i + 1)."""
+    if max_draft < 0 or min_match < 1:
+        raise ValueError(f"need max_draft >= 0 and min_match >= 1; got {max_draft}, {min_match}")
+    text, start = [*context, *answer], len(context)
+    after: dict[tuple[int, ...], list[int]] = {}  # tokens -> positions that follow them
+    indexed = min_match  # positions < indexed are in `after`
+    passes, i = 0, start
+    while i < len(text):
+        for j in range(indexed, i):
+            after.setdefault(tuple(text[j - min_match : j]), []).append(j)
+        indexed = max(indexed, i)
+        best = 0
+        for j in after.get(tuple(text[i - min_match : i]), ()) if i >= min_match else ():
+            run = 0  # drafts copy seen text only: j + run < i
+            while (
+                run < max_draft
+                and j + run < i
+                and i + run < len(text)
+                and text[j + run] == text[i + run]
+            ):
+                run += 1
+            best = max(best, run)
+        i += best + 1
+        passes += 1
+    return len(answer) / passes if passes else 0.0
+
+
 def _check_float(name: str, value: object, low: float | None) -> float:
     """`value` as a float: an int or float (not a bool), finite, >= low when low is given."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
