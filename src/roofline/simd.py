@@ -13,10 +13,10 @@ the order LLVM 22 (numba 0.68) gave fastmath loops on AVX-512 (width 16, interle
 match the kernels this replaced bit for bit. Weight matrices (`dot_block`, and the stored formats
 in `block_simd`) sum in the matrix order: the same, but one 16-lane sum per product takes the four
 lane blocks of each 64-step in turn, s = fold(sum), so that a block of 4 weight rows x 4 x rows
-keeps its 16 sums in registers (the order above needs 64, and parked them between passes).
-Products are fused; float ops carry `afn`, which keeps numba's fastmath pass from adding
-`reassoc`. The attention loops (`block_scores`,
-`weighted_rows`) and the 16-lane SiLU (`silu_block`) are written out likewise, in `simd_loops`.
+keeps its 16 sums in registers (the order above would need 64). Products are fused; float ops
+carry `afn`, which keeps numba's fastmath pass from adding `reassoc`. The attention loops
+(`block_scores`, `weighted_rows`) and the 16-lane SiLU (`silu_block`) are written out likewise, in
+`simd_loops`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from roofline.simd_memory import emit_hints, park, unpark
+from roofline.simd_memory import emit_hints
 
 _F32 = ir.FloatType()
 _I64 = ir.IntType(64)
@@ -136,13 +136,12 @@ def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None, partials=
     """[[sum_i a_i * b_i for b in loads_b] for a in loads_a]: `_emit_sums` for several a at once,
     each sum in the same order. Each step's b is loaded once for every a: with 4 a and 4 b, a
     step's 16 FMAs need 8 loads where one a needed 20, so the FMA units set the pace, not the
-    loads. partials 4: the 16-lane main sums run in passes over the rows, each pass keeping the
-    partial sums of a few of the four lane blocks in registers (at most 16 vectors); a partial
-    sum's own order is the same in any pass, so the result is too. partials 1 (the matrix order):
-    one 16-lane sum per product takes the four lane blocks of a step in turn, so a 4 x 4 block
-    holds 16 sums in one pass, nothing parked. hints: (i8* base, lines), runtime values: the
-    main loop's steps hint lines base, base + 64, ... (up to `lines` of them, HINTS_PER_STEP per
-    step: `simd_memory.emit_hints`), so that memory streams while the block computes."""
+    loads. partials 4: four 16-lane partial sums per product (one a and one b: 4 vectors);
+    partials 1 (the matrix order): one 16-lane sum per product takes the four lane blocks of a
+    step in turn, so a 4 x 4 block holds its 16 sums in registers. hints: (i8* base, lines),
+    runtime values: each 16-lane block of the main loop hints lines base, base + 64, ... (up to
+    `lines` of them, HINTS_PER_STEP per block: `simd_memory.emit_hints`), so that memory streams
+    while the block computes."""
     if not split:
         plains = loads_a
 
@@ -159,48 +158,29 @@ def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None, partials=
             builder.fadd(old, a, flags=_KEEP) if b is None else _fma(builder, a, b, old), acc
         )
 
-    per_pass = next(c for c in (4, 2, 1) if c * len(loads_a) * len(loads_b) <= 16 or c == 1)
-    if partials == 1:
-        per_pass = 4
-    # several weight rows: 48 held vectors beside 16 accumulators; one row's (widened stored
-    # blocks) measured slower parked
-    parked = per_pass < 4 and len(loads_a) > 1
     accs = [
         [[cgutils.alloca_once_value(builder, _ZERO16) for _ in range(partials)] for _ in loads_b]
         for _ in loads_a
     ]
     n64 = builder.and_(n, ir.Constant(_I64, ~63))
-    steps = builder.lshr(n64, ir.Constant(_I64, 6))
-    for first in range(0, 4, per_pass):
-        with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), n64, ir.Constant(_I64, 64)) as (
-            i,
-            _,
-        ):
-            if hints is not None and partials > 1:  # this step's number over all passes
-                at = builder.add(
-                    builder.mul(steps, ir.Constant(_I64, first // per_pass)),
-                    builder.lshr(i, ir.Constant(_I64, 6)),
-                )
+    with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), n64, ir.Constant(_I64, 64)) as (
+        i,
+        _,
+    ):
+        for c in range(4):  # the step's four 16-lane blocks in turn
+            if hints is not None:  # HINTS_PER_STEP hints per 16-lane block
+                at = builder.add(builder.lshr(i, ir.Constant(_I64, 4)), ir.Constant(_I64, c))
                 emit_hints(builder, hints, at)
-            for c in range(first, first + per_pass):
-                if hints is not None and partials == 1:  # as many per FMA as over four passes
-                    at = builder.add(builder.lshr(i, ir.Constant(_I64, 4)), ir.Constant(_I64, c))
-                    emit_hints(builder, hints, at)
-                j = builder.add(i, ir.Constant(_I64, c * _WIDTH))
-                a = [load_a(i, c * _WIDTH, _WIDTH) for load_a in loads_a]
-                for x, load_b in enumerate(loads_b):
-                    b = None if load_b is None else load_b(j, _WIDTH)
-                    for w in range(len(loads_a)):
-                        step(accs[w][x][c % partials], a[w], b)
-        if parked:  # this pass's sums to memory, out of the next passes' registers
-            for per_a in accs:
-                for acc in per_a:
-                    for c in range(first, first + per_pass):
-                        acc[c] = park(builder, acc[c])
-    joined = []  # per sum: its four partial sums, (a0 + a1) + (a2 + a3)
+            j = builder.add(i, ir.Constant(_I64, c * _WIDTH))
+            a = [load_a(i, c * _WIDTH, _WIDTH) for load_a in loads_a]
+            for x, load_b in enumerate(loads_b):
+                b = None if load_b is None else load_b(j, _WIDTH)
+                for w in range(len(loads_a)):
+                    step(accs[w][x][c % partials], a[w], b)
+    joined = []  # per sum: its one sum, or its four partial sums as (a0 + a1) + (a2 + a3)
     for per_a in accs:
         for acc in per_a:
-            v = [unpark(builder, x) if parked else builder.load(x) for x in acc]
+            v = [builder.load(x) for x in acc]
             if partials == 1:
                 joined.append(v[0])
                 continue

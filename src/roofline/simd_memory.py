@@ -1,13 +1,11 @@
 """Where the kernels' bytes are, as LLVM IR: read hints (prefetches) that bring lines in ahead of
-the loops that read them, and values parked in memory so that they leave the registers to the
-loops between. Nothing here does arithmetic, so no result changes.
+the loops that read them. Nothing here does arithmetic, so no result changes.
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils
 from numba.extending import intrinsic
 
 _I64 = ir.IntType(64)
@@ -41,39 +39,6 @@ def emit_hints(builder, hints, step):
         with builder.if_then(builder.icmp_signed("<", line, lines)):
             at = builder.gep(base, [builder.shl(line, ir.Constant(_I64, 6))])
             hint(builder, at, TO_L2)
-
-
-# llvmlite's loads and stores have no volatile flag: these print the same instruction with it
-class _VolatileStore(ir.instructions.StoreInstr):
-    def descr(self, buf):
-        super().descr(buf)
-        buf[-1] = buf[-1].replace("store ", "store volatile ", 1)
-
-
-class _VolatileLoad(ir.instructions.LoadInstr):
-    def descr(self, buf):
-        super().descr(buf)
-        buf[-1] = buf[-1].replace("load ", "load volatile ", 1)
-
-
-def park(builder, acc):
-    """A slot of its own holding the finished partial sum in acc (an alloca), stored volatile so
-    that LLVM keeps it in memory: left as a value, each earlier pass's sums stay live through the
-    later passes' loops (48 vectors beside a 4 x 4 block's 16), and LLVM spilled accumulators
-    inside those loops. Read it back with `unpark`."""
-    value = builder.load(acc)
-    slot = cgutils.alloca_once(builder, value.type)
-    store = _VolatileStore(builder.block, value, slot)
-    store.align = None  # set by builder.store, which this bypasses
-    builder._insert(store)
-    return slot
-
-
-def unpark(builder, slot):
-    """The value `park` stored in slot."""
-    load = _VolatileLoad(builder.block, slot)
-    builder._insert(load)
-    return load
 
 
 @intrinsic
