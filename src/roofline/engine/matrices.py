@@ -334,21 +334,34 @@ def _plain_tile(w, scale, x, out, o0, o1, accumulate):
     # (`simd.dot_block`: 8 loads per 16 FMAs); a group's x rows and the tile's weights
     # (TILE_BYTES) stay in L1 for the next group. Each block hints an equal share of the next
     # tile's bytes, so memory streams at the pace the tile computes (the first group hinting
-    # whole rows stalled on full miss buffers, then left memory idle while the others computed)
+    # whole rows stalled on full miss buffers, then left memory idle while the others computed).
+    # Full groups run a loop of 4 x 4 blocks alone: one loop choosing among the eight block
+    # shapes at run time ran the same blocks a third slower (docs/measured.md)
     k, row_bytes = x.shape[0], w.shape[1] * w.itemsize
     groups, blocks = (k + 3) // 4, (o1 - o0) // 4 + (o1 - o0) % 4
     ahead, tile_bytes, steps, step = o1 * row_bytes, (o1 - o0) * row_bytes, groups * blocks, 0
     size = w.size * w.itemsize
-    for g in range(groups):
-        r = 4 * g
-        m = min(4, k - r)
+    for g in range(k // 4):
+        o = o0
+        while o + 4 <= o1:
+            lo = (ahead + step * tile_bytes // steps) & ~63
+            hi = min(ahead + (step + 1) * tile_bytes // steps, size)
+            lines = max(0, (hi - lo + 63) // 64)
+            block_into(w, scale, x, out, o, 4 * g, 4, 4, accumulate, lo, lines)
+            o += 4
+            step += 1
+        for q in range(o, o1):
+            block_into(w, scale, x, out, q, 4 * g, 1, 4, accumulate, 0, 0)
+            step += 1
+    r = k // 4 * 4
+    if r < k:  # the last one to three x rows
         o = o0
         while o < o1:
             rows = 4 if o + 4 <= o1 else 1
             lo = (ahead + step * tile_bytes // steps) & ~63
             hi = min(ahead + (step + 1) * tile_bytes // steps, size)
             lines = max(0, (hi - lo + 63) // 64)
-            _plain_block(w, scale, x, out, o, r, m, rows, accumulate, lo, lines)
+            _plain_block(w, scale, x, out, o, r, k - r, rows, accumulate, lo, lines)
             o += rows
             step += 1
 
