@@ -98,40 +98,56 @@ def stored_dot_rows(typingctx, w, off, fmt, x, ix, x_stride, n, rows):
 
 
 @intrinsic
-def stored_dot_pair(typingctx, w, off, fmt, x, ix, n):
-    """(sum_i w0_i x.flat[ix + i], sum_i w1_i x.flat[ix + i]): `stored_dot_rows` of one x row
-    with two weight rows of one format, stored from bytes off and off + w.shape[1], in one loop.
-    The matrix order has one sum per product: two rows give the core two chains where one row
-    waits on its own (one-row passes over stored rows measured slower with one)."""
-    ints = all(isinstance(t, types.Integer) for t in (off, fmt, ix, n))
-    if not (ints and _contiguous(w, (types.uint8,)) and _contiguous(x, (types.float32,))):
+def stored_dot_pair(typingctx, w, off, fmt, x, ix, x_stride, n, rows):
+    """`stored_dot_rows` of two weight rows of one format, stored from bytes off and off +
+    w.shape[1], with x rows r < rows (a literal 1..8) in one loop; flat index i * rows + r for
+    weight row i. The matrix order has one sum per product, a chain of FMAs: one weight row with
+    up to four x rows leaves the core's two FMA units waiting on those chains, two rows double
+    them (one- to four-row passes over stored rows measured slower with one)."""
+    ints = all(isinstance(t, types.Integer) for t in (off, fmt, ix, x_stride, n))
+    if not (
+        ints
+        and isinstance(rows, types.IntegerLiteral)
+        and 1 <= rows.literal_value <= 8
+        and _contiguous(w, (types.uint8,))
+        and _contiguous(x, (types.float32,))
+    ):
         return None
-    result = types.UniTuple(types.float32, 2)
+    m = rows.literal_value
+    result = types.UniTuple(types.float32, 2 * m)
 
     def codegen(context, builder, sig, args):
-        w_ty, off_ty, fmt_ty, x_ty, ix_ty, n_ty = sig.args
+        w_ty, off_ty, fmt_ty, x_ty, ix_ty, sx_ty, n_ty, _ = sig.args
         stride = context.make_array(w_ty)(context, builder, args[0]).strides
         row_bytes = builder.extract_value(stride, 0)
         off = context.cast(builder, args[1], off_ty, types.intp)
-        rows = [
+        rows_at = [
             _row_pointer(context, builder, w_ty, args[0], types.intp, o)
             for o in (off, builder.add(off, row_bytes))
         ]
-        x_row = _flat_f32(context, builder, x_ty, args[3], ix_ty, args[4])
-        load_x = _loader(builder, types.float32, x_row)
-        n_v = context.cast(builder, args[5], n_ty, types.intp)
+        ix = context.cast(builder, args[4], ix_ty, types.intp)
+        sx = context.cast(builder, args[5], sx_ty, types.intp)
+        loads_x = [
+            _loader(
+                builder,
+                types.float32,
+                _flat_f32(context, builder, x_ty, args[3], types.intp, builder.add(ix, start)),
+            )
+            for start in (builder.mul(sx, _k(r)) for r in range(m))
+        ]
+        n_v = context.cast(builder, args[6], n_ty, types.intp)
         code = context.cast(builder, args[2], fmt_ty, types.int32)
-        results = [cgutils.alloca_once(builder, _F32) for _ in range(2)]
+        results = [cgutils.alloca_once(builder, _F32) for _ in range(2 * m)]
 
         def emit(c):
-            loads = [_format_loader(builder, c, row) for row in rows]
-            sums = _emit_block(builder, n_v, loads, [load_x], split=True, partials=1)
-            return [per_a[0] for per_a in sums]
+            loads = [_format_loader(builder, c, row) for row in rows_at]
+            sums = _emit_block(builder, n_v, loads, loads_x, split=True, partials=1)
+            return [v for per_a in sums for v in per_a]
 
         _switch(builder, code, results, emit)
         return context.make_tuple(builder, result, [builder.load(s) for s in results])
 
-    return result(w, off, fmt, x, ix, n), codegen
+    return result(w, off, fmt, x, ix, x_stride, n, rows), codegen
 
 
 @intrinsic

@@ -121,45 +121,18 @@ def _matvec_overload(w, scale, x, out, o0, o1, accumulate):
     if _stored(w):
 
         def stored(w, scale, x, out, o0, o1, accumulate):  # scale: the rows' format codes
-            k, s, row, one = x.shape[0], x.shape[1], w.shape[1], np.float32(1.0)
-            # up to four x rows: one weight row at a time for all of them, its bytes ahead hinted;
-            # one loop per row count (a branch on it inside the loop cost 10%)
-            a = PREFETCH_BYTES
+            k = x.shape[0]
             if k == 4:
-                for o in range(o0, o1):
-                    _hint_span(w, o * row + a, (o + 1) * row + a)
-                    d = block_simd.stored_dot_rows(w, o * row, scale[o], x, 0, s, s, 4)
-                    for i in range(4):
-                        _store(out, i, o, d[i], one, accumulate)
+                stored_into(w, scale, x, out, o0, o1, 0, 4, accumulate, True)
                 return
             if k == 3:
-                for o in range(o0, o1):
-                    _hint_span(w, o * row + a, (o + 1) * row + a)
-                    d3 = block_simd.stored_dot_rows(w, o * row, scale[o], x, 0, s, s, 3)
-                    for i in range(3):
-                        _store(out, i, o, d3[i], one, accumulate)
+                stored_into(w, scale, x, out, o0, o1, 0, 3, accumulate, True)
                 return
             if k == 2:
-                for o in range(o0, o1):
-                    _hint_span(w, o * row + a, (o + 1) * row + a)
-                    d2 = block_simd.stored_dot_rows(w, o * row, scale[o], x, 0, s, s, 2)
-                    for i in range(2):
-                        _store(out, i, o, d2[i], one, accumulate)
+                stored_into(w, scale, x, out, o0, o1, 0, 2, accumulate, True)
                 return
-            if k == 1:  # two weight rows at a time where they share a format: two chains
-                o = o0
-                while o < o1:
-                    if o + 1 < o1 and scale[o] == scale[o + 1]:
-                        _hint_span(w, o * row + a, (o + 2) * row + a)
-                        p = block_simd.stored_dot_pair(w, o * row, scale[o], x, 0, s)
-                        _store(out, 0, o, p[0], one, accumulate)
-                        _store(out, 0, o + 1, p[1], one, accumulate)
-                        o += 2
-                        continue
-                    _hint_span(w, o * row + a, (o + 1) * row + a)
-                    d1 = block_simd.stored_dot_rows(w, o * row, scale[o], x, 0, s, s, 1)
-                    _store(out, 0, o, d1[0], one, accumulate)
-                    o += 1
+            if k == 1:
+                stored_into(w, scale, x, out, o0, o1, 0, 1, accumulate, True)
                 return
             rows = max(1, TILE_BYTES // w.shape[1])
             for t0 in range(o0, o1, rows):
@@ -180,8 +153,9 @@ def _matvec_overload(w, scale, x, out, o0, o1, accumulate):
 
 def stored_into(w, fmt, x, out, o0, o1, r, m, accumulate, first):
     """out[r + j, o] (+)= sum_t w[o, t] x[r + j, t] for stored rows o in [o0, o1) and j < m (a
-    literal 1..16: `block_simd.stored_dot_rows`); first: the first pass over these rows, which
-    hints the bytes ahead."""
+    literal 1..8): two weight rows at a time where they share a format (`block_simd.
+    stored_dot_pair`), else one (`stored_dot_rows`). first: the first pass over these rows, which
+    hints each row's bytes PREFETCH_BYTES ahead."""
     raise NotImplementedError
 
 
@@ -191,22 +165,38 @@ def _stored_into_overload(w, fmt, x, out, o0, o1, r, m, accumulate, first):
         return None
     rows = m.literal_value
 
+    # The matrix order has one sum per product, a chain of FMAs: one weight row with up to four x
+    # rows left the two FMA units waiting on their chains; two weight rows double the chains
+    # (2 to 4 x rows measured 10-20% faster a pass, docs/measured.md)
     def impl(w, fmt, x, out, o0, o1, r, m, accumulate, first):
-        s, row = x.shape[1], w.shape[1]
-        for o in range(o0, o1):
+        s, row, a = x.shape[1], w.shape[1], PREFETCH_BYTES
+        o = o0
+        while o < o1:
+            if o + 1 < o1 and fmt[o] == fmt[o + 1]:
+                if first:
+                    _hint_span(w, o * row + a, (o + 2) * row + a)
+                d = block_simd.stored_dot_pair(w, o * row, fmt[o], x, r * s, s, s, rows)
+                store_sums(out, r, o, d, None, rows, accumulate)
+                o += 2
+                continue
+            # a row without a partner of its format (the end of a range, a format's last row):
+            # one x row at a time, so that one more kernel is compiled, not one per row count
             if first:
-                _hint_span(w, o * row + PREFETCH_BYTES, (o + 1) * row + PREFETCH_BYTES)
-            d = block_simd.stored_dot_rows(w, o * row, fmt[o], x, r * s, s, s, rows)
-            store_sums(out, r, o, d, None, rows, accumulate)
+                _hint_span(w, o * row + a, (o + 1) * row + a)
+            for j in range(rows):
+                d1 = block_simd.stored_dot_rows(w, o * row, fmt[o], x, (r + j) * s, s, s, 1)
+                _store(out, r + j, o, d1[0], np.float32(1.0), accumulate)
+            o += 1
 
     return impl
 
 
 @njit(**_JIT)
 def _stored_tile(w, fmt, x, out, o0, o1, accumulate):
-    # x rows in groups of up to 8 outside, the tile's weight rows inside: widening a stored
-    # block costs several instructions per 16 weights, so each widened vector serves 8 x rows
-    # (16 made no difference and took longer to compile); the tile stays in L1 for the next group
+    # x rows in groups of up to 8 outside, the tile's weight rows inside, two at a time: widening
+    # a stored block costs several instructions per 16 weights, so each widened vector serves 8 x
+    # rows (16 made no difference and took longer to compile); the tile stays in L1 for the next
+    # group
     k, r = x.shape[0], 0
     while r < k:
         left, first = k - r, r == 0
