@@ -111,3 +111,27 @@ def test_the_table_travels_in_the_servers_stats():
     assert ServerStats.from_json(stats.to_json()) == stats
     bad = {"position_acceptance": [{"proposer": "trie", "match": "1", "position": "1"}, 3]}
     assert ServerStats.from_json(bad).position_acceptance == ()  # malformed rows read as none
+
+
+def test_a_request_whose_drafts_fail_stops_trusting_the_shared_table():
+    # the table says drafts after a 5-8 match survive (copied code); one request's drafts (prose)
+    # keep failing: its own record scales the table down until drafting stops paying, while a new
+    # request on the same table, and one whose drafts survive, still draft
+    t = AcceptanceTable("suffix")
+    for _ in range(100):
+        t.record("5-8", 4, 4)
+    chain = DraftTree.chain([1, 2, 3, 4])
+    failing = DraftBudget(linear_cost, table=t)
+    sizes = []
+    for _ in range(6):
+        tree = failing.cut(chain, match_len=6)
+        sizes.append(len(tree))
+        failing.record(tree, 0)
+    assert sizes[0] == 4 and sizes[-1] == 0, sizes
+    assert failing.calibration() < 0.2
+    assert len(DraftBudget(linear_cost, table=t).cut(chain, match_len=6)) == 4
+    kept = DraftBudget(linear_cost, table=t)
+    for _ in range(6):
+        kept.record(kept.cut(chain, match_len=6), 4)
+    assert kept.calibration() >= 1.0  # above the table, which the failing request pulled down
+    assert len(kept.cut(chain, match_len=6)) == 4

@@ -24,6 +24,11 @@ draft position (depth) i was offered and how often the accepted path reached it,
 so one more row is verified only when its position's s_i pays for the pass's extra cost (the ratio
 E / cost keeps growing). A position with fewer than MIN_OFFERS offers in its bucket falls back to
 the running-alpha model, alpha^i (E above is the same sum with s_i = alpha^i).
+
+The table mixes requests (a file being copied next to an open story), so each request scales it by
+its own record, c = (accepted + P) / (promised + P), where promised sums the unscaled E(d) - 1 of
+its verified drafts: s_i' = min(1, c s_i). P pseudo-tokens (CALIBRATION_PRIOR) let a new request
+trust the table until its own drafts say otherwise.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ PROBE_EVERY = 8
 PROBE_NODES = 2
 MIN_OFFERS = 16  # offers of a position in a bucket before its s_i replaces alpha^i
 MATCH_BUCKETS = (1, 2, 4, 8, 16)  # upper ends of the match-length buckets; longer: "17+"
+CALIBRATION_PRIOR = 2.0  # pseudo-tokens of a request's record that agree with the table
 
 
 def expected_tokens(alpha: float, depth: int) -> float:
@@ -143,6 +149,8 @@ class DraftBudget:
     stats: SpecStats = field(default_factory=SpecStats)
     table: AcceptanceTable | None = None  # shared by the server's requests: s_i per bucket
     bucket: str = "-"  # the match bucket of the draft being verified
+    promised: float = 0.0  # accepted tokens the unscaled s_i promised for the verified drafts
+    promise: float = 0.0  # what they promise for the draft being verified
 
     def cut(self, tree: DraftTree, match_len: int | None = None) -> DraftTree:
         """The prefix of `tree` worth verifying (possibly empty), for proposers whose drafting is
@@ -160,18 +168,24 @@ class DraftBudget:
         return self._size(tuple(range(1, k + 1)))
 
     def survival(self, depth: int) -> list[float]:
-        """s_1..s_depth for the current bucket (alpha^i where nothing is measured)."""
+        """s_1..s_depth for the current bucket (alpha^i where nothing is measured), unscaled."""
         if self.table is None:
             return [self.alpha ** (i + 1) for i in range(depth)]
         return self.table.survival(self.bucket, self.alpha, depth)
+
+    def calibration(self) -> float:
+        """c: this request's accepted tokens against what the unscaled s_i promised for them."""
+        return (self.stats.accepted + CALIBRATION_PRIOR) / (self.promised + CALIBRATION_PRIOR)
 
     def _size(self, depths: tuple[int, ...]) -> int:
         """The n maximising E(deepest of the first n nodes) / cost(n); 0 when nothing beats MARGIN,
         except for a small probe every PROBE_EVERY idle steps."""
         best_n, best_ratio, deepest = 0, MARGIN, 0
-        gains = [1.0]  # gains[d] = E(d) = 1 + s_1 + ... + s_d
-        for s in self.survival(max(depths, default=0)):
-            gains.append(gains[-1] + s)
+        c = self.calibration()
+        raw = self.survival(max(depths, default=0))
+        gains = [1.0]  # gains[d] = E(d) = 1 + s_1' + ... + s_d'
+        for s in raw:
+            gains.append(gains[-1] + min(1.0, c * s))
         for n in range(1, len(depths) + 1):
             deepest = max(deepest, depths[n - 1])
             cost = self.pass_cost(1 + n) + deepest * self.draft_pass_cost
@@ -184,6 +198,7 @@ class DraftBudget:
                 return 0
             best_n = min(PROBE_NODES, len(depths))
         self.idle_steps = 0
+        self.promise = sum(raw[: max(depths[:best_n])])
         return best_n
 
     def record(self, tree: DraftTree, accepted: int) -> None:
@@ -193,6 +208,8 @@ class DraftBudget:
             return
         self.stats.drafted += len(tree)
         self.stats.accepted += accepted
+        self.promised += self.promise if self.adaptive else 0.0
+        self.promise = 0.0
         self.stats.steps_with_draft += 1
         if self.table is not None:
             self.table.record(self.bucket, max(tree.depths()), accepted)
