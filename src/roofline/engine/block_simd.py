@@ -17,7 +17,7 @@ from numba.extending import intrinsic
 from roofline.engine.block_formats import BY_CODE
 from roofline.engine.block_widen import _format_loader, _k
 from roofline.engine.block_widen import _half_to_f32 as _half_to_f32  # tests widen with it
-from roofline.simd import _F32, _contiguous, _emit_block, _emit_sums, _loader, _vec
+from roofline.simd import _F32, _contiguous, _emit_block, _loader, _vec
 
 
 def _switch(builder, fmt, results, emit):
@@ -51,103 +51,75 @@ def _flat_f32(context, builder, ty, ary, idx_ty, idx):
 
 
 @intrinsic
-def stored_dot_rows(typingctx, w, off, fmt, x, ix, x_stride, n, rows):
-    """(sum_i w_i x.flat[ix + r x_stride + i] for r < rows), rows a literal 1..16: the row of n
-    weights stored from byte `off` of the uint8 array w in format `fmt` (block_formats code), each
-    sum in `simd`'s matrix order (so equal to `simd.dot_block` over the widened row)."""
+def stored_dot_block(typingctx, w, off, fmt, x, ix, x_stride, n, w_rows, x_rows):
+    """(sum_i w_q,i x.flat[ix + r x_stride + i] for q < w_rows for r < x_rows), flat index
+    q * x_rows + r: w_rows (a literal 1 or 2) weight rows of one format `fmt` (block_formats code),
+    the first of n weights stored from byte `off` of the uint8 array w, the next from off +
+    w.shape[1], with x_rows (a literal, w_rows * x_rows <= 16) float32 rows, each sum in `simd`'s
+    matrix order (so equal to `simd.dot_block` over the widened rows). The order has one sum per
+    product, a chain of FMAs: two weight rows double the chains that one weight row with up to
+    four x rows leaves the core's two FMA units waiting on."""
     ints = all(isinstance(t, types.Integer) for t in (off, fmt, ix, x_stride, n))
+    literal = all(isinstance(t, types.IntegerLiteral) for t in (w_rows, x_rows))
     if not (
         ints
-        and isinstance(rows, types.IntegerLiteral)
-        and 1 <= rows.literal_value <= 16
+        and literal
+        and w_rows.literal_value in (1, 2)
+        and 1 <= w_rows.literal_value * x_rows.literal_value <= 16
         and _contiguous(w, (types.uint8,))
         and _contiguous(x, (types.float32,))
     ):
         return None
-    m = rows.literal_value
-    result = types.UniTuple(types.float32, m)
+    m_w, m_x = w_rows.literal_value, x_rows.literal_value
+    result = types.UniTuple(types.float32, m_w * m_x)
 
     def codegen(context, builder, sig, args):
-        w_ty, off_ty, fmt_ty, x_ty, ix_ty, sx_ty, n_ty, _ = sig.args
-        row = _row_pointer(context, builder, w_ty, args[0], off_ty, args[1])
-        ix = context.cast(builder, args[4], ix_ty, types.intp)
-        sx = context.cast(builder, args[5], sx_ty, types.intp)
-        n_v = context.cast(builder, args[6], n_ty, types.intp)
-        starts = [builder.add(ix, builder.mul(sx, _k(r))) for r in range(m)]  # row r of x
-        loads = [
-            _loader(
-                builder,
-                types.float32,
-                _flat_f32(context, builder, x_ty, args[3], types.intp, start),
-            )
-            for start in starts
-        ]
-        code = context.cast(builder, args[2], fmt_ty, types.int32)
-        results = [cgutils.alloca_once(builder, _F32) for _ in range(m)]
-        _switch(
-            builder,
-            code,
-            results,
-            lambda c: _emit_sums(
-                builder, n_v, _format_loader(builder, c, row), loads, split=True, partials=1
-            ),
+        w_ty, off_ty, fmt_ty, x_ty, ix_ty, sx_ty, n_ty, _, _ = sig.args
+        row_bytes = builder.extract_value(
+            context.make_array(w_ty)(context, builder, args[0]).strides, 0
         )
-        return context.make_tuple(builder, result, [builder.load(s) for s in results])
-
-    return result(w, off, fmt, x, ix, x_stride, n, rows), codegen
-
-
-@intrinsic
-def stored_dot_pair(typingctx, w, off, fmt, x, ix, x_stride, n, rows):
-    """`stored_dot_rows` of two weight rows of one format, stored from bytes off and off +
-    w.shape[1], with x rows r < rows (a literal 1..8) in one loop; flat index i * rows + r for
-    weight row i. The matrix order has one sum per product, a chain of FMAs: one weight row with
-    up to four x rows leaves the core's two FMA units waiting on those chains, two rows double
-    them (one- to four-row passes over stored rows measured slower with one)."""
-    ints = all(isinstance(t, types.Integer) for t in (off, fmt, ix, x_stride, n))
-    if not (
-        ints
-        and isinstance(rows, types.IntegerLiteral)
-        and 1 <= rows.literal_value <= 8
-        and _contiguous(w, (types.uint8,))
-        and _contiguous(x, (types.float32,))
-    ):
-        return None
-    m = rows.literal_value
-    result = types.UniTuple(types.float32, 2 * m)
-
-    def codegen(context, builder, sig, args):
-        w_ty, off_ty, fmt_ty, x_ty, ix_ty, sx_ty, n_ty, _ = sig.args
-        stride = context.make_array(w_ty)(context, builder, args[0]).strides
-        row_bytes = builder.extract_value(stride, 0)
         off = context.cast(builder, args[1], off_ty, types.intp)
-        rows_at = [
-            _row_pointer(context, builder, w_ty, args[0], types.intp, o)
-            for o in (off, builder.add(off, row_bytes))
+        rows = [
+            _row_pointer(
+                context,
+                builder,
+                w_ty,
+                args[0],
+                types.intp,
+                builder.add(off, builder.mul(row_bytes, _k(q))),
+            )
+            for q in range(m_w)
         ]
         ix = context.cast(builder, args[4], ix_ty, types.intp)
         sx = context.cast(builder, args[5], sx_ty, types.intp)
-        loads_x = [
+        loads_x = [  # row r of x
             _loader(
                 builder,
                 types.float32,
-                _flat_f32(context, builder, x_ty, args[3], types.intp, builder.add(ix, start)),
+                _flat_f32(
+                    context,
+                    builder,
+                    x_ty,
+                    args[3],
+                    types.intp,
+                    builder.add(ix, builder.mul(sx, _k(r))),
+                ),
             )
-            for start in (builder.mul(sx, _k(r)) for r in range(m))
+            for r in range(m_x)
         ]
         n_v = context.cast(builder, args[6], n_ty, types.intp)
         code = context.cast(builder, args[2], fmt_ty, types.int32)
-        results = [cgutils.alloca_once(builder, _F32) for _ in range(2 * m)]
+        results = [cgutils.alloca_once(builder, _F32) for _ in range(m_w * m_x)]
 
         def emit(c):
-            loads = [_format_loader(builder, c, row) for row in rows_at]
+            loads = [_format_loader(builder, c, row) for row in rows]
             sums = _emit_block(builder, n_v, loads, loads_x, split=True, partials=1)
-            return [v for per_a in sums for v in per_a]
+            return [v for per_w in sums for v in per_w]
 
         _switch(builder, code, results, emit)
         return context.make_tuple(builder, result, [builder.load(s) for s in results])
 
-    return result(w, off, fmt, x, ix, x_stride, n, rows), codegen
+    return result(w, off, fmt, x, ix, x_stride, n, w_rows, x_rows), codegen
 
 
 @intrinsic

@@ -154,8 +154,8 @@ def _matvec_overload(w, scale, x, out, o0, o1, accumulate):
 def stored_into(w, fmt, x, out, o0, o1, r, m, accumulate, first):
     """out[r + j, o] (+)= sum_t w[o, t] x[r + j, t] for stored rows o in [o0, o1) and j < m (a
     literal 1..8): two weight rows at a time where they share a format (`block_simd.
-    stored_dot_pair`), else one (`stored_dot_rows`). first: the first pass over these rows, which
-    hints each row's bytes PREFETCH_BYTES ahead."""
+    stored_dot_block`), else one. first: the first pass over these rows, which hints each row's
+    bytes PREFETCH_BYTES ahead."""
     raise NotImplementedError
 
 
@@ -175,7 +175,7 @@ def _stored_into_overload(w, fmt, x, out, o0, o1, r, m, accumulate, first):
             if o + 1 < o1 and fmt[o] == fmt[o + 1]:
                 if first:
                     _hint_span(w, o * row + a, (o + 2) * row + a)
-                d = block_simd.stored_dot_pair(w, o * row, fmt[o], x, r * s, s, s, rows)
+                d = block_simd.stored_dot_block(w, o * row, fmt[o], x, r * s, s, s, 2, rows)
                 store_sums(out, r, o, d, None, rows, accumulate)
                 o += 2
                 continue
@@ -184,7 +184,7 @@ def _stored_into_overload(w, fmt, x, out, o0, o1, r, m, accumulate, first):
             if first:
                 _hint_span(w, o * row + a, (o + 1) * row + a)
             for j in range(rows):
-                d1 = block_simd.stored_dot_rows(w, o * row, fmt[o], x, (r + j) * s, s, s, 1)
+                d1 = block_simd.stored_dot_block(w, o * row, fmt[o], x, (r + j) * s, s, s, 1, 1)
                 _store(out, r + j, o, d1[0], np.float32(1.0), accumulate)
             o += 1
 
@@ -318,6 +318,15 @@ def _tile_rows(row_bytes, group_bytes):
     return max(4, (TILE_BYTES - group_bytes) // row_bytes // 4 * 4)
 
 
+@njit(inline="always", **_JIT)
+def _tile_share(ahead, tile_bytes, steps, step, size):
+    """(first byte, lines): block `step` of `steps`'s equal share of the next tile's bytes, which
+    start at byte `ahead` (clipped to size bytes)."""
+    lo = (ahead + step * tile_bytes // steps) & ~63
+    hi = min(ahead + (step + 1) * tile_bytes // steps, size)
+    return lo, max(0, (hi - lo + 63) // 64)
+
+
 @njit(**_JIT)
 def _plain_tile(w, scale, x, out, o0, o1, accumulate):
     # more than four x rows: groups of four outside, the tile's weight rows inside, four at a time
@@ -334,9 +343,7 @@ def _plain_tile(w, scale, x, out, o0, o1, accumulate):
     for g in range(k // 4):
         o = o0
         while o + 4 <= o1:
-            lo = (ahead + step * tile_bytes // steps) & ~63
-            hi = min(ahead + (step + 1) * tile_bytes // steps, size)
-            lines = max(0, (hi - lo + 63) // 64)
+            lo, lines = _tile_share(ahead, tile_bytes, steps, step, size)
             block_into(w, scale, x, out, o, 4 * g, 4, 4, accumulate, lo, lines)
             o += 4
             step += 1
@@ -348,9 +355,7 @@ def _plain_tile(w, scale, x, out, o0, o1, accumulate):
         o = o0
         while o < o1:
             rows = 4 if o + 4 <= o1 else 1
-            lo = (ahead + step * tile_bytes // steps) & ~63
-            hi = min(ahead + (step + 1) * tile_bytes // steps, size)
-            lines = max(0, (hi - lo + 63) // 64)
+            lo, lines = _tile_share(ahead, tile_bytes, steps, step, size)
             _plain_block(w, scale, x, out, o, r, k - r, rows, accumulate, lo, lines)
             o += rows
             step += 1

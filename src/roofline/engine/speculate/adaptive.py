@@ -208,7 +208,7 @@ class DraftBudget:
             return
         self.stats.drafted += len(tree)
         self.stats.accepted += accepted
-        self.promised += self.promise if self.adaptive else 0.0
+        self.promised += self.promise  # 0 unless `_size` cut this draft
         self.promise = 0.0
         self.stats.steps_with_draft += 1
         if self.table is not None:
