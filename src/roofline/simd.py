@@ -140,7 +140,7 @@ def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None, partials=
     partials 1 (the matrix order): one 16-lane sum per product takes the four lane blocks of a
     step in turn, so a 4 x 4 block holds its 16 sums in registers. hints: (i8* base, lines),
     runtime values: each 16-lane block of the main loop hints lines base, base + 64, ... (up to
-    `lines` of them, HINTS_PER_STEP per block: `simd_memory.emit_hints`), so that memory streams
+    `lines` of them, a given number per block: `simd_memory.emit_hints`), so that memory streams
     while the block computes."""
     if not split:
         plains = loads_a
@@ -168,7 +168,7 @@ def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None, partials=
         _,
     ):
         for c in range(4):  # the step's four 16-lane blocks in turn
-            if hints is not None:  # HINTS_PER_STEP hints per 16-lane block
+            if hints is not None:  # hints[2] hints per 16-lane block
                 at = builder.add(builder.lshr(i, ir.Constant(_I64, 4)), ir.Constant(_I64, c))
                 emit_hints(builder, hints, at)
             j = builder.add(i, ir.Constant(_I64, c * _WIDTH))
@@ -301,14 +301,16 @@ def vsum(typingctx, a, ia, n):
 
 
 @intrinsic
-def dot_block(typingctx, a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hint, lines):
+def dot_block(typingctx, a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hint, lines, per):
     """(sum_i a.flat[ia + w a_stride + i] * b.flat[ib + r b_stride + i] for w, r), w < a_rows and
     r < b_rows (literals 1..4), flat index w * b_rows + r: several weight rows with several
     activation rows, each sum in the matrix order whatever the block's shape. hint, lines: read
-    hints for `lines` 64-byte lines of a from byte `hint` on, spread over the work (0: none)."""
+    hints for `lines` 64-byte lines of a from byte `hint` on (0: none), `per` (a literal) in each
+    16-lane step of the main loop, so that memory streams while the block computes."""
     ints = all(isinstance(t, types.Integer) for t in (ia, a_stride, ib, b_stride, n, hint, lines))
     literal = all(
-        isinstance(t, types.IntegerLiteral) and 1 <= t.literal_value <= 4 for t in (a_rows, b_rows)
+        isinstance(t, types.IntegerLiteral) and 1 <= t.literal_value <= 4
+        for t in (a_rows, b_rows, per)
     )
     if not (ints and literal and _contiguous(a, _WEIGHTS) and _contiguous(b, (types.float32,))):
         return None
@@ -316,7 +318,7 @@ def dot_block(typingctx, a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hi
     result = types.UniTuple(types.float32, m_a * m_b)
 
     def codegen(context, builder, sig, args):
-        a_ty, ia_ty, sa_ty, b_ty, ib_ty, sb_ty, n_ty, _, _, hint_ty, lines_ty = sig.args
+        a_ty, ia_ty, sa_ty, b_ty, ib_ty, sb_ty, n_ty, _, _, hint_ty, lines_ty, _ = sig.args
 
         def rows(ty, ary, start, start_ty, stride, stride_ty, count, dtype):
             start = context.cast(builder, start, start_ty, types.intp)
@@ -344,6 +346,7 @@ def dot_block(typingctx, a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hi
         hints = (
             builder.gep(builder.bitcast(data, ir.IntType(8).as_pointer()), [first]),
             context.cast(builder, args[10], lines_ty, types.intp),
+            per.literal_value,
         )
         if isinstance(lines_ty, types.IntegerLiteral) and lines_ty.literal_value == 0:
             hints = None  # none asked for: no hint code in the loop
@@ -351,7 +354,7 @@ def dot_block(typingctx, a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hi
         sums = _emit_block(builder, n_v, loads_a, loads_b, hints=hints, partials=1)
         return context.make_tuple(builder, result, [v for per_a in sums for v in per_a])
 
-    return result(a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hint, lines), codegen
+    return result(a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hint, lines, per), codegen
 
 
 def _host_has(feature: str) -> bool:

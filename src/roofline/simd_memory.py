@@ -10,7 +10,6 @@ from numba.extending import intrinsic
 
 _I64 = ir.IntType(64)
 
-HINTS_PER_STEP = 2  # read hints per main-loop step of `simd._emit_block`, at most
 # LLVM prefetch locality: 3 keeps the line in every level (prefetcht0: into L1), 1 in the outer
 # levels (prefetcht2: into L2). A k-row tile's hints of the next tile go to L2: into L1 they held
 # the core's few L1 miss buffers while the block computed (docs/measured.md)
@@ -29,13 +28,11 @@ def hint(builder, ptr, level=TO_L1):
 
 
 def emit_hints(builder, hints, step):
-    """Hint lines step * HINTS_PER_STEP + h (h < HINTS_PER_STEP) of hints = (i8* base, lines),
-    those below `lines`, into L2."""
-    base, lines = hints
-    for h in range(HINTS_PER_STEP):
-        line = builder.add(
-            builder.mul(step, ir.Constant(_I64, HINTS_PER_STEP)), ir.Constant(_I64, h)
-        )
+    """Hint lines step * per + h (h < per) of hints = (i8* base, lines, per), those below `lines`,
+    into L2 (per: a Python int)."""
+    base, lines, per = hints
+    for h in range(per):
+        line = builder.add(builder.mul(step, ir.Constant(_I64, per)), ir.Constant(_I64, h))
         with builder.if_then(builder.icmp_signed("<", line, lines)):
             at = builder.gep(base, [builder.shl(line, ir.Constant(_I64, 6))])
             hint(builder, at, TO_L2)

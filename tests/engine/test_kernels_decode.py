@@ -84,7 +84,7 @@ def _dot_block_ones(a, a_rows, b_rows, n, lines):
 def _make_dot_block(a_rows, b_rows):
     @njit(cache=False)
     def block(a, b, n, lines):
-        return simd.dot_block(a, 0, n, b, 0, n, n, a_rows, b_rows, 0, lines)
+        return simd.dot_block(a, 0, n, b, 0, n, n, a_rows, b_rows, 0, lines, 2)
 
     return block
 

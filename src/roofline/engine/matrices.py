@@ -217,28 +217,29 @@ def _stored_tile(w, fmt, x, out, o0, o1, accumulate):
             r += 1
 
 
-def block_into(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hint, lines):
+def block_into(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hint, lines, per_step):
     """out[r + j, o + i] (+)= scale[o + i] sum_t w[o + i, t] x[r + j, t] for i < a_rows, j < b_rows
-    (literals: `simd.dot_block`), hinting `lines` lines of w from byte `hint` on as it goes."""
+    (literals: `simd.dot_block`), hinting `lines` lines of w from byte `hint` on as it goes,
+    per_step (a literal) in each 16-lane step."""
     raise NotImplementedError
 
 
 @overload(block_into, prefer_literal=True, inline="always", jit_options=_OVERLOAD)
-def _block_into_overload(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hint, lines):
-    literal = all(isinstance(t, types.IntegerLiteral) for t in (a_rows, b_rows))
+def _block_into_overload(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hint, lines, per_step):
+    literal = all(isinstance(t, types.IntegerLiteral) for t in (a_rows, b_rows, per_step))
     if not literal:
         return None
-    na, nb = a_rows.literal_value, b_rows.literal_value
+    na, nb, per = a_rows.literal_value, b_rows.literal_value, per_step.literal_value
     # literal zero lines: pass literals on, so that no hint code enters the loop (as a runtime 0 the
     # check stayed in every step and cost one-row passes 3%)
     hinted = not (isinstance(lines, types.IntegerLiteral) and lines.literal_value == 0)
 
-    def impl(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hint, lines):
+    def impl(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hint, lines, per_step):
         n, s = w.shape[1], x.shape[1]
         if hinted:
-            d = simd.dot_block(w, o * n, n, x, r * s, s, n, na, nb, hint, lines)
+            d = simd.dot_block(w, o * n, n, x, r * s, s, n, na, nb, hint, lines, per)
         else:
-            d = simd.dot_block(w, o * n, n, x, r * s, s, n, na, nb, 0, 0)
+            d = simd.dot_block(w, o * n, n, x, r * s, s, n, na, nb, 0, 0, 1)
         store_sums(out, r, o, d, scale, nb, accumulate)
 
     return impl
@@ -257,13 +258,13 @@ def _block_of_overload(w, scale, x, out, o, r, a_rows, m, accumulate, hint, line
 
     def impl(w, scale, x, out, o, r, a_rows, m, accumulate, hint, lines):
         if m == 4:
-            block_into(w, scale, x, out, o, r, na, 4, accumulate, hint, lines)
+            block_into(w, scale, x, out, o, r, na, 4, accumulate, hint, lines, 2)
         elif m == 3:
-            block_into(w, scale, x, out, o, r, na, 3, accumulate, hint, lines)
+            block_into(w, scale, x, out, o, r, na, 3, accumulate, hint, lines, 2)
         elif m == 2:
-            block_into(w, scale, x, out, o, r, na, 2, accumulate, hint, lines)
+            block_into(w, scale, x, out, o, r, na, 2, accumulate, hint, lines, 2)
         else:
-            block_into(w, scale, x, out, o, r, na, 1, accumulate, hint, lines)
+            block_into(w, scale, x, out, o, r, na, 1, accumulate, hint, lines, 2)
 
     return impl
 
@@ -278,33 +279,43 @@ def _plain_block(w, scale, x, out, o, r, m, rows, accumulate, hint, lines):
 
 
 @njit(inline="always", **_JIT)
+def _ahead(first, n_bytes, size):
+    """(first byte, lines) of the lines from byte `first` on covering n_bytes, clipped to size."""
+    lo = first & ~63
+    return lo, max(0, (min(lo + n_bytes, size) - lo + 63) // 64)
+
+
+@njit(inline="always", **_JIT)
 def _plain_rows(w, scale, x, out, o0, o1, accumulate):
     # up to four x rows: three or four in blocks of four weight rows (4 x 4: 8 loads per 16
     # FMAs; the last rows one at a time), one or two one weight row at a time (blocks of four
-    # measured 5-6% slower there). Memory sets the pace, so each block hints the bytes
-    # PREFETCH_BYTES ahead of it, all at once. One loop per row count: a branch on it inside the
+    # measured 5-6% slower there). Memory sets the pace, so each block hints its own span of
+    # bytes PREFETCH_BYTES ahead, into L2, spread over its loop (all at once into L1, the hints
+    # held the core's few L1 miss buffers while the block computed: one thread's 1- to 4-row
+    # passes 5-12% slower, docs/measured.md). One loop per row count: a branch on it inside the
     # loop cost 10%
     k, row_bytes, a = x.shape[0], w.shape[1] * w.itemsize, PREFETCH_BYTES
+    size, line_bytes = w.size * w.itemsize, row_bytes // 64 * 64
     o = o0
     if k == 4:
         while o + 4 <= o1:
-            _hint_span(w, o * row_bytes + a, (o + 4) * row_bytes + a)
-            block_into(w, scale, x, out, o, 0, 4, 4, accumulate, 0, 0)
+            lo, lines = _ahead(o * row_bytes + a, 4 * line_bytes, size)
+            block_into(w, scale, x, out, o, 0, 4, 4, accumulate, lo, lines, 4)
             o += 4
     elif k == 3:
         while o + 4 <= o1:
-            _hint_span(w, o * row_bytes + a, (o + 4) * row_bytes + a)
-            block_into(w, scale, x, out, o, 0, 4, 3, accumulate, 0, 0)
+            lo, lines = _ahead(o * row_bytes + a, 4 * line_bytes, size)
+            block_into(w, scale, x, out, o, 0, 4, 3, accumulate, lo, lines, 4)
             o += 4
     elif k == 2:
         while o < o1:
-            _hint_span(w, o * row_bytes + a, (o + 1) * row_bytes + a)
-            block_into(w, scale, x, out, o, 0, 1, 2, accumulate, 0, 0)
+            lo, lines = _ahead(o * row_bytes + a, line_bytes, size)
+            block_into(w, scale, x, out, o, 0, 1, 2, accumulate, lo, lines, 1)
             o += 1
     else:
         while o < o1:
-            _hint_span(w, o * row_bytes + a, (o + 1) * row_bytes + a)
-            block_into(w, scale, x, out, o, 0, 1, 1, accumulate, 0, 0)
+            lo, lines = _ahead(o * row_bytes + a, line_bytes, size)
+            block_into(w, scale, x, out, o, 0, 1, 1, accumulate, lo, lines, 1)
             o += 1
     for q in range(o, o1):
         _block_of(w, scale, x, out, q, 0, 1, k, accumulate, 0, 0)
@@ -344,11 +355,11 @@ def _plain_tile(w, scale, x, out, o0, o1, accumulate):
         o = o0
         while o + 4 <= o1:
             lo, lines = _tile_share(ahead, tile_bytes, steps, step, size)
-            block_into(w, scale, x, out, o, 4 * g, 4, 4, accumulate, lo, lines)
+            block_into(w, scale, x, out, o, 4 * g, 4, 4, accumulate, lo, lines, 2)
             o += 4
             step += 1
         for q in range(o, o1):
-            block_into(w, scale, x, out, q, 4 * g, 1, 4, accumulate, 0, 0)
+            block_into(w, scale, x, out, q, 4 * g, 1, 4, accumulate, 0, 0, 1)
             step += 1
     r = k // 4 * 4
     if r < k:  # the last one to three x rows
