@@ -28,6 +28,31 @@ _I8, _I16, _I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
 _F16C = _host_has("f16c")  # vcvtph2ps; without it fp16 is widened with integer operations
 
 
+# AVX-512's vpermps looks up 16 lanes in a 16-lane table. A 4-bit weight's float32 value is a
+# function of its nibble q within a block, w = f(q), q in 0..15, so each block builds the table
+# f(0..15) once (both halves share it) and each 16 weights take one lookup in place of a convert
+# and an fma or multiply: the same values, fewer uops on the two ports that run 512-bit vector
+# ops, where stored passes spend their time. The lookup reads only an index's low 4 bits, so low
+# nibbles need no mask. Other hosts convert each nibble.
+_PERMUTE = _host_has("avx512f")
+_IOTA16 = ir.Constant(ir.VectorType(_F32, 16), [float(j) for j in range(16)])
+_IOTA16_MINUS8 = ir.Constant(ir.VectorType(_F32, 16), [float(j - 8) for j in range(16)])
+
+
+def _tabled(lanes, p):
+    """Whether 16 weights at position p (an int: known at compile time) go by table lookup."""
+    return _PERMUTE and lanes == 16 and isinstance(p, int)
+
+
+def _by_nibble(r, raw, high, table):
+    """table[q] lane by lane for the nibbles q of the i32 lanes raw (the high ones where `high`, a
+    bool): one vpermps."""
+    idx = r.b.lshr(raw, r.ints(4, 16)) if high else raw
+    ty = ir.FunctionType(_vec(16), [_vec(16), _vec(16, _I32)])
+    fn = r.b.module.declare_intrinsic("llvm.x86.avx512.permvar.sf.512", fnty=ty)
+    return r.b.call(fn, [table, idx])
+
+
 def _k(v, t=_I64):
     return v if isinstance(v, ir.Value) else ir.Constant(t, v)
 
@@ -138,13 +163,21 @@ def _q5_bits(r, qh_ptr, p, lanes):
 
 
 def _q4_0(r, blk, p, lanes):
+    d = r.splat(r.half(blk), lanes)
+    if _tabled(lanes, p):
+        raw = r.bytes_i32(r.at(blk, 2 + p % 16), lanes)
+        return _by_nibble(r, raw, p >= 16, r.b.fmul(d, _IOTA16_MINUS8, flags=_KEEP))
     q = r.b.sub(_nibble_at(r, blk, 2, p, lanes), r.ints(8, lanes))
-    return r.b.fmul(r.splat(r.half(blk), lanes), r.to_f32(q), flags=_KEEP)
+    return r.b.fmul(d, r.to_f32(q), flags=_KEEP)
 
 
 def _q4_1(r, blk, p, lanes):
+    d, m = r.splat(r.half(blk), lanes), r.splat(r.half(r.at(blk, 2)), lanes)
+    if _tabled(lanes, p):
+        raw = r.bytes_i32(r.at(blk, 4 + p % 16), lanes)
+        return _by_nibble(r, raw, p >= 16, _fma(r.b, d, _IOTA16, m))
     q = r.to_f32(_nibble_at(r, blk, 4, p, lanes), signed=False)
-    return _fma(r.b, r.splat(r.half(blk), lanes), q, r.splat(r.half(r.at(blk, 2)), lanes))
+    return _fma(r.b, d, q, m)
 
 
 def _q5_0(r, blk, p, lanes):
@@ -200,15 +233,18 @@ def _k_place(r, chunk, within):
 def _q4_k(r, blk, chunk, within, lanes, qh_at=None, qs_at=16):
     b = r.b
     sub, high, byte = _k_place(r, chunk, within)
-    q = r.nibbles(r.bytes_i32(r.at(blk, qs_at, b.mul(chunk, _k(32)), byte), lanes), high)
+    sc, mn = _k_scale_min(r, blk, sub)
+    dsc = r.splat(b.fmul(r.half(blk), sc, flags=_KEEP), lanes)
+    neg_dm = r.splat(b.fneg(b.fmul(r.half(r.at(blk, 2)), mn, flags=_KEEP), flags=_KEEP), lanes)
+    raw = r.bytes_i32(r.at(blk, qs_at, b.mul(chunk, _k(32)), byte), lanes)
+    if qh_at is None and _tabled(lanes, within):
+        return _by_nibble(r, raw, high, _fma(b, dsc, _IOTA16, neg_dm))
+    q = r.nibbles(raw, high)
     if qh_at is not None:  # Q5_K: bit `sub` of qh[byte]
         hb = r.bytes_i32(r.at(blk, qh_at, byte), lanes)
         s = r.splat(b.trunc(sub, _I32), lanes, _I32)
         q = b.or_(q, b.shl(b.and_(b.lshr(hb, s), r.ints(1, lanes)), r.ints(4, lanes)))
-    sc, mn = _k_scale_min(r, blk, sub)
-    dsc = b.fmul(r.half(blk), sc, flags=_KEEP)
-    neg_dm = b.fneg(b.fmul(r.half(r.at(blk, 2)), mn, flags=_KEEP), flags=_KEEP)
-    return _fma(b, r.splat(dsc, lanes), r.to_f32(q, signed=False), r.splat(neg_dm, lanes))
+    return _fma(b, dsc, r.to_f32(q, signed=False), neg_dm)
 
 
 def _q5_k(r, blk, chunk, within, lanes):
