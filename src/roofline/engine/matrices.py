@@ -196,13 +196,24 @@ def _stored_tile(w, fmt, x, out, o0, o1, accumulate):
     # x rows in groups of up to 8 outside, the tile's weight rows inside, two at a time: widening
     # a stored block costs several instructions per 16 weights, so each widened vector serves 8 x
     # rows (16 made no difference and took longer to compile); the tile stays in L1 for the next
-    # group
+    # group. Five to seven rows go as one group: as four and the rest, each block was widened
+    # twice (5 rows cost 2.3x one row against 1.6x; the three more kernels take 50 s more to
+    # compile from a cold cache, docs/measured.md)
     k, r = x.shape[0], 0
     while r < k:
         left, first = k - r, r == 0
         if left >= 8:
             stored_into(w, fmt, x, out, o0, o1, r, 8, accumulate, first)
             r += 8
+        elif left == 7:
+            stored_into(w, fmt, x, out, o0, o1, r, 7, accumulate, first)
+            r += 7
+        elif left == 6:
+            stored_into(w, fmt, x, out, o0, o1, r, 6, accumulate, first)
+            r += 6
+        elif left == 5:
+            stored_into(w, fmt, x, out, o0, o1, r, 5, accumulate, first)
+            r += 5
         elif left >= 4:
             stored_into(w, fmt, x, out, o0, o1, r, 4, accumulate, first)
             r += 4
