@@ -17,7 +17,7 @@ from numba.extending import intrinsic
 from roofline.engine.block_formats import BY_CODE
 from roofline.engine.block_widen import _format_loader, _k
 from roofline.engine.block_widen import _half_to_f32 as _half_to_f32  # tests widen with it
-from roofline.simd import _F32, _contiguous, _emit_block, _loader, _vec
+from roofline.simd import _F32, _contiguous, _emit_block, _flat_pointer, _loader, _vec
 
 
 def _switch(builder, fmt, results, emit):
@@ -38,16 +38,6 @@ def _switch(builder, fmt, results, emit):
         builder.store(ir.Constant(_F32, float("nan")), slot)
     builder.branch(merge)
     builder.position_at_end(merge)
-
-
-def _row_pointer(context, builder, w_ty, w, off_ty, off):
-    arr = context.make_array(w_ty)(context, builder, w)
-    return builder.gep(arr.data, [context.cast(builder, off, off_ty, types.intp)])
-
-
-def _flat_f32(context, builder, ty, ary, idx_ty, idx):
-    arr = context.make_array(ty)(context, builder, ary)
-    return builder.gep(arr.data, [context.cast(builder, idx, idx_ty, types.intp)])
 
 
 @intrinsic
@@ -80,7 +70,7 @@ def stored_dot_block(typingctx, w, off, fmt, x, ix, x_stride, n, w_rows, x_rows)
         )
         off = context.cast(builder, args[1], off_ty, types.intp)
         rows = [
-            _row_pointer(
+            _flat_pointer(
                 context,
                 builder,
                 w_ty,
@@ -96,7 +86,7 @@ def stored_dot_block(typingctx, w, off, fmt, x, ix, x_stride, n, w_rows, x_rows)
             _loader(
                 builder,
                 types.float32,
-                _flat_f32(
+                _flat_pointer(
                     context,
                     builder,
                     x_ty,
@@ -131,9 +121,9 @@ def stored_row(typingctx, w, off, fmt, n, out, io):
 
     def codegen(context, builder, sig, args):
         w_ty, off_ty, fmt_ty, n_ty, out_ty, io_ty = sig.args
-        row = _row_pointer(context, builder, w_ty, args[0], off_ty, args[1])
+        row = _flat_pointer(context, builder, w_ty, args[0], off_ty, args[1])
         n_v = context.cast(builder, args[3], n_ty, types.intp)
-        dst = _flat_f32(context, builder, out_ty, args[4], io_ty, args[5])
+        dst = _flat_pointer(context, builder, out_ty, args[4], io_ty, args[5])
         code = context.cast(builder, args[2], fmt_ty, types.int32)
 
         def emit(c):  # the loads of `_emit_sums`: 16 lanes in steps of 64, then 8 lanes, then one
