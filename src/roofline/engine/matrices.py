@@ -122,17 +122,8 @@ def _matvec_overload(w, scale, x, out, o0, o1, accumulate):
 
         def stored(w, scale, x, out, o0, o1, accumulate):  # scale: the rows' format codes
             k = x.shape[0]
-            if k == 4:
-                stored_into(w, scale, x, out, o0, o1, 0, 4, accumulate, True)
-                return
-            if k == 3:
-                stored_into(w, scale, x, out, o0, o1, 0, 3, accumulate, True)
-                return
-            if k == 2:
-                stored_into(w, scale, x, out, o0, o1, 0, 2, accumulate, True)
-                return
-            if k == 1:
-                stored_into(w, scale, x, out, o0, o1, 0, 1, accumulate, True)
+            if k <= 4:
+                _stored_group(w, scale, x, out, o0, o1, 0, k, accumulate, True)
                 return
             rows = max(1, TILE_BYTES // w.shape[1])
             for t0 in range(o0, o1, rows):
@@ -191,6 +182,25 @@ def _stored_into_overload(w, fmt, x, out, o0, o1, r, m, accumulate, first):
     return impl
 
 
+def _stored_group(w, fmt, x, out, o0, o1, r, m, accumulate, first):
+    """`stored_into` with m (x rows, 1..8) known only at run time."""
+    raise NotImplementedError
+
+
+@overload(_stored_group, jit_options=_OVERLOAD)
+def _stored_group_overload(w, fmt, x, out, o0, o1, r, m, accumulate, first):
+    # one branch per literal row count, written out as `store_sums` writes its lines
+    lines = ["def impl(w, fmt, x, out, o0, o1, r, m, accumulate, first):"]
+    for rows in range(8, 1, -1):
+        lines.append(f"    if m == {rows}:")
+        lines.append(f"        stored_into(w, fmt, x, out, o0, o1, r, {rows}, accumulate, first)")
+        lines.append("        return")
+    lines.append("    stored_into(w, fmt, x, out, o0, o1, r, 1, accumulate, first)")
+    space = {"stored_into": stored_into}
+    exec("\n".join(lines), space)
+    return space["impl"]
+
+
 @njit(**_JIT)
 def _stored_tile(w, fmt, x, out, o0, o1, accumulate):
     # x rows in groups of up to 8 outside, the tile's weight rows inside, two at a time: widening
@@ -201,31 +211,9 @@ def _stored_tile(w, fmt, x, out, o0, o1, accumulate):
     # compile from a cold cache, docs/measured.md)
     k, r = x.shape[0], 0
     while r < k:
-        left, first = k - r, r == 0
-        if left >= 8:
-            stored_into(w, fmt, x, out, o0, o1, r, 8, accumulate, first)
-            r += 8
-        elif left == 7:
-            stored_into(w, fmt, x, out, o0, o1, r, 7, accumulate, first)
-            r += 7
-        elif left == 6:
-            stored_into(w, fmt, x, out, o0, o1, r, 6, accumulate, first)
-            r += 6
-        elif left == 5:
-            stored_into(w, fmt, x, out, o0, o1, r, 5, accumulate, first)
-            r += 5
-        elif left >= 4:
-            stored_into(w, fmt, x, out, o0, o1, r, 4, accumulate, first)
-            r += 4
-        elif left == 3:
-            stored_into(w, fmt, x, out, o0, o1, r, 3, accumulate, first)
-            r += 3
-        elif left == 2:
-            stored_into(w, fmt, x, out, o0, o1, r, 2, accumulate, first)
-            r += 2
-        else:
-            stored_into(w, fmt, x, out, o0, o1, r, 1, accumulate, first)
-            r += 1
+        m = min(8, k - r)
+        _stored_group(w, fmt, x, out, o0, o1, r, m, accumulate, r == 0)
+        r += m
 
 
 def block_into(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hint, lines, per_step):
