@@ -92,6 +92,7 @@ class ModelRunner(PassTiming):
         # rows -> time relative to one row (measure_pass_costs)
         self._pass_costs: dict[int, float] | None = None
         self.one_row_pass_s: float | None = None  # seconds, with _pass_costs
+        self._cost_of: dict[int, float] = {}  # pass_cost's answers from that table
 
     def _check_ids(self, token_ids: Seq[int]) -> np.ndarray:
         # Plain Python on the few ids of a decode step: a decode step follows a pass that streamed

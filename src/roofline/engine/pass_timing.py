@@ -69,6 +69,7 @@ class PassTiming:
         n = max(rows)
         if self.max_seq_len < n + 2:
             self._pass_costs = {1: 1.0}
+            self._cost_of.clear()
             self.one_row_pass_s = None
             return
         chooser = self.thread_chooser
@@ -90,6 +91,7 @@ class PassTiming:
                 chooser.pinned = None
             self.release(0)
         self._pass_costs = {r: seconds[r] / seconds[1] for r in rows}
+        self._cost_of.clear()
         self.one_row_pass_s = seconds[1]
 
     @property
@@ -102,6 +104,13 @@ class PassTiming:
         """Time of a pass over `rows` rows of one slot relative to one row (linear between measured
         counts, extrapolated past the last); 1 + 0.1 per extra row before `measure_pass_costs`
         ran."""
+        known = self._cost_of.get(rows)  # the budget asks for up to 25 counts every step
+        if known is not None:
+            return known
+        cost = self._cost_of[rows] = self._interpolated_cost(rows)
+        return cost
+
+    def _interpolated_cost(self, rows: int) -> float:
         table = self._pass_costs
         if not table or len(table) < 2:
             return 1.0 + 0.1 * (rows - 1)

@@ -17,6 +17,7 @@ from roofline.engine.speculate.suffix import (
     SharedSuffixes,
     SuffixProposer,
     SuffixTrie,
+    best_draft,
     draft_size,
     longest_match,
 )
@@ -91,6 +92,25 @@ def test_incremental_insertion_equals_one_shot():
     assert ngrams(one) == ngrams(steps)
     with pytest.raises(ValueError, match="token ids"):
         steps.extend(tails, -1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 4), max_size=60), st.integers(2, 6))
+def test_children_are_listed_newest_first(tokens, depth):
+    """A token's new n-grams are made in one go (`_new_nodes`); each parent still lists its
+    children by their n-gram's first occurrence, newest first (chain drafts break ties so)."""
+    trie = SuffixTrie(depth)
+    trie.insert(tokens)
+    first_end: dict[tuple[int, ...], int] = {}
+    for end in range(1, len(tokens) + 1):
+        for n in range(1, min(depth, end) + 1):
+            first_end.setdefault(tuple(tokens[end - n : end]), end)
+    stack: list[tuple[int, tuple[int, ...]]] = [(ROOT, ())]
+    while stack:
+        node, path = stack.pop()
+        grams = [(*path, trie.token[child]) for child in trie.children(node)]
+        assert [first_end[g] for g in grams] == sorted((first_end[g] for g in grams), reverse=True)
+        stack += [(child, g) for child, g in zip(trie.children(node), grams)]
 
 
 def test_longest_match_is_the_longest_tail_with_a_continuation():
@@ -279,3 +299,27 @@ def test_a_proposal_leaves_its_match_length_for_the_acceptance_statistics():
     assert p.match_len == 2
     p.propose([1, 2, 3], 8)  # nothing repeats: no match
     assert p.match_len is None
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.integers(0, 3), min_size=2, max_size=150),
+    st.integers(3, 10),
+    st.integers(1, 24),
+    st.sampled_from([0.5, 1.0, 4.0]),
+    st.booleans(),
+)
+def test_skipping_matches_that_cannot_win_changes_no_draft(tokens, depth, cap, factor, tree):
+    """In the request's own trie a match's draft is expanded only when its bound can beat the best
+    so far: the drafts equal those of expanding every match."""
+    options = SpecOptions(
+        "suffix", tree=tree, suffix_max_depth=depth, spec_max_factor=factor, spec_min_prob=0.0
+    )
+    proposer = SuffixProposer(options)
+    for end in range(2, len(tokens) + 1, 7):
+        proposer.accepted(tokens[:end])
+        tails, trie = proposer._tails, proposer.local
+        longest = next((m for m in range(len(tails) - 1, 0, -1) if trie.continues(tails[m])), 0)
+        pruned = best_draft(trie, tails.__getitem__, longest, cap, options, True)
+        every = best_draft(trie, tails.__getitem__, longest, cap, options, False)
+        assert pruned == every

@@ -69,13 +69,16 @@ class SuffixTrie:
         if not 0 <= token < STRIDE:
             raise ValueError(f"token ids must be in [0, 2**32); got {token}")
         self.count[ROOT] += 1
+        edges, count = self._edges, self.count
         new_tails = [ROOT]
-        for node in tails:
-            child = self._edges.get(node * STRIDE + token)
+        for i, node in enumerate(tails):
+            child = edges.get(node * STRIDE + token)
             if child is None:
-                child = self._new_node(node, token)
-            else:
-                self.count[child] += 1
+                # the longer tails' n-grams end in this new one (tails grow by one token each):
+                # new as well
+                new_tails += self._new_nodes(tails[i:], token)
+                break
+            count[child] += 1
             new_tails.append(child)
         return new_tails[: self.depth]  # the depth-D n-gram is counted, not a tail
 
@@ -121,6 +124,27 @@ class SuffixTrie:
     def continues(self, node: int) -> bool:
         """Whether `node` has a child (its n-gram was followed by something)."""
         return self._first[node] >= 0
+
+    def _new_nodes(self, parents: list[int], token: int) -> list[int]:
+        """`_new_node` for each parent (distinct nodes), the columns grown at once."""
+        if self._free:
+            return [self._new_node(parent, token) for parent in parents]
+        n, start = len(parents), len(self.token)
+        self.token.extend([token] * n)
+        self.parent.extend(parents)
+        self.count.extend([1] * n)
+        self._first.extend([-1] * n)
+        self._prev.extend([-1] * n)
+        first, prev, edges, siblings = self._first, self._prev, self._edges, []
+        for node, parent in enumerate(parents, start):
+            sibling = first[parent]  # the new node becomes the parent's newest child
+            siblings.append(sibling)
+            if sibling >= 0:
+                prev[sibling] = node
+            first[parent] = node
+            edges[parent * STRIDE + token] = node
+        self._next.extend(siblings)
+        return list(range(start, start + n))
 
     def _new_node(self, parent: int, token: int) -> int:
         if self._free:
@@ -203,27 +227,27 @@ def expand(trie: SuffixTrie, node: int, levels: int, size: int, min_prob: float,
             probs.append(p)
             node = best
         return tokens, parents, probs
-    heap: list[tuple[float, int, int, int, int]] = []  # (-p, order, trie node, parent, level)
-    order = 0
-
-    def offer(at: int, p: float, draft_parent: int, level: int) -> None:
-        nonlocal order
-        if level >= levels:
-            return
-        for kid in trie.children(at):
-            q = p * count[kid] / count[at]
-            if q >= min_prob:
-                heapq.heappush(heap, (-q, order, kid, draft_parent, level + 1))
-                order += 1
-
-    offer(node, 1.0, -1, 0)
-    while heap and len(tokens) < size:
-        neg_p, _, kid, draft_parent, level = heapq.heappop(heap)
-        tokens.append(trie.token[kid])
-        parents.append(draft_parent)
+    # best first: (-p, order, trie node, draft parent, level); children are read straight off the
+    # sibling lists (newest first, as `children`): this loop runs for every match length tried
+    first, after, token_of = trie._first, trie._next, trie.token
+    heap: list[tuple[float, int, int, int, int]] = []
+    order, at, p, here, level = 0, node, 1.0, -1, 0
+    while True:
+        if level < levels:
+            kid, total = first[at], count[at]
+            while kid >= 0:
+                q = p * count[kid] / total
+                if q >= min_prob:
+                    heapq.heappush(heap, (-q, order, kid, here, level + 1))
+                    order += 1
+                kid = after[kid]
+        if not heap or len(tokens) >= size:
+            return tokens, parents, probs
+        neg_p, _, at, parent, level = heapq.heappop(heap)
+        tokens.append(token_of[at])
+        parents.append(parent)
         probs.append(-neg_p)
-        offer(kid, -neg_p, len(tokens) - 1, level)
-    return tokens, parents, probs
+        p, here = -neg_p, len(tokens) - 1
 
 
 def best_draft(
@@ -232,25 +256,41 @@ def best_draft(
     longest: int,
     cap: int,
     options: SpecOptions,
+    holds_context: bool = False,
 ) -> Draft:
     """The best-scoring draft over match lengths longest, longest-1, ...: `node_of(m)` is the trie
     node of the context's last m tokens. Ties go to the longer match; stops once size(m) cannot
-    beat the best score."""
-    best = NO_DRAFT
+    beat the best score.
+
+    holds_context: the trie holds the context itself (the request's own trie), so count(v) counts
+    the context's own occurrence, which has no continuation yet: each level's p then sum to at
+    most (count(v) - 1) / count(v), a draft's score to min(size, levels) times that, and a match
+    whose bound cannot beat the best score is not expanded."""
+    best_score, best = 0.0, None
     for m in range(longest, 0, -1):
         size = draft_size(m, cap, options.spec_max_factor, options.spec_offset)
-        if size <= best.score:
+        if size <= best_score:
             break  # size(m) only shrinks with m
         levels = trie.depth - m
+        if min(size, levels) <= best_score:
+            continue
         node = node_of(m)
-        if min(size, levels) <= best.score or node is None:
+        if node is None:
+            continue
+        seen = trie.count[node]
+        # the bound, with room for the float rounding of the p's products: never skips a winner
+        if holds_context and min(size, levels) * (seen - 1) / seen < best_score - 1e-9:
             continue
         tokens, parents, probs = expand(
             trie, node, levels, size, options.spec_min_prob, options.tree
         )
-        if sum(probs) > best.score:
-            best = Draft(DraftTree(tokens, parents), tuple(probs), m)
-    return best
+        score = sum(probs)
+        if score > best_score:
+            best_score, best = score, (tokens, parents, probs, m)
+    if best is None:
+        return NO_DRAFT
+    tokens, parents, probs, m = best
+    return Draft(DraftTree(tokens, parents), tuple(probs), m)
 
 
 def longest_match(trie: SuffixTrie, context: Sequence[int]) -> int:
@@ -348,7 +388,7 @@ class SuffixProposer:
         tails = self._tails
         local = self.local
         longest = next((m for m in range(len(tails) - 1, 0, -1) if local.continues(tails[m])), 0)
-        best = best_draft(local, tails.__getitem__, longest, cap, self.options)
+        best = best_draft(local, tails.__getitem__, longest, cap, self.options, True)
         if self.shared is not None:
             trie, n = self.shared.trie, len(context)
             found = best_draft(
