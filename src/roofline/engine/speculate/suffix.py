@@ -126,48 +126,28 @@ class SuffixTrie:
         return self._first[node] >= 0
 
     def _new_nodes(self, parents: list[int], token: int) -> list[int]:
-        """`_new_node` for each parent (distinct nodes), the columns grown at once."""
-        if self._free:
-            return [self._new_node(parent, token) for parent in parents]
-        n, start = len(parents), len(self.token)
-        self.token.extend([token] * n)
-        self.parent.extend(parents)
-        self.count.extend([1] * n)
-        self._first.extend([-1] * n)
-        self._prev.extend([-1] * n)
-        first, prev, edges, siblings = self._first, self._prev, self._edges, []
-        for node, parent in enumerate(parents, start):
-            sibling = first[parent]  # the new node becomes the parent's newest child
-            siblings.append(sibling)
+        """A new child `token` under each of `parents` (distinct nodes), each its parent's newest
+        child: freed indices first, then new ones, the columns grown at once."""
+        free, count = self._free, self.count
+        first, after, before, edges = self._first, self._next, self._prev, self._edges
+        nodes = [free.pop() for _ in range(min(len(free), len(parents)))]
+        for node, parent in zip(nodes, parents):
+            self.token[node], self.parent[node], count[node] = token, parent, 1
+            first[node] = before[node] = -1
+        start, fresh = len(self.token), len(parents) - len(nodes)
+        self.token.extend([token] * fresh)
+        self.parent.extend(parents[len(nodes) :])
+        count.extend([1] * fresh)
+        for column in (first, after, before):
+            column.extend([-1] * fresh)
+        nodes += range(start, start + fresh)
+        for node, parent in zip(nodes, parents):
+            sibling = after[node] = first[parent]
             if sibling >= 0:
-                prev[sibling] = node
+                before[sibling] = node
             first[parent] = node
             edges[parent * STRIDE + token] = node
-        self._next.extend(siblings)
-        return list(range(start, start + n))
-
-    def _new_node(self, parent: int, token: int) -> int:
-        if self._free:
-            node = self._free.pop()
-        else:
-            node = len(self.token)
-            for column in (
-                self.token,
-                self.parent,
-                self.count,
-                self._first,
-                self._next,
-                self._prev,
-            ):
-                column.append(-1)
-        self.token[node], self.parent[node], self.count[node] = token, parent, 1
-        self._first[node], self._prev[node] = -1, -1
-        sibling = self._next[node] = self._first[parent]
-        if sibling >= 0:
-            self._prev[sibling] = node
-        self._first[parent] = node
-        self._edges[parent * STRIDE + token] = node
-        return node
+        return nodes
 
     def _unlink(self, node: int) -> None:
         parent, before, after = self.parent[node], self._prev[node], self._next[node]
@@ -388,7 +368,7 @@ class SuffixProposer:
         tails = self._tails
         local = self.local
         longest = next((m for m in range(len(tails) - 1, 0, -1) if local.continues(tails[m])), 0)
-        best = best_draft(local, tails.__getitem__, longest, cap, self.options, True)
+        best = best_draft(local, tails.__getitem__, longest, cap, self.options, holds_context=True)
         if self.shared is not None:
             trie, n = self.shared.trie, len(context)
             found = best_draft(
