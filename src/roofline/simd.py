@@ -66,6 +66,16 @@ def _fold_many(builder, vectors):
     """[`_fold`(v, 16) for v in vectors], the same adds on the same lanes, several vectors per
     instruction: each level halves every sum's lanes, two vectors' halves packed into one (a
     vector of g groups of l lanes, g l = 16, becomes two vectors' 2g groups of l/2 lanes)."""
+    out = {}
+    for v, groups in _fold_packed(builder, vectors):
+        for lane, k in enumerate(groups):
+            out.setdefault(k, builder.extract_element(v, ir.Constant(ir.IntType(32), lane)))
+    return [out[k] for k in range(len(vectors))]
+
+
+def _fold_packed(builder, vectors):
+    """`_fold_many`'s sums left packed: [(vector, [which sum each lane holds])]; sixteen vectors
+    end as one, lane k holding the sum of vectors[k]."""
     i32 = ir.IntType(32)
     level = [(v, [k]) for k, v in enumerate(vectors)]  # (vector, which sum each group holds)
     lanes = _WIDTH
@@ -85,11 +95,7 @@ def _fold_many(builder, vectors):
             ]
             nxt.append((builder.fadd(pick[0], pick[1], flags=_KEEP), gx + gy))
         level, lanes = nxt, h
-    out = {}
-    for v, groups in level:
-        for lane, k in enumerate(groups):
-            out.setdefault(k, builder.extract_element(v, ir.Constant(i32, lane)))
-    return [out[k] for k in range(len(vectors))]
+    return level
 
 
 _ELEMENT = {types.float32: _F32, types.uint16: ir.IntType(16), types.int8: ir.IntType(8)}
@@ -142,6 +148,24 @@ def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None, partials=
     runtime values: each 16-lane block of the main loop hints lines base, base + 64, ... (up to
     `lines` of them, a given number per block: `simd_memory.emit_hints`), so that memory streams
     while the block computes."""
+    joined, n64, loads_a, step = _emit_main(builder, n, loads_a, loads_b, split, hints, partials)
+    # one a: each sum folded alone, in narrowing halves (cheaper than full-width packing, which
+    # made one-row passes 3-10% slower)
+    folded = (
+        _fold_many(builder, joined)
+        if len(loads_a) > 1
+        else [_fold(builder, v, _WIDTH) for v in joined]
+    )
+    x = len(loads_b)
+    return [
+        _emit_rest(builder, n, n64, folded[w * x : (w + 1) * x], load_a, loads_b, step)
+        for w, load_a in enumerate(loads_a)
+    ]
+
+
+def _emit_main(builder, n, loads_a, loads_b, split, hints, partials):
+    """`_emit_block`'s main loop over i < n - n % 64: (each sum's 16-lane vector, a by a then b by
+    b; n64; the a loaders as (i, off, lanes); the accumulating step)."""
     if not split:
         plains = loads_a
 
@@ -191,18 +215,7 @@ def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None, partials=
                     flags=_KEEP,
                 )
             )
-    # one a: each sum folded alone, in narrowing halves (cheaper than full-width packing, which
-    # made one-row passes 3-10% slower)
-    folded = (
-        _fold_many(builder, joined)
-        if len(loads_a) > 1
-        else [_fold(builder, v, _WIDTH) for v in joined]
-    )
-    x = len(loads_b)
-    return [
-        _emit_rest(builder, n, n64, folded[w * x : (w + 1) * x], load_a, loads_b, step)
-        for w, load_a in enumerate(loads_a)
-    ]
+    return joined, n64, loads_a, step
 
 
 def _emit_rest(builder, n, n64, folded, load_a, loads_b, step):
@@ -318,39 +331,7 @@ def dot_block(typingctx, a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hi
     result = types.UniTuple(types.float32, m_a * m_b)
 
     def codegen(context, builder, sig, args):
-        a_ty, ia_ty, sa_ty, b_ty, ib_ty, sb_ty, n_ty, _, _, hint_ty, lines_ty, _ = sig.args
-
-        def rows(ty, ary, start, start_ty, stride, stride_ty, count, dtype):
-            start = context.cast(builder, start, start_ty, types.intp)
-            stride = context.cast(builder, stride, stride_ty, types.intp)
-            return [
-                _loader(
-                    builder,
-                    dtype,
-                    _flat_pointer(
-                        context,
-                        builder,
-                        ty,
-                        ary,
-                        types.intp,
-                        builder.add(start, builder.mul(stride, ir.Constant(_I64, r))),
-                    ),
-                )
-                for r in range(count)
-            ]
-
-        loads_a = rows(a_ty, args[0], args[1], ia_ty, args[2], sa_ty, m_a, a_ty.dtype)
-        loads_b = rows(b_ty, args[3], args[4], ib_ty, args[5], sb_ty, m_b, types.float32)
-        data = context.make_array(a_ty)(context, builder, args[0]).data
-        first = context.cast(builder, args[9], hint_ty, types.intp)
-        hints = (
-            builder.gep(builder.bitcast(data, ir.IntType(8).as_pointer()), [first]),
-            context.cast(builder, args[10], lines_ty, types.intp),
-            per.literal_value,
-        )
-        if isinstance(lines_ty, types.IntegerLiteral) and lines_ty.literal_value == 0:
-            hints = None  # none asked for: no hint code in the loop
-        n_v = context.cast(builder, args[6], n_ty, types.intp)
+        loads_a, loads_b, hints, n_v = _block_operands(context, builder, sig, args, m_a, m_b)
         sums = _emit_block(builder, n_v, loads_a, loads_b, hints=hints, partials=1)
         return context.make_tuple(builder, result, [v for per_a in sums for v in per_a])
 
@@ -361,3 +342,41 @@ def _host_has(feature: str) -> bool:
     import llvmlite.binding as llvm
 
     return ("+" + feature) in llvm.get_host_cpu_features().flatten().split(",")
+
+
+def _block_operands(context, builder, sig, args, m_a, m_b):
+    """`dot_block`'s operands from its first twelve arguments: (a row loaders, b row loaders,
+    hints or None, n as intp)."""
+    a_ty, ia_ty, sa_ty, b_ty, ib_ty, sb_ty, n_ty, _, _, hint_ty, lines_ty, per_ty = sig.args[:12]
+
+    def rows(ty, ary, start, start_ty, stride, stride_ty, count, dtype):
+        start = context.cast(builder, start, start_ty, types.intp)
+        stride = context.cast(builder, stride, stride_ty, types.intp)
+        return [
+            _loader(
+                builder,
+                dtype,
+                _flat_pointer(
+                    context,
+                    builder,
+                    ty,
+                    ary,
+                    types.intp,
+                    builder.add(start, builder.mul(stride, ir.Constant(_I64, r))),
+                ),
+            )
+            for r in range(count)
+        ]
+
+    loads_a = rows(a_ty, args[0], args[1], ia_ty, args[2], sa_ty, m_a, a_ty.dtype)
+    loads_b = rows(b_ty, args[3], args[4], ib_ty, args[5], sb_ty, m_b, types.float32)
+    data = context.make_array(a_ty)(context, builder, args[0]).data
+    first = context.cast(builder, args[9], hint_ty, types.intp)
+    hints = (
+        builder.gep(builder.bitcast(data, ir.IntType(8).as_pointer()), [first]),
+        context.cast(builder, args[10], lines_ty, types.intp),
+        per_ty.literal_value,
+    )
+    if isinstance(lines_ty, types.IntegerLiteral) and lines_ty.literal_value == 0:
+        hints = None  # none asked for: no hint code in the loop
+    return loads_a, loads_b, hints, context.cast(builder, args[6], n_ty, types.intp)

@@ -78,11 +78,14 @@ def test_bf16_widening_is_exact():
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
 @pytest.mark.parametrize("k", [2, 7, 16, 18])
-def test_k_row_matvec_is_bit_identical_to_one_row(rng, dtype, k):
-    # 101 rows of 577: tiles of whole 4-row blocks and single rows; a main loop, middle and tail;
-    # k past 4 takes the tiled kernel (groups of four x rows and a partial group), with accumulate
-    w, scale, _ = kernel_weights(rng.standard_normal((101, 577), dtype=np.float32), dtype)
-    x = rng.standard_normal((k, 577), dtype=np.float32)
+@pytest.mark.parametrize("n_in", [577, 576])
+def test_k_row_matvec_is_bit_identical_to_one_row(rng, dtype, k, n_in):
+    # 101 rows: tiles of whole 4-row blocks and single rows; 577 columns: a main loop, middle and
+    # tail; 576: the main loop alone, where 4-row blocks store each x row's sums as one piece
+    # (`simd_blocks`); k past 4 takes the tiled kernel (groups of four x rows and a partial
+    # group), with accumulate
+    w, scale, _ = kernel_weights(rng.standard_normal((101, n_in), dtype=np.float32), dtype)
+    x = rng.standard_normal((k, n_in), dtype=np.float32)
     start = rng.standard_normal((k, 101), dtype=np.float32)
     many, summed = np.empty((k, 101), np.float32), start.copy()
     layer_kernels.matvec_rows(w, scale, x, many, 0, 101, False)

@@ -61,9 +61,9 @@ def test_products_on_stored_rows_equal_the_float32_kernel_bit_for_bit(fmt):
         raw, dense = _rows(fmt, rows, n, rng)
         codes = np.full(rows, code, np.uint8)
         widened = np.empty((rows, n), np.float32)
-        from roofline.engine import matrices
+        from roofline.engine import widened_rows
 
-        matrices.stored_rows_f32(raw, codes, widened)
+        widened_rows.stored_rows_f32(raw, codes, widened)
         assert np.array_equal(widened.view(np.uint32), dense.view(np.uint32)), (
             f"{fmt} n={n}: widening differs"
         )

@@ -35,7 +35,7 @@ from roofline.engine.layer_kernels import (
     rms_norm,
     silu_mul,
 )
-from roofline.engine.matrices import embed_into
+from roofline.engine.widened_rows import embed_into
 
 PHASES_PER_LAYER = 6
 LINE = 8  # int64 counters per cache line: each counter gets a line of its own

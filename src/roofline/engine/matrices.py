@@ -5,9 +5,9 @@
                                         (block_formats); the value is the row's format code
                                         (uint8); n_in is the activations' width
 
-Stacks over layers add a leading axis to both. numba specialises on the dtypes: `matvec` and
-`embed_into` have one body per kind; stored rows go through `block_simd` (widened in registers,
-then the float32 order).
+Stacks over layers add a leading axis to both. numba specialises on the dtypes: `matvec` has one
+body per kind; stored rows go through `block_simd` (widened in registers, then the float32 order).
+Whole rows as float32 (embeddings, the prefill's operands) are `widened_rows`'.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from numba.extending import intrinsic, overload
 
 from roofline import simd, simd_memory
 from roofline.engine import block_simd
+from roofline.simd_blocks import dot_block_into
 
 # fastmath lets LLVM vectorise element-wise loops; reductions take their order from `simd` instead.
 # error_model="numpy": float division without Python's zero check, which would block vectorisation.
@@ -241,7 +242,19 @@ def _block_into_overload(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hin
             d = simd.dot_block(w, o * n, n, x, r * s, s, n, na, nb, 0, 0, 1)
         store_sums(out, r, o, d, scale, nb, accumulate)
 
-    return impl
+    if na != 4:
+        return impl
+
+    # four weight rows (always hinted by their callers): each x row's four sums stored as one
+    # piece (`simd_blocks`)
+    def four(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hint, lines, per_step):
+        n, s, m = w.shape[1], x.shape[1], out.shape[1]
+        dot_block_into(
+            w, o * n, n, x, r * s, s, n, 4, nb, hint, lines, per, out, r * m + o, m, scale, o,
+            accumulate,
+        )  # fmt: skip
+
+    return four
 
 
 def _block_of(w, scale, x, out, o, r, a_rows, m, accumulate, hint, lines):
@@ -350,11 +363,18 @@ def _plain_tile(w, scale, x, out, o0, o1, accumulate):
     groups, blocks = (k + 3) // 4, (o1 - o0) // 4 + (o1 - o0) % 4
     ahead, tile_bytes, steps, step = o1 * row_bytes, (o1 - o0) * row_bytes, groups * blocks, 0
     size = w.size * w.itemsize
+    # a block's share of the next tile is 4 / groups lines per 16-lane step: two slots a step
+    # hint it in the block's first steps, and past three groups the hints bunched there stalled
+    # on full miss buffers while the rest of the block left memory idle; one a step spreads them
+    even = groups >= 4
     for g in range(k // 4):
         o = o0
         while o + 4 <= o1:
             lo, lines = _tile_share(ahead, tile_bytes, steps, step, size)
-            block_into(w, scale, x, out, o, 4 * g, 4, 4, accumulate, lo, lines, 2)
+            if even:
+                block_into(w, scale, x, out, o, 4 * g, 4, 4, accumulate, lo, lines, 1)
+            else:
+                block_into(w, scale, x, out, o, 4 * g, 4, 4, accumulate, lo, lines, 2)
             o += 4
             step += 1
         for q in range(o, o1):
@@ -369,44 +389,3 @@ def _plain_tile(w, scale, x, out, o0, o1, accumulate):
             _plain_block(w, scale, x, out, o, r, k - r, rows, accumulate, lo, lines)
             o += rows
             step += 1
-
-
-def embed_into(embed, embed_scale, token, x, r):
-    """x[r] = the embedding row of `token` as float32."""
-    raise NotImplementedError
-
-
-@overload(embed_into, jit_options=_OVERLOAD)
-def _embed_into_overload(embed, embed_scale, token, x, r):
-    if _stored(embed):
-
-        def stored(embed, embed_scale, token, x, r):  # embed_scale: the rows' format codes
-            n = x.shape[1]
-            block_simd.stored_row(embed, token * embed.shape[1], embed_scale[token], n, x, r * n)
-
-        return stored
-
-    def plain(embed, embed_scale, token, x, r):
-        s = embed_scale[token]
-        for i in range(x.shape[1]):
-            x[r, i] = widen(embed[token, i]) * s
-
-    return plain
-
-
-@njit(**_JIT)
-def stored_rows_f32(w, fmt, out):
-    """out (rows, n_in) float32 = every row of a stored matrix widened (the prefill's GEMM operand).
-    One thread (nogil: callers split rows over Python threads). Not a numba parallel region: a
-    process whose first OpenMP region is numba's ran torch's 2-thread GEMMs to other bits than one
-    whose first is torch's, and the fp32 path's first is torch's."""
-    n = out.shape[1]
-    for o in range(w.shape[0]):
-        block_simd.stored_row(w, o * w.shape[1], fmt[o], n, out, o * n)
-
-
-@njit(**_JIT)
-def embed_rows(embed, embed_scale, tokens, x):
-    """x[r] = the embedding row of tokens[r], for every r."""
-    for r in range(tokens.shape[0]):
-        embed_into(embed, embed_scale, tokens[r], x, r)

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from roofline.engine import layer_kernels, matrices
+from roofline.engine import layer_kernels, widened_rows
 from roofline.engine.block_formats import BLOCK_FORMATS
 from roofline.engine.config import ModelConfig
 from roofline.engine.kv_cache import KEY_BLOCK
@@ -53,7 +53,7 @@ def _torch(a: np.ndarray) -> torch.Tensor:
 
 class _Widener:
     """float32 (out, in) views of one packed matrix at a time: fp32 as stored, bf16 and int8 widened
-    (int8 times its row scales) and stored rows (`matrices`) widened by the decode kernels' own
+    (int8 times its row scales) and stored rows (`widened_rows`) widened by the decode kernels' own
     loaders, into a scratch buffer that is reused for every matrix; F32 rows are read in place. Its
     Python threads also split other row-wise kernels (`split_rows`)."""
 
@@ -81,7 +81,7 @@ class _Widener:
 
     def _widen_stored(self, rows: np.ndarray, codes: np.ndarray, out: np.ndarray) -> None:
         self.split_rows(
-            lambda a, b: matrices.stored_rows_f32(rows[a:b], codes[a:b], out[a:b]), len(rows)
+            lambda a, b: widened_rows.stored_rows_f32(rows[a:b], codes[a:b], out[a:b]), len(rows)
         )
 
     def close(self) -> None:
@@ -112,7 +112,7 @@ def embeddings(w: DecodeWeights, token_ids: np.ndarray) -> np.ndarray:
     """(T, hidden) float32 rows of the embedding table (widened, times their row scales)."""
     if w.embed.dtype == np.uint8:  # stored rows
         x = np.empty((token_ids.shape[0], w.attn_norm.shape[1]), np.float32)
-        matrices.embed_rows(w.embed, w.embed_scale, token_ids, x)
+        widened_rows.embed_rows(w.embed, w.embed_scale, token_ids, x)
         return x
     x = (
         w.embed[token_ids].astype(np.float32)
