@@ -149,6 +149,11 @@ def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None, partials=
     `lines` of them, a given number per block: `simd_memory.emit_hints`), so that memory streams
     while the block computes."""
     joined, n64, loads_a, step = _emit_main(builder, n, loads_a, loads_b, split, hints, partials)
+    return _emit_finish(builder, n, n64, joined, loads_a, loads_b, step)
+
+
+def _emit_finish(builder, n, n64, joined, loads_a, loads_b, step):
+    """`_emit_block`'s sums from `_emit_main`'s: folded, then each a's middle and tail."""
     # one a: each sum folded alone, in narrowing halves (cheaper than full-width packing, which
     # made one-row passes 3-10% slower)
     folded = (

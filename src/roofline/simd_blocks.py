@@ -21,11 +21,10 @@ from roofline.simd import (
     _WEIGHTS,
     _block_operands,
     _contiguous,
+    _emit_finish,
     _emit_main,
-    _emit_rest,
     _flat_pointer,
     _fma,
-    _fold_many,
     _fold_packed,
     _vec,
 )
@@ -103,12 +102,10 @@ def dot_block_into(
                     pick = ir.Constant(_vec(_ROWS, ir.IntType(32)), lanes)
                     d = builder.shuffle_vector(v, v, pick)
                     put(builder.bitcast(row(r), piece.as_pointer()), d, s_piece)
-            with rest_path:
-                folded = _fold_many(builder, joined)
-                for w, load_a in enumerate(loads_a):
-                    sums = folded[w * m_b : (w + 1) * m_b]
-                    totals = _emit_rest(builder, n_v, n64, sums, load_a, loads_b, step)
-                    for r, total in enumerate(totals):
+            with rest_path:  # `simd.dot_block`'s sums, stored one by one
+                totals = _emit_finish(builder, n_v, n64, joined, loads_a, loads_b, step)
+                for w, per_w in enumerate(totals):
+                    for r, total in enumerate(per_w):
                         put(builder.gep(row(r), [ir.Constant(_I64, w)]), total, s_each[w])
         return context.get_dummy_value()
 
