@@ -18,8 +18,10 @@ from numba import njit, types
 from numba.extending import intrinsic, overload
 
 from roofline import simd, simd_memory
-from roofline.engine import block_simd
+from roofline.engine import block_simd, kernel_cache
 from roofline.simd_blocks import dot_block_into
+
+kernel_cache.install()  # before any kernel is decorated (the others import _JIT from here)
 
 # fastmath lets LLVM vectorise element-wise loops; reductions take their order from `simd` instead.
 # error_model="numpy": float division without Python's zero check, which would block vectorisation.

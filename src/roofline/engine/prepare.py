@@ -62,9 +62,10 @@ def _key(model: Path, dtype: str) -> str:
     import numba
 
     from roofline import __version__
+    from roofline.engine.kernel_cache import kernel_sources
 
     st = model.stat()
-    sources = sorted(ENGINE_DIR.rglob("*.py")) + sorted(ENGINE_DIR.parent.glob("simd*.py"))
+    sources = kernel_sources()
     parts = {
         "roofline": __version__,
         "python": sys.version,
