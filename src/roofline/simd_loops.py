@@ -91,29 +91,42 @@ def silu_block(typingctx, gate_up, ig, iu, e, out, io):
 SCORE_TILE = 4  # key blocks (of 16 positions) per `block_scores` call
 
 
+def _offsets(tup) -> bool:
+    return isinstance(tup, types.UniTuple) and isinstance(tup.dtype, types.Integer)
+
+
+def _pointers(context, builder, ary_ty, ary, tup_ty, tup):
+    """Pointers to the elements at the flat indices of a tuple of ints."""
+    return [
+        _flat_pointer(context, builder, ary_ty, ary, tup_ty.dtype, v)
+        for v in cgutils.unpack_tuple(builder, tup, tup_ty.count)
+    ]
+
+
 @intrinsic
-def block_scores(typingctx, keys, k_off, head_dim, q, q_a, q_b, scale, out, o_a, o_b):
-    """Scores of query heads h = a, b (a == b for one) over SCORE_TILE key blocks of 16 positions,
-    keys.flat[k_off:] laid out (block, head_dim, 16); for m < SCORE_TILE, t < 16, with d = head_dim:
+def block_scores(typingctx, keys, k_off, head_dim, q, q_offs, scale, out, o_offs):
+    """Scores of query heads h (q_offs: a tuple, each head's flat offset in q; o_offs: where its
+    scores go in out) over SCORE_TILE key blocks of 16 positions, keys.flat[k_off:] laid out
+    (block, head_dim, 16); for m < SCORE_TILE, t < 16, with d = head_dim:
 
         out.flat[o_h + 16 m + t] = sum_i (q.flat[q_h + i] scale) keys.flat[k_off + (m d + i) 16 + t]
 
-    summed over i from 0, fused. Eight independent 16-lane sums hide the FMA latency, and each key
-    row is loaded once for both heads.
+    summed over i from 0, fused. SCORE_TILE independent 16-lane sums a head hide the FMA latency,
+    and each key row is loaded once for all the heads (up to four: 16 sums in registers).
     """
-    if not _float32_arrays(keys, q, out):
+    if not (_float32_arrays(keys, q, out) and _offsets(q_offs) and _offsets(o_offs)):
+        return None
+    if q_offs.count != o_offs.count:
         return None
 
     def codegen(context, builder, sig, args):
-        (keys_ty, koff_ty, hd_ty, q_ty, qa_ty, qb_ty, sc_ty, out_ty, oa_ty, ob_ty) = sig.args
+        (keys_ty, koff_ty, hd_ty, q_ty, qo_ty, sc_ty, out_ty, oo_ty) = sig.args
         kbase = _flat_pointer(context, builder, keys_ty, args[0], koff_ty, args[1])
         hd = context.cast(builder, args[2], hd_ty, types.intp)
-        qa = _flat_pointer(context, builder, q_ty, args[3], qa_ty, args[4])
-        qb = _flat_pointer(context, builder, q_ty, args[3], qb_ty, args[5])
-        scale = context.cast(builder, args[6], sc_ty, types.float32)
+        qp = _pointers(context, builder, q_ty, args[3], qo_ty, args[4])
+        scale = context.cast(builder, args[5], sc_ty, types.float32)
         accs = [
-            [cgutils.alloca_once_value(builder, _ZERO16) for _ in range(SCORE_TILE)]
-            for _ in range(2)
+            [cgutils.alloca_once_value(builder, _ZERO16) for _ in range(SCORE_TILE)] for _ in qp
         ]
         with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), hd, ir.Constant(_I64, 1)) as (
             i,
@@ -123,17 +136,16 @@ def block_scores(typingctx, keys, k_off, head_dim, q, q_a, q_b, scale, out, o_a,
                 _splat16(
                     builder, builder.fmul(builder.load(builder.gep(p, [i])), scale, flags=_KEEP)
                 )
-                for p in (qa, qb)
+                for p in qp
             ]
             for m in range(SCORE_TILE):
                 row = builder.mul(
                     builder.add(builder.mul(ir.Constant(_I64, m), hd), i), ir.Constant(_I64, _WIDTH)
                 )
                 k = _vload16(builder, builder.gep(kbase, [row]))
-                for h in range(2):
+                for h in range(len(qp)):
                     builder.store(_fma(builder, qs[h], k, builder.load(accs[h][m])), accs[h][m])
-        for h, (o_ty, o_v) in enumerate(((oa_ty, args[8]), (ob_ty, args[9]))):
-            obase = _flat_pointer(context, builder, out_ty, args[7], o_ty, o_v)
+        for h, obase in enumerate(_pointers(context, builder, out_ty, args[6], oo_ty, args[7])):
             for m in range(SCORE_TILE):
                 dst = builder.bitcast(
                     builder.gep(obase, [ir.Constant(_I64, m * _WIDTH)]), _vec(_WIDTH).as_pointer()
@@ -141,39 +153,38 @@ def block_scores(typingctx, keys, k_off, head_dim, q, q_a, q_b, scale, out, o_a,
                 builder.store(builder.load(accs[h][m]), dst, align=4)
         return context.get_dummy_value()
 
-    return types.none(keys, k_off, head_dim, q, q_a, q_b, scale, out, o_a, o_b), codegen
+    return types.none(keys, k_off, head_dim, q, q_offs, scale, out, o_offs), codegen
 
 
 @intrinsic
-def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_a, p_b, out, o_a, o_b, accumulate):
-    """For heads h = a, b and i < head_dim, summed over t < n from 0, fused:
+def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_offs, out, o_offs, accumulate):
+    """For heads h (p_offs: a tuple, each head's flat offset in p; o_offs: its output's in out) and
+    i < head_dim, summed over t < n from 0, fused:
 
         out.flat[o_h + i] = sum_t p.flat[p_h + t] * values.flat[v_off + t head_dim + i]
 
-    Columns in slices of 64 (then 16, then 1): up to eight independent 16-lane sums. accumulate:
-    start from out's values instead of 0, so a run split in two calls (t < m, then t >= m) gives
-    exactly the one-call result (each sum is one FMA chain over t either way).
+    Columns in slices of 64 (then 16, then 1): four independent 16-lane sums a head, each value
+    row loaded once for all the heads (up to four). accumulate: start from out's values instead
+    of 0, so a run split in two calls (t < m, then t >= m) gives exactly the one-call result (each
+    sum is one FMA chain over t either way).
     """
-    if not _float32_arrays(values, p, out):
+    if not (_float32_arrays(values, p, out) and _offsets(p_offs) and _offsets(o_offs)):
+        return None
+    if p_offs.count != o_offs.count:
         return None
 
     def codegen(context, builder, sig, args):
-        (v_ty, voff_ty, n_ty, hd_ty, p_ty, pa_ty, pb_ty, out_ty, oa_ty, ob_ty, acc_ty) = sig.args
-        resume = context.cast(builder, args[10], acc_ty, types.boolean)
+        (v_ty, voff_ty, n_ty, hd_ty, p_ty, po_ty, out_ty, oo_ty, acc_ty) = sig.args
+        resume = context.cast(builder, args[8], acc_ty, types.boolean)
         vbase = _flat_pointer(context, builder, v_ty, args[0], voff_ty, args[1])
         n_v = context.cast(builder, args[2], n_ty, types.intp)
         hd = context.cast(builder, args[3], hd_ty, types.intp)
-        ps = [
-            _flat_pointer(context, builder, p_ty, args[4], t, a)
-            for t, a in ((pa_ty, args[5]), (pb_ty, args[6]))
-        ]
-        outs = [
-            _flat_pointer(context, builder, out_ty, args[7], t, a)
-            for t, a in ((oa_ty, args[8]), (ob_ty, args[9]))
-        ]
+        ps = _pointers(context, builder, p_ty, args[4], po_ty, args[5])
+        outs = _pointers(context, builder, out_ty, args[6], oo_ty, args[7])
+        heads = range(len(ps))
 
         def columns(c0, width, lanes):
-            """Columns [c0, c0 + lanes width) of both heads (lanes 16, or 1 for scalars)."""
+            """Columns [c0, c0 + lanes width) of every head (lanes 16, or 1 for scalars)."""
             zero = _ZERO16 if lanes > 1 else ir.Constant(_F32, 0.0)
 
             def start(h, c):
@@ -184,7 +195,7 @@ def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_a, p_b, out, o_a, 
                     builder.store(builder.load(src, align=4), slot)
                 return slot
 
-            accs = [[start(h, c) for c in range(width)] for h in range(2)]
+            accs = [[start(h, c) for c in range(width)] for h in heads]
             with cgutils.for_range_slice(
                 builder, ir.Constant(_I64, 0), n_v, ir.Constant(_I64, 1)
             ) as (t, _):
@@ -194,9 +205,9 @@ def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_a, p_b, out, o_a, 
                 for c in range(width):
                     src = builder.gep(vbase, [builder.add(row, ir.Constant(_I64, c * lanes))])
                     v = _vload16(builder, src) if lanes > 1 else builder.load(src)
-                    for h in range(2):
+                    for h in heads:
                         builder.store(_fma(builder, pt[h], v, builder.load(accs[h][c])), accs[h][c])
-            for h in range(2):
+            for h in heads:
                 for c in range(width):
                     dst = builder.gep(outs[h], [builder.add(c0, ir.Constant(_I64, c * lanes))])
                     dst = builder.bitcast(dst, _vec(_WIDTH).as_pointer()) if lanes > 1 else dst
@@ -214,4 +225,5 @@ def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_a, p_b, out, o_a, 
             columns(c0, 1, 1)
         return context.get_dummy_value()
 
-    return types.none(values, v_off, n, head_dim, p, p_a, p_b, out, o_a, o_b, accumulate), codegen
+    sig = types.none(values, v_off, n, head_dim, p, p_offs, out, o_offs, accumulate)
+    return sig, codegen

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from roofline.engine import kv_cache, layer_kernels, model, weights
+from roofline.engine import attention, kv_cache, layer_kernels, model, weights
 
 
 def bf16_bits(a: np.ndarray) -> np.ndarray:
@@ -128,38 +128,25 @@ def blocked_keys(keys: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.swapaxes(full.reshape(*lead, padded // b, b, d), -1, -2))
 
 
-def attention(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out):
-    """The decode pass's attention: every unit (`attend_unit`), here in order on one thread, then
-    the merge."""
-    n_kv = v_cache.shape[2]
-    first_unit, n_chunks = layer_kernels.attention_units(positions, n_kv)
-    scores, part_out, part_max, part_sum = layer_kernels.attention_scratch(
+def attend_all(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out):
+    """The decode pass's attention: every work item (`attend_work`: runs of rows of one slot share
+    their keys and values), here in order on one thread, then the merge."""
+    n_kv, k = v_cache.shape[2], positions.shape[0]
+    first_unit, n_chunks = attention.attention_units(positions, n_kv)
+    work = attention.attention_work(slots, n_chunks, n_kv, 1)
+    scores, part_out, part_max, part_sum = attention.attention_scratch(
         first_unit[-1], n_heads // n_kv, v_cache.shape[4]
     )
-    g_k, g_v, g_s = layer_kernels.gather_scratch(1, 1, v_cache.shape[4])
-    no_tree = np.zeros((positions.shape[0], 1), dtype=np.int64)
-    for u in range(first_unit[-1]):
-        layer_kernels.attend_unit(
-            u,
-            first_unit,
-            qkv,
-            n_heads,
-            slots,
-            positions,
-            positions + 1,
-            no_tree,
-            layer,
-            k_cache,
-            v_cache,
-            scores,
-            part_out,
-            part_max,
-            part_sum,
-            g_k[0],
-            g_v[0],
-            g_s[0],
-        )
-    layer_kernels.merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out)
+    g_k, g_v, g_s = attention.gather_scratch(1, 1, v_cache.shape[4])
+    no_tree = np.zeros((k, 1), dtype=np.int64)
+    offs = np.empty((3, k * (n_heads // n_kv)), dtype=np.int64)
+    for i in range(work.shape[0]):
+        attention.attend_work(
+            i, work, first_unit, n_chunks, qkv, n_heads, slots, positions, positions + 1, no_tree,
+            layer, k_cache, v_cache, scores, part_out, part_max, part_sum, g_k[0], g_v[0], g_s[0],
+            offs,
+        )  # fmt: skip
+    attention.merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out)
 
 
 @pytest.mark.parametrize("n_heads,n_kv,d", [(4, 2, 16), (6, 2, 24), (3, 3, 80)])
@@ -174,12 +161,12 @@ def test_attention_over_cache_matches_torch(rng, n_heads, n_kv, d):
     v_cache[:, :, :, :max_len] = rng.standard_normal((3, 2, n_kv, max_len, d), dtype=np.float32)
     slots, positions, layer = (
         np.array([2, 0, 1, 1]),
-        np.array([260, 0, layer_kernels.ATTN_CHUNK - 1, layer_kernels.ATTN_CHUNK]),
+        np.array([260, 0, attention.ATTN_CHUNK - 1, attention.ATTN_CHUNK]),
         1,
     )
     qkv = rng.standard_normal((4, (n_heads + 2 * n_kv) * d), dtype=np.float32)
     out = np.empty((4, n_heads * d), np.float32)
-    attention(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out)
+    attend_all(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out)
     for r in range(4):
         n = positions[r] + 1
         q = torch.from_numpy(qkv[r, : n_heads * d].reshape(1, n_heads, d))
@@ -188,7 +175,7 @@ def test_attention_over_cache_matches_torch(rng, n_heads, n_kv, d):
         ref = model.attention(q, k, v, start=positions[r]).numpy()[0]
         np.testing.assert_allclose(out[r], ref, rtol=1e-5, atol=2e-6, err_msg=f"row {r}")
         alone = np.empty((1, n_heads * d), np.float32)
-        attention(
+        attend_all(
             qkv[r : r + 1].copy(),
             n_heads,
             slots[r : r + 1],
@@ -201,6 +188,61 @@ def test_attention_over_cache_matches_torch(rng, n_heads, n_kv, d):
         assert np.array_equal(alone[0], out[r]), (
             f"row {r}: batched attention differs from the row alone"
         )
+
+
+@pytest.mark.parametrize("threads", [1, 2, 8])
+def test_attention_work_covers_every_row_chunk_and_head_once_within_one_slot(rng, threads):
+    slots = np.array([3, 3, 3, 0, 1, 1, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 2])
+    positions = rng.integers(0, 700, size=slots.shape[0])
+    n_kv = 3
+    first_unit, n_chunks = attention.attention_units(positions, n_kv)
+    work = attention.attention_work(slots, n_chunks, n_kv, threads)
+    seen = {}
+    for lo, hi, cg in work.tolist():
+        assert lo < hi and len(set(slots[lo:hi].tolist())) == 1  # one slot's consecutive rows
+        for r in range(lo, hi):
+            if cg // n_kv < n_chunks[r]:
+                seen[first_unit[r] + cg] = seen.get(first_unit[r] + cg, 0) + 1
+    assert seen == {u: 1 for u in range(first_unit[-1])}
+    # the nine rows of slot 2 go together unless that leaves a thread too few items
+    runs = {(lo, hi) for lo, hi, _ in work.tolist() if slots[lo] == 2}
+    chunks = int(n_chunks[8:].max()) * n_kv
+    pieces = min(9, max(1, -(-attention.ITEMS_PER_THREAD * threads // chunks)))
+    assert len(runs) == -(-9 // -(-9 // pieces))
+
+
+@pytest.mark.parametrize("n_heads,n_kv,d,start", [(6, 2, 24, 300), (9, 3, 64, 190), (4, 1, 16, 5)])
+def test_a_run_of_rows_of_one_slot_gives_each_row_its_attention_alone(rng, n_heads, n_kv, d, start):
+    """Rows of one slot at consecutive positions (a verify pass's chain, a short prompt) share the
+    keys and values of their common context in one work item, four (row, head) queries at a time:
+    every row's result is bit-identical to the row alone, whatever the group and the run's length
+    (runs of 7 with 3 heads a group leave batches of one to three queries)."""
+    rows, max_len = 7, start + 7
+    keys = rng.standard_normal((2, 1, n_kv, max_len, d), dtype=np.float32)
+    k_cache = blocked_keys(keys)
+    v_cache = np.zeros((2, 1, n_kv, k_cache.shape[3] * kv_cache.KEY_BLOCK, d), np.float32)
+    v_cache[:, :, :, :max_len] = rng.standard_normal((2, 1, n_kv, max_len, d), dtype=np.float32)
+    # a run of 7 rows of slot 1, one row of slot 0 between its first two and the rest
+    slots = np.array([1, 0, *[1] * (rows - 1)])
+    positions = np.array([start, start // 2, *range(start + 1, start + rows)])
+    qkv = rng.standard_normal((rows + 1, (n_heads + 2 * n_kv) * d), dtype=np.float32)
+    out = np.empty((rows + 1, n_heads * d), np.float32)
+    work = attention.attention_work(slots, attention.attention_units(positions, n_kv)[1], n_kv, 1)
+    assert max(int(w[1] - w[0]) for w in work) > 1  # rows attend together
+    attend_all(qkv, n_heads, slots, positions, 0, k_cache, v_cache, out)
+    for r in range(rows + 1):
+        alone = np.empty((1, n_heads * d), np.float32)
+        attend_all(
+            qkv[r : r + 1].copy(), n_heads, slots[r : r + 1], positions[r : r + 1], 0, k_cache,
+            v_cache, alone,
+        )  # fmt: skip
+        assert np.array_equal(alone[0], out[r]), f"row {r}: attention in a run differs from alone"
+        n = positions[r] + 1
+        q = torch.from_numpy(qkv[r, : n_heads * d].reshape(1, n_heads, d))
+        k = torch.from_numpy(keys[slots[r], 0, :, :n].transpose(1, 0, 2).copy())
+        v = torch.from_numpy(v_cache[slots[r], 0, :, :n].transpose(1, 0, 2).copy())
+        ref = model.attention(q, k, v, start=positions[r]).numpy()[0]
+        np.testing.assert_allclose(out[r], ref, rtol=1e-5, atol=2e-6, err_msg=f"row {r}")
 
 
 def test_rope_and_cache_write_match_torch(rng):

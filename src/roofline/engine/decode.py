@@ -23,18 +23,15 @@ import numpy as np
 from numba import njit, prange
 
 from roofline.engine import atomics
-from roofline.engine.layer_kernels import (
-    _JIT,
-    attend_unit,
+from roofline.engine.attention import (
+    attend_work,
     attention_scratch,
     attention_units,
+    attention_work,
     gather_scratch,
-    matvec_rows,
     merge_attention,
-    qkv_to_cache,
-    rms_norm,
-    silu_mul,
 )
+from roofline.engine.layer_kernels import _JIT, matvec_rows, qkv_to_cache, rms_norm, silu_mul
 from roofline.engine.widened_rows import embed_into
 
 PHASES_PER_LAYER = 6
@@ -48,7 +45,7 @@ UNIT_BYTES = 16384  # weight bytes per matrix unit: the grain of the even finish
 class Rows(NamedTuple):
     """The k rows of one pass (int64 arrays): row r is token tokens[r] of slot slots[r] at
     positions[r], its K/V written at cache_positions[r]; tree_base/tree_path give its context
-    (`layer_kernels.attend_unit`); logits are wanted for rows logit_rows."""
+    (`attention._row_scores`); logits are wanted for rows logit_rows."""
 
     tokens: np.ndarray
     slots: np.ndarray
@@ -205,11 +202,12 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
     final_norm, lm_head, lm_scale = head.final_norm, head.lm_head, head.lm_scale
     cos, sin, k_cache, v_cache = cache.cos, cache.sin, cache.k, cache.v
     x, h_all, att_all, picked_all, qkv, gu, act, logits = buffers
-    first_unit, n_chunks, scores, part_out, part_max, part_sum, gather_k, gather_v, gather_s = attn
+    first_unit, n_chunks, work, scores, part_out, part_max, part_sum = attn[:7]
+    gather_k, gather_v, gather_s, offsets = attn[7:]
     h, att, picked = h_all[tid], att_all[tid], picked_all[tid]
-    g_k, g_v, g_s = gather_k[tid], gather_v[tid], gather_s[tid]
+    g_k, g_v, g_s, offs = gather_k[tid], gather_v[tid], gather_s[tid], offsets[tid]
     silu_scratch = np.empty((4, 16), dtype=np.float32)
-    n_units_attn = first_unit[-1]
+    n_units_attn = work.shape[0]
     phase = 0
     for layer in range(wqkv.shape[0]):
         rms_norm(x, attn_norm[layer], eps, h)
@@ -254,9 +252,11 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
             if count == 0:
                 break
             for v in range(u, u + count):
-                attend_unit(
+                attend_work(
                     v,
+                    work,
                     first_unit,
+                    n_chunks,
                     qkv,
                     n_heads,
                     slots,
@@ -273,6 +273,7 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
                     g_k,
                     g_v,
                     g_s,
+                    offs,
                 )
             done += count
         _finish(counters, phase, n_threads, n_units_attn, done)
@@ -362,10 +363,14 @@ def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=
     for r in range(k):
         embed_into(head.embed, head.embed_scale, tokens[r], x, r)
     first_unit, n_chunks = attention_units(positions, n_kv)
+    work = attention_work(rows.slots, n_chunks, n_kv, n_threads)
     scores, part_out, part_max, part_sum = attention_scratch(
         first_unit[-1], n_heads // n_kv, head_dim
     )
-    gather_k, gather_v, gather_s = gather_scratch(n_threads, tree_path.shape[1], head_dim)
+    gathers = (
+        *gather_scratch(n_threads, tree_path.shape[1], head_dim),
+        np.empty((n_threads, 3, k * (n_heads // n_kv)), dtype=np.int64),  # query offsets
+    )
     n_phases = n_layers * PHASES_PER_LAYER + 1
     counters = np.zeros(n_phases * (n_threads + 1) * LINE, dtype=np.int64)
     buffers = (
@@ -387,6 +392,6 @@ def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=
         head,
         cache,
         buffers,
-        (first_unit, n_chunks, scores, part_out, part_max, part_sum, gather_k, gather_v, gather_s),
+        (*(first_unit, n_chunks, work, scores, part_out, part_max, part_sum), *gathers),
         unit_bytes,
     )

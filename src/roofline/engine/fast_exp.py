@@ -1,5 +1,5 @@
 """e^x for x <= 0 in a numba kernel, branch-free so that the loops over it vectorise: softmax
-weights (`layer_kernels.attend_unit`, `merge_attention`) and SiLU (`silu_mul`).
+weights (`attention`: the units and `merge_attention`) and SiLU (`silu_mul`).
 """
 
 from __future__ import annotations

@@ -279,7 +279,7 @@ class ModelRunner(PassTiming):
         tokens[0] is the slot's next token, at position L = the slot's length; tokens[1:] are draft
         nodes; parents[i] is the row that row i follows (parents[0] = -1; None: a chain). Row i goes
         to cache position L + i, turns (RoPE) by L + depth(i), and attends to positions < L and its
-        ancestors (`layer_kernels.attend_unit`). Returns float32 logits (len(tokens), vocab) per
+        ancestors (`attention._row_scores`). Returns float32 logits (len(tokens), vocab) per
         slot, row i's bit-identical to decoding the path to it one token at a time; `keep`
         then keeps the accepted path."""
         slot_list = [self.cache.check_slot(s) for s, _, _ in batch]
