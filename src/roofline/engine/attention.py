@@ -11,9 +11,9 @@ multiple of the key block; the cache holds whole chunks), combined by `merge_att
 Work items (`attention_work`): one chunk and kv head of a run of consecutive rows of one slot (a
 verify pass's rows, a short prompt's). The rows of a run share their context up to the first
 draft or newest position, so the item scores those keys and weights those values once for all
-the run's (row, head) queries, four at a time (16 rows at 600 positions took 8 ms of a 43 ms pass
-one row at a time), then each row's own rest. Each sum stays one chain in the order a row alone
-would take (scores over d, values over t), so a row's result never depends on the batch.
+the run's (row, head) queries, four at a time (docs/measured.md), then each row's own rest. Each
+sum stays one chain in the order a row alone would take (scores over d, values over t), so a
+row's result never depends on the batch.
 """
 
 from __future__ import annotations
@@ -222,8 +222,8 @@ def _row_values(r, t0, start, n, n_direct, offs, at, values, tree, scores, gathe
 
 
 @njit(**_JIT)
-def _row(u, r, t0, start, positions, tree_base, tree_path, qkv, offs, at, keys, values, scores,
-         part_max, part_sum, gathered):  # fmt: skip
+def _row(u, r, t0, start, positions, tree_base, tree_path, qkv, offs, at, keys, scores, part_max,
+         part_sum, gathered):  # fmt: skip
     """Partial u of row r from position start on: scores and softmax (not the value sums)."""
     n, n_direct = _direct(r, t0, positions, tree_base)
     tree = (tree_path, t0 + n_direct - tree_base[r])
@@ -231,29 +231,6 @@ def _row(u, r, t0, start, positions, tree_base, tree_path, qkv, offs, at, keys, 
     _row_scores(u, r, t0, start, n, n_direct, qkv, offs, at, keys, tree, scores, gather_k,
                 gather_s)  # fmt: skip
     _row_softmax(u, n, scores, part_max, part_sum)
-
-
-@njit(**_JIT)
-def attend_unit(
-    u, first_unit, qkv, n_heads, slots, positions, tree_base, tree_path, layer, k_cache, v_cache,
-    scores, part_out, part_max, part_sum, gather_k, gather_v, gather_s,
-):  # fmt: skip
-    """Partial u alone (row r, kv head g, chunk c): its scores, softmax and value sums."""
-    r = 0
-    while first_unit[r + 1] <= u:
-        r += 1
-    n_kv, head_dim = v_cache.shape[2], v_cache.shape[4]
-    c, g = divmod(u - first_unit[r], n_kv)
-    group = n_heads // n_kv
-    t0 = c * ATTN_CHUNK
-    offs = np.empty((3, group), dtype=np.int64)
-    _queries(u, r, g, group, head_dim, qkv, offs, 0)
-    keys, values = k_cache[slots[r], layer, g], v_cache[slots[r], layer, g]
-    _row(u, r, t0, 0, positions, tree_base, tree_path, qkv, offs, 0, keys, values, scores,
-         part_max, part_sum, (gather_k, gather_s))  # fmt: skip
-    n, n_direct = _direct(r, t0, positions, tree_base)
-    tree = (tree_path, t0 + n_direct - tree_base[r])
-    _row_values(r, t0, 0, n, n_direct, offs, 0, values, tree, scores, gather_v, part_out)
 
 
 @njit(**_JIT)
@@ -287,7 +264,7 @@ def attend_work(
     for r in range(r_lo, r_hi):
         if c < n_chunks[r]:
             _row(first_unit[r] + cg, r, t0, shared, positions, tree_base, tree_path, qkv, offs,
-                 at, keys, values, scores, part_max, part_sum, (gather_k, gather_s))  # fmt: skip
+                 at, keys, scores, part_max, part_sum, (gather_k, gather_s))  # fmt: skip
             at += group
     if shared > 0:
         for i in range(0, q, 4):

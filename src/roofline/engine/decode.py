@@ -207,7 +207,7 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
     h, att, picked = h_all[tid], att_all[tid], picked_all[tid]
     g_k, g_v, g_s, offs = gather_k[tid], gather_v[tid], gather_s[tid], offsets[tid]
     silu_scratch = np.empty((4, 16), dtype=np.float32)
-    n_units_attn = work.shape[0]
+    n_items_attn = work.shape[0]
     phase = 0
     for layer in range(wqkv.shape[0]):
         rms_norm(x, attn_norm[layer], eps, h)
@@ -248,7 +248,7 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
         phase += 1
         done = 0
         while True:
-            u, count = _claim(counters, phase, tid, n_threads, n_units_attn)
+            u, count = _claim(counters, phase, tid, n_threads, n_items_attn)
             if count == 0:
                 break
             for v in range(u, u + count):
@@ -276,7 +276,7 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
                     offs,
                 )
             done += count
-        _finish(counters, phase, n_threads, n_units_attn, done)
+        _finish(counters, phase, n_threads, n_items_attn, done)
         phase += 1
         merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, att)
         _matvec_phase(
@@ -392,6 +392,6 @@ def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=
         head,
         cache,
         buffers,
-        (*(first_unit, n_chunks, work, scores, part_out, part_max, part_sum), *gathers),
+        (first_unit, n_chunks, work, scores, part_out, part_max, part_sum, *gathers),
         unit_bytes,
     )
