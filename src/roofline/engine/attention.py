@@ -75,9 +75,11 @@ def attention_work(slots, n_chunks, n_kv, n_threads):
 
 @njit(inline="always", **_JIT)
 def _direct(r, t0, positions, tree_base):
-    """(n, n_direct): row r's positions in the chunk from t0, and those read in place."""
+    """(n, n_direct, first): row r's positions in the chunk from t0, those read in place, and the
+    index in its tree path of the first one gathered."""
     n = min(ATTN_CHUNK, positions[r] + 1 - t0)
-    return n, min(n, max(0, tree_base[r] - t0))
+    n_direct = min(n, max(0, tree_base[r] - t0))
+    return n, n_direct, t0 + n_direct - tree_base[r]
 
 
 @njit(inline="always", **_JIT)
@@ -222,18 +224,6 @@ def _row_values(r, t0, start, n, n_direct, offs, at, values, tree, scores, gathe
 
 
 @njit(**_JIT)
-def _row(u, r, t0, start, positions, tree_base, tree_path, qkv, offs, at, keys, scores, part_max,
-         part_sum, gathered):  # fmt: skip
-    """Partial u of row r from position start on: scores and softmax (not the value sums)."""
-    n, n_direct = _direct(r, t0, positions, tree_base)
-    tree = (tree_path, t0 + n_direct - tree_base[r])
-    gather_k, gather_s = gathered
-    _row_scores(u, r, t0, start, n, n_direct, qkv, offs, at, keys, tree, scores, gather_k,
-                gather_s)  # fmt: skip
-    _row_softmax(u, n, scores, part_max, part_sum)
-
-
-@njit(**_JIT)
 def attend_work(
     item, work, first_unit, n_chunks, qkv, n_heads, slots, positions, tree_base, tree_path,
     layer, k_cache, v_cache, scores, part_out, part_max, part_sum, gather_k, gather_v, gather_s,
@@ -246,7 +236,7 @@ def attend_work(
     r_lo, r_hi, cg = work[item, 0], work[item, 1], work[item, 2]
     n_kv, head_dim = v_cache.shape[2], v_cache.shape[4]
     c, g = cg // n_kv, cg % n_kv
-    group, t0 = n_heads // n_kv, cg // n_kv * ATTN_CHUNK
+    group, t0 = n_heads // n_kv, c * ATTN_CHUNK
     shared, q = ATTN_CHUNK, 0
     for r in range(r_lo, r_hi):
         if c < n_chunks[r]:
@@ -261,10 +251,13 @@ def attend_work(
             _scores4(keys, (t0 + p0) * head_dim, head_dim, qkv, offs[0], scale, scores, offs[1],
                      i, min(4, q - i), p0)  # fmt: skip
     at = 0
-    for r in range(r_lo, r_hi):
+    for r in range(r_lo, r_hi):  # each row's rest, then its softmax
         if c < n_chunks[r]:
-            _row(first_unit[r] + cg, r, t0, shared, positions, tree_base, tree_path, qkv, offs,
-                 at, keys, scores, part_max, part_sum, (gather_k, gather_s))  # fmt: skip
+            u = first_unit[r] + cg
+            n, n_direct, first = _direct(r, t0, positions, tree_base)
+            _row_scores(u, r, t0, shared, n, n_direct, qkv, offs, at, keys, (tree_path, first),
+                        scores, gather_k, gather_s)  # fmt: skip
+            _row_softmax(u, n, scores, part_max, part_sum)
             at += group
     if shared > 0:
         for i in range(0, q, 4):
@@ -273,10 +266,9 @@ def attend_work(
     at = 0
     for r in range(r_lo, r_hi):
         if c < n_chunks[r]:
-            n, n_direct = _direct(r, t0, positions, tree_base)
-            tree = (tree_path, t0 + n_direct - tree_base[r])
-            _row_values(r, t0, shared, n, n_direct, offs, at, values, tree, scores, gather_v,
-                        part_out)  # fmt: skip
+            n, n_direct, first = _direct(r, t0, positions, tree_base)
+            _row_values(r, t0, shared, n, n_direct, offs, at, values, (tree_path, first), scores,
+                        gather_v, part_out)  # fmt: skip
             at += group
 
 
