@@ -23,6 +23,8 @@ What it measures (batch 1, greedy, `generate` with and without a proposer, EOS e
   3. the cost of a verify pass: a k-row pass of one slot (after a ~100-token prefill) relative to a
      1-row pass, k = 1..16. A kernel that reads each weight once for all rows keeps this near 1 for
      small k; one that re-reads weights per row makes it grow like k, and speculation cannot pay.
+     Beside it, the speculative runs' own k-row passes against plain decoding's one-row passes,
+     as they ran (`speculation_passes`): what the ratios in table 1 actually paid.
 
 Why interleaved: the machine is shared and its bandwidth drifts by tens of percent within minutes.
 Each round runs every configuration on every prompt, the configuration order rotated from prompt to
@@ -44,7 +46,12 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 
-from speculation_tables import SETS, hindsight, report, share  # a sibling module: run as a script
+from speculation_passes import (
+    TimedSteps,
+    in_generation_costs,
+    pass_costs,
+)  # sibling modules: run as a script
+from speculation_tables import SETS, hindsight, report, share
 
 # greedy answers (SmolLM2-135M-Instruct) reuse the prompt in part: the quote is explained, the
 # JSON rewritten (the set's copied share is printed)
@@ -233,8 +240,9 @@ def first_divergence(out, ref) -> int | None:
     return None if len(out) == len(ref) else min(len(out), len(ref))
 
 
-def measure_speed(runner, configs, prompt_sets, rounds, max_tokens) -> dict:
-    """results[(label, set)]; each round: per prompt, every configuration once, order rotated."""
+def measure_speed(runner: TimedSteps, configs, prompt_sets, rounds, max_tokens) -> dict:
+    """results[(label, set)]; each round: per prompt, every configuration once, order rotated.
+    runner times its passes, plain decoding's apart from speculation's."""
     results = {(c.label, s): Result() for c in configs for s in c.sets}
     jobs = [(s, name, ids) for s, prompts in prompt_sets.items() for name, ids in prompts.items()]
     reference: dict[str, list[int]] = {}
@@ -246,6 +254,7 @@ def measure_speed(runner, configs, prompt_sets, rounds, max_tokens) -> dict:
             here = [c for c in configs if s in c.sets]
             shift = (r * len(jobs) + j) % len(here)
             for c in here[shift:] + here[:shift]:
+                runner.loop = "plain" if c.make is None else "spec"
                 out, run = run_one(runner, ids, max_tokens, c.make)
                 res = results[(c.label, s)]
                 res.runs[-1].add(run)
@@ -265,27 +274,6 @@ def measure_speed(runner, configs, prompt_sets, rounds, max_tokens) -> dict:
                         )
         print(f"round {r + 1}/{rounds}: {time.perf_counter() - t_round:.0f} s", file=sys.stderr)
     return results
-
-
-def pass_costs(runner, ks, reps, prompt_ids) -> dict[int, dict]:
-    """Median seconds of a k-row pass on one slot after a prefill, reps interleaved over k."""
-    ids = (prompt_ids * 4)[:100]
-    runner.prefill(0, ids)
-    base = runner.position(0)
-    times = {k: [] for k in ks}
-    for rep in range(reps):
-        order = list(ks[rep % len(ks) :]) + list(ks[: rep % len(ks)])
-        for k in order:
-            t0 = time.perf_counter()
-            runner.step([(0, ids[:k], None)])
-            times[k].append(time.perf_counter() - t0)
-            runner.truncate(0, base)
-    runner.release(0)
-    one = statistics.median(times[1])
-    return {
-        k: {"ms": 1e3 * statistics.median(v), "relative": statistics.median(v) / one}
-        for k, v in times.items()
-    }
 
 
 def bench_dtype(dtype, args, header_notes) -> dict:
@@ -308,7 +296,8 @@ def bench_dtype(dtype, args, header_notes) -> dict:
         c.make = speculation_factory(c.options, runner)
     ks = (1, 2, 4, 8, 16) if args.quick else tuple(range(1, 17))
     costs = pass_costs(runner, ks, args.cost_reps, prompt_sets["structured"]["code-edit"])
-    results = measure_speed(runner, configs, prompt_sets, args.rounds, args.max_tokens)
+    timed = TimedSteps(runner)
+    results = measure_speed(timed, configs, prompt_sets, args.rounds, args.max_tokens)
     copied = {s: share(prompt_sets[s], results[("baseline", s)].outputs) for s in prompt_sets}
     bound = {
         s: {m: hindsight(prompt_sets[s], results[("baseline", s)].outputs, m) for m in (12, 24)}
@@ -351,7 +340,7 @@ def bench_dtype(dtype, args, header_notes) -> dict:
             "int8 target: the int8 self-draft is the target itself "
             "(acceptance ~100%, no cheaper pass)"
         )
-    out = report(dtype, results, configs, sweep, costs, args, notes)
+    out = report(dtype, results, configs, sweep, (costs, in_generation_costs(timed)), args, notes)
     out["copied_share"] = copied
     out["hindsight_tokens_per_pass"] = bound
     for c in configs:
