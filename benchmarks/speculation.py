@@ -93,6 +93,16 @@ def prompt_file(name: str) -> dict[str, str]:
     return {p.id: p.prompt for p in parse_prompts_jsonl(text, name)}
 
 
+def prompt_texts() -> dict[str, dict[str, str]]:
+    """The benchmark's prompt sets: set -> prompt id -> prompt."""
+    return {
+        "copy": prompt_file("copy_heavy.jsonl"),
+        "structured": STRUCTURED,
+        "code-work": prompt_file("code_work.jsonl"),
+        "prose": PROSE,
+    }
+
+
 BREADTHS, BREADTHS_QUICK = (2, 4, 8, 10, 16, 24, 32, 48), (2, 24)
 KS, KS_QUICK = (1, 2, 4, 8, 12, 16), (1, 8)
 FACTORS, FACTORS_QUICK = (0.5, 1.0, 2.0, 4.0), (1.0, 4.0)
@@ -284,12 +294,7 @@ def bench_dtype(dtype, args, header_notes) -> dict:
     # code-work prompts are ~500 tokens and their answers repeat them
     runner = load_runner(None, dtype=dtype, threads=args.threads, max_seq_len=2048)
     tok = runner.tokenizer
-    texts = {
-        "copy": prompt_file("copy_heavy.jsonl"),
-        "structured": STRUCTURED,
-        "code-work": prompt_file("code_work.jsonl"),
-        "prose": PROSE,
-    }
+    texts = prompt_texts()
     prompt_sets = {s: {n: chat_ids(tok, p) for n, p in t.items()} for s, t in texts.items()}
     configs, sweep = build_configs(args.quick)
     for c in configs:  # once per configuration: measures pass costs, loads the draft runner
