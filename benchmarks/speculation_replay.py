@@ -126,7 +126,12 @@ def main() -> None:
     key = "pass_cost" if args.costs == "table" else "pass_cost_in_generation"
     if not rep.get(key):
         sys.exit(f"{args.run} has no {key} (a run before the in-generation timing?)")
-    priced = PricedRunner({int(k): v["relative"] for k, v in rep[key].items()})
+    # never cheaper than a smaller count: counts seen a few times in generation are noisy, and a
+    # dip at the end would extend to ever cheaper passes
+    curve, most = {}, 0.0
+    for k, v in sorted((int(k), v["relative"]) for k, v in rep[key].items()):
+        curve[k] = most = max(most, v)
+    priced = PricedRunner(curve)
 
     from roofline.engine.loaders.gguf import gguf_metadata, open_gguf
     from roofline.engine.loaders.gguf_tokenizer import tokenizer_from_gguf
