@@ -46,11 +46,8 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 
-from speculation_passes import (
-    TimedSteps,
-    in_generation_costs,
-    pass_costs,
-)  # sibling modules: run as a script
+# sibling modules: run as a script
+from speculation_passes import TimedSteps, in_generation_costs, pass_costs
 from speculation_tables import SETS, hindsight, report, share
 
 # greedy answers (SmolLM2-135M-Instruct) reuse the prompt in part: the quote is explained, the
