@@ -118,8 +118,11 @@ def main() -> None:
     ap.add_argument("--only", default=None, help="configurations whose label contains this")
     args = ap.parse_args()
 
-    with open(args.run) as f:
-        reports = json.load(f)["reports"]
+    try:
+        with open(args.run) as f:
+            reports = json.load(f)["reports"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        sys.exit(f"{args.run}: not a speculation.py --json file ({e})")
     rep = next((r for r in reports if args.dtype in (None, r["dtype"])), None)
     if rep is None:
         sys.exit(f"no {args.dtype} report in {args.run}: {[r['dtype'] for r in reports]}")
@@ -141,6 +144,9 @@ def main() -> None:
     tok = tokenizer_from_gguf(gguf_metadata(open_gguf(path), path), path)
     texts = prompt_texts()
     sets = args.sets.split(",") if args.sets else list(rep["sets"])
+    unknown = [s for s in sets if s not in rep["sets"] or s not in texts]
+    if unknown:
+        sys.exit(f"no set {', '.join(unknown)} in {args.run}; it has {', '.join(rep['sets'])}")
     print(
         f"{rep['dtype']} run, {args.costs} costs (rows: one-row passes; between the counts "
         "measured, interpolated; past the last, extended along the last two): "
