@@ -33,6 +33,7 @@ from roofline.engine.attention import (
 )
 from roofline.engine.layer_kernels import _JIT, matvec_rows, qkv_to_cache, rms_norm, silu_mul
 from roofline.engine.widened_rows import embed_into
+from roofline.simd_memory import aligned_floats
 
 PHASES_PER_LAYER = 6
 LINE = 8  # int64 counters per cache line: each counter gets a line of its own
@@ -106,6 +107,13 @@ def kernel_weights(w) -> tuple[LayerWeights, HeadWeights]:
     """The arrays of a weights.DecodeWeights, packed by field name."""
     layers = LayerWeights(*(getattr(w, name) for name in LayerWeights._fields))
     return layers, HeadWeights(*(getattr(w, name) for name in HeadWeights._fields))
+
+
+@njit(**_JIT)
+def _rows(n, width):
+    """float32 (n, width), uninitialised, starting on a cache line: the matrices' x rows, each on a
+    line of its own when width is a multiple of 16 (`simd_memory`)."""
+    return aligned_floats(n * width).reshape((n, width))
 
 
 @njit(**_JIT)
@@ -359,7 +367,7 @@ def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=
     n_kv, head_dim = cache.v.shape[2], cache.v.shape[4]
     n_heads = shape.n_heads
     q_dim = n_heads * head_dim
-    x = np.empty((k, hidden), dtype=np.float32)  # the residual stream
+    x = _rows(k, hidden)  # the residual stream
     for r in range(k):
         embed_into(head.embed, head.embed_scale, tokens[r], x, r)
     first_unit, n_chunks = attention_units(positions, n_kv)
@@ -375,12 +383,14 @@ def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=
     counters = np.zeros(n_phases * (n_threads + 1) * LINE, dtype=np.int64)
     buffers = (
         x,
-        np.empty((n_threads, k, hidden), dtype=np.float32),
-        np.empty((n_threads, k, q_dim), dtype=np.float32),
-        np.empty((n_threads, logit_rows.shape[0], hidden), dtype=np.float32),
-        np.empty((k, qkv_dim), dtype=np.float32),
-        np.empty((k, 2 * ffn), dtype=np.float32),
-        np.empty((k, ffn), dtype=np.float32),
+        _rows(n_threads * k, hidden).reshape((n_threads, k, hidden)),
+        _rows(n_threads * k, q_dim).reshape((n_threads, k, q_dim)),
+        _rows(n_threads * logit_rows.shape[0], hidden).reshape(
+            (n_threads, logit_rows.shape[0], hidden)
+        ),
+        _rows(k, qkv_dim),
+        _rows(k, 2 * ffn),
+        _rows(k, ffn),
         logits,
     )
     _run_workers(

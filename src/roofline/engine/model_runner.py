@@ -36,6 +36,7 @@ from roofline.engine.weights import (
 )
 from roofline.errors import UserError
 from roofline.hardware.machine import usable_cpu_count as available_cores
+from roofline.simd_memory import aligned_empty
 
 __all__ = ["DTYPES", "KERNEL_PREFILL_MAX_TOKENS", "ModelRunner", "available_cores", "load_runner"]
 
@@ -242,7 +243,7 @@ class ModelRunner(PassTiming):
                 np.zeros((n, 1), dtype=np.int64),
             )
         logit_rows = np.arange(n - 1 if last_only else 0, n, dtype=np.int64)
-        logits = np.empty((logit_rows.shape[0], c.vocab_size), dtype=np.float32)
+        logits = aligned_empty((logit_rows.shape[0], c.vocab_size), np.float32)
         n_threads = self._use_threads()
         started = time.perf_counter()
         rows = Rows(tokens, slots, positions, cache_positions, tree_base, tree_path, logit_rows)

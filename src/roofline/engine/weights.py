@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from roofline.engine.config import ModelConfig
+from roofline.simd_memory import aligned_empty
 
 DTYPES = ("stored", "fp32", "bf16", "int8")  # stored: as the file holds it (stored_weights)
 _STORAGE = {"fp32": np.float32, "bf16": np.uint16, "int8": np.int8}
@@ -64,8 +65,8 @@ def layer_layout(c: ModelConfig) -> list[tuple[str, str, str, int, int]]:
 
 def _numpy_owned(a: np.ndarray) -> np.ndarray:
     """A copy in memory numpy allocates: numpy asks the kernel for huge pages on large arrays, and
-    the lm_head streams slower from torch-allocated memory."""
-    out = np.empty(a.shape, a.dtype)
+    the lm_head streams slower from torch-allocated memory; line-aligned (`aligned_empty`)."""
+    out = aligned_empty(a.shape, a.dtype)
     out[...] = a
     return out
 
@@ -121,10 +122,13 @@ def pack_weights(config: ModelConfig, tensors: dict, dtype: str) -> DecodeWeight
     c = config
     L, qkv_dim = c.n_layers, c.q_dim + 2 * c.kv_dim
     store = _STORAGE[dtype]
-    wqkv, qkv_scale = np.empty((L, qkv_dim, c.hidden), store), np.empty((L, qkv_dim), np.float32)
-    wo, o_scale = np.empty((L, c.hidden, c.q_dim), store), np.empty((L, c.hidden), np.float32)
-    wgu, gu_scale = np.empty((L, 2 * c.ffn, c.hidden), store), np.empty((L, 2 * c.ffn), np.float32)
-    wd, d_scale = np.empty((L, c.hidden, c.ffn), store), np.empty((L, c.hidden), np.float32)
+    # matrices line-aligned: each row then starts on a line (`simd_memory`)
+    wqkv = aligned_empty((L, qkv_dim, c.hidden), store)
+    wo = aligned_empty((L, c.hidden, c.q_dim), store)
+    wgu = aligned_empty((L, 2 * c.ffn, c.hidden), store)
+    wd = aligned_empty((L, c.hidden, c.ffn), store)
+    qkv_scale, o_scale = np.empty((L, qkv_dim), np.float32), np.empty((L, c.hidden), np.float32)
+    gu_scale, d_scale = np.empty((L, 2 * c.ffn), np.float32), np.empty((L, c.hidden), np.float32)
     stacks = {
         "wqkv": wqkv,
         "qkv_scale": qkv_scale,
