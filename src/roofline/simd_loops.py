@@ -1,6 +1,7 @@
 """The hot inner loops of the decode kernels, as LLVM IR: attention scores over key blocks
-(`block_scores`), probability-weighted value rows (`weighted_rows`) and the 16-lane SiLU
-(`silu_block`), each written out in one fixed order like `roofline.simd`'s reductions.
+(`block_scores`), probability-weighted value rows (`weighted_rows`), the largest score of a row
+(`vmax`) and the 16-lane SiLU (`silu_block`), each written out in one fixed order like
+`roofline.simd`'s reductions.
 """
 
 from __future__ import annotations
@@ -86,6 +87,54 @@ def silu_block(typingctx, gate_up, ig, iu, e, out, io):
         return context.get_dummy_value()
 
     return types.none(gate_up, ig, iu, e, out, io), codegen
+
+
+@intrinsic
+def vmax(typingctx, a, ia, n):
+    """max_{i < n} a.flat[ia + i] (float32, C-contiguous a; -inf when n is 0), four 16-lane maxima
+    over the 64-steps, then the rest one by one. A maximum is one of its inputs whatever the order,
+    so this equals a scalar loop's (with NaN-free inputs; a -0 and a +0 may come out either way,
+    which no difference s - max can tell); the scalar loop was a chain of one compare a score,
+    a fifth of a verify pass's attention time (docs/measured.md)."""
+    if not (_float32_arrays(a) and isinstance(ia, types.Integer) and isinstance(n, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        base = _flat_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        n_v = context.cast(builder, args[2], sig.args[2], types.intp)
+        v16 = _vec(_WIDTH)
+
+        def biggest(x, y):
+            return builder.select(builder.fcmp_ordered(">", y, x), y, x)
+
+        low = ir.Constant(v16, [float("-inf")] * _WIDTH)
+        accs = [cgutils.alloca_once_value(builder, low) for _ in range(4)]
+        n64 = builder.and_(n_v, ir.Constant(_I64, ~63))
+        with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), n64, ir.Constant(_I64, 64)) as (
+            i,
+            _,
+        ):
+            for c, acc in enumerate(accs):
+                at = builder.add(i, ir.Constant(_I64, c * _WIDTH))
+                v = _vload16(builder, builder.gep(base, [at]))
+                builder.store(biggest(builder.load(acc), v), acc)
+        m = [builder.load(acc) for acc in accs]
+        v = biggest(biggest(m[0], m[1]), biggest(m[2], m[3]))
+        lanes = _WIDTH
+        while lanes > 1:  # halves, as `simd._fold` sums them
+            h = lanes // 2
+            mask = ir.VectorType(ir.IntType(32), h)
+            lo = builder.shuffle_vector(v, v, ir.Constant(mask, list(range(h))))
+            hi = builder.shuffle_vector(v, v, ir.Constant(mask, list(range(h, 2 * h))))
+            v, lanes = biggest(lo, hi), h
+        best = cgutils.alloca_once_value(
+            builder, builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
+        )
+        with cgutils.for_range_slice(builder, n64, n_v, ir.Constant(_I64, 1)) as (i, _):
+            builder.store(biggest(builder.load(best), builder.load(builder.gep(base, [i]))), best)
+        return builder.load(best)
+
+    return types.float32(a, ia, n), codegen
 
 
 SCORE_TILE = 4  # key blocks (of 16 positions) per `block_scores` call

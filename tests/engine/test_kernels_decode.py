@@ -11,7 +11,7 @@ from numba import njit
 from test_kernels import bf16_bits, bits_to_f32
 from test_runner import FOLLOW, LONG_PROMPT, PROMPT, tiny_checkpoint
 
-from roofline import simd
+from roofline import simd, simd_loops
 from roofline.engine import decode, layer_kernels
 from roofline.engine.model_runner import ModelRunner, available_cores
 
@@ -72,6 +72,24 @@ def test_reductions_follow_the_documented_order_bit_for_bit(n):
     assert _dot(v[None], np.ones(n, np.float32)) == documented_order_sum(v)
     bits = bf16_bits(v)
     assert _dot(bits[None], np.ones(n, np.float32)) == documented_order_sum(bits_to_f32(bits))
+
+
+@njit(cache=False)
+def _vmax(a, start, n):
+    return simd_loops.vmax(a, start, n)
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 63, 64, 65, 127, 128, 200])
+def test_vmax_is_the_largest_value_wherever_it_lies(n):
+    rng = np.random.default_rng(n)
+    v = (rng.standard_normal(n + 70) * 100).astype(np.float32)
+    for start in (0, 3):
+        expected = v[start : start + n].max() if n else -np.inf
+        assert _vmax(v, start, n) == expected
+        for at in {start, start + n // 2, start + n - 1} if n else ():
+            w = v.copy()
+            w[at] = 1e30  # the largest in each part of the loop: main lanes, the rest
+            assert _vmax(w, start, n) == np.float32(1e30)
 
 
 def _dot_block_ones(a, a_rows, b_rows, n, lines):

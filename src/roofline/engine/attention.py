@@ -189,15 +189,15 @@ def _row_scores(
 @njit(**_JIT)
 def _row_softmax(u, n, scores, part_max, part_sum):
     """exp(s - max) in place over partial u's n scores a head; its max and sum."""
-    sc, group = scores[u], scores.shape[1]
+    group = scores.shape[1]
     for j in range(group):
-        best = np.float32(-np.inf)
+        at = (u * group + j) * ATTN_CHUNK
+        best = simd_loops.vmax(scores, at, n)
+        row = scores[u, j]
         for t in range(n):
-            best = max(best, sc[j, t])
-        for t in range(n):
-            sc[j, t] = exp_nonpos(sc[j, t] - best)
+            row[t] = exp_nonpos(row[t] - best)
         part_max[u, j] = best
-        part_sum[u, j] = simd.vsum(scores, (u * group + j) * ATTN_CHUNK, n)
+        part_sum[u, j] = simd.vsum(scores, at, n)
 
 
 @njit(**_JIT)
