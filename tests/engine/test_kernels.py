@@ -77,7 +77,7 @@ def test_bf16_widening_is_exact():
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
-@pytest.mark.parametrize("k", [2, 7, 16, 18])
+@pytest.mark.parametrize("k", [2, 4, 7, 16, 18])
 @pytest.mark.parametrize("n_in", [577, 576])
 def test_k_row_matvec_is_bit_identical_to_one_row(rng, dtype, k, n_in):
     # 101 rows: tiles of whole 4-row blocks and single rows; 577 columns: a main loop, middle and

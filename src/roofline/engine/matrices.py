@@ -301,15 +301,15 @@ def _ahead(first, n_bytes, size):
 
 @njit(inline="always", **_JIT)
 def _plain_rows(w, scale, x, out, o0, o1, accumulate):
-    # up to four x rows: three or four in blocks of four weight rows (4 x 4: 8 loads per 16
-    # FMAs; the last rows one at a time), one or two one weight row at a time (blocks of four
-    # measured 5-6% slower there). Memory sets the pace, so each block hints a block's span of
-    # bytes PREFETCH_BYTES ahead, into L2, spread over its loop (all at once into L1, the hints
-    # held the core's few L1 miss buffers while the block computed: one thread's 1- to 4-row
-    # passes 5-12% slower, docs/measured.md). A block of four reads its rows side by side, so
-    # it hints past the next block (from its own start, the hints fell inside its own rows: 4-row
-    # passes 1.23x one row, against 1.10x). One loop per row count: a branch on it inside the
-    # loop cost 10%
+    # up to four x rows: two to four in blocks of four weight rows (4 x 4: 8 loads per 16
+    # FMAs; the last rows one at a time), one a weight row at a time (blocks of four: no
+    # faster). Memory sets the pace, so each block hints a block's span of bytes PREFETCH_BYTES
+    # ahead, into L2, spread over its loop (all at once into L1, the hints held the core's few
+    # L1 miss buffers while the block computed: one thread's 1- to 4-row passes 5-12% slower,
+    # docs/measured.md). A block of four reads its rows side by side, so it hints past the next
+    # block (from its own start, the hints fell inside its own rows: 4-row passes 1.23x one row,
+    # against 1.10x; 2 rows a weight row at a time 1.05x, in blocks 1.01x). One loop per row
+    # count: a branch on it inside the loop cost 10%
     k, row_bytes, a = x.shape[0], w.shape[1] * w.itemsize, PREFETCH_BYTES
     size, line_bytes = w.size * w.itemsize, row_bytes // 64 * 64
     o = o0
@@ -324,10 +324,10 @@ def _plain_rows(w, scale, x, out, o0, o1, accumulate):
             block_into(w, scale, x, out, o, 0, 4, 3, accumulate, lo, lines, 4)
             o += 4
     elif k == 2:
-        while o < o1:
-            lo, lines = _ahead(o * row_bytes + a, line_bytes, size)
-            block_into(w, scale, x, out, o, 0, 1, 2, accumulate, lo, lines, 1)
-            o += 1
+        while o + 4 <= o1:
+            lo, lines = _ahead((o + 4) * row_bytes + a, 4 * line_bytes, size)
+            block_into(w, scale, x, out, o, 0, 4, 2, accumulate, lo, lines, 4)
+            o += 4
     else:
         while o < o1:
             lo, lines = _ahead(o * row_bytes + a, line_bytes, size)
