@@ -50,14 +50,15 @@ def _fma(builder, a, b, c):
     return builder.call(fn, [a, b, c])
 
 
-def _fold(builder, v, lanes: int):
-    """Sum of a vector's lanes by halving: v[:h] + v[h:] until one lane is left."""
+def _fold(builder, v, lanes: int, join=None):
+    """Sum of a vector's lanes by halving: v[:h] + v[h:] until one lane is left (join(lo, hi):
+    another way to combine the halves, a maximum say)."""
     while lanes > 1:
         h = lanes // 2
         mask_type = _vec(h, ir.IntType(32))
         lo = builder.shuffle_vector(v, v, ir.Constant(mask_type, list(range(h))))
         hi = builder.shuffle_vector(v, v, ir.Constant(mask_type, list(range(h, 2 * h))))
-        v = builder.fadd(lo, hi, flags=_KEEP)
+        v = builder.fadd(lo, hi, flags=_KEEP) if join is None else join(lo, hi)
         lanes = h
     return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
 

@@ -22,6 +22,7 @@ from roofline.simd import (
     _flat_pointer,
     _float32_arrays,
     _fma,
+    _fold,
     _host_has,
     _vec,
 )
@@ -94,8 +95,8 @@ def vmax(typingctx, a, ia, n):
     """max_{i < n} a.flat[ia + i] (float32, C-contiguous a; -inf when n is 0), four 16-lane maxima
     over the 64-steps, then the rest one by one. A maximum is one of its inputs whatever the order,
     so this equals a scalar loop's (with NaN-free inputs; a -0 and a +0 may come out either way,
-    which no difference s - max can tell); the scalar loop was a chain of one compare a score,
-    a fifth of a verify pass's attention time (docs/measured.md)."""
+    which no difference s - max can tell); the scalar loop, one compare after another, held much
+    of a verify pass's softmax (docs/measured.md)."""
     if not (_float32_arrays(a) and isinstance(ia, types.Integer) and isinstance(n, types.Integer)):
         return None
 
@@ -120,16 +121,7 @@ def vmax(typingctx, a, ia, n):
                 builder.store(biggest(builder.load(acc), v), acc)
         m = [builder.load(acc) for acc in accs]
         v = biggest(biggest(m[0], m[1]), biggest(m[2], m[3]))
-        lanes = _WIDTH
-        while lanes > 1:  # halves, as `simd._fold` sums them
-            h = lanes // 2
-            mask = ir.VectorType(ir.IntType(32), h)
-            lo = builder.shuffle_vector(v, v, ir.Constant(mask, list(range(h))))
-            hi = builder.shuffle_vector(v, v, ir.Constant(mask, list(range(h, 2 * h))))
-            v, lanes = biggest(lo, hi), h
-        best = cgutils.alloca_once_value(
-            builder, builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
-        )
+        best = cgutils.alloca_once_value(builder, _fold(builder, v, _WIDTH, join=biggest))
         with cgutils.for_range_slice(builder, n64, n_v, ir.Constant(_I64, 1)) as (i, _):
             builder.store(biggest(builder.load(best), builder.load(builder.gep(base, [i]))), best)
         return builder.load(best)

@@ -29,7 +29,8 @@ def test_aligned_empty_is_a_writable_contiguous_array_on_a_line(shape, dtype):
 
 @pytest.mark.parametrize("n", [1, 15, 16, 1000])
 def test_kernel_buffers_start_on_a_line(n):
-    assert _line_start(aligned_floats(n)) and aligned_floats(n).shape == (n,)
+    floats = aligned_floats(n)
+    assert _line_start(floats) and floats.shape == (n,)
     rows = decode._rows(3, 64)
     assert rows.shape == (3, 64) and rows.flags.c_contiguous and _line_start(rows)
 
