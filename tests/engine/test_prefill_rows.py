@@ -1,57 +1,49 @@
-"""Prefill rows invariant to the rows beside them: how pieces are grouped into runs
-(`prefill_runs`), the cost model that sizes a turn's runs (`PrefillCost`), the probe that decides
-whether a runner may merge granules and start inside one (`prefill_probe.rows_invariant`) checked
-against every split point of a prompt, and the prefix cache loading part of a granule with a cold
-server's bits."""
+"""A prefill row's bits do not depend on the rows beside it, by construction: every row runs through
+the decode kernels, which sum each row in the order a one-row decode does. So a prompt prefilled in
+one call gives the logits and K/V of decoding it one token at a time; a prompt continued from any
+split point, in passes of any length, gives the cold prefill's bits; and the prefix cache may load
+the shared first rows of a granule that differs further on. Also: how a prefill is cut into
+passes (`prefill_passes`) and the cost model that sizes a turn's granules (`PrefillCost`)."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
 from fixtures import greedy_ids
 from test_prefill_chunked import CHUNK, make_runner, prompt_ids
-from test_prefix_cache_exact import LogitsScheduler, serve_all
+from test_prefix_cache_exact import LogitsScheduler, other_token, serve_all
 
-from roofline.engine import prefill
-from roofline.engine.model_runner import KERNEL_PREFILL_MAX_TOKENS
+from roofline.engine import prefill_chunks
 from roofline.engine.prefill_chunks import (
-    MERGE_MAX_TOKENS,
+    PREFILL_PASS_MAX_ROWS,
+    PREFILL_PASS_SCRATCH_BYTES,
     PrefillCost,
-    chunk_bounds,
-    prefill_runs,
+    prefill_passes,
 )
-from roofline.engine.prefill_probe import rows_invariant
 from roofline.engine.prefix_cache import PrefixCache
 
-K = KERNEL_PREFILL_MAX_TOKENS
+DTYPES = ["fp32", "bf16", "int8"]
 
 
-def test_runs_take_their_way_from_the_whole_granule_and_merge_only_when_asked():
-    torch_, kernels = False, True
-    assert prefill_runs(50, 150, 32, K, merge=False) == [
-        ([(50, 64)], torch_),
-        ([(64, 96)], torch_),
-        ([(96, 128)], torch_),
-        ([(128, 150)], kernels),  # a 22-token last granule
+def test_passes_cover_the_prompt_within_the_row_and_scratch_bounds():
+    assert prefill_passes(0, 600, n_heads=4, head_dim=16, attn_chunk=128) == [
+        (0, 256),
+        (256, 512),
+        (512, 600),
     ]
-    assert prefill_runs(50, 150, 32, K, merge=True) == [
-        ([(50, 64), (64, 96), (96, 128)], torch_),
-        ([(128, 150)], kernels),
-    ]
-    # the rest of a granule runs the way its whole granule does, however few rows are left
-    assert prefill_runs(60, 64, 32, K, merge=True) == [([(60, 64)], torch_)]
-    assert prefill_runs(140, 150, 32, K, merge=True) == [([(140, 150)], kernels)]
-    assert prefill_runs(140, 155, 32, K, merge=True) == [([(140, 155)], torch_)]
-    runs = prefill_runs(0, 2000, 64, K, merge=True)  # 31 granules and 16 tokens
-    assert [p for r, _ in runs for p in r] == chunk_bounds(0, 2000, 64)
-    assert [(r[0][0], r[-1][1], way) for r, way in runs] == [
-        (0, 512, torch_),
-        (512, 1024, torch_),
-        (1024, 1536, torch_),
-        (1536, 1984, torch_),
-        (1984, 2000, kernels),
-    ]
-    assert MERGE_MAX_TOKENS == 512
+    assert prefill_passes(50, 51, n_heads=4, head_dim=16, attn_chunk=128) == [(50, 51)]
+    # late in a long context, a pass's attention partials bound its rows
+    heads, d, chunk = 32, 128, 128
+    passes = prefill_passes(30000, 32000, n_heads=heads, head_dim=d, attn_chunk=chunk)
+    assert passes[0][0] == 30000 and passes[-1][1] == 32000
+    assert all(a == b0 for (_, a), (b0, _) in itertools.pairwise(passes))
+    for a, b in passes:
+        assert 1 <= b - a <= PREFILL_PASS_MAX_ROWS
+        partials = (b - a) * (b // chunk + 1) * 4 * heads * (chunk + d + 2)
+        assert partials <= PREFILL_PASS_SCRATCH_BYTES
+    assert max(b - a for a, b in passes) < PREFILL_PASS_MAX_ROWS
 
 
 def test_the_cost_model_fits_fixed_and_per_token_seconds():
@@ -69,81 +61,99 @@ def test_the_cost_model_fits_fixed_and_per_token_seconds():
     assert falling.seconds(20) == pytest.approx(20 * falling.t / falling.n)
 
 
-def test_part_of_a_node_is_the_longest_shared_start_among_nodes_of_the_same_length():
+def test_part_of_a_node_is_the_longest_shared_start_among_its_siblings():
     cache = PrefixCache(granule=4, budget_bytes=1 << 20)
     kv = lambda: (np.zeros((1, 1, 4, 2), np.float32),)  # noqa: E731
     root = cache.insert([], [1, 2, 3, 4], kv)
     for tokens in ([5, 6, 7, 8], [5, 6, 9, 9], [5, 1, 1, 1]):
         cache.insert([root], [1, 2, 3, 4, *tokens], kv)
-    tail = cache.insert([root], [1, 2, 3, 4, 5, 6, 7], kv, logits=np.zeros(3, np.float32))
+    cache.insert([root], [1, 2, 3, 4, 5, 6, 7], kv, logits=np.zeros(3, np.float32))
     ids = [1, 2, 3, 4, 5, 6, 7, 0, 0]
     node, shared = cache.partial_child([root], ids, 4)
     assert (node.tokens, shared) == ((5, 6, 7, 8), 3)
-    assert cache.partial_child([root], ids, 3) == (tail, 3)  # a tail of the same length only
+    # a node of any length will do: only the shared rows are loaded
+    node, shared = cache.partial_child([root], ids, 3)
+    assert node.tokens[:3] == (5, 6, 7) and shared == 3
     assert cache.partial_child([root], [1, 2, 3, 4, 7, 6, 7, 8], 4) is None
-    assert cache.partial_child([], [1, 2, 9], 3) is None  # no root node of three tokens
-    assert cache.partial_child([], [1, 2, 9, 9], 4) == (root, 2)
+    assert cache.partial_child([], [1, 2, 9], 3) == (root, 2)
+    assert cache.partial_child([], [2, 2, 9, 9], 4) is None
 
 
-def _cold(runner, ids):
-    runner.merge_prefill = False
-    logits = runner.prefill(0, ids)
-    k, v = runner.save_kv(0, 0, len(ids))
-    return logits, k, v
+def _kv(runner, slot, n):
+    return runner.save_kv(slot, 0, n)
 
 
-def _from(runner, ids, p, cold):
-    """Logits, K, V of `ids` continued in merged runs from position p, the first p rows loaded from
-    the cold prefill."""
-    _, k, v = cold
-    runner.merge_prefill = True
-    runner.load_kv(1, 0, (k[:, :, :p], v[:, :, :p]))
-    logits = runner.prefill(1, ids[p:], start=p)
-    k2, v2 = runner.save_kv(1, 0, len(ids))
-    return logits, k2, v2
-
-
-@pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
-def test_the_probe_agrees_with_every_split_point(tiny_gguf, dtype):
-    """A 150-token prompt (granules of 32, a 22-token last one for the kernels) continued from
-    every position inside a granule, in merged runs: the probe says the rows are invariant exactly
-    when every split gives the cold prefill's logits and K/V."""
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_prefill_gives_the_bits_of_decoding_one_token_at_a_time(tiny_gguf, dtype):
+    """150 tokens in one call (passes of up to PREFILL_PASS_MAX_ROWS rows) against the same tokens
+    decoded one by one: the last logits and every position's K/V are identical."""
     runner = make_runner(tiny_gguf, dtype)
-    verdict = rows_invariant(runner)
-    assert runner.merge_prefill is False and runner.position(0) == 0  # left as it was
     ids = prompt_ids(150, seed=5)
-    cold = _cold(runner, ids)
-    same = [
-        all(np.array_equal(a, b) for a, b in zip(_from(runner, ids, p, cold), cold))
-        for p in range(1, 150)
-        if p % CHUNK
-    ]
-    assert verdict == all(same), f"probe {verdict}, splits differing: {same.count(False)}"
+    logits = runner.prefill(0, ids)
+    runner.prefill(1, ids[:1])
+    for t in ids[1:]:
+        step = runner.decode([1], [t])[0]
+    assert np.array_equal(logits, step)
+    for a, b in zip(_kv(runner, 0, 150), _kv(runner, 1, 150)):
+        assert np.array_equal(a, b)
 
 
-def test_the_probe_refuses_rows_that_depend_on_their_neighbours(tiny_gguf, monkeypatch):
-    """Attention that adds a trace of its query count (as a blocked kernel's rounding would) makes
-    the probe say no, and the runner then refuses to start inside a granule."""
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_split_point_gives_the_cold_prefills_bits(tiny_gguf, dtype):
+    """A 150-token prompt continued from every position (in and between granules of 32), on top of
+    the first p rows' K/V loaded from the cold prefill: the cold prefill's logits and K/V."""
+    runner = make_runner(tiny_gguf, dtype)
+    ids = prompt_ids(150, seed=5)
+    cold = (runner.prefill(0, ids), *_kv(runner, 0, 150))
+    differing = []
+    for p in range(1, 150):
+        runner.load_kv(1, 0, tuple(a[:, :, :p] for a in cold[1:]))
+        got = (runner.prefill(1, ids[p:], start=p), *_kv(runner, 1, 150))
+        if not all(np.array_equal(a, b) for a, b in zip(got, cold)):
+            differing.append(p)
+    assert differing == [], f"split points whose bits differ from the cold prefill: {differing}"
+
+
+def test_the_cut_into_passes_changes_no_bit(tiny_gguf, monkeypatch):
+    """The same prompt in passes of 256, 7 and 1 rows: identical logits and K/V."""
     runner = make_runner(tiny_gguf, "fp32")
-    attention = prefill.attention
+    ids = prompt_ids(150, seed=9)
+    results = []
+    for rows in (256, 7, 1):
+        monkeypatch.setattr(prefill_chunks, "PREFILL_PASS_MAX_ROWS", rows)
+        results.append((runner.prefill(0, ids), *_kv(runner, 0, 150)))
+    for other in results[1:]:
+        assert all(np.array_equal(a, b) for a, b in zip(results[0], other))
 
-    def skewed(q, k, v, start, mask):
-        out = attention(q, k, v, start, mask)
-        return out * (1 + 1e-6 * q.shape[0])
 
-    monkeypatch.setattr(prefill, "attention", skewed)
-    assert rows_invariant(runner) is False
-    runner.prefill(0, prompt_ids(40))
-    with pytest.raises(ValueError, match="multiple of 32"):
-        runner.prefill(0, prompt_ids(8), start=40)
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_a_shared_prefix_ending_at_every_offset_of_a_granule_gives_cold_bits(tiny_gguf, dtype):
+    """Prompts that share a cached prompt's first p tokens, for every p from 64 to 96 (each offset
+    of granule [64, 96)) and a few in its last, shorter granule, served with the prefix cache: each
+    gives the logits and greedy ids of a cold prefill, and the cache reports exactly the shared
+    rows reused (those of a granule that differs further on included)."""
+    runner = make_runner(tiny_gguf, dtype, max_batch=2)
+    base, rest = prompt_ids(150, seed=11), prompt_ids(60, seed=12)
+    shares = [*range(64, 97), 129, 140, 149]
+    cases = {p: [*base[:p], other_token(base[p]), *rest[:20]] for p in shares}
+    cold = {p: (runner.prefill(0, q).copy(), greedy_ids(runner, q, 8)) for p, q in cases.items()}
+    with LogitsScheduler(runner, prefix_cache_mb=1) as sched:
+        serve_all(sched, [base])
+        for p, prompt in cases.items():
+            before = sched.stats().prefix_cache.tokens_reused
+            ids = serve_all(sched, [prompt])[0]
+            reused = sched.stats().prefix_cache.tokens_reused - before
+            assert np.array_equal(sched.accepted[-1], cold[p][0]), f"sharing {p}: logits differ"
+            assert ids == cold[p][1], f"sharing {p}: ids differ"
+            assert reused == p, f"sharing {p}: {reused} rows reused"
+        assert sched.prefix_cache.referenced() == 0
 
 
 def test_the_cache_loads_part_of_a_granule_and_gives_cold_bits(tiny_gguf):
     """Prompts that share a cached prompt's first 70 or 100 tokens (inside granules [64, 96) and
-    [96, 128)), or all but its last token, with a runner that merges: each gives the logits and
-    greedy ids of a cold prefill, and the cache counts the rows it loaded from inside granules."""
+    [96, 128)), or all but its last token, or a tail of the same length: each gives the logits and
+    greedy ids of a cold prefill, and the cache counts exactly the shared rows it loaded."""
     runner = make_runner(tiny_gguf, "fp32", max_batch=2)
-    runner.merge_prefill = rows_invariant(runner)
     base, rest = prompt_ids(150, seed=11), prompt_ids(60, seed=12)
     cases = {
         "sharing 70 tokens": base[:70] + rest[:40],
@@ -164,17 +174,10 @@ def test_the_cache_loads_part_of_a_granule_and_gives_cold_bits(tiny_gguf):
             assert np.array_equal(sched.accepted[-1], cold[name][0]), f"{name}: logits differ"
             assert ids == cold[name][1], name
         assert sched.prefix_cache.referenced() == 0
-    whole = {"sharing 70 tokens": 64, "sharing 100 tokens": 96}
-    if runner.merge_prefill:
-        assert reused == {
-            "sharing 70 tokens": 70,
-            "sharing 100 tokens": 100,
-            "diverging in its last token": 149,
-            "a tail of the same length": 140,
-        }
-    else:
-        assert reused == {
-            **whole,
-            "diverging in its last token": 128,
-            "a tail of the same length": 128,
-        }
+    assert reused == {
+        "sharing 70 tokens": 70,
+        "sharing 100 tokens": 100,
+        "diverging in its last token": 149,
+        "a tail of the same length": 140,
+    }
+    assert CHUNK == 32

@@ -1,7 +1,7 @@
 """Prefill turns sized by time: a turn runs whole granules while they fit the target (predicted
-from measured prefill times), each its own computation at its fixed position, so a prompt's logits
-are the same whatever the budget; and a short request's first token, like a running request's next
-decode step, waits about one turn behind a long prompt.
+from measured prefill times), a request's granules in one call cut at granule boundaries; a
+prompt's logits are the same whatever the budget; and a short request's first token, like a running
+request's next decode step, waits about one turn behind a long prompt.
 
 The timing tests run the fake runner on a fake clock that each prefill advances by its tokens'
 cost: what the scheduler decides from the clock is exact, however busy the machine."""
@@ -46,8 +46,10 @@ class CallTap:
 )
 def test_a_prompts_logits_do_not_depend_on_the_turn_budget(tiny_gguf, budget):
     """A 150-token prompt (granules of 32) served beside a running request and a short one, under
-    budgets of one granule a turn up to the whole prompt: every call is one granule at its fixed
-    position, and the last one's logits equal `ModelRunner.prefill` of the prompt alone."""
+    budgets of one granule a turn up to the whole prompt: the calls cover it in order, one granule
+    a call under the smallest budgets, several under the larger, each ending at a granule boundary
+    or the prompt's end, and the last one's logits equal `ModelRunner.prefill` of the prompt
+    alone."""
     runner = make_runner(tiny_gguf, "fp32", max_batch=3)
     long_prompt = prompt_ids(PROMPT_LEN, seed=50)
     alone = runner.prefill(0, long_prompt).copy()
@@ -61,9 +63,16 @@ def test_a_prompts_logits_do_not_depend_on_the_turn_budget(tiny_gguf, budget):
         sched.submit(prompt_ids(5, seed=52), greedy(4, ignore_eos=True), short)
         for c in (running, long_one, short):
             c.wait(60)
-    long_calls = [(start, n) for _, start, n, _ in tap.calls if n >= 22]
-    assert long_calls == [(0, 32), (32, 32), (64, 32), (96, 32), (128, 22)]
-    last = next(out for _, start, _, out in tap.calls if start == 128)
+    long_slot = next(slot for slot, _, n, _ in tap.calls if n >= 22)
+    long_calls = [(start, n) for slot, start, n, _ in tap.calls if slot == long_slot]
+    ends = [start + n for start, n in long_calls]
+    assert [start for start, _ in long_calls] == [0, *ends[:-1]] and ends[-1] == PROMPT_LEN
+    assert all(end % CHUNK == 0 for end in ends[:-1])
+    if budget in ({"prefill_token_budget": CHUNK}, {"prefill_chunk_ms": 1e-3}):
+        assert long_calls == [(0, 32), (32, 32), (64, 32), (96, 32), (128, 22)]
+    if budget == {"prefill_chunk_ms": 1e6}:  # once the first granule timed, the rest at once
+        assert long_calls in ([(0, PROMPT_LEN)], [(0, 32), (32, PROMPT_LEN - 32)])
+    last = next(out for slot, _, _, out in reversed(tap.calls) if slot == long_slot)
     assert np.array_equal(last, alone)
 
 
@@ -145,8 +154,8 @@ def test_a_short_requests_first_token_waits_at_most_one_turn_behind_a_long_promp
 
 def test_a_turn_runs_the_granules_that_fit_the_target_between_decode_steps():
     """A running request decodes while a 200-token prompt prefills: once the rate is measured, each
-    turn runs two 40 ms granules (a third would end at 120 ms > 100 ms), each its own call at its
-    fixed position, and no decode step waits more than a turn plus a granule."""
+    turn runs two 40 ms granules (a third would end at 120 ms > 100 ms) in one call, and no decode
+    step waits more than a turn plus a granule."""
     clock = FakeClock()
     runner = ClockedRunner(clock, PER_TOKEN_S, max_batch=2, prefill_chunk_tokens=GRANULE)
     tok = runner.tokenizer
@@ -162,14 +171,15 @@ def test_a_turn_runs_the_granules_that_fit_the_target_between_decode_steps():
         submitted.set()
         long_one.wait(30)
         running.wait(60)
-    assert long_prefills(runner, 1) == list(range(0, 200, GRANULE))
+    # two granules a call (the running request's prefill measured the rate)
+    assert long_prefills(runner, 1) == list(range(0, 200, 2 * GRANULE))
     kinds = "".join(
         "p" if e[0] == "prefill" else "d"
         for e in runner.log
         if e[0] == "decode" or (e[0] == "prefill" and e[1] == 1)
     )
     turns = kinds[kinds.index("p") : kinds.rindex("p") + 1].split("d")
-    assert {len(turn) for turn in turns if turn} == {2}, kinds
+    assert {len(turn) for turn in turns if turn} == {1}, kinds
     gaps = np.diff(runner.decode_times)
     assert gaps.max() <= TARGET_S + GRANULE * PER_TOKEN_S + 1e-9
 
@@ -186,10 +196,10 @@ class CachingRunner(ClockedRunner):
         ids = np.array(self.ctx[slot][start:end], dtype=np.int64)
         return ids, ids.copy()
 
-    def load_kv(self, slot, start, kv):
+    def load_kv(self, slot, start, kv, rows=None):
         self.log.append(("load", slot, start))
         self.clock.advance(self.load_s)
-        self.ctx[slot] = self.ctx.get(slot, [])[:start] + kv[0].tolist()
+        self.ctx[slot] = self.ctx.get(slot, [])[:start] + kv[0][:rows].tolist()
         self.prompt_len[slot] = len(self.ctx[slot])
 
 
@@ -224,7 +234,9 @@ def test_granules_loaded_from_the_prefix_cache_count_against_the_turns_time():
             c.wait(30)
         running.wait(60)
     loads = [e for e in runner.log if e[0] == "load"]
-    assert len(loads) == 18, loads  # every copy loaded its whole prompt: nothing recomputed
+    # the running request's first row (its BOS, shared with the cached prompt's first granule),
+    # then every copy's whole prompt: nothing recomputed
+    assert len(loads) == 1 + 18, loads
     gaps = np.diff(runner.decode_times)
     assert gaps.max() <= TARGET_S + 2 * load_s + 1e-9, f"a decode step waited {gaps.max():.3f} s"
     for c in copies:

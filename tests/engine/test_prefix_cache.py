@@ -93,13 +93,14 @@ class CachingFakeRunner(FakeRunner):
         self.log.append(("save", slot, start, end))
         return (np.array(self.ctx[slot][start:end], dtype=np.int64),)
 
-    def load_kv(self, slot, start, kv):
-        self.log.append(("load", slot, start, len(kv[0])))
+    def load_kv(self, slot, start, kv, rows=None):
+        ids = kv[0][:rows].tolist()
+        self.log.append(("load", slot, start, len(ids)))
         if start == 0:
             assert slot not in self.ctx, f"slot {slot} busy"
         else:
             assert len(self.ctx[slot]) == start
-        self.ctx[slot] = self.ctx.get(slot, [])[:start] + kv[0].tolist()
+        self.ctx[slot] = self.ctx.get(slot, [])[:start] + ids
         self.prompt_len[slot] = len(self.ctx[slot])
 
 
@@ -119,17 +120,19 @@ def test_a_shared_prefix_is_loaded_and_the_rest_prefilled_at_the_same_positions(
     base = tok.encode("the system prompt!!")  # 20 tokens with BOS: granules 0..4
     cases = {
         "same prompt": base,  # every granule, the last with its logits: nothing computed
-        "ends inside a granule": base[:14],  # 3 whole granules, 13 // 4 = 3 loaded
-        "ends at a boundary": base[:12],  # 11 // 4 = 2 loaded, granule 2 computed
+        "ends inside a granule": base[:14],  # 3 whole granules and 1 of granule 3's 2 rows
+        "ends at a boundary": base[:12],  # 2 whole granules and 3 rows of granule 2
         "diverges in its last token": base[:-1] + tok.encode("?", add_special_tokens=False),
         "longer": base + tok.encode(" and more", add_special_tokens=False),
     }
+    # rows loaded: whole granules, then the rows shared with a cached granule short of the last
+    # (computed: its logits are needed)
     want_loaded = {
-        "same prompt": 5,
-        "ends inside a granule": 3,
-        "ends at a boundary": 2,
-        "diverges in its last token": 4,
-        "longer": 5,
+        "same prompt": 20,
+        "ends inside a granule": 13,
+        "ends at a boundary": 11,
+        "diverges in its last token": 19,
+        "longer": 20,
     }
     with Scheduler(runner, prefix_cache_mb=1) as sched:
         assert run_one(sched, base).ids == fake_greedy_ids(tok, base, 5, ignore_eos=True)
@@ -139,14 +142,17 @@ def test_a_shared_prefix_is_loaded_and_the_rest_prefilled_at_the_same_positions(
             c = run_one(sched, prompt)
             assert c.ids == fake_greedy_ids(tok, prompt, 5, ignore_eos=True), name
             log = runner.log[before_log:]
-            loaded = [e[2] for e in log if e[0] == "load"]
-            assert loaded == [k * G for k in range(want_loaded[name])], name
-            starts = [e[3] for e in log if e[0] == "prefill"]
-            assert starts == list(range(len(loaded) * G, len(prompt), G)), name
+            loaded = [(e[2], e[3]) for e in log if e[0] == "load"]
+            n = want_loaded[name]
+            assert loaded == [(k, min(G, n - k)) for k in range(0, n, G)], name
+            computed = [(e[3], e[2]) for e in log if e[0] == "prefill"]  # (start, tokens)
+            ends = [a + t for a, t in computed]
+            assert [a for a, _ in computed] == [n, *ends[:-1]][: len(computed)], name
+            assert (ends[-1] if ends else n) == len(prompt), name
         stats = sched.stats().prefix_cache
         assert sched.prefix_cache.referenced() == 0
     assert stats.lookups == 6 and stats.hits == 5
-    assert stats.tokens_reused == sum(want_loaded.values()) * G
+    assert stats.tokens_reused == sum(want_loaded.values())
 
 
 def test_a_repeated_prompt_computes_nothing_and_samples_the_same_tokens():

@@ -59,11 +59,9 @@ def other_token(t: int) -> int:
 @pytest.mark.parametrize(
     ("dtype", "granule"),
     [("fp32", CHUNK), ("bf16", CHUNK), ("fp32", 16)],
-    ids=["fp32", "bf16", "fp32-kernel-granules"],
+    ids=["fp32", "bf16", "fp32-granules-of-16"],
 )
 def test_cached_prefixes_give_a_cold_prefills_logits_bit_for_bit(tiny_gguf, dtype, granule):
-    """Granules of 32 run through torch's GEMMs; granules of 16 (<= KERNEL_PREFILL_MAX_TOKENS)
-    through the decode kernels."""
     runner = make_runner(tiny_gguf, dtype, max_batch=2)
     runner.prefill_chunk_tokens = granule
     base, rest = prompt_ids(150, seed=11), prompt_ids(60, seed=12)

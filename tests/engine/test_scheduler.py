@@ -146,8 +146,8 @@ class FakeRunner:
 
     def prefill(self, slot, token_ids, *, start=0, logits=True):
         """token_ids at positions start..: start 0 takes a free slot, a later start continues that
-        slot's prompt; a chunked prefill must come in the runner's chunks (cut at multiples of the
-        chunk size)."""
+        slot's prompt where it ends; a chunked prefill ends at a multiple of the chunk size, or at
+        the prompt's end (the call that wants logits)."""
         self.thread_ids.add(threading.get_ident())
         assert 0 <= slot < self.max_batch and len(token_ids) > 0
         if start == 0:
@@ -158,8 +158,8 @@ class FakeRunner:
             )
         if self.prefill_chunk_tokens:
             c = self.prefill_chunk_tokens
-            assert start % c == 0 and len(token_ids) <= c, (
-                f"chunk {start}+{len(token_ids)} not cut at multiples of {c}"
+            assert (start + len(token_ids)) % c == 0 or logits, (
+                f"chunk {start}+{len(token_ids)} not cut at a multiple of {c}"
             )
         assert start + len(token_ids) < self.max_seq_len
         if self.fail_on_prompt_token is not None and self.fail_on_prompt_token in token_ids:

@@ -4,8 +4,7 @@ Per format: a row widened in registers equals gguf-py's dequantization, and matr
 products equal the float32 kernel over the dequantized matrix (`np.array_equal`, not a tolerance),
 on odd shapes: rows that are a multiple of the block but not of the 64-weight SIMD step, a last
 partial unit of rows, activations of 1..9 rows. Then whole models in every format: greedy ids and
-logits of `--dtype stored` equal `--dtype fp32`, on 1 and 2 threads, through the kernel and the
-torch prefill.
+logits of `--dtype stored` equal `--dtype fp32`, on 1 and 2 threads, a short and a long prompt.
 """
 
 from __future__ import annotations
@@ -13,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fixtures import K_QUANTS, TinyShape, random_blocks, write_tiny_gguf
+from numba import njit
 
-from roofline.engine import layer_kernels
+from roofline.engine import block_simd, layer_kernels
 from roofline.engine.block_formats import BLOCK_FORMATS
 from roofline.engine.loaders import load_checkpoint
 
@@ -52,6 +52,14 @@ def _widths(fmt: str) -> list[int]:
     return [256, 768]
 
 
+@njit
+def _widen_rows(w, fmt, out):
+    """out (rows, n_in) float32 = every row of a stored matrix widened by the kernels' loader."""
+    n = out.shape[1]
+    for o in range(w.shape[0]):
+        block_simd.stored_row(w, o * w.shape[1], fmt[o], n, out, o * n)
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_products_on_stored_rows_equal_the_float32_kernel_bit_for_bit(fmt):
     rng = np.random.default_rng(BLOCK_FORMATS[fmt].code)
@@ -61,9 +69,7 @@ def test_products_on_stored_rows_equal_the_float32_kernel_bit_for_bit(fmt):
         raw, dense = _rows(fmt, rows, n, rng)
         codes = np.full(rows, code, np.uint8)
         widened = np.empty((rows, n), np.float32)
-        from roofline.engine import widened_rows
-
-        widened_rows.stored_rows_f32(raw, codes, widened)
+        _widen_rows(raw, codes, widened)
         assert np.array_equal(widened.view(np.uint32), dense.view(np.uint32)), (
             f"{fmt} n={n}: widening differs"
         )
@@ -186,29 +192,9 @@ def test_a_model_in_each_format_decodes_the_float32_paths_ids(tmp_path_factory, 
         for prompt in PROMPTS:
             ids = reference.tokenizer.encode(prompt)
             want = reference.prefill(0, ids)
-            # the 2nd prompt is longer than the kernel prefill: torch GEMMs
             got = runner.prefill(0, ids)
             assert np.array_equal(got, want), f"{fmt}, {threads} threads: prefill logits differ"
             reference.release(0), runner.release(0)
             assert greedy_ids(runner, ids, 64) == greedy_ids(reference, ids, 64), (
                 f"{fmt}: {prompt!r}"
             )
-
-
-@pytest.mark.parametrize("fmt", ["F32", "Q8_0"])
-def test_the_prefill_reads_f32_rows_in_place_and_widens_the_others(tmp_path_factory, fmt):
-    """A matrix stored as F32 rows goes to torch's GEMM as a view of its bytes (no copy per chunk);
-    other formats are widened into the scratch buffer."""
-    from roofline.engine import load_runner
-    from roofline.engine.prefill import _Widener
-
-    runner = load_runner(str(_model_file(tmp_path_factory, fmt)), dtype="stored", max_seq_len=64)
-    w, c = runner.weights, runner.config
-    widen = _Widener(w, c)
-    try:
-        t = widen.layer(w.wgu, 1, w.gu_scale, c.hidden)
-        assert tuple(t.shape) == (w.wgu.shape[1], c.hidden)
-        in_place = t.data_ptr() == w.wgu[1].ctypes.data
-        assert in_place == (fmt == "F32")
-    finally:
-        widen.close()

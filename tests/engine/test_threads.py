@@ -10,18 +10,15 @@ import numpy as np
 from fixtures import greedy_ids
 from test_runner import LONG_PROMPT, PROMPT, tiny_checkpoint
 
-from roofline.engine.model_runner import KERNEL_PREFILL_MAX_TOKENS, ModelRunner, available_cores
+from roofline.engine.model_runner import ModelRunner, available_cores
 from roofline.engine.threads import (
     CHANGE_PASSES,
     FEWER_THREADS_LONGEST_INTERVAL,
     FIRST_INTERVAL,
     LONGEST_INTERVAL,
-    TORCH_MIN_SPEEDUP,
     ThreadChooser,
-    TorchLayerTrial,
     candidate_thread_counts,
     prefer_passive_omp_waits,
-    prefer_strict_blas,
 )
 
 
@@ -140,87 +137,6 @@ def test_probes_compare_passes_of_the_same_row_count_only():
     assert chooser.current == 2 and chooser.switches == 0
 
 
-def test_torch_gets_every_core_only_when_they_measured_faster():
-    fast = ThreadChooser(2)
-    fast.seed({2: [0.010, 0.011, 0.010], 1: [0.020, 0.019, 0.021]})
-    assert fast.current == 2 and fast.torch_threads() == 2
-    barely = ThreadChooser(2)
-    barely.seed({2: [0.010] * 3, 1: [0.010 * (TORCH_MIN_SPEEDUP - 0.1)] * 3})
-    assert barely.current == 2 and barely.torch_threads() == 1
-    slower = ThreadChooser(2)
-    slower.seed({2: [0.030] * 3, 1: [0.020] * 3})
-    assert slower.current == 1 and slower.torch_threads() == 1
-    assert ThreadChooser(2).torch_threads() == 1  # nothing measured yet: the safe count
-    assert ThreadChooser(1).torch_threads() == 1
-
-
-def run_layers(trial: TorchLayerTrial, seconds_of, layers: int = 30) -> list[int]:
-    """A chunk's layers as prefill_chunk runs them: the thread count of each, in order."""
-    used = []
-    for i in range(layers):
-        n = trial.threads_for_layer(i)
-        used.append(n)
-        trial.record_layer(i, n, seconds_of(n, i))
-    return used
-
-
-def test_a_prefill_chunk_tries_the_other_thread_count_on_one_layer_and_keeps_the_faster():
-    chooser = ThreadChooser(2)
-    chooser.seed({2: [0.010] * 3, 1: [0.020] * 3})  # quiet: every core, torch too
-    assert chooser.torch_threads() == 2
-    busy = {2: 0.030, 1: 0.020}  # a neighbour arrived: layers on two threads now take longer
-    trial = chooser.torch_layer_trial()
-    assert (trial.start, trial.other) == (2, 1)
-    assert run_layers(trial, lambda n, i: busy[n] * (3 if i == 0 else 1)) == [2, 2, 1] + [1] * 27
-    # the next chunk starts from it
-    assert chooser.torch_verdict == 1 and chooser.torch_threads() == 1
-    quiet = {2: 0.010, 1: 0.020}
-    trial = chooser.torch_layer_trial()
-    assert (trial.start, trial.other) == (1, 2)
-    assert (
-        run_layers(trial, lambda n, i: quiet[n]) == [1, 1, 2] + [2] * 27
-        and chooser.torch_threads() == 2
-    )
-    # a tie (or a win under the margin) keeps the count it started with
-    trial = chooser.torch_layer_trial()
-    assert (
-        run_layers(trial, lambda n, i: 0.010) == [2, 2, 1] + [2] * 27 and chooser.torch_verdict == 2
-    )
-    assert ThreadChooser(1).torch_layer_trial() is None
-
-
-def test_a_layer_trial_in_a_real_prefill_changes_no_bit():
-    """A torch-path prefill (prompt longer than the kernel path's) whose trial moves torch's thread
-    count from layer to layer gives the logits of a runner on one fixed count, and reports every
-    layer's time."""
-    most = min(2, available_cores())
-    fixed = ModelRunner(
-        tiny_checkpoint("llama"), dtype="fp32", threads=1, max_batch=1, max_seq_len=128
-    )
-    adaptive = ModelRunner(
-        tiny_checkpoint("llama"), dtype="fp32", threads=None, max_batch=1, max_seq_len=128
-    )
-    adaptive.threads = most
-    adaptive.thread_chooser = ThreadChooser(most)
-    prompt = list(LONG_PROMPT) * 2
-    assert len(prompt) > KERNEL_PREFILL_MAX_TOKENS
-    seen = []
-
-    # the tiny model has 2 layers: switch on every layer instead of at 2
-    class Alternating(TorchLayerTrial):
-        def threads_for_layer(self, layer):
-            return (most, 1)[layer % 2]
-
-        def record_layer(self, layer, threads, seconds):
-            seen.append((layer, threads, seconds > 0))
-
-    adaptive.thread_chooser.torch_layer_trial = lambda: Alternating(
-        most, 1, adaptive.thread_chooser
-    )
-    np.testing.assert_array_equal(fixed.prefill(0, prompt), adaptive.prefill(0, prompt))
-    assert seen == [(i, (most, 1)[i % 2], True) for i in range(adaptive.config.n_layers)]
-
-
 def test_pinned_passes_teach_nothing():
     chooser = ThreadChooser(2)
     chooser.pinned = 1
@@ -231,8 +147,7 @@ def test_pinned_passes_teach_nothing():
 
 def test_greedy_ids_are_identical_with_one_two_and_adaptive_threads():
     """The same greedy ids with one thread, two threads, and the adaptive choice probing every other
-    pass (so that passes of one generation run on both counts); prompts through the kernel and the
-    torch prefill."""
+    pass (so that passes of one generation run on both counts); a short and a long prompt."""
     most = min(2, available_cores())
     results = {}
     for label, threads in [("one", 1), ("two", most), ("adaptive", None)]:
@@ -256,23 +171,20 @@ def test_seeding_starts_the_choice_from_measured_passes():
     )
     chooser = runner.thread_chooser
     assert chooser is not None and chooser.candidates[0] == runner.threads
+    seeded = []
+    seed = chooser.seed
+    chooser.seed = lambda seconds: (seeded.append(seconds), seed(seconds))
     runner.warmup()  # compiles, then seeds
     assert chooser.pinned is None and chooser.current in chooser.candidates
-    if len(chooser.candidates) > 1:
-        assert sum(chooser._speedup.values()) > 0  # measured, not defaulted
+    if len(chooser.candidates) > 1:  # measured, not defaulted: every candidate timed
+        assert len(seeded) == 1 and set(seeded[0]) == set(chooser.candidates)
+        assert all(t > 0 for times in seeded[0].values() for t in times)
     assert runner.position(0) == 0  # the seeding passes left the cache empty
     fixed = ModelRunner(
         tiny_checkpoint("llama"), dtype="fp32", threads=1, max_batch=1, max_seq_len=64
     )
     assert fixed.thread_chooser is None
     np.testing.assert_array_equal(fixed.prefill(0, PROMPT), runner.prefill(0, PROMPT))
-
-
-def test_mkl_is_asked_for_results_that_do_not_depend_on_threads():
-    env: dict[str, str] = {}
-    assert prefer_strict_blas(env) and env == {"MKL_CBWR": "AUTO,STRICT"}
-    env = {"MKL_CBWR": "COMPATIBLE"}  # the user's own choice stays
-    assert not prefer_strict_blas(env) and env == {"MKL_CBWR": "COMPATIBLE"}
 
 
 def test_pass_costs_are_timed_on_one_thread_count_whatever_the_chooser_would_probe():
@@ -286,8 +198,8 @@ def test_pass_costs_are_timed_on_one_thread_count_whatever_the_chooser_would_pro
     used = []
     pick = runner._use_threads
 
-    def spy(torch_too: bool = False) -> int:
-        used.append(pick(torch_too))
+    def spy() -> int:
+        used.append(pick())
         return used[-1]
 
     runner._use_threads = spy

@@ -11,12 +11,11 @@ Importing the package is light (numpy only): torch and numba load when a runner 
 
 from __future__ import annotations
 
-from roofline.engine.threads import prefer_passive_omp_waits, prefer_strict_blas
+from roofline.engine.threads import prefer_passive_omp_waits
 
-# before torch or numba start OpenMP threads, and before MKL's first call (engine/threads.py says
-# why); E402 below: the imports must follow these calls, since they may load those runtimes
+# before torch or numba start OpenMP threads (engine/threads.py says why); E402 below: the imports
+# must follow this call, since they may load those runtimes
 prefer_passive_omp_waits()
-prefer_strict_blas()
 
 # `generate` names both a module and the function it defines; this import binds the function here.
 from roofline.engine.generate import generate  # noqa: E402

@@ -310,6 +310,8 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
             counters, phase, tid, n_threads, wd[layer], d_scale[layer], act, x, True, unit_bytes
         )
         phase += 1
+    if logit_rows.shape[0] == 0:  # a prefill pass before the prompt's last
+        return
     for j in range(logit_rows.shape[0]):
         picked[j] = x[logit_rows[j]]
     rms_norm(picked, final_norm, eps, h[: picked.shape[0]])
@@ -350,10 +352,11 @@ def _run_workers(n_threads, counters, rows, shape, layers, head, cache, buffers,
 def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=UNIT_BYTES):
     """Run all layers for the k rows of `rows` (Rows): write each row's K/V into `cache` (Cache) at
     its cache position, and the float32 logits of row rows.logit_rows[j] into logits[j] (a prefill
-    needs only its last row's). layers (LayerWeights) stack over layers: wqkv (L, q+2kv, hidden),
-    wo (L, hidden, q), wgu (L, 2 ffn, hidden), wd (L, hidden, ffn), each with per-output-row scales
-    (L, rows); head: HeadWeights; shape: Shape. Named tuples, so two same-shaped arrays cannot
-    trade places unnoticed. n_threads: workers to start; unit_bytes: weight bytes per unit."""
+    needs only its last row's, and none before its last pass). layers (LayerWeights) stack over
+    layers: wqkv (L, q+2kv, hidden), wo (L, hidden, q), wgu (L, 2 ffn, hidden), wd (L, hidden,
+    ffn), each with per-output-row scales (L, rows); head: HeadWeights; shape: Shape. Named tuples,
+    so two same-shaped arrays cannot trade places unnoticed. n_threads: workers to start;
+    unit_bytes: weight bytes per unit."""
     tokens, positions, tree_path, logit_rows = (
         rows.tokens,
         rows.positions,

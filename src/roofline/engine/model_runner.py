@@ -1,16 +1,15 @@
 """ModelRunner: the weights in decode layout, the KV cache, and the two steps of generation.
 
-prefill(slot, ids, start=0): the prompt, K/V written from position `start`, in chunks cut at the
-    multiples of `prefill_chunk_tokens` (one call, or one chunk per call from the scheduler: the
-    same arithmetic) -- short chunks through the numba kernels, long ones through torch GEMMs
-    (engine/prefill.py).
+prefill(slot, ids, start=0): the prompt, K/V written from position `start`, in passes of the
+    decode kernels (`prefill_chunks.prefill_passes`), each row summed as a one-row decode sums it:
+    the logits and K/V of decoding the prompt one token at a time, however it is cut.
 decode(slots, ids): one new token for each slot at that slot's own position, all rows in one call of
     the numba kernels (`decode.decode_rows`), which reads each weight once for the whole batch.
 extend(slot, ids): several tokens of one slot in one kernel pass (a speculative verify).
 save_kv / load_kv: copies of a slot's K/V positions out and back in (the prefix cache's granules).
 
 The weights are packed once (`weights.pack_weights`: fused, stacked over layers, fp32 / bf16 /
-int8); torch views of the same memory serve prefill, so nothing is held twice.
+int8) or kept in the file's blocks (`stored_weights.pack_stored`).
 
 How long passes take (the thread count of each, the speculation cost model): pass_timing.py.
 """
@@ -24,10 +23,10 @@ from collections.abc import Sequence as Seq
 import numpy as np
 
 from roofline.engine.config import ModelConfig
-from roofline.engine.kv_cache import KVCache
+from roofline.engine.kv_cache import ATTN_CHUNK, KVCache
 from roofline.engine.loaders.checkpoint import file_bytes_per_token
 from roofline.engine.pass_timing import PassTiming
-from roofline.engine.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS, KERNEL_PREFILL_MAX_TOKENS
+from roofline.engine.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS, prefill_passes
 from roofline.engine.threads import ThreadChooser
 from roofline.engine.weights import (
     DTYPES,
@@ -38,17 +37,14 @@ from roofline.errors import UserError
 from roofline.hardware.machine import usable_cpu_count as available_cores
 from roofline.simd_memory import aligned_empty
 
-__all__ = ["DTYPES", "KERNEL_PREFILL_MAX_TOKENS", "ModelRunner", "available_cores", "load_runner"]
+__all__ = ["DTYPES", "ModelRunner", "available_cores", "load_runner"]
 
 
 class ModelRunner(PassTiming):
     """Owns the weights and the KV cache. Not thread-safe: one thread calls it."""
 
-    # prompts are prefilled in chunks cut at its multiples
+    # the scheduler's granule of prefill and the prefix cache's (prefill_chunks.py)
     prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS
-    # whether prefill rows are invariant to the rows beside them (prefill_probe.py, set by
-    # `warmup`): granules then merge into one computation and a prefill may start inside a granule
-    merge_prefill: bool = False
 
     def __init__(
         self,
@@ -119,13 +115,16 @@ class ModelRunner(PassTiming):
         """Copies of the K/V of positions start..end-1 of the slot (a prefix-cache node)."""
         return self.cache.read(self.cache.check_slot(slot), int(start), int(end))
 
-    def load_kv(self, slot: int, start: int, kv: tuple[np.ndarray, np.ndarray]) -> None:
-        """Write K/V that `save_kv` returned at positions start.. of the slot, which holds start
-        positions (start 0 resets it); a prefill may then continue where they end."""
+    def load_kv(
+        self, slot: int, start: int, kv: tuple[np.ndarray, np.ndarray], rows: int | None = None
+    ) -> None:
+        """Write K/V that `save_kv` returned (their first `rows` positions; None: all) at positions
+        start.. of the slot, which holds start positions (start 0 resets it); a prefill may then
+        continue where they end."""
         slot = self.cache.check_slot(slot)
         if start == 0:
             self.cache.release(slot)
-        self.cache.write(slot, int(start), *kv)
+        self.cache.write(slot, int(start), *(a[:, :, :rows] for a in kv))
 
     def truncate(self, slot: int, length: int) -> None:
         """Roll the slot back to `length` positions (drop rejected speculative tokens)."""
@@ -136,82 +135,39 @@ class ModelRunner(PassTiming):
     ) -> np.ndarray | None:
         """Write a prompt's tokens at positions start, start + 1, ... of the slot; float32 logits
         (vocab,) of the last one (None with logits=False). start=0 resets the slot; a later start
-        continues the prompt where the slot ends: at a multiple of `prefill_chunk_tokens`, or
-        anywhere when `merge_prefill` (rows invariant, prefill_probe.py).
+        continues the prompt where the slot ends.
 
-        Pieces are cut at those multiples and each runs as its whole granule would
-        (prefill_chunks.prefill_runs), so a prompt prefilled in one call, a chunk at a time between
-        other requests' steps, or from part of a granule the prefix cache held gives bit-identical
-        logits and K/V. Granules up to KERNEL_PREFILL_MAX_TOKENS run through the decode kernels,
-        longer ones prefill.py's."""
-        from roofline.engine.prefill_chunks import prefill_runs
-
+        The rows run in passes of the decode kernels (`prefill_passes`), each row's sums in the
+        order a one-row decode takes, so its logits and K/V are those of decoding the prompt one
+        token at a time: a prompt prefilled in one call, a chunk at a time between other requests'
+        steps, or on top of K/V the prefix cache loaded gives the same bits."""
         slot = self.cache.check_slot(slot)
         ids = self._check_ids(token_ids)
         if ids.size == 0:
             raise ValueError("prefill needs at least one token")
         if start == 0:
             self.cache.release(slot)
-        elif start != self.position(slot) or (
-            start % self.prefill_chunk_tokens and not self.merge_prefill
-        ):
+        elif start != self.position(slot):
             raise ValueError(
                 f"slot {slot} holds {self.position(slot)} positions; "
-                f"a prefill cannot continue at {start} "
-                f"(it continues where the slot ends, at a multiple of {self.prefill_chunk_tokens})"
+                f"a prefill cannot continue at {start} (it continues where the slot ends)"
             )
         self.cache.check_room(slot, ids.size)
-        out = None
-        end = start + ids.size
-        for pieces, kernels in prefill_runs(
-            start,
-            end,
-            self.prefill_chunk_tokens,
-            KERNEL_PREFILL_MAX_TOKENS,
-            merge=self.merge_prefill,
-        ):
-            a, b = pieces[0][0], pieces[-1][1]
-            chunk = ids[a - start : b - start]
-            if kernels:
-                out = self._run_rows(
-                    chunk,
-                    np.full(chunk.size, slot, dtype=np.int64),
-                    np.arange(a, b, dtype=np.int64),
-                    last_only=True,
-                )[0]
-            else:
-                out = self._prefill_torch(slot, chunk, pieces, logits and b == end)
-            self.cache.lengths[slot] = b
-        return out if logits else None
-
-    def _prefill_torch(
-        self, slot: int, chunk: np.ndarray, pieces: list[tuple[int, int]], want: bool
-    ) -> np.ndarray | None:
-        import torch
-
-        from roofline.engine.prefill import prefill_chunk
-
-        self._use_threads(torch_too=True)
-        trial = (
-            self.thread_chooser.torch_layer_trial()
-            if self.thread_chooser is not None and self.pass_threads is None
-            else None
+        c, end, out = self.config, start + ids.size, None
+        passes = prefill_passes(
+            start, end, n_heads=c.n_heads, head_dim=c.head_dim, attn_chunk=ATTN_CHUNK
         )
-        with torch.inference_mode():
-            return prefill_chunk(
-                self.config,
-                self.weights,
-                chunk,
-                slot,
-                pieces[0][0],
-                self.cache.k,
-                self.cache.v,
-                self._cos,
-                self._sin,
-                logits=want,
-                trial=trial,
-                pieces=pieces,
+        for a, b in passes:
+            want = logits and b == end
+            out = self._run_rows(
+                ids[a - start : b - start],
+                np.full(b - a, slot, dtype=np.int64),
+                np.arange(a, b, dtype=np.int64),
+                last_only=True,
+                no_logits=not want,
             )
+            self.cache.lengths[slot] = b
+        return out[0] if logits else None
 
     def _run_rows(
         self,
@@ -220,6 +176,7 @@ class ModelRunner(PassTiming):
         positions: np.ndarray,
         *,
         last_only: bool = False,
+        no_logits: bool = False,
         cache_positions: np.ndarray | None = None,
         tree_base: np.ndarray | None = None,
         tree_path: np.ndarray | None = None,
@@ -242,7 +199,7 @@ class ModelRunner(PassTiming):
                 positions + 1,
                 np.zeros((n, 1), dtype=np.int64),
             )
-        logit_rows = np.arange(n - 1 if last_only else 0, n, dtype=np.int64)
+        logit_rows = np.arange(n if no_logits else n - 1 if last_only else 0, n, dtype=np.int64)
         logits = aligned_empty((logit_rows.shape[0], c.vocab_size), np.float32)
         n_threads = self._use_threads()
         started = time.perf_counter()
@@ -333,17 +290,12 @@ class ModelRunner(PassTiming):
         self.cache.truncate(slot, start + len(rows))
 
     def warmup(self) -> None:
-        """Compile (or load from numba's cache) the decode kernels, run torch's prefill path once
-        (its first call is slow), touch the weights, and check whether prefill rows are invariant
-        here (`merge_prefill`, prefill_probe.py)."""
-        from roofline.engine.prefill_probe import rows_invariant
-
-        n = min(KERNEL_PREFILL_MAX_TOKENS + 1, self.max_seq_len - 1)
-        if n > 0:
-            self.prefill(0, [0] * n)
+        """Compile (or load from numba's cache) the decode kernels, touch the weights, and time the
+        thread counts (`seed_threads`)."""
+        if self.max_seq_len > 2:
+            self.prefill(0, [0, 0])
         self.decode([0], [0])
         self.release(0)
-        self.merge_prefill = rows_invariant(self)
         self.seed_threads()
 
 

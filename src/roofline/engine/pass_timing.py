@@ -25,25 +25,18 @@ class PassTiming:
     # or the given count). Such passes are not the chooser's: not told to it
     pass_threads: int | None = None
 
-    def _use_threads(self, torch_too: bool = False) -> int:
+    def _use_threads(self) -> int:
         """Set the thread count for the next pass and return it. numba's count is per calling
-        thread, so it is checked on every call, from the calling thread; torch's matters only for
-        the torch prefill."""
+        thread, so it is checked on every call, from the calling thread."""
         import numba
 
         chooser, asked = self.thread_chooser, self.pass_threads
         if asked is not None:
-            n = t = min(asked, self.threads)
+            n = min(asked, self.threads)
         else:
             n = self.threads if chooser is None else chooser.threads_for_pass()
-            t = self.threads if chooser is None else chooser.torch_threads()
         if numba.get_num_threads() != n:
             numba.set_num_threads(n)
-        if torch_too:
-            import torch
-
-            if torch.get_num_threads() != t:
-                torch.set_num_threads(t)
         return n
 
     def _record_pass(self, threads: int, rows: int, seconds: float) -> None:

@@ -1,13 +1,11 @@
-"""Where a prompt's prefill is cut: at every multiple of the granule (the chunk size), whoever runs
-it.
+"""Where a prompt's prefill is cut, and how long a cut takes.
 
-The scheduler runs a prompt's granules a few per turn between decode steps (as many as fit its time
-target); `ModelRunner.prefill` runs all the granules of what it is given in a row. Both cut at the
-same fixed positions (never at "what this step's budget had left") and run each granule as its own
-computation, or several merged where the runner found prefill rows invariant to their neighbours
-(`prefill_runs`, prefill_probe.py), so a request's logits do not depend on what else was running,
-on the budget, or on which granules came from the prefix cache. Pure arithmetic: no torch, no
-numpy.
+Granules (multiples of the chunk size) are the scheduler's unit of a turn and the prefix cache's
+unit of reuse; `ModelRunner.prefill` runs what it is given in passes of the decode kernels
+(`prefill_passes`). Every row of a pass sums in the order a one-row decode does (decode.py), so
+none of these cuts changes a bit: a prompt prefilled in one call, a chunk at a time between other
+requests' steps, from the middle of a granule the prefix cache held in part, or in passes of any
+length gives the logits and K/V of decoding it one token at a time. Pure arithmetic: no numpy.
 """
 
 from __future__ import annotations
@@ -21,10 +19,6 @@ from dataclasses import dataclass
 # granule takes about the 150 ms target on two cores, a 128-token one about twice that
 # (docs/measured.md).
 DEFAULT_PREFILL_CHUNK_TOKENS = 64
-
-# Granules up to this length prefill through the decode kernels: below it they beat torch's small-M
-# GEMMs (figures in docs/measured.md).
-KERNEL_PREFILL_MAX_TOKENS = 24
 
 # Target time (ms) of one scheduler turn of prefill: granules run while they fit it (`PrefillCost`),
 # so a decode step or a new request waits about this long behind a long prompt, on any host.
@@ -49,35 +43,29 @@ def chunk_bounds(start: int, end: int, chunk_tokens: int) -> list[tuple[int, int
     return bounds
 
 
-def granule_start(position: int, chunk_tokens: int) -> int:
-    """Start of the granule that holds `position`."""
-    return position // chunk_tokens * chunk_tokens
+# Rows of one prefill pass at most: a pass reads every weight once for all its rows, and past a
+# few hundred rows that gains little (docs/measured.md) while the buffers grow with the rows.
+PREFILL_PASS_MAX_ROWS = 256
+# Bytes of attention partials one pass may hold: per row, chunk of ATTN_CHUNK keys and q head,
+# ATTN_CHUNK scores, head_dim outputs, a maximum and a sum (attention.attention_scratch).
+PREFILL_PASS_SCRATCH_BYTES = 64 << 20
 
 
-# Most tokens one merged run computes (its GEMM buffers grow with it; past a few granules the GEMMs
-# gain little).
-MERGE_MAX_TOKENS = 512
-
-
-def prefill_runs(
-    start: int, end: int, chunk_tokens: int, kernel_max_tokens: int, *, merge: bool
-) -> list[tuple[list[tuple[int, int]], bool]]:
-    """Positions start..end-1 as runs of granule pieces, each run one computation:
-    (pieces [a, b), whether the decode kernels run it). A piece's way is its whole granule's: the
-    kernels when the granule (up to the prompt's end) has at most kernel_max_tokens tokens, so a
-    piece that starts inside a granule (the rest of a granule the prefix cache held in part) runs
-    as the whole granule would. With `merge`, consecutive pieces of one way form one run of at most
-    MERGE_MAX_TOKENS (for torch: its GEMMs over all rows, attention per piece; the same bits where
-    rows are invariant, see prefill_probe.py); else each piece is its own run."""
-    runs: list[tuple[list[tuple[int, int]], bool]] = []
-    for a, b in chunk_bounds(start, end, chunk_tokens):
-        kernels = b - granule_start(a, chunk_tokens) <= kernel_max_tokens
-        last = runs[-1] if runs else None
-        if merge and last and last[1] == kernels and b - last[0][0][0] <= MERGE_MAX_TOKENS:
-            last[0].append((a, b))
-        else:
-            runs.append(([(a, b)], kernels))
-    return runs
+def prefill_passes(
+    start: int, end: int, *, n_heads: int, head_dim: int, attn_chunk: int
+) -> list[tuple[int, int]]:
+    """Positions start..end-1 cut into passes [a, b) of at most PREFILL_PASS_MAX_ROWS rows, fewer
+    where the rows' attention partials would pass PREFILL_PASS_SCRATCH_BYTES (they grow with the
+    context). Where the cuts fall changes no bit (module docstring), only the memory and time."""
+    per_unit = 4 * n_heads * (attn_chunk + head_dim + 2)
+    passes, a = [], start
+    while a < end:
+        b = min(end, a + PREFILL_PASS_MAX_ROWS)
+        while b - a > 1 and (b - a) * (b // attn_chunk + 1) * per_unit > PREFILL_PASS_SCRATCH_BYTES:
+            b = a + (b - a) // 2
+        passes.append((a, b))
+        a = b
+    return passes
 
 
 @dataclass

@@ -15,9 +15,10 @@ A prompt's last chunk may be a node too, with the logits of its last token (a ta
 a granule, or a whole one): the same prompt sent again loads every node and samples from those
 logits, computing nothing. A tail is never a parent: a longer prompt computes that granule whole.
 
-Part of a node (`partial_child`): where the runner's prefill rows do not depend on the rows beside
-them (prefill_probe.py), a prompt whose granule starts like a cached node of the same length
-(same end, so attention saw the same keys) loads the shared first rows and computes the rest.
+Part of a node (`partial_child`): a row's K/V depend only on the tokens up to its position, and
+the runner's prefill gives them the bits of decoding one token at a time wherever it starts
+(prefill_chunks.py), so a prompt whose next granule starts like a cached node loads the shared
+first rows and computes the rest.
 
 Reference counts: a request holds the nodes of its path while it prefills (it extends that path);
 LRU eviction takes unreferenced leaves until a new node fits the byte budget; when nothing can go,
@@ -95,17 +96,19 @@ class PrefixCache:
     def partial_child(
         self, path: Seq[PrefixNode], ids: Seq[int], length: int
     ) -> tuple[PrefixNode, int] | None:
-        """The node below `path` of exactly `length` tokens whose tokens share the longest common
-        prefix with the next `length` of `ids` (granule len(path)), and that prefix's length; None
-        when no such node shares a first token. Its LRU tick is renewed."""
+        """The node below `path` whose tokens share the longest common prefix with the next
+        `length` of `ids` (granule len(path)), and that prefix's length; None when no node shares a
+        first token. Its LRU tick is renewed."""
         parent = path[-1] if path else self._root
         start = len(path) * self.granule
         want = [int(t) for t in ids[start : start + length]]
         best, best_n = None, 0
         for key, node in parent.children.items():
-            if len(key) != length or key[0] != want[0]:
+            if key[0] != want[0]:
                 continue
-            n = next((i for i, (a, b) in enumerate(zip(key, want)) if a != b), len(want))
+            n = next(
+                (i for i, (a, b) in enumerate(zip(key, want)) if a != b), min(len(key), len(want))
+            )
             if n > best_n:
                 best, best_n = node, n
         if best is None:

@@ -5,15 +5,16 @@ time target (`prefill_chunk_ms`, from measured prefill times; or a fixed token b
 `max_num_batched_tokens`), (3) runs one batched pass for all decoding sequences (with speculation:
 last token plus draft, speculate/step.py) and hands each request's output to its sink as an `Event`.
 
-Granules are cut at fixed positions (prefill_chunks.py), never at what the budget had left, each
-its own computation or merged where rows are invariant (prefill_probe.py), so a request's logits
-do not depend on how its granules interleaved with others', nor on the budget. Per turn: new
+Granules are cut at fixed positions (prefill_chunks.py); a request's logits do not depend on how
+they interleaved with others', nor on the budget, since every prefill row sums in the order of a
+one-row decode whatever rows run beside it. Per turn: new
 requests first (FIFO; the turn's first granule always runs), then prefills in progress in turn (the
 head always gets a granule, so arrivals cannot starve it); each runs as many granules in a row as
 fit. So a short request waits about one turn behind a long prefill; decodes about a turn.
 
-With a prefix cache (prefix_cache.py), a prompt's granules already cached (an exact token prefix)
-are loaded instead of computed (within the turn's time, as computed ones), and the granules it
+With a prefix cache (prefix_cache.py), a prompt's granules already cached (an exact token prefix),
+and the shared first rows of a cached granule that differs further on, are loaded instead of
+computed (within the turn's time, as computed ones), and the granules it
 computes are offered to the cache; its last chunk goes in with its logits, so the same prompt again
 computes nothing.
 

@@ -3,16 +3,15 @@ much of its prompt the slot's cache holds, its prefix-cache path, its speculatio
 the prefill half of a step (`PrefillChunks`, a mixin of `Scheduler`; the policy is in scheduler.py's
 docstring).
 
-A turn (the prefill half of one step) runs granules at their fixed positions (prefill_chunks.py),
-each its own `runner.prefill` call, or, with a runner whose prefill rows do not depend on the rows
-beside them (`merge_prefill`, prefill_probe.py), as many as fit in one call: the arithmetic of a
-prompt is the same whatever the budget. The budget is a time target: a granule runs when the
-turn's elapsed time plus its predicted time (a + b tokens, fitted to the chunks timed so far:
-`PrefillCost`) stays within `prefill_chunk_s`; before any chunk was timed, one granule per turn.
-A granule loaded from the prefix cache runs while the turn's elapsed time is under the target (a
-load is cheap but not free: into a fresh slot it faults in memory, and loads without a limit once
-kept 16 streams waiting seconds, docs/measured.md). A fixed token budget (`prefill_token_budget`)
-replaces the target when given; loads are then free.
+A turn (the prefill half of one step) runs a request's granules, as many as fit, in one
+`runner.prefill` call: a prefill row's bits do not depend on the rows beside it
+(prefill_chunks.py), so the arithmetic of a prompt is the same whatever the budget. The budget is a
+time target: a granule runs when the turn's elapsed time plus its predicted time (a + b tokens,
+fitted to the chunks timed so far: `PrefillCost`) stays within `prefill_chunk_s`; before any chunk
+was timed, one granule per turn. A granule loaded from the prefix cache runs while the turn's
+elapsed time is under the target (a load is cheap but not free: into a fresh slot it faults in
+memory, and loads without a limit once kept 16 streams waiting seconds, docs/measured.md). A fixed
+token budget (`prefill_token_budget`) replaces the target when given; loads are then free.
 
 `PrefillChunks` reads the scheduler's queues (`_waiting`, `_prefilling`, `_running`), free slots,
 budget, runner, prefix cache, clock and stats, and hands a finished prompt to its `_accept`, a
@@ -60,11 +59,13 @@ class PrefillChunks:
     _turn_start: float
     _turn_tokens: int
 
+    def _granule(self, w: _Work) -> int:
+        """The runner's prefill granule (a runner without one: the whole prompt)."""
+        return getattr(self.runner, "prefill_chunk_tokens", None) or len(w.seq.prompt_ids)
+
     def _chunk_tokens(self, w: _Work) -> int:
         """Prompt tokens of the request's next prefill chunk."""
-        n = len(w.seq.prompt_ids)
-        size = getattr(self.runner, "prefill_chunk_tokens", None) or n
-        return chunk_end(w.prefilled, n, size) - w.prefilled
+        return chunk_end(w.prefilled, len(w.seq.prompt_ids), self._granule(w)) - w.prefilled
 
     def _fits(self, n: int) -> bool:
         """Whether a chunk of n tokens fits what is left of this turn's budget."""
@@ -76,14 +77,12 @@ class PrefillChunks:
         return self._clock() - self._turn_start + seconds <= self.prefill_chunk_s
 
     def _compute_end(self, w: _Work) -> int:
-        """End of w's next computation: the rest of its granule, then, with a runner that merges
-        granules (`merge_prefill`), each next granule while the whole still fits (`_fits`)."""
+        """End of w's next computation: the rest of its granule, then each next granule while the
+        whole still fits (`_fits`)."""
         n = len(w.seq.prompt_ids)
-        end = w.prefilled + self._chunk_tokens(w)
-        if getattr(self.runner, "merge_prefill", False):
-            size = self.runner.prefill_chunk_tokens
-            while end < n and self._fits(chunk_end(end, n, size) - w.prefilled):
-                end = chunk_end(end, n, size)
+        end, size = w.prefilled + self._chunk_tokens(w), self._granule(w)
+        while end < n and self._fits(chunk_end(end, n, size) - w.prefilled):
+            end = chunk_end(end, n, size)
         return end
 
     def _next_fits(self, w: _Work) -> bool:
@@ -199,18 +198,15 @@ class PrefillChunks:
 
     def _cached_node(self, w: _Work) -> tuple[PrefixNode, int] | None:
         """The prefix cache's node for w's next granule, or for its last chunk with the logits, and
-        its rows to load (all); else, with a runner that may start inside a granule
-        (`merge_prefill`), a node of the same length that starts alike and its shared rows, short of
-        the granule's last (computed, with its logits when the prompt ends there); None when the
-        cache holds neither."""
+        its rows to load (all); else a node that starts alike and its shared rows, short of the
+        chunk's last (computed, with its logits when the prompt ends there); None when the cache
+        holds neither."""
         tail = self._at_tail(w)
         if not (tail or self._next_granule(w)):
             return None
         node = self.prefix_cache.child(w.cached, w.seq.prompt_ids)
         if node is not None and (node.logits is not None or not tail):
             return node, len(node.tokens)
-        if not getattr(self.runner, "merge_prefill", False):
-            return None
         length = self._chunk_tokens(w)
         found = self.prefix_cache.partial_child(w.cached, w.seq.prompt_ids, length)
         rows = 0 if found is None else min(found[1], length - 1)
@@ -222,9 +218,8 @@ class PrefillChunks:
         (w computes and caches its own granule)."""
         cache = self.prefix_cache
         whole = rows == len(node.tokens)
-        kv = node.kv if whole else tuple(a[:, :, :rows] for a in node.kv)
         try:
-            self.runner.load_kv(w.slot, w.prefilled, kv)
+            self.runner.load_kv(w.slot, w.prefilled, node.kv, rows)
         except Exception:  # never fatal: compute the granule instead
             _log.exception("request %d: loading cached K/V failed", w.handle.request_id)
             w.caching = False

@@ -8,9 +8,6 @@ When `CHANGE_PASSES` passes in a row differ by `CHANGE_RATIO` from their count's
 conditions changed: the history is cut and probing restarts at once. Kernels sum in a fixed order
 whatever the count, so switching never changes a result.
 
-torch's prefill splits each op statically and needs all its threads running at once: it gets all
-cores only when they proved `TORCH_MIN_SPEEDUP`, checked per chunk by `TorchLayerTrial`.
-
 Bookkeeping only (no clock, no threads): the runner passes in its times.
 """
 
@@ -33,8 +30,6 @@ WIN_MARGIN = 0.97  # a probe wins when it takes under this fraction of the curre
 # the current count's passes this much slower (or faster) than its history: a change
 CHANGE_RATIO = 1.25
 CHANGE_PASSES = 3  # ... for this many passes in a row (a single slow pass is noise)
-# all cores for torch only when they made the kernel passes this much faster
-TORCH_MIN_SPEEDUP = 1.15
 
 
 def prefer_passive_omp_waits(environ=os.environ, modules=sys.modules) -> bool:
@@ -46,20 +41,6 @@ def prefer_passive_omp_waits(environ=os.environ, modules=sys.modules) -> bool:
     if any(name in environ for name in OMP_WAIT_VARIABLES) or "torch" in modules:
         return False
     environ["OMP_WAIT_POLICY"] = "PASSIVE"
-    return True
-
-
-def prefer_strict_blas(environ=os.environ) -> bool:
-    """Set MKL_CBWR=AUTO,STRICT unless MKL_CBWR is set already. True when it set it.
-
-    torch's CPU GEMMs go through MKL, which on some CPUs (an AVX-512 Xeon with AMX) sums a residual
-    GEMM (`addmm_`) in another order on 2 threads than on 1, so a prefill's bits would follow the
-    thread count the runner picked. MKL's strict reproducibility mode makes the result the same on
-    any count, at no cost measured on the default model's shapes. MKL reads it at its first call,
-    so setting it on this package's import (before any runner exists) is in time."""
-    if "MKL_CBWR" in environ:
-        return False
-    environ["MKL_CBWR"] = "AUTO,STRICT"
     return True
 
 
@@ -97,12 +78,8 @@ class ThreadChooser:
         self._next_probe = 0  # index into candidates, round robin over the others
         self._pending: int | None = None  # a probe (or its confirmation) runs on the next pass
         self._wins = 0
-        # candidate -> its time / the full count's, last compared
-        self._speedup: dict[int, float] = {}
         # set: every pass runs on this count and nothing is learned (`seed`)
         self.pinned: int | None = None
-        # the faster count of the last prefill chunk's layer trial
-        self.torch_verdict: int | None = None
 
     def threads_for_pass(self) -> int:
         if self.pinned is not None:
@@ -136,7 +113,6 @@ class ThreadChooser:
             self._pending, self._wins, self._since_probe = None, 0, 0
             return
         base = median(reference)
-        self._note_speedup(threads, seconds, base)
         if seconds < WIN_MARGIN * base:
             self._wins += 1
             if self._wins >= 2:
@@ -167,13 +143,6 @@ class ThreadChooser:
     def _remember(self, threads: int, rows: int, seconds: float) -> None:
         self._times.setdefault((threads, rows), deque(maxlen=HISTORY)).append(float(seconds))
 
-    def _note_speedup(self, probe: int, probe_seconds: float, current_seconds: float) -> None:
-        full = self.candidates[0]
-        if probe == full:
-            self._speedup[self.current] = current_seconds / probe_seconds
-        elif self.current == full:
-            self._speedup[probe] = probe_seconds / current_seconds
-
     def _end_probe(self, *, won: bool) -> None:
         self._pending, self._wins, self._since_probe = None, 0, 0
         if not won:
@@ -195,60 +164,3 @@ class ThreadChooser:
         if not medians:
             return
         self.current = min(medians, key=lambda n: (medians[n], -n))
-        full = self.candidates[0]
-        if full in medians:
-            for n, m in medians.items():
-                if n != full:
-                    self._speedup[n] = m / medians[full]
-
-    def torch_threads(self) -> int:
-        """Threads for torch's statically split operations: the last layer trial's verdict when
-        there is one; else the full count only when the last comparison showed it at least
-        TORCH_MIN_SPEEDUP faster than every smaller count measured, else the current count (and 1
-        when it is unknown whether the extra cores are free)."""
-        if self.torch_verdict is not None:
-            return self.torch_verdict
-        full = self.candidates[0]
-        if self.current != full:
-            return self.current
-        smaller = [self._speedup[n] for n in self.candidates[1:] if n in self._speedup]
-        if len(self.candidates) > 1 and not smaller:
-            return self.candidates[-1]
-        return full if all(s >= TORCH_MIN_SPEEDUP for s in smaller) else self.candidates[-1]
-
-    def torch_layer_trial(self) -> TorchLayerTrial | None:
-        """The trial for the next torch prefill chunk (None with one candidate, or pinned)."""
-        if self.pinned is not None or len(self.candidates) < 2:
-            return None
-        start = self.torch_threads()
-        other = self.candidates[0] if start != self.candidates[0] else self.candidates[1]
-        return TorchLayerTrial(start, other, self)
-
-
-class TorchLayerTrial:
-    """One prefill chunk's check of torch's thread count: layers 0 and 1 on `start`, layer 2 on
-    `other`, every later layer on whichever of the two ran its layer faster (`other` only when under
-    WIN_MARGIN of `start`'s time, and layer 1 rather than 0, which pays for first touches). The
-    verdict goes to the chooser."""
-
-    TRIAL_LAYERS = (1, 2)
-
-    def __init__(self, start: int, other: int, chooser: ThreadChooser | None = None) -> None:
-        self.start, self.other, self.chooser = start, other, chooser
-        self.choice = start
-        self.seconds: dict[int, float] = {}
-
-    def threads_for_layer(self, layer: int) -> int:
-        if layer == self.TRIAL_LAYERS[1]:
-            return self.other
-        return self.start if layer < self.TRIAL_LAYERS[1] else self.choice
-
-    def record_layer(self, layer: int, threads: int, seconds: float) -> None:
-        if layer not in self.TRIAL_LAYERS:
-            return
-        self.seconds[threads] = float(seconds)
-        if layer == self.TRIAL_LAYERS[1] and self.start in self.seconds:
-            won = self.seconds[self.other] < WIN_MARGIN * self.seconds[self.start]
-            self.choice = self.other if won else self.start
-            if self.chooser is not None:
-                self.chooser.torch_verdict = self.choice

@@ -136,8 +136,8 @@ def test_a_requests_thread_limit_runs_its_passes_on_that_many_threads(tiny_gguf)
     used: list[int] = []
     pick = runner._use_threads
 
-    def spy(torch_too: bool = False) -> int:
-        n = pick(torch_too)
+    def spy() -> int:
+        n = pick()
         used.append(n)
         return n
 
