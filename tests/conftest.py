@@ -1,9 +1,15 @@
-"""The `slow` marker for single tests: `python -m pytest -m "not slow" -q` is the fast subset.
+"""The `slow` and `exactness` markers for single tests.
 
-A module that is mostly slow marks itself (`pytestmark = pytest.mark.slow`). A slow test in an
-otherwise quick module is named here, by its file under tests/ and its function, so the test
-file keeps no marker lines of its own; tests/test_house_rules.py checks that every name here is
-still a test its file defines. CI runs every test, marked or not.
+`python -m pytest -m "not slow" -q` is the fast subset. A module that is mostly slow marks itself
+(`pytestmark = pytest.mark.slow`). A slow test in an otherwise quick module is named here, by its
+file under tests/ and its function, so the test file keeps no marker lines of its own. CI runs
+every test, marked or not.
+
+`exactness`: the tests of the engine's promise that no setting changes a bit (prefill splits, the
+prefix cache, stored vs fp32, speculation on vs off, batched vs alone, thread counts).
+tests/engine/test_isa.py runs them again with the kernels compiled for AVX2, so that a host with
+AVX-512 checks the code an AVX2 host runs too. tests/test_house_rules.py checks that every name in
+both tables is still a test its file defines.
 """
 
 from __future__ import annotations
@@ -63,9 +69,59 @@ SLOW_TESTS: dict[str, frozenset[str]] = {
 }
 
 
+# file (relative to tests/) -> its exactness tests; ALL: every test of the file
+ALL = frozenset({"*"})
+EXACTNESS_TESTS: dict[str, frozenset[str]] = {
+    "engine/test_prefill_rows.py": ALL,
+    "engine/test_prefill_chunked.py": frozenset(
+        {
+            "test_prefill_in_pieces_equals_one_call_bit_for_bit",
+            "test_scheduler_output_does_not_depend_on_what_else_runs",
+        }
+    ),
+    "engine/test_prefix_cache_exact.py": frozenset(
+        {
+            "test_cached_prefixes_give_a_cold_prefills_logits_bit_for_bit",
+            "test_concurrent_requests_sharing_and_evicting_entries_give_cold_ids",
+            "test_cached_prefixes_with_speculation_give_cold_ids",
+        }
+    ),
+    "engine/test_stored_formats.py": frozenset(
+        {
+            "test_products_on_stored_rows_equal_the_float32_kernel_bit_for_bit",
+            "test_rows_of_several_formats_in_one_matrix",
+            "test_a_model_in_each_format_decodes_the_float32_paths_ids",
+        }
+    ),
+    "engine/speculate/test_exactness.py": ALL,
+    "engine/test_kernels_decode.py": ALL,
+    "engine/test_kernels.py": frozenset(
+        {
+            "test_k_row_matvec_is_bit_identical_to_one_row",
+            "test_a_run_of_rows_of_one_slot_gives_each_row_its_attention_alone",
+        }
+    ),
+    "engine/test_runner.py": frozenset(
+        {
+            "test_batched_decode_equals_each_slot_alone_bit_for_bit",
+            "test_extend_equals_token_by_token_decode_bit_for_bit",
+        }
+    ),
+    "engine/test_scheduler.py": frozenset(
+        {"test_batched_requests_equal_solo_runs_and_share_decode_steps"}
+    ),
+    "engine/test_threads.py": frozenset(
+        {"test_greedy_ids_are_identical_with_one_two_and_adaptive_threads"}
+    ),
+}
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: the marks must be on the items by then
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         names = SLOW_TESTS.get(item.path.resolve().relative_to(TESTS).as_posix(), ())
         if getattr(item, "originalname", item.name) in names:
             item.add_marker(pytest.mark.slow)
+        exact = EXACTNESS_TESTS.get(item.path.resolve().relative_to(TESTS).as_posix(), ())
+        if exact == ALL or getattr(item, "originalname", item.name) in exact:
+            item.add_marker(pytest.mark.exactness)

@@ -53,15 +53,16 @@ def test_house_rule_holds(command: tuple[str, ...]) -> None:
     )
 
 
-def test_every_listed_slow_test_exists() -> None:
-    """A renamed test would silently join the fast subset: each name must be a test its file
-    defines."""
+def test_every_listed_slow_and_exactness_test_exists() -> None:
+    """A renamed test would silently join the fast subset, or leave the exactness run: each name
+    must be a test its file defines (a file marked whole must exist and define tests)."""
     # tests/conftest.py by its path: `import conftest` may find another folder's conftest.
     spec = importlib.util.spec_from_file_location("tests_conftest", ROOT / "tests" / "conftest.py")
     conftest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conftest)
     missing = []
-    for rel, names in conftest.SLOW_TESTS.items():
+    tables = [*conftest.SLOW_TESTS.items(), *conftest.EXACTNESS_TESTS.items()]
+    for rel, names in tables:
         path = ROOT / "tests" / rel
         tree = ast.parse(path.read_text(encoding="utf-8")) if path.is_file() else ast.Module([], [])
         defined = {
@@ -69,5 +70,8 @@ def test_every_listed_slow_test_exists() -> None:
             for n in tree.body
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test")
         }
+        if names == conftest.ALL:
+            missing += [] if defined else [f"tests/{rel} (marked whole)"]
+            continue
         missing += [f"tests/{rel}::{name}" for name in sorted(names - defined)]
-    assert not missing, f"tests/conftest.py SLOW_TESTS names tests that do not exist: {missing}"
+    assert not missing, f"tests/conftest.py names tests that do not exist: {missing}"

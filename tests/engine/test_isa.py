@@ -1,0 +1,107 @@
+"""The engine's exactness tests again, on the code an AVX2 host runs; and the same logits from both.
+
+The machines these tests meet differ (AVX-512 Xeons, Zen 4, AVX2-only EPYCs), and a promise kept by
+one instruction set's code can break in another's: a host with AVX-512 never runs its AVX2 code
+unless asked. numba compiles for the CPU named in NUMBA_CPU_NAME (haswell: AVX2, FMA and F16C, no
+AVX-512) and torch's MKL takes its AVX2 kernels under MKL_ENABLE_INSTRUCTIONS=AVX2, so a pytest
+subprocess with both set, and a kernel cache of its own, runs every `exactness` test
+(tests/conftest.py) on AVX2 code. The kernels sum in one order written out in the IR
+(roofline.simd), so the AVX2 build's logits also equal this process' bit for bit.
+
+On a host without AVX-512 the suite's own run already is the AVX2 run, and these tests say so
+instead of running it twice.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from roofline.hardware.machine import cpu_flags
+
+HERE = Path(__file__).resolve().parent
+TESTS = HERE.parent
+AVX2_ENV = {"NUMBA_CPU_NAME": "haswell", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+# set in the subprocess: its own copy of this module has nothing to run
+INSIDE = "ROOFLINE_TEST_ISA_RUN"
+DTYPES = ("fp32", "bf16", "int8", "stored")
+
+
+def avx2_env(cache_dir: Path) -> dict[str, str]:
+    """This process' environment with the AVX2 targets set, and numba's kernel cache in cache_dir
+    (the host's cached kernels are its own ISA's code)."""
+    return {**os.environ, **AVX2_ENV, "NUMBA_CACHE_DIR": str(cache_dir), INSIDE: "1"}
+
+
+@pytest.fixture(scope="module")
+def avx2_cache(tmp_path_factory) -> Path:
+    if os.environ.get(INSIDE):
+        pytest.skip("this is the AVX2 run itself")
+    flags = set(cpu_flags().split())
+    if not {"avx2", "fma"} <= flags:
+        pytest.skip("this CPU runs no AVX2 code")
+    if "avx512f" not in flags:
+        pytest.skip("this host has no AVX-512: the suite's own run is the AVX2 run")
+    return tmp_path_factory.mktemp("numba-avx2")
+
+
+def sample_logits(model_dir: Path) -> dict[str, np.ndarray]:
+    """Logits of a tiny model (an F32 file; a Q8_0 one for `stored`) in every dtype: a 150-token
+    prefill, a decode step and a 4-row verify pass."""
+    from fixtures import write_tiny_gguf
+
+    from roofline.engine import load_runner
+
+    files = {t: write_tiny_gguf(model_dir, tensor_type=t, seed=0) for t in ("F32", "Q8_0")}
+    ids = [int(t) for t in np.random.default_rng(0).integers(3, 300, 150)]
+    out = {}
+    for dtype in DTYPES:
+        path = files["Q8_0" if dtype == "stored" else "F32"]
+        runner = load_runner(str(path), dtype=dtype, max_seq_len=256, threads=2, warmup=False)
+        out[f"{dtype} prefill"] = runner.prefill(0, ids)
+        out[f"{dtype} decode"] = runner.decode([0], [5])[0]
+        out[f"{dtype} verify"] = runner.extend(0, [7, 8, 9, 10])
+    return out
+
+
+def test_the_exactness_tests_pass_on_avx2_code(avx2_cache):
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "exactness", "-p", "no:cacheprovider"]
+    run = subprocess.run(
+        [*cmd, str(HERE)],
+        cwd=TESTS.parent,
+        env=avx2_env(avx2_cache),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    tail = (run.stdout + run.stderr)[-6000:]
+    assert run.returncode == 0, f"the exactness tests failed on AVX2 code:\n{tail}"
+    assert " passed" in run.stdout and " failed" not in run.stdout, tail
+
+
+def test_avx2_code_gives_this_hosts_logits_bit_for_bit(avx2_cache, tmp_path):
+    saved = tmp_path / "avx2.npz"
+    run = subprocess.run(
+        [sys.executable, __file__, str(tmp_path / "model"), str(saved)],
+        cwd=HERE,
+        env=avx2_env(avx2_cache),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    avx2 = np.load(saved)
+    here = sample_logits(tmp_path / "model")
+    assert sorted(avx2.files) == sorted(here)
+    differ = [name for name in here if not np.array_equal(avx2[name], here[name])]
+    assert differ == [], f"AVX2 code's logits differ from this host's: {differ}"
+
+
+if __name__ == "__main__":  # the AVX2 side of the test above: python test_isa.py MODEL_DIR OUT
+    sys.path.insert(0, str(HERE))
+    np.savez(sys.argv[2], **sample_logits(Path(sys.argv[1])))
