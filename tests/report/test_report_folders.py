@@ -97,6 +97,28 @@ def test_tune_folder_with_only_trials(tune_run, tmp_path):
     )
 
 
+def test_trials_only_folder_keeps_each_objective_direction_and_unit(tmp_path):
+    """Rebuilt from trials.jsonl alone, a cost run still minimizes dollars per million tokens: the
+    direction, unit and label come from the objectives registry, not a speed run's."""
+    from roofline.tune.objectives import OBJECTIVES
+    from roofline.tune.slots import Slot
+    from roofline.tune.trial_result import TrialResult
+
+    for name, objective in OBJECTIVES.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        trial = TrialResult(0, Slot("baseline"), {}, "ok", objective=name, value=12.5)
+        (folder / "trials.jsonl").write_text(json.dumps(trial.to_json()) + "\n")
+        info = load_run(folder).tune.objective
+        assert (info.name, info.direction, info.unit, info.label) == (
+            name,
+            objective.direction,
+            objective.unit,
+            objective.label,
+        )
+    assert load_run(tmp_path / "cost").tune.objective.direction == "minimize"
+
+
 def test_not_a_run_folder(tmp_path):
     with pytest.raises(UserError, match="holds no run"):
         load_run(tmp_path)

@@ -159,6 +159,13 @@ OBJECTIVES: dict[str, Objective] = {
 }
 
 
+def objective_info(name: str) -> ObjectiveInfo:
+    """What a result says about the objective `name`, from the registry (its direction, unit and
+    label); a name this version does not know keeps the defaults, labelled by its name."""
+    objective = OBJECTIVES.get(name)
+    return objective.info if objective else ObjectiveInfo(name, label=name)
+
+
 def get_objective(name: str, settings: ObjectiveSettings) -> Objective:
     """The objective, after checking it has what it needs (UserError otherwise)."""
     if name not in OBJECTIVES:
