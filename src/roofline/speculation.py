@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, get_type_hints
 
+from roofline.dtypes import DTYPE_NAMES
+
 
 @dataclass(frozen=True)
 class ProposerTraits:
@@ -83,7 +85,9 @@ PROPOSERS: MappingProxyType[str, ProposerTraits] = MappingProxyType(
     }
 )
 
-DRAFT_DTYPES = ("stored", "fp32", "bf16", "int8")  # = engine.weights.DTYPES (checked there)
+# the draft copy's precisions: every one of roofline.dtypes (engine.speculate checks the engine
+# packs the same list)
+DRAFT_DTYPES = DTYPE_NAMES
 TRIE_SCOPES = ("request", "shared")  # also suffix_scope's
 # fields a request may not set (`roofline_speculation`): a file path is the server owner's choice
 SERVER_ONLY = ("draft_model",)

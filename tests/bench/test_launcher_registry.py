@@ -168,3 +168,16 @@ def test_the_shipped_launchers_traits():
     assert all(t == (False, False, None) for name, t in traits.items() if name != "embedded")
     assert [name for name, la in engines.LAUNCHERS.items() if la.takes_template] == ["command"]
     assert NULL.default_model() is None and engines.LAUNCHERS["vllm"].default_model() is None
+
+
+def test_the_embedded_precisions_come_from_roofline_dtypes():
+    """One home for the engine's precisions: the dtype knob, the draft's and the CLI's choices
+    are roofline.dtypes' names, and the knob's help says which round the file's values."""
+    from roofline import dtypes, speculation
+    from roofline.cli.generate import DTYPES
+
+    knob = engines.LAUNCHERS["embedded"].knobs["dtype"]
+    assert knob.choices == dtypes.DTYPE_NAMES == speculation.DRAFT_DTYPES == DTYPES
+    assert [d.name for d in dtypes.DTYPES.values() if d.exact] == ["stored", "fp32"]
+    for d in dtypes.DTYPES.values():
+        assert (f"{d.name} ({d.description}, lossy)" in knob.help) == d.lossy

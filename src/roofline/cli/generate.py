@@ -7,10 +7,11 @@ import sys
 import typer
 
 from roofline.cli.speculation_flags import speculation_flags
+from roofline.dtypes import DTYPE_NAMES
 from roofline.errors import UserError
 from roofline.speculation import SpecOptions
 
-DTYPES = ("stored", "fp32", "bf16", "int8")  # = roofline.engine.weights.DTYPES, kept light
+DTYPES = DTYPE_NAMES  # roofline.dtypes' names; `serve` checks --dtype against them here too
 
 
 @speculation_flags

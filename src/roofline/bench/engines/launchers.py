@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from roofline import speculation
+from roofline import dtypes, speculation
 from roofline.bench.engines.base import Knob, Launcher, flag, knob_table
 from roofline.bench.launch import command_from_template
 from roofline.errors import UserError
@@ -156,13 +156,7 @@ EMBEDDED = EmbeddedLauncher(
     live_knobs=_LIVE_KNOBS,
     stream_token_ids=True,
     knobs=knob_table(
-        Knob(
-            "dtype",
-            "choice",
-            ("stored", "fp32", "bf16", "int8"),
-            "weights: as the file stores them, fp32 (the reference), bf16, int8 (bf16 and int8 "
-            "are lossy)",
-        ),
+        Knob("dtype", "choice", dtypes.DTYPE_NAMES, "weights: " + dtypes.choices_help()),
         Knob("threads", "int", help="CPU threads for the model", minimum=1),
         Knob("max_batch", "int", help="sequences decoded together at most", minimum=1),
         Knob("max_seq_len", "int", help="context per sequence in tokens", minimum=2),
