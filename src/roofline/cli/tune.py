@@ -35,7 +35,7 @@ HELP = (
 
 def register(app: typer.Typer) -> None:
     from roofline.bench.engines import LAUNCHERS
-    from roofline.tune.objectives import OBJECTIVES
+    from roofline.tune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
     from roofline.tune.search import STRATEGIES
     from roofline.tune.space import preset_names
 
@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
             help=f"Most trials to run, baseline included (default: the whole {whole}{budgets}).",
         ),
         objective: str = typer.Option(
-            "speed",
+            DEFAULT_OBJECTIVE,
             "--objective",
             help=f"{objectives}.",
         ),

@@ -122,7 +122,7 @@ def _load_bench(path: Path) -> LoadedRun:
 
 
 def _load_tune(path: Path) -> LoadedRun:
-    from roofline.tune.objectives import objective_info
+    from roofline.tune.objectives import DEFAULT_OBJECTIVE, objective_info
     from roofline.tune.records import StudyInfo
     from roofline.tune.result import TuneResult
     from roofline.tune.trial_result import TrialResult
@@ -161,7 +161,7 @@ def _load_tune(path: Path) -> LoadedRun:
         engine=first.engine if first else "?",
         model=None,
         strategy="?",
-        objective=objective_info(first.objective if first else "speed"),
+        objective=objective_info(first.objective if first else DEFAULT_OBJECTIVE),
         space={},
         study=StudyInfo(),
         run_dir=str(path),

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from roofline.bench.engines.greedy import Exactness
+from roofline.tune.objectives import DEFAULT_OBJECTIVE
 from roofline.tune.records import Machine, TrialMetrics
 from roofline.tune.slots import Slot
 
@@ -19,7 +20,7 @@ class TrialResult:
     slot: Slot
     config: Mapping[str, Any]
     status: str  # ok | inexact | failed | skipped
-    objective: str = "speed"
+    objective: str = DEFAULT_OBJECTIVE
     value: float | None = None
     spread: float | None = None  # max - min of the per-repetition values
     rep_values: tuple[float, ...] = ()
@@ -112,7 +113,7 @@ class TrialResult:
             slot=Slot.from_json(d.get("slot")),
             config=dict(d.get("config") or {}),
             status=d["status"],
-            objective=d.get("objective", "speed"),
+            objective=d.get("objective", DEFAULT_OBJECTIVE),
             value=d.get("value"),
             spread=d.get("spread"),
             rep_values=tuple(d.get("rep_values") or ()),

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from roofline.errors import UserError
+from roofline.tune.objectives import DEFAULT_OBJECTIVE
 
 CONFIG = "tune-config.json"
 TRIALS = "trials.jsonl"
@@ -38,7 +39,7 @@ class TuneOptions:
     # Space.to_json(), resolved when the run started
     space: Mapping[str, Any] = field(default_factory=dict)
     strategy: str = "ladder"
-    objective: str = "speed"
+    objective: str = DEFAULT_OBJECTIVE
     trials: int | None = None  # budget; None = the strategy's whole plan (TPE: 20)
     reps: int = 3
     max_tokens: int = 64
@@ -91,7 +92,7 @@ class TuneArgs:
     preset: str | None = None  # a built-in space; None: the engine's own
     strategy: str = "ladder"
     trials: int | None = None
-    objective: str = "speed"
+    objective: str = DEFAULT_OBJECTIVE
     reps: int = 3
     max_tokens: int = 64
     prompts: Path | None = None

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from roofline.errors import UserError
+from roofline.tune.objectives import DEFAULT_OBJECTIVE
 from roofline.tune.search import Strategy
 from roofline.tune.slots import Rule, Slot
 from roofline.tune.space_records import Space
@@ -31,7 +32,7 @@ class Worker:
     space: Space
     rule: Rule
     budget: int | None = None
-    objective: str = "speed"
+    objective: str = DEFAULT_OBJECTIVE
     poll_s: float = POLL_S
     predict: Any = None  # View.predict: replay's verdict on a proposer's knob values, or None
 
