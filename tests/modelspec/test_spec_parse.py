@@ -282,3 +282,15 @@ def test_load_spec_from_file_and_folder(tmp_path) -> None:
         load_spec(str(tmp_path / "missing.json"))
     with pytest.raises(UserError, match="unknown model"):
         load_spec("nobody/no-such-model")
+
+
+def test_gguf_architecture_names_are_family_traits() -> None:
+    """A GGUF file's `general.architecture` finds its family through the family's own trait: one
+    table, and every decoder block the engine runs is a name a GGUF file can carry."""
+    from roofline.modelspec.families import engine_archs, get_family, model_type_of_gguf_arch
+
+    of_arch = model_type_of_gguf_arch()
+    assert all(arch in get_family(mt).gguf_archs for arch, mt in of_arch.items())
+    assert of_arch["command-r"] == of_arch["cohere"] == "cohere"  # renamed by llama.cpp
+    assert of_arch["deepseek2"] == "deepseek_v2" and "mixtral" not in of_arch.values()
+    assert set(engine_archs()) <= set(of_arch)

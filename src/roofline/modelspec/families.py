@@ -42,6 +42,10 @@ class Family:
     engine_arch: str = ""  # the embedded engine's decoder block ("" = the engine cannot run it)
     hf_classes: tuple[str, ...] = ()  # config.json "architectures" the engine loads as this family
     gguf_permutes_qk: bool = False  # llama.cpp's converter permutes q/k rows (its NORM rope type)
+    # the `general.architecture` names llama.cpp writes in a GGUF file of this family (several
+    # where it renamed one; none where the family has no architecture of its own: Mixtral is
+    # "llama" with experts, DeepSeek-V3 "deepseek2" with a router bias, see gguf_config)
+    gguf_archs: tuple[str, ...] = ()
     # transformers' values for keys left out
     defaults: Mapping[str, Any] = field(default_factory=dict)
     defaults_source: str = ""  # where `defaults` were read: file, class and transformers version
@@ -51,54 +55,69 @@ class Family:
 # defaults: a key their config leaves out is refused rather than guessed.
 _TRAITS: dict[str, dict[str, Any]] = {
     "llama": {
+        "gguf_archs": ("llama",),
         "engine_arch": "llama",
         "hf_classes": ("LlamaForCausalLM",),
         "gguf_permutes_qk": True,
     },
     "mistral": {
+        "gguf_archs": ("mistral",),
         "engine_arch": "llama",
         "hf_classes": ("MistralForCausalLM",),
         "gguf_permutes_qk": True,
     },
     "mixtral": {},
-    "granite": {},
-    "smollm3": {},
-    "phi3": {},
-    "olmo": {},
-    "olmo2": {},
-    "cohere": {},
-    "internlm2": {},
+    "granite": {"gguf_archs": ("granite",)},
+    "smollm3": {"gguf_archs": ("smollm3",)},
+    "phi3": {"gguf_archs": ("phi3",)},
+    "olmo": {"gguf_archs": ("olmo",)},
+    "olmo2": {"gguf_archs": ("olmo2",)},
+    "cohere": {"gguf_archs": ("command-r", "cohere")},
+    "internlm2": {"gguf_archs": ("internlm2",)},
     "yi": {},
     "qwen2": {
+        "gguf_archs": ("qwen2",),
         "attention_bias": "qkv",
         "window_rule": "after_max_window",
         "engine_arch": "qwen2",
         "hf_classes": ("Qwen2ForCausalLM",),
     },
-    "qwen2_moe": {"attention_bias": "qkv", "window_rule": "qwen2_moe"},
+    "qwen2_moe": {"gguf_archs": ("qwen2moe",), "attention_bias": "qkv", "window_rule": "qwen2_moe"},
     "qwen3": {
+        "gguf_archs": ("qwen3",),
         "qk_norm": True,
         "window_rule": "after_max_window",
         "engine_arch": "qwen3",
         "hf_classes": ("Qwen3ForCausalLM",),
     },
-    "qwen3_moe": {"qk_norm": True},
-    "gemma": {},
-    "gemma2": {"norms_per_layer": 4, "window_rule": "alternate"},
-    "gemma3_text": {"norms_per_layer": 4, "qk_norm": True, "window_rule": "pattern"},
-    "starcoder2": {"gated": False, "attention_bias": "qkvo", "mlp_bias": True},
+    "qwen3_moe": {"gguf_archs": ("qwen3moe",), "qk_norm": True},
+    "gemma": {"gguf_archs": ("gemma",)},
+    "gemma2": {"gguf_archs": ("gemma2",), "norms_per_layer": 4, "window_rule": "alternate"},
+    "gemma3_text": {
+        "gguf_archs": ("gemma3",),
+        "norms_per_layer": 4,
+        "qk_norm": True,
+        "window_rule": "pattern",
+    },
+    "starcoder2": {
+        "gguf_archs": ("starcoder2",),
+        "gated": False,
+        "attention_bias": "qkvo",
+        "mlp_bias": True,
+    },
     "gpt_oss": {
+        "gguf_archs": ("gpt-oss",),
         "sinks": True,
         "expert_bias": True,
         "router_bias": True,
         "attention_bias": "qkvo",
         "window_rule": "alternate",
     },
-    "deepseek_v2": {"mla": True},
+    "deepseek_v2": {"gguf_archs": ("deepseek2",), "mla": True},
     "deepseek_v3": {"mla": True, "router_bias": True},
     "kimi_k2": {"mla": True, "router_bias": True},
     # Llama 4: q/k get a weightless L2 norm (no parameters), so no qk_norm here.
-    "llama4_text": {"window_rule": "chunked", "moe_layout": "llama4"},
+    "llama4_text": {"gguf_archs": ("llama4",), "window_rule": "chunked", "moe_layout": "llama4"},
     "roofline_shape": {},  # a shape given by parameter counts (data/models/guide-*.json)
 }
 
@@ -144,6 +163,18 @@ def known_types() -> list[str]:
 
 def get_family(model_type: str) -> Family | None:
     return _families().get(model_type)
+
+
+@cache
+def model_type_of_gguf_arch() -> dict[str, str]:
+    """GGUF `general.architecture` -> the family's model_type, from each family's `gguf_archs`."""
+    out: dict[str, str] = {}
+    for family in _families().values():
+        for arch in family.gguf_archs:
+            if arch in out:  # two families claiming one name: the registry is wrong, not the file
+                raise ValueError(f"GGUF architecture {arch!r} is in {out[arch]} and {family}")
+            out[arch] = family.model_type
+    return out
 
 
 def engine_classes() -> dict[str, Family]:

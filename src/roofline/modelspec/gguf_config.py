@@ -24,32 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from roofline.errors import UserError
+from roofline.modelspec.families import model_type_of_gguf_arch
 from roofline.modelspec.gguf_header import ArrayValue, GgufHeader
-
-# GGUF general.architecture -> Hugging Face model_type (the family registry's key).
-MODEL_TYPE_OF_ARCH = {
-    "llama": "llama",
-    "mistral": "mistral",
-    "granite": "granite",
-    "smollm3": "smollm3",
-    "phi3": "phi3",
-    "olmo": "olmo",
-    "olmo2": "olmo2",
-    "command-r": "cohere",
-    "cohere": "cohere",
-    "internlm2": "internlm2",
-    "qwen2": "qwen2",
-    "qwen2moe": "qwen2_moe",
-    "qwen3": "qwen3",
-    "qwen3moe": "qwen3_moe",
-    "gemma": "gemma",
-    "gemma2": "gemma2",
-    "gemma3": "gemma3_text",
-    "starcoder2": "starcoder2",
-    "gpt-oss": "gpt_oss",
-    "deepseek2": "deepseek_v2",
-    "llama4": "llama4_text",
-}
 
 # config.json key <- GGUF key (after the "{arch}." prefix), copied when the file has it.
 _COPIED = (
@@ -99,11 +75,12 @@ def config_from_gguf(
         raise UserError(
             f"{path}: GGUF metadata has no general.architecture; the file is not a model"
         )
-    model_type = MODEL_TYPE_OF_ARCH.get(arch)
+    known = model_type_of_gguf_arch()
+    model_type = known.get(arch)
     if model_type is None:
         raise UserError(
             f"{path}: GGUF architecture {arch[:40]!r} is not one roofline reads; it "
-            f"reads {', '.join(sorted(MODEL_TYPE_OF_ARCH))}"
+            f"reads {', '.join(sorted(known))}"
         )
     get = lambda key: meta.get(f"{arch}.{key}")  # noqa: E731
     for key in _REQUIRED:
