@@ -11,6 +11,7 @@ from pathlib import Path
 from roofline.bench.driver import Progress, run_bench
 from roofline.bench.loadgen import Scenario
 from roofline.bench.plan import BenchPlan
+from roofline.bench.records import RequestRecord
 from roofline.bench.workloads import Prompt
 
 
@@ -26,8 +27,8 @@ def run(url: str, scenarios: list[Scenario], out: Path, **kw):
     return run_bench(plan(url, scenarios, **kw), out, Progress())
 
 
-def measured(lines: list[dict]) -> list[dict]:
-    return [ln for ln in lines if ln["phase"] == "measured"]
+def measured(lines: list[RequestRecord]) -> list[RequestRecord]:
+    return [ln for ln in lines if ln.phase == "measured"]
 
 
 @contextlib.contextmanager

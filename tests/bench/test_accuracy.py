@@ -42,15 +42,15 @@ def test_every_metric_against_the_schedule(url3, tmp_path, scenario):
     assert s.requests.warmup == 1  # recorded, not measured
     lines = measured(read_requests(tmp_path / "run")[0])
     for ln in lines:  # token counts are exact, chunk by chunk
-        assert ln["token_source"] == "usage_per_chunk"
-        assert ln["chunk_tokens"] == [3] * 8 and ln["output_tokens"] == 24
+        assert ln.token_source == "usage_per_chunk"
+        assert ln.chunk_tokens == [3] * 8 and ln.output_tokens == 24
     m = s.metrics
     # The schedule bounds a metric from below only (a server or client can be late, never early).
     assert m["ttft_s"].p50 >= truth["ttft_s"] - 0.2 * MS  # less a timer's rounding
     assert m["e2e_s"].p50 >= truth["e2e_s"] - 0.2 * MS
     # From above, the truth is what the server sent: its stamps, on the client's clock. A busy host
     # delays the server's plan; the client must still time what arrived, within its own small delay.
-    sent = [ln["server_chunk_ns"] for ln in lines]
+    sent = [ln.server_chunk_offsets_ns for ln in lines]
     sent_ttft_s = [t[0] / 1e9 for t in sent]
     sent_e2e_s = [t[-1] / 1e9 for t in sent]
     sent_tpot_s = [(t[-1] - t[0]) / 1e9 / 23 for t in sent]  # (last - first) / (n - 1)
@@ -73,7 +73,7 @@ def test_client_delay_against_server_send_stamps(url3, tmp_path):
     own delay (its timestamp minus the server's) is small and never negative."""
     run(url3, [Scenario("sequential", num_requests=4)], tmp_path / "run", usage="per-chunk")
     lines = measured(read_requests(tmp_path / "run")[0])
-    delays = [c - s for ln in lines for c, s in zip(ln["chunk_ns"], ln["server_chunk_ns"])]
+    delays = [c - s for ln in lines for c, s in zip(ln.chunk_ns, ln.server_chunk_ns)]
     assert len(delays) == 4 * 8
     assert min(delays) > 0
     assert statistics.median(delays) < 1_000_000  # ns
@@ -91,13 +91,11 @@ def test_final_usage_only_on_the_completions_api(url3, tmp_path):
     s = outcome.summary.scenarios[0]
     assert s.token_sources == {"usage_total+chars": 3}
     lines = measured(read_requests(tmp_path / "run")[0])
-    assert all(ln["chunk_tokens"] == [3] * 8 for ln in lines)
+    assert all(ln.chunk_tokens == [3] * 8 for ln in lines)
     # The truth is the server's own send stamps: a busy host makes the server late (its plan is on
     # absolute times, so a late first chunk even shortens TPOT), and the client must time what was
     # sent, not what was planned.
-    sent_tpot_s = [
-        (ln["server_chunk_ns"][-1] - ln["server_chunk_ns"][0]) / 1e9 / 23 for ln in lines
-    ]
+    sent_tpot_s = [(ln.server_chunk_ns[-1] - ln.server_chunk_ns[0]) / 1e9 / 23 for ln in lines]
     tpot_s = s.metric("tpot_s").mean
     assert tpot_s == pytest.approx(SCHED.truth()["tpot_s"], rel=0.5)  # the schedule, roughly
     assert tpot_s == pytest.approx(statistics.mean(sent_tpot_s), abs=0.1 * MS)

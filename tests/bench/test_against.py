@@ -156,6 +156,7 @@ def test_a_catalogue_ceiling_with_a_window_keeps_its_bytes_and_takes_the_window(
 
 def test_vs_ceiling_carries_the_suspect_and_note_into_the_summary():
     from roofline.bench.summarize import vs_ceiling
+    from roofline.bench.summary import Passes
 
     c, _ = resolve_ceiling(
         model=None, hardware=None, served="m", server_info=SERVER, window=BandwidthWindow(27e9)
@@ -166,9 +167,7 @@ def test_vs_ceiling_carries_the_suspect_and_note_into_the_summary():
     assert above["suspect"] == SUSPECT_BYTES and above["note"].startswith("above 100%")
     # with speculation passes/s is what is held against the ceiling, so 3 tokens a pass is not
     # "above 100%"
-    spec = vs_ceiling(
-        c, {"p50": 120.0}, {"tokens_per_pass": 3.0, "passes_per_s": 40.0, "requests": 2}
-    )
+    spec = vs_ceiling(c, {"p50": 120.0}, Passes(requests=2, tokens_per_pass=3.0, passes_per_s=40.0))
     assert spec["basis"] == "passes" and spec["percent_of_ceiling"] < 100 and "note" not in spec
 
 

@@ -254,15 +254,11 @@ def test_a_run_against_a_nonsense_server_records_every_request(tmp_path):
         server.sock.close()
     lines = measured(read_requests(tmp_path / "run")[0])
     assert len(lines) == len(prompts)
-    by_prompt = {ln["prompt"]: ln for ln in lines}
-    assert by_prompt["good"]["ok"] and by_prompt["good"]["output_tokens"] == 2
+    by_prompt = {ln.prompt: ln for ln in lines}
+    assert by_prompt["good"].ok and by_prompt["good"].output_tokens == 2
     for i in range(len(NONSENSE)):
         ln = by_prompt[f"bad{i}"]
-        assert (
-            not ln["ok"]
-            and ln["error_kind"] in ("malformed_event", "malformed_sse")
-            and ln["error"]
-        ), ln
+        assert not ln.ok and ln.error_kind in ("malformed_event", "malformed_sse") and ln.error, ln
     s = outcome.summary.scenarios[0]
     assert s.requests.ok == 1 and s.requests.failed == len(NONSENSE)
     assert (tmp_path / "run" / "summary.json").exists()

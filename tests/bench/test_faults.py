@@ -47,11 +47,11 @@ def test_each_fault_is_recorded_and_counted(tmp_path):
         expected[kind] = expected.get(kind, 0) + 2
     assert {k: v.count for k, v in failures.items()} == expected
     assert "Retry-After" in failures["http_429"].example
-    by_prompt = {ln["prompt"]: ln for ln in measured(read_requests(tmp_path / "run")[0])}
+    by_prompt = {ln.prompt: ln for ln in measured(read_requests(tmp_path / "run")[0])}
     for fault, kind in FAULT_KINDS.items():
-        assert by_prompt[fault]["error_kind"] == kind and by_prompt[fault]["error"]
+        assert by_prompt[fault].error_kind == kind and by_prompt[fault].error
     # a stream cut mid-way keeps the chunks that did arrive, with their times
-    assert by_prompt["cut"]["chunk_ns"] and by_prompt["cut"]["output_tokens"] == 2
+    assert by_prompt["cut"].chunk_ns and by_prompt["cut"].output_tokens == 2
     assert (tmp_path / "run" / "summary.json").exists()
 
 

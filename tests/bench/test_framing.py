@@ -222,13 +222,13 @@ def test_every_framing_is_a_complete_response(server, tmp_path):
     lines = measured(read_requests(tmp_path / "run")[0])
     assert len(lines) == 3
     for ln in lines:
-        assert ln["ok"], (server.mode, ln["error_kind"], ln["error"])
-        assert ln["output_tokens"] == 4 and ln["finish_reason"] == "stop"
+        assert ln.ok, (server.mode, ln.error_kind, ln.error)
+        assert ln.output_tokens == 4 and ln.finish_reason == "stop"
         if server.mode == "length_json":  # not streamed: all tokens in one event
-            assert ln["chunk_tokens"] == [4] and ln["text"] == "a b c d"
+            assert ln.chunk_tokens == [4] and ln.text == "a b c d"
         else:
-            assert ln["chunk_tokens"] == TOKENS and ln["text"] == "a b c d"
-        assert ln["prompt_tokens"] == 3 and not ln["retried"]
+            assert ln.chunk_tokens == TOKENS and ln.text == "a b c d"
+        assert ln.prompt_tokens == 3 and not ln.retried
     assert outcome.summary.scenarios[0].requests.ok == 3
     # discovery read the same framing
     assert outcome.summary.provenance["server"]["models"] == ["m"]
@@ -250,8 +250,8 @@ def test_close_delimited_stream_without_an_end_is_cut(server, tmp_path):
         warmup=0,
     )
     lines = measured(read_requests(tmp_path / "run")[0])
-    assert [ln["error_kind"] for ln in lines] == ["stream_cut", "stream_cut"]
-    assert all(ln["output_tokens"] == 1 for ln in lines)  # what did arrive is kept
+    assert [ln.error_kind for ln in lines] == ["stream_cut", "stream_cut"]
+    assert all(ln.output_tokens == 1 for ln in lines)  # what did arrive is kept
 
 
 def test_body_length_rules():

@@ -54,12 +54,12 @@ def test_open_loop_counts_queueing_in_ttft(tmp_path):
             warmup=0,
             usage="per-chunk",
         )
-    lines = sorted(measured(read_requests(tmp_path / "run")[0]), key=lambda ln: ln["intended_ns"])
-    assert [ln["ok"] for ln in lines] == [True] * 8
+    lines = sorted(measured(read_requests(tmp_path / "run")[0]), key=lambda ln: ln.intended_ns)
+    assert [ln.ok for ln in lines] == [True] * 8
     # intended times are the schedule: 20 ms apart exactly
-    assert gaps([ln["intended_ns"] for ln in lines]) == pytest.approx([20_000_000] * 7, abs=1)
-    lags = [ln["sent_ns"] / 1e9 for ln in lines]
-    ttfts = [ln["chunk_ns"][0] / 1e9 for ln in lines]
+    assert gaps([ln.intended_ns for ln in lines]) == pytest.approx([20_000_000] * 7, abs=1)
+    lags = [ln.sent_offset_ns / 1e9 for ln in lines]
+    ttfts = [ln.chunk_offsets_ns[0] / 1e9 for ln in lines]
     # request i waits for the i earlier ones (~60 ms each) minus its 20 ms later arrival: ~40 ms
     # more each
     assert lags[-1] > 0.2 and ttfts[-1] > lags[-1] + 0.009
@@ -77,8 +77,8 @@ def test_closed_loop_keeps_n_streams_busy(tmp_path):
             usage="per-chunk",
         )
     lines = measured(read_requests(tmp_path / "run")[0])
-    starts = sorted(ln["intended_ns"] for ln in lines)
-    ends = sorted(ln["intended_ns"] + ln["end_ns"] for ln in lines)
+    starts = sorted(ln.intended_ns for ln in lines)
+    ends = sorted(ln.end_ns for ln in lines)
     # three streams: the first three start before any request ends, the fourth only after one
     # has ended (each takes at least 20 + 4 x 10 ms, whatever the host's load)
     assert starts[2] < ends[0] <= starts[3] and ends[0] - starts[0] >= 60_000_000
@@ -95,10 +95,10 @@ def test_duration_bound_scenario(tmp_path):
         )
     s = outcome.summary.scenarios[0]
     lines = measured(read_requests(tmp_path / "run")[0])
-    starts = [ln["intended_ns"] for ln in lines]
+    starts = [ln.intended_ns for ln in lines]
     # ~20 ms a request, two streams, half a second: at most ~50 requests, none started after the
     # half second, and the window ends when the last one started does
     assert 2 <= s.requests.ok <= 60 and s.requests.failed == 0
     assert max(starts) - min(starts) < 500_000_000
-    last_end_ns = max(ln["intended_ns"] + ln["end_ns"] for ln in lines)
+    last_end_ns = max(ln.end_ns for ln in lines)
     assert s.window_s == pytest.approx((last_end_ns - min(starts)) / 1e9, abs=2e-3)

@@ -6,6 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from roofline.bench import metrics
+from roofline.bench.metrics import RequestMetrics
+from roofline.bench.records import RequestRecord
 from roofline.bench.schedule import Schedule
 from roofline.errors import UserError
 
@@ -14,25 +16,31 @@ MS = 1_000_000
 
 def test_multi_token_chunks_by_hand():
     # chunks at 100, 120, 150 ms carrying 1, 3, 2 tokens: n = 6
-    line = {
-        "chunk_ns": [100 * MS, 120 * MS, 150 * MS],
-        "chunk_tokens": [1, 3, 2],
-        "output_tokens": 6,
-        "sent_ns": 2 * MS,
-    }
+    # as requests.jsonl holds it: times after the intended send, which is 1 s into the run
+    line = RequestRecord.from_json(
+        {
+            "id": 0,
+            "intended_ns": 10**9,
+            "chunk_ns": [100 * MS, 120 * MS, 150 * MS],
+            "chunk_tokens": [1, 3, 2],
+            "output_tokens": 6,
+            "sent_ns": 2 * MS,
+        }
+    )
     m = metrics.request_metrics(line)
-    assert m["ttft_s"] == pytest.approx(0.100)
-    assert m["e2e_s"] == pytest.approx(0.150)
-    assert m["tpot_s"] == pytest.approx(0.050 / 5)
-    assert m["output_speed_tok_per_s"] == pytest.approx(100.0)
-    assert m["send_lag_s"] == pytest.approx(0.002)
-    assert m["tokens_per_chunk"] == pytest.approx(2.0)
-    assert metrics.chunk_gaps_seconds(line["chunk_ns"]) == pytest.approx([0.020, 0.030])
+    assert m.ttft_s == pytest.approx(0.100)
+    assert m.e2e_s == pytest.approx(0.150)
+    assert m.tpot_s == pytest.approx(0.050 / 5)
+    assert m.output_speed_tok_per_s == pytest.approx(100.0)
+    assert m.send_lag_s == pytest.approx(0.002)
+    assert m.tokens_per_chunk == pytest.approx(2.0)
+    assert metrics.chunk_gaps_seconds(line.chunk_offsets_ns) == pytest.approx([0.020, 0.030])
     # the 3 tokens of the 2nd chunk share its 20 ms gap; the 2 of the 3rd share 30 ms
-    assert metrics.itl_per_token_seconds(line["chunk_ns"], line["chunk_tokens"]) == pytest.approx(
+    times = line.chunk_offsets_ns
+    assert metrics.itl_per_token_seconds(times, line.chunk_tokens) == pytest.approx(
         [0.020 / 3] * 3 + [0.015] * 2
     )
-    assert m["itl_max_s"] == pytest.approx(0.015)
+    assert m.itl_max_s == pytest.approx(0.015)
 
 
 def test_first_chunk_with_several_tokens_gives_zero_gaps():
@@ -59,11 +67,11 @@ def test_mean_itl_equals_tpot(chunks):
 
 
 def test_single_token_has_no_tpot():
-    m = metrics.request_metrics({"chunk_ns": [MS], "chunk_tokens": [1], "output_tokens": 1})
+    m = metrics.request_metrics(
+        RequestRecord(0, "", chunk_ns=[MS], chunk_tokens=[1], output_tokens=1)
+    )
     assert (
-        m["tpot_s"] is None
-        and m["output_speed_tok_per_s"] is None
-        and m["ttft_s"] == pytest.approx(0.001)
+        m.tpot_s is None and m.output_speed_tok_per_s is None and m.ttft_s == pytest.approx(0.001)
     )
 
 
@@ -81,7 +89,10 @@ def test_distribution_matches_numpy():
 
 
 def test_window_and_rates():
-    lines = [{"intended_ns": 0, "end_ns": 2 * 10**9}, {"intended_ns": 10**9, "end_ns": 3 * 10**9}]
+    lines = [
+        RequestRecord.from_json({"id": 0, "intended_ns": 0, "end_ns": 2 * 10**9}),
+        RequestRecord.from_json({"id": 1, "intended_ns": 10**9, "end_ns": 3 * 10**9}),
+    ]
     assert metrics.window_seconds(lines) == pytest.approx(4.0)
     assert metrics.rate_per_s(8, 4.0) == 2.0
     assert metrics.rate_per_s(8, 0.0) is None
@@ -89,16 +100,16 @@ def test_window_and_rates():
 
 def test_goodput_counts_only_requests_meeting_every_slo():
     per = [
-        {"ttft_s": 0.1, "tpot_s": 0.01, "e2e_s": 1.0, "output_tokens": 10},
-        {"ttft_s": 0.5, "tpot_s": 0.01, "e2e_s": 1.0, "output_tokens": 20},  # TTFT too slow
-        {"ttft_s": 0.1, "tpot_s": 0.05, "e2e_s": 1.0, "output_tokens": 30},  # TPOT too slow
-        {"ttft_s": 0.2, "tpot_s": 0.04, "e2e_s": 1.0, "output_tokens": 40},
+        RequestMetrics(ttft_s=0.1, tpot_s=0.01, e2e_s=1.0, output_tokens=10),
+        RequestMetrics(ttft_s=0.5, tpot_s=0.01, e2e_s=1.0, output_tokens=20),  # TTFT too slow
+        RequestMetrics(ttft_s=0.1, tpot_s=0.05, e2e_s=1.0, output_tokens=30),  # TPOT too slow
+        RequestMetrics(ttft_s=0.2, tpot_s=0.04, e2e_s=1.0, output_tokens=40),
     ]
     g = metrics.goodput(per, {"ttft": 0.45, "tpot": 0.04}, window_s=2.0)
-    assert g["requests_meeting_slo"] == 2
-    assert g["requests_per_s"] == pytest.approx(1.0)
-    assert g["output_tok_per_s"] == pytest.approx(25.0)
-    assert g["fraction"] == pytest.approx(0.5)
+    assert g.requests_meeting_slo == 2
+    assert g.requests_per_s == pytest.approx(1.0)
+    assert g.output_tok_per_s == pytest.approx(25.0)
+    assert g.fraction == pytest.approx(0.5)
 
 
 def test_parse_slo():
@@ -129,12 +140,11 @@ def test_speculation_holds_weight_passes_not_tokens_against_the_ceiling():
     per pass ran 60 passes/s: 60% of the ceiling (not 150%); without speculation tokens are the
     basis."""
     from roofline.bench.summarize import vs_ceiling
+    from roofline.bench.summary import Passes
     from roofline.bounds.ceiling import Ceiling
 
     c = Ceiling(bytes_per_token=100e6, bandwidth_bytes_per_s=10e9)
-    spec = vs_ceiling(
-        c, {"p50": 150.0}, {"tokens_per_pass": 2.5, "passes_per_s": 60.0, "requests": 3}
-    )
+    spec = vs_ceiling(c, {"p50": 150.0}, Passes(requests=3, tokens_per_pass=2.5, passes_per_s=60.0))
     assert spec["basis"] == "passes" and spec["percent_of_ceiling"] == pytest.approx(60.0)
     assert spec["tokens_percent_of_one_token_ceiling"] == pytest.approx(150.0)
     assert spec["effective_bandwidth_bytes_per_s"] == pytest.approx(6e9)

@@ -12,6 +12,7 @@ from bench_helpers import measured, nullserver, plan
 from roofline.bench.driver import Progress, discover, run_bench
 from roofline.bench.loadgen import Scenario
 from roofline.bench.options import BenchOptions, plan_from_options
+from roofline.bench.records import RequestRecord
 from roofline.bench.repeats import WARMUP_PROMPT, effective_policy, repeated_ids, same_as
 from roofline.bench.results import read_requests
 from roofline.bench.summary import RunSummary
@@ -36,8 +37,8 @@ def test_a_remembering_server_reports_first_time_and_repeated_prompts_apart(tmp_
         out = _run(url, tmp_path, memory=True)
     s = out.summary.scenarios[0]
     lines, _ = read_requests(out.run_dir)
-    warm = [ln for ln in lines if ln["phase"] == "warmup"]
-    assert warm and all(ln["prompt"] == WARMUP_PROMPT.id for ln in warm)  # teaches nothing
+    warm = [ln for ln in lines if ln.phase == "warmup"]
+    assert warm and all(ln.prompt == WARMUP_PROMPT.id for ln in warm)  # teaches nothing
     # rep 0: a and b first-time, c is a's text again; rep 1: all three repeated
     assert s.repeats is not None and s.repeats.policy == "split" and s.repeats.server_memory
     assert (s.repeats.first.ok, s.repeats.repeated.ok) == (2, 4)
@@ -71,7 +72,7 @@ def test_no_groups_without_memory_or_when_repeats_count_alike(tmp_path, memory, 
     assert s.repeats is None and s.requests.ok == 6
     assert "repeats" not in json.loads((out.run_dir / "summary.json").read_text())["scenarios"][0]
     lines, _ = read_requests(out.run_dir)
-    assert all(ln["prompt"] == "a" for ln in lines if ln["phase"] == "warmup")
+    assert all(ln.prompt == "a" for ln in lines if ln.phase == "warmup")
 
 
 def test_repeated_by_send_time_across_ids_and_phases():
@@ -84,7 +85,7 @@ def test_repeated_by_send_time_across_ids_and_phases():
         {"id": 3, "prompt": "b", "intended_ns": 20, "sent_ns": None},  # never sent: taught nothing
         {"id": 4, "prompt": "b", "intended_ns": 60, "sent_ns": 1},
     ]
-    assert repeated_ids(lines, identity) == {2, 4}
+    assert repeated_ids([RequestRecord.from_json(ln) for ln in lines], identity) == {2, 4}
 
 
 def test_policy_choice_and_errors():

@@ -6,7 +6,7 @@ import pytest
 from roofline.bench.records import RequestRecord
 from roofline.bench.results import RequestLog, read_requests
 from roofline.bench.summarize import summarize
-from roofline.bench.summary import RunSummary
+from roofline.bench.summary import Failure, RequestCounts, RunSummary
 from roofline.bench.tables import tables
 from roofline.bounds.ceiling import Ceiling
 
@@ -34,40 +34,44 @@ def test_log_lines_survive_a_torn_last_line(tmp_path):
     with open(tmp_path / "requests.jsonl", "ab") as f:
         f.write(b'{"id": 2, "scen')  # a kill in the middle of a write
     lines, bad = read_requests(tmp_path)
-    assert [ln["id"] for ln in lines] == [0, 1] and bad == 1
-    assert lines[0]["chunk_ns"][0] == 50 * MS and lines[0]["intended_ns"] == 10**9  # relative times
+    assert [ln.id for ln in lines] == [0, 1] and bad == 1
+    # the line holds times relative to the origin (intended) and to intended (the rest) ...
+    raw = json.loads((tmp_path / "requests.jsonl").read_text().splitlines()[0])
+    assert raw["chunk_ns"][0] == 50 * MS and raw["intended_ns"] == 10**9
+    # ... and reads back onto the run's clock, the same line again when written
+    assert lines[0].chunk_offsets_ns[0] == 50 * MS and lines[0].intended_ns == 10**9
+    assert lines[0].to_json(0) == raw
 
 
 def test_summary_with_ceiling_prompt_spread_and_failures():
     # prompt a: 10 ms/token (100 tok/s) and 20 ms/token (50 tok/s); prompt b: 5 ms/token (200 tok/s)
     recs = [rec(0, "a", 10), rec(1, "a", 20), rec(2, "b", 5), rec(3, "b", 5, ok=False)]
-    lines = [json.loads(json.dumps(r.to_json(0))) for r in recs]
+    lines = [RequestRecord.from_json(json.loads(json.dumps(r.to_json(0)))) for r in recs]
     ceiling = Ceiling(bytes_per_token=1e9, bandwidth_bytes_per_s=400e9, model="m", hardware="h")
-    summary = summarize(
+    typed = summarize(
         lines,
         provenance={"scenarios": [{"name": "sequential"}]},
         ceiling=ceiling,
         slo_s={"ttft": 0.06, "tpot": 0.015},
     )
-    s = summary["scenarios"][0]
-    assert s["requests"] == {
-        "measured": 4,
-        "ok": 3,
-        "failed": 1,
-        "warmup": 0,
-        "failures": {"http_500": {"count": 1, "example": "HTTP 500: boom"}},
-    }
-    spread = {p["prompt"]: p for p in s["prompts"]}
-    assert spread["a"]["output_speed_median_tok_per_s"] == pytest.approx(75.0)
-    assert spread["a"]["spread_pct"] == pytest.approx(100 * 50 / 75)
-    assert spread["b"]["reps"] == 1
-    v = s["vs_ceiling"]
-    assert v["ceiling_tok_per_s"] == pytest.approx(400.0)
-    assert v["measured_tok_per_s"] == pytest.approx(100.0)  # median of 50, 100, 200
-    assert v["percent_of_ceiling"] == pytest.approx(25.0)
-    assert v["effective_bandwidth_bytes_per_s"] == pytest.approx(100e9)
-    assert s["goodput"]["requests_meeting_slo"] == 2  # the 20 ms/token one misses TPOT
-    typed = RunSummary.from_json(summary)
+    s = typed.scenarios[0]
+    assert s.requests == RequestCounts(
+        measured=4,
+        ok=3,
+        failed=1,
+        warmup=0,
+        failures={"http_500": Failure(count=1, example="HTTP 500: boom")},
+    )
+    spread = {p.prompt: p for p in s.prompts}
+    assert spread["a"].output_speed_median_tok_per_s == pytest.approx(75.0)
+    assert spread["a"].spread_pct == pytest.approx(100 * 50 / 75)
+    assert spread["b"].reps == 1
+    v = s.vs_ceiling
+    assert v.ceiling_tok_per_s == pytest.approx(400.0)
+    assert v.measured_tok_per_s == pytest.approx(100.0)  # median of 50, 100, 200
+    assert v.percent_of_ceiling == pytest.approx(25.0)
+    assert v.effective_bandwidth_bytes_per_s == pytest.approx(100e9)
+    assert s.goodput.requests_meeting_slo == 2  # the 20 ms/token one misses TPOT
     # one to_json/from_json
     assert RunSummary.from_json(json.loads(json.dumps(typed.to_json()))) == typed
     assert typed.scenarios[0].vs_ceiling.percent_of_ceiling == pytest.approx(25.0)
@@ -85,7 +89,7 @@ def test_log_is_appended_by_several_writers(tmp_path):
     for log in logs:
         log.close()
     lines, bad = read_requests(tmp_path)
-    assert bad == 0 and sorted(ln["id"] for ln in lines) == list(range(30))
+    assert bad == 0 and sorted(ln.id for ln in lines) == list(range(30))
     assert os.path.getsize(path) > 0
 
 

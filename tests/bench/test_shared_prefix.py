@@ -227,7 +227,7 @@ def test_a_server_with_a_prefix_cache_gives_the_measured_requests_figures(tmp_pa
         sent += n + 2 + (1 if x is s.scenarios[0] else 0)  # warm-ups; the first negotiates usage
         assert c.cache_bytes == 1000 * sent
     lines, _ = read_requests(tmp_path)
-    ids = [ln["prompt"] for ln in measured(lines)]
+    ids = [ln.prompt for ln in measured(lines)]
     assert len(set(ids)) == len(ids)  # fresh prompts: the second scenario went on down the list
     on_disk = RunSummary.from_json(json.loads((tmp_path / "summary.json").read_text()))
     assert on_disk.scenarios[1].prefix_cache == s.scenarios[1].prefix_cache

@@ -29,9 +29,9 @@ def test_two_worker_processes_measure_like_one(null_url, tmp_path):
     s = outcome.summary.scenarios[0]
     assert s.requests.ok == 16 and s.requests.failed == 0
     lines = measured(read_requests(tmp_path / "run")[0])
-    assert {ln["worker"] for ln in lines} == {0, 1}
-    assert len({ln["id"] for ln in lines}) == 16
-    assert all(ln["chunk_tokens"] == [2, 2, 2, 2] for ln in lines)
+    assert {ln.worker for ln in lines} == {0, 1}
+    assert len({ln.id for ln in lines}) == 16
+    assert all(ln.chunk_tokens == [2, 2, 2, 2] for ln in lines)
     # the null_url schedule: 20 ms to the first token
     assert 0.020 <= s.metric("ttft_s").p50 < 0.030
     assert s.client_cpu_s > 0 and s.client_cpu_us_per_token > 0

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from roofline.bench.records import PHASE_WARMUP, RequestRecord
 from roofline.tune.paired import TIE_RATIO, PairedRatio, paired_ratio, t975, unit_values
 
 
@@ -51,16 +52,19 @@ def test_round_trip():
 
 
 def test_units_group_by_request_or_by_repetition_and_skip_warm_up():
+    # (request, the value it gives) each
     lines = [
-        {"prompt": "a", "rep": 0, "v": 10.0},
-        {"prompt": "a", "rep": 1, "v": 12.0},
-        {"prompt": "b", "rep": 0, "v": 30.0},
-        {"prompt": "b", "rep": 0, "v": 1e9, "phase": "warmup"},
-        {"prompt": "c", "rep": 0, "v": None},
+        (RequestRecord(0, "s", prompt="a", rep=0), 10.0),
+        (RequestRecord(1, "s", prompt="a", rep=1), 12.0),
+        (RequestRecord(2, "s", prompt="b", rep=0), 30.0),
+        (RequestRecord(3, "s", prompt="b", rep=0, phase=PHASE_WARMUP), 1e9),
+        (RequestRecord(4, "s", prompt="c", rep=0), None),
     ]
+    v = {r.id: value for r, value in lines}
+    lines = [r for r, _ in lines]
 
     def total(group):
-        vs = [ln["v"] for ln in group]
+        vs = [v[r.id] for r in group]
         return None if None in vs else sum(vs)
 
     assert unit_values(lines, total, per_request=True) == {"a#0": 10.0, "a#1": 12.0, "b#0": 30.0}

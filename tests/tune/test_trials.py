@@ -542,11 +542,11 @@ def test_tune_times_first_time_prompts_by_default(tmp_path, monkeypatch, policy)
     trial = result.baseline
     assert trial.status == "ok"
     lines = bench_lines(tmp_path / "run" / trial.folder)
-    measured = [ln for ln in lines if ln["phase"] == "measured"]
+    measured = [ln for ln in lines if ln.phase == "measured"]
     if policy == "fresh":
         assert trial.value < 200  # 100 tok/s: nothing remembered
         assert len(measured) == 4 and trial.spread is None  # the four prompts, once each
-        assert all(ln["prompt"] == "roofline-warmup" for ln in lines if ln["phase"] == "warmup")
+        assert all(ln.prompt == "roofline-warmup" for ln in lines if ln.phase == "warmup")
     else:
         # 400 tok/s: the greedy pass (a warm-up here: this server learns) taught it every answer
         assert trial.value > 250

@@ -25,6 +25,7 @@ from roofline.bench.records import PHASE_MEASURED
 from roofline.bench.results import read_requests
 from roofline.bench.schedule import Schedule
 from roofline.bench.summarize import summarize_scenario
+from roofline.bench.summary import RunSummary
 from roofline.bench.tables import num, plural
 from roofline.bench.workloads import Prompt
 
@@ -120,67 +121,61 @@ def run_case(case: Case, folder: Path, progress: Progress | None = None) -> Case
     )
     with server:
         outcome = run_bench(plan, folder / "run", progress or Progress())
-    return compare(case, outcome.summary.to_json(), folder / "run")
+    return compare(case, outcome.summary, folder / "run")
 
 
-def compare(case: Case, summary: dict, run_dir: Path) -> CaseResult:
-    scen = summary["scenarios"][0]
+def compare(case: Case, summary: RunSummary, run_dir: Path) -> CaseResult:
+    scen = summary.scenarios[0]
     res = CaseResult(case)
     truth = truth_means(case.schedule)
-    lines, _ = read_requests(run_dir)
-    ok = [ln for ln in lines if ln.get("ok") and ln.get("phase") == PHASE_MEASURED]
+    records, _ = read_requests(run_dir)
+    ok = [r for r in records if r.ok and r.phase == PHASE_MEASURED]
     # What the server actually did: the same metrics from its own send stamps (same clock, same
     # intended start). reported - this = the client's own error, whatever the server's lateness.
     server_view = summarize_scenario(
-        [dict(ln, chunk_ns=ln["server_chunk_ns"]) for ln in ok if ln.get("server_chunk_ns")]
+        [replace(r, chunk_ns=r.server_chunk_ns) for r in ok if r.server_chunk_ns],
+        {"name": scen.name},
     )
     for key, label in COMPARED:
-        d = scen["metrics"].get(key)
-        sv = server_view["metrics"].get(key)
-        reported = d["mean"] if d else None
+        d = scen.metric(key)
+        sv = server_view.metric(key)
+        reported = d.mean if d else None
         err = 100.0 * (reported - truth[key]) / truth[key] if reported is not None else None
-        client_err = (
-            100.0 * (reported - sv["mean"]) / sv["mean"] if reported is not None and sv else None
-        )
+        client_err = 100.0 * (reported - sv.mean) / sv.mean if reported is not None and sv else None
         res.rows.append(
             {
                 "metric": label,
                 "key": key,
                 "truth": truth[key],
                 "reported": reported,
-                "reported_p99": d["p99"] if d else None,
+                "reported_p99": d.p99 if d else None,
                 "error_pct": err,
-                "server_sent": sv["mean"] if sv else None,
+                "server_sent": sv.mean if sv else None,
                 "client_error_pct": client_err,
             }
         )
     delay = metrics.distribution(
-        c - s for ln in ok for c, s in zip(ln["chunk_ns"], ln.get("server_chunk_ns") or ())
+        c - s for r in ok for c, s in zip(r.chunk_ns, r.server_chunk_ns or ())
     )
     first_late = [
-        ln["server_chunk_ns"][0] / 1e9 - case.schedule.ttft_s
-        for ln in ok
-        if ln.get("server_chunk_ns")
+        r.server_chunk_offsets_ns[0] / 1e9 - case.schedule.ttft_s for r in ok if r.server_chunk_ns
     ]
+    send_lag, ttft = scen.metric("send_lag_s"), scen.metric("ttft_s")
     res.facts = {
-        "requests_ok": scen["requests"]["ok"],
-        "requests_failed": scen["requests"]["failed"],
-        "output_tok_per_s": scen["output_tok_per_s"],
+        "requests_ok": scen.requests.ok,
+        "requests_failed": scen.requests.failed,
+        "output_tok_per_s": scen.output_tok_per_s,
         "offered_tok_per_s": case.concurrency / (truth["e2e_s"] / case.schedule.tokens)
         if case.concurrency
         else None,
-        "client_cpu_us_per_token": scen.get("client_cpu_us_per_token"),
+        "client_cpu_us_per_token": scen.client_cpu_us_per_token,
         "client_delay_p50_ms": delay["p50"] / 1e6 if delay else None,
         "client_delay_p99_ms": delay["p99"] / 1e6 if delay else None,
         "server_first_token_late_p50_ms": 1e3 * statistics.median(first_late)
         if first_late
         else None,
-        "send_lag_p99_ms": 1e3 * scen["metrics"]["send_lag_s"]["p99"]
-        if scen["metrics"].get("send_lag_s")
-        else None,
-        "ttft_p99_ms": 1e3 * scen["metrics"]["ttft_s"]["p99"]
-        if scen["metrics"].get("ttft_s")
-        else None,
+        "send_lag_p99_ms": 1e3 * send_lag.p99 if send_lag else None,
+        "ttft_p99_ms": 1e3 * ttft.p99 if ttft else None,
         "run_dir": str(run_dir),
     }
     return res

@@ -54,7 +54,7 @@ from roofline.bench.results import (
 )
 from roofline.bench.scrape import PrefixCache, difference, read_metrics
 from roofline.bench.summarize import summarize
-from roofline.bench.summary import RunSummary
+from roofline.bench.summary import RunSummary, ScenarioSummary
 from roofline.bench.tokens import load_tokenizer
 from roofline.bench.verify import Greedy, Verify, run_verify
 from roofline.bench.workers import run_workers
@@ -375,18 +375,30 @@ def summarize_run(
     verify: Verify | None = None,
     cache: dict[str, PrefixCache] | None = None,
 ) -> RunSummary:
-    """summary.json from what requests.jsonl holds (written), and the same as types."""
-    lines, bad = read_requests(run_dir)
-    summary = summarize(lines, provenance=prov, ceiling=ceiling, slo_s=slo_s, unreadable_lines=bad)
-    for s in summary["scenarios"]:
-        c = (cpu_s or {}).get(s["scenario"]["name"])
-        if c is not None:
-            tokens = s["output_tokens"]
-            s["client_cpu_s"] = c
-            s["client_cpu_us_per_token"] = 1e6 * c / tokens if tokens else None
-        if s["scenario"]["name"] in (cache or {}):
-            s["prefix_cache"] = cache[s["scenario"]["name"]].to_json()
-    if verify is not None:
-        summary["verify"] = verify.to_json()
-    write_json(run_dir / SUMMARY_JSON, summary)
-    return RunSummary.from_json(summary)
+    """The summary of what requests.jsonl holds, with this process's own figures (the client's
+    CPU time, the server's cache figures, --verify), written to summary.json."""
+    records, bad = read_requests(run_dir)
+    summary = summarize(
+        records, provenance=prov, ceiling=ceiling, slo_s=slo_s, unreadable_lines=bad
+    )
+    summary = replace(
+        summary,
+        scenarios=tuple(
+            _with_run_figures(s, (cpu_s or {}).get(s.name), (cache or {}).get(s.name))
+            for s in summary.scenarios
+        ),
+        verify=verify,
+    )
+    write_json(run_dir / SUMMARY_JSON, summary.to_json())
+    return summary
+
+
+def _with_run_figures(
+    s: ScenarioSummary, cpu_s: float | None, cache: PrefixCache | None
+) -> ScenarioSummary:
+    """A scenario's summary with the client's CPU seconds (and per output token) and the server's
+    cache figures, where this run has them."""
+    if cpu_s is not None:
+        per_token = 1e6 * cpu_s / s.output_tokens if s.output_tokens else None
+        s = replace(s, client_cpu_s=cpu_s, client_cpu_us_per_token=per_token)
+    return s if cache is None else replace(s, prefix_cache=cache)

@@ -21,10 +21,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING
 
 from roofline.errors import UserError
+
+if TYPE_CHECKING:
+    from roofline.bench.records import RequestRecord
 
 NS_PER_S = 1_000_000_000
 STAT_NAMES = ("mean", "std", "p50", "p90", "p95", "p99", "min", "max")
@@ -74,27 +78,46 @@ def itl_per_token_seconds(chunk_ns: Sequence[int], chunk_tokens: Sequence[int]) 
     return out
 
 
-def request_metrics(line: Mapping[str, Any]) -> dict[str, Any]:
-    """The per-request metrics of one `requests.jsonl` line (None where a metric is undefined)."""
-    chunk_ns = line.get("chunk_ns") or []
-    tokens = line.get("chunk_tokens") or []
-    n = int(line.get("output_tokens") or sum(tokens))
+@dataclass(frozen=True)
+class RequestMetrics:
+    """The per-request metrics of one request (None where a metric is undefined)."""
+
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    tpot_s: float | None = None
+    output_speed_tok_per_s: float | None = None
+    itl_max_s: float | None = None
+    send_lag_s: float | None = None
+    output_tokens: int = 0
+    chunks: int = 0
+    tokens_per_chunk: float | None = None
+
+    def value(self, name: str) -> float | None:
+        """The metric called `name` (an SLO's, `SLO_METRICS`)."""
+        return getattr(self, name)
+
+
+def request_metrics(record: RequestRecord) -> RequestMetrics:
+    """The per-request metrics of one request (a `requests.jsonl` line read back)."""
+    chunk_ns = record.chunk_offsets_ns
+    tokens = record.chunk_tokens
+    n = int(record.output_tokens or sum(tokens))
     ttft = ttft_seconds(chunk_ns)
     e2e = e2e_seconds(chunk_ns)
     tpot = tpot_seconds(ttft, e2e, n)
     itl = itl_per_token_seconds(chunk_ns, tokens)
-    sent = line.get("sent_ns")
-    return {
-        "ttft_s": ttft,
-        "e2e_s": e2e,
-        "tpot_s": tpot,
-        "output_speed_tok_per_s": output_speed_tok_per_s(tpot),
-        "itl_max_s": max(itl) if itl else None,
-        "send_lag_s": sent / NS_PER_S if sent is not None else None,
-        "output_tokens": n,
-        "chunks": len(chunk_ns),
-        "tokens_per_chunk": n / len(chunk_ns) if chunk_ns else None,
-    }
+    sent = record.sent_offset_ns
+    return RequestMetrics(
+        ttft_s=ttft,
+        e2e_s=e2e,
+        tpot_s=tpot,
+        output_speed_tok_per_s=output_speed_tok_per_s(tpot),
+        itl_max_s=max(itl) if itl else None,
+        send_lag_s=sent / NS_PER_S if sent is not None else None,
+        output_tokens=n,
+        chunks=len(chunk_ns),
+        tokens_per_chunk=n / len(chunk_ns) if chunk_ns else None,
+    )
 
 
 def distribution(values: Iterable[float | None]) -> dict[str, float] | None:
@@ -118,13 +141,12 @@ def distribution(values: Iterable[float | None]) -> dict[str, float] | None:
     }
 
 
-def window_seconds(lines: Sequence[Mapping[str, Any]]) -> float:
-    """First intended send -> last end over the given lines (their `intended_ns` share one
-    origin)."""
-    if not lines:
+def window_seconds(records: Sequence[RequestRecord]) -> float:
+    """First intended send -> last end over the given requests (on one run's clock)."""
+    if not records:
         return 0.0
-    start = min(ln["intended_ns"] for ln in lines)
-    end = max(ln["intended_ns"] + (ln.get("end_ns") or 0) for ln in lines)
+    start = min(r.intended_ns for r in records)
+    end = max(r.intended_ns if r.end_ns is None else r.end_ns for r in records)
     return max(end - start, 0) / NS_PER_S
 
 
@@ -132,30 +154,41 @@ def rate_per_s(count: float, window_s: float) -> float | None:
     return count / window_s if window_s > 0 else None
 
 
-def meets_slo(metrics: Mapping[str, Any], slo_s: Mapping[str, float]) -> bool:
+def meets_slo(metrics: RequestMetrics, slo_s: Mapping[str, float]) -> bool:
     """True when every bounded metric exists and is within its limit."""
     for key, limit in slo_s.items():
-        value = metrics.get(SLO_METRICS[key])
-        if key == "tpot" and value is None and metrics.get("output_tokens", 0) == 1:
+        value = metrics.value(SLO_METRICS[key])
+        if key == "tpot" and value is None and metrics.output_tokens == 1:
             continue  # a one-token answer has no TPOT to miss
         if value is None or value > limit:
             return False
     return True
 
 
+@dataclass(frozen=True)
+class Goodput:
+    """Rates of the successful requests that met every SLO (summary.json's "goodput")."""
+
+    slo_s: Mapping[str, float]
+    requests_meeting_slo: int
+    fraction: float | None
+    requests_per_s: float | None
+    output_tok_per_s: float | None
+
+
 def goodput(
-    per_request: Sequence[Mapping[str, Any]], slo_s: Mapping[str, float], window_s: float
-) -> dict:
+    per_request: Sequence[RequestMetrics], slo_s: Mapping[str, float], window_s: float
+) -> Goodput:
     """Rates counting only the successful requests that meet every SLO (per_request: their
     metrics)."""
     good = [m for m in per_request if meets_slo(m, slo_s)]
-    return {
-        "slo_s": dict(slo_s),
-        "requests_meeting_slo": len(good),
-        "fraction": len(good) / len(per_request) if per_request else None,
-        "requests_per_s": rate_per_s(len(good), window_s),
-        "output_tok_per_s": rate_per_s(sum(m["output_tokens"] for m in good), window_s),
-    }
+    return Goodput(
+        slo_s=dict(slo_s),
+        requests_meeting_slo=len(good),
+        fraction=len(good) / len(per_request) if per_request else None,
+        requests_per_s=rate_per_s(len(good), window_s),
+        output_tok_per_s=rate_per_s(sum(m.output_tokens for m in good), window_s),
+    )
 
 
 def parse_slo(text: str) -> dict[str, float]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from roofline.bench import metrics
+from roofline.bench.records import RequestRecord
 from roofline.bench.workloads import Prompt
 from roofline.errors import UserError
 
@@ -71,20 +72,20 @@ def same_as(prompts: Sequence[Prompt]) -> dict[str, str]:
     return out
 
 
-def repeated_ids(lines: Sequence[Mapping[str, Any]], identity: Mapping[str, str]) -> set[int]:
-    """Ids of the lines whose prompt had been sent before them (by send time, any phase). A line
-    never sent (no `sent_ns`) is classified but teaches the server nothing."""
+def repeated_ids(records: Sequence[RequestRecord], identity: Mapping[str, str]) -> set[int]:
+    """Ids of the requests whose prompt had been sent before them (by send time, any phase). A
+    request never sent (no `sent_ns`) is classified but teaches the server nothing."""
 
-    def when(ln: Mapping[str, Any]) -> int:
-        return int(ln.get("intended_ns") or 0) + int(ln.get("sent_ns") or 0)
+    def when(r: RequestRecord) -> int:
+        return r.intended_ns if r.sent_ns is None else r.sent_ns
 
     seen: set[str] = set()
     out: set[int] = set()
-    for ln in sorted(lines, key=when):
-        key = identity.get(ln.get("prompt", ""), ln.get("prompt", ""))
+    for r in sorted(records, key=when):
+        key = identity.get(r.prompt, r.prompt)
         if key in seen:
-            out.add(ln["id"])
-        elif ln.get("sent_ns") is not None:
+            out.add(r.id)
+        elif r.sent_ns is not None:
             seen.add(key)
     return out
 
@@ -115,22 +116,20 @@ def _median(values: Sequence[float | None]) -> float | None:
     return statistics.median(kept) if kept else None
 
 
-def group_figures(lines: Sequence[Mapping[str, Any]]) -> GroupFigures:
-    ok = [ln for ln in lines if ln.get("ok")]
-    per = [metrics.request_metrics(ln) for ln in ok]
-    tokens = sum(m["output_tokens"] for m in per)
-    with_passes = [(ln, m) for ln, m in zip(ok, per) if ln.get("passes")]
-    passes = sum(ln["passes"] for ln, _ in with_passes)
+def group_figures(records: Sequence[RequestRecord]) -> GroupFigures:
+    ok = [r for r in records if r.ok]
+    per = [metrics.request_metrics(r) for r in ok]
+    tokens = sum(m.output_tokens for m in per)
+    with_passes = [(r, m) for r, m in zip(ok, per) if r.passes]
+    passes = sum(r.passes for r, _ in with_passes)
     return GroupFigures(
-        requests=len(lines),
+        requests=len(records),
         ok=len(ok),
         output_tokens=tokens,
-        output_speed_median_tok_per_s=_median([m["output_speed_tok_per_s"] for m in per]),
-        ttft_median_s=_median([m["ttft_s"] for m in per]),
-        tpot_median_s=_median([m["tpot_s"] for m in per]),
-        tokens_per_pass=sum(m["output_tokens"] for _, m in with_passes) / passes
-        if passes
-        else None,
+        output_speed_median_tok_per_s=_median([m.output_speed_tok_per_s for m in per]),
+        ttft_median_s=_median([m.ttft_s for m in per]),
+        tpot_median_s=_median([m.tpot_s for m in per]),
+        tokens_per_pass=sum(m.output_tokens for _, m in with_passes) / passes if passes else None,
     )
 
 
@@ -170,11 +169,11 @@ class RepeatGroups:
 
 
 def split_lines(
-    measured: Sequence[Mapping[str, Any]], repeated: set[int]
-) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-    """(first-time lines, repeated lines) of a scenario's measured lines."""
-    first = [ln for ln in measured if ln.get("id") not in repeated]
-    return first, [ln for ln in measured if ln.get("id") in repeated]
+    measured: Sequence[RequestRecord], repeated: set[int]
+) -> tuple[list[RequestRecord], list[RequestRecord]]:
+    """(first-time requests, repeated requests) of a scenario's measured requests."""
+    first = [r for r in measured if r.id not in repeated]
+    return first, [r for r in measured if r.id in repeated]
 
 
 def provenance_entry(requested: str, policy: str, server_memory: bool | None, prompts) -> dict:

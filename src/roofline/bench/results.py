@@ -67,10 +67,10 @@ class RequestLog:
             self.fd = -1
 
 
-def read_requests(folder: Path) -> tuple[list[dict[str, Any]], int]:
-    """The lines of requests.jsonl, and how many could not be read (a line cut by a kill
-    mid-write)."""
-    lines, bad = [], 0
+def read_requests(folder: Path) -> tuple[list[RequestRecord], int]:
+    """The records of requests.jsonl, and how many lines could not be read (a line cut by a kill
+    mid-write, or one that is not a request)."""
+    records, bad = [], 0
     try:
         text = (folder / REQUESTS).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -79,10 +79,10 @@ def read_requests(folder: Path) -> tuple[list[dict[str, Any]], int]:
         if not line.strip():
             continue
         try:
-            lines.append(json.loads(line))
-        except ValueError:
+            records.append(RequestRecord.from_json(json.loads(line)))
+        except (KeyError, TypeError, ValueError, AttributeError):
             bad += 1
-    return lines, bad
+    return records, bad
 
 
 def write_json(path: Path, obj: Any) -> None:

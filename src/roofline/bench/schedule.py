@@ -11,10 +11,11 @@ applied to these times, which is why calibration and tests can hold the client t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from roofline.bench import metrics
 from roofline.bench.metrics import NS_PER_S
+from roofline.bench.records import RequestRecord
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,12 @@ class Schedule:
         n = self.output_tokens(max_tokens)
         t = self.chunk_offsets_ns(n)
         k = self.chunk_tokens(n)
-        m = metrics.request_metrics(
-            {"chunk_ns": t, "chunk_tokens": k, "output_tokens": n, "sent_ns": 0}
-        )
+        # received and sent at the intended time, as a perfect client would
+        request = RequestRecord(0, "", sent_ns=0, chunk_ns=t, chunk_tokens=k, output_tokens=n)
         itl = metrics.itl_per_token_seconds(t, k)
         gaps = metrics.chunk_gaps_seconds(t)
-        m["itl_mean_s"] = sum(itl) / len(itl) if itl else None
-        m["chunk_gap_mean_s"] = sum(gaps) / len(gaps) if gaps else None
-        return m
+        return {
+            **asdict(metrics.request_metrics(request)),
+            "itl_mean_s": sum(itl) / len(itl) if itl else None,
+            "chunk_gap_mean_s": sum(gaps) / len(gaps) if gaps else None,
+        }

@@ -1,5 +1,6 @@
-"""From requests.jsonl lines to the summary: per scenario, every metric of `metrics.py`, failures
-with reasons, the per-prompt spread, goodput, and the result held against the ceiling."""
+"""From requests.jsonl's records to the summary (`RunSummary`): per scenario, every metric of
+`metrics.py`, failures with reasons, the per-prompt spread, goodput, and the result held against the
+ceiling."""
 
 from __future__ import annotations
 
@@ -9,13 +10,25 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from roofline.bench import metrics
-from roofline.bench.records import PHASE_WARMUP
+from roofline.bench.records import RequestRecord
 from roofline.bench.repeats import (
     GROUPED,
     RepeatGroups,
     group_figures,
     repeated_ids,
     split_lines,
+)
+from roofline.bench.summary import (
+    CeilingFigures,
+    Distribution,
+    Failure,
+    Passes,
+    PromptSpread,
+    RequestCounts,
+    RunSummary,
+    ScenarioInfo,
+    ScenarioSummary,
+    VsCeiling,
 )
 
 DISTRIBUTIONS = (
@@ -30,28 +43,29 @@ DISTRIBUTIONS = (
 )
 
 
-def scenario_names(lines: Sequence[Mapping[str, Any]], planned: Sequence[str] = ()) -> list[str]:
+def scenario_names(records: Sequence[RequestRecord], planned: Sequence[str] = ()) -> list[str]:
     names = list(planned)
-    for ln in lines:
-        if ln.get("scenario") not in names:
-            names.append(ln.get("scenario"))
+    for r in records:
+        if r.scenario not in names:
+            names.append(r.scenario)
     return names
 
 
 def summarize_scenario(
-    lines: Sequence[Mapping[str, Any]],
+    records: Sequence[RequestRecord],
+    spec: Mapping[str, Any],
     *,
     ceiling: Any = None,
     slo_s: Mapping[str, float] | None = None,
     repeats: Mapping[str, Any] | None = None,
     repeated: set[int] | None = None,
-) -> dict:
-    """One scenario's summary. `lines` may include warm-up lines; they are counted, not measured.
-    With `repeats` (provenance's, policy fresh or split) first-time and repeated prompts (the line
-    ids in `repeated`) are also summarized apart; under fresh the figures count first-time ones
-    only (`bench.repeats`)."""
-    warm = [ln for ln in lines if ln.get("phase") == PHASE_WARMUP]
-    meas = [ln for ln in lines if ln.get("phase") != PHASE_WARMUP]
+) -> ScenarioSummary:
+    """One scenario's summary (`spec`: what it was asked, provenance's entry). `records` may
+    include warm-up requests; they are counted, not measured. With `repeats` (provenance's, policy
+    fresh or split) first-time and repeated prompts (the ids in `repeated`) are also summarized
+    apart; under fresh the figures count first-time ones only (`bench.repeats`)."""
+    warm = [r for r in records if r.warmup]
+    meas = [r for r in records if not r.warmup]
     groups = None
     if repeats is not None and repeats.get("policy") in GROUPED:
         first, again = split_lines(meas, repeated or set())
@@ -63,90 +77,94 @@ def summarize_scenario(
         )
         if groups.policy == "fresh":
             meas = first
-    ok = [ln for ln in meas if ln.get("ok")]
-    failed = [ln for ln in meas if not ln.get("ok")]
-    per = [metrics.request_metrics(ln) for ln in ok]
+    ok = [r for r in meas if r.ok]
+    failed = [r for r in meas if not r.ok]
+    per = [metrics.request_metrics(r) for r in ok]
     window = metrics.window_seconds(meas)
     itl, gaps = [], []
-    for ln in ok:
-        itl += metrics.itl_per_token_seconds(ln["chunk_ns"], ln["chunk_tokens"])
-        gaps += metrics.chunk_gaps_seconds(ln["chunk_ns"])
+    for r in ok:
+        itl += metrics.itl_per_token_seconds(r.chunk_offsets_ns, r.chunk_tokens)
+        gaps += metrics.chunk_gaps_seconds(r.chunk_offsets_ns)
     values = {
-        "ttft_s": [m["ttft_s"] for m in per],
-        "tpot_s": [m["tpot_s"] for m in per],
+        "ttft_s": [m.ttft_s for m in per],
+        "tpot_s": [m.tpot_s for m in per],
         "itl_s": itl,
         "chunk_gap_s": gaps,
-        "e2e_s": [m["e2e_s"] for m in per],
-        "output_speed_tok_per_s": [m["output_speed_tok_per_s"] for m in per],
-        "send_lag_s": [m["send_lag_s"] for m in per],
-        "tokens_per_chunk": [m["tokens_per_chunk"] for m in per],
+        "e2e_s": [m.e2e_s for m in per],
+        "output_speed_tok_per_s": [m.output_speed_tok_per_s for m in per],
+        "send_lag_s": [m.send_lag_s for m in per],
+        "tokens_per_chunk": [m.tokens_per_chunk for m in per],
     }
-    tokens = sum(m["output_tokens"] for m in per)
-    out: dict[str, Any] = {
-        "requests": {
-            "measured": len(meas),
-            "ok": len(ok),
-            "failed": len(failed),
-            "warmup": len(warm),
-            "failures": _failures(failed),
-        },
-        "window_s": window,
-        "output_tokens": tokens,
-        "requests_per_s": metrics.rate_per_s(len(ok), window),
-        "output_tok_per_s": metrics.rate_per_s(tokens, window),
-        "metrics": {k: metrics.distribution(v) for k, v in values.items()},
-        "token_sources": dict(Counter(ln.get("token_source") or "?" for ln in ok)),
-        "prompts": prompt_spread(ok, per),
-    }
-    if slo_s:
-        out["goodput"] = metrics.goodput(per, slo_s, window)
-        out["slo_percentiles_met"] = _mlperf_check(out["metrics"], slo_s)
-    out["passes"] = _passes(ok, per)
-    if groups is not None:
-        out["repeats"] = groups.to_json()
-    if ceiling is not None:
-        out["vs_ceiling"] = vs_ceiling(
-            ceiling, out["metrics"]["output_speed_tok_per_s"], out["passes"]
-        )
-    return out
+    tokens = sum(m.output_tokens for m in per)
+    dists = {k: Distribution.from_json(metrics.distribution(v)) for k, v in values.items()}
+    passes = _passes(ok, per)
+    speed = dists["output_speed_tok_per_s"]
+    return ScenarioSummary(
+        scenario=ScenarioInfo.from_json(spec),
+        requests=RequestCounts(
+            measured=len(meas),
+            ok=len(ok),
+            failed=len(failed),
+            warmup=len(warm),
+            failures=_failures(failed),
+        ),
+        window_s=window,
+        output_tokens=tokens,
+        requests_per_s=metrics.rate_per_s(len(ok), window),
+        output_tok_per_s=metrics.rate_per_s(tokens, window),
+        metrics=dists,
+        token_sources=dict(Counter(r.token_source or "?" for r in ok)),
+        prompts=tuple(prompt_spread(ok, per)),
+        goodput=metrics.goodput(per, slo_s, window) if slo_s else None,
+        slo_percentiles_met=_mlperf_check(dists, slo_s) if slo_s else None,
+        passes=passes,
+        repeats=groups,
+        vs_ceiling=None
+        if ceiling is None
+        else VsCeiling.from_json(
+            vs_ceiling(ceiling, None if speed is None else {"p50": speed.p50}, passes)
+        ),
+    )
 
 
-def _failures(failed: Sequence[Mapping[str, Any]]) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    for ln in failed:
-        kind = ln.get("error_kind") or "unknown"
-        entry = out.setdefault(kind, {"count": 0, "example": ln.get("error", "")})
-        entry["count"] += 1
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]["count"]))
+def _failures(failed: Sequence[RequestRecord]) -> dict[str, Failure]:
+    out: dict[str, Failure] = {}
+    for r in failed:
+        kind = r.error_kind or "unknown"
+        seen = out.get(kind)
+        out[kind] = Failure(seen.count + 1, seen.example) if seen else Failure(1, r.error)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1].count))
 
 
-def prompt_spread(ok: Sequence[Mapping[str, Any]], per: Sequence[Mapping[str, Any]]) -> list[dict]:
+def prompt_spread(
+    ok: Sequence[RequestRecord], per: Sequence[metrics.RequestMetrics]
+) -> list[PromptSpread]:
     """Per prompt over its reps: median Output Speed, min, max and spread = (max - min) / median."""
     by: dict[str, list[float]] = {}
     ttft: dict[str, list[float]] = {}
-    for ln, m in zip(ok, per):
-        if m["output_speed_tok_per_s"] is not None:
-            by.setdefault(ln["prompt"], []).append(m["output_speed_tok_per_s"])
-            ttft.setdefault(ln["prompt"], []).append(m["ttft_s"])
+    for r, m in zip(ok, per):
+        if m.output_speed_tok_per_s is not None:
+            by.setdefault(r.prompt, []).append(m.output_speed_tok_per_s)
+            ttft.setdefault(r.prompt, []).append(m.ttft_s)
     rows = []
     for prompt, speeds in by.items():
         med = statistics.median(speeds)
         rows.append(
-            {
-                "prompt": prompt,
-                "reps": len(speeds),
-                "output_speed_median_tok_per_s": med,
-                "output_speed_min_tok_per_s": min(speeds),
-                "output_speed_max_tok_per_s": max(speeds),
-                "spread_pct": 100.0 * (max(speeds) - min(speeds)) / med if med else None,
-                "ttft_median_s": statistics.median(ttft[prompt]),
-            }
+            PromptSpread(
+                prompt=prompt,
+                reps=len(speeds),
+                output_speed_median_tok_per_s=med,
+                output_speed_min_tok_per_s=min(speeds),
+                output_speed_max_tok_per_s=max(speeds),
+                spread_pct=100.0 * (max(speeds) - min(speeds)) / med if med else None,
+                ttft_median_s=statistics.median(ttft[prompt]),
+            )
         )
     return rows
 
 
 def vs_ceiling(
-    ceiling: Any, speed: Mapping[str, float] | None, passes: Mapping[str, Any] | None = None
+    ceiling: Any, speed: Mapping[str, float] | None, passes: Passes | None = None
 ) -> dict:
     """Median per-request decode rate against the batch-1 ceiling, and the bandwidth it implies.
 
@@ -167,7 +185,7 @@ def vs_ceiling(
             percent_of_ceiling=ceiling.percent_of_ceiling(measured),
             effective_bandwidth_bytes_per_s=ceiling.effective_bandwidth_bytes_per_s(measured),
         )
-        per_pass, rate = (passes or {}).get("tokens_per_pass"), (passes or {}).get("passes_per_s")
+        per_pass, rate = (passes.tokens_per_pass, passes.passes_per_s) if passes else (None, None)
         if per_pass and rate and per_pass > 1.0:
             d.update(
                 basis="passes",
@@ -190,56 +208,59 @@ def vs_ceiling(
     return d
 
 
-def _passes(ok: Sequence[Mapping[str, Any]], per: Sequence[Mapping[str, Any]]) -> dict | None:
+def _passes(ok: Sequence[RequestRecord], per: Sequence[metrics.RequestMetrics]) -> Passes | None:
     """Weight passes per second and tokens per pass, when the server reported its passes."""
-    with_passes = [(ln, m) for ln, m in zip(ok, per) if ln.get("passes")]
+    with_passes = [(r, m) for r, m in zip(ok, per) if r.passes]
     if not with_passes:
         return None
-    passes = sum(ln["passes"] for ln, _ in with_passes)
-    tokens = sum(m["output_tokens"] for _, m in with_passes)
-    decode_s = sum((m["e2e_s"] - m["ttft_s"]) for _, m in with_passes if m["e2e_s"] is not None)
-    return {
-        "requests": len(with_passes),
-        "tokens_per_pass": tokens / passes if passes else None,
-        "passes_per_s": (passes - len(with_passes)) / decode_s if decode_s > 0 else None,
-    }
+    passes = sum(r.passes for r, _ in with_passes)
+    tokens = sum(m.output_tokens for _, m in with_passes)
+    decode_s = sum((m.e2e_s - m.ttft_s) for _, m in with_passes if m.e2e_s is not None)
+    return Passes(
+        requests=len(with_passes),
+        tokens_per_pass=tokens / passes if passes else None,
+        passes_per_s=(passes - len(with_passes)) / decode_s if decode_s > 0 else None,
+    )
 
 
-def _mlperf_check(dists: Mapping[str, Any], slo_s: Mapping[str, float]) -> dict[str, bool | None]:
+def _mlperf_check(
+    dists: Mapping[str, Distribution | None], slo_s: Mapping[str, float]
+) -> dict[str, bool | None]:
     """MLPerf-style: does the p99 of each bounded metric meet its limit?"""
     name = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s", "itl": "itl_s"}
     out = {}
     for key, limit in slo_s.items():
         d = dists.get(name[key])
-        out[key] = None if d is None else d["p99"] <= limit
+        out[key] = None if d is None else d.p99 <= limit
     return out
 
 
 def summarize(
-    lines: Sequence[Mapping[str, Any]],
+    records: Sequence[RequestRecord],
     *,
     provenance: Mapping[str, Any],
     ceiling: Any = None,
     slo_s: Mapping[str, float] | None = None,
     unreadable_lines: int = 0,
-) -> dict:
+) -> RunSummary:
     planned = [s["name"] for s in provenance.get("scenarios", ())]
     repeats = provenance.get("repeats")
-    repeated = repeated_ids(lines, repeats.get("same_as") or {}) if repeats else set()
+    repeated = repeated_ids(records, repeats.get("same_as") or {}) if repeats else set()
     scenarios = []
-    for name in scenario_names(lines, planned):
-        sl = [ln for ln in lines if ln.get("scenario") == name]
+    for name in scenario_names(records, planned):
+        sl = [r for r in records if r.scenario == name]
         spec = next(
             (s for s in provenance.get("scenarios", ()) if s["name"] == name), {"name": name}
         )
-        figures = summarize_scenario(
-            sl, ceiling=ceiling, slo_s=slo_s, repeats=repeats, repeated=repeated
+        scenarios.append(
+            summarize_scenario(
+                sl, spec, ceiling=ceiling, slo_s=slo_s, repeats=repeats, repeated=repeated
+            )
         )
-        scenarios.append({"scenario": spec, **figures})
-    return {
-        "provenance": dict(provenance),
-        "ceiling": ceiling.to_dict() if ceiling is not None else None,
-        "slo_s": dict(slo_s) if slo_s else None,
-        "unreadable_lines": unreadable_lines,
-        "scenarios": scenarios,
-    }
+    return RunSummary(
+        provenance=dict(provenance),
+        scenarios=tuple(scenarios),
+        ceiling=CeilingFigures.from_json(ceiling.to_dict()) if ceiling is not None else None,
+        slo_s=dict(slo_s) if slo_s else None,
+        unreadable_lines=unreadable_lines,
+    )

@@ -1,10 +1,11 @@
 """A bench run's summary as types: `RunSummary` of `ScenarioSummary`s, with one
 `to_json`/`from_json`.
 
-`summarize.py` computes the JSON that `summary.json` holds; these types read it back (the Markdown
-and terminal tables, `roofline report`). Field names are the JSON keys. Keys a type does not know
-(older or newer run folders, figures added later) are kept in `extra` and written back by `to_json`,
-so a run folder written by another version still loads and round-trips.
+`summarize.py` builds them from the request records; `to_json` is what `summary.json` holds and
+`from_json` reads it back (the Markdown and terminal tables, `roofline report`). Field names are the
+JSON keys. Keys a type does not know (older or newer run folders, figures added later) are kept in
+`extra` and written back by `to_json`, so a run folder written by another version still loads and
+round-trips.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from roofline.bench.metrics import Goodput
 from roofline.bench.repeats import RepeatGroups
 from roofline.bench.scrape import PrefixCache
 from roofline.bench.verify import Verify
@@ -134,15 +136,6 @@ class PromptSpread:
 
 
 @dataclass(frozen=True)
-class Goodput:
-    slo_s: Mapping[str, float]
-    requests_meeting_slo: int
-    fraction: float | None
-    requests_per_s: float | None
-    output_tok_per_s: float | None
-
-
-@dataclass(frozen=True)
 class Passes:
     requests: int
     tokens_per_pass: float | None
@@ -173,6 +166,14 @@ class VsCeiling:
     # the same rate (tokens or passes) against the file's ceiling
     percent_of_file_ceiling: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> VsCeiling | None:
+        return _typed(cls, d)
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures it has: one not computed for this run (None) writes no key."""
+        return {k: v for k, v in _plain(self).items() if v is not None}
 
 
 def _typed(cls: type, d: Mapping[str, Any] | None) -> Any:
@@ -224,7 +225,7 @@ class ScenarioSummary:
             prompts=tuple(_typed(PromptSpread, p) for p in known.pop("prompts", None) or ()),
             goodput=_typed(Goodput, known.pop("goodput", None)),
             passes=_typed(Passes, known.pop("passes", None)),
-            vs_ceiling=_typed(VsCeiling, known.pop("vs_ceiling", None)),
+            vs_ceiling=VsCeiling.from_json(known.pop("vs_ceiling", None)),
             repeats=RepeatGroups.from_json(known.pop("repeats", None)),
             prefix_cache=PrefixCache.from_json(known.pop("prefix_cache", None)),
             extra=extra,
@@ -233,9 +234,19 @@ class ScenarioSummary:
 
     def to_json(self) -> dict[str, Any]:
         out = _plain(self)
-        for key in ("repeats", "prefix_cache"):  # a run without them writes no such key
+        # a run without them writes no such key (no --slo, no ceiling, no client CPU figure, no
+        # repeat groups, no cache figures)
+        for key in (
+            "goodput",
+            "slo_percentiles_met",
+            "vs_ceiling",
+            "repeats",
+            "prefix_cache",
+        ):
             if out[key] is None:
                 del out[key]
+        if out["client_cpu_s"] is None and out["client_cpu_us_per_token"] is None:
+            del out["client_cpu_s"], out["client_cpu_us_per_token"]
         return out
 
 

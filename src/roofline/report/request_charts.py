@@ -5,12 +5,12 @@ speed each user sees against aggregate throughput."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from roofline.bench.metrics import request_metrics
-from roofline.bench.records import PHASE_WARMUP
+from roofline.bench.records import RequestRecord
 from roofline.bench.tables import plural
 from roofline.report.charts import SERIES, Chart, pyplot, render
 
@@ -38,30 +38,27 @@ class LoadPoint:
     per_user_tok_per_s: float  # median Output Speed of one request
 
 
-def _measured_ok(lines: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [ln for ln in lines if ln.get("ok") and ln.get("phase") != PHASE_WARMUP]
+def _measured_ok(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    return [r for r in records if r.ok and not r.warmup]
 
 
-def prompt_reps(lines: Sequence[Mapping[str, Any]]) -> list[PromptRep]:
+def prompt_reps(records: Sequence[RequestRecord]) -> list[PromptRep]:
     out = []
-    for ln in _measured_ok(lines):
-        speed = request_metrics(ln)["output_speed_tok_per_s"]
+    for r in _measured_ok(records):
+        speed = request_metrics(r).output_speed_tok_per_s
         if speed is not None:
-            out.append(
-                PromptRep(
-                    str(ln.get("scenario")), str(ln.get("prompt")), int(ln.get("rep") or 0), speed
-                )
-            )
+            out.append(PromptRep(r.scenario, r.prompt, r.rep, speed))
     return out
 
 
-def cdfs(lines: Sequence[Mapping[str, Any]]) -> list[Cdf]:
+def cdfs(records: Sequence[RequestRecord]) -> list[Cdf]:
     by: dict[tuple[str, str], list[float]] = {}
-    for ln in _measured_ok(lines):
-        m = request_metrics(ln)
+    for r in _measured_ok(records):
+        m = request_metrics(r)
         for metric in ("ttft_s", "tpot_s"):
-            if m[metric] is not None:
-                by.setdefault((str(ln.get("scenario")), metric), []).append(m[metric])
+            value = m.value(metric)
+            if value is not None:
+                by.setdefault((r.scenario, metric), []).append(value)
     return [Cdf(s, metric, tuple(sorted(v))) for (s, metric), v in by.items()]
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from roofline.bench.records import RequestRecord
 from roofline.bench.results import PROVENANCE, REQUESTS, SUMMARY_JSON, read_requests
 from roofline.bench.summary import RunSummary
 from roofline.errors import UserError
@@ -23,7 +24,7 @@ class LoadedRun:
     path: Path
     kind: str  # bench | tune
     summary: RunSummary | None = None  # bench
-    requests: tuple[Mapping[str, Any], ...] = ()  # bench: the readable lines of requests.jsonl
+    requests: tuple[RequestRecord, ...] = ()  # bench: the readable lines of requests.jsonl
     tune: Any = None  # tune: roofline.tune.result.TuneResult
     warnings: tuple[str, ...] = ()
 
@@ -98,11 +99,7 @@ def _load_bench(path: Path) -> LoadedRun:
                 f"{SUMMARY_JSON} is missing (the run did not finish?): summarized from {REQUESTS}, "
                 "without the ceiling"
             )
-        summary = RunSummary.from_json(
-            json.loads(
-                json.dumps(summarize(lines, provenance=prov, unreadable_lines=bad), default=str)
-            )
-        )
+        summary = summarize(lines, provenance=prov, unreadable_lines=bad)
     elif bad and not summary.unreadable_lines:
         summary = RunSummary(
             summary.provenance,

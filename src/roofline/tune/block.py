@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from roofline.bench.driver import Progress
+from roofline.bench.records import RequestRecord
 from roofline.tune.ladder import (
     challenger,
     ladder_current,
@@ -149,7 +150,7 @@ def _rounds(
     served: Sequence[Any],
     baseline: Sequence[Any],
     progress: Progress,
-) -> tuple[list[Any], list[list[tuple[Any, list[dict]]]]]:
+) -> tuple[list[Any], list[list[tuple[Any, list[RequestRecord]]]]]:
     """The block's rounds: (greedy outputs, bench runs) per item. The first round is also the
     greedy pass when the engine streams token ids at one stream (`ids_in_stream`), else a greedy
     pass runs first; after it a value clearly slower than the incumbent, or inexact and not
@@ -177,7 +178,7 @@ def _rounds(
     streamed = [ids_in_stream(settings, i.config, s.warm) for i, s in zip(items, served)]
     outputs = [None if streamed[k] else greedy(k) for k in range(len(items))]
     once, probes = dataclasses.replace(settings, reps=1), trial_probes(settings)
-    runs: list[list[tuple[Any, list[dict]]]] = [[] for _ in items]
+    runs: list[list[tuple[Any, list[RequestRecord]]]] = [[] for _ in items]
 
     def measure(k: int, rep: int) -> None:
         s, body = served[k], dict(served[k].body)
@@ -227,7 +228,7 @@ CLOSE_CALL_ROUNDS = 6  # at most this many rounds more, of two values too close 
 def _close_call(
     settings: Any,
     items: Sequence[Item],
-    runs: Sequence[Sequence[tuple[Any, list[dict]]]],
+    runs: Sequence[Sequence[tuple[Any, list[RequestRecord]]]],
     active: Sequence[int],
 ) -> tuple[int, int] | None:
     """Two values (indices into items) whose comparison still decides the step: both beat the
@@ -266,7 +267,7 @@ def _close_call(
     return None
 
 
-def _units(settings: Any, run: Sequence[tuple[Any, list[dict]]]) -> dict[str, float]:
+def _units(settings: Any, run: Sequence[tuple[Any, list[RequestRecord]]]) -> dict[str, float]:
     """The objective on each pairing unit of a configuration's bench runs so far."""
     from roofline.tune.objectives import measure
 
@@ -275,7 +276,7 @@ def _units(settings: Any, run: Sequence[tuple[Any, list[dict]]]) -> dict[str, fl
 
 
 def _stop_slower(
-    settings: Any, items: Sequence[Item], runs: Sequence[Sequence[tuple[Any, list[dict]]]]
+    settings: Any, items: Sequence[Item], runs: Sequence[Sequence[tuple[Any, list[RequestRecord]]]]
 ) -> set[int]:
     """The challengers (indices into items) clearly slower than the incumbent (items[0]) after
     the first round (`paired.clearly_worse`): they run no more rounds and cannot be kept."""

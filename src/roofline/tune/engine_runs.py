@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from roofline.bench.driver import Progress
+from roofline.bench.records import PHASE_MEASURED, RequestRecord
 from roofline.bench.summary import RunSummary
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def bench_run(
     body: dict[str, Any] | None = None,
     probes: ProbeChain | None = None,
     warmup: int = 0,
-) -> tuple[RunSummary, list[dict]]:
+) -> tuple[RunSummary, list[RequestRecord]]:
     """Bench the running engine with the objective's scenario: (its summary, its request lines).
     alone: the trial's greedy outputs, one prompt at a time: the reference its outputs under the
     objective's load are checked against (asked for again when None).
@@ -150,11 +151,11 @@ def bench_run(
     )
     if outcome.interrupted:
         raise KeyboardInterrupt
-    lines, _ = read_requests(outcome.run_dir)
+    records, _ = read_requests(outcome.run_dir)
     if first_time:
-        again = repeated_ids(lines, same_as(settings.prompts))
-        lines = [ln for ln in lines if ln["id"] not in again]
-    return outcome.summary, lines
+        again = repeated_ids(records, same_as(settings.prompts))
+        records = [r for r in records if r.id not in again]
+    return outcome.summary, records
 
 
 def bench_rep(
@@ -167,12 +168,12 @@ def bench_rep(
     body: dict[str, Any] | None,
     probes: ProbeChain,
     warmup: int = 0,
-) -> tuple[RunSummary, list[dict]]:
+) -> tuple[RunSummary, list[RequestRecord]]:
     """Repetitions from `rep` on (`once`: settings of those repetitions) as one bench run in
     folder/bench-<rep>, its lines' `rep` counted from it so units pair across runs."""
     from roofline.tune.records import bench_folder
 
-    summary, lines = bench_run(
+    summary, records = bench_run(
         once,
         url,
         bench_folder(folder, rep),
@@ -182,7 +183,7 @@ def bench_rep(
         probes=probes,
         warmup=warmup,
     )
-    return summary, [{**ln, "rep": rep + ln["rep"]} for ln in lines]
+    return summary, [dataclasses.replace(r, rep=rep + r.rep) for r in records]
 
 
 def trial_probes(settings: TrialSettings) -> ProbeChain:
@@ -212,25 +213,25 @@ def with_ids(body: dict[str, Any] | None) -> dict[str, Any]:
     return {**(body or {}), "return_token_ids": True}
 
 
-def stream_outputs(lines: Sequence[dict], prompts: Sequence[Any]) -> list[GreedyOutput] | None:
-    """The greedy outputs in a single-stream run's request lines: per prompt, in order, its first
+def stream_outputs(
+    records: Sequence[RequestRecord], prompts: Sequence[Any]
+) -> list[GreedyOutput] | None:
+    """The greedy outputs in a single-stream run's requests: per prompt, in order, its first
     measured request's text and token ids; None unless every prompt has one that succeeded with
     ids."""
     from roofline.bench.engines.greedy import GreedyOutput, token_ids_of
 
-    first: dict[str, dict] = {}
-    for ln in lines:
-        if ln.get("phase") == "measured":
-            first.setdefault(ln.get("prompt", ""), ln)
+    first: dict[str, RequestRecord] = {}
+    for r in records:
+        if r.phase == PHASE_MEASURED:
+            first.setdefault(r.prompt, r)
     out = []
     for p in prompts:
-        ln = first.get(p.id)
-        ids = token_ids_of(ln.get("token_ids")) if ln and ln.get("ok") else None
+        r = first.get(p.id)
+        ids = token_ids_of(r.token_ids) if r and r.ok else None
         if ids is None:
             return None
-        out.append(
-            GreedyOutput(p.id, ln.get("text", ""), ids, token_ids_of(ln.get("prompt_token_ids")))
-        )
+        out.append(GreedyOutput(p.id, r.text, ids, token_ids_of(r.prompt_token_ids)))
     return out
 
 
@@ -250,7 +251,7 @@ def measure_served(
     report: Callable[[int, float], bool] | None = None,
     may_win: Callable[[list[Any]], bool] | None = None,
     config: Mapping[str, Any] | None = None,
-) -> tuple[list[Any], list[RunSummary], list[dict], int]:
+) -> tuple[list[Any], list[RunSummary], list[RequestRecord], int]:
     """The greedy outputs and the bench runs on a ready server, every request carrying the
     trial's live fields: (greedy outputs, bench summaries, bench request lines, repetitions run
     when it stopped early, else 0). The first repetition is the greedy pass where it can be
@@ -275,7 +276,7 @@ def measure_served(
         outputs = greedy_outputs(settings.launcher, served.url, settings, info, body)
         return outputs, [summary], lines, 0
     probes = trial_probes(settings)
-    runs: list[tuple[RunSummary, list[dict]]] = []
+    runs: list[tuple[RunSummary, list[RequestRecord]]] = []
     if ids_in_stream(settings, config or {}, served.warm):  # the first repetition is greedy
         once = dataclasses.replace(settings, reps=1)
         warm = int(served.launched)  # the engine's first request is not measured
@@ -311,8 +312,8 @@ def more_reps(
     body: dict[str, Any] | None,
     report: Callable[[int, float], bool] | None,
     probes: ProbeChain,
-    runs: Sequence[tuple[RunSummary, list[dict]]],
-) -> list[tuple[RunSummary, list[dict]]]:
+    runs: Sequence[tuple[RunSummary, list[RequestRecord]]],
+) -> list[tuple[RunSummary, list[RequestRecord]]]:
     """The repetitions after `runs` (those run already): with `report` (the pruner) one bench run
     each (`bench-<rep>`), the pruner told the objective so far after each but the last, and none
     after it says stop; else one run of them all."""
@@ -325,7 +326,7 @@ def more_reps(
         rest = dataclasses.replace(settings, reps=left)
         return [bench_rep(rest, url, folder, done, progress, outputs, body, probes)]
     once = dataclasses.replace(settings, reps=1)
-    out: list[tuple[RunSummary, list[dict]]] = []
+    out: list[tuple[RunSummary, list[RequestRecord]]] = []
     lines = [ln for _, got in runs for ln in got]
     for rep in range(done, settings.reps):
         if rep > 0:

@@ -20,6 +20,7 @@ from typing import Any
 
 from roofline.bench import metrics
 from roofline.bench.loadgen import Scenario
+from roofline.bench.records import RequestRecord
 from roofline.errors import UserError
 from roofline.tune.paired import unit_values
 
@@ -31,36 +32,35 @@ class ObjectiveSettings:
     price_per_hour: float | None = None  # cost: dollars per hour of the machine
 
 
-def _ok_metrics(lines: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [metrics.request_metrics(ln) for ln in lines if ln.get("ok")]
+def _ok_metrics(records: Sequence[RequestRecord]) -> list[metrics.RequestMetrics]:
+    return [metrics.request_metrics(r) for r in records if r.ok]
 
 
-def speed_value(lines: Sequence[Mapping[str, Any]], settings: ObjectiveSettings) -> float | None:
+def speed_value(records: Sequence[RequestRecord], settings: ObjectiveSettings) -> float | None:
     """Median Output Speed (tok/s after the first token) over the successful requests."""
     speeds = [
-        m["output_speed_tok_per_s"]
-        for m in _ok_metrics(lines)
-        if m["output_speed_tok_per_s"] is not None
+        m.output_speed_tok_per_s
+        for m in _ok_metrics(records)
+        if m.output_speed_tok_per_s is not None
     ]
     return statistics.median(speeds) if speeds else None
 
 
-def goodput_value(lines: Sequence[Mapping[str, Any]], settings: ObjectiveSettings) -> float | None:
+def goodput_value(records: Sequence[RequestRecord], settings: ObjectiveSettings) -> float | None:
     """Output tok/s of the requests meeting every SLO, over the measuring window."""
-    per = _ok_metrics(lines)
+    per = _ok_metrics(records)
     if not per:
         return None
-    return metrics.goodput(per, settings.slo_s or {}, metrics.window_seconds(lines))[
-        "output_tok_per_s"
-    ]
+    window = metrics.window_seconds(records)
+    return metrics.goodput(per, settings.slo_s or {}, window).output_tok_per_s
 
 
-def cost_value(lines: Sequence[Mapping[str, Any]], settings: ObjectiveSettings) -> float | None:
+def cost_value(records: Sequence[RequestRecord], settings: ObjectiveSettings) -> float | None:
     """Dollars per million output tokens at the measured output tok/s."""
     from roofline.bounds.cost import dollars_per_million_tokens
 
-    tokens = sum(m["output_tokens"] for m in _ok_metrics(lines))
-    rate = metrics.rate_per_s(tokens, metrics.window_seconds(lines))
+    tokens = sum(m.output_tokens for m in _ok_metrics(records))
+    rate = metrics.rate_per_s(tokens, metrics.window_seconds(records))
     if not rate:
         return None
     return dollars_per_million_tokens(settings.price_per_hour or 0.0, rate)
@@ -107,7 +107,7 @@ class Objective:
     direction: str  # "maximize" | "minimize"
     unit: str
     label: str
-    value: Callable[[Sequence[Mapping[str, Any]], ObjectiveSettings], float | None]
+    value: Callable[[Sequence[RequestRecord], ObjectiveSettings], float | None]
     concurrent: bool = False  # measured with --concurrency streams (else one stream)
     help: str = ""  # `roofline tune --objective`'s words for it
     # what it needs from the settings: None when it has it, else the message that asks for it
@@ -192,16 +192,16 @@ class Measurement:
 
 
 def measure(
-    objective: Objective, lines: Sequence[Mapping[str, Any]], settings: ObjectiveSettings
+    objective: Objective, records: Sequence[RequestRecord], settings: ObjectiveSettings
 ) -> Measurement:
-    """The objective over the measured (non-warm-up) lines, its value on each repetition alone,
-    and on each pairing unit (a request at one stream, a repetition under load)."""
-    measured = [ln for ln in lines if ln.get("phase") != "warmup"]
+    """The objective over the measured (non-warm-up) requests, its value on each repetition
+    alone, and on each pairing unit (a request at one stream, a repetition under load)."""
+    measured = [r for r in records if not r.warmup]
     value = objective.value(measured, settings)
-    reps = sorted({ln.get("rep", 0) for ln in measured})
+    reps = sorted({r.rep for r in measured})
     rep_values = []
-    for r in reps:
-        v = objective.value([ln for ln in measured if ln.get("rep", 0) == r], settings)
+    for rep in reps:
+        v = objective.value([r for r in measured if r.rep == rep], settings)
         if v is not None:
             rep_values.append(v)
     spread = max(rep_values) - min(rep_values) if len(rep_values) >= 2 else None

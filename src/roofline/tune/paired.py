@@ -28,7 +28,10 @@ import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from roofline.bench.records import RequestRecord
 
 TIE_RATIO = 0.02  # a kept step must be at least 2% faster at the interval's low end
 RESAMPLES = 2000
@@ -67,22 +70,22 @@ class PairedRatio:
         return cls(float(d["ratio"]), float(d["low"]), float(d["high"]), int(d["pairs"]))
 
 
-def unit_key(line: Mapping[str, Any], per_request: bool) -> str:
-    """The pairing unit of a measured request line: its prompt and repetition, or its repetition."""
-    rep = int(line.get("rep", 0) or 0)
-    return f"{line.get('prompt', '?')}#{rep}" if per_request else f"rep {rep}"
+def unit_key(record: RequestRecord, per_request: bool) -> str:
+    """The pairing unit of a measured request: its prompt and repetition, or its repetition."""
+    return f"{record.prompt}#{record.rep}" if per_request else f"rep {record.rep}"
 
 
 def unit_values(
-    lines: Sequence[Mapping[str, Any]],
-    value: Callable[[Sequence[Mapping[str, Any]]], float | None],
+    records: Sequence[RequestRecord],
+    value: Callable[[Sequence[RequestRecord]], float | None],
     per_request: bool,
 ) -> dict[str, float]:
-    """The objective (`value` of a group of lines) on each pairing unit of the measured lines."""
-    groups: dict[str, list[Mapping[str, Any]]] = {}
-    for ln in lines:
-        if ln.get("phase") != "warmup":
-            groups.setdefault(unit_key(ln, per_request), []).append(ln)
+    """The objective (`value` of a group of requests) on each pairing unit of the measured
+    requests."""
+    groups: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        if not r.warmup:
+            groups.setdefault(unit_key(r, per_request), []).append(r)
     out = {}
     for key, group in groups.items():
         v = value(group)

@@ -13,10 +13,11 @@ figures are properties, still written by `to_json`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from roofline.bench.records import RequestRecord
 from roofline.bench.summary import CeilingFigures, RunSummary
 from roofline.tune.paired import PairedRatio
 
@@ -40,15 +41,13 @@ def first_rep(run: Path) -> int:
     return int(run.name[6:]) if run.name != "bench" else 0
 
 
-def bench_lines(folder: Path) -> list[dict]:
-    """The request lines of a trial folder's bench runs, each `rep` counted across them."""
+def bench_lines(folder: Path) -> list[RequestRecord]:
+    """The requests of a trial folder's bench runs, each `rep` counted across them."""
     from roofline.bench.results import read_requests
 
     out = []
     for run in bench_runs(folder):
-        out += [
-            {**ln, "rep": first_rep(run) + int(ln.get("rep") or 0)} for ln in read_requests(run)[0]
-        ]
+        out += [replace(r, rep=first_rep(run) + r.rep) for r in read_requests(run)[0]]
     return out
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from roofline.bench.driver import Progress
 from roofline.bench.engines.greedy import Exactness
+from roofline.bench.records import RequestRecord
 from roofline.bench.summary import RunSummary
 from roofline.tune.engine_runs import measure_served
 from roofline.tune.objectives import measure
@@ -202,7 +203,7 @@ def measured_result(
     baseline: Sequence[Any] | None,
     outputs: Sequence[Any],
     summaries: Sequence[RunSummary],
-    lines: Sequence[dict],
+    lines: Sequence[RequestRecord],
     log_path: Path,
     argv: Sequence[str],
     t0: float,
