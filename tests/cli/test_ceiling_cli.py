@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import typer
-from light_ceiling import ceiling_run_seconds
+from light_ceiling import ceiling_run_imports
 from typer.testing import CliRunner
 
 from roofline.cli import ceiling as ceiling_cli
@@ -49,10 +49,9 @@ def test_gpt_oss_120b_on_b200_output() -> None:
 
 
 def test_ceiling_is_light_and_fast() -> None:
-    # No torch, numba, aiohttp (or numpy) behind `roofline ceiling`, and an answer well under a
-    # second.
-    runs = ceiling_run_seconds("openai/gpt-oss-120b", "--hardware", "b200")
-    assert min(runs) < 1.0, runs  # import + parse + arithmetic + print, interpreter start excluded
+    # No torch, numba, aiohttp, numpy, matplotlib or optuna behind `roofline ceiling`, nor the
+    # engine or the report: what keeps its answer well under a second on any host.
+    assert ceiling_run_imports("openai/gpt-oss-120b", "--hardware", "b200") == []
 
 
 def test_json_has_every_number() -> None:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from light_ceiling import ceiling_run_seconds
+from light_ceiling import ceiling_run_imports
 
 SMOLLM2_BYTES_PER_TOKEN = 96_577_380  # every tensor, one embedding row, the tied lm_head in full
 
@@ -81,10 +81,9 @@ def test_gguf_json_counts_every_tensor_with_all_tensors(smollm2: Path) -> None:
 
 
 def test_gguf_ceiling_is_light_and_fast(smollm2: Path) -> None:
-    # As tests/cli/test_ceiling_cli.py checks for a catalogue name: no numpy, torch, numba or
-    # aiohttp behind `roofline ceiling`, and well under a second, here with a 98 MB GGUF.
-    runs = ceiling_run_seconds(str(smollm2), "-H", "h100-sxm")
-    assert min(runs) < 1.0, runs
+    # As tests/cli/test_ceiling_cli.py checks for a catalogue name, here with a 98 MB GGUF (whose
+    # header alone is read: tests/modelspec/test_file_weights.py).
+    assert ceiling_run_imports(str(smollm2), "-H", "h100-sxm") == []
 
 
 def test_safetensors_folder_json(tmp_path) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import struct
-import time
 from pathlib import Path
 
 import numpy as np
@@ -198,12 +197,14 @@ def test_shipped_smollm2_gguf() -> None:
     assert f"{fw.bytes_per_token / 1e6:.1f}" == "96.6"
     assert fw.tied_embeddings and fw.tensor_types == ("Q4_1", "Q8_0", "F32")
     assert fw.component("mlp").format == "Q4_1" and fw.component("lm_head").format == "Q8_0"
-    header_s = []
-    for _ in range(3):
-        t = time.perf_counter()
-        read_gguf_header(path)
-        header_s.append(time.perf_counter() - t)
-    assert min(header_s) < 0.5, header_s  # 98 MB file, ~100k vocabulary strings skipped
+    # What the header read builds and where it stops, not how long it takes on this host: the
+    # ~100k vocabulary strings and merges are counted, never decoded, and the parse ends where
+    # the tensor data starts, 1.8 MB into the 98 MB file, which the tensors then fill exactly.
+    header = read_gguf_header(path)
+    tokens, merges = (header.metadata[f"tokenizer.ggml.{k}"] for k in ("tokens", "merges"))
+    assert (tokens.count, tokens.items, merges.count, merges.items) == (49_152, None, 48_900, None)
+    assert header.data_offset_bytes == 1_785_664 and header.file_bytes == 98_362_432
+    assert header.data_offset_bytes + sum(t.n_bytes for t in header.tensors) == header.file_bytes
 
 
 def test_ggml_type_table_matches_gguf_py() -> None:
