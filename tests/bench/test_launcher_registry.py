@@ -15,7 +15,8 @@ from roofline.bench import engines
 from roofline.bench.api import USAGE_PER_CHUNK
 from roofline.bench.engines.base import Knob, Launcher, flag, knob_table
 from roofline.cli.main import app
-from roofline.tune.tuner import TuneOptions, trial_settings
+from roofline.tune.options import TuneOptions
+from roofline.tune.tuner import trial_settings
 
 BYTES_PER_TOKEN = 4_000_000  # what the null server says it reads per token
 BANDWIDTH = "8TB/s"  # the test engine's own hardware for the ceiling

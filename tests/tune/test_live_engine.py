@@ -115,8 +115,9 @@ def test_a_proposer_step_runs_as_one_block_on_the_tiny_model(tmp_path, monkeypat
     baseline's server as one paired block, every value exact, paired with the incumbent."""
     from tune_helpers import write_profile, write_space
 
+    from roofline.tune.options import TuneOptions
     from roofline.tune.space import load_space_file
-    from roofline.tune.tuner import Display, TuneOptions, run_tune
+    from roofline.tune.tuner import Display, run_tune
 
     cache = tmp_path / "cache"
     write_profile(cache, 30e9)

@@ -28,3 +28,25 @@ def test_a_registered_objective_is_asked_what_it_needs(monkeypatch):
     monkeypatch.setitem(objectives.OBJECTIVES, "picky", picky)
     with pytest.raises(UserError, match="--objective picky needs --something"):
         get_objective("picky", ObjectiveSettings())
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"reps": 0}, "--reps must be positive"),
+        ({"timeout": "0s"}, "--timeout must be a positive time"),
+        ({"repeat_policy": "once"}, "--repeat-policy must be one of"),
+        ({"objective": "cost"}, "--objective cost needs --price-per-hour"),
+        ({"space": "a.toml", "preset": "embedded"}, "give --space or --preset, not both"),
+    ],
+)
+def test_tune_checks_its_options_itself(given, message):
+    """tune, not its CLI, checks what a user gives: one UserError before anything starts."""
+    from pathlib import Path
+
+    from roofline.tune.options import TuneArgs, options_from_args
+
+    if "space" in given:
+        given = {**given, "space": Path(given["space"])}
+    with pytest.raises(UserError, match=message):
+        options_from_args(TuneArgs(**given))

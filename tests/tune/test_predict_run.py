@@ -16,6 +16,7 @@ from roofline.engine.response_builder import ResponseBuilder
 from roofline.engine.scheduler import Usage
 from roofline.report.tune_text import predicted_table, tables, trials_table
 from roofline.response_stats import ServerStats
+from roofline.tune.options import TuneOptions
 from roofline.tune.predict_records import PassCosts, Prediction, ReplayStats
 from roofline.tune.predict_run import (
     FAILED,
@@ -36,7 +37,6 @@ from roofline.tune.records import TrialMetrics
 from roofline.tune.slots import Slot
 from roofline.tune.space_records import Dimension, Space
 from roofline.tune.trial_result import TrialResult
-from roofline.tune.tuner import TuneOptions
 
 
 def _trial(number, config, tok_s, status="ok", folder=None, ceiling=None):

@@ -13,11 +13,11 @@ import pytest
 from tune_helpers import marker, wait_gone, write_profile, write_space
 
 from roofline.tune.ladder import ladder_steps
+from roofline.tune.options import TuneOptions
 from roofline.tune.result import build_result
 from roofline.tune.slots import Rule
 from roofline.tune.space import Space
 from roofline.tune.trial_result import TrialResult
-from roofline.tune.tuner import TuneOptions
 
 pytestmark = pytest.mark.slow
 

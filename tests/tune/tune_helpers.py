@@ -55,7 +55,7 @@ def register_fake(monkeypatch) -> None:
 def tune_options(space, mark: str, **kw):
     """TuneOptions for a fake engine (`engine`, default "fake"): short requests and timeouts, the
     process marker `mark` as its last argument, 2 repetitions unless `reps` says otherwise."""
-    from roofline.tune.tuner import TuneOptions
+    from roofline.tune.options import TuneOptions
 
     kw.setdefault("engine", "fake")
     kw.setdefault("reps", 2)

@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING
 import typer
 
 from roofline.cli.output import listed, run_until_signal
-from roofline.errors import UserError
 
 if TYPE_CHECKING:
-    from roofline.tune.tuner import TuneArgs, TuneOptions
+    from roofline.tune.options import TuneArgs
 
 HELP = (
     "Close the gap: start an engine with one configuration after another, measure each with "
@@ -175,7 +174,7 @@ def register(app: typer.Typer) -> None:
             "too and shows predicted beside measured.",
         ),
     ) -> None:
-        from roofline.tune.tuner import TuneArgs
+        from roofline.tune.options import TuneArgs
 
         args = TuneArgs(
             engine=engine,
@@ -209,114 +208,13 @@ def register(app: typer.Typer) -> None:
         run_until_signal(lambda a: _run(a, predict=predict), args)
 
 
-def _seconds(name: str, text: str) -> float:
-    from roofline.units import parse_seconds
-
-    value = parse_seconds(text, what=name)
-    if not value > 0:
-        raise UserError(f"{name} must be a positive time, e.g. 60s (got {text!r})")
-    return value
-
-
-def _positive(name: str, value: float | None) -> None:
-    if value is not None and not value > 0:
-        raise UserError(f"{name} must be positive (got {value})")
-
-
-def _new_options(a: TuneArgs) -> TuneOptions:
-    """Check every option (UserError on the first bad one) and build the TuneOptions."""
-    from roofline.bench.engines import (
-        LAUNCHERS,
-        check_config,
-        get_launcher,
-        parse_engine_args,
-    )
-    from roofline.bench.metrics import parse_slo
-    from roofline.tune.objectives import ObjectiveSettings, get_objective
-    from roofline.tune.search import get_strategy
-    from roofline.tune.settings import REPEAT_POLICIES
-    from roofline.tune.space import default_preset, load_preset, load_space_file
-    from roofline.tune.tuner import TuneOptions
-
-    launcher = get_launcher(a.engine)
-    if not launcher.knobs:
-        tunable = ", ".join(name for name, la in LAUNCHERS.items() if la.knobs)
-        raise UserError(f"engine {launcher.name} has no knobs to tune; tune one of: {tunable}")
-    why = launcher.unavailable()
-    if why:
-        raise UserError(why)
-    get_strategy(a.strategy)
-    _positive("--trials", a.trials)
-    _positive("--reps", a.reps)
-    _positive("--max-tokens", a.max_tokens)
-    _positive("--concurrency", a.concurrency)
-    if a.repeat_policy not in REPEAT_POLICIES:
-        raise UserError(
-            f"--repeat-policy must be one of {', '.join(REPEAT_POLICIES)} (got {a.repeat_policy!r})"
-        )
-    get_objective(
-        a.objective,
-        ObjectiveSettings(a.concurrency, parse_slo(a.slo) if a.slo else None, a.price_per_hour),
-    )
-    if a.space and a.preset:
-        raise UserError("give --space or --preset, not both")
-    if a.space:
-        sp = load_space_file(a.space, launcher)
-    else:
-        sp = load_preset(a.preset or default_preset(launcher.name), launcher)
-    fixed, extra = parse_engine_args(launcher, a.engine_arg)
-    if fixed:
-        sp = sp.with_baseline(fixed)
-        check_config(launcher, sp.baseline)
-    # the launcher's own checks, e.g. no --model
-    launcher.argv(model=a.model, port=1, host="127.0.0.1", config=sp.baseline, extra_args=extra)
-    if not a.model:
-        launcher.default_model()  # missing: a one-line error now, not a failed baseline
-    hardware = a.hardware or launcher.default_hardware
-    if hardware and a.model and not launcher.reports_bytes_per_token:
-        # the ceiling needs the model: fail before launching, not after every trial
-        from roofline.bench.against import resolve_ceiling
-        from roofline.modelspec.catalogue import load_spec
-
-        if hardware == "local":  # the bandwidth is measured per trial; the bytes need the config
-            load_spec(a.model)
-        else:
-            resolve_ceiling(model=a.model, hardware=hardware, served=None, server_info=None)
-    if a.prompts:
-        from roofline.bench.workloads import load_prompts_jsonl
-
-        load_prompts_jsonl(a.prompts)
-    return TuneOptions(
-        engine=a.engine,
-        model=a.model,
-        space=sp.to_json(),
-        strategy=a.strategy,
-        objective=a.objective,
-        trials=a.trials,
-        reps=a.reps,
-        max_tokens=a.max_tokens,
-        prompts=str(a.prompts.resolve()) if a.prompts else None,
-        hardware=hardware,
-        storage=a.storage,
-        study=a.study,
-        allow_inexact=a.allow_inexact,
-        concurrency=a.concurrency,
-        slo=a.slo,
-        price_per_hour=a.price_per_hour,
-        extra_args=tuple(extra),
-        ready_timeout_s=_seconds("--engine-timeout", a.engine_timeout),
-        request_timeout_s=_seconds("--timeout", a.timeout),
-        seed=a.seed,
-        repeat_policy=a.repeat_policy,
-    )
-
-
 def _run(a: TuneArgs, *, predict: bool = False) -> int:
     from dataclasses import replace
     from types import SimpleNamespace
 
     from roofline.bench.results import default_run_dir
     from roofline.cli.tune_output import display_for, print_result
+    from roofline.tune.options import check_positive, options_from_args
     from roofline.tune.predict_run import FAILED, predict_and_write
     from roofline.tune.tuner import prepare_engine, read_options, run_tune, write_options
     from roofline.tune.worker import BaselineFailed
@@ -325,10 +223,10 @@ def _run(a: TuneArgs, *, predict: bool = False) -> int:
         run_dir = a.resume
         options = read_options(run_dir)
         if a.trials is not None:
-            _positive("--trials", a.trials)
+            check_positive("--trials", a.trials)
             options = replace(options, trials=a.trials)
     else:
-        options = _new_options(a)
+        options = options_from_args(a)
         run_dir = default_run_dir(f"tune-{options.engine}", a.runs)
     write_options(run_dir, options)  # as asked: --resume continues past --predict's baseline
     if predict:  # the baseline is trial 0: a budget of one runs it alone

@@ -17,102 +17,15 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from roofline.errors import UserError
-from roofline.tune.objectives import DEFAULT_OBJECTIVE
+from roofline.tune.options import TuneOptions
 
 CONFIG = "tune-config.json"
 TRIALS = "trials.jsonl"
 RESULT = "tune.json"
-
-
-@dataclass(frozen=True)
-class TuneOptions:
-    """Everything that defines a tuning run; saved in the run folder so --resume needs nothing
-    else."""
-
-    engine: str = "embedded"
-    model: str | None = None
-    # Space.to_json(), resolved when the run started
-    space: Mapping[str, Any] = field(default_factory=dict)
-    strategy: str = "ladder"
-    objective: str = DEFAULT_OBJECTIVE
-    trials: int | None = None  # budget; None = the strategy's whole plan (TPE: 20)
-    reps: int = 3
-    max_tokens: int = 64
-    prompts: str | None = None  # a JSONL prompt file; None = the built-in four
-    hardware: str | None = None
-    storage: str | None = None  # None = RUN_DIR/study.db
-    study: str = "tune"
-    allow_inexact: bool = False
-    concurrency: int = 4
-    slo: str | None = None
-    price_per_hour: float | None = None
-    extra_args: tuple[str, ...] = ()  # passed to the engine as they are
-    ready_timeout_s: float = 300.0
-    request_timeout_s: float = 300.0
-    stop_grace_s: float = 10.0
-    seed: int = 0
-    repeat_policy: str = "fresh"  # tune.settings.REPEAT_POLICIES
-
-    def to_json(self) -> dict:
-        d = asdict(self)
-        d["space"] = dict(self.space)
-        d["extra_args"] = list(self.extra_args)
-        return d
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> TuneOptions:
-        known = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in d.items() if k in known}
-        kw["extra_args"] = tuple(kw.get("extra_args") or ())
-        return cls(**kw)
-
-    def fingerprint(self) -> dict:
-        """What workers sharing one study must agree on."""
-        return {
-            "engine": self.engine,
-            "space": dict(self.space),
-            "strategy": self.strategy,
-            "objective": self.objective,
-        }
-
-
-@dataclass(frozen=True)
-class TuneArgs:
-    """`roofline tune`'s options as given (defaults as the CLI's), before they are checked into
-    TuneOptions; times are still text ("300s") and the space is a file or a preset name."""
-
-    engine: str = "embedded"
-    model: str | None = None
-    space: Path | None = None  # a TOML search space file
-    preset: str | None = None  # a built-in space; None: the engine's own
-    strategy: str = "ladder"
-    trials: int | None = None
-    objective: str = DEFAULT_OBJECTIVE
-    reps: int = 3
-    max_tokens: int = 64
-    prompts: Path | None = None
-    hardware: str | None = None
-    storage: str | None = None
-    study: str = "tune"
-    resume: Path | None = None  # a run folder to continue; the other options are read from it
-    allow_inexact: bool = False
-    runs: Path = Path("runs")
-    engine_arg: tuple[str, ...] = ()  # knob=value, or passed to the engine as it is
-    slo: str | None = None
-    concurrency: int = 4
-    price_per_hour: float | None = None
-    engine_timeout: str = "300s"
-    timeout: str = "300s"
-    seed: int = 0
-    repeat_policy: str = "fresh"
-    as_json: bool = False
-    as_markdown: bool = False
-    no_report: bool = False
 
 
 def write_options(run_dir: Path, options: TuneOptions) -> None:
