@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from roofline.bench.records import PHASE_WARMUP, RequestRecord
+from roofline.bench.records import Phase, RequestRecord
 from roofline.tune.paired import TIE_RATIO, PairedRatio, paired_ratio, t975, unit_values
 
 
@@ -57,7 +57,7 @@ def test_units_group_by_request_or_by_repetition_and_skip_warm_up():
         (RequestRecord(0, "s", prompt="a", rep=0), 10.0),
         (RequestRecord(1, "s", prompt="a", rep=1), 12.0),
         (RequestRecord(2, "s", prompt="b", rep=0), 30.0),
-        (RequestRecord(3, "s", prompt="b", rep=0, phase=PHASE_WARMUP), 1e9),
+        (RequestRecord(3, "s", prompt="b", rep=0, phase=Phase.WARMUP), 1e9),
         (RequestRecord(4, "s", prompt="c", rep=0), None),
     ]
     v = {r.id: value for r, value in lines}

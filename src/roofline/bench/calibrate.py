@@ -21,7 +21,7 @@ from roofline.bench.driver import Progress, run_bench
 from roofline.bench.launch import LocalServer, free_port
 from roofline.bench.loadgen import Scenario
 from roofline.bench.plan import BenchPlan
-from roofline.bench.records import PHASE_MEASURED
+from roofline.bench.records import Phase
 from roofline.bench.results import read_requests
 from roofline.bench.schedule import Schedule
 from roofline.bench.summarize import summarize_scenario
@@ -129,7 +129,7 @@ def compare(case: Case, summary: RunSummary, run_dir: Path) -> CaseResult:
     res = CaseResult(case)
     truth = truth_means(case.schedule)
     records, _ = read_requests(run_dir)
-    ok = [r for r in records if r.ok and r.phase == PHASE_MEASURED]
+    ok = [r for r in records if r.ok and r.phase == Phase.MEASURED]
     # What the server actually did: the same metrics from its own send stamps (same clock, same
     # intended start). reported - this = the client's own error, whatever the server's lateness.
     server_view = summarize_scenario(

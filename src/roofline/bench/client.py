@@ -20,8 +20,8 @@ from typing import Any
 import httptools
 
 from roofline.bench.api import Endpoint, http_request_bytes
-from roofline.bench.http1 import Failure as _Failure
 from roofline.bench.http1 import (
+    CLOSED_BEFORE_RESPONSE,
     FetchError,
     clean_close,
     ends_at_close,
@@ -31,6 +31,7 @@ from roofline.bench.http1 import (
     reuse_forbidden,
     set_nodelay,
 )
+from roofline.bench.http1 import Failure as _Failure
 from roofline.bench.records import RequestRecord
 from roofline.bench.sse import SSEParser
 
@@ -300,7 +301,7 @@ class Client:
                     break
                 except _Failure as f:
                     # a keep-alive connection the server had already closed: resend on a fresh one
-                    if attempt == 0 and reused and f.kind == "closed_before_response":
+                    if attempt == 0 and reused and f.kind == CLOSED_BEFORE_RESPONSE:
                         rec.retried = True
                         continue
                     raise

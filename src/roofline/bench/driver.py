@@ -36,7 +36,7 @@ from roofline.bench.measure import measure_share
 from roofline.bench.plan import BenchPlan, RequestSpec, shares
 from roofline.bench.positions import AFTER_KEY
 from roofline.bench.recorder import finish
-from roofline.bench.records import PHASE_WARMUP, RequestRecord
+from roofline.bench.records import Phase, RequestRecord
 from roofline.bench.repeats import (
     GROUPED,
     REPEAT_WORDS,
@@ -186,7 +186,7 @@ async def _warmup_request(
 ) -> RequestRecord:
     """Send one warm-up request and write it (phase warmup, rep -1): recorded, never measured."""
     rec = RequestRecord(
-        id=rec_id, scenario=scenario, phase=PHASE_WARMUP, prompt=job.prompt.id, rep=-1
+        id=rec_id, scenario=scenario, phase=Phase.WARMUP, prompt=job.prompt.id, rep=-1
     )
     rec.intended_ns = perf_counter_ns()
     try:
@@ -238,7 +238,7 @@ async def _scenario(
     def write(rec: RequestRecord) -> None:
         log.write(rec)
         ids[1] = max(ids[1], rec.id)
-        if rec.phase != PHASE_WARMUP:
+        if rec.phase != Phase.WARMUP:
             progress.advance(rec.ok)
 
     client = Client(spec.endpoint, timeout_s=plan.timeout_s)

@@ -25,6 +25,11 @@ import httptools
 
 from roofline.bench.api import Endpoint, http_request_bytes
 
+# The one failure class the client acts on (it resends once on a fresh connection). A failure's
+# kind is an open set (http_<status> among them), written as the request's error_kind: text, not
+# an enum.
+CLOSED_BEFORE_RESPONSE = "closed_before_response"
+
 
 class Failure(Exception):
     """A request that ended without a usable response: `kind` names the failure class."""
@@ -114,7 +119,7 @@ class _Fetch(asyncio.Protocol):
             self._done()
         else:
             self.waiter.set_exception(
-                Failure("closed_before_response", f"connection closed ({exc or 'EOF'})")
+                Failure(CLOSED_BEFORE_RESPONSE, f"connection closed ({exc or 'EOF'})")
             )
 
     def on_header(self, name: bytes, value: bytes) -> None:

@@ -17,6 +17,7 @@ import math
 import random
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from enum import StrEnum
 from time import perf_counter_ns
 
 from roofline.bench.client import Client
@@ -27,9 +28,17 @@ from roofline.bench.workloads import Job
 ARRIVALS = ("poisson", "gamma", "constant")
 
 
+class ScenarioKind(StrEnum):
+    """How a scenario launches its requests."""
+
+    SEQUENTIAL = "sequential"  # one at a time
+    CONCURRENCY = "concurrency"  # a closed loop of N streams
+    RATE = "rate"  # open-loop arrivals
+
+
 @dataclass(frozen=True)
 class Scenario:
-    kind: str  # sequential | concurrency | rate
+    kind: ScenarioKind  # given as its value ("rate") too
     concurrency: int = 1
     rate_per_s: float = 0.0
     arrivals: str = "poisson"
@@ -39,11 +48,14 @@ class Scenario:
     num_requests: int | None = None
     duration_s: float | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", ScenarioKind(self.kind))  # ValueError for another
+
     @property
     def name(self) -> str:
-        if self.kind == "rate":
+        if self.kind == ScenarioKind.RATE:
             return f"rate={self.rate_per_s:g}/s"
-        if self.kind == "concurrency":
+        if self.kind == ScenarioKind.CONCURRENCY:
             return f"concurrency={self.concurrency}"
         return "sequential"
 
@@ -54,7 +66,7 @@ class Scenario:
             "num_requests": self.num_requests,
             "duration_s": self.duration_s,
         }
-        if self.kind == "rate":
+        if self.kind == ScenarioKind.RATE:
             d.update(
                 rate_per_s=self.rate_per_s,
                 arrivals=self.arrivals,
@@ -70,9 +82,9 @@ def default_num_requests(s: Scenario, prompts: int, reps: int) -> int:
     """prompts x reps; at least 4 requests per stream (closed loop) or 20 s of arrivals (open
     loop)."""
     base = prompts * reps
-    if s.kind == "concurrency":
+    if s.kind == ScenarioKind.CONCURRENCY:
         return max(base, 4 * s.concurrency)
-    if s.kind == "rate":
+    if s.kind == ScenarioKind.RATE:
         return max(base, math.ceil(20 * s.rate_per_s))
     return base
 

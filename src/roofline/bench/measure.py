@@ -41,7 +41,7 @@ async def measure_share(
         start_ns = await start_at() if start_at else perf_counter_ns()
         cpu0 = time.process_time()
         recorder.start()
-        if scenario.kind == "rate":
+        if scenario.kind == loadgen.ScenarioKind.RATE:
             await loadgen.open_loop(
                 client,
                 scenario,

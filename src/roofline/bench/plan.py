@@ -8,7 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roofline.bench.api import USAGE_PER_CHUNK, Endpoint, request_body
-from roofline.bench.loadgen import Scenario, arrival_offsets_s, numbered, planned_requests
+from roofline.bench.loadgen import (
+    Scenario,
+    ScenarioKind,
+    arrival_offsets_s,
+    numbered,
+    planned_requests,
+)
 from roofline.bench.workloads import Job, Prompt, jobs
 
 
@@ -129,11 +135,11 @@ def open_loop_offsets_s(plan: BenchPlan, scenario: Scenario) -> list[float]:
 
 def shares(scenario: Scenario, workers: int, plan: BenchPlan) -> list[Share]:
     """Split a scenario over processes: streams as evenly as they go, requests dealt round-robin."""
-    if scenario.kind == "rate":
+    if scenario.kind == ScenarioKind.RATE:
         n = len(open_loop_offsets_s(plan, scenario))
         cap = scenario.max_concurrency or 64
         workers = max(1, min(workers, n))
         return [Share(i, workers, max(1, min(cap // workers, 64))) for i in range(workers)]
-    streams = scenario.concurrency if scenario.kind == "concurrency" else 1
+    streams = scenario.concurrency if scenario.kind == ScenarioKind.CONCURRENCY else 1
     workers = max(1, min(workers, streams))
     return [Share(i, workers, _part(streams, i, workers)) for i in range(workers)]

@@ -16,17 +16,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-PHASE_WARMUP = "warmup"
-PHASE_MEASURED = "measured"
+
+class Phase(StrEnum):
+    """Why a request was sent."""
+
+    WARMUP = "warmup"  # to warm the server up: recorded, never measured
+    MEASURED = "measured"
 
 
 @dataclass(slots=True)
 class RequestRecord:
     id: int
     scenario: str  # e.g. "sequential", "concurrency=16", "rate=4/s"
-    phase: str = PHASE_MEASURED
+    phase: Phase = Phase.MEASURED
     prompt: str = ""  # prompt id
     rep: int = 0
     worker: int = 0
@@ -66,7 +71,7 @@ class RequestRecord:
     @property
     def warmup(self) -> bool:
         """Sent to warm the server up: recorded, never measured."""
-        return self.phase == PHASE_WARMUP
+        return self.phase == Phase.WARMUP
 
     @property
     def chunk_offsets_ns(self) -> list[int]:
@@ -143,7 +148,7 @@ class RequestRecord:
         return cls(
             id=int(d["id"]),
             scenario=str(d.get("scenario") or ""),
-            phase=str(d.get("phase") or PHASE_MEASURED),
+            phase=Phase(d.get("phase") or Phase.MEASURED),
             prompt=str(d.get("prompt") or ""),
             rep=int(d.get("rep") or 0),
             worker=int(d.get("worker") or 0),

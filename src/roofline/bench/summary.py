@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from roofline.bench.loadgen import ScenarioKind
 from roofline.bench.metrics import Goodput
 from roofline.bench.repeats import RepeatGroups
 from roofline.bench.scrape import PrefixCache
@@ -101,7 +102,7 @@ class ScenarioInfo:
     """What the scenario was asked to do (bench.load.Scenario.to_dict)."""
 
     name: str
-    kind: str = "sequential"
+    kind: ScenarioKind | str = ScenarioKind.SEQUENTIAL  # text: a kind this version does not know
     num_requests: int | None = None
     duration_s: float | None = None
     concurrency: int | None = None
@@ -114,12 +115,15 @@ class ScenarioInfo:
     @property
     def streams(self) -> int:
         """Requests kept in flight at once (1 for sequential; the concurrency of a closed loop)."""
-        return int(self.concurrency or 1) if self.kind == "concurrency" else 1
+        return int(self.concurrency or 1) if self.kind == ScenarioKind.CONCURRENCY else 1
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> ScenarioInfo:
         known, extra = _split(cls, d)
         known.setdefault("name", "?")
+        kind = known.get("kind", ScenarioKind.SEQUENTIAL)
+        if kind in ScenarioKind.__members__.values():
+            known["kind"] = ScenarioKind(kind)
         return cls(extra=extra, **known)
 
 

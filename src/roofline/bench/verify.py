@@ -119,9 +119,11 @@ def verify_streams(plan: BenchPlan) -> int:
 def scenario_streams(scenario: Any, n_prompts: int) -> int:
     """The most requests a scenario keeps in flight: a closed loop's concurrency, an open loop's
     --max-concurrency (without one every prompt at once, at least 2), else 1."""
-    if scenario.kind == "concurrency":
+    from roofline.bench.loadgen import ScenarioKind
+
+    if scenario.kind == ScenarioKind.CONCURRENCY:
         return int(scenario.concurrency or 1)
-    if scenario.kind == "rate":
+    if scenario.kind == ScenarioKind.RATE:
         return scenario.max_concurrency or max(2, n_prompts)
     return 1
 

@@ -9,10 +9,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from roofline.bench.loadgen import ScenarioKind
 from roofline.bench.metrics import request_metrics
 from roofline.bench.records import RequestRecord
 from roofline.bench.tables import plural
 from roofline.report.charts import SERIES, Chart, pyplot, render
+
+LOADS = (ScenarioKind.CONCURRENCY, ScenarioKind.RATE)  # the kinds a load sweep is made of
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ def cdfs(records: Sequence[RequestRecord]) -> list[Cdf]:
 
 def load_points(summary: Any) -> list[LoadPoint]:
     """One point per scenario of a load sweep (two or more closed- or open-loop scenarios)."""
-    loads = [s for s in summary.scenarios if s.scenario.kind in ("concurrency", "rate")]
+    loads = [s for s in summary.scenarios if s.scenario.kind in LOADS]
     if len(loads) < 2:
         return []
     out = []
@@ -74,7 +77,7 @@ def load_points(summary: Any) -> list[LoadPoint]:
             continue
         what = (
             plural(s.scenario.streams, "stream")
-            if s.scenario.kind == "concurrency"
+            if s.scenario.kind == ScenarioKind.CONCURRENCY
             else f"{s.scenario.rate_per_s:g}/s"
         )
         out.append(LoadPoint(s.name, what, s.output_tok_per_s, speed.p50))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from roofline.bench.driver import Progress
-from roofline.bench.records import PHASE_MEASURED, RequestRecord
+from roofline.bench.records import Phase, RequestRecord
 from roofline.bench.summary import RunSummary
 
 if TYPE_CHECKING:
@@ -223,7 +223,7 @@ def stream_outputs(
 
     first: dict[str, RequestRecord] = {}
     for r in records:
-        if r.phase == PHASE_MEASURED:
+        if r.phase == Phase.MEASURED:
             first.setdefault(r.prompt, r)
     out = []
     for p in prompts:

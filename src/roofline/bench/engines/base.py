@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -23,41 +24,56 @@ if TYPE_CHECKING:
     from roofline.bench.engines.greedy import GreedyOutput
     from roofline.bench.workloads import Prompt
 
-KINDS = ("int", "float", "bool", "choice", "str")
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
 _KNOB_ARG = re.compile(r"([a-z][a-z0-9_]*)=(.*)", re.DOTALL)
+
+
+class KnobKind(StrEnum):
+    """The type of a knob's values."""
+
+    INT = "int"
+    FLOAT = "float"
+    BOOL = "bool"
+    CHOICE = "choice"  # one of the knob's `choices`
+    STR = "str"
+
+
+NUMERIC = (KnobKind.INT, KnobKind.FLOAT)
 
 
 @dataclass(frozen=True)
 class Knob:
     # as written in spaces and --engine-arg form, snake_case, e.g. "spec_k", "max_num_seqs"
     name: str
-    kind: str  # "int" | "float" | "bool" | "choice" | "str"
-    choices: tuple = ()  # for "choice"
+    kind: KnobKind  # given as its value ("int") too
+    choices: tuple = ()  # for a choice
     help: str = ""
-    minimum: float | None = None  # the smallest value an "int" or "float" knob takes
+    minimum: float | None = None  # the smallest value an int or float knob takes
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", KnobKind(self.kind))  # ValueError for an unknown kind
 
     def problem(self, value: Any) -> str | None:
         """Why `value` cannot be this knob's value (None when it can)."""
-        if self.kind == "bool":
+        if self.kind == KnobKind.BOOL:
             ok, want = isinstance(value, bool), "true or false"
-        elif self.kind == "int":
+        elif self.kind == KnobKind.INT:
             ok, want = isinstance(value, int) and not isinstance(value, bool), "a whole number"
-        elif self.kind == "float":
+        elif self.kind == KnobKind.FLOAT:
             ok = (
                 isinstance(value, (int, float))
                 and not isinstance(value, bool)
                 and math.isfinite(value)
             )
             want = "a number"
-        elif self.kind == "choice":
+        elif self.kind == KnobKind.CHOICE:
             ok, want = value in self.choices, f"one of {', '.join(map(str, self.choices))}"
         else:
             ok, want = isinstance(value, str) and value != "", "a non-empty string"
         if not ok:
             return f"must be {want} (got {value!r})"
-        if self.minimum is not None and self.kind in ("int", "float") and value < self.minimum:
+        if self.minimum is not None and self.kind in NUMERIC and value < self.minimum:
             return f"must be at least {self.minimum:g} (got {value!r})"
         return None
 
@@ -65,16 +81,16 @@ class Knob:
         """The value of `--engine-arg name=TEXT`, in this knob's type (checked later by
         check_config)."""
         try:
-            if self.kind == "int":
+            if self.kind == KnobKind.INT:
                 return int(text)
-            if self.kind == "float":
+            if self.kind == KnobKind.FLOAT:
                 return float(text)
         except ValueError:
             raise UserError(
                 f"knob {self.name!r} must be "
-                f"{'a whole number' if self.kind == 'int' else 'a number'} (got {text!r})"
+                f"{'a whole number' if self.kind == KnobKind.INT else 'a number'} (got {text!r})"
             ) from None
-        if self.kind == "bool":
+        if self.kind == KnobKind.BOOL:
             if text.lower() in _TRUE:
                 return True
             if text.lower() in _FALSE:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from roofline import dtypes, speculation
-from roofline.bench.engines.base import Knob, Launcher, flag, knob_table
+from roofline.bench.engines.base import Knob, KnobKind, Launcher, flag, knob_table
 from roofline.bench.launch import command_from_template
 from roofline.errors import UserError
 
@@ -91,7 +91,7 @@ class EmbeddedLauncher(Launcher):
         if model:
             out += ["--model", model]
         for knob, value in self.settings(config):
-            if knob.kind == "bool":
+            if knob.kind == KnobKind.BOOL:
                 out += _bool_flag(knob.name, value, _SPEC_OFF.get(knob.name))
             else:
                 out += [flag(knob.name), str(value)]

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from roofline.bench.engines.base import Knob, Launcher, flag, knob_table
+from roofline.bench.engines.base import Knob, KnobKind, Launcher, flag, knob_table
 from roofline.bench.engines.launchers import dist_version, installed, need_model
 
 _SGLANG_NGRAM = (
@@ -50,7 +50,7 @@ class SglangLauncher(Launcher):
             str(port),
         ]
         for knob, value in self.settings(config):
-            if knob.kind == "bool":
+            if knob.kind == KnobKind.BOOL:
                 out += [flag(knob.name)] if value else []
             elif not (knob.name == "speculative_algorithm" and value == "none"):
                 out += [flag(knob.name), str(value)]
