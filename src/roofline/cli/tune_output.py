@@ -22,6 +22,7 @@ from roofline.report.tune_text import (
     trial_text,
 )
 from roofline.tune.result import TuneResult
+from roofline.tune.slots import SlotKind, TrialStatus
 from roofline.tune.trial_result import TrialResult
 from roofline.tune.tuner import Display
 
@@ -176,7 +177,7 @@ class RichDisplay(Display):
         )
 
     def trial_ended(self, result: TrialResult, best: TrialResult | None) -> None:
-        if result.slot.kind == "baseline" and result.status == "ok":
+        if result.slot.kind == SlotKind.BASELINE and result.status == TrialStatus.OK:
             self.baseline = dict(result.config)
         line = f"trial {result.number} {result.status}: {trial_text(result, self.baseline)}"
         if result.value is not None:

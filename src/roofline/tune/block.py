@@ -38,7 +38,7 @@ from roofline.tune.ladder import (
     ties_with,
 )
 from roofline.tune.paired import TIE_RATIO, clearly_worse, paired_ratio
-from roofline.tune.slots import Decision, Slot, View
+from roofline.tune.slots import Action, Decision, Slot, SlotKind, View
 from roofline.tune.space_records import Space
 
 
@@ -64,12 +64,15 @@ def ladder_block(space: Space, slot: Slot, view: View, rule: Any) -> list[tuple[
     base = space.effective(space.baseline)
     values = [v for v in space.dimension(slot.knob).values() if v != base.get(slot.knob)]
     out = [
-        (Slot("ladder", slot.round, slot.knob, v), challenger(space, current, slot.knob, v, view))
+        (
+            Slot(SlotKind.LADDER, slot.round, slot.knob, v),
+            challenger(space, current, slot.knob, v, view),
+        )
         for v in values
     ]
-    if all(d.action == "skip" for _, d in out):
+    if all(d.action == Action.SKIP for _, d in out):
         return []
-    return [(slot, Decision("run", dict(current.config))), *out]
+    return [(slot, Decision(Action.RUN, dict(current.config))), *out]
 
 
 def fits(launcher: Any, configs: Sequence[dict[str, Any]]) -> bool:
@@ -238,7 +241,7 @@ def _close_call(
     gain of a few percent is called the same way run after run rather than by which side of the
     threshold one run's interval fell; values replay prices the same (`ladder.replay_ties`) are
     tied whatever the rounds say, so they need none. None: the block's rounds decide."""
-    if items[0].slot.kind != "incumbent" or settings.reps < 2 or 0 not in active:
+    if items[0].slot.kind != SlotKind.INCUMBENT or settings.reps < 2 or 0 not in active:
         return None
     maximize = settings.objective.direction == "maximize"
     units = {k: _units(settings, runs[k]) for k in active}
@@ -280,7 +283,7 @@ def _stop_slower(
 ) -> set[int]:
     """The challengers (indices into items) clearly slower than the incumbent (items[0]) after
     the first round (`paired.clearly_worse`): they run no more rounds and cannot be kept."""
-    if items[0].slot.kind != "incumbent":
+    if items[0].slot.kind != SlotKind.INCUMBENT:
         return set()
     maximize = settings.objective.direction == "maximize"
     base, out = _units(settings, runs[0]), set()
@@ -316,11 +319,11 @@ def run_step_block(
     from roofline.tune.worker import predicted_on, with_prediction
 
     v = st.view(w.study, exclude=trial.number, predict=w.predict)
-    if any(u.round < slot.round or u.kind == "baseline" for u in v.unfinished):
+    if any(u.round < slot.round or u.kind == SlotKind.BASELINE for u in v.unfinished):
         return None
     reference = st.baseline_outputs(w.study)
     decided = ladder_block(w.space, slot, v, w.rule) if reference is not None else []
-    runs = [d.config for _, d in decided if d.action == "run"]
+    runs = [d.config for _, d in decided if d.action == Action.RUN]
     if len(runs) < 2 or not blocks.fits(runs):
         return None
     by_value = {s.value: d for s, d in decided[1:]}
@@ -328,13 +331,13 @@ def run_step_block(
     current = ladder_current(w.space, v.results, w.rule, slot.round)
     claimed = st.claim_step(w.study, slot.round)
     members = [(trial, slot, decided[0][1])]
-    other = Decision("skip", reason=f"not a value of step {slot.round}")
+    other = Decision(Action.SKIP, reason=f"not a value of step {slot.round}")
     members += [(t, s, by_value.get(s.value, other)) for t, s in claimed]
     done: set[int] = set()
     items: list[tuple[Any, Item]] = []
     try:
         for t, s, d in members:
-            if d.action == "skip":
+            if d.action == Action.SKIP:
                 result = skipped(t.number, s, d.reason, w.objective)
                 st.record(w.study, t, result, w.rule)
                 done.add(t.number)
@@ -342,7 +345,7 @@ def run_step_block(
                 continue
             t.set_user_attr("config", dict(d.config))
             on_start(t.number, s, dict(d.config))
-            rank = values.index(s.value) if s.kind == "ladder" and s.value in values else -1
+            rank = values.index(s.value) if s.kind == SlotKind.LADDER and s.value in values else -1
             p = predicted_on(w, dict(d.config), current, v.results)
             folder = blocks.folder(t.number)
             items.append((t, Item(t.number, s, dict(d.config), folder, rank, p)))

@@ -10,18 +10,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from roofline.tune.paired import PairedRatio, paired_ratio
-from roofline.tune.slots import Decision, Rule, Slot, View
+from roofline.tune.slots import Action, Decision, Rule, Slot, SlotKind, TrialStatus, View
 from roofline.tune.space_records import Space
 
 
 def ladder_plan(space: Space) -> list[Slot]:
     """The baseline, then per knob in order: the incumbent again (skipped when its measurement is
     the trial just before), then each value other than the one the baseline runs."""
-    slots = [Slot("baseline", 0, config=dict(space.baseline))]
+    slots = [Slot(SlotKind.BASELINE, 0, config=dict(space.baseline))]
     base = space.effective(space.baseline)
     for i, d in enumerate(space.dimensions, 1):
-        slots.append(Slot("incumbent", i, d.name))
-        slots += [Slot("ladder", i, d.name, v) for v in d.values() if v != base.get(d.name)]
+        slots.append(Slot(SlotKind.INCUMBENT, i, d.name))
+        slots += [Slot(SlotKind.LADDER, i, d.name, v) for v in d.values() if v != base.get(d.name)]
     return slots
 
 
@@ -47,8 +47,12 @@ def _decide(d: Any, current: Any, step_results: Sequence[Any], rule: Rule) -> St
     to the challengers; each eligible value is paired with it and the best paired ratio decides
     (`tune.paired`). Results without pairing units (run folders from before) fall back to the old
     rule: the gain must beat the larger spread."""
-    tried = tuple(r for r in step_results if r.slot.kind == "ladder" and r.status != "skipped")
-    again = [r for r in step_results if r.slot.kind == "incumbent" and rule.eligible(r)]
+    tried = tuple(
+        r
+        for r in step_results
+        if r.slot.kind == SlotKind.LADDER and r.status != TrialStatus.SKIPPED
+    )
+    again = [r for r in step_results if r.slot.kind == SlotKind.INCUMBENT and rule.eligible(r)]
     step = Step(0, d.name, current, tried, None, None, "", remeasured=again[-1] if again else None)
     cand = rule.best(tried)
     if not tried:
@@ -203,7 +207,7 @@ def ladder_steps(space: Space, results: Sequence[Any], rule: Rule) -> tuple[Any 
     by_round: dict[int, list] = {}
     for r in sorted(results, key=lambda r: r.number):
         by_round.setdefault(r.slot.round, []).append(r)
-    baseline = rule.best([r for r in by_round.get(0, []) if r.slot.kind == "baseline"])
+    baseline = rule.best([r for r in by_round.get(0, []) if r.slot.kind == SlotKind.BASELINE])
     current = baseline
     steps = []
     for i, d in enumerate(space.dimensions, 1):
@@ -239,19 +243,19 @@ def challenger(
     if knob not in config:
         cond = " and ".join(c.describe() for c in space.dimension(knob).conditions)
         return Decision(
-            "skip", reason=f"{knob} is inactive on the current best ({cond} does not hold)"
+            Action.SKIP, reason=f"{knob} is inactive on the current best ({cond} does not hold)"
         )
     if space.effective(config) == space.effective(current.config):
-        return Decision("skip", reason=f"{knob}={value} is what the current best runs")
+        return Decision(Action.SKIP, reason=f"{knob}={value} is what the current best runs")
     ratio = view.predict(config, current, view.results) if view and view.predict else None
     if ratio is not None and ratio < 1.0 + PREDICTED_GAIN:
         return Decision(
-            "skip",
+            Action.SKIP,
             reason=f"{knob}={value} predicted {ratio:.3f}x the current best (replay of the "
             f"baseline's outputs; under {1.0 + PREDICTED_GAIN:.2f}x replay cannot tell them "
             "apart): not measured",
         )
-    return Decision("run", config)
+    return Decision(Action.RUN, config)
 
 
 def _incumbent(space: Space, slot: Slot, view: View, current: Any) -> Decision:
@@ -259,26 +263,26 @@ def _incumbent(space: Space, slot: Slot, view: View, current: Any) -> Decision:
     (then that measurement pairs) or none of the step's values will run."""
     base = space.effective(space.baseline)
     values = [v for v in space.dimension(slot.knob).values() if v != base.get(slot.knob)]
-    if all(challenger(space, current, slot.knob, v, view).action == "skip" for v in values):
-        return Decision("skip", reason=f"no value of {slot.knob} runs on the current best")
-    ran = [r.number for r in view.results if r.status != "skipped"]
+    if all(challenger(space, current, slot.knob, v, view).action == Action.SKIP for v in values):
+        return Decision(Action.SKIP, reason=f"no value of {slot.knob} runs on the current best")
+    ran = [r.number for r in view.results if r.status != TrialStatus.SKIPPED]
     if ran and max(ran) == current.number:
-        return Decision("skip", reason="the current best was measured just before")
-    return Decision("run", dict(current.config))
+        return Decision(Action.SKIP, reason="the current best was measured just before")
+    return Decision(Action.RUN, dict(current.config))
 
 
 def ladder_configure(
     space: Space, slot: Slot, view: View, rule: Rule, trial: Any = None
 ) -> Decision:
-    if slot.kind == "baseline":
-        return Decision("run", dict(slot.config or {}))
+    if slot.kind == SlotKind.BASELINE:
+        return Decision(Action.RUN, dict(slot.config or {}))
     if any(u.round < slot.round for u in view.unfinished):
-        return Decision("wait", reason=f"step {slot.round} waits for earlier steps")
+        return Decision(Action.WAIT, reason=f"step {slot.round} waits for earlier steps")
     current = ladder_current(space, view.results, rule, slot.round)
     if current is None:
-        return Decision("skip", reason="the baseline did not give a result")
-    if slot.kind == "incumbent":
+        return Decision(Action.SKIP, reason="the baseline did not give a result")
+    if slot.kind == SlotKind.INCUMBENT:
         return _incumbent(space, slot, view, current)
-    if any(u.round == slot.round and u.kind == "incumbent" for u in view.unfinished):
-        return Decision("wait", reason=f"step {slot.round} waits for its incumbent")
+    if any(u.round == slot.round and u.kind == SlotKind.INCUMBENT for u in view.unfinished):
+        return Decision(Action.WAIT, reason=f"step {slot.round} waits for its incumbent")
     return challenger(space, current, slot.knob, slot.value, view)

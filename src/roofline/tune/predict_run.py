@@ -34,6 +34,7 @@ from roofline.tune.predict import (
     with_baseline,
 )
 from roofline.tune.predict_records import PassCosts, Prediction, Stream
+from roofline.tune.slots import SlotKind, TrialStatus
 from roofline.tune.space_records import Space
 
 PREDICTED = "predicted.json"
@@ -219,7 +220,7 @@ def predict_run(
 ) -> PredictedLadder | str:
     """The predicted ladder of a run from its baseline trial (a TrialResult), with a prediction
     for each of `trials` that ran a predicted setting; or why there is none, in one line."""
-    if baseline is None or baseline.status != "ok" or not baseline.folder:
+    if baseline is None or baseline.status != TrialStatus.OK or not baseline.folder:
         return "no prediction: the baseline trial did not finish"
     folder = run_dir / baseline.folder
     streams = baseline_streams(folder)
@@ -256,7 +257,7 @@ def predict_trials(
     the same configuration without a proposer has no rate to scale and no prediction."""
     out: dict[int, TrialPrediction] = {}
     for r in sorted(trials, key=lambda r: r.number):
-        if r.status == "skipped" or matching(ladder.predictions, r.config) is None:
+        if r.status == TrialStatus.SKIPPED or matching(ladder.predictions, r.config) is None:
             continue
         q = plain_before(trials, r)
         if q is None:
@@ -292,7 +293,7 @@ def plain_before(trials: Sequence[Any], r: Any) -> Any | None:
         q
         for q in trials
         if q.number < r.number
-        and q.status == "ok"
+        and q.status == TrialStatus.OK
         and q.metrics.output_speed_median_tok_per_s
         and drafts(q.config) is False
         and rest_key(q.config) == rest_key(r.config)
@@ -305,10 +306,10 @@ def _step_incumbent(trials: Sequence[Any], r: Any) -> Any | None:
     found = [
         x
         for x in trials
-        if x.slot.kind == "incumbent"
+        if x.slot.kind == SlotKind.INCUMBENT
         and x.slot.round == r.slot.round
         and x.number < r.number
-        and x.status == "ok"
+        and x.status == TrialStatus.OK
         and rest_key(x.config) == rest_key(r.config)
     ]
     return max(found, key=lambda x: x.number) if found else None
@@ -365,13 +366,13 @@ def trial_predictions(ladder: PredictedLadder, trials: Sequence[Any]) -> dict[in
     plain = {
         rest_key(r.config): r.metrics.output_speed_median_tok_per_s
         for r in trials
-        if r.status == "ok"
+        if r.status == TrialStatus.OK
         and r.metrics.output_speed_median_tok_per_s
         and drafts(r.config) is False
     }
     out = {}
     for r in trials:
-        p = matching(ladder.predictions, r.config) if r.status != "skipped" else None
+        p = matching(ladder.predictions, r.config) if r.status != TrialStatus.SKIPPED else None
         if p is not None:
             rate = plain.get(rest_key(r.config))
             if rate:  # else no trial ran its other knobs without a proposer: no rate to scale

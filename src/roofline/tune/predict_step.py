@@ -39,6 +39,7 @@ from roofline.tune.predict_run import (
     rest_key,
     server_stats,
 )
+from roofline.tune.slots import TUNED, SlotKind, TrialStatus
 
 
 @dataclass
@@ -64,7 +65,7 @@ class StepPredictor:
 
     def speedup(self, result: Any, results: Sequence[Any]) -> float | None:
         """A measured trial's predicted speed-up over its configuration without a proposer."""
-        if result.status not in ("ok", "inexact") or not _drafts_model_free(result.config):
+        if result.status not in TUNED or not _drafts_model_free(result.config):
             return None
         return self._ratio(result.config, result, results)
 
@@ -81,7 +82,10 @@ class StepPredictor:
         key = (on.number, tuple(sorted((k, repr(v)) for k, v in config.items())))
         if key in self._ratios:
             return self._ratios[key]
-        base = next((r for r in results if r.slot.kind == "baseline" and r.status == "ok"), None)
+        base = next(
+            (r for r in results if r.slot.kind == SlotKind.BASELINE and r.status == TrialStatus.OK),
+            None,
+        )
         if base is None or not base.folder or not on.folder:
             return None
         if base.number not in self._streams:

@@ -20,6 +20,7 @@ from typing import Any
 from roofline.bench.records import RequestRecord
 from roofline.bench.summary import CeilingFigures, RunSummary
 from roofline.tune.paired import PairedRatio
+from roofline.tune.slots import TrialStatus
 
 
 def bench_runs(folder: Path) -> list[Path]:
@@ -213,7 +214,7 @@ class SweepPoint:
     min: float | None = None
     max: float | None = None
     spread: float | None = None
-    status: str = "ok"
+    status: TrialStatus = TrialStatus.OK  # the trial's
     trial: int | None = None
 
     def to_json(self) -> dict:
@@ -235,7 +236,7 @@ class SweepPoint:
             min=_num(d.get("min")),
             max=_num(d.get("max")),
             spread=_num(d.get("spread")),
-            status=str(d.get("status") or "ok"),
+            status=TrialStatus(d.get("status") or TrialStatus.OK),
             trial=d.get("trial"),
         )
 

@@ -22,7 +22,7 @@ from roofline.tune.ladder import ladder_current, ladder_steps
 from roofline.tune.objectives import ObjectiveInfo
 from roofline.tune.records import LadderStep, StepStart, StudyInfo, SweepPoint
 from roofline.tune.search import get_strategy
-from roofline.tune.slots import Rule
+from roofline.tune.slots import TUNED, Rule, SlotKind
 from roofline.tune.space_records import Space
 from roofline.tune.trial_result import TrialResult
 
@@ -156,7 +156,7 @@ def build_result(
     obj = OBJECTIVES[options.objective]
     rule = Rule(obj.direction, options.allow_inexact)
     climbs = get_strategy(options.strategy).climbs
-    baseline = rule.best([r for r in results if r.slot.kind == "baseline"])
+    baseline = rule.best([r for r in results if r.slot.kind == SlotKind.BASELINE])
     ceiling = (baseline.metrics.ceiling if baseline else None) or next(
         (r.metrics.ceiling for r in results if r.metrics.ceiling), None
     )
@@ -233,7 +233,7 @@ def sweeps(
     ran it (exact ones first), so the curve shows what the knob can do; inexact points stay
     marked."""
     out: dict[str, tuple[SweepPoint, ...]] = {}
-    measured = [r for r in results if r.value is not None and r.status in ("ok", "inexact")]
+    measured = [r for r in results if r.value is not None and r.status in TUNED]
     for d in space.dimensions:
         by_value: dict[Any, TrialResult] = {}
         for r in measured:

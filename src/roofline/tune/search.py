@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from roofline.tune.ladder import ladder_configure, ladder_plan
-from roofline.tune.slots import Decision, Rule, Slot, View
-from roofline.tune.space_records import Space
+from roofline.tune.slots import Action, Decision, Rule, Slot, SlotKind, View
+from roofline.tune.space_records import DimensionKind, Space
 
 # -- the grid --------------------------------------------------------------------------------------
 
@@ -49,22 +49,24 @@ def grid_configs(space: Space) -> list[dict[str, Any]]:
 
 def grid_plan(space: Space) -> list[Slot]:
     base = space.effective(space.baseline)
-    slots = [Slot("baseline", 0, config=dict(space.baseline))]
-    slots += [Slot("grid", 1, config=c) for c in grid_configs(space) if space.effective(c) != base]
+    slots = [Slot(SlotKind.BASELINE, 0, config=dict(space.baseline))]
+    slots += [
+        Slot(SlotKind.GRID, 1, config=c) for c in grid_configs(space) if space.effective(c) != base
+    ]
     return slots
 
 
 def fixed_configure(
     space: Space, slot: Slot, view: View, rule: Rule, trial: Any = None
 ) -> Decision:
-    return Decision("run", dict(slot.config or {}))
+    return Decision(Action.RUN, dict(slot.config or {}))
 
 
 # -- TPE -------------------------------------------------------------------------------------------
 
 
 def tpe_plan(space: Space) -> list[Slot]:
-    return [Slot("baseline", 0, config=dict(space.baseline))]
+    return [Slot(SlotKind.BASELINE, 0, config=dict(space.baseline))]
 
 
 def suggest_config(trial: Any, space: Space) -> dict[str, Any]:
@@ -74,9 +76,9 @@ def suggest_config(trial: Any, space: Space) -> dict[str, Any]:
         if not d.active(space.effective(config)):
             config.pop(d.name, None)
             continue
-        if d.kind == "choice":
+        if d.kind == DimensionKind.CHOICE:
             config[d.name] = trial.suggest_categorical(d.name, list(d.choices))
-        elif d.kind == "int":
+        elif d.kind == DimensionKind.INT:
             config[d.name] = trial.suggest_int(
                 d.name, int(d.low), int(d.high), step=int(d.step or 1), log=d.log
             )
@@ -88,9 +90,9 @@ def suggest_config(trial: Any, space: Space) -> dict[str, Any]:
 
 
 def tpe_configure(space: Space, slot: Slot, view: View, rule: Rule, trial: Any = None) -> Decision:
-    if slot.kind == "baseline":
-        return Decision("run", dict(slot.config or {}))
-    return Decision("run", suggest_config(trial, space))
+    if slot.kind == SlotKind.BASELINE:
+        return Decision(Action.RUN, dict(slot.config or {}))
+    return Decision(Action.RUN, suggest_config(trial, space))
 
 
 def tpe_sampler(seed: int | None, budget: int | None = None) -> Any:

@@ -1,14 +1,43 @@
 """What a search strategy works with: the slots a study enqueues (`Slot`), how results compare
-(`Rule`), what a worker knows when it configures a slot (`View`) and what it decides
-(`Decision`)."""
+(`Rule`, by a trial's `TrialStatus`), what a worker knows when it configures a slot (`View`) and
+what it decides (`Decision`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
-TUNED = ("ok", "inexact")  # statuses that carry a measured value
+
+class TrialStatus(StrEnum):
+    """How a trial ended (`TrialResult.status`; here, beside `Rule`, which compares by it)."""
+
+    OK = "ok"  # measured, and its greedy outputs equal the baseline's
+    INEXACT = "inexact"  # measured, but its greedy outputs differ
+    FAILED = "failed"
+    SKIPPED = "skipped"  # never configured (its decision was to skip)
+
+
+TUNED = (TrialStatus.OK, TrialStatus.INEXACT)  # statuses that carry a measured value
+
+
+class SlotKind(StrEnum):
+    """What a slot is for."""
+
+    BASELINE = "baseline"
+    INCUMBENT = "incumbent"  # the ladder's current best, measured again beside a step's values
+    LADDER = "ladder"  # one value of the ladder's step
+    GRID = "grid"
+    TPE = "tpe"  # a TPE draw
+
+
+class Action(StrEnum):
+    """What a worker does with a slot it claimed (`Decision.action`)."""
+
+    RUN = "run"
+    SKIP = "skip"
+    WAIT = "wait"  # an earlier slot must finish first
 
 
 @dataclass(frozen=True)
@@ -16,7 +45,7 @@ class Slot:
     """What a claimed trial is for: the baseline, one ladder step's value, a grid point, or a TPE
     draw."""
 
-    kind: str  # "baseline" | "incumbent" (the ladder's, again) | "ladder" | "grid" | "tpe"
+    kind: SlotKind
     round: int = 0  # baseline 0; the ladder's step (1 = first knob); grid and tpe 1
     knob: str | None = None
     value: Any = None
@@ -34,9 +63,9 @@ class Slot:
     @classmethod
     def from_json(cls, d: Mapping | None) -> Slot:
         if not d:
-            return cls("tpe", 1)
+            return cls(SlotKind.TPE, 1)
         return cls(
-            d["kind"],
+            SlotKind(d["kind"]),
             int(d.get("round", 0)),
             d.get("knob"),
             d.get("value"),
@@ -57,7 +86,10 @@ class Rule:
         return (
             r.value is not None
             and not getattr(r, "pruned_after", 0)
-            and (r.status == "ok" or (r.status == "inexact" and self.allow_inexact))
+            and (
+                r.status == TrialStatus.OK
+                or (r.status == TrialStatus.INEXACT and self.allow_inexact)
+            )
         )
 
     def gain(self, new: float, old: float) -> float:
@@ -89,6 +121,6 @@ class View:
 
 @dataclass(frozen=True)
 class Decision:
-    action: str  # "run" | "skip" | "wait"
+    action: Action
     config: Mapping[str, Any] | None = None
     reason: str = ""

@@ -25,8 +25,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from roofline.bench.engines.base import NUMERIC, KnobKind
 from roofline.errors import UserError
-from roofline.tune.space_records import Condition, Dimension, Space
+from roofline.tune.space_records import Condition, Dimension, DimensionKind, Space
 
 _TOP_KEYS = {"source", "date", "engine", "description", "baseline", "knobs"}
 _KNOB_KEYS = {
@@ -180,7 +181,7 @@ def _dimension(
             raise UserError(f"{where}: choices repeat a value")
         for v in choices:
             _check_value(space, launcher, name, v, what="choice")
-        dim = Dimension(name, "choice", choices=tuple(choices), points=points)
+        dim = Dimension(name, DimensionKind.CHOICE, choices=tuple(choices), points=points)
     else:
         dim = _range(where, knob, spec, points)
     default = spec.get("default")
@@ -198,7 +199,7 @@ def _dimension(
 
 
 def _range(where: str, knob: Any, spec: Mapping, points: int | None) -> Dimension:
-    if knob.kind not in ("int", "float"):
+    if knob.kind not in NUMERIC:
         raise UserError(f"{where} is a {knob.kind} knob: give choices = [...], not a range")
     if "low" not in spec or "high" not in spec:
         raise UserError(f"{where}: a range needs both low and high")
@@ -206,7 +207,7 @@ def _range(where: str, knob: Any, spec: Mapping, points: int | None) -> Dimensio
     for label, v in (("low", lo), ("high", hi), ("step", step)):
         if v is None:
             continue
-        if knob.kind == "int" and (not isinstance(v, int) or isinstance(v, bool)):
+        if knob.kind == KnobKind.INT and (not isinstance(v, int) or isinstance(v, bool)):
             raise UserError(f"{where}: {label} must be a whole number for an int knob (got {v!r})")
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
             raise UserError(f"{where}: {label} must be a number (got {v!r})")
@@ -223,7 +224,8 @@ def _range(where: str, knob: Any, spec: Mapping, points: int | None) -> Dimensio
     minimum = getattr(knob, "minimum", None)
     if minimum is not None and lo < minimum:
         raise UserError(f"{where}: low must be at least {minimum:g} (got {lo})")
-    return Dimension(knob.name, knob.kind, low=lo, high=hi, step=step, log=log, points=points)
+    kind = DimensionKind(knob.kind)  # int or float, checked above
+    return Dimension(knob.name, kind, low=lo, high=hi, step=step, log=log, points=points)
 
 
 def _conditions(

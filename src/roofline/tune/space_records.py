@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 _DEFAULT_POINTS = 5  # values a ladder or grid tries on a range with no step
@@ -38,12 +39,20 @@ class Condition:
         return f"{self.knob} {'not in' if self.negate else 'in'} {vals}"
 
 
+class DimensionKind(StrEnum):
+    """How a dimension's values are given."""
+
+    CHOICE = "choice"  # listed (any values, bools included)
+    INT = "int"  # a range of whole numbers
+    FLOAT = "float"  # a range of numbers
+
+
 @dataclass(frozen=True)
 class Dimension:
-    """One knob of a space: its choices, or a numeric range (kind "int" or "float")."""
+    """One knob of a space: its choices, or a numeric range."""
 
     name: str
-    kind: str  # "choice" (any listed values, bools included) | "int" | "float"
+    kind: DimensionKind  # given as its value ("choice") too
     choices: tuple = ()
     low: float | None = None
     high: float | None = None
@@ -54,19 +63,22 @@ class Dimension:
     conditions: tuple[Condition, ...] = ()
     required: bool = False  # set explicitly (to its default) whenever active
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", DimensionKind(self.kind))  # ValueError for another
+
     def active(self, config: Mapping[str, Any]) -> bool:
         return all(c.holds(config) for c in self.conditions)
 
     def values(self) -> tuple:
         """The values a ladder or grid tries, in order (ranges are made discrete here)."""
-        if self.kind == "choice":
+        if self.kind == DimensionKind.CHOICE:
             return self.choices
         lo, hi = self.low, self.high
         if self.step is not None:
             n = math.floor((hi - lo) / self.step + 1e-9) + 1
             vals = [lo + i * self.step for i in range(n)]
         elif (
-            self.kind == "int"
+            self.kind == DimensionKind.INT
             and not self.log
             and hi - lo + 1 <= max(self.points or 0, _ALL_INTS_UP_TO)
         ):
@@ -77,7 +89,7 @@ class Dimension:
                 vals = [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
             else:
                 vals = [lo + (hi - lo) * i / (n - 1) for i in range(n)]
-        if self.kind == "int":
+        if self.kind == DimensionKind.INT:
             vals = [round(v) for v in vals]
         else:
             vals = [round(float(v), 12) for v in vals]
@@ -85,7 +97,7 @@ class Dimension:
 
     def to_json(self) -> dict:
         d = {"name": self.name, "kind": self.kind}
-        if self.kind == "choice":
+        if self.kind == DimensionKind.CHOICE:
             d["choices"] = list(self.choices)
         else:
             d.update(low=self.low, high=self.high, step=self.step, log=self.log, points=self.points)
@@ -113,7 +125,7 @@ class Dimension:
         )
 
     def describe(self) -> str:
-        if self.kind == "choice":
+        if self.kind == DimensionKind.CHOICE:
             what = "{" + ", ".join(map(str, self.choices)) + "}"
         else:
             what = (

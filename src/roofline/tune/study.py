@@ -23,7 +23,7 @@ from typing import Any
 from roofline.errors import UserError
 from roofline.tune.records import Machine
 from roofline.tune.search import Strategy
-from roofline.tune.slots import Rule, Slot, View
+from roofline.tune.slots import TUNED, Rule, Slot, SlotKind, TrialStatus, View
 from roofline.tune.space_records import Space
 from roofline.tune.trial_result import TrialResult
 
@@ -145,7 +145,7 @@ def recover(study: Any, private: bool) -> list[int]:
         if _worker_gone(t.user_attrs.get("worker"), private):
             requeue(study, t.number, "its worker stopped before the trial ended")
             out.append(t.number)
-    baselines = [t for t in study.get_trials(deepcopy=False) if _slot(t).kind == "baseline"]
+    baselines = [t for t in study.get_trials(deepcopy=False) if _slot(t).kind == SlotKind.BASELINE]
     if baselines and all(t.state in (TrialState.FAIL, TrialState.PRUNED) for t in baselines):
         last = baselines[-1]
         study.enqueue_trial(
@@ -214,7 +214,7 @@ def claim_step(study: Any, round: int) -> list[tuple[Any, Slot]]:
     out = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         slot = _slot(t)
-        if slot.kind != "ladder" or slot.round != round:
+        if slot.kind != SlotKind.LADDER or slot.round != round:
             continue
         tid = storage.get_trial_id_from_study_id_trial_number(study._study_id, t.number)
         try:
@@ -242,7 +242,7 @@ def results(study: Any) -> list[TrialResult]:
                     t.number,
                     _slot(t),
                     dict(t.user_attrs.get("config") or {}),
-                    "failed",
+                    TrialStatus.FAILED,
                     error=f"interrupted: {t.user_attrs.get('interrupted', 'no result recorded')}",
                     machine=Machine.from_json(t.user_attrs.get("worker")),
                 )
@@ -272,23 +272,19 @@ def record(
     from optuna.trial import TrialState
 
     trial.set_user_attr("config", dict(result.config))
-    if (
-        outputs is not None
-        and result.slot.kind == "baseline"
-        and result.status in ("ok", "inexact")
-    ):
+    if outputs is not None and result.slot.kind == SlotKind.BASELINE and result.status in TUNED:
         trial.set_user_attr("greedy", [o.to_json() for o in outputs])
     trial.set_user_attr("result", result.to_json())
-    if result.status in ("ok", "inexact") and result.value is not None:
-        exact = result.status == "ok" or rule.allow_inexact
+    if result.status in TUNED and result.value is not None:
+        exact = result.status == TrialStatus.OK or rule.allow_inexact
         trial.set_constraint("exact", 0.0 if exact else 1.0)
         # stopped as losing: Optuna keeps its last reported value (an inexact one stays
         # COMPLETE, its violated constraint is what TPE learns from)
-        if result.pruned_after and result.status == "ok":
+        if result.pruned_after and result.status == TrialStatus.OK:
             study.tell(trial, state=TrialState.PRUNED)
         else:
             study.tell(trial, result.value)
-    elif result.status == "skipped":
+    elif result.status == TrialStatus.SKIPPED:
         trial.set_user_attr("skipped", result.error or "")
         study.tell(trial, state=TrialState.PRUNED)
     else:
@@ -300,6 +296,6 @@ def baseline_outputs(study: Any) -> list[dict] | None:
     from optuna.trial import TrialState
 
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if _slot(t).kind == "baseline" and "greedy" in t.user_attrs:
+        if _slot(t).kind == SlotKind.BASELINE and "greedy" in t.user_attrs:
             return t.user_attrs["greedy"]
     return None

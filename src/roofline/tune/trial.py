@@ -41,7 +41,7 @@ from roofline.tune.objectives import measure
 from roofline.tune.records import Machine, TrialMetrics
 from roofline.tune.servers import Servers
 from roofline.tune.settings import TrialSettings
-from roofline.tune.slots import Slot
+from roofline.tune.slots import Slot, TrialStatus
 from roofline.tune.trial_result import TrialResult
 
 
@@ -65,7 +65,9 @@ def machine() -> Machine:
 
 
 def skipped(number: int, slot: Slot, reason: str, objective: str) -> TrialResult:
-    return TrialResult(number, slot, {}, "skipped", objective, error=reason, machine=machine())
+    return TrialResult(
+        number, slot, {}, TrialStatus.SKIPPED, objective, error=reason, machine=machine()
+    )
 
 
 def run_trial(
@@ -187,7 +189,7 @@ def failure(
         )
         tail = _tail(log_path)
     return TrialResult(
-        status="failed",
+        status=TrialStatus.FAILED,
         error=error,
         log_tail=tail,
         argv=tuple(argv),
@@ -219,7 +221,7 @@ def measured_result(
     found = TrialMetrics.of_run(summaries[-1])
     if m.value is None:
         return TrialResult(
-            status="failed",
+            status=TrialStatus.FAILED,
             error=f"no request succeeded ({_failure_reasons(summaries[-1])})",
             log_tail=_tail(log_path),
             argv=tuple(argv),
@@ -235,7 +237,7 @@ def measured_result(
     for summary in summaries:
         exact = under_load(exact, summary)
     return TrialResult(
-        status="ok" if exact.exact else "inexact",
+        status=TrialStatus.OK if exact.exact else TrialStatus.INEXACT,
         value=m.value,
         spread=m.spread,
         rep_values=m.rep_values,

@@ -9,9 +9,7 @@ from typing import Any
 from roofline.bench.engines.greedy import Exactness
 from roofline.tune.objectives import DEFAULT_OBJECTIVE
 from roofline.tune.records import Machine, TrialMetrics
-from roofline.tune.slots import Slot
-
-STATUSES = ("ok", "inexact", "failed", "skipped")
+from roofline.tune.slots import Slot, TrialStatus
 
 
 @dataclass(frozen=True)
@@ -19,7 +17,7 @@ class TrialResult:
     number: int
     slot: Slot
     config: Mapping[str, Any]
-    status: str  # ok | inexact | failed | skipped
+    status: TrialStatus
     objective: str = DEFAULT_OBJECTIVE
     value: float | None = None
     spread: float | None = None  # max - min of the per-repetition values
@@ -112,7 +110,7 @@ class TrialResult:
             number=int(d["number"]),
             slot=Slot.from_json(d.get("slot")),
             config=dict(d.get("config") or {}),
-            status=d["status"],
+            status=TrialStatus(d["status"]),
             objective=d.get("objective", DEFAULT_OBJECTIVE),
             value=d.get("value"),
             spread=d.get("spread"),

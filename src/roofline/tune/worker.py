@@ -12,7 +12,7 @@ from typing import Any
 from roofline.errors import UserError
 from roofline.tune.objectives import DEFAULT_OBJECTIVE
 from roofline.tune.search import Strategy
-from roofline.tune.slots import Rule, Slot
+from roofline.tune.slots import TUNED, Action, Rule, Slot, SlotKind
 from roofline.tune.space_records import Space
 from roofline.tune.study import (
     POLL_S,
@@ -71,7 +71,12 @@ def run_worker(
         if trial is None:
             return ran
         slot = Slot.from_json(trial.user_attrs.get("slot"))
-        if step_block and w.strategy.climbs and slot.kind == "incumbent" and w.budget is None:
+        if (
+            step_block
+            and w.strategy.climbs
+            and slot.kind == SlotKind.INCUMBENT
+            and w.budget is None
+        ):
             try:
                 n = step_block(w, trial, slot, on_start, on_result)
             except BaseException as e:
@@ -86,7 +91,7 @@ def run_worker(
                 continue
         try:
             decision, reference = _configure(w, trial, slot)
-            if decision.action == "skip":
+            if decision.action == Action.SKIP:
                 from roofline.tune.trial import skipped
 
                 result = skipped(trial.number, slot, decision.reason, w.objective)
@@ -96,7 +101,9 @@ def run_worker(
             config = dict(decision.config or {})
             trial.set_user_attr("config", config)
             on_start(trial.number, slot, config)
-            report = _reporter(trial) if w.strategy.pruner and slot.kind != "baseline" else None
+            report = (
+                _reporter(trial) if w.strategy.pruner and slot.kind != SlotKind.BASELINE else None
+            )
             result, outputs = evaluate(trial.number, slot, config, reference, report)
         except (
             BaseException
@@ -111,7 +118,7 @@ def run_worker(
         record(w.study, trial, result, w.rule, outputs)
         ran += 1
         on_result(result)
-        if slot.kind == "baseline" and result.status not in ("ok", "inexact"):
+        if slot.kind == SlotKind.BASELINE and result.status not in TUNED:
             raise BaselineFailed(f"the baseline configuration failed: {result.error}")
 
 
@@ -151,15 +158,15 @@ def _configure(w: Worker, trial: Any, slot: Slot) -> tuple[Any, list[dict] | Non
     baseline's greedy outputs (None for the baseline itself)."""
     while True:
         v = view(w.study, exclude=trial.number, predict=w.predict)
-        if slot.kind == "baseline":
+        if slot.kind == SlotKind.BASELINE:
             return w.strategy.configure(w.space, slot, v, w.rule, trial), None
-        if not any(u.kind == "baseline" for u in v.unfinished):
+        if not any(u.kind == SlotKind.BASELINE for u in v.unfinished):
             reference = baseline_outputs(w.study)
             if reference is None:
-                failed = [r for r in v.results if r.slot.kind == "baseline"]
+                failed = [r for r in v.results if r.slot.kind == SlotKind.BASELINE]
                 why = failed[-1].error if failed else "no baseline trial"
                 raise BaselineFailed(f"the baseline configuration gave no result ({why})")
             decision = w.strategy.configure(w.space, slot, v, w.rule, trial)
-            if decision.action != "wait":
+            if decision.action != Action.WAIT:
                 return decision, reference
         time.sleep(w.poll_s)
