@@ -11,7 +11,7 @@ from roofline.errors import UserError
 from roofline.report.html import page_html
 from roofline.report.markdown import page_markdown
 from roofline.report.page import Page, Section
-from roofline.report.run_folders import LoadedRun, load_runs
+from roofline.report.run_folders import LoadedRun, RunKind, load_runs
 
 REPORT_HTML = "report.html"
 REPORT_MD = "report.md"
@@ -31,7 +31,7 @@ class Written:
 
 
 def _provenance(run: LoadedRun) -> list[str]:
-    if run.kind == "tune":
+    if run.kind == RunKind.TUNE:
         from roofline.report.sections import tune_provenance
 
         return tune_provenance(run)
@@ -54,13 +54,15 @@ def page_of_runs(runs: Sequence[LoadedRun], warnings: Sequence[str] = ()) -> Pag
     for i, run in enumerate(runs):
         key = f"{chr(97 + i)}_" if many else ""
         title = f"{chr(65 + i)} ({run.name}): " if many else ""
-        sections += (bench_sections if run.kind == "bench" else tune_sections)(run, key, title)
+        sections += (bench_sections if run.kind == RunKind.BENCH else tune_sections)(
+            run, key, title
+        )
         prov += [f"{title}{p}" for p in _provenance(run)]
     if many:
         title = "roofline report: " + " vs ".join(r.name for r in runs)
     else:
         r = runs[0]
-        title = f"roofline report: {'tune' if r.kind == 'tune' else 'bench'} run {r.name}"
+        title = f"roofline report: {'tune' if r.kind == RunKind.TUNE else 'bench'} run {r.name}"
     return Page(title, tuple(sections), tuple(warnings), tuple(prov))
 
 

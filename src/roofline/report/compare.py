@@ -7,7 +7,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from roofline.report.page import Section, Table
-from roofline.report.roofline_chart import RooflineData, draw_roofline
+from roofline.report.roofline_chart import PointKind, RooflineData, draw_roofline
+from roofline.report.run_folders import RunKind
 from roofline.report.run_roofline import roofline_of_run
 from roofline.report.time_bars import bars_of_bench, bars_of_tune, draw_time_bars
 
@@ -22,7 +23,7 @@ class Figure:
 
 def figures(run: Any) -> list[Figure]:
     out = []
-    if run.kind == "bench":
+    if run.kind == RunKind.BENCH:
         for s in run.summary.scenarios:
 
             def stat(metric: str, scale: float = 1.0) -> float | None:
@@ -88,7 +89,7 @@ def comparison_table(runs: Sequence[Any]) -> Table:
 
 
 def _workload(run: Any) -> Any:
-    if run.kind == "tune":
+    if run.kind == RunKind.TUNE:
         return ("tune", run.tune.objective.name)
     return run.summary.workload
 
@@ -111,14 +112,14 @@ def comparison_section(runs: Sequence[Any]) -> Section:
             first.peak_flop_per_s,
             first.hardware_label,
             first.model_label,
-            tuple(p for p in first.points if p.kind != "measured")
-            + tuple(p for d in data for p in d.points if p.kind == "measured"),
+            tuple(p for p in first.points if p.kind != PointKind.MEASURED)
+            + tuple(p for d in data for p in d.points if p.kind == PointKind.MEASURED),
             (*first.notes, "Slope and model points: run A's ceiling."),
         )
         charts.append(draw_roofline(merged, key="compare_roofline"))
     bars = []
     for i, r in enumerate(runs):
-        if r.kind == "bench":
+        if r.kind == RunKind.BENCH:
             bars += bars_of_bench(r, prefix=chr(65 + i))
         else:
             bars += [replace(b, label=f"{chr(65 + i)}: {b.label}") for b in bars_of_tune(r)]

@@ -11,14 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from roofline.report.charts import MEASURED, MODEL, ROOF, Chart, pyplot, render
+
+
+class PointKind(StrEnum):
+    """What a point on the roofline is."""
+
+    DECODE = "decode"  # a decode step's bound
+    PREFILL = "prefill"  # a prefill's bound
+    MEASURED = "measured"  # a run's measured rate
 
 
 @dataclass(frozen=True)
 class RooflinePoint:
     label: str
-    kind: str  # decode | prefill | measured
+    kind: PointKind
     intensity_flop_per_byte: float
     flop_per_s: float
 
@@ -45,7 +54,7 @@ class RooflineData:
             else self.peak_flop_per_s / self.bandwidth_bytes_per_s
         )
 
-    def of_kind(self, kind: str) -> list[RooflinePoint]:
+    def of_kind(self, kind: PointKind) -> list[RooflinePoint]:
         return [p for p in self.points if p.kind == kind]
 
 
@@ -54,7 +63,7 @@ def decode_point(
 ) -> RooflinePoint:
     return RooflinePoint(
         f"decode b={batch}",
-        "decode",
+        PointKind.DECODE,
         batch * flops_per_token / bytes_per_step,
         batch * flops_per_token / seconds_per_step,
     )
@@ -76,7 +85,9 @@ def roofline_from_analysis(a, *, prompt_tokens: int = 1024) -> RooflineData:
     data = RooflineData(a.bandwidth_bytes_per_s, a.peak_flops, a.hardware.label, a.model.name, ())
     i = prefill_intensity_flop_per_byte(p_tokens, f, a.resident_weight_bytes, a.kv.bytes_per_token)
     points.append(
-        RooflinePoint(f"prefill {p_tokens:,} tok", "prefill", i, data.attainable_flop_per_s(i))
+        RooflinePoint(
+            f"prefill {p_tokens:,} tok", PointKind.PREFILL, i, data.attainable_flop_per_s(i)
+        )
     )
     notes = [
         f"FLOPs per token: 2 x matmul params = {f / 1e9:.3g} GFLOP; bandwidth "
@@ -115,10 +126,14 @@ def model_points(
     out = []
     for b in batches:
         i = b * flops_per_token / bytes_per_token
-        out.append(RooflinePoint(f"decode b={b}", "decode", i, data.attainable_flop_per_s(i)))
+        out.append(
+            RooflinePoint(f"decode b={b}", PointKind.DECODE, i, data.attainable_flop_per_s(i))
+        )
     i = prompt_tokens * flops_per_token / bytes_per_token
     out.append(
-        RooflinePoint(f"prefill {prompt_tokens:,} tok", "prefill", i, data.attainable_flop_per_s(i))
+        RooflinePoint(
+            f"prefill {prompt_tokens:,} tok", PointKind.PREFILL, i, data.attainable_flop_per_s(i)
+        )
     )
     return out
 
@@ -141,9 +156,9 @@ def draw_roofline(data: RooflineData, *, key: str = "roofline") -> Chart:
     )
     roof.set_gid("roof")
     styles = {
-        "decode": ("o", MODEL, "model decode"),
-        "prefill": ("s", MODEL, "model prefill"),
-        "measured": ("D", MEASURED, "measured"),
+        PointKind.DECODE: ("o", MODEL, "model decode"),
+        PointKind.PREFILL: ("s", MODEL, "model prefill"),
+        PointKind.MEASURED: ("D", MEASURED, "measured"),
     }
     for kind, (marker, colour, label) in styles.items():
         pts = data.of_kind(kind)
@@ -154,10 +169,10 @@ def draw_roofline(data: RooflineData, *, key: str = "roofline") -> Chart:
             [p.flop_per_s for p in pts],
             marker,
             color=colour,
-            ms=7 if kind != "measured" else 8,
+            ms=7 if kind != PointKind.MEASURED else 8,
             ls="none",
             label=label,
-            mfc="white" if kind == "decode" else colour,
+            mfc="white" if kind == PointKind.DECODE else colour,
         )
         line.set_gid(f"points-{kind}")
         for p in pts:
@@ -165,7 +180,7 @@ def draw_roofline(data: RooflineData, *, key: str = "roofline") -> Chart:
                 p.label,
                 (p.intensity_flop_per_byte, p.flop_per_s),
                 textcoords="offset points",
-                xytext=(6, -12 if kind == "measured" else 5),
+                xytext=(6, -12 if kind == PointKind.MEASURED else 5),
                 fontsize=8,
             )
     ax.set_xscale("log")

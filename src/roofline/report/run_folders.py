@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,17 @@ TUNE_JSON = "tune.json"
 TRIALS_JSONL = "trials.jsonl"
 
 
+class RunKind(StrEnum):
+    """Which command wrote a run folder."""
+
+    BENCH = "bench"
+    TUNE = "tune"
+
+
 @dataclass(frozen=True)
 class LoadedRun:
     path: Path
-    kind: str  # bench | tune
+    kind: RunKind
     summary: RunSummary | None = None  # bench
     requests: tuple[RequestRecord, ...] = ()  # bench: the readable lines of requests.jsonl
     tune: Any = None  # tune: roofline.tune.result.TuneResult
@@ -114,7 +122,7 @@ def _load_bench(path: Path) -> LoadedRun:
     if summary.requests_ok == 0:
         warnings.append("no successful request in this run: nothing measured to chart")
     return LoadedRun(
-        path, "bench", summary=summary, requests=tuple(lines), warnings=tuple(warnings)
+        path, RunKind.BENCH, summary=summary, requests=tuple(lines), warnings=tuple(warnings)
     )
 
 
@@ -129,7 +137,7 @@ def _load_tune(path: Path) -> LoadedRun:
     if data is not None:
         try:
             return LoadedRun(
-                path, "tune", tune=TuneResult.from_json(data), warnings=tuple(warnings)
+                path, RunKind.TUNE, tune=TuneResult.from_json(data), warnings=tuple(warnings)
             )
         except (KeyError, TypeError, ValueError) as e:
             warnings.append(
@@ -165,7 +173,7 @@ def _load_tune(path: Path) -> LoadedRun:
         trials=tuple(trials),
         interrupted=True,
     )
-    return LoadedRun(path, "tune", tune=result, warnings=tuple(warnings))
+    return LoadedRun(path, RunKind.TUNE, tune=result, warnings=tuple(warnings))
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from roofline.errors import UserError
-from roofline.report.roofline_chart import RooflineData, RooflinePoint, model_points
+from roofline.report.roofline_chart import PointKind, RooflineData, RooflinePoint, model_points
+from roofline.report.run_folders import RunKind
+from roofline.tune.slots import TUNED, SlotKind
 
 _BYTES_PER_WEIGHT = {
     "fp32": 4.0,
@@ -112,7 +114,7 @@ def _bench_points(run: Any, flops: float, prefix: str | None) -> list[RooflinePo
         out.append(
             RooflinePoint(
                 f"{prefix}: {s.name}" if prefix else s.name,
-                "measured",
+                PointKind.MEASURED,
                 rows * flops / s_ceiling.bytes_per_token,
                 s.scenario.streams * speed.p50 * flops,
             )
@@ -124,11 +126,13 @@ def _trial_points(tune: Any, flops: float, bytes_per_token: float) -> list[Roofl
     out = []
     for t in tune.trials:
         speed = t.metrics.output_speed_median_tok_per_s
-        if t.status not in ("ok", "inexact") or not speed:
+        if t.status not in TUNED or not speed:
             continue
         b = t.metrics.bytes_per_token or bytes_per_token
         rows = _tokens_per_pass(t.metrics.tokens_per_pass)
-        out.append(RooflinePoint(f"trial {t.number}", "measured", rows * flops / b, speed * flops))
+        out.append(
+            RooflinePoint(f"trial {t.number}", PointKind.MEASURED, rows * flops / b, speed * flops)
+        )
     return out
 
 
@@ -138,7 +142,7 @@ def _baseline_dtype(run: Any) -> str | None:
     import json
 
     base = run.tune.baseline or next(
-        (t for t in run.tune.trials if t.slot.kind == "baseline"), None
+        (t for t in run.tune.trials if t.slot.kind == SlotKind.BASELINE), None
     )
     if base is None:
         return None
@@ -168,7 +172,7 @@ def hardware_label(hardware: str | None) -> str:
 
 def roofline_of_run(run: Any, prefix: str | None = None) -> RooflineData | None:
     """The chart data of one loaded run (None when it has no ceiling to place it against)."""
-    if run.kind == "bench":
+    if run.kind == RunKind.BENCH:
         c = run.summary.ceiling if run.summary else None
         if c is None:
             return None
@@ -197,7 +201,7 @@ def roofline_of_run(run: Any, prefix: str | None = None) -> RooflineData | None:
     data = RooflineData(bw, peak, hardware_label(hardware), str(label), ())
     measured = (
         _bench_points(run, flops, prefix)
-        if run.kind == "bench"
+        if run.kind == RunKind.BENCH
         else _trial_points(run.tune, flops, bpt)
     )
     notes = (

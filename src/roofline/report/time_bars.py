@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from roofline.report.charts import FLOOR, OTHER, ROOF, Chart, pyplot, render
+from roofline.tune.slots import TUNED, TrialStatus
 
 
 @dataclass(frozen=True)
@@ -85,9 +86,9 @@ def bars_of_tune(run: Any) -> list[TimeBar]:
     for t in tune.trials:
         m = t.metrics
         speed, ceiling = m.output_speed_median_tok_per_s, m.ceiling_tok_per_s
-        if t.status not in ("ok", "inexact") or not speed or not ceiling:
+        if t.status not in TUNED or not speed or not ceiling:
             continue
-        mark = " (inexact)" if t.status == "inexact" else ""
+        mark = " (inexact)" if t.status == TrialStatus.INEXACT else ""
         tpp = m.tokens_per_pass
         spec = bool(tpp and tpp > 1.0 and m.percent_of_ceiling is not None)
         out.append(

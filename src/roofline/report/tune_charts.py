@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from roofline.report.charts import FLOOR, MEASURED, OTHER, SERIES, Chart, pyplot, render
+from roofline.tune.slots import TrialStatus
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def draw_sweeps(sweeps: Sequence[Sweep], unit: str, *, key: str = "sweeps") -> C
             rep_x, rep_y, "o", color=SERIES[k % len(SERIES)], ms=4, alpha=0.7, ls="none"
         )
         dots.set_gid(f"sweep-{sw.knob}")
-        bad = [(x, p.objective) for x, p in zip(xs, sw.points) if p.status == "inexact"]
+        bad = [(x, p.objective) for x, p in zip(xs, sw.points) if p.status == TrialStatus.INEXACT]
         if bad:
             ax.plot(*zip(*bad), "x", color=FLOOR, ms=8, ls="none")
         ax.set_xticks(xs, labels, fontsize=8)

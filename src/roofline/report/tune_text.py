@@ -13,6 +13,7 @@ from roofline.tune.predict_records import Prediction
 from roofline.tune.predict_run import PredictedLadder, read_predicted, trial_predictions
 from roofline.tune.records import LadderStep
 from roofline.tune.result import TuneResult
+from roofline.tune.slots import SlotKind, TrialStatus
 from roofline.tune.trial_result import TrialResult
 
 Table = tuple[str, list[str], list[list[str]], list[str]]
@@ -36,17 +37,19 @@ def config_text(config: Mapping[str, Any], baseline: Mapping[str, Any] | None = 
 def trial_text(r: TrialResult, baseline: Mapping[str, Any] | None = None) -> str:
     """What a trial ran: its configuration; a skipped ladder value by its knob and value; for the
     ladder's incumbent slot, which step it measured the best so far for."""
-    if r.slot.kind != "incumbent":
-        if r.status == "skipped" and r.slot.knob is not None:  # a ladder value never configured
+    if r.slot.kind != SlotKind.INCUMBENT:
+        if (
+            r.status == TrialStatus.SKIPPED and r.slot.knob is not None
+        ):  # a ladder value never configured
             return f"{r.slot.knob}={r.slot.value}"
         return config_text(r.config, baseline)
     what = f"the incumbent again, before the {r.slot.knob} step"
-    return what if r.status == "skipped" else f"{what}: {config_text(r.config, baseline)}"
+    return what if r.status == TrialStatus.SKIPPED else f"{what}: {config_text(r.config, baseline)}"
 
 
 def status_note(r: TrialResult, full: bool = False) -> str:
     """Why a trial is not ok, in a few words (full: with the diverging pieces)."""
-    if r.status == "inexact" and r.exactness:
+    if r.status == TrialStatus.INEXACT and r.exactness:
         e = r.exactness
         unit = "token" if e.basis == "token_ids" else "char"
         short = f"differs at prompt {e.first_prompt!r} {unit} {e.first_position}"
@@ -55,7 +58,7 @@ def status_note(r: TrialResult, full: bool = False) -> str:
         return short + (f": {e.baseline_piece!r} vs {e.candidate_piece!r}" if full else "")
     if r.pruned_after:
         return f"stopped after {r.pruned_after} repetition(s) as clearly losing: never best"
-    if r.status in ("failed", "skipped") and r.error:
+    if r.status in (TrialStatus.FAILED, TrialStatus.SKIPPED) and r.error:
         first = printable(r.error.splitlines()[0])
         return first if full else first[:80]
     return ""
@@ -205,7 +208,8 @@ def ladder_table(t: TuneResult) -> Table | None:
         )
     for step, s in enumerate(t.ladder, 1):
         tried = ", ".join(
-            f"{p.value}: {fmt(p.objective)}" + ("" if p.status == "ok" else f" ({p.status})")
+            f"{p.value}: {fmt(p.objective)}"
+            + ("" if p.status == TrialStatus.OK else f" ({p.status})")
             for p in s.tried
         )
         gain = "-"
@@ -265,7 +269,7 @@ def trials_table(t: TuneResult, predicted: Mapping[int, Prediction] | None = Non
         headers.insert(4, "predicted")
     rows = []
     for r in t.trials:
-        if r.status != "skipped":
+        if r.status != TrialStatus.SKIPPED:
             row = [
                 str(r.number),
                 trial_text(r, base),
@@ -290,7 +294,7 @@ def trials_table(t: TuneResult, predicted: Mapping[int, Prediction] | None = Non
     skipped = [
         f"{r.slot.knob}={r.slot.value}"
         for r in t.trials
-        if r.status == "skipped" and r.slot.kind != "incumbent"
+        if r.status == TrialStatus.SKIPPED and r.slot.kind != SlotKind.INCUMBENT
     ]
     if skipped:
         notes.append(
@@ -298,7 +302,9 @@ def trials_table(t: TuneResult, predicted: Mapping[int, Prediction] | None = Non
             f"{', '.join(skipped)}"
         )
     notes += [
-        f"trial {r.number}: {status_note(r, full=True)}" for r in t.trials if r.status == "inexact"
+        f"trial {r.number}: {status_note(r, full=True)}"
+        for r in t.trials
+        if r.status == TrialStatus.INEXACT
     ]
     if predicted:
         notes.append(
@@ -318,7 +324,7 @@ def trials_table(t: TuneResult, predicted: Mapping[int, Prediction] | None = Non
 def failures(t: TuneResult, lines: int = 8) -> list[str]:
     out = []
     for r in t.trials:
-        if r.status == "failed":
+        if r.status == TrialStatus.FAILED:
             tail = printable("\n".join((r.log_tail or "").splitlines()[-lines:]))
             out.append(
                 f"trial {r.number} ({config_text(r.config)}) failed: {printable(r.error or '')}"
@@ -332,7 +338,7 @@ def best_lines(t: TuneResult) -> list[str]:
     b = t.best
     if b is None:
         return ["no configuration gave an exact result"]
-    what = "exact" if b.status == "ok" else "INEXACT (allowed by --allow-inexact)"
+    what = "exact" if b.status == TrialStatus.OK else "INEXACT (allowed by --allow-inexact)"
     gain = f", {t.gain:.2f}x the baseline" if t.gain else ""
     base = t.baseline.config if t.baseline else {}
     lines = [
