@@ -28,7 +28,7 @@ from roofline.errors import UserError
 from roofline.modelspec.components import components
 from roofline.modelspec.formats import WeightFormat, parse_format
 from roofline.modelspec.model import COMPONENT_KEYS, ModelSpec, StoredComponent
-from roofline.modelspec.model_files import ModelFiles, locate_model_files
+from roofline.modelspec.model_files import FileKind, ModelFiles, locate_model_files
 from roofline.modelspec.tensor_roles import StoredTensor, TensorRole, role_of
 
 
@@ -52,7 +52,7 @@ class ComponentWeights:
 @dataclass(frozen=True)
 class FileWeights:
     source: str  # the path as given
-    kind: str  # "gguf" or "safetensors"
+    kind: FileKind
     files: tuple[str, ...]  # the files whose headers were read
     components: tuple[ComponentWeights, ...]
     type_bytes: Mapping[str, int]  # stored bytes per tensor type, most first
@@ -157,7 +157,7 @@ def count_weights(files: ModelFiles, spec: ModelSpec) -> FileWeights:
     tally, skipped, skipped_bytes = _Tally(), 0, 0
     type_bytes: dict[str, int] = defaultdict(int)
     for t in files.tensors:
-        role = role_of(t.name, gguf=files.kind == "gguf", num_layers=spec.num_layers)
+        role = role_of(t.name, gguf=files.kind == FileKind.GGUF, num_layers=spec.num_layers)
         if role is None:
             skipped, skipped_bytes = skipped + 1, skipped_bytes + t.n_bytes
             continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,16 @@ INDEX_NAME = "model.safetensors.index.json"
 _SHARD = re.compile(r"-\d{3,6}-of-(\d{3,6})\.safetensors$")
 
 
+class FileKind(StrEnum):
+    """The format of a model's files."""
+
+    GGUF = "gguf"
+    SAFETENSORS = "safetensors"  # a file, or a checkpoint folder of them
+
+
 @dataclass(frozen=True)
 class ModelFiles:
-    kind: str  # "gguf" or "safetensors"
+    kind: FileKind
     source: str  # the path as given
     name: str  # the model's name in the output: the file's or the folder's
     paths: tuple[Path, ...]
@@ -38,18 +46,18 @@ class ModelFiles:
     quantized: bool  # config.json has a quantization_config: stored elements are not parameters
 
 
-def model_file_kind(path: Path) -> str | None:
-    """'gguf' or 'safetensors' when the path is a model file or a safetensors checkpoint folder."""
+def model_file_kind(path: Path) -> FileKind | None:
+    """The format when the path is a model file or a safetensors checkpoint folder."""
     try:
         if path.is_dir():
-            return "safetensors" if any(path.glob("*.safetensors")) else None
+            return FileKind.SAFETENSORS if any(path.glob("*.safetensors")) else None
         if not path.is_file():
             return None
         suffix = path.suffix.lower()
         if suffix in (".gguf", ".safetensors"):
-            return suffix[1:]
+            return FileKind(suffix[1:])
         with open(path, "rb") as f:
-            return "gguf" if f.read(4) == MAGIC else None
+            return FileKind.GGUF if f.read(4) == MAGIC else None
     except OSError:
         return None
 
@@ -68,7 +76,9 @@ def _gguf(path: Path, source: str) -> ModelFiles:
         spec = spec_from_config(cfg, name=path.name)
     except UserError as e:
         raise UserError(f"{path}: {e} (the config read from the GGUF metadata)") from None
-    return ModelFiles("gguf", source, path.name, (path,), header.tensors, spec, quantized=False)
+    return ModelFiles(
+        FileKind.GGUF, source, path.name, (path,), header.tensors, spec, quantized=False
+    )
 
 
 def _shard_files(folder: Path) -> list[Path]:
@@ -131,15 +141,15 @@ def _safetensors(path: Path, source: str) -> ModelFiles:
             where[t.name] = f
             tensors.append(t)
     return ModelFiles(
-        "safetensors", source, name, tuple(files), tuple(tensors), spec, _quantized(cfg)
+        FileKind.SAFETENSORS, source, name, tuple(files), tuple(tensors), spec, _quantized(cfg)
     )
 
 
 def locate_model_files(path: Path, source: str) -> ModelFiles | None:
     """The model files at `path` with their tensors and spec; None when it is not a model file."""
     kind = model_file_kind(path)
-    if kind == "gguf":
+    if kind == FileKind.GGUF:
         return _gguf(path, source)
-    if kind == "safetensors":
+    if kind == FileKind.SAFETENSORS:
         return _safetensors(path, source)
     return None
