@@ -148,7 +148,5 @@ def test_speculation_holds_weight_passes_not_tokens_against_the_ceiling():
     assert spec["basis"] == "passes" and spec["percent_of_ceiling"] == pytest.approx(60.0)
     assert spec["tokens_percent_of_one_token_ceiling"] == pytest.approx(150.0)
     assert spec["effective_bandwidth_bytes_per_s"] == pytest.approx(6e9)
-    plain = vs_ceiling(
-        c, {"p50": 80.0}, {"tokens_per_pass": 1.0, "passes_per_s": 80.0, "requests": 3}
-    )
+    plain = vs_ceiling(c, {"p50": 80.0}, Passes(requests=3, tokens_per_pass=1.0, passes_per_s=80.0))
     assert plain["basis"] == "tokens" and plain["percent_of_ceiling"] == pytest.approx(80.0)
