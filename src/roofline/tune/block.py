@@ -38,7 +38,7 @@ from roofline.tune.ladder import (
     ties_with,
 )
 from roofline.tune.paired import TIE_RATIO, clearly_worse, paired_ratio
-from roofline.tune.slots import Action, Decision, Slot, SlotKind, View
+from roofline.tune.slots import Action, Decision, Direction, Slot, SlotKind, View
 from roofline.tune.space_records import Space
 
 
@@ -243,7 +243,7 @@ def _close_call(
     tied whatever the rounds say, so they need none. None: the block's rounds decide."""
     if items[0].slot.kind != SlotKind.INCUMBENT or settings.reps < 2 or 0 not in active:
         return None
-    maximize = settings.objective.direction == "maximize"
+    maximize = settings.objective.direction == Direction.MAXIMIZE
     units = {k: _units(settings, runs[k]) for k in active}
     ratios = {k: paired_ratio(units[k], units[0], maximize, items[k].number) for k in active[1:]}
     better = [k for k, pr in ratios.items() if pr is not None and pr.verdict == "better"]
@@ -285,7 +285,7 @@ def _stop_slower(
     the first round (`paired.clearly_worse`): they run no more rounds and cannot be kept."""
     if items[0].slot.kind != SlotKind.INCUMBENT:
         return set()
-    maximize = settings.objective.direction == "maximize"
+    maximize = settings.objective.direction == Direction.MAXIMIZE
     base, out = _units(settings, runs[0]), set()
     for k in range(1, len(items)):
         if runs[k] and base and clearly_worse(_units(settings, runs[k]), base, maximize):

@@ -69,7 +69,7 @@ def _decide(d: Any, current: Any, step_results: Sequence[Any], rule: Rule) -> St
         return replace(step, note=note)
     incumbent = step.remeasured or current
     ratios = {
-        r.number: paired_ratio(r.units, incumbent.units, rule.direction == "maximize", r.number)
+        r.number: paired_ratio(r.units, incumbent.units, rule.maximize, r.number)
         for r in tried
         if rule.eligible(r) and r.units and incumbent.units
     }
@@ -131,9 +131,7 @@ def _simplest_tied(
         n: by_number[n].units for n, pr in ratios.items() if n != best and pr.verdict == "better"
     }
     pred = {n: by_number[n].predicted for n in beat}
-    against = ties_with(
-        top.units, beat, rule.direction == "maximize", top.number, pred, top.predicted
-    )
+    against = ties_with(top.units, beat, rule.maximize, top.number, pred, top.predicted)
     tied = [top, *(by_number[n] for n in against)]
     if len(tied) == 1:
         return best, ""

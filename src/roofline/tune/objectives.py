@@ -23,6 +23,7 @@ from roofline.bench.loadgen import Scenario
 from roofline.bench.records import RequestRecord
 from roofline.errors import UserError
 from roofline.tune.paired import unit_values
+from roofline.tune.slots import Direction
 
 
 @dataclass(frozen=True)
@@ -71,13 +72,13 @@ class ObjectiveInfo:
     """What a result says about its objective (tune.json's "objective"): no measuring function."""
 
     name: str
-    direction: str = "maximize"  # "maximize" | "minimize"
+    direction: Direction = Direction.MAXIMIZE
     unit: str = "tok/s"
     label: str = ""
 
     @property
     def maximize(self) -> bool:
-        return self.direction == "maximize"
+        return self.direction == Direction.MAXIMIZE
 
     def better_by(self, new: float, old: float) -> float:
         """new - old in the objective's direction (positive: new is better)."""
@@ -95,7 +96,7 @@ class ObjectiveInfo:
     def from_json(cls, d: Mapping[str, Any]) -> ObjectiveInfo:
         return cls(
             str(d["name"]),
-            str(d.get("direction") or "maximize"),
+            Direction(d.get("direction") or Direction.MAXIMIZE),
             str(d.get("unit") or "tok/s"),
             str(d.get("label") or d["name"]),
         )
@@ -104,7 +105,7 @@ class ObjectiveInfo:
 @dataclass(frozen=True)
 class Objective:
     name: str
-    direction: str  # "maximize" | "minimize"
+    direction: Direction
     unit: str
     label: str
     value: Callable[[Sequence[RequestRecord], ObjectiveSettings], float | None]
@@ -129,7 +130,7 @@ DEFAULT_OBJECTIVE = "speed"
 OBJECTIVES: dict[str, Objective] = {
     "speed": Objective(
         "speed",
-        "maximize",
+        Direction.MAXIMIZE,
         "tok/s",
         "Output Speed (single stream, median)",
         speed_value,
@@ -137,7 +138,7 @@ OBJECTIVES: dict[str, Objective] = {
     ),
     "goodput": Objective(
         "goodput",
-        "maximize",
+        Direction.MAXIMIZE,
         "tok/s",
         "goodput (output tok/s meeting the SLOs)",
         goodput_value,
@@ -147,7 +148,7 @@ OBJECTIVES: dict[str, Objective] = {
     ),
     "cost": Objective(
         "cost",
-        "minimize",
+        Direction.MINIMIZE,
         "$/Mtok",
         "cost per million output tokens",
         cost_value,

@@ -22,6 +22,13 @@ class TrialStatus(StrEnum):
 TUNED = (TrialStatus.OK, TrialStatus.INEXACT)  # statuses that carry a measured value
 
 
+class Direction(StrEnum):
+    """Which way an objective is better (Optuna's words)."""
+
+    MAXIMIZE = "maximize"
+    MINIMIZE = "minimize"
+
+
 class SlotKind(StrEnum):
     """What a slot is for."""
 
@@ -77,8 +84,12 @@ class Slot:
 class Rule:
     """How results compare: the objective's direction, and whether inexact trials may win."""
 
-    direction: str = "maximize"  # or "minimize"
+    direction: Direction = Direction.MAXIMIZE
     allow_inexact: bool = False
+
+    @property
+    def maximize(self) -> bool:
+        return self.direction == Direction.MAXIMIZE
 
     def eligible(self, r: Any) -> bool:
         """May be the best: measured, exact (or inexact allowed), and not pruned (measured on
@@ -94,17 +105,13 @@ class Rule:
 
     def gain(self, new: float, old: float) -> float:
         """How much better new is than old, in the objective's unit (positive = better)."""
-        return new - old if self.direction == "maximize" else old - new
+        return new - old if self.maximize else old - new
 
     def best(self, results: Sequence[Any]) -> Any | None:
         ok = [r for r in results if self.eligible(r)]
         if not ok:
             return None
-        return (
-            max(ok, key=lambda r: r.value)
-            if self.direction == "maximize"
-            else min(ok, key=lambda r: r.value)
-        )
+        return max(ok, key=lambda r: r.value) if self.maximize else min(ok, key=lambda r: r.value)
 
 
 @dataclass(frozen=True)
