@@ -87,6 +87,20 @@ def test_an_old_summary_still_loads_and_round_trips(bench_run, tmp_path):
     assert write_report([folder]).page.chart("time_per_token") is not None
 
 
+def test_a_cut_request_line_keeps_the_summarys_verify_result(bench_run, tmp_path):
+    # the summary's fields past the count of unreadable lines once moved one place along
+    folder = copy_run(bench_run[0], tmp_path)
+    data = json.loads((folder / "summary.json").read_text())
+    data["verify"] = {"checked": 3, "identical": 3, "streams": 2, "basis": "token_ids"}
+    (folder / "summary.json").write_text(json.dumps(data))
+    with (folder / "requests.jsonl").open("a") as f:
+        f.write('{"cut": ')
+    run = load_run(folder)
+    assert run.summary.unreadable_lines == 1
+    assert run.summary.verify is not None and run.summary.verify.checked == 3
+    assert run.summary.verify.streams == 2
+
+
 def test_tune_folder_with_only_trials(tune_run, tmp_path):
     folder = copy_run(tune_run[0], tmp_path)
     (folder / "tune.json").unlink()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -109,14 +109,7 @@ def _load_bench(path: Path) -> LoadedRun:
             )
         summary = summarize(lines, provenance=prov, unreadable_lines=bad)
     elif bad and not summary.unreadable_lines:
-        summary = RunSummary(
-            summary.provenance,
-            summary.scenarios,
-            summary.ceiling,
-            summary.slo_s,
-            bad,
-            summary.extra,
-        )
+        summary = replace(summary, unreadable_lines=bad)
     if summary.interrupted:
         warnings.append("the run was interrupted: it covers the requests that ended")
     if summary.requests_ok == 0:
