@@ -344,10 +344,17 @@ def dot_block(typingctx, a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hi
     return result(a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hint, lines, per), codegen
 
 
-def _host_has(feature: str) -> bool:
+def target_has(feature: str) -> bool:
+    """Whether the code numba compiles may use this LLVM CPU feature: numba's rule, the features in
+    NUMBA_CPU_FEATURES when set, else the host's (NUMBA_CPU_NAME alone keeps the host's features:
+    "haswell" on an AVX-512 host still compiles AVX-512 code)."""
     import llvmlite.binding as llvm
+    from numba.core import config
 
-    return ("+" + feature) in llvm.get_host_cpu_features().flatten().split(",")
+    features = config.CPU_FEATURES
+    if features is None:
+        features = llvm.get_host_cpu_features().flatten()
+    return ("+" + feature) in features.split(",")
 
 
 def _block_operands(context, builder, sig, args, m_a, m_b):

@@ -2,11 +2,14 @@
 
 The machines these tests meet differ (AVX-512 Xeons, Zen 4, AVX2-only EPYCs), and a promise kept by
 one instruction set's code can break in another's: a host with AVX-512 never runs its AVX2 code
-unless asked. numba compiles for the CPU named in NUMBA_CPU_NAME (haswell: AVX2, FMA and F16C, no
-AVX-512) and torch's MKL takes its AVX2 kernels under MKL_ENABLE_INSTRUCTIONS=AVX2, so a pytest
-subprocess with both set, and a kernel cache of its own, runs every `exactness` test
-(tests/conftest.py) on AVX2 code. The kernels sum in one order written out in the IR
-(roofline.simd), so the AVX2 build's logits also equal this process' bit for bit.
+unless asked. numba compiles for NUMBA_CPU_NAME with the features of NUMBA_CPU_FEATURES (the name
+alone keeps the host's features: "haswell" on an AVX-512 host still compiles AVX-512 code), so the
+subprocess gets haswell and the host's features with every AVX-512, AMX and later vector extension
+turned off; the kernels' own choices follow the same features (`simd.target_has`). torch's MKL
+takes its AVX2 kernels under MKL_ENABLE_INSTRUCTIONS=AVX2. That pytest subprocess, with a kernel
+cache of its own, runs every `exactness` test (tests/conftest.py) on AVX2 code. The kernels sum
+in one order written out in the IR (roofline.simd), divide exactly, and widen blocks exactly, so
+the AVX2 build's logits also equal this process' bit for bit.
 
 On a host without AVX-512 the suite's own run already is the AVX2 run, and these tests say so
 instead of running it twice.
@@ -26,7 +29,23 @@ from roofline.hardware.machine import cpu_flags
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
-AVX2_ENV = {"NUMBA_CPU_NAME": "haswell", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+# LLVM's names of the extensions past AVX2 (AVX-512's many, AMX's, the VEX-coded VNNI and IFMA)
+PAST_AVX2 = ("avx512", "amx", "avxvnni", "avxifma", "avxneconvert", "avx10", "evex512")
+
+
+def avx2_features() -> str:
+    """The host's LLVM CPU features with every extension past AVX2 turned off."""
+    import llvmlite.binding as llvm
+
+    features = llvm.get_host_cpu_features().flatten().split(",")
+    return ",".join("-" + f[1:] if f[1:].startswith(PAST_AVX2) else f for f in features)
+
+
+AVX2_ENV = {
+    "NUMBA_CPU_NAME": "haswell",
+    "NUMBA_CPU_FEATURES": avx2_features(),
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+}
 # set in the subprocess: its own copy of this module has nothing to run
 INSIDE = "ROOFLINE_TEST_ISA_RUN"
 DTYPES = ("fp32", "bf16", "int8", "stored")
@@ -51,17 +70,24 @@ def avx2_cache(tmp_path_factory) -> Path:
 
 
 def sample_logits(model_dir: Path) -> dict[str, np.ndarray]:
-    """Logits of a tiny model (an F32 file; a Q8_0 one for `stored`) in every dtype: a 150-token
-    prefill, a decode step and a 4-row verify pass."""
+    """Logits of a tiny model (an F32 file; for `stored` a Q4_1 one with a Q8_0 embedding, the
+    shipped file's formats) in every dtype: a 150-token prefill, a decode step and a 4-row verify
+    pass."""
     from fixtures import write_tiny_gguf
 
     from roofline.engine import load_runner
 
-    files = {t: write_tiny_gguf(model_dir, tensor_type=t, seed=0) for t in ("F32", "Q8_0")}
+    f32 = write_tiny_gguf(model_dir, tensor_type="F32", seed=0)
+    q4_1 = write_tiny_gguf(
+        model_dir,
+        tensor_type="Q4_1",
+        seed=0,
+        type_overrides={"model.embed_tokens.weight": "Q8_0"},
+    )
     ids = [int(t) for t in np.random.default_rng(0).integers(3, 300, 150)]
     out = {}
     for dtype in DTYPES:
-        path = files["Q8_0" if dtype == "stored" else "F32"]
+        path = q4_1 if dtype == "stored" else f32
         runner = load_runner(str(path), dtype=dtype, max_seq_len=256, threads=2, warmup=False)
         out[f"{dtype} prefill"] = runner.prefill(0, ids)
         out[f"{dtype} decode"] = runner.decode([0], [5])[0]

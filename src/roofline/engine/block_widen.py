@@ -22,10 +22,10 @@ from llvmlite import ir
 from numba import types
 
 from roofline.engine.block_formats import BY_CODE
-from roofline.simd import _F32, _I64, _KEEP, _fma, _host_has, _loader, _vec
+from roofline.simd import _F32, _I64, _KEEP, _fma, _loader, _vec, target_has
 
 _I8, _I16, _I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
-_F16C = _host_has("f16c")  # vcvtph2ps; without it fp16 is widened with integer operations
+_F16C = target_has("f16c")  # vcvtph2ps; without it fp16 is widened with integer operations
 
 
 # AVX-512's vpermps looks up 16 lanes in a 16-lane table. A 4-bit weight's float32 value is a
@@ -34,7 +34,7 @@ _F16C = _host_has("f16c")  # vcvtph2ps; without it fp16 is widened with integer 
 # and an fma or multiply: the same values, fewer uops on the two ports that run 512-bit vector
 # ops, where stored passes spend their time. The lookup reads only an index's low 4 bits, so low
 # nibbles need no mask. Other hosts convert each nibble.
-_PERMUTE = _host_has("avx512f")
+_PERMUTE = target_has("avx512f")
 _IOTA16 = ir.Constant(ir.VectorType(_F32, 16), [float(j) for j in range(16)])
 _IOTA16_MINUS8 = ir.Constant(ir.VectorType(_F32, 16), [float(j - 8) for j in range(16)])
 
