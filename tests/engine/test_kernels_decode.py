@@ -190,7 +190,7 @@ def test_more_workers_than_threads_still_finish_with_the_same_result():
         logit_rows=np.array([0]),
     )
     layers, head = decode.kernel_weights(runner.weights)
-    shape = decode.Shape(c.n_heads, np.float32(c.rms_eps), c.qk_norm)
+    shape = decode.kernel_shape(c, runner.weights)
     cache = decode.Cache(runner._cos, runner._sin, runner.cache.k, runner.cache.v)
     decode.decode_rows(rows, shape, layers, head, cache, got, 3, 64)
     assert np.array_equal(got, want)

@@ -52,12 +52,17 @@ def _widths(fmt: str) -> list[int]:
     return [256, 768]
 
 
+def _all(codes: np.ndarray) -> block_simd.StoredCodes:
+    """Codes with the set of every format: one compile serves every format's test."""
+    return block_simd.StoredCodes(codes, block_simd.ALL_FORMATS)
+
+
 @njit
 def _widen_rows(w, fmt, out):
     """out (rows, n_in) float32 = every row of a stored matrix widened by the kernels' loader."""
     n = out.shape[1]
     for o in range(w.shape[0]):
-        block_simd.stored_row(w, o * w.shape[1], fmt[o], n, out, o * n)
+        block_simd.stored_row(w, o * w.shape[1], fmt.codes[o], fmt.formats, n, out, o * n)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -67,7 +72,7 @@ def test_products_on_stored_rows_equal_the_float32_kernel_bit_for_bit(fmt):
     for n in _widths(fmt):
         rows = 37
         raw, dense = _rows(fmt, rows, n, rng)
-        codes = np.full(rows, code, np.uint8)
+        codes = _all(np.full(rows, code, np.uint8))
         widened = np.empty((rows, n), np.float32)
         _widen_rows(raw, codes, widened)
         assert np.array_equal(widened.view(np.uint32), dense.view(np.uint32)), (
@@ -99,8 +104,10 @@ def test_rows_of_several_formats_in_one_matrix():
     raw = np.zeros((20, stride), np.uint8)
     for i, (r, _) in enumerate(parts):
         raw[5 * i : 5 * i + 5, : r.shape[1]] = r
-    codes = np.repeat([BLOCK_FORMATS[f].code for f in ("Q4_K", "Q6_K", "Q8_0", "F16")], 5).astype(
-        np.uint8
+    codes = _all(
+        np.repeat([BLOCK_FORMATS[f].code for f in ("Q4_K", "Q6_K", "Q8_0", "F16")], 5).astype(
+            np.uint8
+        )
     )
     dense = np.concatenate([d for _, d in parts])
     x = rng.standard_normal((6, n)).astype(np.float32)
@@ -108,6 +115,28 @@ def test_rows_of_several_formats_in_one_matrix():
     layer_kernels.matvec_rows(raw, codes, x, got, 0, 20, False)
     layer_kernels.matvec_rows(dense, np.ones(20, np.float32), x, want, 0, 20, False)
     assert np.array_equal(got, want)
+
+
+def test_a_kernel_compiled_for_a_set_of_formats_widens_those_and_marks_any_other():
+    """Kernels are compiled for the formats a model uses (FormatSet): a row in a format outside
+    the set is NaN, never silently another format's values; inside it, the bits of the full set."""
+    rng = np.random.default_rng(11)
+    n = 64
+    raw8, dense8 = _rows("Q8_0", 3, n, rng)
+    raw4, _ = _rows("Q4_0", 3, n, rng)
+    raw = np.zeros((6, max(raw8.shape[1], raw4.shape[1])), np.uint8)
+    raw[:3, : raw8.shape[1]], raw[3:, : raw4.shape[1]] = raw8, raw4
+    codes = np.array([BLOCK_FORMATS["Q8_0"].code] * 3 + [BLOCK_FORMATS["Q4_0"].code] * 3, np.uint8)
+    assert block_simd.FormatSet.of(codes).codes == tuple(
+        sorted({BLOCK_FORMATS["Q8_0"].code, BLOCK_FORMATS["Q4_0"].code})
+    )
+    only_q8 = block_simd.StoredCodes(codes, block_simd.FormatSet.of(codes[:3]))
+    x = rng.standard_normal((2, n)).astype(np.float32)
+    got, want = np.empty((2, 6), np.float32), np.empty((2, 3), np.float32)
+    layer_kernels.matvec_rows(raw, only_q8, x, got, 0, 6, False)
+    layer_kernels.matvec_rows(dense8, np.ones(3, np.float32), x, want, 0, 3, False)
+    assert np.array_equal(got[:, :3], want)
+    assert np.isnan(got[:, 3:]).all()
 
 
 def test_fp16_widening_without_f16c_is_exact_for_every_value():
@@ -187,7 +216,10 @@ def test_a_model_in_each_format_decodes_the_float32_paths_ids(tmp_path_factory, 
     assert all(raw_only.tensors[name].is_meta for name in raw_only.raw)
     reference = load_runner(path, dtype="fp32", max_seq_len=160, threads=1)
     for threads in (1, 2):
-        runner = load_runner(path, dtype="stored", max_seq_len=160, threads=threads)
+        runner = load_runner(path, dtype="stored", max_seq_len=160, threads=threads, warmup=False)
+        # kernels compiled for every format: one compile serves the twelve files (a model's own
+        # set compiles apart, about a minute each; hence no warm-up, which would compile it)
+        runner.kernel_shape = runner.kernel_shape._replace(formats=block_simd.ALL_FORMATS)
         assert runner.bytes_per_token == runner.file_bytes_per_token
         for prompt in PROMPTS:
             ids = reference.tokenizer.encode(prompt)

@@ -31,6 +31,7 @@ from roofline.engine.attention import (
     gather_scratch,
     merge_attention,
 )
+from roofline.engine.block_simd import FormatSet, with_formats
 from roofline.engine.layer_kernels import _JIT, matvec_rows, qkv_to_cache, rms_norm, silu_mul
 from roofline.engine.widened_rows import embed_into
 from roofline.simd_memory import aligned_floats
@@ -101,12 +102,28 @@ class Shape(NamedTuple):
     n_heads: int
     eps: np.float32
     use_qk_norm: bool
+    formats: FormatSet | None = None  # stored rows: the formats of their codes
 
 
 def kernel_weights(w) -> tuple[LayerWeights, HeadWeights]:
     """The arrays of a weights.DecodeWeights, packed by field name."""
     layers = LayerWeights(*(getattr(w, name) for name in LayerWeights._fields))
     return layers, HeadWeights(*(getattr(w, name) for name in HeadWeights._fields))
+
+
+def kernel_shape(config, w) -> Shape:
+    """The config scalars, and for stored rows the formats their codes use: the kernels are
+    compiled for those only (`block_simd`)."""
+    formats = None
+    if w.wqkv.dtype == np.uint8:
+        formats = FormatSet.of(
+            *(
+                getattr(w, f)
+                for f in LayerWeights._fields + HeadWeights._fields
+                if f.endswith("_scale")
+            )
+        )
+    return Shape(config.n_heads, np.float32(config.rms_eps), config.qk_norm, formats)
 
 
 @njit(**_JIT)
@@ -203,11 +220,12 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
     LayerWeights, head: HeadWeights, cache: Cache; buffers and attn: scratch (see decode_rows)."""
     slots, positions, cache_positions = rows.slots, rows.positions, rows.cache_positions
     tree_base, tree_path, logit_rows = rows.tree_base, rows.tree_path, rows.logit_rows
-    n_heads, eps, use_qk_norm = shape.n_heads, shape.eps, shape.use_qk_norm
+    n_heads, eps, use_qk_norm, formats = shape
     attn_norm, wqkv, qkv_scale, bqkv = w.attn_norm, w.wqkv, w.qkv_scale, w.bqkv
     q_norm, k_norm, wo, o_scale, mlp_norm = w.q_norm, w.k_norm, w.wo, w.o_scale, w.mlp_norm
     wgu, gu_scale, wd, d_scale = w.wgu, w.gu_scale, w.wd, w.d_scale
-    final_norm, lm_head, lm_scale = head.final_norm, head.lm_head, head.lm_scale
+    final_norm, lm_head = head.final_norm, head.lm_head
+    lm_scale = with_formats(head.lm_scale, formats)
     cos, sin, k_cache, v_cache = cache.cos, cache.sin, cache.k, cache.v
     x, h_all, att_all, picked_all, qkv, gu, act, logits = buffers
     first_unit, n_chunks, work, scores, part_out, part_max, part_sum = attn[:7]
@@ -225,7 +243,7 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
             tid,
             n_threads,
             wqkv[layer],
-            qkv_scale[layer],
+            with_formats(qkv_scale[layer], formats),
             h,
             qkv,
             False,
@@ -288,7 +306,16 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
         phase += 1
         merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, att)
         _matvec_phase(
-            counters, phase, tid, n_threads, wo[layer], o_scale[layer], att, x, True, unit_bytes
+            counters,
+            phase,
+            tid,
+            n_threads,
+            wo[layer],
+            with_formats(o_scale[layer], formats),
+            att,
+            x,
+            True,
+            unit_bytes,
         )
         phase += 1
         rms_norm(x, mlp_norm[layer], eps, h)
@@ -298,7 +325,7 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
             tid,
             n_threads,
             wgu[layer],
-            gu_scale[layer],
+            with_formats(gu_scale[layer], formats),
             h,
             gu,
             act,
@@ -307,7 +334,16 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
         )
         phase += 1
         _matvec_phase(
-            counters, phase, tid, n_threads, wd[layer], d_scale[layer], act, x, True, unit_bytes
+            counters,
+            phase,
+            tid,
+            n_threads,
+            wd[layer],
+            with_formats(d_scale[layer], formats),
+            act,
+            x,
+            True,
+            unit_bytes,
         )
         phase += 1
     if logit_rows.shape[0] == 0:  # a prefill pass before the prompt's last
@@ -372,7 +408,7 @@ def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=
     q_dim = n_heads * head_dim
     x = _rows(k, hidden)  # the residual stream
     for r in range(k):
-        embed_into(head.embed, head.embed_scale, tokens[r], x, r)
+        embed_into(head.embed, with_formats(head.embed_scale, shape.formats), tokens[r], x, r)
     first_unit, n_chunks = attention_units(positions, n_kv)
     work = attention_work(rows.slots, n_chunks, n_kv, n_threads)
     scores, part_out, part_max, part_sum = attention_scratch(

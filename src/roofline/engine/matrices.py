@@ -2,8 +2,9 @@
 
     float32, bf16 bits (uint16), int8   the value is the row's float32 scale (1 unless int8)
     stored rows (uint8)                 W (out, stride): each row's bytes as the file stores them
-                                        (block_formats); the value is the row's format code
-                                        (uint8); n_in is the activations' width
+                                        (block_formats); beside them a `block_simd.StoredCodes`:
+                                        each row's format code and the model's FormatSet; n_in
+                                        is the activations' width
 
 Stacks over layers add a leading axis to both. numba specialises on the dtypes: `matvec` has one
 body per kind; stored rows go through `block_simd` (widened in registers, then the float32 order).
@@ -123,7 +124,7 @@ def _hint_span(w, lo, hi):
 def _matvec_overload(w, scale, x, out, o0, o1, accumulate):
     if _stored(w):
 
-        def stored(w, scale, x, out, o0, o1, accumulate):  # scale: the rows' format codes
+        def stored(w, scale, x, out, o0, o1, accumulate):  # scale: StoredCodes
             k = x.shape[0]
             if k <= 4:
                 _stored_group(w, scale, x, out, o0, o1, 0, k, accumulate, True)
@@ -147,9 +148,9 @@ def _matvec_overload(w, scale, x, out, o0, o1, accumulate):
 
 def stored_into(w, fmt, x, out, o0, o1, r, m, accumulate, first):
     """out[r + j, o] (+)= sum_t w[o, t] x[r + j, t] for stored rows o in [o0, o1) and j < m (a
-    literal 1..8): two weight rows at a time where they share a format (`block_simd.
-    stored_dot_block`), else one. first: the first pass over these rows, which hints each row's
-    bytes PREFETCH_BYTES ahead."""
+    literal 1..8), fmt: their StoredCodes: two weight rows at a time where they share a format
+    (`block_simd.stored_dot_block`), else one. first: the first pass over these rows, which hints
+    each row's bytes PREFETCH_BYTES ahead."""
     raise NotImplementedError
 
 
@@ -164,25 +165,36 @@ def _stored_into_overload(w, fmt, x, out, o0, o1, r, m, accumulate, first):
     # (2 to 4 x rows measured 10-20% faster a pass, docs/measured.md)
     def impl(w, fmt, x, out, o0, o1, r, m, accumulate, first):
         s, row, a = x.shape[1], w.shape[1], PREFETCH_BYTES
+        codes, formats = fmt.codes, fmt.formats
         o = o0
         while o < o1:
-            if o + 1 < o1 and fmt[o] == fmt[o + 1]:
+            if o + 1 < o1 and codes[o] == codes[o + 1]:
                 if first:
                     _hint_span(w, o * row + a, (o + 2) * row + a)
-                d = block_simd.stored_dot_block(w, o * row, fmt[o], x, r * s, s, s, 2, rows)
+                d = block_simd.stored_dot_block(
+                    w, o * row, codes[o], formats, x, r * s, s, s, 2, rows
+                )
                 store_sums(out, r, o, d, None, rows, accumulate)
                 o += 2
                 continue
-            # a row without a partner of its format (the end of a range, a format's last row):
-            # one x row at a time, so that one more kernel is compiled, not one per row count
             if first:
                 _hint_span(w, o * row + a, (o + 1) * row + a)
-            for j in range(rows):
-                d1 = block_simd.stored_dot_block(w, o * row, fmt[o], x, (r + j) * s, s, s, 1, 1)
-                _store(out, r + j, o, d1[0], np.float32(1.0), accumulate)
+            _stored_alone(w, fmt, x, out, o, r, m, accumulate)
             o += 1
 
     return impl
+
+
+@njit(**_JIT)
+def _stored_alone(w, fmt, x, out, o, r, m, accumulate):
+    # a row without a partner of its format (the end of a range, a format's last row): one x row
+    # at a time, in a function of its own, so that it is compiled once, not once per row count
+    s = x.shape[1]
+    for j in range(m):
+        d1 = block_simd.stored_dot_block(
+            w, o * w.shape[1], fmt.codes[o], fmt.formats, x, (r + j) * s, s, s, 1, 1
+        )
+        _store(out, r + j, o, d1[0], np.float32(1.0), accumulate)
 
 
 def _stored_group(w, fmt, x, out, o0, o1, r, m, accumulate, first):

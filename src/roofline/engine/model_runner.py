@@ -79,6 +79,10 @@ class ModelRunner(PassTiming):
         else:
             self.weights = pack_weights(self.config, checkpoint.tensors, dtype)
             self.bytes_per_token = weight_bytes_per_token(self.config, self.weights, dtype)
+        from roofline.engine.decode import kernel_shape
+
+        # the config's scalars and the stored formats the kernels are compiled for
+        self.kernel_shape = kernel_shape(self.config, self.weights)
         self._rope = rope_tables(self.config, self.max_seq_len)
         self._cos, self._sin = self._rope[0].numpy(), self._rope[1].numpy()
         self.cache = KVCache(self.config, self.max_batch, self.max_seq_len)
@@ -185,7 +189,6 @@ class ModelRunner(PassTiming):
             UNIT_BYTES,
             Cache,
             Rows,
-            Shape,
             decode_rows,
             kernel_weights,
         )
@@ -204,11 +207,17 @@ class ModelRunner(PassTiming):
         n_threads = self._use_threads()
         started = time.perf_counter()
         rows = Rows(tokens, slots, positions, cache_positions, tree_base, tree_path, logit_rows)
-        shape = Shape(c.n_heads, np.float32(c.rms_eps), c.qk_norm)
         layers, head = kernel_weights(self.weights)
         cache = Cache(self._cos, self._sin, self.cache.k, self.cache.v)
         decode_rows(
-            rows, shape, layers, head, cache, logits, n_threads, self.unit_bytes or UNIT_BYTES
+            rows,
+            self.kernel_shape,
+            layers,
+            head,
+            cache,
+            logits,
+            n_threads,
+            self.unit_bytes or UNIT_BYTES,
         )
         self._record_pass(n_threads, n, time.perf_counter() - started)
         return logits

@@ -20,9 +20,10 @@ def embed_into(embed, embed_scale, token, x, r):
 def _embed_into_overload(embed, embed_scale, token, x, r):
     if _stored(embed):
 
-        def stored(embed, embed_scale, token, x, r):  # embed_scale: the rows' format codes
-            n = x.shape[1]
-            block_simd.stored_row(embed, token * embed.shape[1], embed_scale[token], n, x, r * n)
+        def stored(embed, embed_scale, token, x, r):  # embed_scale: block_simd.StoredCodes
+            n, off = x.shape[1], token * embed.shape[1]
+            codes, formats = embed_scale.codes, embed_scale.formats
+            block_simd.stored_row(embed, off, codes[token], formats, n, x, r * n)
 
         return stored
 

@@ -97,11 +97,16 @@ def first_divergence(got, want, runner=None, ids=None):
 
 @pytest.fixture(scope="module", params=["fp32", "bf16", "int8", "stored"])
 def tiny(request, tiny_gguf, tmp_path_factory):
-    # stored: the same model as Q4_1 blocks, computed on as stored
+    # stored: the same model as Q4_1 blocks with a Q8_0 embedding (the shipped file's formats, so
+    # the two share their kernels), computed on as stored
     path = (
         tiny_gguf
         if request.param != "stored"
-        else write_tiny_gguf(tmp_path_factory.mktemp("tiny_q4_1"), tensor_type="Q4_1")
+        else write_tiny_gguf(
+            tmp_path_factory.mktemp("tiny_q4_1"),
+            tensor_type="Q4_1",
+            type_overrides={"model.embed_tokens.weight": "Q8_0"},
+        )
     )
     runner = load_runner(str(path), dtype=request.param, max_batch=4, max_seq_len=160)
     tok = runner.tokenizer
