@@ -7,8 +7,8 @@ import sys
 
 import typer
 
-from roofline.cli.generate import DTYPES
 from roofline.cli.speculation_flags import speculation_flags
+from roofline.dtypes import DTYPE_NAMES as DTYPES
 from roofline.errors import UserError
 from roofline.speculation import SpecOptions
 

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from roofline.dtypes import DTYPE_NAMES
 from roofline.engine.config import ModelConfig
 from roofline.simd_memory import aligned_empty
 
-DTYPES = ("stored", "fp32", "bf16", "int8")  # stored: as the file holds it (stored_weights)
+DTYPES = DTYPE_NAMES  # roofline.dtypes: stored as the file holds it (stored_weights), ...
 _STORAGE = {"fp32": np.float32, "bf16": np.uint16, "int8": np.int8}
 
 

@@ -21,12 +21,6 @@ from roofline.engine.speculate.base import Proposer, ProposerFactory, SpecOption
 from roofline.engine.speculate.prompt_lookup import PromptLookupProposer
 from roofline.engine.speculate.tree import DraftTree, ancestor_positions, tree_mask
 from roofline.engine.speculate.trie import TrieProposer, bfs_breadth
-from roofline.engine.weights import DTYPES
-
-if speculation.DRAFT_DTYPES != DTYPES:
-    raise ImportError(
-        f"roofline.speculation.DRAFT_DTYPES must equal engine.weights.DTYPES {DTYPES}"
-    )
 
 
 def factory_of(method: str) -> ProposerFactory:
