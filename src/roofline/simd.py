@@ -28,81 +28,81 @@ from numba.extending import intrinsic
 
 from roofline.simd_memory import emit_hints
 
-_F32 = ir.FloatType()
-_I64 = ir.IntType(64)
+F32 = ir.FloatType()
+I64 = ir.IntType(64)
 # a flag that changes nothing, present so numba's fastmath pass leaves the op alone
-_KEEP = ("afn",)
-_WIDTH = 16  # lanes of the main sums (one AVX-512 register of float32)
+KEEP_FLAGS = ("afn",)
+LANES = 16  # lanes of the main sums (one AVX-512 register of float32)
 _HALF = 8
 
 
-def _vec(n: int, t=_F32) -> ir.VectorType:
+def vec_type(n: int, t=F32) -> ir.VectorType:
     return ir.VectorType(t, n)
 
 
-_ZERO16 = ir.Constant(_vec(_WIDTH), [0.0] * _WIDTH)
+ZERO16 = ir.Constant(vec_type(LANES), [0.0] * LANES)
 
 
-def _fma(builder, a, b, c):
+def fma(builder, a, b, c):
     """a * b + c with one rounding (llvm.fma on a float32 scalar or vector)."""
     name = f"llvm.fma.v{a.type.count}f32" if isinstance(a.type, ir.VectorType) else "llvm.fma.f32"
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(a.type, [a.type] * 3), name)
     return builder.call(fn, [a, b, c])
 
 
-def _fold(builder, v, lanes: int, join=None):
+def fold(builder, v, lanes: int, join=None):
     """Sum of a vector's lanes by halving: v[:h] + v[h:] until one lane is left (join(lo, hi):
     another way to combine the halves, a maximum say)."""
     while lanes > 1:
         h = lanes // 2
-        mask_type = _vec(h, ir.IntType(32))
+        mask_type = vec_type(h, ir.IntType(32))
         lo = builder.shuffle_vector(v, v, ir.Constant(mask_type, list(range(h))))
         hi = builder.shuffle_vector(v, v, ir.Constant(mask_type, list(range(h, 2 * h))))
-        v = builder.fadd(lo, hi, flags=_KEEP) if join is None else join(lo, hi)
+        v = builder.fadd(lo, hi, flags=KEEP_FLAGS) if join is None else join(lo, hi)
         lanes = h
     return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
 
 
 def _fold_many(builder, vectors):
-    """[`_fold`(v, 16) for v in vectors], the same adds on the same lanes, several vectors per
+    """[`fold`(v, 16) for v in vectors], the same adds on the same lanes, several vectors per
     instruction: each level halves every sum's lanes, two vectors' halves packed into one (a
     vector of g groups of l lanes, g l = 16, becomes two vectors' 2g groups of l/2 lanes)."""
     out = {}
-    for v, groups in _fold_packed(builder, vectors):
+    for v, groups in fold_packed(builder, vectors):
         for lane, k in enumerate(groups):
             out.setdefault(k, builder.extract_element(v, ir.Constant(ir.IntType(32), lane)))
     return [out[k] for k in range(len(vectors))]
 
 
-def _fold_packed(builder, vectors):
+def fold_packed(builder, vectors):
     """`_fold_many`'s sums left packed: [(vector, [which sum each lane holds])]; sixteen vectors
     end as one, lane k holding the sum of vectors[k]."""
     i32 = ir.IntType(32)
     level = [(v, [k]) for k, v in enumerate(vectors)]  # (vector, which sum each group holds)
-    lanes = _WIDTH
+    lanes = LANES
     while lanes > 1:
         h, nxt = lanes // 2, []
         for p in range(0, len(level), 2):
             (x, gx), (y, gy) = level[p], level[min(p + 1, len(level) - 1)]
             lo = [
                 b + g * lanes + i
-                for b, gs in ((0, gx), (_WIDTH, gy))
+                for b, gs in ((0, gx), (LANES, gy))
                 for g in range(len(gs))
                 for i in range(h)
             ]
             hi = [i + h for i in lo]
             pick = [
-                builder.shuffle_vector(x, y, ir.Constant(_vec(_WIDTH, i32), m)) for m in (lo, hi)
+                builder.shuffle_vector(x, y, ir.Constant(vec_type(LANES, i32), m)) for m in (lo, hi)
             ]
-            nxt.append((builder.fadd(pick[0], pick[1], flags=_KEEP), gx + gy))
+            nxt.append((builder.fadd(pick[0], pick[1], flags=KEEP_FLAGS), gx + gy))
         level, lanes = nxt, h
     return level
 
 
-_ELEMENT = {types.float32: _F32, types.uint16: ir.IntType(16), types.int8: ir.IntType(8)}
+_ELEMENT = {types.float32: F32, types.uint16: ir.IntType(16), types.int8: ir.IntType(8)}
 
 
-def _loader(builder, dtype, base):
+def element_loader(builder, dtype, base):
     """load(i, lanes) -> float32 vector (or scalar when lanes == 0) of elements base[i:i+lanes],
     widened: bf16 bits (uint16) shift into the high half of a float32; int8 converts exactly."""
     elem = _ELEMENT[dtype]
@@ -111,9 +111,9 @@ def _loader(builder, dtype, base):
         ptr = builder.gep(base, [i])
         if lanes:
             raw = builder.load(
-                builder.bitcast(ptr, _vec(lanes, elem).as_pointer()), align=dtype.bitwidth // 8
+                builder.bitcast(ptr, vec_type(lanes, elem).as_pointer()), align=dtype.bitwidth // 8
             )
-            target = _vec(lanes, ir.IntType(32))
+            target = vec_type(lanes, ir.IntType(32))
             shift = ir.Constant(target, [16] * lanes)
         else:
             raw = builder.load(ptr)
@@ -122,9 +122,9 @@ def _loader(builder, dtype, base):
             return raw
         if dtype == types.uint16:
             return builder.bitcast(
-                builder.shl(builder.zext(raw, target), shift), _vec(lanes) if lanes else _F32
+                builder.shl(builder.zext(raw, target), shift), vec_type(lanes) if lanes else F32
             )
-        return builder.sitofp(raw, _vec(lanes) if lanes else _F32)  # int8
+        return builder.sitofp(raw, vec_type(lanes) if lanes else F32)  # int8
 
     return load
 
@@ -136,10 +136,10 @@ def _emit_sums(builder, n, load_a, loads_b, split=False, partials=4):
     wait on its accumulators. split: load_a(i, off, lanes) loads element i + off, i a multiple of
     64 and off a Python int, so block formats know their place in a block at compile time.
     """
-    return _emit_block(builder, n, [load_a], loads_b, split, partials=partials)[0]
+    return emit_block(builder, n, [load_a], loads_b, split, partials=partials)[0]
 
 
-def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None, partials=4):
+def emit_block(builder, n, loads_a, loads_b, split=False, hints=None, partials=4):
     """[[sum_i a_i * b_i for b in loads_b] for a in loads_a]: `_emit_sums` for several a at once,
     each sum in the same order. Each step's b is loaded once for every a: with 4 a and 4 b, a
     step's 16 FMAs need 8 loads where one a needed 20, so the FMA units set the pace, not the
@@ -149,18 +149,18 @@ def _emit_block(builder, n, loads_a, loads_b, split=False, hints=None, partials=
     runtime values: each 16-lane block of the main loop hints lines base, base + 64, ... (up to
     `lines` of them, a given number per block: `simd_memory.emit_hints`), so that memory streams
     while the block computes."""
-    joined, n64, loads_a, step = _emit_main(builder, n, loads_a, loads_b, split, hints, partials)
-    return _emit_finish(builder, n, n64, joined, loads_a, loads_b, step)
+    joined, n64, loads_a, step = emit_main(builder, n, loads_a, loads_b, split, hints, partials)
+    return emit_finish(builder, n, n64, joined, loads_a, loads_b, step)
 
 
-def _emit_finish(builder, n, n64, joined, loads_a, loads_b, step):
-    """`_emit_block`'s sums from `_emit_main`'s: folded, then each a's middle and tail."""
+def emit_finish(builder, n, n64, joined, loads_a, loads_b, step):
+    """`emit_block`'s sums from `emit_main`'s: folded, then each a's middle and tail."""
     # one a: each sum folded alone, in narrowing halves (cheaper than full-width packing, which
     # made one-row passes 3-10% slower)
     folded = (
         _fold_many(builder, joined)
         if len(loads_a) > 1
-        else [_fold(builder, v, _WIDTH) for v in joined]
+        else [fold(builder, v, LANES) for v in joined]
     )
     x = len(loads_b)
     return [
@@ -169,15 +169,15 @@ def _emit_finish(builder, n, n64, joined, loads_a, loads_b, step):
     ]
 
 
-def _emit_main(builder, n, loads_a, loads_b, split, hints, partials):
-    """`_emit_block`'s main loop over i < n - n % 64: (each sum's 16-lane vector, a by a then b by
+def emit_main(builder, n, loads_a, loads_b, split, hints, partials):
+    """`emit_block`'s main loop over i < n - n % 64: (each sum's 16-lane vector, a by a then b by
     b; n64; the a loaders as (i, off, lanes); the accumulating step)."""
     if not split:
         plains = loads_a
 
         def wrap(plain_a):
             return lambda i, off, lanes: plain_a(
-                i if off == 0 else builder.add(i, ir.Constant(_I64, off)), lanes
+                i if off == 0 else builder.add(i, ir.Constant(I64, off)), lanes
             )
 
         loads_a = [wrap(p) for p in plains]
@@ -185,26 +185,26 @@ def _emit_main(builder, n, loads_a, loads_b, split, hints, partials):
     def step(acc, a, b):
         old = builder.load(acc)
         builder.store(
-            builder.fadd(old, a, flags=_KEEP) if b is None else _fma(builder, a, b, old), acc
+            builder.fadd(old, a, flags=KEEP_FLAGS) if b is None else fma(builder, a, b, old), acc
         )
 
     accs = [
-        [[cgutils.alloca_once_value(builder, _ZERO16) for _ in range(partials)] for _ in loads_b]
+        [[cgutils.alloca_once_value(builder, ZERO16) for _ in range(partials)] for _ in loads_b]
         for _ in loads_a
     ]
-    n64 = builder.and_(n, ir.Constant(_I64, ~63))
-    with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), n64, ir.Constant(_I64, 64)) as (
+    n64 = builder.and_(n, ir.Constant(I64, ~63))
+    with cgutils.for_range_slice(builder, ir.Constant(I64, 0), n64, ir.Constant(I64, 64)) as (
         i,
         _,
     ):
         for c in range(4):  # the step's four 16-lane blocks in turn
             if hints is not None:  # hints[2] hints per 16-lane block
-                at = builder.add(builder.lshr(i, ir.Constant(_I64, 4)), ir.Constant(_I64, c))
+                at = builder.add(builder.lshr(i, ir.Constant(I64, 4)), ir.Constant(I64, c))
                 emit_hints(builder, hints, at)
-            j = builder.add(i, ir.Constant(_I64, c * _WIDTH))
-            a = [load_a(i, c * _WIDTH, _WIDTH) for load_a in loads_a]
+            j = builder.add(i, ir.Constant(I64, c * LANES))
+            a = [load_a(i, c * LANES, LANES) for load_a in loads_a]
             for x, load_b in enumerate(loads_b):
-                b = None if load_b is None else load_b(j, _WIDTH)
+                b = None if load_b is None else load_b(j, LANES)
                 for w in range(len(loads_a)):
                     step(accs[w][x][c % partials], a[w], b)
     joined = []  # per sum: its one sum, or its four partial sums as (a0 + a1) + (a2 + a3)
@@ -216,9 +216,9 @@ def _emit_main(builder, n, loads_a, loads_b, split, hints, partials):
                 continue
             joined.append(
                 builder.fadd(
-                    builder.fadd(v[0], v[1], flags=_KEEP),
-                    builder.fadd(v[2], v[3], flags=_KEEP),
-                    flags=_KEEP,
+                    builder.fadd(v[0], v[1], flags=KEEP_FLAGS),
+                    builder.fadd(v[2], v[3], flags=KEEP_FLAGS),
+                    flags=KEEP_FLAGS,
                 )
             )
     return joined, n64, loads_a, step
@@ -232,43 +232,43 @@ def _emit_rest(builder, n, n64, folded, load_a, loads_b, step):
     def b_at(load_b, i, lanes):
         return None if load_b is None else load_b(i, lanes)
 
-    n8 = builder.add(n64, builder.and_(builder.sub(n, n64), ir.Constant(_I64, ~7)))
+    n8 = builder.add(n64, builder.and_(builder.sub(n, n64), ir.Constant(I64, ~7)))
     with builder.if_then(builder.icmp_signed(">", n8, n64)):
-        zero8 = ir.Constant(_vec(_HALF), [0.0] * _HALF)
+        zero8 = ir.Constant(vec_type(_HALF), [0.0] * _HALF)
         acc8 = [cgutils.alloca_once_value(builder, zero8) for _ in loads_b]
         for acc, total in zip(acc8, totals):
             builder.store(
                 builder.insert_element(zero8, builder.load(total), ir.Constant(ir.IntType(32), 0)),
                 acc,
             )
-        with cgutils.for_range_slice(builder, n64, n8, ir.Constant(_I64, _HALF)) as (i, _):
+        with cgutils.for_range_slice(builder, n64, n8, ir.Constant(I64, _HALF)) as (i, _):
             a = load_a(i, 0, _HALF)
             for acc, load_b in zip(acc8, loads_b):
                 step(acc, a, b_at(load_b, i, _HALF))
         for acc, total in zip(acc8, totals):
-            builder.store(_fold(builder, builder.load(acc), _HALF), total)
-    with cgutils.for_range_slice(builder, n8, n, ir.Constant(_I64, 1)) as (i, _):
+            builder.store(fold(builder, builder.load(acc), _HALF), total)
+    with cgutils.for_range_slice(builder, n8, n, ir.Constant(I64, 1)) as (i, _):
         a = load_a(i, 0, 0)
         for total, load_b in zip(totals, loads_b):
             step(total, a, b_at(load_b, i, 0))
     return [builder.load(t) for t in totals]
 
 
-def _flat_pointer(context, builder, aryty, ary, index_ty, index):
+def flat_pointer(context, builder, aryty, ary, index_ty, index):
     """Pointer to the element at flat (C order) index `index` of a C-contiguous array."""
     arr = context.make_array(aryty)(context, builder, ary)
     return builder.gep(arr.data, [context.cast(builder, index, index_ty, types.intp)])
 
 
-_WEIGHTS = (types.float32, types.uint16, types.int8)
+WEIGHT_DTYPES = (types.float32, types.uint16, types.int8)
 
 
-def _contiguous(a, dtypes) -> bool:
+def is_contiguous(a, dtypes) -> bool:
     return isinstance(a, types.Array) and a.layout == "C" and a.dtype in dtypes
 
 
-def _float32_arrays(*arrays) -> bool:
-    return all(_contiguous(a, (types.float32,)) for a in arrays)
+def are_float32_arrays(*arrays) -> bool:
+    return all(is_contiguous(a, (types.float32,)) for a in arrays)
 
 
 @intrinsic
@@ -277,16 +277,16 @@ def dot(typingctx, a, ia, b, ib, n):
     a is C-contiguous float32, bf16 bits (uint16) or int8 (widened exactly), b C-contiguous float32.
     No bounds checks: the caller keeps both ranges inside their arrays."""
     ints = all(isinstance(t, types.Integer) for t in (ia, ib, n))
-    if not (ints and _contiguous(a, _WEIGHTS) and _contiguous(b, (types.float32,))):
+    if not (ints and is_contiguous(a, WEIGHT_DTYPES) and is_contiguous(b, (types.float32,))):
         return None
 
     def codegen(context, builder, sig, args):
         a_ty, ia_ty, b_ty, ib_ty, n_ty = sig.args
-        load_a = _loader(
-            builder, a_ty.dtype, _flat_pointer(context, builder, a_ty, args[0], ia_ty, args[1])
+        load_a = element_loader(
+            builder, a_ty.dtype, flat_pointer(context, builder, a_ty, args[0], ia_ty, args[1])
         )
-        load_b = _loader(
-            builder, types.float32, _flat_pointer(context, builder, b_ty, args[2], ib_ty, args[3])
+        load_b = element_loader(
+            builder, types.float32, flat_pointer(context, builder, b_ty, args[2], ib_ty, args[3])
         )
         return _emit_sums(
             builder, context.cast(builder, args[4], n_ty, types.intp), load_a, [load_b]
@@ -300,17 +300,17 @@ def vsum(typingctx, a, ia, n):
     """sum_{i < n} a.flat[ia + i] in float32, in the fixed order (plain adds); a C-contiguous
     float32."""
     if not (
-        _contiguous(a, (types.float32,))
+        is_contiguous(a, (types.float32,))
         and isinstance(ia, types.Integer)
         and isinstance(n, types.Integer)
     ):
         return None
 
     def codegen(context, builder, sig, args):
-        load = _loader(
+        load = element_loader(
             builder,
             types.float32,
-            _flat_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
+            flat_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1]),
         )
         return _emit_sums(
             builder, context.cast(builder, args[2], sig.args[2], types.intp), load, [None]
@@ -331,14 +331,16 @@ def dot_block(typingctx, a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hi
         isinstance(t, types.IntegerLiteral) and 1 <= t.literal_value <= 4
         for t in (a_rows, b_rows, per)
     )
-    if not (ints and literal and _contiguous(a, _WEIGHTS) and _contiguous(b, (types.float32,))):
+    if not (
+        ints and literal and is_contiguous(a, WEIGHT_DTYPES) and is_contiguous(b, (types.float32,))
+    ):
         return None
     m_a, m_b = a_rows.literal_value, b_rows.literal_value
     result = types.UniTuple(types.float32, m_a * m_b)
 
     def codegen(context, builder, sig, args):
-        loads_a, loads_b, hints, n_v = _block_operands(context, builder, sig, args, m_a, m_b)
-        sums = _emit_block(builder, n_v, loads_a, loads_b, hints=hints, partials=1)
+        loads_a, loads_b, hints, n_v = block_operands(context, builder, sig, args, m_a, m_b)
+        sums = emit_block(builder, n_v, loads_a, loads_b, hints=hints, partials=1)
         return context.make_tuple(builder, result, [v for per_a in sums for v in per_a])
 
     return result(a, ia, a_stride, b, ib, b_stride, n, a_rows, b_rows, hint, lines, per), codegen
@@ -357,7 +359,7 @@ def target_has(feature: str) -> bool:
     return ("+" + feature) in features.split(",")
 
 
-def _block_operands(context, builder, sig, args, m_a, m_b):
+def block_operands(context, builder, sig, args, m_a, m_b):
     """`dot_block`'s operands from its first twelve arguments: (a row loaders, b row loaders,
     hints or None, n as intp)."""
     a_ty, ia_ty, sa_ty, b_ty, ib_ty, sb_ty, n_ty, _, _, hint_ty, lines_ty, per_ty = sig.args[:12]
@@ -366,16 +368,16 @@ def _block_operands(context, builder, sig, args, m_a, m_b):
         start = context.cast(builder, start, start_ty, types.intp)
         stride = context.cast(builder, stride, stride_ty, types.intp)
         return [
-            _loader(
+            element_loader(
                 builder,
                 dtype,
-                _flat_pointer(
+                flat_pointer(
                     context,
                     builder,
                     ty,
                     ary,
                     types.intp,
-                    builder.add(start, builder.mul(stride, ir.Constant(_I64, r))),
+                    builder.add(start, builder.mul(stride, ir.Constant(I64, r))),
                 ),
             )
             for r in range(count)

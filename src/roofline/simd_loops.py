@@ -12,28 +12,28 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from roofline.simd import (
-    _F32,
-    _I64,
-    _KEEP,
-    _WIDTH,
-    _ZERO16,
-    _flat_pointer,
-    _float32_arrays,
-    _fma,
-    _fold,
-    _vec,
+    F32,
+    I64,
+    KEEP_FLAGS,
+    LANES,
+    ZERO16,
+    are_float32_arrays,
+    flat_pointer,
+    fma,
+    fold,
+    vec_type,
 )
 
 
 def _vload16(builder, ptr):
-    return builder.load(builder.bitcast(ptr, _vec(_WIDTH).as_pointer()), align=4)
+    return builder.load(builder.bitcast(ptr, vec_type(LANES).as_pointer()), align=4)
 
 
 def _splat16(builder, x):
     v = builder.insert_element(
-        ir.Constant(_vec(_WIDTH), ir.Undefined), x, ir.Constant(ir.IntType(32), 0)
+        ir.Constant(vec_type(LANES), ir.Undefined), x, ir.Constant(ir.IntType(32), 0)
     )
-    return builder.shuffle_vector(v, v, ir.Constant(_vec(_WIDTH, ir.IntType(32)), [0] * _WIDTH))
+    return builder.shuffle_vector(v, v, ir.Constant(vec_type(LANES, ir.IntType(32)), [0] * LANES))
 
 
 @intrinsic
@@ -47,25 +47,25 @@ def silu_block(typingctx, gate_up, ig, iu, e, out, io):
     AVX-512, which rounds apart from AVX2's division: AVX2 and AVX-512 logits differed in 80-90% of
     their values, up to 3.3e-7 relative; the division costs ~10 us a token row.)
     """
-    if not _float32_arrays(gate_up, e, out):
+    if not are_float32_arrays(gate_up, e, out):
         return None
 
     def codegen(context, builder, sig, args):
         ga_ty, ig_ty, iu_ty, e_ty, out_ty, io_ty = sig.args
-        v16 = _vec(_WIDTH)
-        g = _vload16(builder, _flat_pointer(context, builder, ga_ty, args[0], ig_ty, args[1]))
-        u = _vload16(builder, _flat_pointer(context, builder, ga_ty, args[0], iu_ty, args[2]))
+        v16 = vec_type(LANES)
+        g = _vload16(builder, flat_pointer(context, builder, ga_ty, args[0], ig_ty, args[1]))
+        u = _vload16(builder, flat_pointer(context, builder, ga_ty, args[0], iu_ty, args[2]))
         e0 = context.get_constant(types.intp, 0)
-        ex = _vload16(builder, _flat_pointer(context, builder, e_ty, args[3], types.intp, e0))
-        one = ir.Constant(v16, [1.0] * _WIDTH)
-        gu = builder.fmul(g, u, flags=_KEEP)
-        d = builder.fadd(ex, one, flags=_KEEP)
+        ex = _vload16(builder, flat_pointer(context, builder, e_ty, args[3], types.intp, e0))
+        one = ir.Constant(v16, [1.0] * LANES)
+        gu = builder.fmul(g, u, flags=KEEP_FLAGS)
+        d = builder.fadd(ex, one, flags=KEEP_FLAGS)
         num = builder.select(
-            builder.fcmp_ordered(">=", g, _ZERO16), gu, builder.fmul(gu, ex, flags=_KEEP)
+            builder.fcmp_ordered(">=", g, ZERO16), gu, builder.fmul(gu, ex, flags=KEEP_FLAGS)
         )
-        q = builder.fdiv(num, d, flags=_KEEP)  # correctly rounded on every ISA
+        q = builder.fdiv(num, d, flags=KEEP_FLAGS)  # correctly rounded on every ISA
         dst = builder.bitcast(
-            _flat_pointer(context, builder, out_ty, args[4], io_ty, args[5]), v16.as_pointer()
+            flat_pointer(context, builder, out_ty, args[4], io_ty, args[5]), v16.as_pointer()
         )
         builder.store(q, dst, align=4)
         return context.get_dummy_value()
@@ -80,32 +80,34 @@ def vmax(typingctx, a, ia, n):
     so this equals a scalar loop's (with NaN-free inputs; a -0 and a +0 may come out either way,
     which no difference s - max can tell); the scalar loop, one compare after another, held much
     of a verify pass's softmax (docs/measured.md)."""
-    if not (_float32_arrays(a) and isinstance(ia, types.Integer) and isinstance(n, types.Integer)):
+    if not (
+        are_float32_arrays(a) and isinstance(ia, types.Integer) and isinstance(n, types.Integer)
+    ):
         return None
 
     def codegen(context, builder, sig, args):
-        base = _flat_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        base = flat_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
         n_v = context.cast(builder, args[2], sig.args[2], types.intp)
-        v16 = _vec(_WIDTH)
+        v16 = vec_type(LANES)
 
         def biggest(x, y):
             return builder.select(builder.fcmp_ordered(">", y, x), y, x)
 
-        low = ir.Constant(v16, [float("-inf")] * _WIDTH)
+        low = ir.Constant(v16, [float("-inf")] * LANES)
         accs = [cgutils.alloca_once_value(builder, low) for _ in range(4)]
-        n64 = builder.and_(n_v, ir.Constant(_I64, ~63))
-        with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), n64, ir.Constant(_I64, 64)) as (
+        n64 = builder.and_(n_v, ir.Constant(I64, ~63))
+        with cgutils.for_range_slice(builder, ir.Constant(I64, 0), n64, ir.Constant(I64, 64)) as (
             i,
             _,
         ):
             for c, acc in enumerate(accs):
-                at = builder.add(i, ir.Constant(_I64, c * _WIDTH))
+                at = builder.add(i, ir.Constant(I64, c * LANES))
                 v = _vload16(builder, builder.gep(base, [at]))
                 builder.store(biggest(builder.load(acc), v), acc)
         m = [builder.load(acc) for acc in accs]
         v = biggest(biggest(m[0], m[1]), biggest(m[2], m[3]))
-        best = cgutils.alloca_once_value(builder, _fold(builder, v, _WIDTH, join=biggest))
-        with cgutils.for_range_slice(builder, n64, n_v, ir.Constant(_I64, 1)) as (i, _):
+        best = cgutils.alloca_once_value(builder, fold(builder, v, LANES, join=biggest))
+        with cgutils.for_range_slice(builder, n64, n_v, ir.Constant(I64, 1)) as (i, _):
             builder.store(biggest(builder.load(best), builder.load(builder.gep(base, [i]))), best)
         return builder.load(best)
 
@@ -122,7 +124,7 @@ def _offsets(tup) -> bool:
 def _pointers(context, builder, ary_ty, ary, tup_ty, tup):
     """Pointers to the elements at the flat indices of a tuple of ints."""
     return [
-        _flat_pointer(context, builder, ary_ty, ary, tup_ty.dtype, v)
+        flat_pointer(context, builder, ary_ty, ary, tup_ty.dtype, v)
         for v in cgutils.unpack_tuple(builder, tup, tup_ty.count)
     ]
 
@@ -138,41 +140,40 @@ def block_scores(typingctx, keys, k_off, head_dim, q, q_offs, scale, out, o_offs
     summed over i from 0, fused. SCORE_TILE independent 16-lane sums a head hide the FMA latency,
     and each key row is loaded once for all the heads (up to four: 16 sums in registers).
     """
-    if not (_float32_arrays(keys, q, out) and _offsets(q_offs) and _offsets(o_offs)):
+    if not (are_float32_arrays(keys, q, out) and _offsets(q_offs) and _offsets(o_offs)):
         return None
     if q_offs.count != o_offs.count:
         return None
 
     def codegen(context, builder, sig, args):
         (keys_ty, koff_ty, hd_ty, q_ty, qo_ty, sc_ty, out_ty, oo_ty) = sig.args
-        kbase = _flat_pointer(context, builder, keys_ty, args[0], koff_ty, args[1])
+        kbase = flat_pointer(context, builder, keys_ty, args[0], koff_ty, args[1])
         hd = context.cast(builder, args[2], hd_ty, types.intp)
         qp = _pointers(context, builder, q_ty, args[3], qo_ty, args[4])
         scale = context.cast(builder, args[5], sc_ty, types.float32)
-        accs = [
-            [cgutils.alloca_once_value(builder, _ZERO16) for _ in range(SCORE_TILE)] for _ in qp
-        ]
-        with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), hd, ir.Constant(_I64, 1)) as (
+        accs = [[cgutils.alloca_once_value(builder, ZERO16) for _ in range(SCORE_TILE)] for _ in qp]
+        with cgutils.for_range_slice(builder, ir.Constant(I64, 0), hd, ir.Constant(I64, 1)) as (
             i,
             _,
         ):
             qs = [
                 _splat16(
-                    builder, builder.fmul(builder.load(builder.gep(p, [i])), scale, flags=_KEEP)
+                    builder,
+                    builder.fmul(builder.load(builder.gep(p, [i])), scale, flags=KEEP_FLAGS),
                 )
                 for p in qp
             ]
             for m in range(SCORE_TILE):
                 row = builder.mul(
-                    builder.add(builder.mul(ir.Constant(_I64, m), hd), i), ir.Constant(_I64, _WIDTH)
+                    builder.add(builder.mul(ir.Constant(I64, m), hd), i), ir.Constant(I64, LANES)
                 )
                 k = _vload16(builder, builder.gep(kbase, [row]))
                 for h in range(len(qp)):
-                    builder.store(_fma(builder, qs[h], k, builder.load(accs[h][m])), accs[h][m])
+                    builder.store(fma(builder, qs[h], k, builder.load(accs[h][m])), accs[h][m])
         for h, obase in enumerate(_pointers(context, builder, out_ty, args[6], oo_ty, args[7])):
             for m in range(SCORE_TILE):
                 dst = builder.bitcast(
-                    builder.gep(obase, [ir.Constant(_I64, m * _WIDTH)]), _vec(_WIDTH).as_pointer()
+                    builder.gep(obase, [ir.Constant(I64, m * LANES)]), vec_type(LANES).as_pointer()
                 )
                 builder.store(builder.load(accs[h][m]), dst, align=4)
         return context.get_dummy_value()
@@ -192,7 +193,7 @@ def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_offs, out, o_offs,
     of 0, so a run split in two calls (t < m, then t >= m) gives exactly the one-call result (each
     sum is one FMA chain over t either way).
     """
-    if not (_float32_arrays(values, p, out) and _offsets(p_offs) and _offsets(o_offs)):
+    if not (are_float32_arrays(values, p, out) and _offsets(p_offs) and _offsets(o_offs)):
         return None
     if p_offs.count != o_offs.count:
         return None
@@ -200,7 +201,7 @@ def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_offs, out, o_offs,
     def codegen(context, builder, sig, args):
         (v_ty, voff_ty, n_ty, hd_ty, p_ty, po_ty, out_ty, oo_ty, acc_ty) = sig.args
         resume = context.cast(builder, args[8], acc_ty, types.boolean)
-        vbase = _flat_pointer(context, builder, v_ty, args[0], voff_ty, args[1])
+        vbase = flat_pointer(context, builder, v_ty, args[0], voff_ty, args[1])
         n_v = context.cast(builder, args[2], n_ty, types.intp)
         hd = context.cast(builder, args[3], hd_ty, types.intp)
         ps = _pointers(context, builder, p_ty, args[4], po_ty, args[5])
@@ -209,11 +210,11 @@ def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_offs, out, o_offs,
 
         def columns(c0, width, lanes):
             """Columns [c0, c0 + lanes width) of every head (lanes 16, or 1 for scalars)."""
-            zero = _ZERO16 if lanes > 1 else ir.Constant(_F32, 0.0)
+            zero = ZERO16 if lanes > 1 else ir.Constant(F32, 0.0)
 
             def start(h, c):
-                src = builder.gep(outs[h], [builder.add(c0, ir.Constant(_I64, c * lanes))])
-                src = builder.bitcast(src, _vec(_WIDTH).as_pointer()) if lanes > 1 else src
+                src = builder.gep(outs[h], [builder.add(c0, ir.Constant(I64, c * lanes))])
+                src = builder.bitcast(src, vec_type(LANES).as_pointer()) if lanes > 1 else src
                 slot = cgutils.alloca_once_value(builder, zero)
                 with builder.if_then(resume):
                     builder.store(builder.load(src, align=4), slot)
@@ -221,31 +222,32 @@ def weighted_rows(typingctx, values, v_off, n, head_dim, p, p_offs, out, o_offs,
 
             accs = [[start(h, c) for c in range(width)] for h in heads]
             with cgutils.for_range_slice(
-                builder, ir.Constant(_I64, 0), n_v, ir.Constant(_I64, 1)
+                builder, ir.Constant(I64, 0), n_v, ir.Constant(I64, 1)
             ) as (t, _):
                 pt = [builder.load(builder.gep(base, [t])) for base in ps]
                 pt = [_splat16(builder, x) for x in pt] if lanes > 1 else pt
                 row = builder.add(builder.mul(t, hd), c0)
                 for c in range(width):
-                    src = builder.gep(vbase, [builder.add(row, ir.Constant(_I64, c * lanes))])
+                    src = builder.gep(vbase, [builder.add(row, ir.Constant(I64, c * lanes))])
                     v = _vload16(builder, src) if lanes > 1 else builder.load(src)
                     for h in heads:
-                        builder.store(_fma(builder, pt[h], v, builder.load(accs[h][c])), accs[h][c])
+                        builder.store(fma(builder, pt[h], v, builder.load(accs[h][c])), accs[h][c])
             for h in heads:
                 for c in range(width):
-                    dst = builder.gep(outs[h], [builder.add(c0, ir.Constant(_I64, c * lanes))])
-                    dst = builder.bitcast(dst, _vec(_WIDTH).as_pointer()) if lanes > 1 else dst
+                    dst = builder.gep(outs[h], [builder.add(c0, ir.Constant(I64, c * lanes))])
+                    dst = builder.bitcast(dst, vec_type(LANES).as_pointer()) if lanes > 1 else dst
                     builder.store(builder.load(accs[h][c]), dst, align=4)
 
-        wide = builder.and_(hd, ir.Constant(_I64, ~63))
-        narrow = builder.and_(hd, ir.Constant(_I64, ~15))
-        with cgutils.for_range_slice(
-            builder, ir.Constant(_I64, 0), wide, ir.Constant(_I64, 64)
-        ) as (c0, _):
-            columns(c0, 4, _WIDTH)
-        with cgutils.for_range_slice(builder, wide, narrow, ir.Constant(_I64, _WIDTH)) as (c0, _):
-            columns(c0, 1, _WIDTH)
-        with cgutils.for_range_slice(builder, narrow, hd, ir.Constant(_I64, 1)) as (c0, _):
+        wide = builder.and_(hd, ir.Constant(I64, ~63))
+        narrow = builder.and_(hd, ir.Constant(I64, ~15))
+        with cgutils.for_range_slice(builder, ir.Constant(I64, 0), wide, ir.Constant(I64, 64)) as (
+            c0,
+            _,
+        ):
+            columns(c0, 4, LANES)
+        with cgutils.for_range_slice(builder, wide, narrow, ir.Constant(I64, LANES)) as (c0, _):
+            columns(c0, 1, LANES)
+        with cgutils.for_range_slice(builder, narrow, hd, ir.Constant(I64, 1)) as (c0, _):
             columns(c0, 1, 1)
         return context.get_dummy_value()
 

@@ -155,7 +155,7 @@ def test_fp16_widening_without_f16c_is_exact_for_every_value():
             ptr = builder.bitcast(
                 builder.gep(src.data, [args[1]]), ir.VectorType(ir.IntType(16), 16).as_pointer()
             )
-            value = block_simd._half_to_f32(builder, builder.load(ptr, align=2), 16, f16c=False)
+            value = block_simd.half_to_f32(builder, builder.load(ptr, align=2), 16, f16c=False)
             out_ptr = builder.bitcast(
                 builder.gep(dst.data, [args[1]]), ir.VectorType(ir.FloatType(), 16).as_pointer()
             )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from roofline.cli.ceiling_output import _print
+from roofline.cli.ceiling_output import print_ceiling
 from roofline.cli.output import emit_table, print_json
 
 _MODEL_HELP = (
@@ -134,7 +134,7 @@ def ceiling(
     if as_json:
         print_json(result.to_json())
     else:
-        _print(result, as_markdown=as_markdown)
+        print_ceiling(result, as_markdown=as_markdown)
     if plot is not None:
         from roofline.report.build import write_ceiling_plot  # matplotlib only when asked for
 

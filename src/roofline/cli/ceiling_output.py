@@ -114,7 +114,7 @@ def _line(text: str, *, as_markdown: bool) -> None:
     print_wrapped(console(), text, hanging="")
 
 
-def _print(result, *, as_markdown: bool) -> None:
+def print_ceiling(result, *, as_markdown: bool) -> None:
     from roofline.bounds.humanize import fmt_bandwidth, fmt_bytes, fmt_params
 
     m, hw = result.model, result.hardware

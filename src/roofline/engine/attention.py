@@ -26,7 +26,7 @@ from numba import njit
 from roofline import simd, simd_loops
 from roofline.engine import kv_cache
 from roofline.engine.fast_exp import exp_nonpos
-from roofline.engine.matrices import _JIT
+from roofline.engine.matrices import JIT_OPTIONS
 
 ATTN_CHUNK = kv_cache.ATTN_CHUNK
 KEY_BLOCK = kv_cache.KEY_BLOCK
@@ -34,7 +34,7 @@ TILE = simd_loops.SCORE_TILE * KEY_BLOCK  # positions a `block_scores` call cove
 ITEMS_PER_THREAD = 4
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def attention_units(positions, n_kv):
     """(first_unit, n_chunks): row r owns partials first_unit[r] .. first_unit[r+1]-1, n_chunks[r]
     = ceil((pos_r + 1) / ATTN_CHUNK) chunks of n_kv each: partial first_unit[r] + c * n_kv + g is
@@ -46,7 +46,7 @@ def attention_units(positions, n_kv):
     return first_unit, n_chunks
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def attention_work(slots, n_chunks, n_kv, n_threads):
     """Work items (n, 3): (first row, end row, c * n_kv + g) for each run of consecutive rows of
     one slot, each chunk c any of its rows has and each kv head g. A run with few chunks is cut
@@ -73,7 +73,7 @@ def attention_work(slots, n_chunks, n_kv, n_threads):
     return work
 
 
-@njit(inline="always", **_JIT)
+@njit(inline="always", **JIT_OPTIONS)
 def _direct(r, t0, positions, tree_base):
     """(n, n_direct, first): row r's positions in the chunk from t0, those read in place, and the
     index in its tree path of the first one gathered."""
@@ -82,7 +82,7 @@ def _direct(r, t0, positions, tree_base):
     return n, n_direct, t0 + n_direct - tree_base[r]
 
 
-@njit(inline="always", **_JIT)
+@njit(inline="always", **JIT_OPTIONS)
 def _scores4(keys, k_off, head_dim, q, qo, scale, out, oo, i, m, o_add):
     """`block_scores` for queries i .. i+m-1 (m 1..4) of the offset lists qo, oo (+ o_add)."""
     if m >= 4:
@@ -104,7 +104,7 @@ def _scores4(keys, k_off, head_dim, q, qo, scale, out, oo, i, m, o_add):
         simd_loops.block_scores(keys, k_off, head_dim, q, (qo[i],), scale, out, (oo[i] + o_add,))
 
 
-@njit(inline="always", **_JIT)
+@njit(inline="always", **JIT_OPTIONS)
 def _weighted4(values, v_off, n, head_dim, p, po, p_add, out, oo, i, m, resume):
     """`weighted_rows` for queries i .. i+m-1 (m 1..4): probabilities at po (+ p_add), out at oo."""
     if m >= 4:
@@ -130,7 +130,7 @@ def _weighted4(values, v_off, n, head_dim, p, po, p_add, out, oo, i, m, resume):
         )
 
 
-@njit(inline="always", **_JIT)
+@njit(inline="always", **JIT_OPTIONS)
 def _queries(u, r, g, group, head_dim, qkv, offs, at):
     """Row r's query heads of kv head g into offs[:, at:at+group]: their offsets in qkv (0), in the
     scores (1) and in part_out (2) of its partial u."""
@@ -140,7 +140,7 @@ def _queries(u, r, g, group, head_dim, qkv, offs, at):
         offs[2, at + j] = (u * group + j) * head_dim
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def _row_scores(
     u, r, t0, start, n, n_direct, qkv, offs, at, keys, tree, scores, gather_k, gather_s
 ):
@@ -186,7 +186,7 @@ def _row_scores(
             sc[jb, n_direct + i] = gather_s[width + i]
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def _row_softmax(u, n, scores, part_max, part_sum):
     """exp(s - max) in place over partial u's n scores a head; its max and sum."""
     group = scores.shape[1]
@@ -200,7 +200,7 @@ def _row_softmax(u, n, scores, part_max, part_sum):
         part_sum[u, j] = simd.vsum(scores, at, n)
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def _row_values(r, t0, start, n, n_direct, offs, at, values, tree, scores, gather_v, part_out):
     """o_j = sum_t p_jt v_t of one partial (heads' offsets in offs[:, at:at+group]) from position
     start on, continuing the sums of [0, start) when start > 0: in place, then the gathered
@@ -223,7 +223,7 @@ def _row_values(r, t0, start, n, n_direct, offs, at, values, tree, scores, gathe
                        m, n_direct > 0)  # fmt: skip
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def attend_work(
     item, work, first_unit, n_chunks, qkv, n_heads, slots, positions, tree_base, tree_path,
     layer, k_cache, v_cache, scores, part_out, part_max, part_sum, gather_k, gather_v, gather_s,
@@ -272,7 +272,7 @@ def attend_work(
             at += group
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def gather_scratch(n_threads, path_len, head_dim):
     """(gather_k, gather_v, gather_s) per thread for draft-tree rows whose ancestor paths hold up to
     path_len positions: keys in whole score tiles of key blocks, values, and a pair of heads'
@@ -285,7 +285,7 @@ def gather_scratch(n_threads, path_len, head_dim):
     )
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out):
     """Combine the chunks of each (row, head) as in flash-decoding:
     m = max_c m_c,   out_h = sum_c e^(m_c - m) o_c / sum_c e^(m_c - m) l_c"""
@@ -312,7 +312,7 @@ def merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out):
                     out[r, o0 + i] *= inv
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def attention_scratch(n_units, group, head_dim):
     """(scores, part_out, part_max, part_sum) for n_units partials."""
     return (

@@ -31,9 +31,9 @@ from numba.extending import (
 )
 
 from roofline.engine.block_formats import BY_CODE
-from roofline.engine.block_widen import _format_loader, _k
-from roofline.engine.block_widen import _half_to_f32 as _half_to_f32  # tests widen with it
-from roofline.simd import _F32, _contiguous, _emit_block, _flat_pointer, _loader, _vec
+from roofline.engine.block_widen import format_loader, ir_int
+from roofline.engine.block_widen import half_to_f32 as half_to_f32  # tests widen with it
+from roofline.simd import F32, element_loader, emit_block, flat_pointer, is_contiguous, vec_type
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def _switch(builder, fmt, formats, results, emit):
         builder.branch(merge)
     builder.position_at_end(default)
     for slot in results:
-        builder.store(ir.Constant(_F32, float("nan")), slot)
+        builder.store(ir.Constant(F32, float("nan")), slot)
     builder.branch(merge)
     builder.position_at_end(merge)
 
@@ -131,8 +131,8 @@ def stored_dot_block(typingctx, w, off, fmt, formats, x, ix, x_stride, n, w_rows
         and literal
         and w_rows.literal_value in (1, 2)
         and 1 <= w_rows.literal_value * x_rows.literal_value <= 16
-        and _contiguous(w, (types.uint8,))
-        and _contiguous(x, (types.float32,))
+        and is_contiguous(w, (types.uint8,))
+        and is_contiguous(x, (types.float32,))
         and isinstance(formats, FormatSetType)
     ):
         return None
@@ -146,40 +146,40 @@ def stored_dot_block(typingctx, w, off, fmt, formats, x, ix, x_stride, n, w_rows
         )
         off = context.cast(builder, args[1], off_ty, types.intp)
         rows = [
-            _flat_pointer(
+            flat_pointer(
                 context,
                 builder,
                 w_ty,
                 args[0],
                 types.intp,
-                builder.add(off, builder.mul(row_bytes, _k(q))),
+                builder.add(off, builder.mul(row_bytes, ir_int(q))),
             )
             for q in range(m_w)
         ]
         ix = context.cast(builder, args[5], ix_ty, types.intp)
         sx = context.cast(builder, args[6], sx_ty, types.intp)
         loads_x = [  # row r of x
-            _loader(
+            element_loader(
                 builder,
                 types.float32,
-                _flat_pointer(
+                flat_pointer(
                     context,
                     builder,
                     x_ty,
                     args[4],
                     types.intp,
-                    builder.add(ix, builder.mul(sx, _k(r))),
+                    builder.add(ix, builder.mul(sx, ir_int(r))),
                 ),
             )
             for r in range(m_x)
         ]
         n_v = context.cast(builder, args[7], n_ty, types.intp)
         code = context.cast(builder, args[2], fmt_ty, types.int32)
-        results = [cgutils.alloca_once(builder, _F32) for _ in range(m_w * m_x)]
+        results = [cgutils.alloca_once(builder, F32) for _ in range(m_w * m_x)]
 
         def emit(c):
-            loads = [_format_loader(builder, c, row) for row in rows]
-            sums = _emit_block(builder, n_v, loads, loads_x, split=True, partials=1)
+            loads = [format_loader(builder, c, row) for row in rows]
+            sums = emit_block(builder, n_v, loads, loads_x, split=True, partials=1)
             return [v for per_w in sums for v in per_w]
 
         _switch(builder, code, formats, results, emit)
@@ -195,36 +195,38 @@ def stored_row(typingctx, w, off, fmt, formats, n, out, io):
     ints = all(isinstance(t, types.Integer) for t in (off, fmt, n, io))
     if not (
         ints
-        and _contiguous(w, (types.uint8,))
-        and _contiguous(out, (types.float32,))
+        and is_contiguous(w, (types.uint8,))
+        and is_contiguous(out, (types.float32,))
         and isinstance(formats, FormatSetType)
     ):
         return None
 
     def codegen(context, builder, sig, args):
         w_ty, off_ty, fmt_ty, _, n_ty, out_ty, io_ty = sig.args
-        row = _flat_pointer(context, builder, w_ty, args[0], off_ty, args[1])
+        row = flat_pointer(context, builder, w_ty, args[0], off_ty, args[1])
         n_v = context.cast(builder, args[4], n_ty, types.intp)
-        dst = _flat_pointer(context, builder, out_ty, args[5], io_ty, args[6])
+        dst = flat_pointer(context, builder, out_ty, args[5], io_ty, args[6])
         code = context.cast(builder, args[2], fmt_ty, types.int32)
 
         def emit(c):  # the loads of `_emit_sums`: 16 lanes in steps of 64, then 8 lanes, then one
-            load = _format_loader(builder, c, row)
+            load = format_loader(builder, c, row)
 
             def put(i, value, lanes):
                 ptr = builder.gep(dst, [i])
                 builder.store(
-                    value, builder.bitcast(ptr, _vec(lanes).as_pointer()) if lanes else ptr, align=4
+                    value,
+                    builder.bitcast(ptr, vec_type(lanes).as_pointer()) if lanes else ptr,
+                    align=4,
                 )
 
-            n64 = builder.and_(n_v, _k(~63))
-            n8 = builder.and_(n_v, _k(~7))
-            with cgutils.for_range_slice(builder, _k(0), n64, _k(64)) as (i, _):
+            n64 = builder.and_(n_v, ir_int(~63))
+            n8 = builder.and_(n_v, ir_int(~7))
+            with cgutils.for_range_slice(builder, ir_int(0), n64, ir_int(64)) as (i, _):
                 for part in range(4):
-                    put(builder.add(i, _k(16 * part)), load(i, 16 * part, 16), 16)
-            with cgutils.for_range_slice(builder, n64, n8, _k(8)) as (i, _):
+                    put(builder.add(i, ir_int(16 * part)), load(i, 16 * part, 16), 16)
+            with cgutils.for_range_slice(builder, n64, n8, ir_int(8)) as (i, _):
                 put(i, load(i, 0, 8), 8)
-            with cgutils.for_range_slice(builder, n8, n_v, _k(1)) as (i, _):
+            with cgutils.for_range_slice(builder, n8, n_v, ir_int(1)) as (i, _):
                 put(i, load(i, 0, 0), 0)
             return []
 

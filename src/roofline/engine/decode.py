@@ -32,7 +32,7 @@ from roofline.engine.attention import (
     merge_attention,
 )
 from roofline.engine.block_simd import FormatSet, with_formats
-from roofline.engine.layer_kernels import _JIT, matvec_rows, qkv_to_cache, rms_norm, silu_mul
+from roofline.engine.layer_kernels import JIT_OPTIONS, matvec_rows, qkv_to_cache, rms_norm, silu_mul
 from roofline.engine.widened_rows import embed_into
 from roofline.simd_memory import aligned_floats
 
@@ -126,14 +126,14 @@ def kernel_shape(config, w) -> Shape:
     return Shape(config.n_heads, np.float32(config.rms_eps), config.qk_norm, formats)
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def _rows(n, width):
     """float32 (n, width), uninitialised, starting on a cache line: the matrices' x rows, each on a
     line of its own when width is a multiple of 16 (`simd_memory`)."""
     return aligned_floats(n * width).reshape((n, width))
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def _claim(counters, phase, tid, n_threads, n_units):
     """Next run of units of the phase for thread tid, as (first, count): from its own share first,
     then from other threads' unstarted ones; count 0 when none is left. A run is a quarter of what
@@ -154,7 +154,7 @@ def _claim(counters, phase, tid, n_threads, n_units):
     return 0, 0
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def _finish(counters, phase, n_threads, n_units, done):
     """Count this thread's `done` units of the phase, then wait until all n_units are done: spin
     (`pause`), then nap, so that on a busy machine it gives its core to the thread it waits for."""
@@ -170,14 +170,14 @@ def _finish(counters, phase, n_threads, n_units, done):
             atomics.nap(NAP_MICROSECONDS)
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def _rows_per_unit(w, unit_bytes):
     """About unit_bytes of w's rows, in whole 4-row blocks: a unit's odd rows would run through the
     k-row kernels one weight row at a time (`matrices`)."""
     return max(4, (unit_bytes // (w.shape[1] * w.itemsize) + 2) // 4 * 4)
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def _matvec_phase(counters, phase, tid, n_threads, w, scale, x, out, accumulate, unit_bytes):
     """out (+)= x W^T row-scaled, this thread's part of it."""
     per = _rows_per_unit(w, unit_bytes)
@@ -192,7 +192,7 @@ def _matvec_phase(counters, phase, tid, n_threads, w, scale, x, out, accumulate,
     _finish(counters, phase, n_threads, n_units, done)
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def _gate_up_phase(counters, phase, tid, n_threads, w, scale, x, gu, act, scratch, unit_bytes):
     """[g | u] = W x for a block of gate rows and the same block of up rows, then act = SiLU(g) * u
     on it."""
@@ -214,7 +214,7 @@ def _gate_up_phase(counters, phase, tid, n_threads, w, scale, x, gu, act, scratc
     _finish(counters, phase, n_threads, n_units, done)
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn, unit_bytes):
     """Thread tid's walk through the phases (module docstring). rows: Rows, shape: Shape, w:
     LayerWeights, head: HeadWeights, cache: Cache; buffers and attn: scratch (see decode_rows)."""
@@ -365,7 +365,7 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
     )
 
 
-@njit(parallel=True, **_JIT)
+@njit(parallel=True, **JIT_OPTIONS)
 def _run_workers(n_threads, counters, rows, shape, layers, head, cache, buffers, attn, unit_bytes):
     # the loop index is unsigned inside the parallel region: one signature
     for tid in prange(n_threads):
@@ -384,7 +384,7 @@ def _run_workers(n_threads, counters, rows, shape, layers, head, cache, buffers,
         )
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=UNIT_BYTES):
     """Run all layers for the k rows of `rows` (Rows): write each row's K/V into `cache` (Cache) at
     its cache position, and the float32 logits of row rows.logit_rows[j] into logits[j] (a prefill

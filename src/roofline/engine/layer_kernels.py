@@ -25,10 +25,10 @@ from numba import njit
 
 from roofline import simd, simd_loops
 from roofline.engine.fast_exp import exp_nonpos
-from roofline.engine.matrices import _JIT, matvec, widen
+from roofline.engine.matrices import JIT_OPTIONS, matvec, widen
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def matvec_rows(w, scale, x, out, o0, o1, accumulate):
     """out[r, o] = scale[o] * sum_i w[o, i] * x[r, i] (or += when accumulate) for rows o in [o0, o1)
     of w and every row r of x; w (n_out, n_in) fp32, bf16 bits or int8, scale (n_out,) float32 (ones
@@ -37,7 +37,7 @@ def matvec_rows(w, scale, x, out, o0, o1, accumulate):
     matvec(w, scale, x, out, o0, o1, accumulate)
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def rms_norm(x, weight, eps, out):
     """out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, row by row."""
     n = x.shape[1]
@@ -48,7 +48,7 @@ def rms_norm(x, weight, eps, out):
             out[r, i] = x[r, i] * inv * widen(weight[i])
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def _head_rms_norm(v, start, width, weight, eps):
     """In place: RMSNorm of v[start:start+width] (one head) with a per-head-dim weight (Qwen3 q/k
     norm)."""
@@ -58,7 +58,7 @@ def _head_rms_norm(v, start, width, weight, eps):
         v[start + i] = v[start + i] * inv * weight[i]
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def _rope_head(v, start, cos_row, sin_row):
     """In place RoPE on one head in HF's rotate-half layout: pairs (i, i + d/2) turn by angle
     pos * inv_freq_i:  a' = a cos - b sin,   b' = b cos + a sin"""
@@ -70,7 +70,7 @@ def _rope_head(v, start, cos_row, sin_row):
         v[start + half + i] = b * cos_row[i] + a * sin_row[i]
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def qkv_to_cache(
     qkv,
     bias,
@@ -116,7 +116,7 @@ def qkv_to_cache(
                 v_cache[s, layer, g, p, i] = row[q_dim + kv_dim + g * head_dim + i]
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def silu_mul(gate_up, out, j0=0, j1=-1, scratch=None):
     """out[:, j] = SiLU(g) * u for columns j in [j0, j1) (all by default) with [g | u] = gate_up
     rows; SiLU(g) = g sigmoid(g), and with e = exp(-|g|) <= 1 sigmoid(g) = 1 / (1 + e) for g >= 0

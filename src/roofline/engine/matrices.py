@@ -22,15 +22,17 @@ from roofline import simd, simd_memory
 from roofline.engine import block_simd, kernel_cache
 from roofline.simd_blocks import dot_block_into
 
-kernel_cache.install()  # before any kernel is decorated (the others import _JIT from here)
+kernel_cache.install()  # before any kernel is decorated (the others import JIT_OPTIONS from here)
 
 # fastmath lets LLVM vectorise element-wise loops; reductions take their order from `simd` instead.
 # error_model="numpy": float division without Python's zero check, which would block vectorisation.
-_JIT = dict(fastmath=True, cache=True, nogil=True, error_model="numpy")
-_OVERLOAD = dict(fastmath=True, nogil=True, error_model="numpy")  # the same flags, for overloads
+JIT_OPTIONS = dict(fastmath=True, cache=True, nogil=True, error_model="numpy")
+OVERLOAD_OPTIONS = dict(
+    fastmath=True, nogil=True, error_model="numpy"
+)  # the same flags, for overloads
 
 
-def _stored(w) -> bool:
+def is_stored_rows(w) -> bool:
     return isinstance(w, types.Array) and w.dtype == types.uint8
 
 
@@ -63,7 +65,7 @@ def _widen_overload(w):
     return None
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def _store(out, r, o, d, s, accumulate):
     """out[r, o] = d s, or += d s: the product and the sum in one place, so that every caller (1
     to 4 rows) compiles them alike (fastmath may fuse them into one fma: then everywhere)."""
@@ -79,7 +81,7 @@ def store_sums(out, r, o, d, scale, b_rows, accumulate):
     raise NotImplementedError
 
 
-@overload(store_sums, prefer_literal=True, inline="always", jit_options=_OVERLOAD)
+@overload(store_sums, prefer_literal=True, inline="always", jit_options=OVERLOAD_OPTIONS)
 def _store_sums_overload(out, r, o, d, scale, b_rows, accumulate):
     if not isinstance(b_rows, types.IntegerLiteral):
         return None
@@ -113,16 +115,16 @@ PREFETCH_BYTES = 4096
 TILE_BYTES = 32768
 
 
-@njit(inline="always", **_JIT)
+@njit(inline="always", **JIT_OPTIONS)
 def _hint_span(w, lo, hi):
     """Read hints for the lines of bytes [lo, hi) of w (clipped to w)."""
     for b in range(lo & ~63, min(hi, w.size * w.itemsize), 64):
         simd_memory.prefetch(w, b)
 
 
-@overload(matvec, jit_options=_OVERLOAD)
+@overload(matvec, jit_options=OVERLOAD_OPTIONS)
 def _matvec_overload(w, scale, x, out, o0, o1, accumulate):
-    if _stored(w):
+    if is_stored_rows(w):
 
         def stored(w, scale, x, out, o0, o1, accumulate):  # scale: StoredCodes
             k = x.shape[0]
@@ -154,7 +156,7 @@ def stored_into(w, fmt, x, out, o0, o1, r, m, accumulate, first):
     raise NotImplementedError
 
 
-@overload(stored_into, prefer_literal=True, jit_options=_OVERLOAD)
+@overload(stored_into, prefer_literal=True, jit_options=OVERLOAD_OPTIONS)
 def _stored_into_overload(w, fmt, x, out, o0, o1, r, m, accumulate, first):
     if not isinstance(m, types.IntegerLiteral):
         return None
@@ -185,7 +187,7 @@ def _stored_into_overload(w, fmt, x, out, o0, o1, r, m, accumulate, first):
     return impl
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def _stored_alone(w, fmt, x, out, o, r, m, accumulate):
     # a row without a partner of its format (the end of a range, a format's last row): one x row
     # at a time, in a function of its own, so that it is compiled once, not once per row count
@@ -202,7 +204,7 @@ def _stored_group(w, fmt, x, out, o0, o1, r, m, accumulate, first):
     raise NotImplementedError
 
 
-@overload(_stored_group, jit_options=_OVERLOAD)
+@overload(_stored_group, jit_options=OVERLOAD_OPTIONS)
 def _stored_group_overload(w, fmt, x, out, o0, o1, r, m, accumulate, first):
     # one branch per literal row count, written out as `store_sums` writes its lines
     lines = ["def impl(w, fmt, x, out, o0, o1, r, m, accumulate, first):"]
@@ -216,7 +218,7 @@ def _stored_group_overload(w, fmt, x, out, o0, o1, r, m, accumulate, first):
     return space["impl"]
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def _stored_tile(w, fmt, x, out, o0, o1, accumulate):
     # x rows in groups of up to 8 outside, the tile's weight rows inside, two at a time: widening
     # a stored block costs several instructions per 16 weights, so each widened vector serves 8 x
@@ -238,7 +240,7 @@ def block_into(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hint, lines, 
     raise NotImplementedError
 
 
-@overload(block_into, prefer_literal=True, inline="always", jit_options=_OVERLOAD)
+@overload(block_into, prefer_literal=True, inline="always", jit_options=OVERLOAD_OPTIONS)
 def _block_into_overload(w, scale, x, out, o, r, a_rows, b_rows, accumulate, hint, lines, per_step):
     literal = all(isinstance(t, types.IntegerLiteral) for t in (a_rows, b_rows, per_step))
     if not literal:
@@ -276,7 +278,7 @@ def _block_of(w, scale, x, out, o, r, a_rows, m, accumulate, hint, lines):
     raise NotImplementedError
 
 
-@overload(_block_of, prefer_literal=True, inline="always", jit_options=_OVERLOAD)
+@overload(_block_of, prefer_literal=True, inline="always", jit_options=OVERLOAD_OPTIONS)
 def _block_of_overload(w, scale, x, out, o, r, a_rows, m, accumulate, hint, lines):
     if not isinstance(a_rows, types.IntegerLiteral):
         return None
@@ -295,7 +297,7 @@ def _block_of_overload(w, scale, x, out, o, r, a_rows, m, accumulate, hint, line
     return impl
 
 
-@njit(inline="always", **_JIT)
+@njit(inline="always", **JIT_OPTIONS)
 def _plain_block(w, scale, x, out, o, r, m, rows, accumulate, hint, lines):
     """x rows r..r+m (m 1..4) against weight rows o..o+rows (rows 4, or 1)."""
     if rows == 4:
@@ -304,14 +306,14 @@ def _plain_block(w, scale, x, out, o, r, m, rows, accumulate, hint, lines):
         _block_of(w, scale, x, out, o, r, 1, m, accumulate, hint, lines)
 
 
-@njit(inline="always", **_JIT)
+@njit(inline="always", **JIT_OPTIONS)
 def _ahead(first, n_bytes, size):
     """(first byte, lines) of the lines from byte `first` on covering n_bytes, clipped to size."""
     lo = first & ~63
     return lo, max(0, (min(lo + n_bytes, size) - lo + 63) // 64)
 
 
-@njit(inline="always", **_JIT)
+@njit(inline="always", **JIT_OPTIONS)
 def _plain_rows(w, scale, x, out, o0, o1, accumulate):
     # up to four x rows: two to four in blocks of four weight rows (4 x 4: 8 loads per 16
     # FMAs; the last rows one at a time), one a weight row at a time (blocks of four: no
@@ -349,7 +351,7 @@ def _plain_rows(w, scale, x, out, o0, o1, accumulate):
         _block_of(w, scale, x, out, q, 0, 1, k, accumulate, 0, 0)
 
 
-@njit(inline="always", **_JIT)
+@njit(inline="always", **JIT_OPTIONS)
 def _tile_rows(row_bytes, group_bytes):
     """Weight rows per tile: what fits TILE_BYTES beside a group of four x rows (group_bytes), in
     whole 4-row blocks, at least one. (With long rows, one row fitted: the FFN's down matrix ran
@@ -357,7 +359,7 @@ def _tile_rows(row_bytes, group_bytes):
     return max(4, (TILE_BYTES - group_bytes) // row_bytes // 4 * 4)
 
 
-@njit(inline="always", **_JIT)
+@njit(inline="always", **JIT_OPTIONS)
 def _tile_share(ahead, tile_bytes, steps, step, size):
     """(first byte, lines): block `step` of `steps`'s equal share of the next tile's bytes, which
     start at byte `ahead` (clipped to size bytes)."""
@@ -366,7 +368,7 @@ def _tile_share(ahead, tile_bytes, steps, step, size):
     return lo, max(0, (hi - lo + 63) // 64)
 
 
-@njit(**_JIT)
+@njit(**JIT_OPTIONS)
 def _plain_tile(w, scale, x, out, o0, o1, accumulate):
     # more than four x rows: groups of four outside, the tile's weight rows inside, four at a time
     # (`simd.dot_block`: 8 loads per 16 FMAs); a group's x rows and the tile's weights

@@ -41,7 +41,7 @@ from roofline.engine.prefix_cache import PrefixCache
 from roofline.engine.requests import Event, RequestHandle, Sink, Usage, asyncio_sink
 from roofline.engine.sampling import SamplingParams
 from roofline.engine.scheduler_output import RequestOutput
-from roofline.engine.scheduler_prefill import PrefillChunks, _Work
+from roofline.engine.scheduler_prefill import PrefillChunks, PrefillWork
 from roofline.engine.scheduler_stats import SchedulerStats
 from roofline.engine.sequence import Sequence, fit_to_context
 from roofline.engine.speculate.step import (
@@ -117,11 +117,11 @@ class Scheduler(PrefillChunks, RequestOutput):
         self._clock = clock
         self._cv = threading.Condition()
         # submitted, not yet seen by the scheduler thread: (work, speculate, its own options)
-        self._inbox: deque[tuple[_Work, bool, SpecOptions | None]] = deque()
-        self._waiting: deque[_Work] = deque()  # scheduler thread only
+        self._inbox: deque[tuple[PrefillWork, bool, SpecOptions | None]] = deque()
+        self._waiting: deque[PrefillWork] = deque()  # scheduler thread only
         # holding a slot, prompt not done (scheduler thread only)
-        self._prefilling: deque[_Work] = deque()
-        self._running: list[_Work] = []  # scheduler thread only
+        self._prefilling: deque[PrefillWork] = deque()
+        self._running: list[PrefillWork] = []  # scheduler thread only
         self._free_slots = list(range(self.max_batch - 1, -1, -1))  # pop() hands out slot 0 first
         self._ids = itertools.count(1)
         self._stats = SchedulerStats()
@@ -219,7 +219,9 @@ class Scheduler(PrefillChunks, RequestOutput):
             if self._stopping:
                 raise RuntimeError("the scheduler is shut down")
             handle = RequestHandle(next(self._ids), self._wake)
-            self._inbox.append((_Work(handle, seq, sink, threads=threads), speculate, options))
+            self._inbox.append(
+                (PrefillWork(handle, seq, sink, threads=threads), speculate, options)
+            )
             self._stats.requests_total += 1
             self._stats.queued += 1
             self._cv.notify_all()
@@ -265,7 +267,7 @@ class Scheduler(PrefillChunks, RequestOutput):
             self._step()
         self._fail_all("the server is shutting down")
 
-    def _speculate(self, w: _Work, speculate: bool, options: SpecOptions | None) -> bool:
+    def _speculate(self, w: PrefillWork, speculate: bool, options: SpecOptions | None) -> bool:
         """Give an arrived request its speculation; False (the request failed) when its own
         options' maker could not be made."""
         if not speculate:

@@ -10,7 +10,7 @@ import logging
 
 from roofline.engine.requests import Event, Usage
 from roofline.engine.sampling import sample
-from roofline.engine.scheduler_prefill import _Work
+from roofline.engine.scheduler_prefill import PrefillWork
 from roofline.engine.speculate.adaptive import SpecStats
 
 _log = logging.getLogger("roofline.engine.scheduler")
@@ -20,7 +20,7 @@ class RequestOutput:
     """The output half of a `Scheduler` (a mixin: it reads the scheduler's queues, slots, runner,
     statistics and lock)."""
 
-    def _accept(self, w: _Work, logits) -> None:
+    def _accept(self, w: PrefillWork, logits) -> None:
         """Sample the first token from the prefill's logits and emit what became final."""
         w.passes += 1
         try:
@@ -34,7 +34,7 @@ class RequestOutput:
             return
         self._emit_tokens(w, (token,), text)
 
-    def _emit_tokens(self, w: _Work, tokens: tuple[int, ...], text: str) -> None:
+    def _emit_tokens(self, w: PrefillWork, tokens: tuple[int, ...], text: str) -> None:
         with self._cv:
             self._stats.generation_tokens_total += len(tokens)
         if w.seq.done:
@@ -44,7 +44,7 @@ class RequestOutput:
 
     def _finish(
         self,
-        w: _Work,
+        w: PrefillWork,
         reason: str,
         *,
         text: str = "",
@@ -78,7 +78,7 @@ class RequestOutput:
         self._emit(w, Event(text, token_ids, reason, usage, error, stats))
 
     @staticmethod
-    def _emit(w: _Work, event: Event) -> None:
+    def _emit(w: PrefillWork, event: Event) -> None:
         # a broken sink is the caller's problem, never the scheduler's
         with contextlib.suppress(Exception):
             w.sink(event)

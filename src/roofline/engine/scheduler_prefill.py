@@ -1,7 +1,7 @@
-"""Chunked prefill in the scheduler: the record of one request inside it (`_Work`: its slot, how
-much of its prompt the slot's cache holds, its prefix-cache path, its speculation and passes) and
-the prefill half of a step (`PrefillChunks`, a mixin of `Scheduler`; the policy is in scheduler.py's
-docstring).
+"""Chunked prefill in the scheduler: the record of one request inside it (`PrefillWork`: its slot,
+how much of its prompt the slot's cache holds, its prefix-cache path, its speculation and passes)
+and the prefill half of a step (`PrefillChunks`, a mixin of `Scheduler`; the policy is in
+scheduler.py's docstring).
 
 A turn (the prefill half of one step) runs a request's granules, as many as fit, in one
 `runner.prefill` call: a prefill row's bits do not depend on the rows beside it
@@ -33,7 +33,7 @@ _log = logging.getLogger("roofline.engine.scheduler")  # prefill failures log as
 
 
 @dataclass(eq=False)
-class _Work:
+class PrefillWork:
     handle: RequestHandle
     seq: Sequence
     sink: Sink
@@ -59,11 +59,11 @@ class PrefillChunks:
     _turn_start: float
     _turn_tokens: int
 
-    def _granule(self, w: _Work) -> int:
+    def _granule(self, w: PrefillWork) -> int:
         """The runner's prefill granule (a runner without one: the whole prompt)."""
         return getattr(self.runner, "prefill_chunk_tokens", None) or len(w.seq.prompt_ids)
 
-    def _chunk_tokens(self, w: _Work) -> int:
+    def _chunk_tokens(self, w: PrefillWork) -> int:
         """Prompt tokens of the request's next prefill chunk."""
         return chunk_end(w.prefilled, len(w.seq.prompt_ids), self._granule(w)) - w.prefilled
 
@@ -76,7 +76,7 @@ class PrefillChunks:
             return False
         return self._clock() - self._turn_start + seconds <= self.prefill_chunk_s
 
-    def _compute_end(self, w: _Work) -> int:
+    def _compute_end(self, w: PrefillWork) -> int:
         """End of w's next computation: the rest of its granule, then each next granule while the
         whole still fits (`_fits`)."""
         n = len(w.seq.prompt_ids)
@@ -85,7 +85,7 @@ class PrefillChunks:
             end = chunk_end(end, n, size)
         return end
 
-    def _next_fits(self, w: _Work) -> bool:
+    def _next_fits(self, w: PrefillWork) -> bool:
         """Whether w's next granule fits this turn: a cached one while time is left, a computed one
         when its predicted time fits (`_fits`)."""
         if self._cached_node(w) is None:
@@ -122,7 +122,7 @@ class PrefillChunks:
             ran += self._run_granules(w, must=not i)
         return ran > 0
 
-    def _run_granules(self, w: _Work, *, must: bool) -> int:
+    def _run_granules(self, w: PrefillWork, *, must: bool) -> int:
         """Granules of w, loaded from the prefix cache or computed, while they fit (the first one
         when `must`); w goes to the back of the prefills in progress unless it finished, failed or
         was cancelled. Returns the granules run."""
@@ -144,7 +144,7 @@ class PrefillChunks:
         self._prefilling.append(w)
         return ran
 
-    def _run_chunk(self, w: _Work) -> bool:
+    def _run_chunk(self, w: PrefillWork) -> bool:
         """One prefill chunk of w; after the last, w joins the running requests with its first token
         sampled. Returns whether w is still prefilling."""
         prompt = w.seq.prompt_ids
@@ -171,7 +171,7 @@ class PrefillChunks:
         self._prefill_done(w, logits)
         return False
 
-    def _prefill_done(self, w: _Work, logits) -> None:
+    def _prefill_done(self, w: PrefillWork, logits) -> None:
         """w's prompt is in its slot: it joins the running requests with its first token sampled
         from `logits` (its last position's)."""
         with self._cv:
@@ -182,13 +182,13 @@ class PrefillChunks:
         self._accept(w, logits)
 
     # ---- the prefix cache -----------------------------------------------------------------------
-    def _lookup(self, w: _Work) -> None:
+    def _lookup(self, w: PrefillWork) -> None:
         """Count a new request's lookup (its granules load in `_load_cached`)."""
         if self.prefix_cache is not None:
             self.prefix_cache.count_lookup()
             self._publish_cache()
 
-    def _next_granule(self, w: _Work) -> bool:
+    def _next_granule(self, w: PrefillWork) -> bool:
         """Whether w's next chunk is a whole granule that extends its cached path and leaves at
         least the prompt's last token to compute (its logits come from a prefill)."""
         cache = self.prefix_cache
@@ -196,7 +196,7 @@ class PrefillChunks:
             return False
         return w.prefilled + cache.granule <= len(w.seq.prompt_ids) - 1
 
-    def _cached_node(self, w: _Work) -> tuple[PrefixNode, int] | None:
+    def _cached_node(self, w: PrefillWork) -> tuple[PrefixNode, int] | None:
         """The prefix cache's node for w's next granule, or for its last chunk with the logits, and
         its rows to load (all); else a node that starts alike and its shared rows, short of the
         chunk's last (computed, with its logits when the prompt ends there); None when the cache
@@ -212,7 +212,7 @@ class PrefillChunks:
         rows = 0 if found is None else min(found[1], length - 1)
         return (found[0], rows) if rows else None
 
-    def _load_cached(self, w: _Work, node: PrefixNode, rows: int) -> bool:
+    def _load_cached(self, w: PrefillWork, node: PrefixNode, rows: int) -> bool:
         """Load the first `rows` of a node (`_cached_node`) into w's slot; whether it did. A whole
         node joins w's path, and when it is the prompt's last chunk, w runs; part of one does not
         (w computes and caches its own granule)."""
@@ -236,7 +236,7 @@ class PrefillChunks:
             self._prefill_done(w, node.logits.copy())
         return True
 
-    def _at_tail(self, w: _Work) -> bool:
+    def _at_tail(self, w: PrefillWork) -> bool:
         """Whether w's cached path reaches its last chunk (a granule or less to go)."""
         cache = self.prefix_cache
         left = len(w.seq.prompt_ids) - w.prefilled
@@ -247,7 +247,7 @@ class PrefillChunks:
             and 0 < left <= cache.granule
         )
 
-    def _store(self, w: _Work, end: int, logits) -> None:
+    def _store(self, w: PrefillWork, end: int, logits) -> None:
         """Offer the granules w's slot now holds whole past its cached path to the prefix cache:
         each whole granule up to `end`, and its prompt's last chunk with the logits (a tail)."""
         cache = self.prefix_cache
@@ -275,7 +275,7 @@ class PrefillChunks:
                 break
         self._publish_cache()
 
-    def _release_prefix(self, w: _Work) -> None:
+    def _release_prefix(self, w: PrefillWork) -> None:
         """Give back w's references (its prefill finished, failed or was cancelled)."""
         w.caching = False
         if w.cached and self.prefix_cache is not None:

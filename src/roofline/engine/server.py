@@ -39,7 +39,7 @@ from roofline.engine.server_responses import (
     shutting_down,
     stream_events,
 )
-from roofline.engine.server_state import _ServerState
+from roofline.engine.server_state import ServerState
 from roofline.engine.shutdown import Drain, GracefulServer
 
 
@@ -91,7 +91,7 @@ def create_app(
     if metrics_require_key and not api_key:
         raise ValueError("metrics_require_key needs an api_key")
     limits = limits or Limits()
-    state = _ServerState(
+    state = ServerState(
         scheduler, served_model_name, api_key, limits, Drain(grace_s), metrics_require_key
     )
 
@@ -260,7 +260,7 @@ def uvicorn_server(app: FastAPI, *, log_level: str = "warning") -> GracefulServe
     scheduler."""
     import uvicorn
 
-    state: _ServerState = app.state.roofline
+    state: ServerState = app.state.roofline
     config = uvicorn.Config(
         app,
         log_level=log_level,

@@ -1,4 +1,4 @@
-"""What the routes of the server share (`_ServerState`): the runner's facts, the scheduler, the API
+"""What the routes of the server share (`ServerState`): the runner's facts, the scheduler, the API
 key, the metrics registry, and the per-request work done in a worker thread: parsing the body,
 templating and tokenizing the prompt (with the 400s those raise).
 """
@@ -34,7 +34,7 @@ def _pass_costs(runner: Any) -> tuple[tuple[int, float], ...] | None:
     return tuple(sorted(table.items())) if isinstance(table, dict) and len(table) > 1 else None
 
 
-class _ServerState:
+class ServerState:
     """What the routes share: the runner's facts, the scheduler, the key. One per app."""
 
     def __init__(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from numba.extending import overload
 
 from roofline.engine import block_simd
-from roofline.engine.matrices import _OVERLOAD, _stored, widen
+from roofline.engine.matrices import OVERLOAD_OPTIONS, is_stored_rows, widen
 
 
 def embed_into(embed, embed_scale, token, x, r):
@@ -16,9 +16,9 @@ def embed_into(embed, embed_scale, token, x, r):
     raise NotImplementedError
 
 
-@overload(embed_into, jit_options=_OVERLOAD)
+@overload(embed_into, jit_options=OVERLOAD_OPTIONS)
 def _embed_into_overload(embed, embed_scale, token, x, r):
-    if _stored(embed):
+    if is_stored_rows(embed):
 
         def stored(embed, embed_scale, token, x, r):  # embed_scale: block_simd.StoredCodes
             n, off = x.shape[1], token * embed.shape[1]
