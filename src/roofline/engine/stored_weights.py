@@ -59,7 +59,8 @@ def _single(piece: tuple[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def pack_stored(config: ModelConfig, checkpoint) -> DecodeWeights:
-    """DecodeWeights whose matrices are stored rows (see the module doc); row scales are ones."""
+    """DecodeWeights whose matrices are stored rows (see the module doc); beside each, its rows'
+    format codes."""
     c = config
     L = c.n_layers
     pieces: dict[str, list] = {k: [] for k in ("wqkv", "wo", "wgu", "wd")}  # [layer][piece]
@@ -80,24 +81,24 @@ def pack_stored(config: ModelConfig, checkpoint) -> DecodeWeights:
         lm_head, lm_fmt = _single(stored_rows(checkpoint, "lm_head.weight"))
     norm = vector(t["model.norm.weight"])
     return DecodeWeights(
-        embed,
-        embed_fmt,
-        attn_norm,
-        wqkv,
-        qkv_fmt,
-        bqkv,
-        q_norm,
-        k_norm,
-        wo,
-        o_fmt,
-        mlp_norm,
-        wgu,
-        gu_fmt,
-        wd,
-        d_fmt,
-        norm,
-        lm_head,
-        lm_fmt,
+        embed=embed,
+        embed_scale=embed_fmt,
+        attn_norm=attn_norm,
+        wqkv=wqkv,
+        qkv_scale=qkv_fmt,
+        bqkv=bqkv,
+        q_norm=q_norm,
+        k_norm=k_norm,
+        wo=wo,
+        o_scale=o_fmt,
+        mlp_norm=mlp_norm,
+        wgu=wgu,
+        gu_scale=gu_fmt,
+        wd=wd,
+        d_scale=d_fmt,
+        final_norm=norm,
+        lm_head=lm_head,
+        lm_scale=lm_fmt,
     )
 
 

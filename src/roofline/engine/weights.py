@@ -27,8 +27,11 @@ DTYPES = DTYPE_NAMES  # roofline.dtypes: stored as the file holds it (stored_wei
 _STORAGE = {"fp32": np.float32, "bf16": np.uint16, "int8": np.int8}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DecodeWeights:
+    """The arrays the decode kernels read, by name (18 arrays, many of one shape: never by
+    position)."""
+
     embed: np.ndarray  # (vocab, hidden)
     embed_scale: np.ndarray  # (vocab,)
     attn_norm: np.ndarray  # (L, hidden) float32
@@ -153,24 +156,24 @@ def pack_weights(config: ModelConfig, tensors: dict, dtype: str) -> DecodeWeight
     else:
         lm_head, lm_scale = matrix(tensors["lm_head.weight"], dtype)
     return DecodeWeights(
-        embed,
-        embed_scale,
-        attn_norm,
-        wqkv,
-        qkv_scale,
-        bqkv,
-        q_norm,
-        k_norm,
-        wo,
-        o_scale,
-        mlp_norm,
-        wgu,
-        gu_scale,
-        wd,
-        d_scale,
-        vector(tensors["model.norm.weight"]),
-        lm_head,
-        lm_scale,
+        embed=embed,
+        embed_scale=embed_scale,
+        attn_norm=attn_norm,
+        wqkv=wqkv,
+        qkv_scale=qkv_scale,
+        bqkv=bqkv,
+        q_norm=q_norm,
+        k_norm=k_norm,
+        wo=wo,
+        o_scale=o_scale,
+        mlp_norm=mlp_norm,
+        wgu=wgu,
+        gu_scale=gu_scale,
+        wd=wd,
+        d_scale=d_scale,
+        final_norm=vector(tensors["model.norm.weight"]),
+        lm_head=lm_head,
+        lm_scale=lm_scale,
     )
 
 
