@@ -282,8 +282,9 @@ def _q6_k(r, blk, chunk, within, lanes):
     return b.fmul(r.splat(ds, lanes), r.to_f32(q), flags=KEEP_FLAGS)
 
 
-_BLOCK32 = {3: _q8_0, 4: _q4_0, 5: _q4_1, 6: _q5_0, 7: _q5_1}
-_BLOCK256 = {8: _q4_k, 9: _q5_k, 10: _q6_k}
+# each block format's widening, by its name in block_formats (the one table of formats and codes)
+_BLOCK32 = {"Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1}
+_BLOCK256 = {"Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
 
 
 def format_loader(builder, code, row):
@@ -293,13 +294,14 @@ def format_loader(builder, code, row):
     b = builder
     fmt = BY_CODE[code]
     if fmt.block == 1:
-        dtype = {0: types.float32, 2: types.uint16}.get(code)
+        dtype = {"F32": types.float32, "BF16": types.uint16}.get(fmt.name)
 
         def load_float(i, off, lanes):
             idx = i if off == 0 else b.add(i, ir_int(off))
             if dtype is not None:  # F32, BF16: the float32 kernels' own loader
                 ptr = b.bitcast(
-                    r.at(b.mul(idx, ir_int(fmt.block_bytes))), {0: F32, 2: _I16}[code].as_pointer()
+                    r.at(b.mul(idx, ir_int(fmt.block_bytes))),
+                    {"F32": F32, "BF16": _I16}[fmt.name].as_pointer(),
                 )
                 return element_loader(b, dtype, ptr)(ir_int(0), lanes)
             bits = r.load(r.at(b.mul(idx, ir_int(2))), vec_type(lanes, _I16) if lanes else _I16)
@@ -325,11 +327,13 @@ def format_loader(builder, code, row):
             return b.extract_element(v, b.trunc(b.and_(i, ir_int(7)), _I32))
         if fmt.block == 32:
             blk, p = place(i, off, lanes)
-            return _BLOCK32[code](r, blk, p, lanes)
+            return _BLOCK32[fmt.name](r, blk, p, lanes)
         if lanes == 16:  # i a multiple of 64: chunk (i % 256) / 64 at run time, `off` within it
             blk = r.at(b.mul(b.lshr(i, ir_int(8)), ir_int(fmt.block_bytes)))
-            return _BLOCK256[code](r, blk, b.lshr(b.and_(i, ir_int(255)), ir_int(6)), off, lanes)
+            return _BLOCK256[fmt.name](
+                r, blk, b.lshr(b.and_(i, ir_int(255)), ir_int(6)), off, lanes
+            )
         blk, p = place(i, off, lanes)
-        return _BLOCK256[code](r, blk, b.lshr(p, ir_int(6)), b.and_(p, ir_int(63)), lanes)
+        return _BLOCK256[fmt.name](r, blk, b.lshr(p, ir_int(6)), b.and_(p, ir_int(63)), lanes)
 
     return load_block

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from gguf.constants import GGMLQuantizationType as QT
 
+from roofline.engine.block_formats import BLOCK_FORMATS
 from roofline.engine.config import SUPPORTED_ARCHS, ModelConfig
 from roofline.engine.loaders.checkpoint import Checkpoint, check_tensors
 from roofline.engine.loaders.gguf_names import NON_WEIGHT_TENSORS, hf_name
@@ -33,9 +34,8 @@ from roofline.errors import UserError
 from roofline.modelspec.families import get_family
 
 FLOAT_TYPES = {QT.F32: "F32", QT.F16: "F16", QT.BF16: "BF16"}
-QUANT_TYPES = {
-    q: q.name for q in (QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q4_K, QT.Q5_K, QT.Q6_K)
-}
+# the block formats the kernels compute on (block_formats' one table), by GGUF type
+QUANT_TYPES = {QT[f.name]: f.name for f in BLOCK_FORMATS.values() if f.block > 1}
 
 # Python-level exceptions the gguf reader raises on a damaged file (short reads turn into empty
 # arrays).
