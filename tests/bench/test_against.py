@@ -543,7 +543,7 @@ def test_the_servers_figures_are_one_schema_and_a_malformed_entry_reads_as_unkno
 def test_the_embedded_servers_model_card_carries_the_schema():
     from types import SimpleNamespace
 
-    from roofline.engine.server import _ServerState
+    from roofline.engine.server import ServerState
     from roofline.response_stats import ServerStats
 
     state = SimpleNamespace(
@@ -552,11 +552,11 @@ def test_the_embedded_servers_model_card_carries_the_schema():
         runner=SimpleNamespace(bytes_per_token=5e8, file_bytes_per_token=1e8, dtype="bf16"),
         scheduler=SimpleNamespace(max_seq_len=2048, max_batch=4, speculation=None),
     )
-    card = _ServerState.model_card(state)
+    card = ServerState.model_card(state)
     assert ServerStats.from_json(card["roofline"]) == ServerStats(
         500_000_000, 100_000_000, "bf16", "local", 4, 2048, cross_request_memory=False
     )
     # a speculation maker whose proposers learn across requests (the shared trie) says so
     state.scheduler.speculation = SimpleNamespace(cross_request=True)
-    card = _ServerState.model_card(state)
+    card = ServerState.model_card(state)
     assert ServerStats.from_json(card["roofline"]).cross_request_memory is True
