@@ -97,9 +97,9 @@ def llama_bench_tok_per_s(binary: str, gguf: Path, n: int, threads: int) -> floa
 
 def short_request_ttft(runner, chunked: bool, long_n: int, seed: int) -> tuple[float, float]:
     """(TTFT of a short request submitted 50 ms after a long one, TTFT of the long one), seconds."""
-    from roofline.engine.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS
-    from roofline.engine.sampling import SamplingParams
-    from roofline.engine.scheduler import Scheduler
+    from roofline.engine.runtime.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS
+    from roofline.engine.runtime.sampling import SamplingParams
+    from roofline.engine.runtime.scheduler import Scheduler
 
     chunk = DEFAULT_PREFILL_CHUNK_TOKENS if chunked else runner.max_seq_len
     budget = None if chunked else runner.max_seq_len  # None: the time target
@@ -181,7 +181,7 @@ def main() -> None:
     if binary:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from engine_vs_peers import write_float_gguf
-        from roofline.engine.loaders import load_checkpoint
+        from roofline.engine.loading import load_checkpoint
 
         print("writing F32 / BF16 GGUFs for llama-bench ...", file=sys.stderr)
         checkpoint = load_checkpoint(source)

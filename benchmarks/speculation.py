@@ -180,7 +180,7 @@ def chat_ids(tok, text: str) -> list[int]:
 def build_configs(quick: bool) -> tuple[list[Config], list[tuple[str, object]]]:
     """The table's configurations (both sets) + the sweep's (structured set; a point equal to a
     table row reuses its measurements), and the sweep as (parameter label, options)."""
-    from roofline.engine.speculate.base import SpecOptions as O
+    from roofline.engine.runtime.speculate.base import SpecOptions as O
 
     def ngram(k):
         return O(method="ngram", k=k, prompt_lookup_min=2, prompt_lookup_max=5)
@@ -285,7 +285,7 @@ def measure_speed(runner: TimedSteps, configs, prompt_sets, rounds, max_tokens) 
 
 def bench_dtype(dtype, args, header_notes) -> dict:
     from roofline.engine import load_runner
-    from roofline.engine.speculate.step import speculation_factory
+    from roofline.engine.runtime.speculate.step import speculation_factory
 
     print(f"loading {dtype} ...", file=sys.stderr)
     # code-work prompts are ~500 tokens and their answers repeat them
@@ -367,7 +367,7 @@ def main() -> None:
     args.cost_reps = 3 if args.quick else 7
 
     from engine_vs_peers import cpu_info  # a sibling script: the same CPU line everywhere
-    from roofline.engine.model_runner import available_cores
+    from roofline.engine.runtime.model_runner import available_cores
 
     info = cpu_info()
     flags = ", ".join(f for f, on in info["flags"].items() if on) or "none of avx2/avx512"

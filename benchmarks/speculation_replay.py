@@ -23,10 +23,10 @@ import argparse
 import json
 import sys
 
-from roofline.engine.pass_timing import PassTiming
-from roofline.engine.speculate.base import SpecOptions
-from roofline.engine.speculate.step import speculation_factory
-from roofline.engine.speculate.tree import DraftTree
+from roofline.engine.runtime.pass_timing import PassTiming
+from roofline.engine.runtime.speculate.base import SpecOptions
+from roofline.engine.runtime.speculate.step import speculation_factory
+from roofline.engine.runtime.speculate.tree import DraftTree
 from speculation import chat_ids, prompt_texts  # a sibling module: run as a script
 
 
@@ -136,8 +136,8 @@ def main() -> None:
         curve[k] = most = max(most, v)
     priced = PricedRunner(curve)
 
-    from roofline.engine.loaders.gguf import gguf_metadata, open_gguf
-    from roofline.engine.loaders.gguf_tokenizer import tokenizer_from_gguf
+    from roofline.engine.loading.gguf import gguf_metadata, open_gguf
+    from roofline.engine.loading.gguf_tokenizer import tokenizer_from_gguf
     from roofline.modelspec.default_model import default_model_path
 
     path = default_model_path()  # the benchmark's model (its tokenizer only: no weights read)

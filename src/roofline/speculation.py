@@ -41,13 +41,13 @@ PROPOSERS: MappingProxyType[str, ProposerTraits] = MappingProxyType(
         "ngram": ProposerTraits(
             "prompt lookup: copy what followed the longest repeated n-gram",
             tree=False,
-            factory="roofline.engine.speculate.prompt_lookup:PromptLookupProposer.factory",
+            factory="roofline.engine.runtime.speculate.prompt_lookup:PromptLookupProposer.factory",
             reads=("k", "prompt_lookup_min", "prompt_lookup_max"),
         ),
         "trie": ProposerTraits(
             "suffix trie over the request's tokens, a draft tree verified in one pass",
             tree=True,
-            factory="roofline.engine.speculate.trie:TrieProposer.factory",
+            factory="roofline.engine.runtime.speculate.trie:TrieProposer.factory",
             reads=(
                 "max_bfs_breadth",
                 "min_bfs_breadth",
@@ -62,7 +62,7 @@ PROPOSERS: MappingProxyType[str, ProposerTraits] = MappingProxyType(
         "suffix": ProposerTraits(
             "suffix decoding: drafts as long as the match, over prompt + output (+ past outputs)",
             tree=True,
-            factory="roofline.engine.speculate.suffix:SuffixProposer.factory",
+            factory="roofline.engine.runtime.speculate.suffix:SuffixProposer.factory",
             reads=(
                 "num_draft_tokens",
                 "tree",
@@ -78,7 +78,7 @@ PROPOSERS: MappingProxyType[str, ProposerTraits] = MappingProxyType(
         "draft": ProposerTraits(
             "a cheaper model drafts: the target's own int8 copy by default",
             tree=False,
-            factory="roofline.engine.speculate.draft_model:draft_factory",
+            factory="roofline.engine.runtime.speculate.draft_model:draft_factory",
             draft_model=True,
             reads=("k", "draft_dtype", "draft_model"),
         ),

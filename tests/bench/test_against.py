@@ -543,7 +543,7 @@ def test_the_servers_figures_are_one_schema_and_a_malformed_entry_reads_as_unkno
 def test_the_embedded_servers_model_card_carries_the_schema():
     from types import SimpleNamespace
 
-    from roofline.engine.server import ServerState
+    from roofline.engine.serve.server import ServerState
     from roofline.response_stats import ServerStats
 
     state = SimpleNamespace(

@@ -720,7 +720,7 @@ def test_real_embedded_server_through_the_registry(tmp_path):
     assert [o.prompt_id for o in outputs] == [p.id for p in prompts] and all(
         o.text for o in outputs
     )
-    from roofline.engine.protocol import ChatCompletionRequest
+    from roofline.engine.serve.protocol import ChatCompletionRequest
 
     # the server answers with its token ids
     if "return_token_ids" in ChatCompletionRequest.model_fields:

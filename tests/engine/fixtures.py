@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from roofline.engine.loaders import load_checkpoint
+from roofline.engine.loading import load_checkpoint
 from roofline.errors import UserError
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2

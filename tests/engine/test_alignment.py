@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from test_runner import tiny_checkpoint
 
-from roofline.engine import decode
-from roofline.engine.model_runner import ModelRunner
+from roofline.engine.kernels import decode
+from roofline.engine.runtime.model_runner import ModelRunner
 from roofline.simd_memory import LINE_BYTES, aligned_empty, aligned_floats
 
 

@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 
 import roofline
-from roofline.engine import kernel_cache, layer_kernels
+from roofline.engine.kernels import kernel_cache, layer_kernels
 
 # a small kernel of layer_kernels.py that inlines simd.dot (roofline/simd.py); prints whether it
 # came from the cache (hits) or was compiled (misses), and what it computed
 _RUN = """
 import numpy as np
-from roofline.engine import layer_kernels as lk
+from roofline.engine.kernels import layer_kernels as lk
 v = np.arange(1, 9, dtype=np.float32)
 lk._head_rms_norm(v, 0, 8, np.ones(8, np.float32), 1e-6)
 s = lk._head_rms_norm.stats

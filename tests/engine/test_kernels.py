@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from roofline.engine import attention, kv_cache, layer_kernels, model, weights
+from roofline.engine.kernels import attention, kv_cache, layer_kernels
+from roofline.engine.kernels import reference as model
+from roofline.engine.loading import weights
 
 
 def bf16_bits(a: np.ndarray) -> np.ndarray:
@@ -246,7 +248,7 @@ def test_a_run_of_rows_of_one_slot_gives_each_row_its_attention_alone(rng, n_hea
 
 
 def test_rope_and_cache_write_match_torch(rng):
-    from roofline.engine.config import ModelConfig
+    from roofline.engine.loading.config import ModelConfig
 
     cfg = ModelConfig(
         arch="llama",

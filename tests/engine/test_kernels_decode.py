@@ -11,9 +11,9 @@ from numba import njit
 from test_kernels import bf16_bits, bits_to_f32
 from test_runner import FOLLOW, LONG_PROMPT, PROMPT, tiny_checkpoint
 
-from roofline import simd, simd_loops
-from roofline.engine import decode, layer_kernels
-from roofline.engine.model_runner import ModelRunner, available_cores
+from roofline import simd
+from roofline.engine.kernels import decode, layer_kernels, simd_loops
+from roofline.engine.runtime.model_runner import ModelRunner, available_cores
 
 
 @njit(cache=False)

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from roofline.engine.loaders import load_checkpoint
+from roofline.engine.loading import load_checkpoint
 from roofline.modelspec.default_model import DEFAULT_MODEL_FILE, default_model_path
 
 

@@ -18,8 +18,8 @@ from fixtures import (
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize, quantize
 
-from roofline.engine.loaders import load_checkpoint
-from roofline.engine.loaders.gguf import display_name, unpermute_rope_rows
+from roofline.engine.loading import load_checkpoint
+from roofline.engine.loading.gguf import display_name, unpermute_rope_rows
 
 # Worst-case rounding error of each format relative to the largest |value| in a block of 32: Q8_0
 # rounds to amax/127 steps, Q4_0 to amax/8 steps (error up to one step at the clipped end), Q4_1 to

@@ -11,9 +11,9 @@ import pytest
 import torch
 from fixtures import assert_load_fails, tiny_weights, write_tiny_hf_dir
 
-from roofline.engine.config import SUPPORTED_ARCHS
-from roofline.engine.loaders import load_checkpoint
-from roofline.engine.loaders.hf_config import config_from_hf
+from roofline.engine.loading import load_checkpoint
+from roofline.engine.loading.config import SUPPORTED_ARCHS
+from roofline.engine.loading.hf_config import config_from_hf
 from roofline.modelspec.families import engine_classes
 
 

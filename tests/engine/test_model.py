@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from roofline.engine import model
-from roofline.engine.config import ModelConfig
-from roofline.engine.kv_cache import KVCache
+from roofline.engine.kernels import reference as model
+from roofline.engine.kernels.kv_cache import KVCache
+from roofline.engine.loading.config import ModelConfig
 
 LLAMA3_SCALING = {
     "rope_type": "llama3",
@@ -139,7 +139,7 @@ def test_cached_chunks_equal_one_pass():
 def test_llama3_gguf_freq_factors_equal_the_hf_rule():
     """A GGUF carries llama3 scaling as per-frequency divisors; both routes give the same
     frequencies."""
-    from roofline.engine.loaders.rope_scaling import llama3_freq_factors
+    from roofline.engine.loading.rope_scaling import llama3_freq_factors
 
     hf_rule = model.rope_inv_freq(rope_config(rope_theta=500000.0, rope_scaling=LLAMA3_SCALING))
     factors = llama3_freq_factors(16, 500000.0, 8.0, 1.0, 4.0, 32)

@@ -18,9 +18,9 @@ from test_runner import reference_logits, tiny_checkpoint
 from test_scheduler import Collector, greedy
 
 from roofline.engine import load_runner
-from roofline.engine.model_runner import ModelRunner
-from roofline.engine.prefill_chunks import chunk_bounds, chunk_end
-from roofline.engine.scheduler import Scheduler
+from roofline.engine.runtime.model_runner import ModelRunner
+from roofline.engine.runtime.prefill_chunks import chunk_bounds, chunk_end
+from roofline.engine.runtime.scheduler import Scheduler
 
 CHUNK = 32
 PROMPT_LEN = 150  # chunks [0,32) [32,64) [64,96) [96,128) [128,150)

@@ -15,14 +15,14 @@ from fixtures import greedy_ids
 from test_prefill_chunked import CHUNK, make_runner, prompt_ids
 from test_prefix_cache_exact import LogitsScheduler, other_token, serve_all
 
-from roofline.engine import prefill_chunks
-from roofline.engine.prefill_chunks import (
+from roofline.engine.runtime import prefill_chunks
+from roofline.engine.runtime.prefill_chunks import (
     PREFILL_PASS_MAX_ROWS,
     PREFILL_PASS_SCRATCH_BYTES,
     PrefillCost,
     prefill_passes,
 )
-from roofline.engine.prefix_cache import PrefixCache
+from roofline.engine.runtime.prefix_cache import PrefixCache
 
 DTYPES = ["fp32", "bf16", "int8"]
 

@@ -15,7 +15,7 @@ import pytest
 from test_prefill_chunked import CHUNK, PROMPT_LEN, make_runner, prompt_ids
 from test_scheduler import Collector, FakeRunner, fake_greedy_ids, greedy, wait_until
 
-from roofline.engine.scheduler import Scheduler
+from roofline.engine.runtime.scheduler import Scheduler
 
 
 class CallTap:

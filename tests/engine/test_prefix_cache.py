@@ -11,10 +11,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from test_scheduler import Collector, FakeRunner, fake_greedy_ids, greedy, prefills, wait_until
 
-from roofline.engine.prefix_cache import PrefixCache
-from roofline.engine.sampling import SamplingParams
-from roofline.engine.scheduler import Scheduler
-from roofline.engine.server_metrics import SchedulerCollector
+from roofline.engine.runtime.prefix_cache import PrefixCache
+from roofline.engine.runtime.sampling import SamplingParams
+from roofline.engine.runtime.scheduler import Scheduler
+from roofline.engine.serve.server_metrics import SchedulerCollector
 
 G = 4
 NODE_BYTES = G * 8  # the fake's K/V: its granule's token ids as int64
@@ -257,8 +257,15 @@ def test_no_cache_by_default_and_with_zero_budget():
 
 def test_serve_flags_default_to_the_engines_values():
     from roofline.cli import serve
-    from roofline.engine import prefill_chunks, prefix_cache
+    from roofline.engine.runtime import prefill_chunks, prefix_cache
+    from roofline.engine.serve.options import ServeOptions
 
-    assert serve.DEFAULT_PREFIX_CACHE_MB == prefix_cache.DEFAULT_PREFIX_CACHE_MB
-    assert serve.DEFAULT_PREFILL_CHUNK_MS == prefill_chunks.DEFAULT_PREFILL_CHUNK_MS
-    assert serve.DEFAULT_PREFILL_CHUNK_TOKENS == prefill_chunks.DEFAULT_PREFILL_CHUNK_TOKENS
+    o = ServeOptions()
+    assert (
+        serve.DEFAULT_PREFIX_CACHE_MB == o.prefix_cache_mb == prefix_cache.DEFAULT_PREFIX_CACHE_MB
+    )
+    assert o.prefill_chunk_ms == serve.DEFAULT_PREFILL_CHUNK_MS
+    assert o.prefill_chunk_ms == prefill_chunks.DEFAULT_PREFILL_CHUNK_MS
+    assert o.prefill_granule == serve.DEFAULT_PREFILL_CHUNK_TOKENS
+    assert o.prefill_granule == prefill_chunks.DEFAULT_PREFILL_CHUNK_TOKENS
+    assert o.max_body_bytes == serve.DEFAULT_MAX_BODY_BYTES

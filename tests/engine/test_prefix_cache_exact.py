@@ -18,9 +18,9 @@ from test_prefill_chunked import CHUNK, make_runner, prompt_ids
 from test_scheduler import Collector, greedy
 
 from roofline.engine import load_runner
-from roofline.engine.scheduler import Scheduler
-from roofline.engine.speculate.base import SpecOptions
-from roofline.engine.speculate.step import speculation_factory
+from roofline.engine.runtime.scheduler import Scheduler
+from roofline.engine.runtime.speculate.base import SpecOptions
+from roofline.engine.runtime.speculate.step import speculation_factory
 
 N = 8
 

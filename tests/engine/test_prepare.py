@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from roofline.engine.prepare import prepare, prepared, stamp_path
+from roofline.engine.runtime.prepare import prepare, prepared, stamp_path
 
 
 def test_prepare_stamps_a_model_and_dtype_and_is_quick_the_second_time(

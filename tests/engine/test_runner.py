@@ -8,11 +8,11 @@ import pytest
 import torch
 from fixtures import tiny_shape, tiny_weights
 
-from roofline.engine import model
-from roofline.engine.config import ModelConfig
-from roofline.engine.loaders import Checkpoint
-from roofline.engine.model_runner import ModelRunner, load_runner
-from roofline.engine.weights import matrix
+from roofline.engine.kernels import reference as model
+from roofline.engine.loading import Checkpoint
+from roofline.engine.loading.config import ModelConfig
+from roofline.engine.loading.weights import matrix
+from roofline.engine.runtime.model_runner import ModelRunner, load_runner
 from roofline.errors import UserError
 
 PROMPT = [5, 40, 41, 7, 99, 12, 3]

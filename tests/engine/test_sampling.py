@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from roofline.engine.sampling import SamplingParams, sample
+from roofline.engine.runtime.sampling import SamplingParams, sample
 
 # probs at T=1
 LOGITS = np.log(np.array([0.05, 0.4, 0.1, 0.3, 0.15], dtype=np.float64)).astype(np.float32)

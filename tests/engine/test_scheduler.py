@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from roofline.engine.sampling import SamplingParams
-from roofline.engine.scheduler import Event, Scheduler, asyncio_sink
-from roofline.engine.scheduler_stats import Histogram
-from roofline.engine.sequence import ContextLengthError, context_error
+from roofline.engine.runtime.sampling import SamplingParams
+from roofline.engine.runtime.scheduler import Event, Scheduler, asyncio_sink
+from roofline.engine.runtime.scheduler_stats import Histogram
+from roofline.engine.runtime.sequence import ContextLengthError, context_error
 
 SCRIPT = "the quick brown fox jumps over the lazy dog. "
 

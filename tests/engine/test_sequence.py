@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from roofline.engine.sampling import SamplingParams
-from roofline.engine.sequence import Sequence
+from roofline.engine.runtime.sampling import SamplingParams
+from roofline.engine.runtime.sequence import Sequence
 
 EOS, IM_END = 0, 1
 

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from test_scheduler import FakeRunner, fake_greedy_ids
 
-from roofline.engine.server import bind_socket, create_app, uvicorn_server
+from roofline.engine.serve.server import bind_socket, create_app, uvicorn_server
 
 
 @contextlib.contextmanager

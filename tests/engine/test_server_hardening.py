@@ -24,7 +24,7 @@ from test_scheduler import FakeRunner
 from test_server import metrics, serving
 
 from roofline.engine import load_runner
-from roofline.engine.http_limits import Limits
+from roofline.engine.serve.http_limits import Limits
 
 
 class ServeProcess:

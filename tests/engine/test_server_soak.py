@@ -16,7 +16,7 @@ import pytest
 from test_server import metrics
 from test_server_hardening import ServeProcess
 
-from roofline.engine.loaders import load_checkpoint
+from roofline.engine.loading import load_checkpoint
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from test_scheduler import FakeRunner
 from test_server import metrics
 from test_server_hardening import ServeProcess
 
-from roofline.engine.server import bind_socket, create_app, uvicorn_server
+from roofline.engine.serve.server import bind_socket, create_app, uvicorn_server
 
 
 def _stream(url: str, max_tokens: int, out: dict, started: threading.Event) -> None:

@@ -12,9 +12,9 @@ from fixtures import greedy_ids
 from test_server import serving
 
 from roofline.engine import load_runner
-from roofline.engine.scheduler import Scheduler
-from roofline.engine.speculate.base import SpecOptions
-from roofline.engine.speculate.step import speculation_factory
+from roofline.engine.runtime.scheduler import Scheduler
+from roofline.engine.runtime.speculate.base import SpecOptions
+from roofline.engine.runtime.speculate.step import speculation_factory
 
 pytestmark = pytest.mark.slow
 

@@ -14,9 +14,9 @@ import pytest
 from fixtures import K_QUANTS, TinyShape, random_blocks, write_tiny_gguf
 from numba import njit
 
-from roofline.engine import block_simd, layer_kernels
-from roofline.engine.block_formats import BLOCK_FORMATS
-from roofline.engine.loaders import load_checkpoint
+from roofline.engine.kernels import block_simd, layer_kernels
+from roofline.engine.loading import load_checkpoint
+from roofline.engine.loading.block_formats import BLOCK_FORMATS
 
 FORMATS = list(BLOCK_FORMATS)
 # rows of whole 256-blocks
@@ -145,7 +145,7 @@ def test_fp16_widening_without_f16c_is_exact_for_every_value():
     from numba import njit, types
     from numba.extending import intrinsic
 
-    from roofline.engine import block_simd
+    from roofline.engine.kernels import block_simd
 
     @intrinsic
     def widen16(typingctx, bits, i, out):

@@ -10,8 +10,8 @@ import numpy as np
 from fixtures import greedy_ids
 from test_runner import LONG_PROMPT, PROMPT, tiny_checkpoint
 
-from roofline.engine.model_runner import ModelRunner, available_cores
-from roofline.engine.threads import (
+from roofline.engine.runtime.model_runner import ModelRunner, available_cores
+from roofline.engine.runtime.threads import (
     CHANGE_PASSES,
     FEWER_THREADS_LONGEST_INTERVAL,
     FIRST_INTERVAL,

@@ -7,10 +7,10 @@ import json
 import pytest
 from fixtures import CHATML_TEMPLATE, write_tiny_gguf, write_tiny_hf_dir, write_tiny_spm_gguf
 
-from roofline.engine.loaders import load_checkpoint
-from roofline.engine.loaders.gguf import gguf_metadata, open_gguf
-from roofline.engine.loaders.gguf_tokenizer import PRE_TOKENIZER_FAMILY, tokenizer_from_gguf
-from roofline.engine.tokenizer import Tokenizer
+from roofline.engine.loading import load_checkpoint
+from roofline.engine.loading.gguf import gguf_metadata, open_gguf
+from roofline.engine.loading.gguf_tokenizer import PRE_TOKENIZER_FAMILY, tokenizer_from_gguf
+from roofline.engine.loading.tokenizer import Tokenizer
 from roofline.errors import UserError
 
 TEXTS = [
@@ -177,7 +177,7 @@ def _reference_words(text: str, rules: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("pre", sorted(_LLAMA_CPP_RULES))
 def test_pre_tokenizer_words_follow_llama_cpp_rules(pre):
-    from roofline.engine.loaders.gguf_tokenizer import byte_level_pre_tokenizer
+    from roofline.engine.loading.gguf_tokenizer import byte_level_pre_tokenizer
 
     splitter = byte_level_pre_tokenizer(None if pre == "default" else pre)
     texts = [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from roofline.engine.loaders.gguf import gguf_metadata, open_gguf
-from roofline.engine.loaders.gguf_tokenizer import tokenizer_from_gguf
+from roofline.engine.loading.gguf import gguf_metadata, open_gguf
+from roofline.engine.loading.gguf_tokenizer import tokenizer_from_gguf
 from roofline.modelspec.default_model import DEFAULT_MODEL_FILE, default_model_path
 
 pytestmark = pytest.mark.slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from roofline.engine.speculate import proposer_factory
+from roofline.engine.runtime.speculate import proposer_factory
 from roofline.speculation import SpecOptions
 from roofline.tune.predict import (
     PassCosts,

@@ -17,9 +17,9 @@ from tune_helpers import fake_tune_argv, marker, wait_gone, write_profile, write
 
 from roofline.bench.engines import EMBEDDED, start_engine
 from roofline.engine import SamplingParams, generate, load_runner
-from roofline.engine.speculate import proposer_factory
-from roofline.engine.speculate.adaptive import DraftBudget
-from roofline.engine.speculate.step import speculation_factory
+from roofline.engine.runtime.speculate import proposer_factory
+from roofline.engine.runtime.speculate.adaptive import DraftBudget
+from roofline.engine.runtime.speculate.step import speculation_factory
 from roofline.speculation import SpecOptions
 from roofline.tune.predict import PassCosts, replay
 from roofline.tune.predict_run import MEASURED, PredictedLadder

@@ -12,8 +12,8 @@ import pytest
 from roofline.bench.engines.greedy import GreedyOutput
 from roofline.bench.summary import CeilingFigures
 from roofline.cli.tune_output import predicted_markdown
-from roofline.engine.response_builder import ResponseBuilder
-from roofline.engine.scheduler import Usage
+from roofline.engine.runtime.scheduler import Usage
+from roofline.engine.serve.response_builder import ResponseBuilder
 from roofline.report.tune_text import predicted_table, tables, trials_table
 from roofline.response_stats import ServerStats
 from roofline.tune.options import TuneOptions

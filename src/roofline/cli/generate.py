@@ -98,8 +98,8 @@ def generate(
 
     from roofline.engine import SamplingParams, load_runner
     from roofline.engine import generate as run_generation
-    from roofline.engine.sequence import ContextLengthError
-    from roofline.engine.speculate.step import speculation_factory
+    from roofline.engine.runtime.sequence import ContextLengthError
+    from roofline.engine.runtime.speculate.step import speculation_factory
 
     err = Console(stderr=True)
     with err.status(

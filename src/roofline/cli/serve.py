@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
-import sys
-
 import typer
 
 from roofline.cli.speculation_flags import speculation_flags
@@ -12,11 +9,11 @@ from roofline.dtypes import DTYPE_NAMES as DTYPES
 from roofline.errors import UserError
 from roofline.speculation import SpecOptions
 
-# = engine.prefix_cache.DEFAULT_PREFIX_CACHE_MB and engine.prefill_chunks' DEFAULT_PREFILL_CHUNK_MS
-# and DEFAULT_PREFILL_CHUNK_TOKENS (a test checks), kept light: the CLI imports no engine at start
+# = ServeOptions' defaults (a test checks), kept here: the CLI imports no engine at start
 DEFAULT_PREFIX_CACHE_MB = 512.0
 DEFAULT_PREFILL_CHUNK_MS = 150.0
 DEFAULT_PREFILL_CHUNK_TOKENS = 64
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
 @speculation_flags
@@ -76,7 +73,7 @@ def serve(
         "warning", "--log-level", help="uvicorn log level (debug, info, warning, error)."
     ),
     max_body_bytes: int = typer.Option(
-        4 * 1024 * 1024,
+        DEFAULT_MAX_BODY_BYTES,
         "--max-body-bytes",
         min=1024,
         help="Largest request body "
@@ -134,107 +131,38 @@ def serve(
 ) -> None:
     """Serve a model with continuous batching: /v1/chat/completions, /v1/completions, /v1/models,
     /health, /metrics."""
-    if dtype not in DTYPES:
+    if dtype not in DTYPES:  # before anything heavy loads, for --prepare too
         raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if prepare:
-        from roofline.engine.prepare import prepare as prepare_kernels
+        from roofline.engine.runtime.prepare import prepare as prepare_kernels
 
         print(prepare_kernels(model, dtype, threads), flush=True)
         return
-    if port < 0 or port > 65535:
-        raise UserError(f"--port must lie in 0..65535, got {port}")
-    if metrics_require_key and not api_key:
-        raise UserError("--metrics-require-key needs an --api-key")
-    if not api_key and not _is_loopback(host):
-        print(
-            f"roofline serve: warning: --host {host} accepts connections from other machines and "
-            "no --api-key is set: anyone who can reach this port can use the model",
-            file=sys.stderr,
-            flush=True,
+    from roofline.engine.serve.main import serve as run_server
+    from roofline.engine.serve.options import ServeOptions
+
+    run_server(
+        ServeOptions(
+            model=model,
+            host=host,
+            port=port,
+            dtype=dtype,
+            threads=threads,
+            max_batch=max_batch,
+            max_seq_len=max_seq_len,
+            api_key=api_key,
+            served_model_name=served_model_name,
+            log_level=log_level,
+            max_body_bytes=max_body_bytes,
+            body_timeout_s=body_timeout,
+            grace_s=grace_seconds,
+            metrics_require_key=metrics_require_key,
+            prefix_cache_mb=prefix_cache_mb,
+            prefill_chunk_ms=prefill_chunk_ms,
+            prefill_granule=prefill_granule,
+            speculation=speculation,
         )
-
-    from roofline.engine.http_limits import Limits
-    from roofline.engine.server import bind_socket, create_app, uvicorn_server
-
-    def listen():
-        try:
-            return bind_socket(host, port)
-        except OSError as e:
-            raise UserError(
-                f"cannot listen on {host}:{port} ({e.strerror or e}); choose another --port or "
-                "--host"
-            ) from None
-
-    # fail in a second on a busy port, not after loading; the real bind follows the load, so that
-    # connections are refused (not left hanging) until the server is ready
-    listen().close()
-    from roofline.engine import load_runner
-    from roofline.engine.scheduler import Scheduler
-    from roofline.engine.speculate.step import speculation_factory
-
-    print(
-        f"loading {model or 'the default model'} ({dtype}, max batch {max_batch}, "
-        f"speculation {speculation.method}) ...",
-        file=sys.stderr,
-        flush=True,
     )
-
-    def speculate(runner):
-        # timed whether or not this server drafts: /v1/models reports them (tune's predictions)
-        runner.measure_pass_costs()
-        return speculation_factory(speculation, runner)
-
-    def load():
-        runner = load_runner(
-            model, dtype=dtype, threads=threads, max_batch=max_batch, max_seq_len=max_seq_len
-        )
-        runner.prefill_chunk_tokens = prefill_granule
-        return runner
-
-    scheduler = Scheduler.loading(
-        load,
-        speculation=speculate,
-        prefill_chunk_ms=prefill_chunk_ms,
-        prefix_cache_mb=prefix_cache_mb,
-    )
-    runner = scheduler.runner
-    app = create_app(
-        scheduler=scheduler,
-        served_model_name=served_model_name,
-        api_key=api_key,
-        limits=Limits(max_body_bytes=max_body_bytes, body_timeout_s=body_timeout),
-        grace_s=grace_seconds,
-        metrics_require_key=metrics_require_key,
-    )
-    with listen() as sock:
-        name = app.state.roofline.model_name
-        bound_host, bound_port = sock.getsockname()[:2]
-        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-        print(
-            f"roofline serve: {name!r} ({runner.path}, {runner.dtype}, "
-            f"max batch {runner.max_batch}, context {runner.max_seq_len}, "
-            f"speculation {speculation.method}, prefix cache {prefix_cache_mb:g} MB, "
-            f"prefill granule {prefill_granule}) listening on http://{shown}:{bound_port}/v1 "
-            f"(auth {'on' if api_key else 'off'}); Ctrl-C stops",
-            flush=True,
-        )
-        uvicorn_server(app, log_level=log_level).run(sockets=[sock])  # returns after SIGINT/SIGTERM
-    drain = app.state.roofline.drain
-    early = (
-        f"; {drain.ended_early} request(s) ended early after the {grace_seconds:g} s grace"
-        if drain.ended_early
-        else ""
-    )
-    print(f"roofline serve: stopped{early}", file=sys.stderr, flush=True)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:  # a host name: it may resolve anywhere
-        return False
 
 
 def register(app: typer.Typer) -> None:

@@ -11,15 +11,15 @@ Importing the package is light (numpy only): torch and numba load when a runner 
 
 from __future__ import annotations
 
-from roofline.engine.threads import prefer_passive_omp_waits
+from roofline.engine.runtime.threads import prefer_passive_omp_waits
 
-# before torch or numba start OpenMP threads (engine/threads.py says why); E402 below: the imports
-# must follow this call, since they may load those runtimes
+# before torch or numba start OpenMP threads (runtime/threads.py says why); E402 below: the
+# imports must follow this call, since they may load those runtimes
 prefer_passive_omp_waits()
 
 # `generate` names both a module and the function it defines; this import binds the function here.
-from roofline.engine.generate import generate  # noqa: E402
-from roofline.engine.model_runner import ModelRunner, load_runner  # noqa: E402
-from roofline.engine.sampling import SamplingParams  # noqa: E402
+from roofline.engine.runtime.generate import generate  # noqa: E402
+from roofline.engine.runtime.model_runner import ModelRunner, load_runner  # noqa: E402
+from roofline.engine.runtime.sampling import SamplingParams  # noqa: E402
 
 __all__ = ["ModelRunner", "SamplingParams", "generate", "load_runner"]

@@ -82,7 +82,7 @@ def replay(
     a maker of the request's adaptive budget (`DraftBudget`; None: drafts are not cut); max_tokens:
     the request's limit (default: the output's length); max_seq_len: the engine's context (rows
     past it are not drafted; None: no limit)."""
-    from roofline.engine.speculate.tree import DraftTree
+    from roofline.engine.runtime.speculate.tree import DraftTree
 
     out = [int(t) for t in output_ids]
     if not out:
@@ -183,8 +183,8 @@ def predict_one(
 ) -> Prediction:
     """Replay one setting over the streams, in order, with one proposer maker (a trie shared
     across requests stays shared) and the engine's adaptive budget on `pass_cost`."""
-    from roofline.engine.speculate import proposer_factory
-    from roofline.engine.speculate.adaptive import DraftBudget
+    from roofline.engine.runtime.speculate import proposer_factory
+    from roofline.engine.runtime.speculate.adaptive import DraftBudget
 
     options = spec_options(config)
     maker = proposer_factory(options, None)

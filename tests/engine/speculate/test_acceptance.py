@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from roofline.engine.speculate.adaptive import (
+from roofline.engine.runtime.speculate.adaptive import (
     MIN_OFFERS,
     AcceptanceTable,
     DraftBudget,
     expected_tokens,
     match_bucket,
 )
-from roofline.engine.speculate.tree import DraftTree
+from roofline.engine.runtime.speculate.tree import DraftTree
 from roofline.response_stats import PositionAcceptance
 
 

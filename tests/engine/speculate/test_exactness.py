@@ -12,11 +12,11 @@ from fixtures import greedy_ids, write_tiny_gguf
 from test_runner import PROMPT, tiny_checkpoint
 
 from roofline.engine import SamplingParams, generate, load_runner
-from roofline.engine.model_runner import ModelRunner
-from roofline.engine.speculate.adaptive import DraftBudget
-from roofline.engine.speculate.base import SpecOptions
-from roofline.engine.speculate.step import RequestSpeculation, speculation_factory
-from roofline.engine.speculate.tree import DraftTree
+from roofline.engine.runtime.model_runner import ModelRunner
+from roofline.engine.runtime.speculate.adaptive import DraftBudget
+from roofline.engine.runtime.speculate.base import SpecOptions
+from roofline.engine.runtime.speculate.step import RequestSpeculation, speculation_factory
+from roofline.engine.runtime.speculate.tree import DraftTree
 
 N = 24
 PROMPTS = [

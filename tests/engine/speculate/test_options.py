@@ -9,7 +9,7 @@ from importlib import resources
 
 from roofline import speculation
 from roofline.bench.engines.launchers import EMBEDDED
-from roofline.engine import speculate
+from roofline.engine.runtime import speculate
 from roofline.speculation import SpecOptions
 
 

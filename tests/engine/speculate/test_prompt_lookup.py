@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roofline.engine.speculate import PromptLookupProposer, SpecOptions
-from roofline.engine.speculate.prompt_lookup import lookup_continuation
+from roofline.engine.runtime.speculate import PromptLookupProposer, SpecOptions
+from roofline.engine.runtime.speculate.prompt_lookup import lookup_continuation
 
 
 def lookup(tokens, min_n, max_n, k) -> list[int]:

@@ -12,8 +12,8 @@ from fixtures import greedy_ids
 
 from roofline import speculation
 from roofline.engine import SamplingParams, generate, load_runner
-from roofline.engine.speculate.step import speculation_factory
-from roofline.engine.speculate.tree import DraftTree
+from roofline.engine.runtime.speculate.step import speculation_factory
+from roofline.engine.runtime.speculate.tree import DraftTree
 from roofline.speculation import ProposerTraits, SpecOptions
 
 N = 16

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from roofline.engine.speculate import DraftTree, SpecOptions, factory_of, proposer_factory
+from roofline.engine.runtime.speculate import DraftTree, SpecOptions, factory_of, proposer_factory
 from roofline.speculation import PROPOSERS
 
 REPEATING = [5, 6, 7, 8, 9, 10, 11, 12] * 4 + [5, 6, 7]

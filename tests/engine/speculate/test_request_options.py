@@ -12,9 +12,9 @@ from test_server import sdk, serving
 
 from roofline import speculation
 from roofline.engine import load_runner
-from roofline.engine.scheduler import Scheduler
-from roofline.engine.speculate.base import SpecOptions
-from roofline.engine.speculate.step import speculation_factory
+from roofline.engine.runtime.scheduler import Scheduler
+from roofline.engine.runtime.speculate.base import SpecOptions
+from roofline.engine.runtime.speculate.step import speculation_factory
 
 PROMPTS = ["1, 2, 3, 4, 1, 2, 3, 4, 1, 2,", "a b c a b c a b", "def fib(n):", "Hello"]
 N = 20

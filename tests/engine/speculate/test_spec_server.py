@@ -14,12 +14,12 @@ from fixtures import greedy_ids
 from test_server import metrics, sdk, serving
 
 from roofline.engine import SamplingParams, generate, load_runner
-from roofline.engine.sampling import probabilities
-from roofline.engine.scheduler import Scheduler
-from roofline.engine.speculate.base import SpecOptions
-from roofline.engine.speculate.step import speculation_factory
-from roofline.engine.speculate.tree import DraftTree
-from roofline.engine.speculate.verify import accept
+from roofline.engine.runtime.sampling import probabilities
+from roofline.engine.runtime.scheduler import Scheduler
+from roofline.engine.runtime.speculate.base import SpecOptions
+from roofline.engine.runtime.speculate.step import speculation_factory
+from roofline.engine.runtime.speculate.tree import DraftTree
+from roofline.engine.runtime.speculate.verify import accept
 from roofline.response_stats import ServerStats
 
 PROMPTS = [

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roofline.engine.speculate import DraftTree, SpecOptions, proposer_factory
-from roofline.engine.speculate.suffix import (
+from roofline.engine.runtime.speculate import DraftTree, SpecOptions, proposer_factory
+from roofline.engine.runtime.speculate.suffix import (
     ROOT,
     SharedSuffixes,
     SuffixProposer,

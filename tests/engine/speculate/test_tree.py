@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roofline.engine.speculate.tree import DraftTree, ancestor_positions, tree_mask
+from roofline.engine.runtime.speculate.tree import DraftTree, ancestor_positions, tree_mask
 
 # Tree B:   root -> 0(5) -> 2(7) -> 4(9)
 #                -> 1(6) -> 3(8)

@@ -11,15 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roofline.engine.speculate import (
+from roofline.engine.runtime.speculate import (
     DraftTree,
     SpecOptions,
     TrieProposer,
     bfs_breadth,
     proposer_factory,
 )
-from roofline.engine.speculate.base import min_trie_capacity
-from roofline.engine.speculate.trie import ROOT, TokenTrie
+from roofline.engine.runtime.speculate.base import min_trie_capacity
+from roofline.engine.runtime.speculate.trie import ROOT, TokenTrie
 
 
 def ngrams(trie: TokenTrie) -> dict[tuple[int, ...], int]:

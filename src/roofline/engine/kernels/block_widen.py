@@ -1,0 +1,339 @@
+"""IR that widens weights as the file stores them (`block_formats`) to float32, one format each:
+`format_loader(builder, code, row)` gives the loads of `simd._emit_sums` for block_simd's
+intrinsics. Widening is exact (see block_formats).
+
+Layouts (byte offsets in a block; p = position of a weight in its block):
+    Q8_0  d@0, int8 q[32]@2                                 q = q[p]
+    Q4_0  d@0, qs[16]@2        nibble: low of qs[p] for p < 16, high of qs[p - 16] after
+    Q4_1  d@0, m@2, qs[16]@4
+    Q5_0  d@0, qh(u32)@2, qs@6  q = nibble | bit p of qh << 4
+    Q5_1  d@0, m@2, qh@4, qs@8
+    Q4_K  d@0, dmin@2, scales[12]@4, qs[128]@16   sub-block s = p // 32 (scale, min: 6 bits each),
+          chunk c = p // 64: qs[32 c + p % 32], low nibble for even s, high for odd
+    Q5_K  as Q4_K with qh[32]@16, qs@48: bit s of qh[p % 32] << 4
+    Q6_K  ql[128]@0, qh[64]@128, int8 scales[16]@192, d@208: half h = p // 128, group g = p // 32,
+          ql[64 h + 32 (g % 2) + p % 32] (high nibble when g // 2 is odd), 2 bits of
+          qh[32 h + p % 32] at 2 (g % 4), scale p // 16; q - 32
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+
+from roofline.engine.loading.block_formats import BY_CODE
+from roofline.simd import F32, I64, KEEP_FLAGS, element_loader, fma, target_has, vec_type
+
+_I8, _I16, _I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
+_F16C = target_has("f16c")  # vcvtph2ps; without it fp16 is widened with integer operations
+
+
+# AVX-512's vpermps looks up 16 lanes in a 16-lane table. A 4-bit weight's float32 value is a
+# function of its nibble q within a block, w = f(q), q in 0..15, so each block builds the table
+# f(0..15) once (both halves share it) and each 16 weights take one lookup in place of a convert
+# and an fma or multiply: the same values, fewer uops on the two ports that run 512-bit vector
+# ops, where stored passes spend their time. The lookup reads only an index's low 4 bits, so low
+# nibbles need no mask. Other hosts convert each nibble.
+_PERMUTE = target_has("avx512f")
+_IOTA16 = ir.Constant(ir.VectorType(F32, 16), [float(j) for j in range(16)])
+_IOTA16_MINUS8 = ir.Constant(ir.VectorType(F32, 16), [float(j - 8) for j in range(16)])
+
+
+def _tabled(lanes, p):
+    """Whether 16 weights at position p (an int: known at compile time) go by table lookup."""
+    return _PERMUTE and lanes == 16 and isinstance(p, int)
+
+
+def _by_nibble(r, raw, high, table):
+    """table[q] lane by lane for the nibbles q of the i32 lanes raw (the high ones where `high`, a
+    bool): one vpermps."""
+    idx = r.b.lshr(raw, r.ints(4, 16)) if high else raw
+    ty = ir.FunctionType(vec_type(16), [vec_type(16), vec_type(16, _I32)])
+    fn = r.b.module.declare_intrinsic("llvm.x86.avx512.permvar.sf.512", fnty=ty)
+    return r.b.call(fn, [table, idx])
+
+
+def ir_int(v, t=I64):
+    return v if isinstance(v, ir.Value) else ir.Constant(t, v)
+
+
+class _Row:
+    """IR helpers bound to a builder and a row's first byte (i8*)."""
+
+    def __init__(self, builder, row):
+        self.b, self.row = builder, row
+
+    def at(self, *offsets):
+        """i8* at the sum of byte offsets (IR values or ints) from the row's start, or from the
+        first argument when it is a pointer (a block's first byte)."""
+        ptr = self.row
+        if (
+            offsets
+            and isinstance(offsets[0], ir.Value)
+            and isinstance(offsets[0].type, ir.PointerType)
+        ):
+            ptr, offsets = offsets[0], offsets[1:]
+        for off in offsets:
+            if not (isinstance(off, int) and off == 0):
+                ptr = self.b.gep(ptr, [ir_int(off)])
+        return ptr
+
+    def load(self, ptr, t):
+        return self.b.load(self.b.bitcast(ptr, t.as_pointer()), align=1)
+
+    def bytes_i32(self, ptr, lanes, signed=False):
+        """lanes bytes at ptr as i32 lanes (zero- or sign-extended)."""
+        raw = self.load(ptr, vec_type(lanes, _I8))
+        return (self.b.sext if signed else self.b.zext)(raw, vec_type(lanes, _I32))
+
+    def half(self, ptr):
+        """The fp16 at ptr as a float32 scalar (exact)."""
+        return half_to_f32(self.b, self.load(ptr, _I16), 0)
+
+    def splat(self, x, lanes, t=F32):
+        v = self.b.insert_element(
+            ir.Constant(vec_type(lanes, t), ir.Undefined), x, ir.Constant(_I32, 0)
+        )
+        return self.b.shuffle_vector(v, v, ir.Constant(vec_type(lanes, _I32), [0] * lanes))
+
+    def ints(self, value, lanes):
+        return ir.Constant(vec_type(lanes, _I32), [value] * lanes)
+
+    def nibbles(self, raw, high):
+        """Low nibbles of i32 lanes, or high ones where `high` is set (a bool known at compile
+        time, or an i1 at run time)."""
+        lanes = raw.type.count
+        hi, lo = self.b.lshr(raw, self.ints(4, lanes)), self.b.and_(raw, self.ints(15, lanes))
+        return (hi if high else lo) if isinstance(high, bool) else self.b.select(high, hi, lo)
+
+    def to_f32(self, v, signed=True):
+        return (self.b.sitofp if signed else self.b.uitofp)(v, vec_type(v.type.count))
+
+
+def half_to_f32(b, bits, lanes, f16c=_F16C):
+    """fp16 bits (i16 or <lanes x i16>) -> float32, exact: vcvtph2ps where the CPU has it (f16c),
+    else integer operations (normal: rebias the exponent; subnormal: m 2^-24; inf/nan: all-ones
+    exponent)."""
+    f32 = vec_type(lanes) if lanes else F32
+    if f16c:
+        return b.fpext(
+            b.bitcast(bits, vec_type(lanes, ir.HalfType()) if lanes else ir.HalfType()), f32
+        )
+    i32 = vec_type(lanes, _I32) if lanes else _I32
+
+    def c(v):
+        return ir.Constant(i32, [v] * lanes) if lanes else ir.Constant(_I32, v)
+
+    h = b.zext(bits, i32)
+    sign = b.shl(b.and_(h, c(0x8000)), c(16))
+    e, m = b.and_(b.lshr(h, c(10)), c(31)), b.and_(h, c(0x3FF))
+    normal = b.or_(b.shl(b.add(e, c(112)), c(23)), b.shl(m, c(13)))
+    special = b.or_(c(0x7F800000), b.shl(m, c(13)))
+    # m 2^-24
+    tiny = b.bitcast(b.fmul(b.uitofp(m, f32), b.bitcast(c(0x33800000), f32), flags=KEEP_FLAGS), i32)
+    mag = b.select(
+        b.icmp_unsigned("==", e, c(0)),
+        tiny,
+        b.select(b.icmp_unsigned("==", e, c(31)), special, normal),
+    )
+    return b.bitcast(b.or_(mag, sign), f32)
+
+
+# --- one format each: the float32 weights at position p of the block at blk (an IR value or an int)
+
+
+def _q8_0(r, blk, p, lanes):
+    d = r.splat(r.half(blk), lanes)
+    return r.b.fmul(r.to_f32(r.bytes_i32(r.at(blk, 2, p), lanes, signed=True)), d, flags=KEEP_FLAGS)
+
+
+def _nibble_at(r, blk, qs, p, lanes):
+    """Nibbles of a 32-block's 16 bytes at qs: byte p % 16, high nibble when p >= 16."""
+    b = r.b
+    if isinstance(p, int):
+        return r.nibbles(r.bytes_i32(r.at(blk, qs + p % 16), lanes), p >= 16)
+    raw = r.bytes_i32(r.at(blk, qs, b.and_(p, ir_int(15))), lanes)
+    return r.nibbles(raw, b.icmp_unsigned(">=", p, ir_int(16)))
+
+
+def _q5_bits(r, qh_ptr, p, lanes):
+    b = r.b
+    qh = r.splat(r.load(qh_ptr, _I32), lanes, _I32)
+    p32 = r.splat(b.trunc(ir_int(p), _I32), lanes, _I32)
+    shifts = b.add(p32, ir.Constant(vec_type(lanes, _I32), list(range(lanes))))
+    return b.shl(b.and_(b.lshr(qh, shifts), r.ints(1, lanes)), r.ints(4, lanes))
+
+
+def _q4_0(r, blk, p, lanes):
+    d = r.splat(r.half(blk), lanes)
+    if _tabled(lanes, p):
+        raw = r.bytes_i32(r.at(blk, 2 + p % 16), lanes)
+        return _by_nibble(r, raw, p >= 16, r.b.fmul(d, _IOTA16_MINUS8, flags=KEEP_FLAGS))
+    q = r.b.sub(_nibble_at(r, blk, 2, p, lanes), r.ints(8, lanes))
+    return r.b.fmul(d, r.to_f32(q), flags=KEEP_FLAGS)
+
+
+def _q4_1(r, blk, p, lanes):
+    d, m = r.splat(r.half(blk), lanes), r.splat(r.half(r.at(blk, 2)), lanes)
+    if _tabled(lanes, p):
+        raw = r.bytes_i32(r.at(blk, 4 + p % 16), lanes)
+        return _by_nibble(r, raw, p >= 16, fma(r.b, d, _IOTA16, m))
+    q = r.to_f32(_nibble_at(r, blk, 4, p, lanes), signed=False)
+    return fma(r.b, d, q, m)
+
+
+def _q5_0(r, blk, p, lanes):
+    q = r.b.or_(_nibble_at(r, blk, 6, p, lanes), _q5_bits(r, r.at(blk, 2), p, lanes))
+    q = r.b.sub(q, r.ints(16, lanes))
+    return r.b.fmul(r.splat(r.half(blk), lanes), r.to_f32(q), flags=KEEP_FLAGS)
+
+
+def _q5_1(r, blk, p, lanes):
+    q = r.b.or_(_nibble_at(r, blk, 8, p, lanes), _q5_bits(r, r.at(blk, 4), p, lanes))
+    return fma(
+        r.b,
+        r.splat(r.half(blk), lanes),
+        r.to_f32(q, signed=False),
+        r.splat(r.half(r.at(blk, 2)), lanes),
+    )
+
+
+def _k_scale_min(r, blk, sub):
+    """(scale, min) of sub-block `sub` (an i64 IR value, 0..7) of a Q4_K / Q5_K block, as float32:
+    sub < 4: b[sub] & 63, b[sub + 4] & 63;  else: b[sub + 4] & 15 | (b[sub - 4] >> 6) << 4,
+    b[sub + 4] >> 4 | (b[sub] >> 6) << 4  (b: the 12 scale bytes at 4)."""
+    b = r.b
+    j = b.and_(sub, ir_int(3))
+    lo, mid, hi = (b.zext(r.load(r.at(blk, 4 + 4 * t, j), _I8), _I32) for t in range(3))
+
+    def c(v):
+        return ir.Constant(_I32, v)
+
+    def six(v):
+        return b.shl(b.lshr(v, c(6)), c(4))
+
+    first = b.icmp_unsigned("<", sub, ir_int(4))
+    sc = b.select(first, b.and_(lo, c(63)), b.or_(b.and_(hi, c(15)), six(lo)))
+    mn = b.select(first, b.and_(mid, c(63)), b.or_(b.lshr(hi, c(4)), six(mid)))
+    return b.uitofp(sc, F32), b.uitofp(mn, F32)
+
+
+def _k_place(r, chunk, within):
+    """(sub-block (i64), is-high-nibble (i1 or bool), byte in chunk (int or i64)) for position
+    p = 64 chunk + within of a 256-block."""
+    b = r.b
+    if isinstance(within, int):
+        return b.add(b.mul(chunk, ir_int(2)), ir_int(within // 32)), within >= 32, within % 32
+    half = b.lshr(within, ir_int(5))
+    return (
+        b.add(b.mul(chunk, ir_int(2)), half),
+        b.icmp_unsigned("==", half, ir_int(1)),
+        b.and_(within, ir_int(31)),
+    )
+
+
+def _q4_k(r, blk, chunk, within, lanes, qh_at=None, qs_at=16):
+    b = r.b
+    sub, high, byte = _k_place(r, chunk, within)
+    sc, mn = _k_scale_min(r, blk, sub)
+    dsc = r.splat(b.fmul(r.half(blk), sc, flags=KEEP_FLAGS), lanes)
+    neg_dm = r.splat(
+        b.fneg(b.fmul(r.half(r.at(blk, 2)), mn, flags=KEEP_FLAGS), flags=KEEP_FLAGS), lanes
+    )
+    raw = r.bytes_i32(r.at(blk, qs_at, b.mul(chunk, ir_int(32)), byte), lanes)
+    if qh_at is None and _tabled(lanes, within):
+        return _by_nibble(r, raw, high, fma(b, dsc, _IOTA16, neg_dm))
+    q = r.nibbles(raw, high)
+    if qh_at is not None:  # Q5_K: bit `sub` of qh[byte]
+        hb = r.bytes_i32(r.at(blk, qh_at, byte), lanes)
+        s = r.splat(b.trunc(sub, _I32), lanes, _I32)
+        q = b.or_(q, b.shl(b.and_(b.lshr(hb, s), r.ints(1, lanes)), r.ints(4, lanes)))
+    return fma(b, dsc, r.to_f32(q, signed=False), neg_dm)
+
+
+def _q5_k(r, blk, chunk, within, lanes):
+    return _q4_k(r, blk, chunk, within, lanes, qh_at=16, qs_at=48)
+
+
+def _q6_k(r, blk, chunk, within, lanes):
+    b = r.b
+    h = b.lshr(chunk, ir_int(1))
+    odd_chunk = b.icmp_unsigned("==", b.and_(chunk, ir_int(1)), ir_int(1))  # high nibble
+    if isinstance(within, int):
+        sub, byte, scale_at = (
+            ir_int(within // 32),
+            ir_int(within % 32),
+            b.add(b.mul(chunk, ir_int(4)), ir_int(within // 16)),
+        )
+    else:
+        sub, byte = b.lshr(within, ir_int(5)), b.and_(within, ir_int(31))
+        scale_at = b.add(b.mul(chunk, ir_int(4)), b.lshr(within, ir_int(4)))
+    ql = r.nibbles(
+        r.bytes_i32(r.at(blk, b.mul(h, ir_int(64)), b.mul(sub, ir_int(32)), byte), lanes), odd_chunk
+    )
+    qh = r.bytes_i32(r.at(blk, 128, b.mul(h, ir_int(32)), byte), lanes)
+    shift = b.trunc(
+        b.mul(b.add(b.mul(b.and_(chunk, ir_int(1)), ir_int(2)), sub), ir_int(2)), _I32
+    )  # 2 (g % 4)
+    top = b.and_(b.lshr(qh, r.splat(shift, lanes, _I32)), r.ints(3, lanes))
+    q = b.sub(b.or_(ql, b.shl(top, r.ints(4, lanes))), r.ints(32, lanes))
+    sc = b.sitofp(r.load(r.at(blk, 192, scale_at), _I8), F32)
+    ds = b.fmul(r.half(r.at(blk, 208)), sc, flags=KEEP_FLAGS)
+    return b.fmul(r.splat(ds, lanes), r.to_f32(q), flags=KEEP_FLAGS)
+
+
+# each block format's widening, by its name in block_formats (the one table of formats and codes)
+_BLOCK32 = {"Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1}
+_BLOCK256 = {"Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
+
+
+def format_loader(builder, code, row):
+    """load(i, off, lanes) -> float32 weights i + off .. of the row (lanes 16 or 8; 0: one scalar),
+    for `simd._emit_sums(split=True)`: with lanes 16, i is a multiple of 64 and off an int."""
+    r = _Row(builder, row)
+    b = builder
+    fmt = BY_CODE[code]
+    if fmt.block == 1:
+        dtype = {"F32": types.float32, "BF16": types.uint16}.get(fmt.name)
+
+        def load_float(i, off, lanes):
+            idx = i if off == 0 else b.add(i, ir_int(off))
+            if dtype is not None:  # F32, BF16: the float32 kernels' own loader
+                ptr = b.bitcast(
+                    r.at(b.mul(idx, ir_int(fmt.block_bytes))),
+                    {"F32": F32, "BF16": _I16}[fmt.name].as_pointer(),
+                )
+                return element_loader(b, dtype, ptr)(ir_int(0), lanes)
+            bits = r.load(r.at(b.mul(idx, ir_int(2))), vec_type(lanes, _I16) if lanes else _I16)
+            return half_to_f32(b, bits, lanes)
+
+        return load_float
+
+    shift = fmt.block.bit_length() - 1
+
+    def place(i, off, lanes):
+        """(block pointer, position in block: an int when known at compile time)."""
+        if lanes == 16 and fmt.block == 32:
+            blk = b.add(b.lshr(i, ir_int(shift)), ir_int(off >> shift))
+            return r.at(b.mul(blk, ir_int(fmt.block_bytes))), off % 32
+        idx = i if off == 0 else b.add(i, ir_int(off))
+        blk = b.lshr(idx, ir_int(shift))
+        return r.at(b.mul(blk, ir_int(fmt.block_bytes))), b.and_(idx, ir_int(fmt.block - 1))
+
+    def load_block(i, off, lanes):
+        # the scalar tail: never reached for whole blocks; lane i % 8 of an 8-lane load
+        if lanes == 0:
+            v = load_block(b.and_(i, ir_int(~7)), 0, 8)
+            return b.extract_element(v, b.trunc(b.and_(i, ir_int(7)), _I32))
+        if fmt.block == 32:
+            blk, p = place(i, off, lanes)
+            return _BLOCK32[fmt.name](r, blk, p, lanes)
+        if lanes == 16:  # i a multiple of 64: chunk (i % 256) / 64 at run time, `off` within it
+            blk = r.at(b.mul(b.lshr(i, ir_int(8)), ir_int(fmt.block_bytes)))
+            return _BLOCK256[fmt.name](
+                r, blk, b.lshr(b.and_(i, ir_int(255)), ir_int(6)), off, lanes
+            )
+        blk, p = place(i, off, lanes)
+        return _BLOCK256[fmt.name](r, blk, b.lshr(p, ir_int(6)), b.and_(p, ir_int(63)), lanes)
+
+    return load_block

@@ -1,0 +1,452 @@
+"""One decode pass over all layers for k token rows, run by the worker threads in one region.
+
+One parallel region per pass, not per small operation (each would pay a fork/join and idle threads
+in the serial steps). The threads walk the same phases; a phase (units: row blocks of a matrix,
+attention chunks) starts when all units of the one before are done:
+
+    per layer:  qkv rows (+ private RMSNorm) | bias, RoPE, K/V to cache (one unit) | attention
+                chunks | o rows, += x (+ private merge) | gate/up rows, SiLU (+ private RMSNorm)
+                | down rows, += x
+    then:       lm_head rows (+ private final RMSNorm of the logit rows)
+
+Units are split evenly (equal weight bytes); a thread claims runs of its own share, then others'
+unstarted units (`_claim`), so a slow thread cannot stall the pass. Every unit does the same
+arithmetic whichever thread runs it: results equal a one-thread pass, bit for bit. "Private" steps
+are computed by every thread into its own buffer (cheap; saves a phase each).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit, prange
+
+from roofline.engine.kernels import atomics
+from roofline.engine.kernels.attention import (
+    attend_work,
+    attention_scratch,
+    attention_units,
+    attention_work,
+    gather_scratch,
+    merge_attention,
+)
+from roofline.engine.kernels.block_simd import FormatSet, with_formats
+from roofline.engine.kernels.layer_kernels import (
+    JIT_OPTIONS,
+    matvec_rows,
+    qkv_to_cache,
+    rms_norm,
+    silu_mul,
+)
+from roofline.engine.kernels.widened_rows import embed_into
+from roofline.simd_memory import aligned_floats
+
+PHASES_PER_LAYER = 6
+LINE = 8  # int64 counters per cache line: each counter gets a line of its own
+# spins (`pause`) before napping: tens of microseconds, while phases end within a few of each other
+SPINS_BEFORE_NAP = 2000
+NAP_MICROSECONDS = 20
+UNIT_BYTES = 16384  # weight bytes per matrix unit: the grain of the even finish
+
+
+class Rows(NamedTuple):
+    """The k rows of one pass (int64 arrays): row r is token tokens[r] of slot slots[r] at
+    positions[r], its K/V written at cache_positions[r]; tree_base/tree_path give its context
+    (`attention._row_scores`); logits are wanted for rows logit_rows."""
+
+    tokens: np.ndarray
+    slots: np.ndarray
+    positions: np.ndarray
+    cache_positions: np.ndarray
+    tree_base: np.ndarray
+    tree_path: np.ndarray
+    logit_rows: np.ndarray
+
+
+class LayerWeights(NamedTuple):
+    """Stacked over layers (weights.DecodeWeights): matrices with per-output-row scales, norms and
+    biases."""
+
+    attn_norm: np.ndarray
+    wqkv: np.ndarray
+    qkv_scale: np.ndarray
+    bqkv: np.ndarray
+    q_norm: np.ndarray
+    k_norm: np.ndarray
+    wo: np.ndarray
+    o_scale: np.ndarray
+    mlp_norm: np.ndarray
+    wgu: np.ndarray
+    gu_scale: np.ndarray
+    wd: np.ndarray
+    d_scale: np.ndarray
+
+
+class HeadWeights(NamedTuple):
+    """The embedding and the output head (lm_head is embed when tied)."""
+
+    embed: np.ndarray
+    embed_scale: np.ndarray
+    final_norm: np.ndarray
+    lm_head: np.ndarray
+    lm_scale: np.ndarray
+
+
+class Cache(NamedTuple):
+    """RoPE tables and the KV cache (kv_cache.KVCache's k and v)."""
+
+    cos: np.ndarray
+    sin: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+
+
+class Shape(NamedTuple):
+    """The config scalars the kernels need."""
+
+    n_heads: int
+    eps: np.float32
+    use_qk_norm: bool
+    formats: FormatSet | None = None  # stored rows: the formats of their codes
+
+
+def kernel_weights(w) -> tuple[LayerWeights, HeadWeights]:
+    """The arrays of a weights.DecodeWeights, packed by field name."""
+    layers = LayerWeights(*(getattr(w, name) for name in LayerWeights._fields))
+    return layers, HeadWeights(*(getattr(w, name) for name in HeadWeights._fields))
+
+
+def kernel_shape(config, w) -> Shape:
+    """The config scalars, and for stored rows the formats their codes use: the kernels are
+    compiled for those only (`block_simd`)."""
+    formats = None
+    if w.wqkv.dtype == np.uint8:
+        formats = FormatSet.of(
+            *(
+                getattr(w, f)
+                for f in LayerWeights._fields + HeadWeights._fields
+                if f.endswith("_scale")
+            )
+        )
+    return Shape(config.n_heads, np.float32(config.rms_eps), config.qk_norm, formats)
+
+
+@njit(**JIT_OPTIONS)
+def _rows(n, width):
+    """float32 (n, width), uninitialised, starting on a cache line: the matrices' x rows, each on a
+    line of its own when width is a multiple of 16 (`simd_memory`)."""
+    return aligned_floats(n * width).reshape((n, width))
+
+
+@njit(**JIT_OPTIONS)
+def _claim(counters, phase, tid, n_threads, n_units):
+    """Next run of units of the phase for thread tid, as (first, count): from its own share first,
+    then from other threads' unstarted ones; count 0 when none is left. A run is a quarter of what
+    is left of that share (at least one unit): few atomics while there is much to do, single units
+    near the end, so that the threads finish together."""
+    base = phase * (n_threads + 1)
+    for k in range(n_threads):
+        owner = (tid + k) % n_threads
+        lo, hi = owner * n_units // n_threads, (owner + 1) * n_units // n_threads
+        slot = (base + owner) * LINE
+        left = hi - lo - atomics.load_acquire(counters, slot)
+        if left <= 0:
+            continue
+        step = max(1, left // 4)
+        first = lo + atomics.fetch_add(counters, slot, step)
+        if first < hi:
+            return first, min(step, hi - first)
+    return 0, 0
+
+
+@njit(**JIT_OPTIONS)
+def _finish(counters, phase, n_threads, n_units, done):
+    """Count this thread's `done` units of the phase, then wait until all n_units are done: spin
+    (`pause`), then nap, so that on a busy machine it gives its core to the thread it waits for."""
+    slot = (phase * (n_threads + 1) + n_threads) * LINE
+    if done > 0:
+        atomics.fetch_add(counters, slot, done)
+    spins = 0
+    while atomics.load_acquire(counters, slot) < n_units:
+        if spins < SPINS_BEFORE_NAP:
+            atomics.spin_pause()
+            spins += 1
+        else:
+            atomics.nap(NAP_MICROSECONDS)
+
+
+@njit(**JIT_OPTIONS)
+def _rows_per_unit(w, unit_bytes):
+    """About unit_bytes of w's rows, in whole 4-row blocks: a unit's odd rows would run through the
+    k-row kernels one weight row at a time (`matrices`)."""
+    return max(4, (unit_bytes // (w.shape[1] * w.itemsize) + 2) // 4 * 4)
+
+
+@njit(**JIT_OPTIONS)
+def _matvec_phase(counters, phase, tid, n_threads, w, scale, x, out, accumulate, unit_bytes):
+    """out (+)= x W^T row-scaled, this thread's part of it."""
+    per = _rows_per_unit(w, unit_bytes)
+    n_units = (w.shape[0] + per - 1) // per
+    done = 0
+    while True:
+        u, count = _claim(counters, phase, tid, n_threads, n_units)
+        if count == 0:
+            break
+        matvec_rows(w, scale, x, out, u * per, min((u + count) * per, w.shape[0]), accumulate)
+        done += count
+    _finish(counters, phase, n_threads, n_units, done)
+
+
+@njit(**JIT_OPTIONS)
+def _gate_up_phase(counters, phase, tid, n_threads, w, scale, x, gu, act, scratch, unit_bytes):
+    """[g | u] = W x for a block of gate rows and the same block of up rows, then act = SiLU(g) * u
+    on it."""
+    ffn = act.shape[1]
+    per = max(16, _rows_per_unit(w, unit_bytes) // 16 * 16)  # whole 16-column SiLU blocks
+    n_units = (ffn + per - 1) // per
+    done = 0
+    while True:
+        u, count = _claim(counters, phase, tid, n_threads, n_units)
+        if count == 0:
+            break
+        # gate and up rows of one unit, then its SiLU: act stays in L1
+        for v in range(u, u + count):
+            j0, j1 = v * per, min((v + 1) * per, ffn)
+            matvec_rows(w, scale, x, gu, j0, j1, False)
+            matvec_rows(w, scale, x, gu, ffn + j0, ffn + j1, False)
+            silu_mul(gu, act, j0, j1, scratch)
+        done += count
+    _finish(counters, phase, n_threads, n_units, done)
+
+
+@njit(**JIT_OPTIONS)
+def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn, unit_bytes):
+    """Thread tid's walk through the phases (module docstring). rows: Rows, shape: Shape, w:
+    LayerWeights, head: HeadWeights, cache: Cache; buffers and attn: scratch (see decode_rows)."""
+    slots, positions, cache_positions = rows.slots, rows.positions, rows.cache_positions
+    tree_base, tree_path, logit_rows = rows.tree_base, rows.tree_path, rows.logit_rows
+    n_heads, eps, use_qk_norm, formats = shape
+    attn_norm, wqkv, qkv_scale, bqkv = w.attn_norm, w.wqkv, w.qkv_scale, w.bqkv
+    q_norm, k_norm, wo, o_scale, mlp_norm = w.q_norm, w.k_norm, w.wo, w.o_scale, w.mlp_norm
+    wgu, gu_scale, wd, d_scale = w.wgu, w.gu_scale, w.wd, w.d_scale
+    final_norm, lm_head = head.final_norm, head.lm_head
+    lm_scale = with_formats(head.lm_scale, formats)
+    cos, sin, k_cache, v_cache = cache.cos, cache.sin, cache.k, cache.v
+    x, h_all, att_all, picked_all, qkv, gu, act, logits = buffers
+    first_unit, n_chunks, work, scores, part_out, part_max, part_sum = attn[:7]
+    gather_k, gather_v, gather_s, offsets = attn[7:]
+    h, att, picked = h_all[tid], att_all[tid], picked_all[tid]
+    g_k, g_v, g_s, offs = gather_k[tid], gather_v[tid], gather_s[tid], offsets[tid]
+    silu_scratch = np.empty((4, 16), dtype=np.float32)
+    n_items_attn = work.shape[0]
+    phase = 0
+    for layer in range(wqkv.shape[0]):
+        rms_norm(x, attn_norm[layer], eps, h)
+        _matvec_phase(
+            counters,
+            phase,
+            tid,
+            n_threads,
+            wqkv[layer],
+            with_formats(qkv_scale[layer], formats),
+            h,
+            qkv,
+            False,
+            unit_bytes,
+        )
+        phase += 1
+        # one unit: the thread that claims it does it
+        mine = _claim(counters, phase, tid, n_threads, 1)[1]
+        if mine:
+            qkv_to_cache(
+                qkv,
+                bqkv[layer],
+                q_norm[layer],
+                k_norm[layer],
+                use_qk_norm,
+                eps,
+                n_heads,
+                cos,
+                sin,
+                slots,
+                positions,
+                cache_positions,
+                layer,
+                k_cache,
+                v_cache,
+            )
+        _finish(counters, phase, n_threads, 1, mine)
+        phase += 1
+        done = 0
+        while True:
+            u, count = _claim(counters, phase, tid, n_threads, n_items_attn)
+            if count == 0:
+                break
+            for v in range(u, u + count):
+                attend_work(
+                    v,
+                    work,
+                    first_unit,
+                    n_chunks,
+                    qkv,
+                    n_heads,
+                    slots,
+                    positions,
+                    tree_base,
+                    tree_path,
+                    layer,
+                    k_cache,
+                    v_cache,
+                    scores,
+                    part_out,
+                    part_max,
+                    part_sum,
+                    g_k,
+                    g_v,
+                    g_s,
+                    offs,
+                )
+            done += count
+        _finish(counters, phase, n_threads, n_items_attn, done)
+        phase += 1
+        merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, att)
+        _matvec_phase(
+            counters,
+            phase,
+            tid,
+            n_threads,
+            wo[layer],
+            with_formats(o_scale[layer], formats),
+            att,
+            x,
+            True,
+            unit_bytes,
+        )
+        phase += 1
+        rms_norm(x, mlp_norm[layer], eps, h)
+        _gate_up_phase(
+            counters,
+            phase,
+            tid,
+            n_threads,
+            wgu[layer],
+            with_formats(gu_scale[layer], formats),
+            h,
+            gu,
+            act,
+            silu_scratch,
+            unit_bytes,
+        )
+        phase += 1
+        _matvec_phase(
+            counters,
+            phase,
+            tid,
+            n_threads,
+            wd[layer],
+            with_formats(d_scale[layer], formats),
+            act,
+            x,
+            True,
+            unit_bytes,
+        )
+        phase += 1
+    if logit_rows.shape[0] == 0:  # a prefill pass before the prompt's last
+        return
+    for j in range(logit_rows.shape[0]):
+        picked[j] = x[logit_rows[j]]
+    rms_norm(picked, final_norm, eps, h[: picked.shape[0]])
+    _matvec_phase(
+        counters,
+        phase,
+        tid,
+        n_threads,
+        lm_head,
+        lm_scale,
+        h[: picked.shape[0]],
+        logits,
+        False,
+        unit_bytes,
+    )
+
+
+@njit(parallel=True, **JIT_OPTIONS)
+def _run_workers(n_threads, counters, rows, shape, layers, head, cache, buffers, attn, unit_bytes):
+    # the loop index is unsigned inside the parallel region: one signature
+    for tid in prange(n_threads):
+        _worker(
+            np.int64(tid),
+            n_threads,
+            counters,
+            rows,
+            shape,
+            layers,
+            head,
+            cache,
+            buffers,
+            attn,
+            unit_bytes,
+        )
+
+
+@njit(**JIT_OPTIONS)
+def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=UNIT_BYTES):
+    """Run all layers for the k rows of `rows` (Rows): write each row's K/V into `cache` (Cache) at
+    its cache position, and the float32 logits of row rows.logit_rows[j] into logits[j] (a prefill
+    needs only its last row's, and none before its last pass). layers (LayerWeights) stack over
+    layers: wqkv (L, q+2kv, hidden), wo (L, hidden, q), wgu (L, 2 ffn, hidden), wd (L, hidden,
+    ffn), each with per-output-row scales (L, rows); head: HeadWeights; shape: Shape. Named tuples,
+    so two same-shaped arrays cannot trade places unnoticed. n_threads: workers to start;
+    unit_bytes: weight bytes per unit."""
+    tokens, positions, tree_path, logit_rows = (
+        rows.tokens,
+        rows.positions,
+        rows.tree_path,
+        rows.logit_rows,
+    )
+    k = tokens.shape[0]
+    # stored rows are bytes: the sizes come from the float32 arrays
+    n_layers, qkv_dim = layers.bqkv.shape
+    hidden, ffn = layers.attn_norm.shape[1], layers.gu_scale.shape[1] // 2
+    n_kv, head_dim = cache.v.shape[2], cache.v.shape[4]
+    n_heads = shape.n_heads
+    q_dim = n_heads * head_dim
+    x = _rows(k, hidden)  # the residual stream
+    for r in range(k):
+        embed_into(head.embed, with_formats(head.embed_scale, shape.formats), tokens[r], x, r)
+    first_unit, n_chunks = attention_units(positions, n_kv)
+    work = attention_work(rows.slots, n_chunks, n_kv, n_threads)
+    scores, part_out, part_max, part_sum = attention_scratch(
+        first_unit[-1], n_heads // n_kv, head_dim
+    )
+    gathers = (
+        *gather_scratch(n_threads, tree_path.shape[1], head_dim),
+        np.empty((n_threads, 3, k * (n_heads // n_kv)), dtype=np.int64),  # query offsets
+    )
+    n_phases = n_layers * PHASES_PER_LAYER + 1
+    counters = np.zeros(n_phases * (n_threads + 1) * LINE, dtype=np.int64)
+    buffers = (
+        x,
+        _rows(n_threads * k, hidden).reshape((n_threads, k, hidden)),
+        _rows(n_threads * k, q_dim).reshape((n_threads, k, q_dim)),
+        _rows(n_threads * logit_rows.shape[0], hidden).reshape(
+            (n_threads, logit_rows.shape[0], hidden)
+        ),
+        _rows(k, qkv_dim),
+        _rows(k, 2 * ffn),
+        _rows(k, ffn),
+        logits,
+    )
+    _run_workers(
+        n_threads,
+        counters,
+        rows,
+        shape,
+        layers,
+        head,
+        cache,
+        buffers,
+        (first_unit, n_chunks, work, scores, part_out, part_max, part_sum, *gathers),
+        unit_bytes,
+    )

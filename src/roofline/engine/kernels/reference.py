@@ -1,0 +1,181 @@
+"""The Llama-family decoder in plain torch: the readable reference forward the tests hold the engine
+to (the runner prefills through prefill.py, the same layer on the packed weights).
+
+Covers Llama 2/3 (llama3 RoPE scaling), Mistral, SmolLM, Qwen2 (q/k/v bias), Qwen3 (q/k RMSNorm).
+Weights: a dict under HF names and layouts (Linear weight (out, in)), float32, bfloat16, or int8
+with per-row scales under `<name>_scale`; activations float32. Per layer (d = head_dim):
+
+    h = RMSNorm(x) = x / sqrt(mean(x^2) + eps) * w
+    q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv)
+    q, k = RoPE(q), RoPE(k): pair (i, i + d/2) turns by pos * inv_freq_i, inv_freq_i = theta^(-2i/d)
+    x = x + softmax(q k^T / sqrt(d) + causal mask) v Wo^T   (n_heads / n_kv_heads share a kv head)
+    h = RMSNorm(x);  x = x + (SiLU(h Wg^T) * (h Wu^T)) Wd^T
+    logits = RMSNorm(x) W_lm^T                              (W_lm = embedding table when tied)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+import torch.nn.functional as F
+
+from roofline.engine.kernels.kv_cache import read_keys, write_keys
+from roofline.engine.loading.config import ModelConfig
+from roofline.errors import UserError
+
+
+def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
+    """Per-pair rotation frequencies (head_dim / 2,), float32, computed as transformers does."""
+    d = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    scaling = config.rope_scaling or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        return inv_freq
+    if kind == "linear":  # positions divided by factor
+        return inv_freq / float(scaling["factor"])
+    if kind == "llama3":
+        # GGUF: llama.cpp's exact per-frequency divisors
+        if "original_max_position_embeddings" not in scaling:
+            return inv_freq / torch.tensor(scaling["freq_factors"], dtype=torch.float32)
+        # Llama 3.1: keep high frequencies, divide low ones by `factor`, blend in between
+        # (wavelength w = 2 pi / f).
+        factor, low, high = (
+            float(scaling["factor"]),
+            float(scaling["low_freq_factor"]),
+            float(scaling["high_freq_factor"]),
+        )
+        ctx = float(scaling["original_max_position_embeddings"])
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > ctx / low, inv_freq / factor, inv_freq)
+        smooth = (ctx / wavelen - low) / (high - low)
+        blended = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < ctx / high) & ~(wavelen > ctx / low)
+        return torch.where(medium, blended, scaled)
+    raise UserError(
+        f"RoPE scaling type {kind!r} is not supported (supported: default, linear, llama3)"
+    )
+
+
+def rope_tables(config: ModelConfig, n_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of pos * inv_freq for pos in [0, n_positions): two float32 (n_positions, head_dim
+    / 2)."""
+    angles = torch.outer(torch.arange(n_positions, dtype=torch.float32), rope_inv_freq(config))
+    return angles.cos().contiguous(), angles.sin().contiguous()
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (T, heads, d); cos/sin: (T, d/2). Rotate-half pairs (i, i + d/2): (a, b) -> (a c - b s, b
+    c + a s)."""
+    a, b = x.chunk(2, dim=-1)
+    c, s = cos[:, None, :], sin[:, None, :]
+    return torch.cat((a * c - b * s, b * c + a * s), dim=-1)
+
+
+def dense_weight(weights: Mapping[str, torch.Tensor], name: str) -> torch.Tensor:
+    """A Linear weight as stored, or, for int8, dequantized: W[o, i] = scale[o] * q[o, i]."""
+    w = weights[name]
+    if w.dtype == torch.int8:
+        return w.float() * weights[name + "_scale"][:, None]
+    return w
+
+
+def embedding_rows(weights: Mapping[str, torch.Tensor], token_ids: torch.Tensor) -> torch.Tensor:
+    """The embedding rows of token_ids as float32 (int8 rows times their scales)."""
+    name = "model.embed_tokens.weight"
+    rows = weights[name][token_ids].float()
+    return (
+        rows * weights[name + "_scale"][token_ids][:, None] if name + "_scale" in weights else rows
+    )
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """x W^T (+ b) with float32 activations; bf16 weights multiply bf16-rounded activations (a bf16
+    GEMM)."""
+    y = F.linear(x.to(w.dtype), w).float() if w.dtype != x.dtype else F.linear(x, w)
+    return y if b is None else y + b.float()
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> torch.Tensor:
+    """Causal GQA attention. q: (T, H, d) at positions start..start+T-1; k, v: (S, G, d) at
+    positions 0..S-1. Query i sees keys 0..start+i. Returns (T, H*d)."""
+    T, H, d = q.shape
+    S = k.shape[0]
+    key_pos = torch.arange(S)
+    allowed = key_pos[None, :] <= (start + torch.arange(T))[:, None]  # (T, S) causal mask
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1)[None],
+        k.transpose(0, 1)[None],
+        v.transpose(0, 1)[None],
+        attn_mask=allowed,
+        scale=1.0 / math.sqrt(d),
+        enable_gqa=True,
+    )
+    return out[0].transpose(0, 1).reshape(T, H * d)
+
+
+def forward(
+    config: ModelConfig,
+    weights: Mapping[str, torch.Tensor],
+    token_ids: torch.Tensor,
+    *,
+    rope: tuple[torch.Tensor, torch.Tensor],
+    start: int = 0,
+    cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+    last_only: bool = False,
+) -> torch.Tensor:
+    """Logits (T, vocab) float32 for token_ids (T,) at positions start..start+T-1.
+
+    cache: (k, v) of one sequence, float32, k (n_layers, n_kv_heads, S / B, head_dim, B) (keys
+    transposed in blocks of B positions, as the decode kernels read them; see kv_cache.py), v
+    (n_layers, n_kv_heads, S, head_dim); this call writes its K/V at positions start.. and attends
+    over 0..start+T-1. Without a cache, start must be 0. rope: (cos, sin) tables from `rope_tables`
+    covering the positions. last_only: logits of the last token only.
+    """
+    c = config
+    T = token_ids.shape[0]
+    if cache is None and start != 0:
+        raise ValueError("start > 0 needs a cache holding the earlier positions")
+    cos, sin = rope[0][start : start + T], rope[1][start : start + T]
+    w = weights
+    x = embedding_rows(w, token_ids)
+    for i in range(c.n_layers):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, w[p + "input_layernorm.weight"], c.rms_eps)
+        q, k, v = (
+            linear(
+                h,
+                dense_weight(w, p + f"self_attn.{n}_proj.weight"),
+                w.get(p + f"self_attn.{n}_proj.bias"),
+            )
+            for n in "qkv"
+        )
+        q = q.view(T, c.n_heads, c.head_dim)
+        k, v = k.view(T, c.n_kv_heads, c.head_dim), v.view(T, c.n_kv_heads, c.head_dim)
+        if c.qk_norm:  # Qwen3: RMSNorm over each head's d values, before RoPE
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], c.rms_eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], c.rms_eps)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            k_cache, v_cache = cache[0][i], cache[1][i]  # (G, S/B, d, B) and (G, S, d)
+            write_keys(k_cache, start, k)
+            v_cache[:, start : start + T] = v.transpose(0, 1)
+            k, v = read_keys(k_cache, start + T), v_cache[:, : start + T].transpose(0, 1)
+        x = x + linear(attention(q, k, v, start), dense_weight(w, p + "self_attn.o_proj.weight"))
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], c.rms_eps)
+        gate = linear(h, dense_weight(w, p + "mlp.gate_proj.weight"))
+        up = linear(h, dense_weight(w, p + "mlp.up_proj.weight"))
+        x = x + linear(F.silu(gate) * up, dense_weight(w, p + "mlp.down_proj.weight"))
+    if last_only:
+        x = x[-1:]
+    x = rms_norm(x, w["model.norm.weight"], c.rms_eps)
+    return linear(
+        x,
+        dense_weight(w, "lm_head.weight" if "lm_head.weight" in w else "model.embed_tokens.weight"),
+    )

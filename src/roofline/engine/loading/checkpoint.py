@@ -1,0 +1,120 @@
+"""What every loader returns: the config, the weights under Hugging Face names, and the
+tokenizer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from roofline.engine.loading.block_formats import BLOCK_FORMATS
+
+if TYPE_CHECKING:  # heavy imports stay out of module import time
+    import numpy as np
+    import torch
+
+    from roofline.engine.loading.config import ModelConfig
+    from roofline.engine.loading.tokenizer import Tokenizer
+
+
+@dataclass
+class Checkpoint:
+    """A loaded model. `tensors` uses HF names and layouts: Linear weights are (out_features,
+    in_features), GGUF q/k rows are back in HF order, quantized GGUF tensors are float32 (or, loaded
+    without dequantizing, float32 shapes on torch's meta device), float ones keep their dtype. `raw`
+    keeps the quantized GGUF tensors as (format, uint8 blocks with one row of blocks per output row,
+    rows in HF order) for the stored-format kernels; it is empty for float-only checkpoints."""
+
+    config: ModelConfig
+    tensors: dict[str, torch.Tensor]
+    tokenizer: Tokenizer
+    path: str
+    stored_format: dict[str, str]
+    raw: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
+
+
+def hf_tensor_names(config: ModelConfig) -> list[str]:
+    """Every tensor a checkpoint of this config must hold, under its HF name."""
+    names = ["model.embed_tokens.weight", "model.norm.weight"]
+    if not config.tie_embeddings:
+        names.append("lm_head.weight")
+    for i in range(config.n_layers):
+        p = f"model.layers.{i}."
+        names += [p + "input_layernorm.weight", p + "post_attention_layernorm.weight"]
+        names += [p + f"self_attn.{x}_proj.weight" for x in "qkvo"]
+        names += [p + f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")]
+        if config.attn_bias:
+            names += [p + f"self_attn.{x}_proj.bias" for x in "qkv"]
+        if config.qk_norm:
+            names += [p + "self_attn.q_norm.weight", p + "self_attn.k_norm.weight"]
+    return names
+
+
+def hf_tensor_shape(name: str, config: ModelConfig) -> tuple[int, ...]:
+    """The HF shape of one tensor: Linear weights are (out_features, in_features)."""
+    c = config
+    leaf = name.rsplit(".", 2)[-2] + "." + name.rsplit(".", 1)[-1]
+    shapes = {
+        "embed_tokens.weight": (c.vocab_size, c.hidden),
+        "lm_head.weight": (c.vocab_size, c.hidden),
+        "norm.weight": (c.hidden,),
+        "input_layernorm.weight": (c.hidden,),
+        "post_attention_layernorm.weight": (c.hidden,),
+        "q_proj.weight": (c.q_dim, c.hidden),
+        "k_proj.weight": (c.kv_dim, c.hidden),
+        "v_proj.weight": (c.kv_dim, c.hidden),
+        "o_proj.weight": (c.hidden, c.q_dim),
+        "q_proj.bias": (c.q_dim,),
+        "k_proj.bias": (c.kv_dim,),
+        "v_proj.bias": (c.kv_dim,),
+        "q_norm.weight": (c.head_dim,),
+        "k_norm.weight": (c.head_dim,),
+        "gate_proj.weight": (c.ffn, c.hidden),
+        "up_proj.weight": (c.ffn, c.hidden),
+        "down_proj.weight": (c.hidden, c.ffn),
+    }
+    return shapes[leaf]
+
+
+def check_tensors(tensors: dict, config: ModelConfig, path: str) -> None:
+    """Raise UserError when a tensor is missing or has the wrong shape for the config."""
+    from roofline.errors import UserError
+
+    for name in hf_tensor_names(config):
+        if name not in tensors:
+            raise UserError(
+                f"{path}: tensor {name} is missing; "
+                f"the checkpoint is incomplete or not a {config.arch} model"
+            )
+        want = hf_tensor_shape(name, config)
+        got = tuple(tensors[name].shape)
+        if got != want:
+            raise UserError(
+                f"{path}: tensor {name} has shape {got}, the config implies {want}; "
+                "the checkpoint is inconsistent"
+            )
+
+
+def stored_bytes(checkpoint: Checkpoint, name: str) -> int:
+    """Bytes tensor `name` takes in the file: its raw blocks when quantized, else elements x stored
+    width."""
+    if name in checkpoint.raw:
+        return int(checkpoint.raw[name][1].nbytes)
+    t = checkpoint.tensors[name]
+    # none for a checkpoint built in memory: its tensors' own width
+    fmt = checkpoint.stored_format.get(name)
+    return int(t.numel()) * (BLOCK_FORMATS[fmt].block_bytes if fmt else t.element_size())
+
+
+def file_bytes_per_token(checkpoint: Checkpoint) -> int:
+    """Weight bytes one batch-1 decode step must read from the file as stored: every tensor once,
+    except the embedding table, of which one row (the lm_head, read in full, is the table itself
+    when tied)."""
+    total = 0
+    for name in checkpoint.tensors:
+        n = stored_bytes(checkpoint, name)
+        if name == "model.embed_tokens.weight":
+            rows = checkpoint.config.vocab_size
+            total += n // rows + (n if checkpoint.config.tie_embeddings else 0)
+        else:
+            total += n
+    return total

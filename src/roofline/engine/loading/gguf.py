@@ -1,0 +1,258 @@
+"""GGUF checkpoints (llama.cpp's format) read with the `gguf` package: metadata -> ModelConfig,
+tensors -> HF layout.
+
+Two things differ from a Hugging Face checkpoint besides the names:
+- GGUF stores a Linear weight with ne = (in_features, out_features), i.e. numpy shape (out, in): the
+  HF layout. Quantized types pack each row into blocks of 32 or 256 values
+  (`block_formats`), so a row of blocks is one output row and the raw bytes can be reordered
+  by rows like a float matrix.
+- For the `llama` architecture, llama.cpp's converter permutes the rows of q_proj and k_proj inside
+  every head so that its RoPE can rotate adjacent pairs (x[2i], x[2i+1]) instead of HF's halves
+  (x[i], x[i+hd/2]). Row 2*i + h of a GGUF head holds HF row h*hd/2 + i (h in {0, 1}, i < hd/2);
+  `unpermute_rope_rows` undoes it. qwen2/qwen3 GGUFs are written unpermuted (llama.cpp runs their
+  RoPE in the HF "neox" order).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+from gguf.constants import GGMLQuantizationType as QT
+
+from roofline.engine.loading.block_formats import BLOCK_FORMATS
+from roofline.engine.loading.checkpoint import Checkpoint, check_tensors
+from roofline.engine.loading.config import SUPPORTED_ARCHS, ModelConfig
+from roofline.engine.loading.gguf_names import NON_WEIGHT_TENSORS, hf_name
+from roofline.engine.loading.rope_scaling import rope_scaling_from_gguf
+from roofline.errors import UserError
+from roofline.modelspec.families import get_family
+
+FLOAT_TYPES = {QT.F32: "F32", QT.F16: "F16", QT.BF16: "BF16"}
+# the block formats the kernels compute on (block_formats' one table), by GGUF type
+QUANT_TYPES = {QT[f.name]: f.name for f in BLOCK_FORMATS.values() if f.block > 1}
+
+# Python-level exceptions the gguf reader raises on a damaged file (short reads turn into empty
+# arrays).
+_READ_ERRORS = (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError, TypeError)
+
+
+class _Reader(gguf.GGUFReader):
+    """GGUFReader over a plain ndarray view of its memory map.
+
+    The reader slices its buffer once per string of the vocabulary (~100k slices for a 49k-token
+    vocab); on numpy's memmap subclass every slice pays a Python-level __array_finalize__, which
+    made opening a model several times slower. The plain view shares the same mapping: tensors are
+    still paged in lazily.
+    """
+
+    @property
+    def data(self) -> np.ndarray:
+        return self._mapped
+
+    @data.setter
+    def data(self, value: np.ndarray) -> None:
+        self._mapped = value.view(np.ndarray)
+
+
+def open_gguf(path: str | os.PathLike) -> gguf.GGUFReader:
+    """Parse a GGUF header. mode="c" maps the file copy-on-write: tensors are writable, the file
+    never is."""
+    try:
+        return _Reader(path, mode="c")
+    except _READ_ERRORS as exc:
+        raise UserError(
+            f"{path} is not a readable GGUF file ({exc}); it is truncated or corrupt: "
+            "download it again"
+        ) from None
+
+
+def gguf_metadata(reader: gguf.GGUFReader, path: str | os.PathLike = "") -> dict[str, object]:
+    """Every key/value of the header as Python values (strings, numbers, lists)."""
+    try:
+        return {key: field.contents() for key, field in reader.fields.items()}
+    except _READ_ERRORS as exc:
+        raise UserError(
+            f"{path}: the GGUF metadata is damaged ({exc}); download the file again"
+        ) from None
+
+
+def display_name(path: Path) -> str:
+    """`SmolLM2-135M-Instruct.Q4_1.gguf` -> `SmolLM2-135M-Instruct`: the file stem without its
+    format suffix."""
+    return re.sub(r"[.\-_](?:[QqIi]Q?\d\w*|[Ff]16|[Ff]32|[Bb][Ff]16)$", "", path.stem) or path.stem
+
+
+def _uniform_int(meta: dict, key: str, path: Path, default: int | None = None) -> int:
+    """An integer hyperparameter; GGUF may store a per-layer list, which must then be uniform."""
+    value = meta.get(key, default)
+    if value is None:
+        raise UserError(f"{path}: GGUF metadata lacks {key}; the file is incomplete")
+    if isinstance(value, list):
+        if len(set(value)) != 1:
+            raise UserError(
+                f"{path}: {key} varies per layer ({sorted(set(value))}); "
+                "such models are not supported"
+            )
+        value = value[0]
+    return int(value)
+
+
+def _float32_value(value: object) -> float:
+    """A float stored as float32, as its shortest decimal (9.99999974738e-06 -> 1e-05, like the HF
+    config)."""
+    return float(str(np.float32(value)))
+
+
+def config_from_gguf(meta: dict, shapes: dict[str, tuple[int, ...]], path: Path) -> ModelConfig:
+    """ModelConfig from `{arch}.*` metadata; `shapes` (GGUF name -> numpy shape) settle vocab, ties,
+    biases."""
+    arch = meta.get("general.architecture")
+    if arch not in SUPPORTED_ARCHS:
+        raise UserError(
+            f"{path}: GGUF architecture {arch!r} is not supported; supported: "
+            f"{', '.join(SUPPORTED_ARCHS)}"
+        )
+    if int(meta.get(f"{arch}.expert_count") or 0) > 0:
+        raise UserError(f"{path}: mixture-of-experts models are not supported (expert_count > 0)")
+    n_heads = _uniform_int(meta, f"{arch}.attention.head_count", path)
+    hidden = _uniform_int(meta, f"{arch}.embedding_length", path)
+    head_dim = _uniform_int(
+        meta, f"{arch}.attention.key_length", path, default=hidden // max(n_heads, 1)
+    )
+    if _uniform_int(meta, f"{arch}.attention.value_length", path, default=head_dim) != head_dim:
+        raise UserError(f"{path}: key and value head sizes differ; such models are not supported")
+    if _uniform_int(meta, f"{arch}.rope.dimension_count", path, default=head_dim) != head_dim:
+        raise UserError(
+            f"{path}: RoPE covers only part of each head (partial rotary); not supported"
+        )
+    if "token_embd.weight" not in shapes:
+        raise UserError(f"{path}: tensor token_embd.weight is missing; the file is incomplete")
+    try:
+        return ModelConfig(
+            arch=arch,
+            name=display_name(path),
+            n_layers=_uniform_int(meta, f"{arch}.block_count", path),
+            hidden=hidden,
+            n_heads=n_heads,
+            n_kv_heads=_uniform_int(meta, f"{arch}.attention.head_count_kv", path, default=n_heads),
+            head_dim=head_dim,
+            ffn=_uniform_int(meta, f"{arch}.feed_forward_length", path),
+            vocab_size=shapes["token_embd.weight"][0],
+            max_seq_len=_uniform_int(meta, f"{arch}.context_length", path),
+            rope_theta=_float32_value(meta.get(f"{arch}.rope.freq_base", 10000.0)),
+            rms_eps=_float32_value(meta.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
+            rope_scaling=None,  # filled in by load_gguf (needs the rope_freqs tensor)
+            tie_embeddings="output.weight" not in shapes,
+            attn_bias="blk.0.attn_q.bias" in shapes,
+            qk_norm="blk.0.attn_q_norm.weight" in shapes,
+        )
+    except ValueError as exc:
+        raise UserError(f"{path}: inconsistent model hyperparameters ({exc})") from None
+
+
+def unpermute_rope_rows(rows: np.ndarray, n_heads: int) -> np.ndarray:
+    """Undo llama.cpp's q/k row permutation (see module doc). Works on any array whose first axis is
+    the output rows: float weights, biases, and rows of quantized blocks alike. Returns a contiguous
+    copy."""
+    head_dim = rows.shape[0] // n_heads
+    # [head, i, h, ...] = GGUF row 2i+h
+    grouped = rows.reshape(n_heads, head_dim // 2, 2, *rows.shape[1:])
+    # [head, h, i, ...] = HF order
+    return np.ascontiguousarray(grouped.swapaxes(1, 2)).reshape(rows.shape)
+
+
+def _rope_heads(name: str, config: ModelConfig) -> int | None:
+    """How many heads to un-permute for this tensor: q -> n_heads, k -> n_kv_heads, others ->
+    None."""
+    family = get_family(config.arch)  # GGUF architecture names are the families' model types
+    if family is None or not family.gguf_permutes_qk:
+        return None
+    if ".self_attn.q_proj." in name:
+        return config.n_heads
+    if ".self_attn.k_proj." in name:
+        return config.n_kv_heads
+    return None
+
+
+def _convert(
+    tensor, hf: str, config: ModelConfig, path: Path, dequantize: bool = True
+) -> tuple[torch.Tensor, str, np.ndarray | None]:
+    """One GGUF tensor -> (HF-layout torch tensor, stored format, raw quantized rows or None).
+    Without `dequantize`, a quantized tensor's torch tensor is a shape on the meta device: only its
+    rows are kept."""
+    qtype = QT(tensor.tensor_type)
+    data = tensor.data
+    if data.nbytes != tensor.n_bytes:
+        raise UserError(
+            f"{path}: tensor {tensor.name} is cut short; the file is truncated: download it again"
+        )
+    heads = _rope_heads(hf, config)
+    if heads is not None:
+        data = unpermute_rope_rows(data, heads)
+    if qtype in (QT.F32, QT.F16):
+        return torch.from_numpy(data), FLOAT_TYPES[qtype], None
+    if qtype == QT.BF16:  # stored as uint8, two bytes per value
+        return torch.from_numpy(data).view(torch.bfloat16), "BF16", None
+    if qtype in QUANT_TYPES:
+        if not dequantize:
+            shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
+            return torch.empty(shape, dtype=torch.float32, device="meta"), QUANT_TYPES[qtype], data
+        return torch.from_numpy(gguf.quants.dequantize(data, qtype)), QUANT_TYPES[qtype], data
+    raise UserError(
+        f"{path}: tensor {tensor.name} is stored as {qtype.name}; supported: F32, F16, BF16, "
+        f"{', '.join(QUANT_TYPES.values())} (re-quantize the model to one of those with "
+        "llama.cpp's llama-quantize)"
+    )
+
+
+def load_gguf(path: str | os.PathLike, *, dequantize: bool = True) -> Checkpoint:
+    """Load a GGUF file: config, HF-named tensors (quantized ones dequantized to float32, or with
+    dequantize=False left as their raw rows only), tokenizer."""
+    from roofline.engine.loading.gguf_tokenizer import tokenizer_from_gguf
+
+    path = Path(path)
+    reader = open_gguf(path)
+    meta = gguf_metadata(reader, path)
+    by_name = {t.name: t for t in reader.tensors}
+    shapes = {
+        name: tuple(int(d) for d in reversed(t.shape.tolist())) for name, t in by_name.items()
+    }
+    config = config_from_gguf(meta, shapes, path)
+    freqs = by_name.get("rope_freqs.weight")
+    rope_scaling = rope_scaling_from_gguf(
+        meta, config, None if freqs is None else np.asarray(freqs.data, np.float32)
+    )
+    if rope_scaling is not None:
+        config = replace(config, rope_scaling=rope_scaling)
+
+    unknown = [n for n in by_name if hf_name(n) is None and n not in NON_WEIGHT_TENSORS]
+    if unknown:
+        raise UserError(
+            f"{path}: tensors {unknown[:4]} are not part of a {config.arch} decoder; "
+            "this model is not supported"
+        )
+    tensors, stored, raw = {}, {}, {}
+    # Serial on purpose: gguf's dequantize is many small numpy steps, which a thread pool slowed.
+    for name, tensor in by_name.items():
+        if name in NON_WEIGHT_TENSORS:
+            continue
+        hf = hf_name(name)
+        tensors[hf], stored[hf], blocks = _convert(tensor, hf, config, path, dequantize)
+        if blocks is not None:
+            raw[hf] = (stored[hf], blocks)
+    check_tensors(tensors, config, str(path))
+    tokenizer = tokenizer_from_gguf(meta, path)
+    return Checkpoint(
+        config=config,
+        tensors=tensors,
+        tokenizer=tokenizer,
+        path=str(path),
+        stored_format=stored,
+        raw=raw,
+    )

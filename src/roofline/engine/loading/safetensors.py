@@ -1,0 +1,116 @@
+"""Hugging Face model directories: config.json, single or sharded *.safetensors, tokenizer.json."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from roofline.engine.loading.checkpoint import Checkpoint, check_tensors, hf_tensor_names
+from roofline.engine.loading.hf_config import config_from_hf, read_json
+from roofline.errors import UserError
+
+_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
+INDEX_FILE = "model.safetensors.index.json"
+
+
+def safetensors_files(folder: Path) -> tuple[list[Path], dict[str, str] | None]:
+    """The weight files of a directory and, when sharded, the index's tensor -> file map."""
+    index_path = folder / INDEX_FILE
+    if index_path.is_file():
+        weight_map = read_json(index_path).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise UserError(f"{index_path} has no weight_map; the checkpoint directory is damaged")
+        files = [folder / name for name in sorted(set(weight_map.values()))]
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise UserError(
+                f"{folder}: shard(s) {', '.join(missing)} listed in {INDEX_FILE} are missing; "
+                "download them"
+            )
+        return files, weight_map
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        others = sorted(p.name for p in folder.glob("*.bin")) + sorted(
+            p.name for p in folder.glob("*.pth")
+        )
+        hint = f" (found {', '.join(others[:3])}: convert them to safetensors)" if others else ""
+        raise UserError(f"{folder} holds no *.safetensors weights{hint}")
+    return files, None
+
+
+def _read_file(path: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of one safetensors file (the library memory-maps it and copies each tensor out
+    once)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            # SIM118 does not apply: a safe_open handle is no dict and is not iterable
+            return {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
+    except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
+        raise UserError(
+            f"{path} is not a readable safetensors file ({exc}); it is truncated or corrupt: "
+            "download it again"
+        ) from None
+
+
+def read_tensors(folder: Path, needed: set[str]) -> dict[str, torch.Tensor]:
+    """The `needed` tensors of a directory (other entries, e.g. rotary inv_freq buffers, are
+    skipped)."""
+    files, weight_map = safetensors_files(folder)
+    tensors: dict[str, torch.Tensor] = {}
+    for path in files:
+        for name, value in _read_file(path).items():
+            if name in needed:
+                tensors[name] = value
+    if weight_map is not None:
+        absent = [
+            name for name, file in weight_map.items() if name in needed and name not in tensors
+        ]
+        if absent:
+            raise UserError(
+                f"{folder}: {absent[0]} is listed in {INDEX_FILE} but not in "
+                f"{weight_map[absent[0]]}; the shard is damaged"
+            )
+    return tensors
+
+
+def load_hf_dir(folder: str | Path) -> Checkpoint:
+    """Load an HF directory: weights keep their stored float dtype; ties are honoured when lm_head
+    is absent."""
+    from roofline.engine.loading.hf_tokenizer import tokenizer_from_hf_dir
+
+    folder = Path(folder)
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise UserError(
+            f"{folder} has no config.json; pass a Hugging Face model directory or a .gguf file"
+        )
+    raw_config = read_json(config_path)
+    config = config_from_hf(raw_config, folder.name, folder)
+    untied = replace(config, tie_embeddings=False)
+    tensors = read_tensors(folder, set(hf_tensor_names(untied)))
+    if "lm_head.weight" not in tensors or config.tie_embeddings:
+        # Tied checkpoints reuse the embedding as the output projection; some still save a copy of
+        # it.
+        tensors.pop("lm_head.weight", None)
+        config = replace(config, tie_embeddings=True)
+    for name, value in tensors.items():
+        if value.dtype not in _DTYPES:
+            raise UserError(
+                f"{folder}: tensor {name} is stored as {value.dtype}; "
+                "supported: float32, float16, bfloat16"
+            )
+    check_tensors(tensors, config, str(folder))
+    stored = {name: _DTYPES[value.dtype] for name, value in tensors.items()}
+    tokenizer = tokenizer_from_hf_dir(folder, raw_config)
+    return Checkpoint(
+        config=config,
+        tensors=tensors,
+        tokenizer=tokenizer,
+        path=str(folder),
+        stored_format=stored,
+        raw={},
+    )

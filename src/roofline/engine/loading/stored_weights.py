@@ -1,0 +1,128 @@
+"""The weights as the file stores them, in the decode kernels' stacks (dtype `stored`).
+
+Every matrix keeps its file format row by row (block_formats: GGUF blocks, F32/F16/BF16 elements):
+a stack is data (L, rows, stride) uint8, each row's bytes as stored, stride = the longest row of the
+stack (a Q4_K_M file mixes Q4_K and Q6_K rows in one stack), and beside it, where the other formats
+keep their row scales, the format code of each row (L, rows) uint8 (`matrices`). Nothing is widened
+on load: the kernels widen blocks in registers, and the prefill one matrix at a time into a scratch
+buffer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from roofline.engine.loading.block_formats import BLOCK_FORMATS
+from roofline.engine.loading.config import ModelConfig
+from roofline.engine.loading.weights import DecodeWeights, layer_layout, layer_vectors, vector
+from roofline.errors import UserError
+
+
+def stored_rows(checkpoint, name: str) -> tuple[str, np.ndarray]:
+    """(format name, uint8 rows (out, bytes per row)) of one matrix as the checkpoint stores it."""
+    import torch
+
+    if name in checkpoint.raw:
+        fmt, blocks = checkpoint.raw[name]
+    else:
+        t = checkpoint.tensors[name]
+        widths = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
+        fmt = checkpoint.stored_format.get(name) or widths.get(t.dtype, str(t.dtype))
+        bits = t.contiguous().view(torch.int16) if t.dtype == torch.bfloat16 else t.contiguous()
+        blocks = bits.numpy().view(np.uint8).reshape(t.shape[0], -1)
+    if fmt not in BLOCK_FORMATS:
+        raise UserError(
+            f"{checkpoint.path}: tensor {name} is stored as {fmt}, which the kernels cannot "
+            f"compute on; supported: {', '.join(BLOCK_FORMATS)} (or run --dtype fp32)"
+        )
+    return fmt, blocks
+
+
+def _stack(parts: list[list[tuple[str, np.ndarray]]]) -> tuple[np.ndarray, np.ndarray]:
+    """Layers of [(format, rows)] pieces -> (data (L, rows, stride), codes (L, rows)), uint8."""
+    stride = max(rows.shape[1] for layer in parts for _, rows in layer)
+    n_rows = sum(rows.shape[0] for _, rows in parts[0])
+    data = np.zeros((len(parts), n_rows, stride), np.uint8)
+    codes = np.empty((len(parts), n_rows), np.uint8)
+    for i, layer in enumerate(parts):
+        r = 0
+        for fmt, rows in layer:
+            data[i, r : r + rows.shape[0], : rows.shape[1]] = rows
+            codes[i, r : r + rows.shape[0]] = BLOCK_FORMATS[fmt].code
+            r += rows.shape[0]
+    return data, codes
+
+
+def _single(piece: tuple[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    data, codes = _stack([[piece]])
+    return data[0], codes[0]
+
+
+def pack_stored(config: ModelConfig, checkpoint) -> DecodeWeights:
+    """DecodeWeights whose matrices are stored rows (see the module doc); beside each, its rows'
+    format codes."""
+    c = config
+    L = c.n_layers
+    pieces: dict[str, list] = {k: [] for k in ("wqkv", "wo", "wgu", "wd")}  # [layer][piece]
+    t = checkpoint.tensors
+    for i in range(L):
+        p = f"model.layers.{i}."
+        for stack in pieces.values():
+            stack.append([])
+        for name, stack, _, _, _ in layer_layout(c):
+            pieces[stack][i].append(stored_rows(checkpoint, p + name + ".weight"))
+    attn_norm, mlp_norm, bqkv, q_norm, k_norm = layer_vectors(c, t)
+    (wqkv, qkv_fmt), (wo, o_fmt) = _stack(pieces["wqkv"]), _stack(pieces["wo"])
+    (wgu, gu_fmt), (wd, d_fmt) = _stack(pieces["wgu"]), _stack(pieces["wd"])
+    embed, embed_fmt = _single(stored_rows(checkpoint, "model.embed_tokens.weight"))
+    if c.tie_embeddings or "lm_head.weight" not in t:
+        lm_head, lm_fmt = embed, embed_fmt
+    else:
+        lm_head, lm_fmt = _single(stored_rows(checkpoint, "lm_head.weight"))
+    norm = vector(t["model.norm.weight"])
+    return DecodeWeights(
+        embed=embed,
+        embed_scale=embed_fmt,
+        attn_norm=attn_norm,
+        wqkv=wqkv,
+        qkv_scale=qkv_fmt,
+        bqkv=bqkv,
+        q_norm=q_norm,
+        k_norm=k_norm,
+        wo=wo,
+        o_scale=o_fmt,
+        mlp_norm=mlp_norm,
+        wgu=wgu,
+        gu_scale=gu_fmt,
+        wd=wd,
+        d_scale=d_fmt,
+        final_norm=norm,
+        lm_head=lm_head,
+        lm_scale=lm_fmt,
+    )
+
+
+def _row_bytes(codes: np.ndarray, n_in: int) -> int:
+    """Bytes of rows of n_in weights with these format codes, as stored (not the stride they are
+    padded to)."""
+    by_code = {f.code: f.row_bytes(n_in) for f in BLOCK_FORMATS.values()}
+    values, counts = np.unique(codes, return_counts=True)
+    return int(sum(by_code[int(v)] * int(k) for v, k in zip(values, counts)))
+
+
+def stored_bytes_per_token(config: ModelConfig, w: DecodeWeights) -> int:
+    """Weight bytes one batch-1 decode step reads: every matrix row as stored, the norms (and
+    biases), one embedding row, the whole lm_head (the embedding table itself when tied)."""
+    c = config
+    vectors = [w.attn_norm, w.mlp_norm, w.final_norm]
+    vectors += [w.bqkv] if c.attn_bias else []
+    vectors += [w.q_norm, w.k_norm] if c.qk_norm else []
+    matrices = (
+        _row_bytes(w.qkv_scale, c.hidden)
+        + _row_bytes(w.o_scale, c.q_dim)
+        + _row_bytes(w.gu_scale, c.hidden)
+        + _row_bytes(w.d_scale, c.ffn)
+        + _row_bytes(w.lm_scale, c.hidden)
+    )
+    embed_row = _row_bytes(w.embed_scale[:1], c.hidden)
+    return sum(a.nbytes for a in vectors) + matrices + embed_row

@@ -1,0 +1,189 @@
+"""The weights in the decode kernels' layout, and torch views of the same memory for prefill.
+
+Stacked over layers so that the kernels index one array per kind of weight:
+    wqkv (L, q_dim + 2 kv_dim, hidden) = [Wq; Wk; Wv]     wo (L, hidden, q_dim)
+    wgu  (L, 2 ffn, hidden)            = [Wg; Wu]         wd (L, hidden, ffn)
+Matrix formats (DTYPES):
+    stored  each row as the file stores it (GGUF blocks, F16, BF16, F32): `stored_weights`
+    fp32    float32
+    bf16    uint16 bit patterns of bf16 (round to nearest even from the checkpoint's values)
+    int8    int8 with one float32 scale per output row: W[o, i] ~ scale[o] * q[o, i],
+            scale[o] = max_i |W[o, i]| / 127
+Every matrix has its row scales (ones for fp32 and bf16, where multiplying by them is exact). Norms,
+biases and the RoPE tables stay float32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from roofline.dtypes import DTYPE_NAMES
+from roofline.engine.loading.config import ModelConfig
+from roofline.simd_memory import aligned_empty
+
+DTYPES = DTYPE_NAMES  # roofline.dtypes: stored as the file holds it (stored_weights), ...
+_STORAGE = {"fp32": np.float32, "bf16": np.uint16, "int8": np.int8}
+
+
+@dataclass(kw_only=True)
+class DecodeWeights:
+    """The arrays the decode kernels read, by name (18 arrays, many of one shape: never by
+    position)."""
+
+    embed: np.ndarray  # (vocab, hidden)
+    embed_scale: np.ndarray  # (vocab,)
+    attn_norm: np.ndarray  # (L, hidden) float32
+    wqkv: np.ndarray
+    qkv_scale: np.ndarray  # (L, q_dim + 2 kv_dim)
+    bqkv: np.ndarray  # (L, q_dim + 2 kv_dim) float32, zeros without attn_bias
+    q_norm: np.ndarray  # (L, head_dim) float32, ones without qk_norm
+    k_norm: np.ndarray
+    wo: np.ndarray
+    o_scale: np.ndarray  # (L, hidden)
+    mlp_norm: np.ndarray  # (L, hidden) float32
+    wgu: np.ndarray
+    gu_scale: np.ndarray  # (L, 2 ffn)
+    wd: np.ndarray
+    d_scale: np.ndarray  # (L, hidden)
+    final_norm: np.ndarray  # (hidden,) float32
+    lm_head: np.ndarray  # (vocab, hidden); the same array as embed when tied
+    lm_scale: np.ndarray  # (vocab,)
+
+
+def layer_layout(c: ModelConfig) -> list[tuple[str, str, str, int, int]]:
+    """(HF projection name, stack attribute, scale attribute, first row, end row) of every layer
+    matrix."""
+    q, kv, f = c.q_dim, c.kv_dim, c.ffn
+    return [
+        ("self_attn.q_proj", "wqkv", "qkv_scale", 0, q),
+        ("self_attn.k_proj", "wqkv", "qkv_scale", q, q + kv),
+        ("self_attn.v_proj", "wqkv", "qkv_scale", q + kv, q + 2 * kv),
+        ("self_attn.o_proj", "wo", "o_scale", 0, c.hidden),
+        ("mlp.gate_proj", "wgu", "gu_scale", 0, f),
+        ("mlp.up_proj", "wgu", "gu_scale", f, 2 * f),
+        ("mlp.down_proj", "wd", "d_scale", 0, c.hidden),
+    ]
+
+
+def _numpy_owned(a: np.ndarray) -> np.ndarray:
+    """A copy in memory numpy allocates: numpy asks the kernel for huge pages on large arrays, and
+    the lm_head streams slower from torch-allocated memory; line-aligned (`aligned_empty`)."""
+    out = aligned_empty(a.shape, a.dtype)
+    out[...] = a
+    return out
+
+
+def matrix(t, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """A torch tensor as (contiguous numpy matrix in `dtype`'s storage, float32 row scales)."""
+    import torch
+
+    ones = np.ones(t.shape[0], np.float32)
+    if dtype == "fp32":
+        return _numpy_owned(t.to(torch.float32).numpy()), ones
+    if dtype == "bf16":
+        return _numpy_owned(
+            t.to(torch.bfloat16).contiguous().view(torch.int16).numpy().view(np.uint16)
+        ), ones
+    w = t.to(torch.float32)
+    top = w.abs().amax(dim=1)
+    scale = torch.where(top > 0, top / 127.0, torch.ones_like(top))
+    q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+    return _numpy_owned(q.numpy()), scale.numpy().astype(np.float32)
+
+
+def vector(t) -> np.ndarray:
+    import torch
+
+    return t.to(torch.float32).contiguous().numpy()
+
+
+def layer_vectors(config: ModelConfig, tensors: dict) -> tuple[np.ndarray, ...]:
+    """(attn_norm, mlp_norm, bqkv, q_norm, k_norm) stacked over layers, float32: zero biases and
+    unit q/k norms where the model has none."""
+    c, L = config, config.n_layers
+    attn_norm, mlp_norm = np.empty((L, c.hidden), np.float32), np.empty((L, c.hidden), np.float32)
+    bqkv = np.zeros((L, c.q_dim + 2 * c.kv_dim), np.float32)
+    q_norm, k_norm = np.ones((L, c.head_dim), np.float32), np.ones((L, c.head_dim), np.float32)
+    for i in range(L):
+        p = f"model.layers.{i}."
+        attn_norm[i] = vector(tensors[p + "input_layernorm.weight"])
+        mlp_norm[i] = vector(tensors[p + "post_attention_layernorm.weight"])
+        if c.attn_bias:
+            bqkv[i] = np.concatenate(
+                [vector(tensors[p + f"self_attn.{x}_proj.bias"]) for x in "qkv"]
+            )
+        if c.qk_norm:
+            q_norm[i] = vector(tensors[p + "self_attn.q_norm.weight"])
+            k_norm[i] = vector(tensors[p + "self_attn.k_norm.weight"])
+    return attn_norm, mlp_norm, bqkv, q_norm, k_norm
+
+
+def pack_weights(config: ModelConfig, tensors: dict, dtype: str) -> DecodeWeights:
+    """HF-named tensors -> DecodeWeights, filling preallocated stacks layer by layer (no full-size
+    temporaries)."""
+    c = config
+    L, qkv_dim = c.n_layers, c.q_dim + 2 * c.kv_dim
+    store = _STORAGE[dtype]
+    # matrices line-aligned: each row then starts on a line (`simd_memory`)
+    wqkv = aligned_empty((L, qkv_dim, c.hidden), store)
+    wo = aligned_empty((L, c.hidden, c.q_dim), store)
+    wgu = aligned_empty((L, 2 * c.ffn, c.hidden), store)
+    wd = aligned_empty((L, c.hidden, c.ffn), store)
+    qkv_scale, o_scale = np.empty((L, qkv_dim), np.float32), np.empty((L, c.hidden), np.float32)
+    gu_scale, d_scale = np.empty((L, 2 * c.ffn), np.float32), np.empty((L, c.hidden), np.float32)
+    stacks = {
+        "wqkv": wqkv,
+        "qkv_scale": qkv_scale,
+        "wo": wo,
+        "o_scale": o_scale,
+        "wgu": wgu,
+        "gu_scale": gu_scale,
+        "wd": wd,
+        "d_scale": d_scale,
+    }
+    for i in range(L):
+        p = f"model.layers.{i}."
+        for name, stack, scales, lo, hi in layer_layout(c):
+            stacks[stack][i, lo:hi], stacks[scales][i, lo:hi] = matrix(
+                tensors[p + name + ".weight"], dtype
+            )
+    attn_norm, mlp_norm, bqkv, q_norm, k_norm = layer_vectors(c, tensors)
+    embed, embed_scale = matrix(tensors["model.embed_tokens.weight"], dtype)
+    if c.tie_embeddings or "lm_head.weight" not in tensors:
+        lm_head, lm_scale = embed, embed_scale
+    else:
+        lm_head, lm_scale = matrix(tensors["lm_head.weight"], dtype)
+    return DecodeWeights(
+        embed=embed,
+        embed_scale=embed_scale,
+        attn_norm=attn_norm,
+        wqkv=wqkv,
+        qkv_scale=qkv_scale,
+        bqkv=bqkv,
+        q_norm=q_norm,
+        k_norm=k_norm,
+        wo=wo,
+        o_scale=o_scale,
+        mlp_norm=mlp_norm,
+        wgu=wgu,
+        gu_scale=gu_scale,
+        wd=wd,
+        d_scale=d_scale,
+        final_norm=vector(tensors["model.norm.weight"]),
+        lm_head=lm_head,
+        lm_scale=lm_scale,
+    )
+
+
+def weight_bytes_per_token(config: ModelConfig, w: DecodeWeights, dtype: str) -> int:
+    """Weight bytes one batch-1 decode step reads: every weight but the embedding table, one
+    embedding row, and the full lm_head (read in full even when it is the tied embedding table);
+    int8 row scales included."""
+    arrays = [w.attn_norm, w.wqkv, w.wo, w.mlp_norm, w.wgu, w.wd, w.final_norm, w.lm_head]
+    arrays += [w.bqkv] if config.attn_bias else []
+    arrays += [w.q_norm, w.k_norm] if config.qk_norm else []
+    arrays += [w.qkv_scale, w.o_scale, w.gu_scale, w.d_scale, w.lm_scale] if dtype == "int8" else []
+    embed_row = w.embed[0].nbytes + (w.embed_scale[0].nbytes if dtype == "int8" else 0)
+    return sum(a.nbytes for a in arrays) + embed_row

@@ -1,0 +1,94 @@
+"""`roofline serve --prepare`: compile the kernels a model and a dtype use, once per install.
+
+numba compiles each kernel for the array types it meets on first use and caches the machine code
+next to the source (`__pycache__`); a later start loads it in a fraction of a second. The first
+start of each weight format pays the compilation (tens of seconds on 2 cores), so a tuner that
+launches one format after another would time installation work as part of its trials. Preparing
+runs the engine's warm-up for one (model, dtype) and leaves a stamp in the user cache; the stamp's
+key holds everything that would make numba compile again (the engine's sources and where they
+live, numba, Python, the CPU, the model file, the dtype), so a prepared pair costs a file check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
+KERNEL_INDEX = "decode.decode_rows-*.nbi"  # numba's cache index of the decode pass
+
+
+def stamp_path(model: str | os.PathLike, dtype: str) -> Path:
+    """Where the stamp of a prepared (model, dtype) lives (its name: the key's hash)."""
+    from roofline.hardware.profile import profile_dir
+
+    return profile_dir() / "kernels" / f"{_key(Path(model), dtype)}.json"
+
+
+def prepared(model: str | os.PathLike, dtype: str) -> bool:
+    """Whether this (model, dtype) was prepared with these sources and numba's cache is there."""
+    return stamp_path(model, dtype).is_file() and _cache_present()
+
+
+def prepare(model: str | os.PathLike | None, dtype: str, threads: int | None = None) -> str:
+    """Load the model at dtype and run the warm-up (compiling what is not cached), then stamp it;
+    nothing when it is prepared already. The line to print."""
+    from roofline.modelspec.default_model import default_model_path
+
+    path = Path(model) if model is not None else default_model_path()
+    if prepared(path, dtype):
+        return f"kernels for {path.name} at {dtype}: prepared already"
+    from roofline.engine.runtime.model_runner import load_runner
+
+    t0 = time.monotonic()
+    load_runner(str(path), dtype=dtype, threads=threads)  # its warm-up compiles the kernels
+    seconds = time.monotonic() - t0
+    stamp = stamp_path(path, dtype)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    tmp = stamp.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(
+        json.dumps({"model": str(path), "dtype": dtype, "seconds": round(seconds, 1)}) + "\n",
+        encoding="utf-8",
+    )
+    tmp.replace(stamp)
+    return f"kernels for {path.name} at {dtype}: ready in {seconds:.1f} s"
+
+
+def _key(model: Path, dtype: str) -> str:
+    import numba
+
+    from roofline import __version__
+    from roofline.engine.kernels.kernel_cache import kernel_sources
+
+    st = model.stat()
+    sources = kernel_sources()
+    parts = {
+        "roofline": __version__,
+        "python": sys.version,
+        "numba": numba.__version__,
+        "cpu": _cpu(),
+        "model": [str(model.resolve()), st.st_size, st.st_mtime_ns],
+        "dtype": dtype,
+        "sources": [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in sources],
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _cpu() -> str:
+    """The CPU's name and feature flags (numba compiles for the host's)."""
+    from roofline.hardware.machine import cpu_flags, cpu_model_name
+
+    return f"{cpu_model_name()}\n{cpu_flags()}"
+
+
+def _cache_present() -> bool:
+    """numba's cache index of the decode pass: in NUMBA_CACHE_DIR when set, else beside the
+    source."""
+    root = os.environ.get("NUMBA_CACHE_DIR")
+    if root:
+        return any(Path(root).rglob(KERNEL_INDEX))
+    return any((KERNELS_DIR / "__pycache__").glob(KERNEL_INDEX))
