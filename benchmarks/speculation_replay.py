@@ -23,25 +23,31 @@ import argparse
 import json
 import sys
 
-from roofline.engine.runtime.pass_timing import PassTiming
+from roofline.engine.runtime.pass_timing import PassCosts
 from roofline.engine.runtime.speculate.base import SpecOptions
 from roofline.engine.runtime.speculate.step import speculation_factory
 from roofline.engine.runtime.speculate.tree import DraftTree
 from speculation import chat_ids, prompt_texts  # a sibling module: run as a script
 
 
-class PricedRunner(PassTiming):
+class PricedRunner:
     """What `speculation_factory` reads of a runner for model-free proposers: `pass_cost`, here
-    from a recorded table (the engine's own interpolation between counts)."""
+    from a recorded table (the engine's own interpolation between counts, `PassCosts`)."""
 
     thread_chooser = None
 
     def __init__(self, costs: dict[int, float]) -> None:
-        self._pass_costs = dict(costs)
-        self._cost_of: dict[int, float] = {}
+        self.costs = PassCosts(dict(costs))
 
     def measure_pass_costs(self, *args, **kwargs) -> None:
         """Already known."""
+
+    def pass_cost(self, rows: int) -> float:
+        return self.costs.cost(rows)
+
+    @property
+    def pass_costs(self) -> dict[int, float]:
+        return dict(self.costs.table or {})
 
 
 def accepted_along(tree: DraftTree, truth: list[int]) -> int:

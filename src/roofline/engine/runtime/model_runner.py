@@ -11,7 +11,7 @@ save_kv / load_kv: copies of a slot's K/V positions out and back in (the prefix 
 The weights are packed once (`weights.pack_weights`: fused, stacked over layers, fp32 / bf16 /
 int8) or kept in the file's blocks (`stored_weights.pack_stored`).
 
-How long passes take (the thread count of each, the speculation cost model): pass_timing.py.
+How long passes take (the speculation cost model, the first thread count): pass_timing.py.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from roofline.engine.loading.weights import (
     pack_weights,
     weight_bytes_per_token,
 )
-from roofline.engine.runtime.pass_timing import PassTiming
+from roofline.engine.runtime.pass_timing import PassCosts, measure_pass_costs, seed_threads
 from roofline.engine.runtime.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS, prefill_passes
 from roofline.engine.runtime.threads import ThreadChooser
 from roofline.errors import UserError
@@ -40,11 +40,14 @@ from roofline.simd_memory import aligned_empty
 __all__ = ["DTYPES", "ModelRunner", "available_cores", "load_runner"]
 
 
-class ModelRunner(PassTiming):
+class ModelRunner:
     """Owns the weights and the KV cache. Not thread-safe: one thread calls it."""
 
     # the scheduler's granule of prefill and the prefix cache's (prefill_chunks.py)
     prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS
+    # set by the scheduler before each step: the requests' own thread limit (None: the chooser's
+    # or the given count). Such passes are not the chooser's: not told to it
+    pass_threads: int | None = None
 
     def __init__(
         self,
@@ -90,10 +93,47 @@ class ModelRunner(PassTiming):
         self.file_bytes_per_token: int = file_bytes_per_token(checkpoint)
         # weight bytes per work unit of the decode threads; None: decode.UNIT_BYTES
         self.unit_bytes: int | None = None
-        # rows -> time relative to one row (measure_pass_costs)
-        self._pass_costs: dict[int, float] | None = None
-        self.one_row_pass_s: float | None = None  # seconds, with _pass_costs
-        self._cost_of: dict[int, float] = {}  # pass_cost's answers from that table
+        self.costs = PassCosts()  # the speculation cost model, once measure_pass_costs ran
+
+    def measure_pass_costs(self, rows: Seq[int] | None = None, reps: int = 7) -> None:
+        """Time the speculation cost model (`pass_timing.measure_pass_costs`), once per runner."""
+        if self.costs.table is None:
+            self.costs = measure_pass_costs(self, *(() if rows is None else (rows,)), reps=reps)
+
+    def pass_cost(self, rows: int) -> float:
+        """A pass over `rows` rows of one slot relative to one row (`PassCosts.cost`)."""
+        return self.costs.cost(rows)
+
+    @property
+    def pass_costs(self) -> dict[int, float] | None:
+        """The measured table (rows -> cost relative to one row); None before it was measured."""
+        return dict(self.costs.table) if self.costs.table else None
+
+    @property
+    def one_row_pass_s(self) -> float | None:
+        return self.costs.one_row_s
+
+    def _use_threads(self) -> int:
+        """Set the thread count for the next pass and return it. numba's count is per calling
+        thread, so it is checked on every call, from the calling thread."""
+        import numba
+
+        chooser, asked = self.thread_chooser, self.pass_threads
+        if asked is not None:
+            n = min(asked, self.threads)
+        else:
+            n = self.threads if chooser is None else chooser.threads_for_pass()
+        if numba.get_num_threads() != n:
+            numba.set_num_threads(n)
+        return n
+
+    def _record_pass(self, threads: int, rows: int, seconds: float) -> None:
+        """Tell the chooser how long a kernel pass took (the first pass may have compiled: not
+        counted; nor a pass on the requests' own limit, not the chooser's choice)."""
+        self._timed_passes += 1
+        chosen = self.pass_threads is None
+        if self.thread_chooser is not None and self._timed_passes > 1 and chosen:
+            self.thread_chooser.record(threads, rows, seconds)
 
     def _check_ids(self, token_ids: Seq[int]) -> np.ndarray:
         # Plain Python on the few ids of a decode step: a decode step follows a pass that streamed
@@ -305,7 +345,7 @@ class ModelRunner(PassTiming):
             self.prefill(0, [0, 0])
         self.decode([0], [0])
         self.release(0)
-        self.seed_threads()
+        seed_threads(self)
 
 
 def _ancestor_rows(parents: Seq[int] | None, n: int) -> list[list[int]]:

@@ -18,8 +18,9 @@ computed (within the turn's time, as computed ones), and the granules it
 computes are offered to the cache; its last chunk goes in with its logits, so the same prompt again
 computes nothing.
 
-The prefill half of a step, with the record each request carries: scheduler_prefill.py; how a
-request's tokens and its end become events: scheduler_output.py.
+The scheduler has a prefill planner (the prefill half of a step: prefill_planner.py) and a request
+output (how a request's tokens and its end become events: request_output.py); the record each
+request carries and the queues by state are in work.py.
 """
 
 from __future__ import annotations
@@ -28,20 +29,18 @@ import itertools
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
 
 from roofline.engine.runtime.prefill_chunks import (
     DEFAULT_PREFILL_CHUNK_MS,
     DEFAULT_PREFILL_CHUNK_TOKENS,
-    PrefillCost,
 )
+from roofline.engine.runtime.prefill_planner import PrefillPlanner
 from roofline.engine.runtime.prefix_cache import PrefixCache
+from roofline.engine.runtime.request_output import RequestOutput
 from roofline.engine.runtime.requests import Event, RequestHandle, Sink, Usage, asyncio_sink
 from roofline.engine.runtime.sampling import SamplingParams
-from roofline.engine.runtime.scheduler_output import RequestOutput
-from roofline.engine.runtime.scheduler_prefill import PrefillChunks, PrefillWork
 from roofline.engine.runtime.scheduler_stats import SchedulerStats
 from roofline.engine.runtime.sequence import Sequence, fit_to_context
 from roofline.engine.runtime.speculate.step import (
@@ -52,6 +51,7 @@ from roofline.engine.runtime.speculate.step import (
     speculation_factory,
     verify_rows,
 )
+from roofline.engine.runtime.work import Queues, Work
 from roofline.speculation import SpecOptions
 
 __all__ = [
@@ -73,7 +73,7 @@ MAX_OPTION_MAKERS = 8
 _log = logging.getLogger(__name__)
 
 
-class Scheduler(PrefillChunks, RequestOutput):
+class Scheduler:
     """Continuous batching over one runner. Use as a context manager, or `start()` then
     `close()`."""
 
@@ -104,10 +104,6 @@ class Scheduler(PrefillChunks, RequestOutput):
         self._default_options = getattr(speculation, "options", None)
         self.max_batch = int(runner.max_batch)
         self.max_seq_len = int(runner.max_seq_len)
-        self.prefill_token_budget = prefill_token_budget
-        self.prefill_chunk_s = prefill_chunk_ms / 1000.0
-        self._prefill_cost = PrefillCost()
-        self._turn_start, self._turn_tokens = 0.0, 0
         granule = getattr(runner, "prefill_chunk_tokens", None)
         self.prefix_cache = (
             PrefixCache(granule, int(prefix_cache_mb * 2**20))
@@ -116,17 +112,23 @@ class Scheduler(PrefillChunks, RequestOutput):
         )
         self._clock = clock
         self._cv = threading.Condition()
-        # submitted, not yet seen by the scheduler thread: (work, speculate, its own options)
-        self._inbox: deque[tuple[PrefillWork, bool, SpecOptions | None]] = deque()
-        self._waiting: deque[PrefillWork] = deque()  # scheduler thread only
-        # holding a slot, prompt not done (scheduler thread only)
-        self._prefilling: deque[PrefillWork] = deque()
-        self._running: list[PrefillWork] = []  # scheduler thread only
-        self._free_slots = list(range(self.max_batch - 1, -1, -1))  # pop() hands out slot 0 first
+        self._queues = Queues(self.max_batch)
         self._ids = itertools.count(1)
         self._stats = SchedulerStats()
         if self.prefix_cache is not None:
             self._stats.prefix_cache = self.prefix_cache.stats()
+        self.output = RequestOutput(runner, self._queues, self._stats, self._cv, self.prefix_cache)
+        self.prefill = PrefillPlanner(
+            runner,
+            self._queues,
+            self.output,
+            self.prefix_cache,
+            prefill_token_budget,
+            prefill_chunk_ms / 1000.0,
+            clock,
+            self._stats,
+            self._cv,
+        )
         self._stopping = False
         self._thread: threading.Thread | None = None
 
@@ -185,7 +187,7 @@ class Scheduler(PrefillChunks, RequestOutput):
         if self._thread is not None:
             self._thread.join(timeout)
         else:
-            self._fail_all("the server is shutting down")
+            self.output.fail_all("the server is shutting down")
 
     def __enter__(self) -> Scheduler:
         return self.start()
@@ -219,8 +221,8 @@ class Scheduler(PrefillChunks, RequestOutput):
             if self._stopping:
                 raise RuntimeError("the scheduler is shut down")
             handle = RequestHandle(next(self._ids), self._wake)
-            self._inbox.append(
-                (PrefillWork(handle, seq, sink, threads=threads), speculate, options)
+            self._queues.inbox.append(
+                (Work(handle, seq, sink, threads=threads), speculate, options)
             )
             self._stats.requests_total += 1
             self._stats.queued += 1
@@ -251,23 +253,23 @@ class Scheduler(PrefillChunks, RequestOutput):
             with self._cv:
                 while not (
                     self._stopping
-                    or self._inbox
-                    or self._waiting
-                    or self._prefilling
-                    or self._running
+                    or self._queues.inbox
+                    or self._queues.waiting
+                    or self._queues.prefilling
+                    or self._queues.running
                 ):
                     self._cv.wait()
                 if self._stopping:
                     break
-                arrived = list(self._inbox)
-                self._inbox.clear()
+                arrived = list(self._queues.inbox)
+                self._queues.inbox.clear()
             for w, speculate, options in arrived:
                 if self._speculate(w, speculate, options):
-                    self._waiting.append(w)
+                    self._queues.waiting.append(w)
             self._step()
-        self._fail_all("the server is shutting down")
+        self.output.fail_all("the server is shutting down")
 
-    def _speculate(self, w: PrefillWork, speculate: bool, options: SpecOptions | None) -> bool:
+    def _speculate(self, w: Work, speculate: bool, options: SpecOptions | None) -> bool:
         """Give an arrived request its speculation; False (the request failed) when its own
         options' maker could not be made."""
         if not speculate:
@@ -277,7 +279,7 @@ class Scheduler(PrefillChunks, RequestOutput):
             w.spec = maker() if maker is not None else None
         except Exception as e:
             _log.exception("speculation for request %d failed", w.handle.request_id)
-            self._finish(w, "error", error=f"speculation failed: {type(e).__name__}: {e}")
+            self.output.finish(w, "error", error=f"speculation failed: {type(e).__name__}: {e}")
             return False
         return True
 
@@ -298,8 +300,8 @@ class Scheduler(PrefillChunks, RequestOutput):
         self._drop_cancelled()
         self.runner.pass_threads = self._pass_threads()
         try:
-            worked = self._prefill_chunks()
-            if self._running:
+            worked = self.prefill.turn()
+            if self._queues.running:
                 self._decode()
                 worked = True
         finally:  # passes outside a step (a maker timing its costs) are the server's own
@@ -307,26 +309,25 @@ class Scheduler(PrefillChunks, RequestOutput):
         with self._cv:
             if worked:
                 self._stats.step_seconds.observe(self._clock() - t0)
-            self._stats.running = len(self._running) + len(self._prefilling)
-            self._stats.queued = len(self._waiting) + len(self._inbox)
+            self._stats.running = len(self._queues.running) + len(self._queues.prefilling)
+            self._stats.queued = len(self._queues.waiting) + len(self._queues.inbox)
 
     def _pass_threads(self) -> int | None:
         """The fewest threads any live request asks (None: none asks): kernels sum in a fixed order
         whatever the count, so a request's limit changes its neighbours' speed, never their ids."""
-        live = (*self._waiting, *self._prefilling, *self._running)
-        return min((w.threads for w in live if w.threads), default=None)
+        return min((w.threads for w in self._queues.live() if w.threads), default=None)
 
     def _drop_cancelled(self) -> None:
-        for queue in (self._waiting, self._prefilling):
+        for queue in (self._queues.waiting, self._queues.prefilling):
             for w in [w for w in queue if w.handle.cancelled]:
                 queue.remove(w)
-                self._finish(w, "abort")
-        for w in [w for w in self._running if w.handle.cancelled]:
-            self._finish(w, "abort")
+                self.output.finish(w, "abort")
+        for w in [w for w in self._queues.running if w.handle.cancelled]:
+            self.output.finish(w, "abort")
 
     def _decode(self) -> None:
         """One pass for every running request: its last token, plus its draft when it speculates."""
-        batch = list(self._running)
+        batch = list(self._queues.running)
         try:
             trees = draft_all(
                 [
@@ -346,7 +347,7 @@ class Scheduler(PrefillChunks, RequestOutput):
         except Exception as e:
             _log.exception("batched decode of %d requests failed", len(batch))
             for w in batch:
-                self._finish(w, "error", error=f"decode failed: {type(e).__name__}: {e}")
+                self.output.finish(w, "error", error=f"decode failed: {type(e).__name__}: {e}")
             return
         with self._cv:
             self._stats.decode_steps += 1
@@ -358,6 +359,8 @@ class Scheduler(PrefillChunks, RequestOutput):
                 tokens, text = settle(self.runner, w.slot, start, tree, row_logits, w.seq, w.spec)
             except Exception as e:
                 _log.exception("request %d failed", w.handle.request_id)
-                self._finish(w, "error", error=f"verification failed: {type(e).__name__}: {e}")
+                self.output.finish(
+                    w, "error", error=f"verification failed: {type(e).__name__}: {e}"
+                )
                 continue
-            self._emit_tokens(w, tuple(tokens), text)
+            self.output.emit_tokens(w, tuple(tokens), text)
