@@ -1,5 +1,6 @@
 """The Llama-family decoder in plain torch: the readable reference forward the tests hold the engine
-to (the runner prefills through prefill.py, the same layer on the packed weights).
+to (the runner computes every row, prefill or decode, with the decode kernels), and the RoPE
+tables the runner takes from it.
 
 Covers Llama 2/3 (llama3 RoPE scaling), Mistral, SmolLM, Qwen2 (q/k/v bias), Qwen3 (q/k RMSNorm).
 Weights: a dict under HF names and layouts (Linear weight (out, in)), float32, bfloat16, or int8

@@ -1,4 +1,4 @@
-"""The weights in the decode kernels' layout, and torch views of the same memory for prefill.
+"""The weights in the decode kernels' layout, packed from the checkpoint's tensors.
 
 Stacked over layers so that the kernels index one array per kind of weight:
     wqkv (L, q_dim + 2 kv_dim, hidden) = [Wq; Wk; Wv]     wo (L, hidden, q_dim)

@@ -1,5 +1,5 @@
 """One request as the scheduler's callers see it: the events it produces, its usage, its handle, and
-a sink that hands events to an asyncio loop. (Re-exported by `engine.scheduler`.)"""
+a sink that hands events to an asyncio loop. (Re-exported by `runtime.scheduler`.)"""
 
 from __future__ import annotations
 
