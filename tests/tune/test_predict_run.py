@@ -34,7 +34,7 @@ from roofline.tune.predict_run import (
     write_predicted,
 )
 from roofline.tune.records import TrialMetrics
-from roofline.tune.slots import Slot
+from roofline.tune.slots import Direction, Slot
 from roofline.tune.space_records import Dimension, Space
 from roofline.tune.trial_result import TrialResult
 
@@ -153,7 +153,7 @@ def test_predictions_per_trial_use_the_same_configuration_without_a_proposer(tmp
         "embedded",
         None,
         "ladder",
-        ObjectiveInfo("speed", "Output Speed", "tok/s", "maximize"),
+        ObjectiveInfo("speed", direction=Direction.MAXIMIZE, unit="tok/s", label="Output Speed"),
         {},
         StudyInfo("tune", "", {}),
         "",

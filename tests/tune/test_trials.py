@@ -19,6 +19,7 @@ from tune_helpers import (
 
 from roofline.tune.records import bench_lines
 from roofline.tune.result import TuneResult
+from roofline.tune.slots import Direction
 from roofline.tune.space import load_space_file
 from roofline.tune.trial_result import TrialResult
 from roofline.tune.tuner import RESULT, TRIALS, Display, run_tune
@@ -362,7 +363,9 @@ def test_tables_show_the_files_ceiling_beside_the_engines():
         engine="embedded",
         model=None,
         strategy="ladder",
-        objective=ObjectiveInfo("speed", "maximize", "tok/s", "Output Speed"),
+        objective=ObjectiveInfo(
+            "speed", direction=Direction.MAXIMIZE, unit="tok/s", label="Output Speed"
+        ),
         space={},
         study=StudyInfo("s"),
         run_dir="r",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from roofline.bench import metrics
@@ -72,6 +72,7 @@ class ObjectiveInfo:
     """What a result says about its objective (tune.json's "objective"): no measuring function."""
 
     name: str
+    _: KW_ONLY  # three texts in a row: by keyword only
     direction: Direction = Direction.MAXIMIZE
     unit: str = "tok/s"
     label: str = ""
@@ -96,9 +97,9 @@ class ObjectiveInfo:
     def from_json(cls, d: Mapping[str, Any]) -> ObjectiveInfo:
         return cls(
             str(d["name"]),
-            Direction(d.get("direction") or Direction.MAXIMIZE),
-            str(d.get("unit") or "tok/s"),
-            str(d.get("label") or d["name"]),
+            direction=Direction(d.get("direction") or Direction.MAXIMIZE),
+            unit=str(d.get("unit") or "tok/s"),
+            label=str(d.get("label") or d["name"]),
         )
 
 
@@ -116,7 +117,7 @@ class Objective:
 
     @property
     def info(self) -> ObjectiveInfo:
-        return ObjectiveInfo(self.name, self.direction, self.unit, self.label)
+        return ObjectiveInfo(self.name, direction=self.direction, unit=self.unit, label=self.label)
 
     def scenario(self, settings: ObjectiveSettings) -> Scenario:
         if self.concurrent:
