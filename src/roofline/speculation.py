@@ -14,6 +14,7 @@ Adding a proposer: its module and one entry here.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -296,6 +297,17 @@ def min_trie_capacity(max_trie_depth: int) -> int:
     max_trie_depth that one insertion step touches span at most 1 + 2 + ... + max_trie_depth
     nodes."""
     return max_trie_depth * (max_trie_depth + 1) // 2
+
+
+def pass_cost_between(points: Sequence[tuple[int, float]], rows: int) -> float:
+    """The cost of a verify pass over `rows` rows relative to one row, from measured (rows, cost)
+    points in ascending rows (at least two): linear between them, extrapolated past the last along
+    the last segment. The engine's draft budget and tune's replays price passes by this one rule."""
+    for (r0, c0), (r1, c1) in itertools.pairwise(points):
+        if rows <= r1:
+            return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
+    (r0, c0), (r1, c1) = points[-2], points[-1]
+    return c1 + (c1 - c0) * (rows - r1) / (r1 - r0)
 
 
 def copied_share(context: Sequence[int], answer: Sequence[int], span: int = 8) -> float:

@@ -4,10 +4,11 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from roofline.speculation import pass_cost_between
 
 
 def _int_table(d: Any) -> tuple[tuple[int, Any], ...]:
@@ -96,15 +97,8 @@ class PassCosts:
     one_row_s: float | None = None  # seconds of a one-row pass, where measured
 
     def __call__(self, rows: int) -> float:
-        """Linear between the points, extrapolated past the last (ModelRunner.pass_cost's rule)."""
-        pts = self.points
-        if len(pts) < 2:
-            return 1.0
-        for (r0, c0), (r1, c1) in itertools.pairwise(pts):
-            if rows <= r1:
-                return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
-        (r0, c0), (r1, c1) = pts[-2], pts[-1]
-        return c1 + (c1 - c0) * (rows - r1) / (r1 - r0)
+        """The engine's rule (`speculation.pass_cost_between`); 1.0 with fewer than two points."""
+        return pass_cost_between(self.points, rows) if len(self.points) >= 2 else 1.0
 
     def monotone(self) -> PassCosts:
         """The running maximum: a pass over more rows is never cheaper (a dip is timing noise)."""

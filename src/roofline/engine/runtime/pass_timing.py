@@ -6,10 +6,11 @@ truncate, release)."""
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
+
+from roofline.speculation import pass_cost_between
 
 # row counts timed for the speculation cost model: every count to 9, since the kernels take x rows
 # in groups (4 for float32 tiles, up to 8 for stored rows) and the cost steps where a group ends
@@ -38,12 +39,7 @@ class PassCosts:
         table = self.table
         if not table or len(table) < 2:
             return 1.0 + 0.1 * (rows - 1)
-        points = sorted(table.items())
-        for (r0, c0), (r1, c1) in itertools.pairwise(points):
-            if rows <= r1:
-                return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
-        (r0, c0), (r1, c1) = points[-2], points[-1]
-        return c1 + (c1 - c0) * (rows - r1) / (r1 - r0)
+        return pass_cost_between(sorted(table.items()), rows)
 
 
 def measure_pass_costs(runner, rows: Seq[int] = PASS_COST_ROWS, reps: int = 7) -> PassCosts:
