@@ -34,22 +34,24 @@ SLOW_TESTS: dict[str, frozenset[str]] = {
     ),
     "bench/test_verify.py": frozenset({"test_cli_reports_the_divergence_and_exits_0"}),
     "cli/test_ceiling_model_files.py": frozenset({"test_broken_gguf_is_one_line_exit_2"}),
-    "engine/speculate/test_spec_server.py": frozenset(
+    "engine/runtime/speculate/test_spec_server.py": frozenset(
         {"test_default_model_real_prompts_identical"}
     ),
-    "engine/test_generate.py": frozenset(
+    "engine/runtime/test_generate.py": frozenset(
         {
             "test_cli_generate_json",
             "test_cli_generate_with_speculation_gives_the_same_text_in_fewer_passes",
         }
     ),
-    "engine/test_loaders_default.py": frozenset(
+    "engine/loading/test_loaders_default.py": frozenset(
         {"test_every_tensor_matches_transformers_gguf_loading"}
     ),
-    "engine/test_server_engine.py": frozenset({"test_roofline_serve_default_model_end_to_end"}),
+    "engine/serve/test_server_engine.py": frozenset(
+        {"test_roofline_serve_default_model_end_to_end"}
+    ),
     "hardware/test_probe.py": frozenset({"test_cli_quick_json_prints_the_profile_and_saves_it"}),
     "modelspec/test_file_weights.py": frozenset({"test_shipped_smollm2_gguf"}),
-    "engine/test_server_stop.py": frozenset(
+    "engine/serve/test_server_stop.py": frozenset(
         {"test_sigterm_lets_streams_finish_and_a_second_ctrl_c_ends_the_rest"}
     ),
     "report/test_report_folders.py": frozenset(
@@ -72,21 +74,21 @@ SLOW_TESTS: dict[str, frozenset[str]] = {
 # file (relative to tests/) -> its exactness tests; ALL: every test of the file
 ALL = frozenset({"*"})
 EXACTNESS_TESTS: dict[str, frozenset[str]] = {
-    "engine/test_prefill_rows.py": ALL,
-    "engine/test_prefill_chunked.py": frozenset(
+    "engine/runtime/test_prefill_rows.py": ALL,
+    "engine/runtime/test_prefill_chunked.py": frozenset(
         {
             "test_prefill_in_pieces_equals_one_call_bit_for_bit",
             "test_scheduler_output_does_not_depend_on_what_else_runs",
         }
     ),
-    "engine/test_prefix_cache_exact.py": frozenset(
+    "engine/runtime/test_prefix_cache_exact.py": frozenset(
         {
             "test_cached_prefixes_give_a_cold_prefills_logits_bit_for_bit",
             "test_concurrent_requests_sharing_and_evicting_entries_give_cold_ids",
             "test_cached_prefixes_with_speculation_give_cold_ids",
         }
     ),
-    "engine/test_stored_formats.py": frozenset(
+    "engine/kernels/test_stored_formats.py": frozenset(
         {
             "test_products_on_stored_rows_equal_the_float32_kernel_bit_for_bit",
             "test_rows_of_several_formats_in_one_matrix",
@@ -96,24 +98,24 @@ EXACTNESS_TESTS: dict[str, frozenset[str]] = {
             # every-format decode kernels would take four minutes more to compile for AVX2
         }
     ),
-    "engine/speculate/test_exactness.py": ALL,
-    "engine/test_kernels_decode.py": ALL,
-    "engine/test_kernels.py": frozenset(
+    "engine/runtime/speculate/test_exactness.py": ALL,
+    "engine/kernels/test_kernels_decode.py": ALL,
+    "engine/kernels/test_kernels.py": frozenset(
         {
             "test_k_row_matvec_is_bit_identical_to_one_row",
             "test_a_run_of_rows_of_one_slot_gives_each_row_its_attention_alone",
         }
     ),
-    "engine/test_runner.py": frozenset(
+    "engine/runtime/test_runner.py": frozenset(
         {
             "test_batched_decode_equals_each_slot_alone_bit_for_bit",
             "test_extend_equals_token_by_token_decode_bit_for_bit",
         }
     ),
-    "engine/test_scheduler.py": frozenset(
+    "engine/runtime/test_scheduler.py": frozenset(
         {"test_batched_requests_equal_solo_runs_and_share_decode_steps"}
     ),
-    "engine/test_threads.py": frozenset(
+    "engine/runtime/test_threads.py": frozenset(
         {"test_greedy_ids_are_identical_with_one_two_and_adaptive_threads"}
     ),
 }

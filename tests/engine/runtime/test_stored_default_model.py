@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from fixtures import greedy_ids
-from test_server import serving
+from server_helpers import serving
 
 from roofline.engine import load_runner
 from roofline.engine.runtime.scheduler import Scheduler

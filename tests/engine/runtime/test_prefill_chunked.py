@@ -14,28 +14,19 @@ import time
 import numpy as np
 import pytest
 from fixtures import greedy_ids
-from test_runner import reference_logits, tiny_checkpoint
-from test_scheduler import Collector, greedy
+from runner_helpers import (
+    CHUNK,
+    PROMPT_LEN,
+    make_runner,
+    prompt_ids,
+    reference_logits,
+    tiny_checkpoint,
+)
+from scheduler_helpers import Collector, greedy
 
-from roofline.engine import load_runner
 from roofline.engine.runtime.model_runner import ModelRunner
 from roofline.engine.runtime.prefill_chunks import chunk_bounds, chunk_end
 from roofline.engine.runtime.scheduler import Scheduler
-
-CHUNK = 32
-PROMPT_LEN = 150  # chunks [0,32) [32,64) [64,96) [96,128) [128,150)
-
-
-def prompt_ids(n: int, seed: int = 0, vocab: int = 300) -> list[int]:
-    return [int(t) for t in np.random.default_rng(seed).integers(3, vocab, n)]
-
-
-def make_runner(tiny_gguf, dtype: str, max_batch: int = 3) -> ModelRunner:
-    runner = load_runner(
-        str(tiny_gguf), dtype=dtype, max_batch=max_batch, max_seq_len=256, warmup=False
-    )
-    runner.prefill_chunk_tokens = CHUNK
-    return runner
 
 
 def test_chunks_are_cut_at_multiples_of_the_chunk_size():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fixtures import greedy_ids, write_tiny_gguf
-from test_runner import PROMPT, tiny_checkpoint
+from runner_helpers import PROMPT, tiny_checkpoint
 
 from roofline.engine import SamplingParams, generate, load_runner
 from roofline.engine.runtime.model_runner import ModelRunner

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from test_scheduler import Collector, FakeRunner, fake_greedy_ids, greedy, prefills, wait_until
+from scheduler_helpers import Collector, FakeRunner, fake_greedy_ids, greedy, prefills, wait_until
 
 from roofline.engine.runtime.prefix_cache import PrefixCache
 from roofline.engine.runtime.sampling import SamplingParams

@@ -13,8 +13,7 @@ import time
 
 import httpx
 import pytest
-from test_server import metrics
-from test_server_hardening import ServeProcess
+from server_helpers import ServeProcess, metrics
 
 from roofline.engine.loading import load_checkpoint
 

@@ -14,46 +14,19 @@ import sys
 import numpy as np
 import pytest
 from fixtures import greedy_ids
-from test_prefill_chunked import CHUNK, make_runner, prompt_ids
-from test_scheduler import Collector, greedy
+from runner_helpers import CHUNK, make_runner, prompt_ids
+from scheduler_helpers import LogitsScheduler, N, other_token, serve_all
 
 from roofline.engine import load_runner
 from roofline.engine.runtime.scheduler import Scheduler
 from roofline.engine.runtime.speculate.base import SpecOptions
 from roofline.engine.runtime.speculate.step import speculation_factory
 
-N = 8
-
-
-class LogitsScheduler(Scheduler):
-    """A scheduler that keeps the logits each request's first token is sampled from (computed by
-    its last prefill chunk, or loaded with a cached tail)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.accepted: list[np.ndarray] = []
-
-    def _accept(self, w, logits):
-        self.accepted.append(np.array(logits, copy=True))
-        super()._accept(w, logits)
-
 
 def node_mb(runner, granules: int) -> float:
     """MiB of K/V of `granules` prefix-cache nodes of this runner."""
     c = runner.config
     return granules * 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4 * CHUNK / 2**20
-
-
-def serve_all(sched, prompts, n=N) -> list[list[int]]:
-    """Submit all prompts at once; their greedy ids."""
-    collectors = [Collector() for _ in prompts]
-    for p, c in zip(prompts, collectors):
-        sched.submit(p, greedy(n, ignore_eos=True), c)
-    return [c.wait(60).ids for c in collectors]
-
-
-def other_token(t: int) -> int:
-    return 3 + (t + 1 - 3) % 290
 
 
 @pytest.mark.parametrize(

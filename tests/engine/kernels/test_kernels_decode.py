@@ -8,8 +8,7 @@ import numba
 import numpy as np
 import pytest
 from numba import njit
-from test_kernels import bf16_bits, bits_to_f32
-from test_runner import FOLLOW, LONG_PROMPT, PROMPT, tiny_checkpoint
+from runner_helpers import FOLLOW, LONG_PROMPT, PROMPT, bf16_bits, bits_to_f32, tiny_checkpoint
 
 from roofline import simd
 from roofline.engine.kernels import decode, layer_kernels, simd_loops

@@ -12,8 +12,8 @@ import itertools
 import numpy as np
 import pytest
 from fixtures import greedy_ids
-from test_prefill_chunked import CHUNK, make_runner, prompt_ids
-from test_prefix_cache_exact import LogitsScheduler, other_token, serve_all
+from runner_helpers import CHUNK, make_runner, prompt_ids
+from scheduler_helpers import LogitsScheduler, other_token, serve_all
 
 from roofline.engine.runtime import prefill_chunks
 from roofline.engine.runtime.prefill_chunks import (

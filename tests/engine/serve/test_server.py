@@ -7,52 +7,16 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-from test_scheduler import FakeRunner, fake_greedy_ids
+from scheduler_helpers import FakeRunner, fake_greedy_ids
+from server_helpers import metrics, sdk, serving
 
-from roofline.engine.serve.server import bind_socket, create_app, uvicorn_server
-
-
-@contextlib.contextmanager
-def serving(runner, **app_kw):
-    """Serve `runner` on 127.0.0.1:<free port> from a thread; yields the base URL."""
-    sock = bind_socket("127.0.0.1", 0)
-    server = uvicorn_server(create_app(runner, **app_kw))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
-        assert not thread.is_alive(), "server did not stop"
-
-
-def sdk(url: str, api_key: str = "unused") -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key=api_key, max_retries=0, timeout=30)
-
-
-def metrics(url: str) -> dict[str, float]:
-    """Scrape /metrics into {sample name (+ labels): value}."""
-    text = httpx.get(url + "/metrics").text
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
-            out[s.name + (f"{{{labels}}}" if labels else "")] = s.value
-    return out
+from roofline.engine.serve.server import bind_socket
 
 
 def wait_for(pred, timeout=30.0):

@@ -8,8 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from test_server import metrics
-from test_server_hardening import serve
+from server_helpers import metrics, serve
 
 pytestmark = pytest.mark.slow
 

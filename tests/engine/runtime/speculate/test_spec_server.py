@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 from fixtures import greedy_ids
-from test_server import metrics, sdk, serving
+from server_helpers import metrics, sdk, serving
 
 from roofline.engine import SamplingParams, generate, load_runner
 from roofline.engine.runtime.sampling import probabilities

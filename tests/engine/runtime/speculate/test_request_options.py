@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from fixtures import greedy_ids
-from test_server import sdk, serving
+from server_helpers import sdk, serving
 
 from roofline import speculation
 from roofline.engine import load_runner

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 from fixtures import greedy_ids
-from test_runner import LONG_PROMPT, PROMPT, tiny_checkpoint
+from runner_helpers import LONG_PROMPT, PROMPT, tiny_checkpoint
 
 from roofline.engine.runtime.model_runner import ModelRunner, available_cores
 from roofline.engine.runtime.threads import (

@@ -5,19 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from runner_helpers import bf16_bits, bits_to_f32
 
 from roofline.engine.kernels import attention, kv_cache, layer_kernels
 from roofline.engine.kernels import reference as model
 from roofline.engine.loading import weights
-
-
-def bf16_bits(a: np.ndarray) -> np.ndarray:
-    """float32 -> bf16 bit patterns (round to nearest even, as torch does)."""
-    return torch.from_numpy(a).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-
-
-def bits_to_f32(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
 @pytest.fixture(scope="module")

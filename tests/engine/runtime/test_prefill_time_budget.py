@@ -12,8 +12,8 @@ import threading
 
 import numpy as np
 import pytest
-from test_prefill_chunked import CHUNK, PROMPT_LEN, make_runner, prompt_ids
-from test_scheduler import Collector, FakeRunner, fake_greedy_ids, greedy, wait_until
+from runner_helpers import CHUNK, PROMPT_LEN, make_runner, prompt_ids
+from scheduler_helpers import Collector, FakeRunner, fake_greedy_ids, greedy, wait_until
 
 from roofline.engine.runtime.scheduler import Scheduler
 

@@ -12,9 +12,8 @@ import time
 
 import httpx
 import pytest
-from test_scheduler import FakeRunner
-from test_server import metrics
-from test_server_hardening import ServeProcess
+from scheduler_helpers import FakeRunner
+from server_helpers import ServeProcess, metrics
 
 from roofline.engine.serve.server import bind_socket, create_app, uvicorn_server
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-import signal
 import socket
 import statistics
 import subprocess
@@ -18,62 +16,12 @@ import threading
 import time
 
 import httpx
-import psutil
 import pytest
-from test_scheduler import FakeRunner
-from test_server import metrics, serving
+from scheduler_helpers import FakeRunner
+from server_helpers import metrics, serve, serving
 
 from roofline.engine import load_runner
 from roofline.engine.serve.http_limits import Limits
-
-
-class ServeProcess:
-    """`python -m roofline serve ARGS --port 0` with its URL, pid, and the stderr it wrote."""
-
-    def __init__(self, *args: str, startup_s: float = 120.0):
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "roofline", "serve", "--port", "0", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        self._err: list[str] = []
-        threading.Thread(target=lambda: self._err.extend(self.proc.stderr), daemon=True).start()
-        line, deadline = "", time.monotonic() + startup_s
-        while "listening on" not in line:
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                self.proc.kill()
-                raise AssertionError(f"roofline serve did not start: {self.stderr}")
-            line = self.proc.stdout.readline()
-        self.url = re.search(r"http://\S+/v1", line).group(0)[: -len("/v1")]
-        self.port = int(self.url.rsplit(":", 1)[1])
-
-    @property
-    def stderr(self) -> str:
-        return "".join(self._err)
-
-    def stop(self, sig=signal.SIGTERM, timeout: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise
-
-    def rss_bytes(self) -> int:
-        return psutil.Process(self.proc.pid).memory_info().rss
-
-
-@contextlib.contextmanager
-def serve(*args: str):
-    server = ServeProcess(*args)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 from fixtures import greedy_ids
-from test_server import metrics, sdk, serving
+from server_helpers import metrics, sdk, serving
 
 from roofline.engine import load_runner
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_runner import tiny_checkpoint
+from runner_helpers import tiny_checkpoint
 
 from roofline.engine.kernels import decode
 from roofline.engine.runtime.model_runner import ModelRunner
