@@ -14,9 +14,15 @@ both tables is still a test its file defines.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# No test reaches the Hub: a model name that falls through to a Hub id (`nobody/nothing`) meets
+# huggingface_hub's offline mode, read from the environment when it is first imported, here before
+# any; the Hub tests point it at a fake Hub on loopback (tests/modelspec/fake_hub.py)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # the engine's runtime settings (passive OpenMP waits, MKL's strict reproducibility), as every
 # process that serves or generates has them: made on its import, before any test calls torch

@@ -61,11 +61,13 @@ def write_gguf(
     experts: int = 0,
     top_k: int = 0,
     ffn_down: tuple[str, str] = ("Q4_K", "Q6_K"),
+    split_max_tensors: int = 0,
 ) -> Path:
     """A tiny llama (F32 norms, Q8_0 embedding, Q4_1 attention and gate/up, Q4_K/Q6_K down
-    projections), or with `experts` a tiny mixtral with stacked expert tensors."""
+    projections), or with `experts` a tiny mixtral with stacked expert tensors; with
+    `split_max_tensors`, split as llama.cpp's gguf-split does (path-0000k-of-0000n.gguf)."""
     rng = np.random.default_rng(0)
-    writer = gguf.GGUFWriter(str(path), "llama")
+    writer = gguf.GGUFWriter(str(path), "llama", split_max_tensors=split_max_tensors)
     writer.add_name("tiny")
     writer.add_block_count(LAYERS)
     writer.add_context_length(2048)
@@ -186,6 +188,22 @@ def test_gguf_routed_experts_read_top_k_of_e(tmp_path) -> None:
     spec = load_spec(str(path))
     assert spec.architecture == "mixtral" and spec.moe.num_experts == 4 and spec.moe.top_k == 2
     assert fw.component("router").bytes_read == LAYERS * HIDDEN * 4 * 4
+
+
+def test_a_split_gguf_is_one_model_from_any_part(tmp_path) -> None:
+    whole = read_file_weights(write_gguf(tmp_path / "whole.gguf"))
+    (tmp_path / "split").mkdir()
+    write_gguf(tmp_path / "split" / "tiny.gguf", split_max_tensors=8)
+    parts = sorted((tmp_path / "split").glob("tiny-*-of-*.gguf"))
+    assert len(parts) == 3  # 21 tensors, 8 a part
+    for part in parts:
+        fw = read_file_weights(part)
+        assert fw.bytes_per_token == whole.bytes_per_token and fw.components == whole.components
+        assert fw.files == tuple(str(p) for p in parts)
+    assert load_spec(str(parts[1])).name == "tiny-00001-of-00003.gguf"
+    parts[2].unlink()
+    with pytest.raises(UserError, match="is part of a GGUF split in 3 files and tiny-00003-of-"):
+        read_file_weights(parts[0])
 
 
 def test_shipped_smollm2_gguf() -> None:

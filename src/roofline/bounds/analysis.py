@@ -136,7 +136,7 @@ def analyse(r: CeilingRequest) -> tuple[Ceiling, CeilingAnalysis]:
     """The batch-1 Ceiling, and every number the command prints (`CeilingAnalysis.to_json` for
     --json)."""
     check_request(r)
-    spec = load_spec(r.model)
+    spec = load_spec(r.model, revision=r.revision)
     formats = resolve_formats(spec, r.weights)
     # None: the checkpoint dtype
     kv_fmt = parse_format(r.kv, what="KV-cache format") if r.kv else None

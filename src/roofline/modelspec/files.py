@@ -28,7 +28,12 @@ from roofline.errors import UserError
 from roofline.modelspec.components import components
 from roofline.modelspec.formats import WeightFormat, parse_format
 from roofline.modelspec.model import COMPONENT_KEYS, ModelSpec, StoredComponent
-from roofline.modelspec.model_files import FileKind, ModelFiles, locate_model_files
+from roofline.modelspec.model_files import (
+    FileKind,
+    ModelFiles,
+    gguf_part_names,
+    locate_model_files,
+)
 from roofline.modelspec.tensor_roles import StoredTensor, TensorRole, role_of
 
 
@@ -179,7 +184,7 @@ def count_weights(files: ModelFiles, spec: ModelSpec) -> FileWeights:
     return FileWeights(
         source=files.source,
         kind=files.kind,
-        files=tuple(str(p) for p in files.paths),
+        files=files.files,
         components=tuple(built[k] for k in COMPONENT_KEYS if k in built),
         type_bytes=by_type,
         tied_embeddings=tied,
@@ -208,12 +213,13 @@ def _with_config_params(
     return out
 
 
-def _mb(n: float) -> str:
+def bytes_text(n: float) -> str:
+    """A byte count as the notes write it: MB from 0.1 MB, else kB."""
     return f"{n / 1e6:,.1f} MB" if n >= 1e5 else f"{n / 1e3:,.1f} kB"
 
 
 def _note(fw: FileWeights, name: str) -> str:
-    types = ", ".join(f"{t} {_mb(b)}" for t, b in fw.type_bytes.items())
+    types = ", ".join(f"{t} {bytes_text(b)}" for t, b in fw.type_bytes.items())
     tied = ", which as the tied lm_head is also read in full" if fw.tied_embeddings else ""
     params = "; params from config.json (packed quantized tensors)" if fw.params_from_config else ""
     return (
@@ -232,7 +238,7 @@ def spec_with_file_weights(base: ModelSpec, fw: FileWeights, name: str) -> Model
     notes = list(base.notes)
     if fw.tensors_skipped:
         notes.append(
-            f"{fw.tensors_skipped} tensors ({_mb(fw.bytes_skipped)}: vision/audio towers, "
+            f"{fw.tensors_skipped} tensors ({bytes_text(fw.bytes_skipped)}: vision/audio towers, "
             "multi-token-prediction layers) are not read to decode text, not counted"
         )
     return dataclasses.replace(
@@ -246,12 +252,18 @@ def spec_with_file_weights(base: ModelSpec, fw: FileWeights, name: str) -> Model
 
 
 def _stamp(path: Path) -> tuple[str, tuple[int, ...]]:
-    """The path and what changes when its files do (a folder: its own and its config's times)."""
+    """The path and what changes when its files do (a folder: its own and its config's times; a
+    split GGUF's part: every part's)."""
     st = path.stat()
     times = [st.st_mtime_ns, st.st_size]
     config = path / "config.json" if path.is_dir() else path.parent / "config.json"
     if config.is_file():
         times.append(config.stat().st_mtime_ns)
+    parts = gguf_part_names(path.name) if path.is_file() else ()
+    for sibling in (path.with_name(p) for p in parts if p != path.name):
+        times.extend(
+            (sibling.stat().st_mtime_ns, sibling.stat().st_size) if sibling.is_file() else (-1,)
+        )
     return str(path.resolve()), tuple(times)
 
 

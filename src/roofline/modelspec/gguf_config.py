@@ -20,7 +20,6 @@ as in llama.cpp.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from roofline.errors import UserError
@@ -68,7 +67,7 @@ def config_from_gguf(
 ) -> dict[str, Any]:
     """The config.json a GGUF file's metadata stands for; UserError when it lacks what decoding
     needs."""
-    path: Path = header.path
+    path = header.source
     meta = header.metadata
     arch = meta.get("general.architecture")
     if not isinstance(arch, str) or not arch:

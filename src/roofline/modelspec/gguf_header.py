@@ -10,6 +10,11 @@ GGUF v2/v3 layout (little-endian), as ggml's gguf.cpp writes it:
                     u64 offset)
     padding to `general.alignment` (default 32), then the tensor data; offsets count from there.
 
+`parse_gguf_header` reads from the file's first bytes, all of them (a local file, mmapped) or a
+prefix (range reads from the Hub, `modelspec.hub`): a prefix that ends inside the header raises
+`GgufHeaderCut` with how far the parse needs, so the caller can fetch more and parse again. A
+length that runs past the file itself is never fetched: the header lies, and says so.
+
 A tensor of type T and n elements takes n / block(T) x bytes(T) bytes (`data/ggml_types.toml`).
 Arrays are skipped unbuilt (a vocabulary is 50k-250k strings), except numeric ones of up to
 `_KEPT_ITEMS` items: some architectures give per-layer values as arrays.
@@ -71,7 +76,7 @@ class ArrayValue:
 
 @dataclass(frozen=True)
 class GgufHeader:
-    path: Path
+    source: str  # the file in messages: its path, or its place on the Hub
     version: int
     metadata: dict[str, Any]  # scalars as Python values, strings decoded, arrays as ArrayValue
     tensors: tuple[StoredTensor, ...]
@@ -88,23 +93,40 @@ def ggml_types() -> dict[int, GgmlType]:
     return {v["id"]: GgmlType(v["id"], name, v["block"], v["bytes"]) for name, v in table.items()}
 
 
-def _corrupt(path: Path, what: str) -> UserError:
-    return UserError(f"{path}: {what}; the file is corrupt")
+def _corrupt(source: str, what: str) -> UserError:
+    return UserError(f"{source}: {what}; the file is corrupt")
 
 
 class _Cut(Exception):
     """The file ended before the header did."""
 
 
+class GgufHeaderCut(Exception):
+    """The bytes given are a prefix of the file that ends inside the header."""
+
+    def __init__(self, needed_bytes: int) -> None:
+        super().__init__(f"the header needs at least {needed_bytes:,} bytes")
+        self.needed_bytes = needed_bytes  # the end of the read that did not fit
+
+
 class _Reader:
-    def __init__(self, buf: mmap.mmap, size: int) -> None:
-        self.buf, self.size, self.pos = buf, size, 0
+    """Reads `buf`, the first `len(buf)` bytes of a file of `size` bytes."""
+
+    def __init__(self, buf: bytes | mmap.mmap, size: int) -> None:
+        self.buf, self.size, self.have, self.pos = buf, size, len(buf), 0
+
+    def _need(self, end: int) -> None:
+        if end > self.size:  # the file itself ends first: truncated, or a length that lies
+            raise _Cut
+        if end > self.have:  # only the prefix given ends first: more bytes would go on
+            raise GgufHeaderCut(end)
 
     def take(self, n: int) -> int:
         """Advance past n bytes; the offset they start at."""
         start = self.pos
-        if n < 0 or start + n > self.size:
+        if n < 0:
             raise _Cut
+        self._need(start + n)
         self.pos = start + n
         return start
 
@@ -120,24 +142,23 @@ class _Reader:
         return self.buf[start : start + n]
 
     def skip_strings(self, count: int) -> None:
-        buf, pos, size, unpack = self.buf, self.pos, self.size, _U64.unpack_from
+        buf, pos, have, unpack = self.buf, self.pos, self.have, _U64.unpack_from
         for _ in range(count):
-            if pos + 8 > size:
-                raise _Cut
+            if pos + 8 > have:
+                self._need(pos + 8)
             pos += 8 + unpack(buf, pos)[0]
-        if pos > size:
-            raise _Cut
+        self._need(pos)
         self.pos = pos
 
 
-def _value(r: _Reader, vtype: int, where: str, path: Path) -> Any:
+def _value(r: _Reader, vtype: int, where: str, source: str) -> Any:
     if vtype in _SCALARS:
         code, n = _SCALARS[vtype]
         return struct.unpack_from("<" + code, r.buf, r.take(n))[0]
     if vtype == _STRING:
         return r.raw_string().decode("utf-8", errors="replace")
     if vtype != _ARRAY:
-        raise _corrupt(path, f"metadata {where!r} has unknown value type {vtype}")
+        raise _corrupt(source, f"metadata {where!r} has unknown value type {vtype}")
     item_type, count = r.u32(), r.u64()
     if item_type in _SCALARS:
         code, n = _SCALARS[item_type]
@@ -152,39 +173,41 @@ def _value(r: _Reader, vtype: int, where: str, path: Path) -> Any:
         if count > r.size:
             raise _Cut
         for _ in range(count):
-            _value(r, _ARRAY, where, path)
+            _value(r, _ARRAY, where, source)
         return ArrayValue(item_type, count)
-    raise _corrupt(path, f"metadata {where!r} is an array of unknown type {item_type}")
+    raise _corrupt(source, f"metadata {where!r} is an array of unknown type {item_type}")
 
 
-def _check_version(path: Path, head: bytes) -> int:
+def _check_version(source: str, head: bytes) -> int:
     if head[:4] != MAGIC:
-        raise UserError(f"{path} is not a GGUF file (it does not start with 'GGUF')")
+        raise UserError(f"{source} is not a GGUF file (it does not start with 'GGUF')")
     version = _U32.unpack_from(head, 4)[0]
     if version in (2, 3):
         return version
     if version & 0xFFFF == 0 and (version >> 24) in (2, 3):
-        raise UserError(f"{path} is a big-endian GGUF; roofline reads little-endian GGUF files")
+        raise UserError(f"{source} is a big-endian GGUF; roofline reads little-endian GGUF files")
     if version == 1:
-        raise UserError(f"{path} is GGUF v1 (2023), which roofline does not read; convert it again")
-    raise UserError(f"{path} is GGUF version {version}; roofline reads versions 2 and 3")
+        raise UserError(
+            f"{source} is GGUF v1 (2023), which roofline does not read; convert it again"
+        )
+    raise UserError(f"{source} is GGUF version {version}; roofline reads versions 2 and 3")
 
 
-def _tensor(r: _Reader, path: Path, types: dict[int, GgmlType]) -> tuple[StoredTensor, int]:
+def _tensor(r: _Reader, source: str, types: dict[int, GgmlType]) -> tuple[StoredTensor, int]:
     """One tensor info, and the offset of its data (from the start of the data section)."""
     try:
         name = r.raw_string().decode("utf-8")
     except UnicodeDecodeError:
-        raise _corrupt(path, "a tensor name is not UTF-8") from None
+        raise _corrupt(source, "a tensor name is not UTF-8") from None
     n_dims = r.u32()
     if n_dims > _MAX_DIMS:
-        raise _corrupt(path, f"tensor {name!r} has {n_dims} dimensions (at most {_MAX_DIMS})")
+        raise _corrupt(source, f"tensor {name!r} has {n_dims} dimensions (at most {_MAX_DIMS})")
     dims = struct.unpack_from(f"<{n_dims}Q", r.buf, r.take(8 * n_dims))
     type_id, offset = r.u32(), r.u64()
     t = types.get(type_id)
     if t is None:
         raise UserError(
-            f"{path}: tensor {name!r} has unknown GGML type id {type_id} "
+            f"{source}: tensor {name!r} has unknown GGML type id {type_id} "
             "(data/ggml_types.toml lists the types ggml knows); is the file corrupt or "
             "from a newer llama.cpp?"
         )
@@ -192,11 +215,11 @@ def _tensor(r: _Reader, path: Path, types: dict[int, GgmlType]) -> tuple[StoredT
     for d in dims:
         n *= d
     if n >= 2**62:
-        raise _corrupt(path, f"tensor {name!r} claims {n:,} elements")
+        raise _corrupt(source, f"tensor {name!r} claims {n:,} elements")
     ne0 = dims[0] if dims else 1
     if ne0 % t.block_elements:
         raise _corrupt(
-            path,
+            source,
             f"tensor {name!r} has rows of {ne0} elements, not a multiple of "
             f"{t.name}'s block of {t.block_elements}",
         )
@@ -211,21 +234,30 @@ def _tensor(r: _Reader, path: Path, types: dict[int, GgmlType]) -> tuple[StoredT
     return tensor, offset
 
 
-def _alignment(path: Path, metadata: dict[str, Any]) -> int:
+def _alignment(source: str, metadata: dict[str, Any]) -> int:
     a = metadata.get("general.alignment", _DEFAULT_ALIGNMENT_BYTES)
     if isinstance(a, bool) or not isinstance(a, int) or a <= 0 or a & (a - 1):
-        raise _corrupt(path, f"general.alignment is {a!r}, not a power of two")
+        raise _corrupt(source, f"general.alignment is {a!r}, not a power of two")
     return a
 
 
-def _parse(path: Path, buf: mmap.mmap, size: int) -> GgufHeader:
+def parse_gguf_header(source: str, buf: bytes | mmap.mmap, size: int) -> GgufHeader:
+    """The header and tensor infos from `buf`, the first bytes of a GGUF file of `size` bytes (the
+    whole file, or a prefix: GgufHeaderCut when it ends inside the header). UserError (one line,
+    naming `source`) for a file that is not GGUF, is truncated or is corrupt."""
+    if size < 24:
+        raise UserError(
+            f"{source}: {size} bytes is too short for a GGUF header; the file is truncated"
+        )
+    if len(buf) < 24:
+        raise GgufHeaderCut(24)
     r = _Reader(buf, size)
-    version = _check_version(path, buf[:8])
+    version = _check_version(source, buf[:8])
     r.take(8)
     n_tensors, n_kv = r.u64(), r.u64()
     if n_tensors > size // 24 or n_kv > size // 12:  # each takes at least that many bytes
         raise UserError(
-            f"{path}: the header claims {n_tensors:,} tensors and {n_kv:,} metadata "
+            f"{source}: the header claims {n_tensors:,} tensors and {n_kv:,} metadata "
             f"keys, more than {size:,} bytes can hold; the file is truncated or "
             "corrupt"
         )
@@ -236,42 +268,42 @@ def _parse(path: Path, buf: mmap.mmap, size: int) -> GgufHeader:
             try:
                 key = r.raw_string().decode("utf-8")
             except UnicodeDecodeError:
-                raise _corrupt(path, "a metadata key is not UTF-8") from None
-            metadata[key] = _value(r, r.u32(), key, path)
+                raise _corrupt(source, "a metadata key is not UTF-8") from None
+            metadata[key] = _value(r, r.u32(), key, source)
         where = "the tensor infos"
         types = ggml_types()
         tensors: list[StoredTensor] = []
         offsets: list[int] = []
         for _ in range(n_tensors):
-            tensor, offset = _tensor(r, path, types)
+            tensor, offset = _tensor(r, source, types)
             tensors.append(tensor)
             offsets.append(offset)
     except _Cut:
         raise UserError(
-            f"{path}: the file ends inside {where} (it has {size:,} bytes); it is "
+            f"{source}: the file ends inside {where} (it has {size:,} bytes); it is "
             "truncated or not a whole GGUF file"
         ) from None
-    alignment = _alignment(path, metadata)
+    alignment = _alignment(source, metadata)
     data_start = -(-r.pos // alignment) * alignment
     seen: set[str] = set()
     for t, offset in zip(tensors, offsets):
         if t.name in seen:
-            raise _corrupt(path, f"tensor {t.name!r} appears twice")
+            raise _corrupt(source, f"tensor {t.name!r} appears twice")
         seen.add(t.name)
         if offset % alignment:
             raise _corrupt(
-                path,
+                source,
                 f"tensor {t.name!r} starts at offset {offset:,}, not a "
                 f"multiple of the alignment {alignment}",
             )
         end = data_start + offset + t.n_bytes
         if end > size:
             raise UserError(
-                f"{path}: tensor {t.name!r} ends at byte {end:,} but the file has "
+                f"{source}: tensor {t.name!r} ends at byte {end:,} but the file has "
                 f"{size:,} bytes; it is truncated (an interrupted download?)"
             )
     return GgufHeader(
-        path=path,
+        source=source,
         version=version,
         metadata=metadata,
         tensors=tuple(tensors),
@@ -288,11 +320,9 @@ def read_gguf_header(path: str | os.PathLike[str]) -> GgufHeader:
     try:
         with open(p, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            if size < 24:
-                raise UserError(
-                    f"{p}: {size} bytes is too short for a GGUF header; the file is truncated"
-                )
+            if size < 24:  # mmap refuses an empty file; the parse says what is wrong
+                return parse_gguf_header(str(p), f.read(), size)
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                return _parse(p, buf, size)
+                return parse_gguf_header(str(p), buf, size)
     except OSError as e:
         raise UserError(f"cannot read {p} ({e.strerror or e}); check the path") from None

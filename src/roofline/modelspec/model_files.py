@@ -1,10 +1,14 @@
 """Which files make a model checkpoint, their tensors, and the spec their metadata gives.
 
     model.gguf                     one file: header metadata (gguf_config) + tensor infos
+    model-00001-of-00003.gguf      a split GGUF (llama.cpp's gguf-split): every part's tensor
+                                   infos, the metadata of part 1; any part names the model
     folder/ (config.json + *.safetensors; model.safetensors.index.json names the shards when there)
     folder/model.safetensors       one file, with config.json beside it
 
-Headers only; `files.count_weights` then counts the tensors.
+Headers only; `files.count_weights` then counts the tensors. `gguf_model_files` and
+`safetensors_model_files` build the record from parsed headers, wherever their bytes came from: a
+local file here, range reads from the Hub in `modelspec.hub`.
 """
 
 from __future__ import annotations
@@ -18,14 +22,16 @@ from typing import Any
 
 from roofline.errors import UserError
 from roofline.modelspec.gguf_config import config_from_gguf
-from roofline.modelspec.gguf_header import MAGIC, read_gguf_header
+from roofline.modelspec.gguf_header import MAGIC, GgufHeader, read_gguf_header
 from roofline.modelspec.model import ModelSpec
 from roofline.modelspec.parse import read_config_file, spec_from_config
-from roofline.modelspec.safetensors_header import read_safetensors_header
+from roofline.modelspec.safetensors_header import SafetensorsHeader, read_safetensors_header
 from roofline.modelspec.tensor_roles import StoredTensor
 
 INDEX_NAME = "model.safetensors.index.json"
 _SHARD = re.compile(r"-\d{3,6}-of-(\d{3,6})\.safetensors$")
+# llama.cpp's gguf-split names its parts "%s-%05d-of-%05d.gguf"
+_GGUF_PART = re.compile(r"^(?P<base>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 
 
 class FileKind(StrEnum):
@@ -40,7 +46,7 @@ class ModelFiles:
     kind: FileKind
     source: str  # the path as given
     name: str  # the model's name in the output: the file's or the folder's
-    paths: tuple[Path, ...]
+    files: tuple[str, ...]  # the files whose headers were read: paths, or places on the Hub
     tensors: tuple[StoredTensor, ...]
     spec: ModelSpec  # from config.json or the GGUF metadata, before the tensors are counted
     quantized: bool  # config.json has a quantization_config: stored elements are not parameters
@@ -62,35 +68,96 @@ def model_file_kind(path: Path) -> FileKind | None:
         return None
 
 
-def _gguf(path: Path, source: str) -> ModelFiles:
-    header = read_gguf_header(path)
-    names = {t.name: t for t in header.tensors}
+def _all_tensors(
+    headers: tuple[GgufHeader, ...] | tuple[SafetensorsHeader, ...], advice: str
+) -> tuple[StoredTensor, ...]:
+    """Every file's tensors, in order; a name in two files is refused (`advice` says why)."""
+    tensors: list[StoredTensor] = []
+    where: dict[str, str] = {}
+    for header in headers:
+        for t in header.tensors:
+            if t.name in where:
+                raise UserError(
+                    f"tensor {t.name!r} is in both {where[t.name]} and {header.source}; {advice}"
+                )
+            where[t.name] = header.source
+            tensors.append(t)
+    return tuple(tensors)
+
+
+def gguf_part_names(name: str) -> tuple[str, ...]:
+    """The file names of every part of a split GGUF, part 1 first, from any one part's name (its
+    folder kept); the name alone when it names no part."""
+    m = _GGUF_PART.match(name)
+    if m is None or int(m.group("count")) < 1:
+        return (name,)
+    base, count = m.group("base"), int(m.group("count"))
+    suffix = name[-len(".gguf") :]  # the extension as the files spell it
+    return tuple(f"{base}-{i:05d}-of-{count:05d}{suffix}" for i in range(1, count + 1))
+
+
+def gguf_model_files(
+    headers: tuple[GgufHeader, ...], *, source: str, name: str, files: tuple[str, ...]
+) -> ModelFiles:
+    """The model of one GGUF file, or of a split one's parts (part 1 first: its metadata holds the
+    shape; every part holds some of the tensor infos)."""
+    tensors = _all_tensors(headers, "the parts are of different models")
+    names = {t.name: t for t in tensors}
     embed = names.get("token_embd.weight")
     cfg = config_from_gguf(
-        header,
+        headers[0],
         has_output="output.weight" in names,
         vocab_rows=embed.row_count if embed else None,
         expert_router_bias=any("exp_probs_b" in n for n in names),
     )
     try:
-        spec = spec_from_config(cfg, name=path.name)
+        spec = spec_from_config(cfg, name=name)
     except UserError as e:
-        raise UserError(f"{path}: {e} (the config read from the GGUF metadata)") from None
-    return ModelFiles(
-        FileKind.GGUF, source, path.name, (path,), header.tensors, spec, quantized=False
-    )
+        raise UserError(
+            f"{headers[0].source}: {e} (the config read from the GGUF metadata)"
+        ) from None
+    return ModelFiles(FileKind.GGUF, source, name, files, tensors, spec, quantized=False)
+
+
+def _gguf(path: Path, source: str) -> ModelFiles:
+    parts = [path.with_name(n) for n in gguf_part_names(path.name)]
+    missing = [p.name for p in parts if not p.is_file()]
+    if missing:
+        raise UserError(
+            f"{path} is part of a GGUF split in {len(parts)} files and {missing[0]} is not "
+            "beside it; download every part"
+        )
+    headers = tuple(read_gguf_header(p) for p in parts)
+    files = tuple(str(p) for p in parts)
+    return gguf_model_files(headers, source=source, name=parts[0].name, files=files)
+
+
+def index_shard_names(text: str, where: str) -> list[str]:
+    """The shard files a model.safetensors.index.json names (its weight_map's values), sorted."""
+    try:
+        weight_map = json.loads(text).get("weight_map")
+    except (UnicodeDecodeError, ValueError, RecursionError, AttributeError):
+        weight_map = None  # not JSON, or not an object
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise UserError(f"{where} holds no readable weight_map; fix or remove it")
+    return sorted(set(map(str, weight_map.values())))
+
+
+def default_shard_names(names: list[str]) -> list[str]:
+    """Without an index: model.safetensors when there is one, else every .safetensors file."""
+    if "model.safetensors" in names:
+        return ["model.safetensors"]
+    return sorted(n for n in names if n.endswith(".safetensors"))
 
 
 def _shard_files(folder: Path) -> list[Path]:
     index = folder / INDEX_NAME
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map")
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError, AttributeError):
-            weight_map = None  # not JSON, or not an object
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise UserError(f"{index} holds no readable weight_map; fix or remove it")
-        files = [folder / str(f) for f in sorted(set(map(str, weight_map.values())))]
+            text = index.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            text = ""
+        files = [folder / name for name in index_shard_names(text, str(index))]
         missing = [f.name for f in files if not f.is_file()]
         if missing:
             raise UserError(
@@ -98,15 +165,30 @@ def _shard_files(folder: Path) -> list[Path]:
                 f"({missing[0]} ...); the download is incomplete"
             )
         return files
-    if (folder / "model.safetensors").is_file():
-        return [folder / "model.safetensors"]
-    return sorted(folder.glob("*.safetensors"))
+    return [folder / n for n in default_shard_names([p.name for p in folder.glob("*.safetensors")])]
 
 
 def _quantized(cfg: dict[str, Any]) -> bool:
     text = cfg.get("text_config")
     inner = text.get("quantization_config") if isinstance(text, dict) else None
     return bool(cfg.get("quantization_config") or inner)
+
+
+def safetensors_model_files(
+    cfg: dict[str, Any],
+    headers: tuple[SafetensorsHeader, ...],
+    *,
+    source: str,
+    name: str,
+    files: tuple[str, ...],
+) -> ModelFiles:
+    """The model of a config.json and the headers of its safetensors files."""
+    spec = spec_from_config(cfg, name=name)
+    tensors = _all_tensors(
+        headers,
+        "one checkpoint per folder (or a model.safetensors.index.json naming the shards)",
+    )
+    return ModelFiles(FileKind.SAFETENSORS, source, name, files, tensors, spec, _quantized(cfg))
 
 
 def _safetensors(path: Path, source: str) -> ModelFiles:
@@ -125,23 +207,13 @@ def _safetensors(path: Path, source: str) -> ModelFiles:
             f"{path}: no config.json beside the safetensors file(s); the shape of the "
             "model (layers, heads, context) comes from it"
         )
-    cfg = read_config_file(config)
-    name = folder.resolve().name or str(folder)
-    spec = spec_from_config(cfg, name=name)
-    tensors: list[StoredTensor] = []
-    where: dict[str, Path] = {}
-    for f in files:
-        for t in read_safetensors_header(f).tensors:
-            if t.name in where:
-                raise UserError(
-                    f"tensor {t.name!r} is in both {where[t.name]} and {f}; one "
-                    "checkpoint per folder (or a model.safetensors.index.json naming "
-                    "the shards)"
-                )
-            where[t.name] = f
-            tensors.append(t)
-    return ModelFiles(
-        FileKind.SAFETENSORS, source, name, tuple(files), tuple(tensors), spec, _quantized(cfg)
+    headers = tuple(read_safetensors_header(f) for f in files)
+    return safetensors_model_files(
+        read_config_file(config),
+        headers,
+        source=source,
+        name=folder.resolve().name or str(folder),
+        files=tuple(str(f) for f in files),
     )
 
 

@@ -5,6 +5,9 @@ Layout (huggingface/safetensors): u64 little-endian N, then N bytes of JSON
 "__metadata__": {...}}`, then the data; offsets count from the end of the header. A header whose
 length runs past the file, that is not a JSON object, or whose offsets fall outside the data or
 disagree with dtype x shape is refused.
+
+`safetensors_header_length` and `parse_safetensors_header` read from bytes, so a file's first bytes
+fetched from the Hub (`modelspec.hub`) go through the same checks as a local file.
 """
 
 from __future__ import annotations
@@ -50,36 +53,38 @@ MAX_HEADER_BYTES = 100_000_000  # the safetensors library refuses longer headers
 
 @dataclass(frozen=True)
 class SafetensorsHeader:
-    path: Path
+    source: str  # the file in messages: its path, or its place on the Hub
     tensors: tuple[StoredTensor, ...]
     metadata: dict[str, str]
     file_bytes: int
 
 
-def _bad(path: Path, what: str) -> UserError:
-    return UserError(f"{path}: {what}; the file is truncated or not a safetensors file")
+def _bad(source: str, what: str) -> UserError:
+    return UserError(f"{source}: {what}; the file is truncated or not a safetensors file")
 
 
-def _tensor(path: Path, name: str, entry: Any, data_bytes: int) -> tuple[StoredTensor, int, int]:
+def _tensor(source: str, name: str, entry: Any, data_bytes: int) -> tuple[StoredTensor, int, int]:
     if not isinstance(entry, dict):
-        raise _bad(path, f"header entry {name!r} is not an object")
+        raise _bad(source, f"header entry {name!r} is not an object")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if dtype not in DTYPE_BITS:
-        raise _bad(path, f"tensor {name!r} has unknown dtype {str(dtype)[:20]!r}")
+        raise _bad(source, f"tensor {name!r} has unknown dtype {str(dtype)[:20]!r}")
     if not isinstance(shape, list) or any(
         isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape
     ):
-        raise _bad(path, f"tensor {name!r} has shape {str(shape)[:40]}, not a list of sizes")
+        raise _bad(source, f"tensor {name!r} has shape {str(shape)[:40]}, not a list of sizes")
     if (
         not isinstance(offsets, list)
         or len(offsets) != 2
         or any(isinstance(o, bool) or not isinstance(o, int) for o in offsets)
     ):
-        raise _bad(path, f"tensor {name!r} has data_offsets {str(offsets)[:40]}, not [begin, end]")
+        raise _bad(
+            source, f"tensor {name!r} has data_offsets {str(offsets)[:40]}, not [begin, end]"
+        )
     begin, end = offsets
     if not 0 <= begin <= end <= data_bytes:
         raise _bad(
-            path,
+            source,
             f"tensor {name!r} has data at [{begin:,}, {end:,}) but the data holds "
             f"{data_bytes:,} bytes",
         )
@@ -89,7 +94,7 @@ def _tensor(path: Path, name: str, entry: Any, data_bytes: int) -> tuple[StoredT
     n_bits = n * DTYPE_BITS[dtype]
     if n_bits != 8 * (end - begin):
         raise _bad(
-            path,
+            source,
             f"tensor {name!r} ({dtype} {shape}) should take {n_bits / 8:,.0f} bytes "
             f"but its offsets give {end - begin:,}",
         )
@@ -105,44 +110,57 @@ def _tensor(path: Path, name: str, entry: Any, data_bytes: int) -> tuple[StoredT
     return tensor, begin, end
 
 
-def read_safetensors_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
-    """The tensors (name, dtype, shape, bytes) of a .safetensors file, from its header alone."""
-    p = Path(path)
-    try:
-        with open(p, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            head = f.read(8)
-            if len(head) < 8:
-                raise _bad(p, f"{size} bytes is too short for a safetensors header")
-            n = struct.unpack("<Q", head)[0]
-            if n > size - 8 or n > MAX_HEADER_BYTES:
-                raise _bad(p, f"the header claims {n:,} bytes but the file has {size:,}")
-            raw = f.read(n)
-    except OSError as e:
-        raise UserError(f"cannot read {p} ({e.strerror or e}); check the path") from None
+def safetensors_header_length(source: str, head: bytes, size: int) -> int:
+    """The JSON header's length in bytes, from the file's first 8 bytes (`head`), checked against
+    the file's `size`: a length past the end is a header that lies."""
+    if len(head) < 8:
+        raise _bad(source, f"{size} bytes is too short for a safetensors header")
+    n = struct.unpack_from("<Q", head)[0]
+    if n > size - 8 or n > MAX_HEADER_BYTES:
+        raise _bad(source, f"the header claims {n:,} bytes but the file has {size:,}")
+    return n
+
+
+def parse_safetensors_header(source: str, raw: bytes, size: int) -> SafetensorsHeader:
+    """The tensors (name, dtype, shape, bytes) of a safetensors file of `size` bytes, from its JSON
+    header `raw` (the bytes after the 8-byte length)."""
+    n = len(raw)
     try:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
-        raise _bad(p, f"the {n:,}-byte header is not JSON") from None
+        raise _bad(source, f"the {n:,}-byte header is not JSON") from None
     if not isinstance(header, dict):
-        raise _bad(p, "the header is not a JSON object")
+        raise _bad(source, "the header is not a JSON object")
     meta = header.pop("__metadata__", None) or {}
     if not isinstance(meta, dict):
-        raise _bad(p, "__metadata__ is not an object")
+        raise _bad(source, "__metadata__ is not an object")
     data_bytes = size - 8 - n
     tensors, spans = [], []
     for name, entry in header.items():
-        tensor, begin, end = _tensor(p, name, entry, data_bytes)
+        tensor, begin, end = _tensor(source, name, entry, data_bytes)
         tensors.append(tensor)
         if end > begin:
             spans.append((begin, end, name))
     spans.sort()
     for (_, end_a, a), (begin_b, _, b) in itertools.pairwise(spans):
         if begin_b < end_a:
-            raise _bad(p, f"tensors {a!r} and {b!r} overlap")
+            raise _bad(source, f"tensors {a!r} and {b!r} overlap")
     return SafetensorsHeader(
-        path=p,
+        source=source,
         tensors=tuple(tensors),
         metadata={str(k): str(v) for k, v in meta.items()},
         file_bytes=size,
     )
+
+
+def read_safetensors_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
+    """The tensors (name, dtype, shape, bytes) of a .safetensors file, from its header alone."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            n = safetensors_header_length(str(p), f.read(8), size)
+            raw = f.read(n)
+    except OSError as e:
+        raise UserError(f"cannot read {p} ({e.strerror or e}); check the path") from None
+    return parse_safetensors_header(str(p), raw, size)
