@@ -278,11 +278,17 @@ def test_line_progress_writes_one_line_per_finished_task_and_no_empty_ones() -> 
     assert lines[4].startswith("  requests: 2/2") and lines[5] == "a note" and len(lines) == 6
 
 
-def test_terminal_gets_the_live_bar() -> None:
+def test_terminal_gets_the_live_bar_and_a_dumb_one_lines(monkeypatch) -> None:
     from rich.progress import Progress
 
+    # rich reads TERM when a console is made: the test's own, whatever the host's (CI may set dumb)
+    monkeypatch.setenv("TERM", "xterm-256color")
     assert isinstance(
         live_progress(console=Console(file=io.StringIO(), force_terminal=True)), Progress
+    )
+    monkeypatch.setenv("TERM", "dumb")
+    assert isinstance(
+        live_progress(console=Console(file=io.StringIO(), force_terminal=True)), LineProgress
     )
 
 
