@@ -30,7 +30,12 @@ from roofline.engine.loading.weights import (
     pack_weights,
     weight_bytes_per_token,
 )
-from roofline.engine.runtime.pass_timing import PassCosts, measure_pass_costs, seed_threads
+from roofline.engine.runtime.pass_timing import (
+    PASS_COST_ROWS,
+    PassCosts,
+    measure_pass_costs,
+    seed_threads,
+)
 from roofline.engine.runtime.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS, prefill_passes
 from roofline.engine.runtime.threads import ThreadChooser
 from roofline.errors import UserError
@@ -95,10 +100,10 @@ class ModelRunner:
         self.unit_bytes: int | None = None
         self.costs = PassCosts()  # the speculation cost model, once measure_pass_costs ran
 
-    def measure_pass_costs(self, rows: Seq[int] | None = None, reps: int = 7) -> None:
+    def measure_pass_costs(self, rows: Seq[int] = PASS_COST_ROWS, reps: int = 7) -> None:
         """Time the speculation cost model (`pass_timing.measure_pass_costs`), once per runner."""
         if self.costs.table is None:
-            self.costs = measure_pass_costs(self, *(() if rows is None else (rows,)), reps=reps)
+            self.costs = measure_pass_costs(self, rows, reps)
 
     def pass_cost(self, rows: int) -> float:
         """A pass over `rows` rows of one slot relative to one row (`PassCosts.cost`)."""
