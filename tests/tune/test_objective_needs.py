@@ -50,3 +50,15 @@ def test_tune_checks_its_options_itself(given, message):
         given = {**given, "space": Path(given["space"])}
     with pytest.raises(UserError, match=message):
         options_from_args(TuneArgs(**given))
+
+
+@pytest.mark.parametrize("allow_inexact", [False, True])
+def test_the_lossy_formats_are_tried_only_when_inexact_results_may_win(allow_inexact):
+    from roofline.tune.options import TuneArgs, options_from_args
+    from roofline.tune.space_records import Space
+
+    opts = options_from_args(TuneArgs(allow_inexact=allow_inexact))
+    dtype = Space.from_json(opts.space).dimension("dtype")
+    lossy = ("bf16", "int8")
+    assert dtype.values() == (("fp32", "stored", *lossy) if allow_inexact else ("fp32", "stored"))
+    assert dtype.left_out() == (() if allow_inexact else lossy)

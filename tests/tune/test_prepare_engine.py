@@ -38,7 +38,46 @@ def test_every_value_of_the_space_is_prepared_and_a_failure_is_told(tmp_path, mo
     bad = load_space_file(write_space(tmp_path, body.replace("200", "13"), "bad.toml"), launcher)
     notes.clear()
     prepare_engine(tune_options(bad, "m", engine=launcher.name), notes.append)
-    assert notes[-1] == "preparing the engine failed (exit 1): speed 13" and len(notes) == 2
+    # each command is told, the failed one too, and the others still run
+    assert notes == [
+        "prepared the engine: speed 100",
+        "preparing the engine failed (exit 1): speed 13",
+        "prepared the engine: speed 50",
+    ]
+
+
+@dataclass(frozen=True)
+class Meeting(FakeLauncher):
+    """Two commands that each wait for the other to have started: they pass only side by side."""
+
+    folder: str = ""
+
+    def prepare_commands(self, model, values):
+        wait = (
+            "import pathlib, sys, time\n"
+            "d = pathlib.Path(sys.argv[1]); (d / sys.argv[2]).touch()\n"
+            "end = time.monotonic() + 60\n"
+            "while not (d / sys.argv[3]).exists():\n"
+            "    if time.monotonic() > end: sys.exit(1)\n"
+            "    time.sleep(0.01)\n"
+            "print('met', sys.argv[2])\n"
+        )
+        return [
+            [sys.executable, "-c", wait, self.folder, a, b] for a, b in (("a", "b"), ("b", "a"))
+        ]
+
+
+def test_the_commands_run_side_by_side_one_a_core(tmp_path, monkeypatch):
+    from roofline.bench import engines
+    from roofline.hardware import machine
+
+    monkeypatch.setattr(machine, "usable_cpu_count", lambda: 2)
+    launcher = Meeting(name="meeting", knobs=FAKE.knobs, folder=str(tmp_path))
+    monkeypatch.setitem(engines.LAUNCHERS, launcher.name, launcher)
+    space = load_space_file(write_space(tmp_path, "[knobs.speed]\nchoices = [1]\n"), launcher)
+    notes: list[str] = []
+    prepare_engine(tune_options(space, "m", engine=launcher.name), notes.append)
+    assert notes == ["prepared the engine: met a", "prepared the engine: met b"]
 
 
 def test_the_embedded_engine_prepares_each_dtype_with_serve_prepare():

@@ -134,6 +134,11 @@ when = { speculative_method = "ngram" }
         ('[baseline]\nthreadz = 4\n[knobs.dtype]\nchoices = ["fp32"]\n', ["'threadz'"]),
         ('colour = 1\n[knobs.dtype]\nchoices = ["fp32"]\n', ["colour"]),
         ('engine = "vllm"\n[knobs.dtype]\nchoices = ["fp32"]\n', ["--engine vllm"]),
+        ('[knobs.dtype]\nchoices = ["fp32"]\ninexact = ["int8"]\n', ["'dtype'", "inexact"]),
+        (
+            '[knobs.dtype]\nchoices = ["fp32", "int8"]\ndefault = "int8"\ninexact = ["int8"]\n',
+            ["'dtype'", "default 'int8' cannot be inexact"],
+        ),
         ("", ["at least one [knobs.NAME]"]),
         ("[knobs.dtype\n", ["not valid TOML"]),
     ],
@@ -176,3 +181,16 @@ def test_a_fixed_knob_is_set_in_every_trial_and_no_longer_searched():
     assert [d.name for d in fixed.dimensions] == [
         d.name for d in space.dimensions if d.name != "threads"
     ]
+
+
+def test_inexact_choices_are_left_out_unless_inexact_results_are_allowed():
+    from roofline.tune.space_records import Space as Records
+
+    full = load_preset("embedded", EMBEDDED)
+    assert full.dimension("dtype").choices == ("fp32", "stored", "bf16", "int8")
+    exact = full.exact_only()
+    dtype = exact.dimension("dtype")
+    assert dtype.values() == ("fp32", "stored") and dtype.left_out() == ("bf16", "int8")
+    assert full.dimension("dtype").left_out() == ()
+    assert exact.dimension("spec").choices == full.dimension("spec").choices
+    assert Records.from_json(exact.to_json()) == exact  # the run's space keeps what it left out

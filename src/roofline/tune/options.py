@@ -159,6 +159,8 @@ def options_from_args(a: TuneArgs) -> TuneOptions:
         sp = load_space_file(a.space, launcher)
     else:
         sp = load_preset(a.preset or default_preset(launcher.name), launcher)
+    if not a.allow_inexact:
+        sp = sp.exact_only()
     fixed, extra = parse_engine_args(launcher, a.engine_arg)
     if fixed:
         sp = sp.with_baseline(fixed)

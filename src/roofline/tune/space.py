@@ -11,6 +11,9 @@ A TOML file (presets: `roofline/data/spaces/`); top-level source, date, engine, 
     high = 8
     unless = { spec = ["none"] }  # or `when = {knob = [values]}`, on an earlier knob only
     required = true               # set whenever active: turning it on sets its default
+    [knobs.dtype]
+    choices = ["fp32", "stored", "int8"]
+    inexact = ["int8"]            # changes the output's bits: tried with --allow-inexact only
 
 Knobs are tuned in the order written (the ladder's), a configuration built knob by knob (Optuna's
 define-by-run), all checked against the launcher's knobs before any launch (UserError).
@@ -42,6 +45,7 @@ _KNOB_KEYS = {
     "unless",
     "required",
     "help",
+    "inexact",
 }
 
 
@@ -193,9 +197,16 @@ def _dimension(
             f"{where}: required = true needs a default (the value set when the knob turns on)"
         )
     conditions = _conditions(space, name, spec, launcher, earlier)
+    inexact = spec.get("inexact", [])
+    if not isinstance(inexact, list) or any(v not in dim.choices for v in inexact):
+        raise UserError(f"{where}: inexact must list some of its choices (got {inexact!r})")
+    if default is not None and default in inexact:
+        raise UserError(f"{where}: the default {default!r} cannot be inexact")
     from dataclasses import replace
 
-    return replace(dim, default=default, conditions=conditions, required=required)
+    return replace(
+        dim, default=default, conditions=conditions, required=required, inexact=tuple(inexact)
+    )
 
 
 def _range(where: str, knob: Any, spec: Mapping, points: int | None) -> Dimension:

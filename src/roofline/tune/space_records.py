@@ -62,6 +62,9 @@ class Dimension:
     default: Any = None  # the engine's own value when the knob is not set
     conditions: tuple[Condition, ...] = ()
     required: bool = False  # set explicitly (to its default) whenever active
+    # choices that change the output's bits (a lossy weight format): the exactness gate refuses
+    # them, so a run tries them only when it allows inexact results (`Space.exact_only`)
+    inexact: tuple = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", DimensionKind(self.kind))  # ValueError for another
@@ -106,6 +109,8 @@ class Dimension:
             conditions=[c.to_json() for c in self.conditions],
             required=self.required,
         )
+        if self.inexact:
+            d["inexact"] = list(self.inexact)
         return d
 
     @classmethod
@@ -122,7 +127,12 @@ class Dimension:
             default=d.get("default"),
             conditions=tuple(Condition.from_json(c) for c in d.get("conditions", ())),
             required=bool(d.get("required", False)),
+            inexact=tuple(d.get("inexact") or ()),
         )
+
+    def left_out(self) -> tuple:
+        """The inexact choices this dimension no longer offers (`Space.exact_only`)."""
+        return tuple(v for v in self.inexact if v not in self.choices)
 
     def describe(self) -> str:
         if self.kind == DimensionKind.CHOICE:
@@ -186,6 +196,19 @@ class Space:
             self,
             baseline={**self.baseline, **overrides},
             dimensions=tuple(d for d in self.dimensions if d.name not in overrides),
+        )
+
+    def exact_only(self) -> Space:
+        """The space without the choices that change the output's bits: a run that refuses inexact
+        results would compile, launch and measure them only to refuse them."""
+        from dataclasses import replace
+
+        return replace(
+            self,
+            dimensions=tuple(
+                replace(d, choices=tuple(c for c in d.choices if c not in d.inexact))
+                for d in self.dimensions
+            ),
         )
 
     def to_json(self) -> dict:

@@ -114,10 +114,13 @@ class Display:
 def prepare_engine(options: TuneOptions, note: Any, *, baseline_only: bool = False) -> float:
     """Run the launcher's once-per-install preparation for every value the study may give each
     knob (the baseline's alone: `baseline_only`), before the study's clock starts, so that no
-    trial times it; seconds taken. A command that fails is reported and left to the trials."""
+    trial times it; seconds taken. The commands run side by side, one a core (each compiles on
+    one thread); one that fails is reported and left to the trials."""
     import subprocess
+    from concurrent.futures import ThreadPoolExecutor
 
     from roofline.bench.engines import get_launcher
+    from roofline.hardware.machine import usable_cpu_count
     from roofline.tune.space_records import Space
 
     space = Space.from_json(options.space)
@@ -126,14 +129,19 @@ def prepare_engine(options: TuneOptions, note: Any, *, baseline_only: bool = Fal
     else:
         values = {d.name: [*d.values(), space.baseline.get(d.name)] for d in space.dimensions}
         values = {k: [v for v in vs if v is not None] for k, vs in values.items()}
+    commands = get_launcher(options.engine).prepare_commands(options.model, values)
     t0 = time.monotonic()
-    for argv in get_launcher(options.engine).prepare_commands(options.model, values):
-        p = subprocess.run(argv, capture_output=True, text=True, check=False)
-        last = (p.stdout.strip() or p.stderr.strip()).splitlines()[-1:] or [""]
-        if p.returncode != 0:
-            note(f"preparing the engine failed (exit {p.returncode}): {last[0][:200]}")
-            break
-        note(f"prepared the engine: {last[0]}")
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, capture_output=True, text=True, check=False)
+
+    with ThreadPoolExecutor(max(1, min(len(commands), usable_cpu_count()))) as pool:
+        for p in pool.map(run, commands):
+            last = (p.stdout.strip() or p.stderr.strip()).splitlines()[-1:] or [""]
+            if p.returncode != 0:
+                note(f"preparing the engine failed (exit {p.returncode}): {last[0][:200]}")
+            else:
+                note(f"prepared the engine: {last[0]}")
     return time.monotonic() - t0
 
 
@@ -179,6 +187,12 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
     display.note(
         f"study {options.study!r} in {stored.shown_url(url)} ({'created' if created else 'joined'})"
     )
+    for d in space.dimensions:
+        if d.left_out():
+            display.note(
+                f"not tried: {d.name} {', '.join(map(str, d.left_out()))} (they change the output's"
+                " bits, so the exactness gate would refuse them; --allow-inexact tries them)"
+            )
     progress = display.bench_progress()
 
     def write_result(interrupted: bool = False) -> Any:

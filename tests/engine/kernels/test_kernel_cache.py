@@ -76,3 +76,32 @@ def test_the_digest_changes_with_any_file_and_the_sources_hold_the_kernels(tmp_p
     assert kernel_cache.sources_digest([a, b]) != before
     names = {p.name for p in kernel_cache.kernel_sources()}
     assert {"matrices.py", "decode.py", "layer_kernels.py", "simd.py", "simd_blocks.py"} <= names
+
+
+def test_a_cache_index_takes_one_writer_at_a_time(tmp_path):
+    """numba names a new data file after the index entries it read: two processes saving at once
+    could give two kernels one name. The save waits for the index's lock."""
+    import threading
+
+    from numba.core import caching
+
+    from roofline.engine.kernels import kernel_cache
+
+    kernel_cache.install()
+    files = getattr(caching, "IndexDataCacheFile", None) or caching._IndexDataCacheFile
+    assert files.save.one_writer
+    index = tmp_path / "f.nbi"
+    saved = threading.Event()
+
+    class Index:
+        _index_path = str(index)
+
+    def save_under_the_lock():
+        kernel_cache.one_writer_at_a_time(lambda self, key, data: saved.set())(Index(), 1, 2)
+
+    with kernel_cache.file_lock(f"{index}.lock"):
+        writer = threading.Thread(target=save_under_the_lock)
+        writer.start()
+        assert not saved.wait(0.3)  # held off while another writer holds the index
+    writer.join(30)
+    assert saved.is_set()

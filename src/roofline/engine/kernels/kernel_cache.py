@@ -10,6 +10,7 @@ probe's, other libraries') keeps numba's own locators.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 from pathlib import Path
@@ -69,8 +70,45 @@ LOCATORS = tuple(
 )
 
 
+@contextlib.contextmanager
+def file_lock(path: str):
+    """An exclusive lock on the file `path` (created) while the block runs; none where the OS has
+    no fcntl (then no two processes may compile at once)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        yield
+        return
+    with open(path, "a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def one_writer_at_a_time(save):
+    """numba's index save, under a lock on the index: it reads the index, names a new data file
+    after the entries it saw, writes the data, then the index. Two processes compiling kernels at
+    once (`roofline tune` prepares its weight formats side by side) could otherwise both take the
+    same name for different kernels, and the index left last would point one kernel's key at the
+    other's machine code."""
+
+    @functools.wraps(save)
+    def locked_save(self, key, data):
+        with file_lock(f"{self._index_path}.lock"):
+            return save(self, key, data)
+
+    locked_save.one_writer = True
+    return locked_save
+
+
 def install() -> None:
-    """Put the locators ahead of numba's (once; before the first kernel is decorated)."""
+    """Put the locators ahead of numba's and lock its index saves (once; before the first kernel is
+    decorated)."""
     classes = _numba_class("CacheImpl")._locator_classes
     if LOCATORS[0] not in classes:
         classes[:0] = LOCATORS
+    files = _numba_class("IndexDataCacheFile")
+    if not getattr(files.save, "one_writer", False):
+        files.save = one_writer_at_a_time(files.save)
