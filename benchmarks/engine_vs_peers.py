@@ -20,6 +20,9 @@ Q5_0 and Q8_0 elsewhere.)
     LB=path/to/llama.cpp/build/bin     # built as shared/ENVIRONMENT.md says
     python benchmarks/engine_vs_peers.py --llama-bench $LB/llama-bench \\
         --llama-quantize $LB/llama-quantize --rounds 3 --threads 2 --json bench.json
+
+Both instruction sets on one x86 host: `--isa avx2` compiles roofline's kernels for AVX2 (AVX-512
+off, `roofline.simd.avx2_target_env`); give it a llama-bench built AVX2-only beside it.
 """
 
 from __future__ import annotations
@@ -239,7 +242,19 @@ def main() -> None:
     )
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    ap.add_argument(
+        "--isa",
+        choices=("host", "avx2"),
+        default="host",
+        help="avx2: roofline's kernels compiled for AVX2 on any x86 host (run it next to a "
+        "llama-bench built AVX2-only, shared/ENVIRONMENT.md)",
+    )
     args = ap.parse_args()
+    if args.isa == "avx2" and os.environ.get("NUMBA_CPU_NAME") != "haswell":
+        from roofline.simd import avx2_target_env
+
+        # numba reads its target when it is imported: run again with it set
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **avx2_target_env()})
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     if bad := [f for f in formats if f not in FORMATS]:
         ap.error(f"unknown formats {bad}; choose from {','.join(FORMATS)}")
@@ -256,7 +271,11 @@ def main() -> None:
         quantize = shutil.which("llama-quantize")
     cpu = cpu_info()
     flags = " ".join(f"{f}={'yes' if on else 'no'}" for f, on in cpu["flags"].items())
-    print(f"CPU: {cpu['model']}; {flags}; {args.threads} threads")
+    from roofline.simd import kernel_isa
+
+    print(
+        f"CPU: {cpu['model']}; {flags}; {args.threads} threads; roofline's kernels: {kernel_isa()}"
+    )
     files = make_files(formats, args.files_dir, quantize, skipped)
     print("loading roofline runners (--dtype stored) ...", file=sys.stderr)
     engines = {fmt: Roofline(path, args.threads, args.tokens) for fmt, path in files.items()}

@@ -359,6 +359,41 @@ def target_has(feature: str) -> bool:
     return ("+" + feature) in features.split(",")
 
 
+# The vector extensions a kernel's code may use that tell an instruction set apart (LLVM feature
+# names; neon: aarch64), in the order `kernel_isa` names them.
+ISA_FEATURES = ("avx512f", "avx512bw", "avx512vl", "avx2", "fma", "f16c", "neon")
+
+
+def kernel_isa() -> str:
+    """What numba compiles the kernels for: its CPU name and the features of ISA_FEATURES its
+    code may use, e.g. "haswell: avx2+fma+f16c"."""
+    import llvmlite.binding as llvm
+    from numba.core import config
+
+    name = config.CPU_NAME or llvm.get_host_cpu_name()
+    features = [f for f in ISA_FEATURES if target_has(f)]
+    return f"{name}: {'+'.join(features) or 'no vector extension'}"
+
+
+# LLVM's names of the extensions past AVX2 (AVX-512's many, AMX's, the VEX-coded VNNI and IFMA)
+PAST_AVX2 = ("avx512", "amx", "avxvnni", "avxifma", "avxneconvert", "avx10", "evex512")
+
+
+def avx2_target_env() -> dict[str, str]:
+    """The environment that makes numba compile AVX2 code on an x86 host of any width (the host's
+    LLVM features with every extension past AVX2 turned off; NUMBA_CPU_NAME alone keeps them) and
+    torch's MKL take its AVX2 kernels."""
+    import llvmlite.binding as llvm
+
+    features = llvm.get_host_cpu_features().flatten().split(",")
+    off = ",".join("-" + f[1:] if f[1:].startswith(PAST_AVX2) else f for f in features)
+    return {
+        "NUMBA_CPU_NAME": "haswell",
+        "NUMBA_CPU_FEATURES": off,
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    }
+
+
 def block_operands(context, builder, sig, args, m_a, m_b):
     """`dot_block`'s operands from its first twelve arguments: (a row loaders, b row loaders,
     hints or None, n as intp)."""

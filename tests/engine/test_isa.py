@@ -26,26 +26,11 @@ import numpy as np
 import pytest
 
 from roofline.hardware.machine import cpu_flags
+from roofline.simd import avx2_target_env
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
-# LLVM's names of the extensions past AVX2 (AVX-512's many, AMX's, the VEX-coded VNNI and IFMA)
-PAST_AVX2 = ("avx512", "amx", "avxvnni", "avxifma", "avxneconvert", "avx10", "evex512")
-
-
-def avx2_features() -> str:
-    """The host's LLVM CPU features with every extension past AVX2 turned off."""
-    import llvmlite.binding as llvm
-
-    features = llvm.get_host_cpu_features().flatten().split(",")
-    return ",".join("-" + f[1:] if f[1:].startswith(PAST_AVX2) else f for f in features)
-
-
-AVX2_ENV = {
-    "NUMBA_CPU_NAME": "haswell",
-    "NUMBA_CPU_FEATURES": avx2_features(),
-    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-}
+AVX2_ENV = avx2_target_env()
 # set in the subprocess: its own copy of this module has nothing to run
 INSIDE = "ROOFLINE_TEST_ISA_RUN"
 DTYPES = ("fp32", "bf16", "int8", "stored")
@@ -93,6 +78,18 @@ def sample_logits(model_dir: Path) -> dict[str, np.ndarray]:
         out[f"{dtype} decode"] = runner.decode([0], [5])[0]
         out[f"{dtype} verify"] = runner.extend(0, [7, 8, 9, 10])
     return out
+
+
+def test_the_kernels_name_the_instruction_set_they_are_compiled_for():
+    """`kernel_isa` (printed by probe and prepare) follows numba's target, not the host's flags."""
+    code = "from roofline.simd import kernel_isa; print(kernel_isa())"
+    env = {**os.environ, "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "+avx2,+fma,+f16c"}
+    env.pop(INSIDE, None)
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.strip() == "haswell: avx2+fma+f16c", p.stderr
+    env["NUMBA_CPU_FEATURES"] = "+avx512f,+avx512bw,+avx2,+fma"
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert p.stdout.strip() == "haswell: avx512f+avx512bw+avx2+fma", p.stderr
 
 
 def test_the_exactness_tests_pass_on_avx2_code(avx2_cache):

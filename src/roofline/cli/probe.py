@@ -167,7 +167,8 @@ def _print(profile: dict[str, Any], path: Any, *, as_json: bool, as_markdown: bo
     s = profile["settings"]
     notes = [
         (
-            f"{profile['cpu']}, threads: {profile['threads']}; {s['repeats']} timed passes per "
+            f"{profile['cpu']} (kernels compiled for {profile.get('kernel_isa', '?')}), threads: "
+            f"{profile['threads']}; {s['repeats']} timed passes per "
             f"kernel after {s['warmup']} warm-up; {s['size_bytes'] / 2**20:,.0f} MiB per "
             "bandwidth kernel and matvec, "
             f"{_matmul_sizes(profile.get('flops', {}), s['matmul_n'])}."

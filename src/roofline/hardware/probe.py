@@ -263,6 +263,7 @@ def measure_profile(
     import numpy as np
 
     from roofline import __version__
+    from roofline.simd import kernel_isa
 
     threads = usable_cpu_count() if threads is None else threads
     check_settings(size_bytes, repeats, threads, warmup=warmup, matmul_n=matmul_n)
@@ -273,6 +274,7 @@ def measure_profile(
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "roofline_version": __version__,
         "cpu": cpu_model_name(),
+        "kernel_isa": kernel_isa(),  # what the SIMD read kernel and the engine compile for
         "threads": threads,
         "memory_bytes": total_memory_bytes(),
         "backends": {"kernels": {}, "versions": {"numpy": np.__version__}},

@@ -55,7 +55,9 @@ def prepare(model: str | os.PathLike | None, dtype: str, threads: int | None = N
         encoding="utf-8",
     )
     tmp.replace(stamp)
-    return f"kernels for {path.name} at {dtype}: ready in {seconds:.1f} s"
+    from roofline.simd import kernel_isa
+
+    return f"kernels for {path.name} at {dtype} ({kernel_isa()}): ready in {seconds:.1f} s"
 
 
 def _key(model: Path, dtype: str) -> str:
