@@ -103,19 +103,30 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
     return y if b is None else y + b.float()
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> torch.Tensor:
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    start: int,
+    window: int = 0,
+    scale: float | None = None,
+) -> torch.Tensor:
     """Causal GQA attention. q: (T, H, d) at positions start..start+T-1; k, v: (S, G, d) at
-    positions 0..S-1. Query i sees keys 0..start+i. Returns (T, H*d)."""
+    positions 0..S-1. Query i sees keys 0..start+i (with a sliding window, the last `window` of
+    them). scale: the scores' (default 1 / sqrt(d)). Returns (T, H*d)."""
     T, H, d = q.shape
     S = k.shape[0]
     key_pos = torch.arange(S)
-    allowed = key_pos[None, :] <= (start + torch.arange(T))[:, None]  # (T, S) causal mask
+    query_pos = (start + torch.arange(T))[:, None]
+    allowed = key_pos[None, :] <= query_pos  # (T, S) causal mask
+    if window > 0:
+        allowed &= key_pos[None, :] > query_pos - window
     out = F.scaled_dot_product_attention(
         q.transpose(0, 1)[None],
         k.transpose(0, 1)[None],
         v.transpose(0, 1)[None],
         attn_mask=allowed,
-        scale=1.0 / math.sqrt(d),
+        scale=1.0 / math.sqrt(d) if scale is None else scale,
         enable_gqa=True,
     )
     return out[0].transpose(0, 1).reshape(T, H * d)
