@@ -1,18 +1,24 @@
 """Gemma 3 text models: a tiny random Gemma3ForCausalLM built by transformers (six layers, five
 sliding ones with a window of 8 tokens and RoPE base 10000, one global with base 1e6 and linear
-scaling 8; post norms, GELU, the scaled embedding, query_pre_attn_scalar), saved as a Hugging Face
-folder and written as GGUF the way llama.cpp's converter does (norms stored as 1 + w).
+scaling 8; post norms, GELU, the scaled embedding, query_pre_attn_scalar, a final logit soft cap),
+saved as a Hugging Face folder and written as GGUF the way llama.cpp's converter does (norms stored
+as 1 + w).
 
-Greedy ids equal transformers' from the folder and from the F32 GGUF; on a Q8_0 GGUF `--dtype
-stored` gives the fp32 logits bit for bit; speculation on equals off; four streams equal one."""
+Logits are close to transformers' and greedy ids equal from the folder and from the F32 GGUF; on a
+Q8_0 GGUF `--dtype stored` gives the fp32 logits bit for bit; speculation on equals off; four
+streams equal one; soft-capped attention logits are refused."""
 
 from __future__ import annotations
+
+import json
+import shutil
 
 import numpy as np
 import pytest
 import torch
 from fixtures import (
     add_tiny_tokenizer,
+    assert_load_fails,
     gguf_encode,
     greedy_ids,
     tiny_vocab,
@@ -27,6 +33,7 @@ from roofline.engine.runtime.speculate.step import speculation_factory
 N_TOKENS = 32
 WINDOW = 8
 LAYERS = 6
+CAP = 2.0  # final_logit_softcapping: small, so that it bends these logits (|l| < 2)
 PROMPTS = [
     "The quick brown fox jumps over the lazy dog.",
     "Paris is the capital of France; Berlin is",
@@ -71,6 +78,7 @@ def _hf_model():
         eos_token_id=2,
         pad_token_id=0,
         tie_word_embeddings=True,
+        final_logit_softcapping=CAP,
     )
     torch.manual_seed(0)
     model = Gemma3ForCausalLM(config).eval()
@@ -100,6 +108,7 @@ def _write_gguf(path, model, tensor_type: str):
     writer.add_rope_scaling_factor(8.0)
     writer.add_layer_norm_rms_eps(c.rms_norm_eps)
     writer.add_sliding_window(WINDOW)
+    writer.add_final_logit_softcapping(CAP)
     add_tiny_tokenizer(writer)
     for hf, t in model.state_dict().items():
         if hf == "lm_head.weight":  # tied
@@ -166,6 +175,7 @@ def test_the_config_has_both_kinds_of_layer_and_the_gemma_block(gemma):
         assert c.rope_scaling == {"rope_type": "linear", "factor": 8.0}
         assert c.query_scale == 32**-0.5 and c.embed_scale == float(np.float32(8.0))
         assert c.max_seq_len == 256  # not capped at the window: the windows slide
+        assert c.final_softcap == CAP
     # the folded 1 + w of the folder equals the file's 1 + w
     assert np.array_equal(runner.weights.attn_post_norm, hf.weights.attn_post_norm)
 
@@ -177,6 +187,25 @@ def test_greedy_ids_equal_transformers(gemma, prompts, reference, source):
     for ids, want in zip(prompts, reference):
         assert len(ids) + N_TOKENS > 2 * WINDOW  # the windows slide
         assert greedy_ids(runner, ids, N_TOKENS) == want
+
+
+@pytest.mark.parametrize("source", ["folder", "gguf-f32"])
+def test_logits_are_close_to_transformers(gemma, prompts, source):
+    runner = load_runner(str(gemma[1 if source == "folder" else 2]), dtype="fp32", max_seq_len=128)
+    for ids in prompts:
+        with torch.no_grad():
+            want = gemma[0](input_ids=torch.tensor([ids])).logits[0].numpy()
+        got = np.stack([runner.prefill(0, ids[: i + 1]) for i in range(len(ids))])
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5)
+        assert np.abs(got).max() > CAP / 2  # the cap bends them
+
+
+def test_soft_capped_attention_logits_are_refused(gemma, tmp_path):
+    folder = tmp_path / "capped"
+    shutil.copytree(gemma[1], folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(dict(config, attn_logit_softcapping=50.0)))
+    assert_load_fails(folder, "attn_logit_softcapping", "not supported")
 
 
 def _logits(runner, ids, steps=8):
