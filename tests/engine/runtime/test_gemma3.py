@@ -27,6 +27,8 @@ from fixtures import (
 from test_vs_transformers import hf_greedy
 
 from roofline.engine import SamplingParams, generate, load_runner
+from roofline.engine.kernels import reference as model
+from roofline.engine.loading import load_checkpoint
 from roofline.engine.runtime.speculate.base import SpecOptions
 from roofline.engine.runtime.speculate.step import speculation_factory
 
@@ -198,6 +200,18 @@ def test_logits_are_close_to_transformers(gemma, prompts, source):
         got = np.stack([runner.prefill(0, ids[: i + 1]) for i in range(len(ids))])
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5)
         assert np.abs(got).max() > CAP / 2  # the cap bends them
+
+
+def test_the_reference_forward_matches_transformers(gemma, prompts):
+    """kernels/reference.py's Gemma 3 forward, on the folder's weights as the loader hands them (1 +
+    w folded in), over whole prompts at once (transformers' masks, not the decode passes)."""
+    checkpoint = load_checkpoint(str(gemma[1]))
+    rope = model.rope_table_stack(checkpoint.config, 128)
+    for ids in prompts:
+        with torch.no_grad():
+            want = gemma[0](input_ids=torch.tensor([ids])).logits[0]
+            got = model.forward(checkpoint.config, checkpoint.tensors, torch.tensor(ids), rope=rope)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=2e-5)
 
 
 def test_soft_capped_attention_logits_are_refused(gemma, tmp_path):

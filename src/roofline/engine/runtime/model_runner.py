@@ -63,7 +63,7 @@ class ModelRunner:
         max_batch: int = 1,
         max_seq_len: int | None = None,
     ) -> None:
-        from roofline.engine.kernels.reference import rope_tables
+        from roofline.engine.kernels.reference import rope_table_stack
 
         self.config: ModelConfig = checkpoint.config
         self.tokenizer = checkpoint.tokenizer
@@ -93,9 +93,8 @@ class ModelRunner:
         self.kernel_shape = kernel_shape(self.config, self.weights)
         # (tables, positions, head_dim / 2): the global layers' and, with a base of their own,
         # the sliding layers' (ModelConfig.layer_rope_tables)
-        tables = [rope_tables(c, self.max_seq_len) for c in self.config.rope_configs]
-        self._cos = np.ascontiguousarray(np.stack([cos.numpy() for cos, _ in tables]))
-        self._sin = np.ascontiguousarray(np.stack([sin.numpy() for _, sin in tables]))
+        cos, sin = rope_table_stack(self.config, self.max_seq_len)
+        self._cos, self._sin = cos.contiguous().numpy(), sin.contiguous().numpy()
         self.cache = KVCache(self.config, self.max_batch, self.max_seq_len)
         # what the model needs: the same count over the tensors as the file stores them
         self.file_bytes_per_token: int = file_bytes_per_token(checkpoint)
