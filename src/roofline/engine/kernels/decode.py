@@ -45,7 +45,8 @@ from roofline.engine.kernels.widened_rows import embed_into
 from roofline.engine.loading.config import Activation
 from roofline.simd_memory import aligned_floats
 
-PHASES_PER_LAYER = 8  # six, and two with post norms
+PHASES_PER_LAYER = 6
+POST_NORM_PHASES = 2  # per layer, with post norms
 LINE = 8  # int64 counters per cache line: each counter gets a line of its own
 # spins (`pause`) before napping: tens of microseconds, while phases end within a few of each other
 SPINS_BEFORE_NAP = 2000
@@ -484,7 +485,7 @@ def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=
         *gather_scratch(n_threads, tree_path.shape[1], head_dim),
         np.empty((n_threads, 3, k * (n_heads // n_kv)), dtype=np.int64),  # query offsets
     )
-    n_phases = n_layers * PHASES_PER_LAYER + 1
+    n_phases = n_layers * (PHASES_PER_LAYER + (POST_NORM_PHASES if shape.post_norms else 0)) + 1
     counters = np.zeros(n_phases * (n_threads + 1) * LINE, dtype=np.int64)
     buffers = (
         x,
