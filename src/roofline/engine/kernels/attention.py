@@ -201,10 +201,10 @@ def _row_softmax(u, n, lo, scores, part_max, part_sum):
             part_max[u, j], part_sum[u, j] = EMPTY_MAX, np.float32(0.0)
             continue
         best = simd_loops.vmax(scores, at + lo, n - lo)
-        for t in range(n):
-            row[t] = exp_nonpos(row[t] - best)
         for t in range(lo):
             row[t] = np.float32(0.0)
+        for t in range(lo, n):
+            row[t] = exp_nonpos(row[t] - best)
         part_max[u, j] = best
         part_sum[u, j] = simd.vsum(scores, at, n)
 

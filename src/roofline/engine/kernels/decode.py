@@ -116,13 +116,13 @@ class Shape(NamedTuple):
     n_heads: int
     eps: np.float32
     use_qk_norm: bool
+    gelu: bool  # GELU (tanh) instead of SiLU
+    post_norms: bool  # RMSNorm of the attention and MLP outputs before the residual add
+    attn_scale: np.float32  # what q.k is multiplied by
+    embed_scale: np.float32  # what embedding rows are multiplied by
+    windows: np.ndarray  # (L,) int64
+    layer_rope: np.ndarray  # (L,) int64
     formats: FormatSet | None = None  # stored rows: the formats of their codes
-    gelu: bool = False  # GELU (tanh) instead of SiLU
-    post_norms: bool = False  # RMSNorm of the attention and MLP outputs before the residual add
-    attn_scale: np.float32 = np.float32(0.0)  # what q.k is multiplied by
-    embed_scale: np.float32 = np.float32(1.0)  # what embedding rows are multiplied by
-    windows: np.ndarray | None = None  # (L,) int64
-    layer_rope: np.ndarray | None = None  # (L,) int64
 
 
 def kernel_weights(w) -> tuple[LayerWeights, HeadWeights]:
@@ -144,16 +144,16 @@ def kernel_shape(config, w) -> Shape:
             )
         )
     return Shape(
-        config.n_heads,
-        np.float32(config.rms_eps),
-        config.qk_norm,
-        formats,
-        config.activation == Activation.GELU_TANH,
-        config.post_norms,
-        np.float32(config.attention_scale),
-        np.float32(config.embed_scale),
-        np.array(config.windows, dtype=np.int64),
-        np.array(config.layer_rope_tables, dtype=np.int64),
+        n_heads=config.n_heads,
+        eps=np.float32(config.rms_eps),
+        use_qk_norm=config.qk_norm,
+        gelu=config.activation == Activation.GELU_TANH,
+        post_norms=config.post_norms,
+        attn_scale=np.float32(config.attention_scale),
+        embed_scale=np.float32(config.embed_scale),
+        windows=np.array(config.windows, dtype=np.int64),
+        layer_rope=np.array(config.layer_rope_tables, dtype=np.int64),
+        formats=formats,
     )
 
 

@@ -46,7 +46,7 @@ def _rope(cfg: dict) -> tuple[float, dict | None]:
     return theta, scaling
 
 
-def _layered_rope(cfg: dict, family: Family) -> tuple[float, dict | None, float | None]:
+def _layered_rope(cfg: dict, family: Family, path: Path) -> tuple[float, dict | None, float | None]:
     """(rope_theta, rope_scaling, the sliding layers' RoPE base or None). Gemma 3: transformers 5
     nests both under `rope_parameters` ("full_attention", "sliding_attention"); transformers 4
     writes rope_theta, rope_scaling (global layers only) and rope_local_base_freq."""
@@ -59,7 +59,7 @@ def _layered_rope(cfg: dict, family: Family) -> tuple[float, dict | None, float 
         local = dict(params.get("sliding_attention") or {})
         theta, scaling = _rope({"rope_parameters": full})
         if _rope({"rope_parameters": {"rope_theta": 1.0, **local}})[1] is not None:
-            raise UserError(f"RoPE scaling on sliding layers ({local}) is not supported")
+            raise UserError(f"{path}: RoPE scaling on sliding layers ({local}) is not supported")
         return theta, scaling, float(local.get("rope_theta", local_theta))
     theta, scaling = _rope(
         {
@@ -139,7 +139,7 @@ def config_from_hf(cfg: dict, name: str, path: Path) -> ModelConfig:
     try:
         n_heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])
-        theta, scaling, local_theta = _layered_rope(cfg, family)
+        theta, scaling, local_theta = _layered_rope(cfg, family, path)
         return ModelConfig(
             arch=family.engine_arch,
             name=name,
