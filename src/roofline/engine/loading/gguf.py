@@ -32,7 +32,7 @@ from roofline.engine.loading.gguf_block import block_fields
 from roofline.engine.loading.gguf_names import NON_WEIGHT_TENSORS, hf_name
 from roofline.engine.loading.rope_scaling import rope_scaling_from_gguf
 from roofline.errors import UserError
-from roofline.modelspec.families import get_family
+from roofline.modelspec.families import get_family, model_type_of_gguf_arch
 
 FLOAT_TYPES = {QT.F32: "F32", QT.F16: "F16", QT.BF16: "BF16"}
 # the block formats the kernels compute on (block_formats' one table), by GGUF type
@@ -173,7 +173,8 @@ def unpermute_rope_rows(rows: np.ndarray, n_heads: int) -> np.ndarray:
 def _rope_heads(name: str, config: ModelConfig) -> int | None:
     """How many heads to un-permute for this tensor: q -> n_heads, k -> n_kv_heads, others ->
     None."""
-    family = get_family(config.arch)  # GGUF architecture names are the families' model types
+    # the GGUF architecture's family (gemma3 is gemma3_text: not every name is a model type)
+    family = get_family(model_type_of_gguf_arch().get(config.arch, config.arch))
     if family is None or not family.gguf_permutes_qk:
         return None
     if ".self_attn.q_proj." in name:
