@@ -110,6 +110,7 @@ EXACTNESS_TESTS: dict[str, frozenset[str]] = {
         {
             "test_k_row_matvec_is_bit_identical_to_one_row",
             "test_a_run_of_rows_of_one_slot_gives_each_row_its_attention_alone",
+            "test_sliding_window_attention_matches_torch_and_each_row_alone",
         }
     ),
     "engine/runtime/test_runner.py": frozenset(
@@ -120,6 +121,13 @@ EXACTNESS_TESTS: dict[str, frozenset[str]] = {
     ),
     "engine/runtime/test_scheduler.py": frozenset(
         {"test_batched_requests_equal_solo_runs_and_share_decode_steps"}
+    ),
+    "engine/runtime/test_gemma3.py": frozenset(
+        {
+            "test_stored_q8_0_equals_fp32_bit_for_bit",
+            "test_speculation_on_equals_off",
+            "test_four_streams_equal_one",
+        }
     ),
     "engine/runtime/test_threads.py": frozenset(
         {"test_greedy_ids_are_identical_with_one_two_and_adaptive_threads"}

@@ -226,6 +226,21 @@ def gguf_encode(weight: np.ndarray, tensor_type: str):
         return random_blocks(tensor_type, weight.shape[0], weight.shape[1], rng), qtype
 
 
+def add_tiny_tokenizer(writer, pre: str = "gpt2") -> None:
+    """The tiny byte-level BPE tokenizer's keys, as llama.cpp's converter writes them."""
+    tokens, merges = tiny_vocab()
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(tokens)
+    # 3 = CONTROL, 1 = NORMAL
+    writer.add_token_types([3 if t in SPECIAL_TOKENS else 1 for t in tokens])
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(BOS_ID)
+    writer.add_eos_token_id(EOS_ID)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHATML_TEMPLATE)
+
+
 def write_tiny_gguf(
     path,
     *,
@@ -250,7 +265,6 @@ def write_tiny_gguf(
         path.mkdir(parents=True, exist_ok=True)
         path = path / f"tiny-{arch}.{tensor_type}.gguf"
     s = shape or tiny_shape(arch)
-    tokens, merges = tiny_vocab()
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(name)
     writer.add_block_count(s.n_layers)
@@ -264,16 +278,7 @@ def write_tiny_gguf(
     writer.add_rope_dimension_count(s.head_dim)
     writer.add_rope_freq_base(s.rope_theta)
     writer.add_layer_norm_rms_eps(s.rms_eps)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(pre)
-    writer.add_token_list(tokens)
-    # 3 = CONTROL, 1 = NORMAL
-    writer.add_token_types([3 if t in SPECIAL_TOKENS else 1 for t in tokens])
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(BOS_ID)
-    writer.add_eos_token_id(EOS_ID)
-    writer.add_add_bos_token(False)
-    writer.add_chat_template(CHATML_TEMPLATE)
+    add_tiny_tokenizer(writer, pre)
     for hf, weight in tiny_weights(arch, seed, tie_embeddings, s).items():
         if arch == "llama" and (".q_proj." in hf or ".k_proj." in hf):
             weight = llamacpp_permute(weight, s.n_heads if ".q_proj." in hf else s.n_kv_heads)
@@ -387,6 +392,12 @@ def write_tiny_hf_dir(
         total = sum(t.numel() * t.element_size() for t in weights.values())
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    write_tiny_tokenizer_files(path, s.max_seq_len)
+    return path
+
+
+def write_tiny_tokenizer_files(path: Path, max_seq_len: int) -> None:
+    """tokenizer.json, tokenizer_config.json and generation_config.json of the tiny tokenizer."""
     (path / "tokenizer.json").write_text(tiny_tokenizer_json())
     tokenizer_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -395,13 +406,12 @@ def write_tiny_hf_dir(
         "unk_token": None,
         "add_bos_token": False,
         "chat_template": CHATML_TEMPLATE,
-        "model_max_length": s.max_seq_len,
+        "model_max_length": max_seq_len,
     }
     (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
     (path / "generation_config.json").write_text(
         json.dumps({"bos_token_id": BOS_ID, "eos_token_id": EOS_ID})
     )
-    return path
 
 
 def assert_load_fails(path, *fragments) -> str:

@@ -42,6 +42,16 @@ class Family:
     engine_arch: str = ""  # the embedded engine's decoder block ("" = the engine cannot run it)
     hf_classes: tuple[str, ...] = ()  # config.json "architectures" the engine loads as this family
     gguf_permutes_qk: bool = False  # llama.cpp's converter permutes q/k rows (its NORM rope type)
+    # the engine's block traits no config key states (Gemma 3): RMSNorm weights stored as w for a
+    # norm that multiplies by 1 + w (llama.cpp's converter stores 1 + w), the embedding rows times
+    # sqrt(hidden_size), and sliding windows attended as such (else the context is capped at the
+    # narrowest window)
+    norm_plus_one: bool = False
+    embed_scaled: bool = False
+    engine_windows: bool = False
+    # transformers' RoPE bases (global layers, sliding layers) where the config names neither
+    # (Gemma3TextConfig.default_theta); None: 10000 and no base of the sliding layers' own
+    rope_thetas: tuple[float, float] | None = None
     # the `general.architecture` names llama.cpp writes in a GGUF file of this family (several
     # where it renamed one; none where the family has no architecture of its own: Mixtral is
     # "llama" with experts, DeepSeek-V3 "deepseek2" with a router bias, see gguf_config)
@@ -98,6 +108,12 @@ _TRAITS: dict[str, dict[str, Any]] = {
         "norms_per_layer": 4,
         "qk_norm": True,
         "window_rule": "pattern",
+        "engine_arch": "gemma3",
+        "hf_classes": ("Gemma3ForCausalLM",),
+        "norm_plus_one": True,
+        "embed_scaled": True,
+        "engine_windows": True,
+        "rope_thetas": (1_000_000.0, 10_000.0),
     },
     "starcoder2": {
         "gguf_archs": ("starcoder2",),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -122,9 +124,10 @@ def blocked_keys(keys: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.swapaxes(full.reshape(*lead, padded // b, b, d), -1, -2))
 
 
-def attend_all(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out):
+def attend_all(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out, window=0):
     """The decode pass's attention: every work item (`attend_work`: runs of rows of one slot share
-    their keys and values), here in order on one thread, then the merge."""
+    their keys and values), here in order on one thread, then the merge. window: a sliding
+    window's tokens (0: none)."""
     n_kv, k = v_cache.shape[2], positions.shape[0]
     first_unit, n_chunks = attention.attention_units(positions, n_kv)
     work = attention.attention_work(slots, n_chunks, n_kv, 1)
@@ -134,11 +137,12 @@ def attend_all(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out):
     g_k, g_v, g_s = attention.gather_scratch(1, 1, v_cache.shape[4])
     no_tree = np.zeros((k, 1), dtype=np.int64)
     offs = np.empty((3, k * (n_heads // n_kv)), dtype=np.int64)
+    scale = np.float32(1.0 / math.sqrt(v_cache.shape[4]))
     for i in range(work.shape[0]):
         attention.attend_work(
-            i, work, first_unit, n_chunks, qkv, n_heads, slots, positions, positions + 1, no_tree,
-            layer, k_cache, v_cache, scores, part_out, part_max, part_sum, g_k[0], g_v[0], g_s[0],
-            offs,
+            i, work, first_unit, n_chunks, qkv, n_heads, scale, window, slots, positions,
+            positions + 1, no_tree, layer, k_cache, v_cache, scores, part_out, part_max, part_sum,
+            g_k[0], g_v[0], g_s[0], offs,
         )  # fmt: skip
     attention.merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out)
 
@@ -182,6 +186,35 @@ def test_attention_over_cache_matches_torch(rng, n_heads, n_kv, d):
         assert np.array_equal(alone[0], out[r]), (
             f"row {r}: batched attention differs from the row alone"
         )
+
+
+@pytest.mark.parametrize("window", [1, 20, 130, 300])
+def test_sliding_window_attention_matches_torch_and_each_row_alone(rng, window):
+    """A sliding window (Gemma 3's local layers): each row sees its last `window` positions; a run
+    of rows of one slot spans chunks wholly inside, partly inside and wholly outside some rows'
+    windows; each row equals itself alone, bit for bit."""
+    n_heads, n_kv, d, max_len = 4, 2, 32, 300
+    keys = rng.standard_normal((2, 1, n_kv, max_len, d), dtype=np.float32)
+    k_cache = blocked_keys(keys)
+    v_cache = np.zeros((2, 1, n_kv, k_cache.shape[3] * kv_cache.KEY_BLOCK, d), np.float32)
+    v_cache[:, :, :, :max_len] = rng.standard_normal((2, 1, n_kv, max_len, d), dtype=np.float32)
+    positions = np.array([3, 250, 251, 252, 260, 127, 128, 129])
+    slots = np.array([0, 1, 1, 1, 1, 0, 0, 0])
+    k = positions.shape[0]
+    qkv = rng.standard_normal((k, (n_heads + 2 * n_kv) * d), dtype=np.float32)
+    out = np.empty((k, n_heads * d), np.float32)
+    attend_all(qkv, n_heads, slots, positions, 0, k_cache, v_cache, out, window)
+    for r in range(k):
+        n = positions[r] + 1
+        q = torch.from_numpy(qkv[r, : n_heads * d].reshape(1, n_heads, d))
+        kk = torch.from_numpy(keys[slots[r], 0, :, :n].transpose(1, 0, 2).copy())
+        v = torch.from_numpy(v_cache[slots[r], 0, :, :n].transpose(1, 0, 2).copy())
+        ref = model.attention(q, kk, v, start=positions[r], window=window).numpy()[0]
+        np.testing.assert_allclose(out[r], ref, rtol=1e-5, atol=2e-6, err_msg=f"row {r}")
+        alone = np.empty((1, n_heads * d), np.float32)
+        attend_all(qkv[r : r + 1].copy(), n_heads, slots[r : r + 1], positions[r : r + 1], 0,
+                   k_cache, v_cache, alone, window)  # fmt: skip
+        assert np.array_equal(alone[0], out[r]), f"row {r}: batched differs from alone"
 
 
 @pytest.mark.parametrize("threads", [1, 2, 8])

@@ -1,8 +1,11 @@
 """Causal GQA attention of each row's q heads over its slot's cache, up to and including its
 position, in the decode pass:
 
-    out_h = sum_t softmax_t(q_h . k_t / sqrt(d)) v_t,   t = 0..pos,   kv head = h // group
+    out_h = sum_t softmax_t(q_h . k_t * scale) v_t,   t = lo..pos,   kv head = h // group
 
+(scale: 1 / sqrt(d), or the model's own; lo = 0, or pos - window + 1 on a sliding-window layer:
+the scores before lo are set aside, their weights exactly 0, and a chunk wholly before lo is
+skipped, its partial an empty one.)
 (group = n_heads / n_kv). Partials: one per row, kv head and ATTN_CHUNK positions of context (a
 multiple of the key block; the cache holds whole chunks), combined by `merge_attention`:
 
@@ -18,8 +21,6 @@ row's result never depends on the batch.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import njit
 
@@ -32,6 +33,7 @@ ATTN_CHUNK = kv_cache.ATTN_CHUNK
 KEY_BLOCK = kv_cache.KEY_BLOCK
 TILE = simd_loops.SCORE_TILE * KEY_BLOCK  # positions a `block_scores` call covers
 ITEMS_PER_THREAD = 4
+EMPTY_MAX = np.float32(-3.0e38)  # an empty partial's max: below every score, finite
 
 
 @njit(**JIT_OPTIONS)
@@ -142,7 +144,7 @@ def _queries(u, r, g, group, head_dim, qkv, offs, at):
 
 @njit(**JIT_OPTIONS)
 def _row_scores(
-    u, r, t0, start, n, n_direct, qkv, offs, at, keys, tree, scores, gather_k, gather_s
+    u, r, t0, start, n, n_direct, qkv, offs, at, keys, tree, scores, gather_k, gather_s, scale
 ):
     """Scores of partial u (row r, the chunk from t0; its heads' offsets in offs[:, at:at+group])
     for positions [start, n): in place up to n_direct (start a multiple of TILE; a tile's scores
@@ -156,7 +158,6 @@ def _row_scores(
     is bit-identical to the same token decoded alone: a tree mask without a mask matrix."""
     tree_path, first = tree  # the rows' paths; index in row r's of its first gathered position
     head_dim, group = keys.shape[1], scores.shape[1]
-    scale = np.float32(1.0 / math.sqrt(head_dim))
     qo, so = offs[0], offs[1]
     for p0 in range(start, n_direct, TILE):
         for i in range(0, group, 4):
@@ -187,17 +188,48 @@ def _row_scores(
 
 
 @njit(**JIT_OPTIONS)
-def _row_softmax(u, n, scores, part_max, part_sum):
-    """exp(s - max) in place over partial u's n scores a head; its max and sum."""
+def _row_softmax(u, n, lo, scores, part_max, part_sum):
+    """exp(s - max) in place over partial u's n scores a head, those before lo 0; its max and
+    sum."""
     group = scores.shape[1]
     for j in range(group):
         at = (u * group + j) * ATTN_CHUNK
-        best = simd_loops.vmax(scores, at, n)
         row = scores[u, j]
-        for t in range(n):
+        if lo == n:  # none in the window: an empty partial, weights 0
+            for t in range(n):
+                row[t] = np.float32(0.0)
+            part_max[u, j], part_sum[u, j] = EMPTY_MAX, np.float32(0.0)
+            continue
+        best = simd_loops.vmax(scores, at + lo, n - lo)
+        for t in range(lo):
+            row[t] = np.float32(0.0)
+        for t in range(lo, n):
             row[t] = exp_nonpos(row[t] - best)
         part_max[u, j] = best
         part_sum[u, j] = simd.vsum(scores, at, n)
+
+
+@njit(**JIT_OPTIONS)
+def _empty_partial(u, part_out, part_max, part_sum):
+    """Partial u of a chunk wholly outside the window: no weight (`merge_attention` gives it
+    e^(EMPTY_MAX - m) 0 = 0)."""
+    for j in range(part_out.shape[1]):
+        part_max[u, j] = EMPTY_MAX
+        part_sum[u, j] = np.float32(0.0)
+        for i in range(part_out.shape[2]):
+            part_out[u, j, i] = np.float32(0.0)
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def window_start(r, positions, window):
+    """The first position row r attends to: 0, or pos - window + 1 with a window."""
+    return max(0, positions[r] - window + 1) if window > 0 else 0
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def _outside(r, c, t0, n_chunks, positions, window):
+    """Row r has chunk c (from t0) and its window starts past it."""
+    return c < n_chunks[r] and window_start(r, positions, window) >= t0 + ATTN_CHUNK
 
 
 @njit(**JIT_OPTIONS)
@@ -225,18 +257,29 @@ def _row_values(r, t0, start, n, n_direct, offs, at, values, tree, scores, gathe
 
 @njit(**JIT_OPTIONS)
 def attend_work(
-    item, work, first_unit, n_chunks, qkv, n_heads, slots, positions, tree_base, tree_path,
-    layer, k_cache, v_cache, scores, part_out, part_max, part_sum, gather_k, gather_v, gather_s,
-    offs,
+    item, work, first_unit, n_chunks, qkv, n_heads, scale, window, slots, positions, tree_base,
+    tree_path, layer, k_cache, v_cache, scores, part_out, part_max, part_sum, gather_k, gather_v,
+    gather_s, offs,
 ):  # fmt: skip
     """Work item `item` (`attention_work`): chunk c, kv head g of a run of rows of one slot. The
     positions all its rows read in place (whole tiles) are scored and weighted for all of them at
-    once, four (row, head) queries a call; each row's rest follows, its sums continued.
-    offs: (3, rows * group) int64 scratch."""
+    once, four (row, head) queries a call; each row's rest follows, its sums continued. scale:
+    the scores'; window: the layer's sliding window (0: none; rows whose window the chunk lies
+    wholly before get an empty partial, `_empty_partial`). offs: (3, rows * group) int64
+    scratch."""
     r_lo, r_hi, cg = work[item, 0], work[item, 1], work[item, 2]
     n_kv, head_dim = v_cache.shape[2], v_cache.shape[4]
     c, g = cg // n_kv, cg % n_kv
     group, t0 = n_heads // n_kv, c * ATTN_CHUNK
+    if window > 0:  # rows at the run's ends whose window starts past the chunk: nothing to do
+        while r_lo < r_hi and _outside(r_lo, c, t0, n_chunks, positions, window):
+            _empty_partial(first_unit[r_lo] + cg, part_out, part_max, part_sum)
+            r_lo += 1
+        while r_hi > r_lo and _outside(r_hi - 1, c, t0, n_chunks, positions, window):
+            _empty_partial(first_unit[r_hi - 1] + cg, part_out, part_max, part_sum)
+            r_hi -= 1
+        if r_lo == r_hi:
+            return
     shared, q = ATTN_CHUNK, 0
     for r in range(r_lo, r_hi):
         if c < n_chunks[r]:
@@ -245,7 +288,6 @@ def attend_work(
             q += group
     shared = shared // TILE * TILE if q > group else 0
     keys, values = k_cache[slots[r_lo], layer, g], v_cache[slots[r_lo], layer, g]
-    scale = np.float32(1.0 / math.sqrt(head_dim))
     for p0 in range(0, shared, TILE):
         for i in range(0, q, 4):
             _scores4(keys, (t0 + p0) * head_dim, head_dim, qkv, offs[0], scale, scores, offs[1],
@@ -256,8 +298,10 @@ def attend_work(
             u = first_unit[r] + cg
             n, n_direct, first = _direct(r, t0, positions, tree_base)
             _row_scores(u, r, t0, shared, n, n_direct, qkv, offs, at, keys, (tree_path, first),
-                        scores, gather_k, gather_s)  # fmt: skip
-            _row_softmax(u, n, scores, part_max, part_sum)
+                        scores, gather_k, gather_s, scale)  # fmt: skip
+            # a row inside the run whose window starts past the chunk: all its weights 0
+            lo = min(max(0, window_start(r, positions, window) - t0), n)
+            _row_softmax(u, n, lo, scores, part_max, part_sum)
             at += group
     if shared > 0:
         for i in range(0, q, 4):

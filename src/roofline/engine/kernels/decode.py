@@ -7,6 +7,8 @@ attention chunks) starts when all units of the one before are done:
     per layer:  qkv rows (+ private RMSNorm) | bias, RoPE, K/V to cache (one unit) | attention
                 chunks | o rows, += x (+ private merge) | gate/up rows, SiLU (+ private RMSNorm)
                 | down rows, += x
+    post norms: o rows and down rows go to a buffer instead, and a phase of rows (a unit each)
+                adds their RMSNorm to x (Gemma 2/3: `_post_norm_phase`)
     then:       lm_head rows (+ private final RMSNorm of the logit rows)
 
 Units are split evenly (equal weight bytes); a thread claims runs of its own share, then others'
@@ -40,9 +42,11 @@ from roofline.engine.kernels.layer_kernels import (
     silu_mul,
 )
 from roofline.engine.kernels.widened_rows import embed_into
+from roofline.engine.loading.config import Activation
 from roofline.simd_memory import aligned_floats
 
 PHASES_PER_LAYER = 6
+POST_NORM_PHASES = 2  # per layer, with post norms
 LINE = 8  # int64 counters per cache line: each counter gets a line of its own
 # spins (`pause`) before napping: tens of microseconds, while phases end within a few of each other
 SPINS_BEFORE_NAP = 2000
@@ -77,6 +81,8 @@ class LayerWeights(NamedTuple):
     wo: np.ndarray
     o_scale: np.ndarray
     mlp_norm: np.ndarray
+    attn_post_norm: np.ndarray
+    mlp_post_norm: np.ndarray
     wgu: np.ndarray
     gu_scale: np.ndarray
     wd: np.ndarray
@@ -94,7 +100,8 @@ class HeadWeights(NamedTuple):
 
 
 class Cache(NamedTuple):
-    """RoPE tables and the KV cache (kv_cache.KVCache's k and v)."""
+    """RoPE tables (tables, positions, head_dim / 2): each layer's is Shape.layer_rope's; and the
+    KV cache (kv_cache.KVCache's k and v)."""
 
     cos: np.ndarray
     sin: np.ndarray
@@ -103,11 +110,18 @@ class Cache(NamedTuple):
 
 
 class Shape(NamedTuple):
-    """The config scalars the kernels need."""
+    """The config scalars the kernels need, and what a block departs from Llama's by (per layer:
+    its sliding window, 0 for none, and its RoPE table)."""
 
     n_heads: int
     eps: np.float32
     use_qk_norm: bool
+    gelu: bool  # GELU (tanh) instead of SiLU
+    post_norms: bool  # RMSNorm of the attention and MLP outputs before the residual add
+    attn_scale: np.float32  # what q.k is multiplied by
+    embed_scale: np.float32  # what embedding rows are multiplied by
+    windows: np.ndarray  # (L,) int64
+    layer_rope: np.ndarray  # (L,) int64
     formats: FormatSet | None = None  # stored rows: the formats of their codes
 
 
@@ -129,7 +143,18 @@ def kernel_shape(config, w) -> Shape:
                 if f.endswith("_scale")
             )
         )
-    return Shape(config.n_heads, np.float32(config.rms_eps), config.qk_norm, formats)
+    return Shape(
+        n_heads=config.n_heads,
+        eps=np.float32(config.rms_eps),
+        use_qk_norm=config.qk_norm,
+        gelu=config.activation == Activation.GELU_TANH,
+        post_norms=config.post_norms,
+        attn_scale=np.float32(config.attention_scale),
+        embed_scale=np.float32(config.embed_scale),
+        windows=np.array(config.windows, dtype=np.int64),
+        layer_rope=np.array(config.layer_rope_tables, dtype=np.int64),
+        formats=formats,
+    )
 
 
 @njit(**JIT_OPTIONS)
@@ -199,9 +224,28 @@ def _matvec_phase(counters, phase, tid, n_threads, w, scale, x, out, accumulate,
 
 
 @njit(**JIT_OPTIONS)
-def _gate_up_phase(counters, phase, tid, n_threads, w, scale, x, gu, act, scratch, unit_bytes):
+def _post_norm_phase(counters, phase, tid, n_threads, out, weight, eps, x, scratch):
+    """x[r] += RMSNorm(out[r]) * weight, a row a unit (scratch: a thread's (k, hidden) rows)."""
+    n_units = out.shape[0]
+    done = 0
+    while True:
+        u, count = _claim(counters, phase, tid, n_threads, n_units)
+        if count == 0:
+            break
+        for r in range(u, u + count):
+            rms_norm(out[r : r + 1], weight, eps, scratch[r : r + 1])
+            for i in range(x.shape[1]):
+                x[r, i] += scratch[r, i]
+        done += count
+    _finish(counters, phase, n_threads, n_units, done)
+
+
+@njit(**JIT_OPTIONS)
+def _gate_up_phase(
+    counters, phase, tid, n_threads, w, scale, x, gu, act, scratch, unit_bytes, gelu
+):
     """[g | u] = W x for a block of gate rows and the same block of up rows, then act = SiLU(g) * u
-    on it."""
+    (or GELU(g) * u) on it."""
     ffn = act.shape[1]
     per = max(16, _rows_per_unit(w, unit_bytes) // 16 * 16)  # whole 16-column SiLU blocks
     n_units = (ffn + per - 1) // per
@@ -215,7 +259,7 @@ def _gate_up_phase(counters, phase, tid, n_threads, w, scale, x, gu, act, scratc
             j0, j1 = v * per, min((v + 1) * per, ffn)
             matvec_rows(w, scale, x, gu, j0, j1, False)
             matvec_rows(w, scale, x, gu, ffn + j0, ffn + j1, False)
-            silu_mul(gu, act, j0, j1, scratch)
+            silu_mul(gu, act, j0, j1, scratch, gelu)
         done += count
     _finish(counters, phase, n_threads, n_units, done)
 
@@ -226,14 +270,17 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
     LayerWeights, head: HeadWeights, cache: Cache; buffers and attn: scratch (see decode_rows)."""
     slots, positions, cache_positions = rows.slots, rows.positions, rows.cache_positions
     tree_base, tree_path, logit_rows = rows.tree_base, rows.tree_path, rows.logit_rows
-    n_heads, eps, use_qk_norm, formats = shape
+    n_heads, eps, use_qk_norm, formats = shape.n_heads, shape.eps, shape.use_qk_norm, shape.formats
+    post_norms, windows, layer_rope = shape.post_norms, shape.windows, shape.layer_rope
     attn_norm, wqkv, qkv_scale, bqkv = w.attn_norm, w.wqkv, w.qkv_scale, w.bqkv
     q_norm, k_norm, wo, o_scale, mlp_norm = w.q_norm, w.k_norm, w.wo, w.o_scale, w.mlp_norm
     wgu, gu_scale, wd, d_scale = w.wgu, w.gu_scale, w.wd, w.d_scale
     final_norm, lm_head = head.final_norm, head.lm_head
     lm_scale = with_formats(head.lm_scale, formats)
     cos, sin, k_cache, v_cache = cache.cos, cache.sin, cache.k, cache.v
-    x, h_all, att_all, picked_all, qkv, gu, act, logits = buffers
+    x, h_all, att_all, picked_all, qkv, gu, act, logits, proj = buffers
+    # the o and down rows' output: x itself (accumulated), or a buffer the post norms read
+    out, accumulate = (proj, False) if post_norms else (x, True)
     first_unit, n_chunks, work, scores, part_out, part_max, part_sum = attn[:7]
     gather_k, gather_v, gather_s, offsets = attn[7:]
     h, att, picked = h_all[tid], att_all[tid], picked_all[tid]
@@ -267,8 +314,8 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
                 use_qk_norm,
                 eps,
                 n_heads,
-                cos,
-                sin,
+                cos[layer_rope[layer]],
+                sin[layer_rope[layer]],
                 slots,
                 positions,
                 cache_positions,
@@ -291,6 +338,8 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
                     n_chunks,
                     qkv,
                     n_heads,
+                    shape.attn_scale,
+                    windows[layer],
                     slots,
                     positions,
                     tree_base,
@@ -319,11 +368,15 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
             wo[layer],
             with_formats(o_scale[layer], formats),
             att,
-            x,
-            True,
+            out,
+            accumulate,
             unit_bytes,
         )
         phase += 1
+        if post_norms:
+            _post_norm_phase(counters, phase, tid, n_threads, proj, w.attn_post_norm[layer], eps,
+                             x, h)  # fmt: skip
+            phase += 1
         rms_norm(x, mlp_norm[layer], eps, h)
         _gate_up_phase(
             counters,
@@ -337,6 +390,7 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
             act,
             silu_scratch,
             unit_bytes,
+            shape.gelu,
         )
         phase += 1
         _matvec_phase(
@@ -347,11 +401,15 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
             wd[layer],
             with_formats(d_scale[layer], formats),
             act,
-            x,
-            True,
+            out,
+            accumulate,
             unit_bytes,
         )
         phase += 1
+        if post_norms:
+            _post_norm_phase(counters, phase, tid, n_threads, proj, w.mlp_post_norm[layer], eps,
+                             x, h)  # fmt: skip
+            phase += 1
     if logit_rows.shape[0] == 0:  # a prefill pass before the prompt's last
         return
     for j in range(logit_rows.shape[0]):
@@ -415,6 +473,9 @@ def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=
     x = _rows(k, hidden)  # the residual stream
     for r in range(k):
         embed_into(head.embed, with_formats(head.embed_scale, shape.formats), tokens[r], x, r)
+        if shape.embed_scale != np.float32(1.0):  # Gemma: times float32 sqrt(hidden)
+            for i in range(hidden):
+                x[r, i] *= shape.embed_scale
     first_unit, n_chunks = attention_units(positions, n_kv)
     work = attention_work(rows.slots, n_chunks, n_kv, n_threads)
     scores, part_out, part_max, part_sum = attention_scratch(
@@ -424,7 +485,7 @@ def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=
         *gather_scratch(n_threads, tree_path.shape[1], head_dim),
         np.empty((n_threads, 3, k * (n_heads // n_kv)), dtype=np.int64),  # query offsets
     )
-    n_phases = n_layers * PHASES_PER_LAYER + 1
+    n_phases = n_layers * (PHASES_PER_LAYER + (POST_NORM_PHASES if shape.post_norms else 0)) + 1
     counters = np.zeros(n_phases * (n_threads + 1) * LINE, dtype=np.int64)
     buffers = (
         x,
@@ -437,6 +498,7 @@ def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=
         _rows(k, 2 * ffn),
         _rows(k, ffn),
         logits,
+        _rows(k, hidden),
     )
     _run_workers(
         n_threads,

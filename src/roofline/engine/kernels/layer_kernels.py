@@ -20,6 +20,8 @@ Per layer (x: residual stream, one row per token):
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -27,6 +29,9 @@ from roofline import simd
 from roofline.engine.kernels import simd_loops
 from roofline.engine.kernels.fast_exp import exp_nonpos
 from roofline.engine.kernels.matrices import JIT_OPTIONS, matvec, widen
+
+GELU_2K = np.float32(2.0 * math.sqrt(2.0 / math.pi))  # 2 sqrt(2 / pi)
+GELU_C = np.float32(0.044715)
 
 
 @njit(**JIT_OPTIONS)
@@ -117,11 +122,23 @@ def qkv_to_cache(
                 v_cache[s, layer, g, p, i] = row[q_dim + kv_dim + g * head_dim + i]
 
 
+@njit(inline="always", **JIT_OPTIONS)
+def _sigmoid_exp(g, gelu):
+    """e = exp(-|z|) of the sigmoid the activation is g times: z = g for SiLU; for GELU (tanh)
+    0.5 (1 + tanh(y)) = sigmoid(2 y), y = sqrt(2 / pi) (g + 0.044715 g^3), so z = 2 y (same sign
+    as g, as `silu_block` needs)."""
+    if gelu:
+        z = GELU_2K * (g + GELU_C * g * g * g)
+        return exp_nonpos(-abs(z))
+    return exp_nonpos(-abs(g))
+
+
 @njit(**JIT_OPTIONS)
-def silu_mul(gate_up, out, j0=0, j1=-1, scratch=None):
-    """out[:, j] = SiLU(g) * u for columns j in [j0, j1) (all by default) with [g | u] = gate_up
-    rows; SiLU(g) = g sigmoid(g), and with e = exp(-|g|) <= 1 sigmoid(g) = 1 / (1 + e) for g >= 0
-    and e / (1 + e) for g < 0 (no overflow either way). Sixteen columns at a time
+def silu_mul(gate_up, out, j0=0, j1=-1, scratch=None, gelu=False):
+    """out[:, j] = SiLU(g) * u (gelu: GELU(g) * u, its tanh approximation) for columns j in
+    [j0, j1) (all by default) with [g | u] = gate_up rows; SiLU(g) = g sigmoid(g), GELU(g) = g
+    sigmoid(z(g)) (`_sigmoid_exp`), and with e = exp(-|z|) <= 1 sigmoid(z) = 1 / (1 + e) for
+    z >= 0 and e / (1 + e) for z < 0 (no overflow either way). Sixteen columns at a time
     (`simd_loops.silu_block`; a ragged end goes through a padded copy), so a column's value never
     depends on the range it was computed in. scratch: (4, 16) float32, allocated when not given."""
     ffn = out.shape[1]
@@ -135,7 +152,7 @@ def silu_mul(gate_up, out, j0=0, j1=-1, scratch=None):
             m = min(lanes, end - j)
             if m == lanes:
                 for lane in range(lanes):
-                    e[lane] = exp_nonpos(-abs(gate_up[r, j + lane]))
+                    e[lane] = _sigmoid_exp(gate_up[r, j + lane], gelu)
                 simd_loops.silu_block(
                     gate_up, r * 2 * ffn + j, r * 2 * ffn + ffn + j, e, out, r * ffn + j
                 )
@@ -146,7 +163,7 @@ def silu_mul(gate_up, out, j0=0, j1=-1, scratch=None):
                         g,
                         (gate_up[r, ffn + j + lane] if lane < m else np.float32(0.0)),
                     )
-                    e[lane] = exp_nonpos(-abs(g))
+                    e[lane] = _sigmoid_exp(g, gelu)
                 simd_loops.silu_block(pad, 0, lanes, e, res, 0)
                 for lane in range(m):
                     out[r, j + lane] = res[lane]

@@ -2,9 +2,11 @@
 to (the runner computes every row, prefill or decode, with the decode kernels), and the RoPE
 tables the runner takes from it.
 
-Covers Llama 2/3 (llama3 RoPE scaling), Mistral, SmolLM, Qwen2 (q/k/v bias), Qwen3 (q/k RMSNorm).
-Weights: a dict under HF names and layouts (Linear weight (out, in)), float32, bfloat16, or int8
-with per-row scales under `<name>_scale`; activations float32. Per layer (d = head_dim):
+Covers Llama 2/3 (llama3 RoPE scaling), Mistral, SmolLM, Qwen2 (q/k/v bias), Qwen3 (q/k RMSNorm),
+Gemma 3 (below). Weights: a dict under HF names and layouts (Linear weight (out, in)), float32,
+bfloat16, or int8 with per-row scales under `<name>_scale`; norm weights the factors the norm
+multiplies by (a Gemma checkpoint's 1 + w, as the loaders hand them); activations float32. Per layer
+(d = head_dim):
 
     h = RMSNorm(x) = x / sqrt(mean(x^2) + eps) * w
     q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv)
@@ -12,6 +14,11 @@ with per-row scales under `<name>_scale`; activations float32. Per layer (d = he
     x = x + softmax(q k^T / sqrt(d) + causal mask) v Wo^T   (n_heads / n_kv_heads share a kv head)
     h = RMSNorm(x);  x = x + (SiLU(h Wg^T) * (h Wu^T)) Wd^T
     logits = RMSNorm(x) W_lm^T                              (W_lm = embedding table when tied)
+
+Gemma 3 (the ModelConfig fields): x starts as the embedding times embed_scale; the attention and
+MLP outputs go through their own RMSNorm before each residual add, and the MLP's input norm is
+pre_feedforward_layernorm; GELU (tanh) for SiLU; scores times query_scale; a sliding layer's query
+sees its last `window` positions, and turns by its own RoPE table; logits = cap tanh(logits / cap).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from roofline.engine.kernels.kv_cache import read_keys, write_keys
-from roofline.engine.loading.config import ModelConfig
+from roofline.engine.loading.config import Activation, ModelConfig
 from roofline.errors import UserError
 
 
@@ -67,6 +74,13 @@ def rope_tables(config: ModelConfig, n_positions: int) -> tuple[torch.Tensor, to
     return angles.cos().contiguous(), angles.sin().contiguous()
 
 
+def rope_table_stack(config: ModelConfig, n_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of every RoPE table of the model (`ModelConfig.rope_configs`), stacked:
+    float32 (tables, n_positions, head_dim / 2)."""
+    tables = [rope_tables(c, n_positions) for c in config.rope_configs]
+    return torch.stack([c for c, _ in tables]), torch.stack([s for _, s in tables])
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
 
@@ -103,19 +117,30 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
     return y if b is None else y + b.float()
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> torch.Tensor:
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    start: int,
+    window: int = 0,
+    scale: float | None = None,
+) -> torch.Tensor:
     """Causal GQA attention. q: (T, H, d) at positions start..start+T-1; k, v: (S, G, d) at
-    positions 0..S-1. Query i sees keys 0..start+i. Returns (T, H*d)."""
+    positions 0..S-1. Query i sees keys 0..start+i (with a sliding window, the last `window` of
+    them). scale: the scores' (default 1 / sqrt(d)). Returns (T, H*d)."""
     T, H, d = q.shape
     S = k.shape[0]
     key_pos = torch.arange(S)
-    allowed = key_pos[None, :] <= (start + torch.arange(T))[:, None]  # (T, S) causal mask
+    query_pos = (start + torch.arange(T))[:, None]
+    allowed = key_pos[None, :] <= query_pos  # (T, S) causal mask
+    if window > 0:
+        allowed &= key_pos[None, :] > query_pos - window
     out = F.scaled_dot_product_attention(
         q.transpose(0, 1)[None],
         k.transpose(0, 1)[None],
         v.transpose(0, 1)[None],
         attn_mask=allowed,
-        scale=1.0 / math.sqrt(d),
+        scale=1.0 / math.sqrt(d) if scale is None else scale,
         enable_gqa=True,
     )
     return out[0].transpose(0, 1).reshape(T, H * d)
@@ -137,17 +162,23 @@ def forward(
     transposed in blocks of B positions, as the decode kernels read them; see kv_cache.py), v
     (n_layers, n_kv_heads, S, head_dim); this call writes its K/V at positions start.. and attends
     over 0..start+T-1. Without a cache, start must be 0. rope: (cos, sin) tables from `rope_tables`
-    covering the positions. last_only: logits of the last token only.
+    covering the positions, or every table of the model from `rope_table_stack`. last_only: logits
+    of the last token only.
     """
     c = config
     T = token_ids.shape[0]
     if cache is None and start != 0:
         raise ValueError("start > 0 needs a cache holding the earlier positions")
-    cos, sin = rope[0][start : start + T], rope[1][start : start + T]
+    cos_all, sin_all = (t if t.dim() == 3 else t[None] for t in rope)
     w = weights
     x = embedding_rows(w, token_ids)
+    if c.embed_scale != 1.0:
+        x = x * torch.tensor(c.embed_scale, dtype=torch.float32)
+    windows, tables = c.windows, c.layer_rope_tables
     for i in range(c.n_layers):
         p = f"model.layers.{i}."
+        table = tables[i] if cos_all.shape[0] > 1 else 0
+        cos, sin = cos_all[table][start : start + T], sin_all[table][start : start + T]
         h = rms_norm(x, w[p + "input_layernorm.weight"], c.rms_eps)
         q, k, v = (
             linear(
@@ -168,15 +199,31 @@ def forward(
             write_keys(k_cache, start, k)
             v_cache[:, start : start + T] = v.transpose(0, 1)
             k, v = read_keys(k_cache, start + T), v_cache[:, : start + T].transpose(0, 1)
-        x = x + linear(attention(q, k, v, start), dense_weight(w, p + "self_attn.o_proj.weight"))
-        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], c.rms_eps)
+        att = attention(q, k, v, start, window=windows[i], scale=c.attention_scale)
+        o = linear(att, dense_weight(w, p + "self_attn.o_proj.weight"))
+        if c.post_norms:
+            o = rms_norm(o, w[p + "post_attention_layernorm.weight"], c.rms_eps)
+        x = x + o
+        mlp_norm = "pre_feedforward_layernorm" if c.post_norms else "post_attention_layernorm"
+        h = rms_norm(x, w[p + mlp_norm + ".weight"], c.rms_eps)
         gate = linear(h, dense_weight(w, p + "mlp.gate_proj.weight"))
         up = linear(h, dense_weight(w, p + "mlp.up_proj.weight"))
-        x = x + linear(F.silu(gate) * up, dense_weight(w, p + "mlp.down_proj.weight"))
+        act = (
+            F.gelu(gate, approximate="tanh")
+            if c.activation == Activation.GELU_TANH
+            else F.silu(gate)
+        )
+        m = linear(act * up, dense_weight(w, p + "mlp.down_proj.weight"))
+        if c.post_norms:
+            m = rms_norm(m, w[p + "post_feedforward_layernorm.weight"], c.rms_eps)
+        x = x + m
     if last_only:
         x = x[-1:]
     x = rms_norm(x, w["model.norm.weight"], c.rms_eps)
-    return linear(
+    logits = linear(
         x,
         dense_weight(w, "lm_head.weight" if "lm_head.weight" in w else "model.embed_tokens.weight"),
     )
+    if c.final_softcap is not None:
+        logits = torch.tanh(logits / c.final_softcap) * c.final_softcap
+    return logits

@@ -22,7 +22,9 @@ class Checkpoint:
     in_features), GGUF q/k rows are back in HF order, quantized GGUF tensors are float32 (or, loaded
     without dequantizing, float32 shapes on torch's meta device), float ones keep their dtype. `raw`
     keeps the quantized GGUF tensors as (format, uint8 blocks with one row of blocks per output row,
-    rows in HF order) for the stored-format kernels; it is empty for float-only checkpoints."""
+    rows in HF order) for the stored-format kernels; it is empty for float-only checkpoints. Norm
+    weights are the factors the norm multiplies by (a Gemma checkpoint's w is loaded as 1 + w,
+    float32)."""
 
     config: ModelConfig
     tensors: dict[str, torch.Tensor]
@@ -40,6 +42,11 @@ def hf_tensor_names(config: ModelConfig) -> list[str]:
     for i in range(config.n_layers):
         p = f"model.layers.{i}."
         names += [p + "input_layernorm.weight", p + "post_attention_layernorm.weight"]
+        if config.post_norms:
+            names += [
+                p + "pre_feedforward_layernorm.weight",
+                p + "post_feedforward_layernorm.weight",
+            ]
         names += [p + f"self_attn.{x}_proj.weight" for x in "qkvo"]
         names += [p + f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")]
         if config.attn_bias:
@@ -59,6 +66,8 @@ def hf_tensor_shape(name: str, config: ModelConfig) -> tuple[int, ...]:
         "norm.weight": (c.hidden,),
         "input_layernorm.weight": (c.hidden,),
         "post_attention_layernorm.weight": (c.hidden,),
+        "pre_feedforward_layernorm.weight": (c.hidden,),
+        "post_feedforward_layernorm.weight": (c.hidden,),
         "q_proj.weight": (c.q_dim, c.hidden),
         "k_proj.weight": (c.kv_dim, c.hidden),
         "v_proj.weight": (c.kv_dim, c.hidden),

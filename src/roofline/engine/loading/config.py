@@ -1,16 +1,28 @@
 """The shape of a Llama-family decoder, as read from a checkpoint (GGUF metadata or HF
-config.json)."""
+config.json), with what a block departs from Llama's by (Gemma 3: the norms after attention and
+MLP, GELU, the embedding's scale, the query scale, sliding windows with their own RoPE base, the
+final logits' soft cap) as data the kernels take."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
+from enum import StrEnum
 
 from roofline.modelspec.families import engine_archs
 
 # Decoder blocks the engine runs, from the family registry (Family.engine_arch): "llama" covers
 # Llama 2/3, Mistral and SmolLM (same block, RoPE on rotate-half pairs); "qwen2" adds q/k/v biases;
-# "qwen3" adds a per-head RMSNorm on q and k.
+# "qwen3" adds a per-head RMSNorm on q and k; "gemma3" is Qwen3's block with the Gemma 3 fields
+# of ModelConfig below.
 SUPPORTED_ARCHS = engine_archs()
+
+
+class Activation(StrEnum):
+    """The MLP's gate activation: act(g) * u."""
+
+    SILU = "silu"
+    GELU_TANH = "gelu_pytorch_tanh"  # GELU, tanh approximation (Gemma)
 
 
 @dataclass(frozen=True)
@@ -31,6 +43,16 @@ class ModelConfig:
     tie_embeddings: bool = False
     attn_bias: bool = False
     qk_norm: bool = False
+    activation: Activation = Activation.SILU
+    # RMSNorm of the attention output and of the MLP output before each residual add (Gemma 2/3)
+    post_norms: bool = False
+    embed_scale: float = 1.0  # the embedding rows' multiplier (Gemma: float32 sqrt(hidden))
+    query_scale: float | None = None  # scores' scale; None: 1 / sqrt(head_dim)
+    # per layer, the sliding window in tokens (0: the whole context); empty: no layer slides
+    layer_windows: tuple[int, ...] = ()
+    # RoPE base of the sliding layers (no scaling there); None: every layer's is rope_theta
+    local_rope_theta: float | None = None
+    final_softcap: float | None = None  # logits = cap tanh(logits / cap)
 
     def __post_init__(self) -> None:
         # A checkpoint whose numbers contradict each other is corrupt, not a model to guess at.
@@ -54,6 +76,35 @@ class ModelConfig:
             )
         if self.head_dim % 2:
             raise ValueError(f"head_dim {self.head_dim} must be even for RoPE")
+        if self.layer_windows and len(self.layer_windows) != self.n_layers:
+            raise ValueError(f"{len(self.layer_windows)} layer windows for {self.n_layers} layers")
+
+    @property
+    def attention_scale(self) -> float:
+        """What the scores q.k are multiplied by."""
+        if self.query_scale is None:
+            return 1.0 / math.sqrt(self.head_dim)
+        return self.query_scale
+
+    @property
+    def windows(self) -> tuple[int, ...]:
+        """Each layer's sliding window (0: the whole context)."""
+        return self.layer_windows or (0,) * self.n_layers
+
+    @property
+    def rope_configs(self) -> tuple[ModelConfig, ...]:
+        """The configs the RoPE tables are computed from, in table order (`layer_rope_tables`):
+        this one, then the sliding layers' (their base, no scaling)."""
+        if self.local_rope_theta is None:
+            return (self,)
+        return (self, replace(self, rope_theta=self.local_rope_theta, rope_scaling=None))
+
+    @property
+    def layer_rope_tables(self) -> tuple[int, ...]:
+        """Each layer's RoPE table: 0 the global one (rope_theta, rope_scaling), 1 the sliding
+        layers' (local_rope_theta) when the model has one."""
+        local = self.local_rope_theta is not None
+        return tuple(int(local and w > 0) for w in self.windows)
 
     @property
     def q_dim(self) -> int:

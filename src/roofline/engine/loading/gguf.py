@@ -28,10 +28,11 @@ from gguf.constants import GGMLQuantizationType as QT
 from roofline.engine.loading.block_formats import BLOCK_FORMATS
 from roofline.engine.loading.checkpoint import Checkpoint, check_tensors
 from roofline.engine.loading.config import SUPPORTED_ARCHS, ModelConfig
+from roofline.engine.loading.gguf_block import block_fields
 from roofline.engine.loading.gguf_names import NON_WEIGHT_TENSORS, hf_name
 from roofline.engine.loading.rope_scaling import rope_scaling_from_gguf
 from roofline.errors import UserError
-from roofline.modelspec.families import get_family
+from roofline.modelspec.families import get_family, model_type_of_gguf_arch
 
 FLOAT_TYPES = {QT.F32: "F32", QT.F16: "F16", QT.BF16: "BF16"}
 # the block formats the kernels compute on (block_formats' one table), by GGUF type
@@ -133,11 +134,12 @@ def config_from_gguf(meta: dict, shapes: dict[str, tuple[int, ...]], path: Path)
         )
     if "token_embd.weight" not in shapes:
         raise UserError(f"{path}: tensor token_embd.weight is missing; the file is incomplete")
+    n_layers = _uniform_int(meta, f"{arch}.block_count", path)
     try:
         return ModelConfig(
             arch=arch,
             name=display_name(path),
-            n_layers=_uniform_int(meta, f"{arch}.block_count", path),
+            n_layers=n_layers,
             hidden=hidden,
             n_heads=n_heads,
             n_kv_heads=_uniform_int(meta, f"{arch}.attention.head_count_kv", path, default=n_heads),
@@ -151,6 +153,7 @@ def config_from_gguf(meta: dict, shapes: dict[str, tuple[int, ...]], path: Path)
             tie_embeddings="output.weight" not in shapes,
             attn_bias="blk.0.attn_q.bias" in shapes,
             qk_norm="blk.0.attn_q_norm.weight" in shapes,
+            **block_fields(meta, arch, n_layers, hidden, n_heads, head_dim, path),
         )
     except ValueError as exc:
         raise UserError(f"{path}: inconsistent model hyperparameters ({exc})") from None
@@ -170,7 +173,8 @@ def unpermute_rope_rows(rows: np.ndarray, n_heads: int) -> np.ndarray:
 def _rope_heads(name: str, config: ModelConfig) -> int | None:
     """How many heads to un-permute for this tensor: q -> n_heads, k -> n_kv_heads, others ->
     None."""
-    family = get_family(config.arch)  # GGUF architecture names are the families' model types
+    # the GGUF architecture's family (gemma3 is gemma3_text: not every name is a model type)
+    family = get_family(model_type_of_gguf_arch().get(config.arch, config.arch))
     if family is None or not family.gguf_permutes_qk:
         return None
     if ".self_attn.q_proj." in name:
@@ -231,7 +235,9 @@ def load_gguf(path: str | os.PathLike, *, dequantize: bool = True) -> Checkpoint
     if rope_scaling is not None:
         config = replace(config, rope_scaling=rope_scaling)
 
-    unknown = [n for n in by_name if hf_name(n) is None and n not in NON_WEIGHT_TENSORS]
+    unknown = [
+        n for n in by_name if hf_name(n, config.post_norms) is None and n not in NON_WEIGHT_TENSORS
+    ]
     if unknown:
         raise UserError(
             f"{path}: tensors {unknown[:4]} are not part of a {config.arch} decoder; "
@@ -242,7 +248,7 @@ def load_gguf(path: str | os.PathLike, *, dequantize: bool = True) -> Checkpoint
     for name, tensor in by_name.items():
         if name in NON_WEIGHT_TENSORS:
             continue
-        hf = hf_name(name)
+        hf = hf_name(name, config.post_norms)
         tensors[hf], stored[hf], blocks = _convert(tensor, hf, config, path, dequantize)
         if blocks is not None:
             raw[hf] = (stored[hf], blocks)

@@ -1,5 +1,5 @@
 """llama.cpp tensor names -> Hugging Face names, for the Llama family (llama, qwen2, qwen3
-GGUFs)."""
+GGUFs) and Gemma 3's block, whose norms after attention and MLP rename the MLP's input norm."""
 
 from __future__ import annotations
 
@@ -29,6 +29,15 @@ _PER_LAYER = {
     "ffn_down.weight": "mlp.down_proj.weight",
 }
 
+# Blocks with post norms (Gemma 2/3): llama.cpp's ffn_norm is the MLP's input norm there too, which
+# Hugging Face calls pre_feedforward_layernorm (post_attention_layernorm is the attention output's)
+_POST_NORMS = {
+    **_PER_LAYER,
+    "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+}
+
 _BLOCK = re.compile(r"blk\.(\d+)\.(.+)")
 
 # Tensors a GGUF may carry that are not weights of the model proper.
@@ -36,11 +45,13 @@ _BLOCK = re.compile(r"blk\.(\d+)\.(.+)")
 NON_WEIGHT_TENSORS = frozenset({"rope_freqs.weight"})
 
 
-def hf_name(gguf_name: str) -> str | None:
-    """The HF name of a GGUF tensor, or None when the name is not part of the Llama family."""
+def hf_name(gguf_name: str, post_norms: bool = False) -> str | None:
+    """The HF name of a GGUF tensor, or None when the name is not part of the block (post_norms:
+    a block with norms after attention and MLP)."""
     if gguf_name in _GLOBAL:
         return _GLOBAL[gguf_name]
     match = _BLOCK.fullmatch(gguf_name)
-    if match and match.group(2) in _PER_LAYER:
-        return f"model.layers.{match.group(1)}.{_PER_LAYER[match.group(2)]}"
+    table = _POST_NORMS if post_norms else _PER_LAYER
+    if match and match.group(2) in table:
+        return f"model.layers.{match.group(1)}.{table[match.group(2)]}"
     return None

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from roofline.engine.loading.config import ModelConfig
+import numpy as np
+
+from roofline.engine.loading.config import Activation, ModelConfig
 from roofline.errors import UserError
-from roofline.modelspec.families import Family, engine_classes
+from roofline.modelspec.families import Family, engine_classes, with_defaults
 from roofline.modelspec.windows import layer_windows
 
 
@@ -44,19 +46,79 @@ def _rope(cfg: dict) -> tuple[float, dict | None]:
     return theta, scaling
 
 
-def _context_tokens(cfg: dict, family: Family) -> int:
-    """Usable context. The engine attends over the whole context, which equals a sliding-window
-    model's attention only up to the window: cap the context at the narrowest layer window (which
-    layers slide is the family's window rule, modelspec/windows.py) so outputs stay exact."""
-    context = int(cfg.get("max_position_embeddings") or 2048)
+def _layered_rope(cfg: dict, family: Family, path: Path) -> tuple[float, dict | None, float | None]:
+    """(rope_theta, rope_scaling, the sliding layers' RoPE base or None). Gemma 3: transformers 5
+    nests both under `rope_parameters` ("full_attention", "sliding_attention"); transformers 4
+    writes rope_theta, rope_scaling (global layers only) and rope_local_base_freq."""
+    if family.rope_thetas is None:
+        return (*_rope(cfg), None)
+    global_theta, local_theta = family.rope_thetas
+    params = cfg.get("rope_parameters") or {}
+    if "full_attention" in params or "sliding_attention" in params:
+        full = {"rope_theta": global_theta, **(params.get("full_attention") or {})}
+        local = dict(params.get("sliding_attention") or {})
+        theta, scaling = _rope({"rope_parameters": full})
+        if _rope({"rope_parameters": {"rope_theta": 1.0, **local}})[1] is not None:
+            raise UserError(f"{path}: RoPE scaling on sliding layers ({local}) is not supported")
+        return theta, scaling, float(local.get("rope_theta", local_theta))
+    theta, scaling = _rope(
+        {
+            "rope_theta": cfg.get("rope_theta") or global_theta,
+            "rope_scaling": cfg.get("rope_scaling"),
+        }
+    )
+    return theta, scaling, float(cfg.get("rope_local_base_freq") or local_theta)
+
+
+def _windows(cfg: dict, family: Family) -> tuple[int, ...]:
+    """Each layer's sliding window (0: none), by the family's window rule (modelspec/windows.py)."""
     layers = int(cfg.get("num_hidden_layers") or 1)
-    windows = [w for w in layer_windows(cfg, layers, family.window_rule) if w]
-    return min([context, *windows])
+    return tuple(w or 0 for w in layer_windows(cfg, layers, family.window_rule))
 
 
-def config_from_hf(cfg: dict, name: str, path: Path) -> ModelConfig:
-    """ModelConfig from a parsed config.json; UserError naming the architecture when it is not
-    supported."""
+def _context_tokens(cfg: dict, family: Family) -> int:
+    """Usable context. A family whose windows the engine does not attend as such (not
+    `engine_windows`) is attended over the whole context, which equals a sliding-window model's
+    attention only up to the window: the context is capped at the narrowest layer window so
+    outputs stay exact."""
+    context = int(cfg.get("max_position_embeddings") or 2048)
+    if family.engine_windows:
+        return context
+    return min([context, *(w for w in _windows(cfg, family) if w)])
+
+
+def _activation(cfg: dict, path: Path) -> Activation:
+    name = cfg.get("hidden_activation") or cfg.get("hidden_act") or "silu"
+    if name not in tuple(Activation) or cfg.get("mlp_bias"):
+        raise UserError(
+            f"{path}: only gated MLPs of {', '.join(Activation)} without bias are supported "
+            f"(activation {name!r})"
+        )
+    return Activation(name)
+
+
+def _block_fields(cfg: dict, family: Family, hidden: int, path: Path) -> dict:
+    """The ModelConfig fields a block departs from Llama's by (config.py), from the config and the
+    family's traits."""
+    if cfg.get("attn_logit_softcapping") is not None:
+        raise UserError(
+            f"{path}: soft-capped attention logits (attn_logit_softcapping) are not supported"
+        )
+    cap = cfg.get("final_logit_softcapping")
+    scalar = cfg.get("query_pre_attn_scalar")
+    return dict(
+        post_norms=family.norms_per_layer == 4,
+        # transformers: torch.tensor(hidden_size ** 0.5), float32
+        embed_scale=float(np.float32(hidden**0.5)) if family.embed_scaled else 1.0,
+        query_scale=None if scalar is None else float(scalar) ** -0.5,
+        layer_windows=_windows(cfg, family) if family.engine_windows else (),
+        final_softcap=None if cap is None else float(cap),
+    )
+
+
+def family_of(cfg: dict, path: Path) -> Family:
+    """The family of a parsed config.json, by its architecture class; UserError naming the
+    architecture when the engine does not run it."""
     classes = engine_classes()
     declared = cfg.get("architectures") or [cfg.get("model_type", "unknown")]
     arch_name = next((a for a in declared if a in classes), None)
@@ -65,16 +127,19 @@ def config_from_hf(cfg: dict, name: str, path: Path) -> ModelConfig:
             f"{path}: architecture {', '.join(map(str, declared))} is not supported; "
             f"supported: {', '.join(classes)}"
         )
-    family = classes[arch_name]
-    if cfg.get("hidden_act", "silu") != "silu" or cfg.get("mlp_bias"):
-        raise UserError(
-            f"{path}: only SiLU-gated MLPs without bias are supported "
-            f"(hidden_act={cfg.get('hidden_act')!r})"
-        )
+    return classes[arch_name]
+
+
+def config_from_hf(cfg: dict, name: str, path: Path) -> ModelConfig:
+    """ModelConfig from a parsed config.json; UserError naming the architecture when it is not
+    supported."""
+    family = family_of(cfg, path)
+    cfg = with_defaults(cfg, family)[0]
+    activation = _activation(cfg, path)
     try:
         n_heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])
-        theta, scaling = _rope(cfg)
+        theta, scaling, local_theta = _layered_rope(cfg, family, path)
         return ModelConfig(
             arch=family.engine_arch,
             name=name,
@@ -92,6 +157,9 @@ def config_from_hf(cfg: dict, name: str, path: Path) -> ModelConfig:
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             attn_bias=bool(family.attention_bias) or bool(cfg.get("attention_bias", False)),
             qk_norm=family.qk_norm,
+            activation=activation,
+            local_rope_theta=local_theta,
+            **_block_fields(cfg, family, hidden, path),
         )
     except KeyError as exc:
         raise UserError(

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from roofline.engine.loading.checkpoint import Checkpoint, check_tensors, hf_tensor_names
-from roofline.engine.loading.hf_config import config_from_hf, read_json
+from roofline.engine.loading.hf_config import config_from_hf, family_of, read_json
 from roofline.errors import UserError
 
 _DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
@@ -105,6 +105,11 @@ def load_hf_dir(folder: str | Path) -> Checkpoint:
             )
     check_tensors(tensors, config, str(folder))
     stored = {name: _DTYPES[value.dtype] for name, value in tensors.items()}
+    if family_of(raw_config, folder).norm_plus_one:
+        # Gemma: the norm multiplies by 1 + w (in float32); 1 + w is folded in here, as llama.cpp's
+        # converter stores it, so that every loader hands the kernels the factor itself
+        for name in [n for n in tensors if n.endswith("norm.weight")]:
+            tensors[name] = tensors[name].float() + 1.0
     tokenizer = tokenizer_from_hf_dir(folder, raw_config)
     return Checkpoint(
         config=config,

@@ -71,7 +71,7 @@ def pack_stored(config: ModelConfig, checkpoint) -> DecodeWeights:
             stack.append([])
         for name, stack, _, _, _ in layer_layout(c):
             pieces[stack][i].append(stored_rows(checkpoint, p + name + ".weight"))
-    attn_norm, mlp_norm, bqkv, q_norm, k_norm = layer_vectors(c, t)
+    vectors = layer_vectors(c, t)
     (wqkv, qkv_fmt), (wo, o_fmt) = _stack(pieces["wqkv"]), _stack(pieces["wo"])
     (wgu, gu_fmt), (wd, d_fmt) = _stack(pieces["wgu"]), _stack(pieces["wd"])
     embed, embed_fmt = _single(stored_rows(checkpoint, "model.embed_tokens.weight"))
@@ -83,15 +83,17 @@ def pack_stored(config: ModelConfig, checkpoint) -> DecodeWeights:
     return DecodeWeights(
         embed=embed,
         embed_scale=embed_fmt,
-        attn_norm=attn_norm,
+        attn_norm=vectors.attn_norm,
         wqkv=wqkv,
         qkv_scale=qkv_fmt,
-        bqkv=bqkv,
-        q_norm=q_norm,
-        k_norm=k_norm,
+        bqkv=vectors.bqkv,
+        q_norm=vectors.q_norm,
+        k_norm=vectors.k_norm,
         wo=wo,
         o_scale=o_fmt,
-        mlp_norm=mlp_norm,
+        mlp_norm=vectors.mlp_norm,
+        attn_post_norm=vectors.attn_post_norm,
+        mlp_post_norm=vectors.mlp_post_norm,
         wgu=wgu,
         gu_scale=gu_fmt,
         wd=wd,
@@ -117,6 +119,7 @@ def stored_bytes_per_token(config: ModelConfig, w: DecodeWeights) -> int:
     vectors = [w.attn_norm, w.mlp_norm, w.final_norm]
     vectors += [w.bqkv] if c.attn_bias else []
     vectors += [w.q_norm, w.k_norm] if c.qk_norm else []
+    vectors += [w.attn_post_norm, w.mlp_post_norm] if c.post_norms else []
     matrices = (
         _row_bytes(w.qkv_scale, c.hidden)
         + _row_bytes(w.o_scale, c.q_dim)

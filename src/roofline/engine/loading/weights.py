@@ -29,7 +29,7 @@ _STORAGE = {"fp32": np.float32, "bf16": np.uint16, "int8": np.int8}
 
 @dataclass(kw_only=True)
 class DecodeWeights:
-    """The arrays the decode kernels read, by name (18 arrays, many of one shape: never by
+    """The arrays the decode kernels read, by name (20 arrays, many of one shape: never by
     position)."""
 
     embed: np.ndarray  # (vocab, hidden)
@@ -43,6 +43,8 @@ class DecodeWeights:
     wo: np.ndarray
     o_scale: np.ndarray  # (L, hidden)
     mlp_norm: np.ndarray  # (L, hidden) float32
+    attn_post_norm: np.ndarray  # (L, hidden) float32: of the attention output (ones without)
+    mlp_post_norm: np.ndarray  # (L, hidden) float32: of the MLP output (ones without)
     wgu: np.ndarray
     gu_scale: np.ndarray  # (L, 2 ffn)
     wd: np.ndarray
@@ -99,17 +101,38 @@ def vector(t) -> np.ndarray:
     return t.to(torch.float32).contiguous().numpy()
 
 
-def layer_vectors(config: ModelConfig, tensors: dict) -> tuple[np.ndarray, ...]:
-    """(attn_norm, mlp_norm, bqkv, q_norm, k_norm) stacked over layers, float32: zero biases and
-    unit q/k norms where the model has none."""
+@dataclass(frozen=True, kw_only=True)
+class LayerVectors:
+    """The per-layer vectors stacked over layers, float32: zero biases, unit q/k norms and unit
+    post norms where the model has none."""
+
+    attn_norm: np.ndarray
+    mlp_norm: np.ndarray
+    bqkv: np.ndarray
+    q_norm: np.ndarray
+    k_norm: np.ndarray
+    attn_post_norm: np.ndarray
+    mlp_post_norm: np.ndarray
+
+
+def layer_vectors(config: ModelConfig, tensors: dict) -> LayerVectors:
+    """The norms and biases of every layer (`LayerVectors`). With post norms (Gemma) the MLP's
+    input norm is pre_feedforward_layernorm and post_attention_layernorm is the attention output's;
+    else post_attention_layernorm is the MLP's input norm."""
     c, L = config, config.n_layers
     attn_norm, mlp_norm = np.empty((L, c.hidden), np.float32), np.empty((L, c.hidden), np.float32)
+    attn_post, mlp_post = np.ones((L, c.hidden), np.float32), np.ones((L, c.hidden), np.float32)
     bqkv = np.zeros((L, c.q_dim + 2 * c.kv_dim), np.float32)
     q_norm, k_norm = np.ones((L, c.head_dim), np.float32), np.ones((L, c.head_dim), np.float32)
     for i in range(L):
         p = f"model.layers.{i}."
         attn_norm[i] = vector(tensors[p + "input_layernorm.weight"])
-        mlp_norm[i] = vector(tensors[p + "post_attention_layernorm.weight"])
+        if c.post_norms:
+            mlp_norm[i] = vector(tensors[p + "pre_feedforward_layernorm.weight"])
+            attn_post[i] = vector(tensors[p + "post_attention_layernorm.weight"])
+            mlp_post[i] = vector(tensors[p + "post_feedforward_layernorm.weight"])
+        else:
+            mlp_norm[i] = vector(tensors[p + "post_attention_layernorm.weight"])
         if c.attn_bias:
             bqkv[i] = np.concatenate(
                 [vector(tensors[p + f"self_attn.{x}_proj.bias"]) for x in "qkv"]
@@ -117,7 +140,15 @@ def layer_vectors(config: ModelConfig, tensors: dict) -> tuple[np.ndarray, ...]:
         if c.qk_norm:
             q_norm[i] = vector(tensors[p + "self_attn.q_norm.weight"])
             k_norm[i] = vector(tensors[p + "self_attn.k_norm.weight"])
-    return attn_norm, mlp_norm, bqkv, q_norm, k_norm
+    return LayerVectors(
+        attn_norm=attn_norm,
+        mlp_norm=mlp_norm,
+        bqkv=bqkv,
+        q_norm=q_norm,
+        k_norm=k_norm,
+        attn_post_norm=attn_post,
+        mlp_post_norm=mlp_post,
+    )
 
 
 def pack_weights(config: ModelConfig, tensors: dict, dtype: str) -> DecodeWeights:
@@ -149,7 +180,7 @@ def pack_weights(config: ModelConfig, tensors: dict, dtype: str) -> DecodeWeight
             stacks[stack][i, lo:hi], stacks[scales][i, lo:hi] = matrix(
                 tensors[p + name + ".weight"], dtype
             )
-    attn_norm, mlp_norm, bqkv, q_norm, k_norm = layer_vectors(c, tensors)
+    vectors = layer_vectors(c, tensors)
     embed, embed_scale = matrix(tensors["model.embed_tokens.weight"], dtype)
     if c.tie_embeddings or "lm_head.weight" not in tensors:
         lm_head, lm_scale = embed, embed_scale
@@ -158,15 +189,17 @@ def pack_weights(config: ModelConfig, tensors: dict, dtype: str) -> DecodeWeight
     return DecodeWeights(
         embed=embed,
         embed_scale=embed_scale,
-        attn_norm=attn_norm,
+        attn_norm=vectors.attn_norm,
         wqkv=wqkv,
         qkv_scale=qkv_scale,
-        bqkv=bqkv,
-        q_norm=q_norm,
-        k_norm=k_norm,
+        bqkv=vectors.bqkv,
+        q_norm=vectors.q_norm,
+        k_norm=vectors.k_norm,
         wo=wo,
         o_scale=o_scale,
-        mlp_norm=mlp_norm,
+        mlp_norm=vectors.mlp_norm,
+        attn_post_norm=vectors.attn_post_norm,
+        mlp_post_norm=vectors.mlp_post_norm,
         wgu=wgu,
         gu_scale=gu_scale,
         wd=wd,
@@ -184,6 +217,7 @@ def weight_bytes_per_token(config: ModelConfig, w: DecodeWeights, dtype: str) ->
     arrays = [w.attn_norm, w.wqkv, w.wo, w.mlp_norm, w.wgu, w.wd, w.final_norm, w.lm_head]
     arrays += [w.bqkv] if config.attn_bias else []
     arrays += [w.q_norm, w.k_norm] if config.qk_norm else []
+    arrays += [w.attn_post_norm, w.mlp_post_norm] if config.post_norms else []
     arrays += [w.qkv_scale, w.o_scale, w.gu_scale, w.d_scale, w.lm_scale] if dtype == "int8" else []
     embed_row = w.embed[0].nbytes + (w.embed_scale[0].nbytes if dtype == "int8" else 0)
     return sum(a.nbytes for a in arrays) + embed_row

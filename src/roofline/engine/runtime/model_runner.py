@@ -63,7 +63,7 @@ class ModelRunner:
         max_batch: int = 1,
         max_seq_len: int | None = None,
     ) -> None:
-        from roofline.engine.kernels.reference import rope_tables
+        from roofline.engine.kernels.reference import rope_table_stack
 
         self.config: ModelConfig = checkpoint.config
         self.tokenizer = checkpoint.tokenizer
@@ -91,8 +91,10 @@ class ModelRunner:
 
         # the config's scalars and the stored formats the kernels are compiled for
         self.kernel_shape = kernel_shape(self.config, self.weights)
-        self._rope = rope_tables(self.config, self.max_seq_len)
-        self._cos, self._sin = self._rope[0].numpy(), self._rope[1].numpy()
+        # (tables, positions, head_dim / 2): the global layers' and, with a base of their own,
+        # the sliding layers' (ModelConfig.layer_rope_tables)
+        cos, sin = rope_table_stack(self.config, self.max_seq_len)
+        self._cos, self._sin = cos.contiguous().numpy(), sin.contiguous().numpy()
         self.cache = KVCache(self.config, self.max_batch, self.max_seq_len)
         # what the model needs: the same count over the tensors as the file stores them
         self.file_bytes_per_token: int = file_bytes_per_token(checkpoint)
@@ -265,6 +267,12 @@ class ModelRunner:
             self.unit_bytes or UNIT_BYTES,
         )
         self._record_pass(n_threads, n, time.perf_counter() - started)
+        cap = c.final_softcap
+        if cap is not None:  # transformers: logits / cap, tanh, * cap, in float32
+            cap32 = np.float32(cap)
+            np.multiply(
+                np.tanh(np.divide(logits, cap32, out=logits), out=logits), cap32, out=logits
+            )
         return logits
 
     def decode(self, slots: Seq[int], token_ids: Seq[int]) -> np.ndarray:

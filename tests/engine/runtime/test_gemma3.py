@@ -1,0 +1,258 @@
+"""Gemma 3 text models: a tiny random Gemma3ForCausalLM built by transformers (six layers, five
+sliding ones with a window of 8 tokens and RoPE base 10000, one global with base 1e6 and linear
+scaling 8; post norms, GELU, the scaled embedding, query_pre_attn_scalar, a final logit soft cap),
+saved as a Hugging Face folder and written as GGUF the way llama.cpp's converter does (norms stored
+as 1 + w).
+
+Logits are close to transformers' and greedy ids equal from the folder and from the F32 GGUF; on a
+Q8_0 GGUF `--dtype stored` gives the fp32 logits bit for bit; speculation on equals off; four
+streams equal one; soft-capped attention logits are refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from fixtures import (
+    add_tiny_tokenizer,
+    assert_load_fails,
+    gguf_encode,
+    greedy_ids,
+    tiny_vocab,
+    write_tiny_tokenizer_files,
+)
+from test_vs_transformers import hf_greedy
+
+from roofline.engine import SamplingParams, generate, load_runner
+from roofline.engine.kernels import reference as model
+from roofline.engine.loading import load_checkpoint
+from roofline.engine.runtime.speculate.base import SpecOptions
+from roofline.engine.runtime.speculate.step import speculation_factory
+
+N_TOKENS = 32
+WINDOW = 8
+LAYERS = 6
+CAP = 2.0  # final_logit_softcapping: small, so that it bends these logits (|l| < 2)
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Paris is the capital of France; Berlin is",
+    "def add(a, b):\n    return a + b\n",
+]
+_GGUF_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def _hf_model():
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    config = Gemma3TextConfig(
+        vocab_size=len(tiny_vocab()[0]),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=256,
+        sliding_window=WINDOW,
+        query_pre_attn_scalar=32,
+        rope_parameters={
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+        },
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        tie_word_embeddings=True,
+        final_logit_softcapping=CAP,
+    )
+    torch.manual_seed(0)
+    model = Gemma3ForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            # norms around 1 + 0, matrices wide enough that the greedy ids vary
+            p.copy_(torch.randn_like(p) * (0.1 if name.endswith("norm.weight") else 0.06))
+    return model
+
+
+def _write_gguf(path, model, tensor_type: str):
+    import gguf
+
+    c = model.config
+    writer = gguf.GGUFWriter(str(path), "gemma3")
+    writer.add_name("tiny-gemma3")
+    writer.add_block_count(c.num_hidden_layers)
+    writer.add_context_length(c.max_position_embeddings)
+    writer.add_embedding_length(c.hidden_size)
+    writer.add_feed_forward_length(c.intermediate_size)
+    writer.add_head_count(c.num_attention_heads)
+    writer.add_head_count_kv(c.num_key_value_heads)
+    writer.add_key_length(c.head_dim)
+    writer.add_value_length(c.head_dim)
+    writer.add_rope_freq_base(1_000_000.0)
+    writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+    writer.add_rope_scaling_factor(8.0)
+    writer.add_layer_norm_rms_eps(c.rms_norm_eps)
+    writer.add_sliding_window(WINDOW)
+    writer.add_final_logit_softcapping(CAP)
+    add_tiny_tokenizer(writer)
+    for hf, t in model.state_dict().items():
+        if hf == "lm_head.weight":  # tied
+            continue
+        w = t.float().numpy()
+        if hf.endswith("norm.weight"):  # llama.cpp's converter stores 1 + w
+            w = w + np.float32(1.0)
+        if hf == "model.embed_tokens.weight":
+            name = "token_embd.weight"
+        elif hf == "model.norm.weight":
+            name = "output_norm.weight"
+        else:
+            _, _, layer, rest = hf.split(".", 3)
+            name = f"blk.{layer}.{_GGUF_NAMES[rest]}"
+        data, raw_dtype = gguf_encode(np.ascontiguousarray(w), tensor_type)
+        writer.add_tensor(name, data, raw_dtype=raw_dtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory):
+    """(transformers model, HF folder, F32 GGUF, Q8_0 GGUF)."""
+    model = _hf_model()
+    folder = tmp_path_factory.mktemp("gemma3") / "tiny-gemma3"
+    model.save_pretrained(str(folder))
+    write_tiny_tokenizer_files(folder, model.config.max_position_embeddings)
+    f32 = _write_gguf(folder.parent / "tiny-gemma3.F32.gguf", model, "F32")
+    q8 = _write_gguf(folder.parent / "tiny-gemma3.Q8_0.gguf", model, "Q8_0")
+    return model, folder, f32, q8
+
+
+@pytest.fixture(scope="module")
+def prompts(gemma):
+    runner = load_runner(str(gemma[1]), dtype="fp32", max_seq_len=128, threads=2)
+    return [runner.tokenizer.encode(text) for text in PROMPTS]
+
+
+@pytest.fixture(scope="module")
+def reference(gemma, prompts):
+    """transformers' greedy ids of each prompt."""
+    return [hf_greedy(gemma[0], ids, N_TOKENS) for ids in prompts]
+
+
+@pytest.fixture(scope="module")
+def q8_runners(gemma):
+    return {
+        dtype: load_runner(str(gemma[3]), dtype=dtype, max_seq_len=128, max_batch=4, threads=2)
+        for dtype in ("fp32", "stored")
+    }
+
+
+def test_the_config_has_both_kinds_of_layer_and_the_gemma_block(gemma):
+    runner = load_runner(str(gemma[2]), dtype="fp32", max_seq_len=128, threads=2)
+    hf = load_runner(str(gemma[1]), dtype="fp32", max_seq_len=128, threads=2)
+    for c in (runner.config, hf.config):
+        assert c.arch == "gemma3" and c.post_norms and c.qk_norm
+        assert c.layer_windows == (WINDOW,) * 5 + (0,)
+        assert c.layer_rope_tables == (1,) * 5 + (0,)
+        assert c.local_rope_theta == 10_000.0 and c.rope_theta == 1_000_000.0
+        assert c.rope_scaling == {"rope_type": "linear", "factor": 8.0}
+        assert c.query_scale == 32**-0.5 and c.embed_scale == float(np.float32(8.0))
+        assert c.max_seq_len == 256  # not capped at the window: the windows slide
+        assert c.final_softcap == CAP
+    # the folded 1 + w of the folder equals the file's 1 + w
+    assert np.array_equal(runner.weights.attn_post_norm, hf.weights.attn_post_norm)
+
+
+@pytest.mark.parametrize("source", ["folder", "gguf-f32"])
+def test_greedy_ids_equal_transformers(gemma, prompts, reference, source):
+    path = gemma[1] if source == "folder" else gemma[2]
+    runner = load_runner(str(path), dtype="fp32", max_seq_len=128, threads=2)
+    for ids, want in zip(prompts, reference):
+        assert len(ids) + N_TOKENS > 2 * WINDOW  # the windows slide
+        assert greedy_ids(runner, ids, N_TOKENS) == want
+
+
+@pytest.mark.parametrize("source", ["folder", "gguf-f32"])
+def test_logits_are_close_to_transformers(gemma, prompts, source):
+    runner = load_runner(str(gemma[1 if source == "folder" else 2]), dtype="fp32", max_seq_len=128)
+    for ids in prompts:
+        with torch.no_grad():
+            want = gemma[0](input_ids=torch.tensor([ids])).logits[0].numpy()
+        got = np.stack([runner.prefill(0, ids[: i + 1]) for i in range(len(ids))])
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5)
+        assert np.abs(got).max() > CAP / 2  # the cap bends them
+
+
+def test_the_reference_forward_matches_transformers(gemma, prompts):
+    """kernels/reference.py's Gemma 3 forward, on the folder's weights as the loader hands them (1 +
+    w folded in), over whole prompts at once (transformers' masks, not the decode passes)."""
+    checkpoint = load_checkpoint(str(gemma[1]))
+    rope = model.rope_table_stack(checkpoint.config, 128)
+    for ids in prompts:
+        with torch.no_grad():
+            want = gemma[0](input_ids=torch.tensor([ids])).logits[0]
+            got = model.forward(checkpoint.config, checkpoint.tensors, torch.tensor(ids), rope=rope)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=2e-5)
+
+
+def test_soft_capped_attention_logits_are_refused(gemma, tmp_path):
+    folder = tmp_path / "capped"
+    shutil.copytree(gemma[1], folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(dict(config, attn_logit_softcapping=50.0)))
+    assert_load_fails(folder, "attn_logit_softcapping", "not supported")
+
+
+def _logits(runner, ids, steps=8):
+    out = [runner.prefill(0, ids)]
+    for _ in range(steps):
+        out.append(runner.decode([0], [int(np.argmax(out[-1]))])[0])
+    runner.release(0)
+    return np.stack(out)
+
+
+def test_stored_q8_0_equals_fp32_bit_for_bit(q8_runners, prompts):
+    for ids in prompts:
+        assert np.array_equal(_logits(q8_runners["stored"], ids), _logits(q8_runners["fp32"], ids))
+
+
+def test_speculation_on_equals_off(q8_runners, prompts):
+    runner = q8_runners["stored"]
+    make = speculation_factory(SpecOptions("ngram", k=6, prompt_lookup_min=1), runner)
+    params = SamplingParams(max_tokens=N_TOKENS, temperature=0, ignore_eos=True)
+    for ids in prompts:
+        want = greedy_ids(runner, ids, N_TOKENS)
+        assert list(generate(runner, ids, params, speculation=make())) == want
+
+
+def test_four_streams_equal_one(q8_runners, prompts):
+    runner = q8_runners["stored"]
+    cases = [*prompts, prompts[0][:5]]
+    alone = [greedy_ids(runner, ids, N_TOKENS) for ids in cases]
+    out = [[int(np.argmax(runner.prefill(s, ids)))] for s, ids in enumerate(cases)]
+    while len(out[0]) < N_TOKENS:
+        logits = runner.decode(list(range(4)), [o[-1] for o in out])
+        for o, row in zip(out, logits):
+            o.append(int(np.argmax(row)))
+    for s in range(4):
+        runner.release(s)
+    assert out == alone
