@@ -429,26 +429,23 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
     )
 
 
-@njit(parallel=True, **JIT_OPTIONS)
-def _run_workers(n_threads, counters, rows, shape, layers, head, cache, buffers, attn, unit_bytes):
-    # the loop index is unsigned inside the parallel region: one signature
-    for tid in prange(n_threads):
-        _worker(
-            np.int64(tid),
-            n_threads,
-            counters,
-            rows,
-            shape,
-            layers,
-            head,
-            cache,
-            buffers,
-            attn,
-            unit_bytes,
-        )
-
-
-@njit(**JIT_OPTIONS)
+# The pass's threads come from its own prange: a prange in a function of its own cost that function's
+# compile (all the kernels it reaches, optimized and emitted once more: 9 of a cold decode pass's
+# 65 s, docs/measured.md). Only the prange is parallel: numba's other rewrites would run the
+# scratch allocations below as parallel loops of their own.
+@njit(
+    parallel={
+        "prange": True,
+        "comprehension": False,
+        "reduction": False,
+        "inplace_binop": False,
+        "setitem": False,
+        "numpy": False,
+        "stencil": False,
+        "fusion": False,
+    },
+    **JIT_OPTIONS,
+)
 def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=UNIT_BYTES):
     """Run all layers for the k rows of `rows` (Rows): write each row's K/V into `cache` (Cache) at
     its cache position, and the float32 logits of row rows.logit_rows[j] into logits[j] (a prefill
@@ -500,15 +497,19 @@ def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=
         logits,
         _rows(k, hidden),
     )
-    _run_workers(
-        n_threads,
-        counters,
-        rows,
-        shape,
-        layers,
-        head,
-        cache,
-        buffers,
-        (first_unit, n_chunks, work, scores, part_out, part_max, part_sum, *gathers),
-        unit_bytes,
-    )
+    attn = (first_unit, n_chunks, work, scores, part_out, part_max, part_sum, *gathers)
+    # the loop index is unsigned inside the parallel region: one signature
+    for tid in prange(n_threads):
+        _worker(
+            np.int64(tid),
+            n_threads,
+            counters,
+            rows,
+            shape,
+            layers,
+            head,
+            cache,
+            buffers,
+            attn,
+            unit_bytes,
+        )
