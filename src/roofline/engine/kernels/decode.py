@@ -429,10 +429,10 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
     )
 
 
-# The pass's threads come from its own prange: a prange in a function of its own cost that function's
-# compile (all the kernels it reaches, optimized and emitted once more: 9 of a cold decode pass's
-# 65 s, docs/measured.md). Only the prange is parallel: numba's other rewrites would run the
-# scratch allocations below as parallel loops of their own.
+# The pass's threads come from its own prange: a prange in a function of its own cost that
+# function's compile (all the kernels it reaches, optimized and emitted once more: about 9 s of a
+# cold decode pass's compile, docs/measured.md). Only the prange is parallel: numba's other
+# rewrites would run the scratch allocations below as parallel loops of their own.
 @njit(
     parallel={
         "prange": True,
