@@ -88,3 +88,20 @@ def test_the_embedded_engine_prepares_each_dtype_with_serve_prepare():
         [sys.executable, "-m", "roofline", "serve", "--prepare"]
     ]
     assert FAKE.prepare_commands(None, {"speed": [1]}) == []
+
+
+def test_the_files_ceiling_comes_before_anything_is_compiled():
+    """A fresh run's first figure: the file's bytes per token over the bandwidth, from the file's
+    header alone (the shipped default: 96.6 MB a token); none for a model with no local file."""
+    from types import SimpleNamespace
+
+    from roofline.cli.tune import file_ceiling_line
+
+    options = SimpleNamespace(engine="embedded", model=None, hardware="26.4GB/s")
+    line = file_ceiling_line(options)
+    assert line.startswith("the file's ceiling on 26.4GB/s: 273.4 tok/s = 26.4 GB/s / 96.6 MB")
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf" in line
+    assert (
+        file_ceiling_line(SimpleNamespace(**{**vars(options), "model": "nobody/nothing"})) is None
+    )
+    assert file_ceiling_line(SimpleNamespace(**{**vars(options), "hardware": None})) is None

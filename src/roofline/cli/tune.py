@@ -237,6 +237,9 @@ def _run(a: TuneArgs, *, predict: bool = False) -> int:
             from roofline.bench.session import ensure_local_profile
 
             ensure_local_profile(SimpleNamespace(note=display.note))
+        line = file_ceiling_line(options)
+        if line:
+            display.note(line)
         prepare_engine(options, display.note, baseline_only=predict)
         display.clock_from_now()
         result = run_tune(options, run_dir, display)
@@ -266,6 +269,38 @@ def _run(a: TuneArgs, *, predict: bool = False) -> int:
 
         write_report_after_run(run_dir)
     return 0 if result.best is not None else 1
+
+
+def file_ceiling_line(options) -> str | None:
+    """The file's ceiling on the study's hardware, before anything is compiled or launched: the
+    first useful figure of a fresh run (None when the model or the bandwidth is not known yet)."""
+    from roofline.bench.against import (
+        LOCAL,
+        file_bytes_of_model,
+        hardware_bandwidth_bytes_per_s,
+    )
+    from roofline.bench.engines import get_launcher
+    from roofline.bounds.ceiling import Ceiling
+    from roofline.errors import UserError
+
+    if not options.hardware:
+        return None
+    try:
+        model = options.model or get_launcher(options.engine).default_model()
+        file_bytes, _ = file_bytes_of_model(model)
+        bandwidth, _ = hardware_bandwidth_bytes_per_s(options.hardware)
+    except UserError:
+        return None  # said again, with its reason, where the trials need it
+    if not model or not file_bytes:
+        return None
+    c = Ceiling(bytes_per_token=float(file_bytes), bandwidth_bytes_per_s=bandwidth)
+    where = "this machine" if options.hardware == LOCAL else options.hardware
+    return (
+        f"the file's ceiling on {where}: {c.tok_per_s:,.1f} tok/s = "
+        f"{bandwidth / 1e9:.1f} GB/s / {file_bytes / 1e6:,.1f} MB per token, the weights as "
+        f"{Path(model).name} stores them (each trial is held against its own bytes and the "
+        "bandwidth of its own minutes)"
+    )
 
 
 def _print_predicted(ladder, result, run_dir: Path, a: TuneArgs) -> int:
