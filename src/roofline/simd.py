@@ -14,7 +14,10 @@ match the kernels this replaced bit for bit. Weight matrices (`dot_block`, and t
 in `block_simd`) sum in the matrix order: the same, but one 16-lane sum per product takes the four
 lane blocks of each 64-step in turn, s = fold(sum), so that a block of 4 weight rows x 4 x rows
 keeps its 16 sums in registers (the order above would need 64). Products are fused; float ops
-carry `afn`, which keeps numba's fastmath pass from adding `reassoc`. The attention loops
+carry `afn`, which keeps numba's fastmath pass from adding flags of its own. The kernels' flags
+(`matrices.FASTMATH`) change no value: LLVM neither reorders a sum nor fuses a product into one
+unless written here (`fma32` names a fused one), so the same source gives the same bits whatever
+the target and whatever was compiled before it. The attention loops
 (`block_scores`, `weighted_rows`) and the 16-lane SiLU (`silu_block`) are written out likewise, in
 `simd_loops`.
 """
@@ -269,6 +272,19 @@ def is_contiguous(a, dtypes) -> bool:
 
 def are_float32_arrays(*arrays) -> bool:
     return all(is_contiguous(a, (types.float32,)) for a in arrays)
+
+
+@intrinsic
+def fma32(typingctx, a, b, c):
+    """a * b + c in float32 rounded once, on every target: the kernels' fast-math flags never fuse
+    a product into a sum (`matrices.FASTMATH`), so a fused one is asked for by name."""
+    if not all(t == types.float32 for t in (a, b, c)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return fma(builder, *args)
+
+    return types.float32(a, b, c), codegen
 
 
 @intrinsic

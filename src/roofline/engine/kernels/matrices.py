@@ -24,12 +24,15 @@ from roofline.engine.kernels.simd_blocks import dot_block_into
 
 kernel_cache.install()  # before any kernel is decorated (the others import JIT_OPTIONS from here)
 
-# fastmath lets LLVM vectorise element-wise loops; reductions take their order from `simd` instead.
+# The fast-math flags that change no value (no NaN or infinity reaches a kernel; the sign of a zero
+# is never read): LLVM may assume them, but not fuse a product into a sum (`contract`), reorder sums
+# (`reassoc`), divide by a reciprocal (`arcp`) or approximate (`afn`). With those choices left to
+# LLVM, AVX2 kernels compiled after Gemma 3's gave other bits than the same source compiled alone
+# (docs/measured.md). Reductions take their order from `simd`, fused products `simd.fma32`.
 # error_model="numpy": float division without Python's zero check, which would block vectorisation.
-JIT_OPTIONS = dict(fastmath=True, cache=True, nogil=True, error_model="numpy")
-OVERLOAD_OPTIONS = dict(
-    fastmath=True, nogil=True, error_model="numpy"
-)  # the same flags, for overloads
+FASTMATH = {"nnan", "ninf", "nsz"}  # a set: numba takes no frozenset
+JIT_OPTIONS = dict(fastmath=FASTMATH, cache=True, nogil=True, error_model="numpy")
+OVERLOAD_OPTIONS = dict(fastmath=FASTMATH, nogil=True, error_model="numpy")  # for overloads
 
 
 def is_stored_rows(w) -> bool:
@@ -67,10 +70,10 @@ def _widen_overload(w):
 
 @njit(**JIT_OPTIONS)
 def _store(out, r, o, d, s, accumulate):
-    """out[r, o] = d s, or += d s: the product and the sum in one place, so that every caller (1
-    to 4 rows) compiles them alike (fastmath may fuse them into one fma: then everywhere)."""
+    """out[r, o] = d s, or out[r, o] + d s rounded once (`simd_blocks` stores the same): the
+    product and the sum in one place, so that every caller (1 to 4 rows) computes them alike."""
     if accumulate:
-        out[r, o] += d * s
+        out[r, o] = simd.fma32(d, s, out[r, o])
     else:
         out[r, o] = d * s
 
