@@ -100,7 +100,12 @@ _TRAITS: dict[str, dict[str, Any]] = {
         "engine_arch": "qwen3",
         "hf_classes": ("Qwen3ForCausalLM",),
     },
-    "qwen3_moe": {"gguf_archs": ("qwen3moe",), "qk_norm": True},
+    "qwen3_moe": {
+        "gguf_archs": ("qwen3moe",),
+        "qk_norm": True,
+        "engine_arch": "qwen3moe",
+        "hf_classes": ("Qwen3MoeForCausalLM",),
+    },
     "gemma": {"gguf_archs": ("gemma",)},
     "gemma2": {"gguf_archs": ("gemma2",), "norms_per_layer": 4, "window_rule": "alternate"},
     "gemma3_text": {

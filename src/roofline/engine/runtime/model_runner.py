@@ -237,6 +237,7 @@ class ModelRunner:
             Cache,
             Rows,
             decode_rows,
+            kernel_experts,
             kernel_weights,
         )
 
@@ -265,6 +266,7 @@ class ModelRunner:
             logits,
             n_threads,
             self.unit_bytes or UNIT_BYTES,
+            kernel_experts(self.weights),
         )
         self._record_pass(n_threads, n, time.perf_counter() - started)
         cap = c.final_softcap
