@@ -76,7 +76,12 @@ _TRAITS: dict[str, dict[str, Any]] = {
         "hf_classes": ("MistralForCausalLM",),
         "gguf_permutes_qk": True,
     },
-    "mixtral": {},
+    # Mistral's block with a mixture of experts in every layer (ModelConfig.moe); GGUF: llama's
+    "mixtral": {
+        "engine_arch": "llama",
+        "hf_classes": ("MixtralForCausalLM",),
+        "gguf_permutes_qk": True,
+    },
     "granite": {"gguf_archs": ("granite",)},
     "smollm3": {"gguf_archs": ("smollm3",)},
     "phi3": {"gguf_archs": ("phi3",)},

@@ -1,7 +1,8 @@
-"""Mixture-of-experts models: a tiny random Qwen3MoeForCausalLM built by transformers (two layers,
-eight experts of which two route each token, renormalised), saved as a Hugging Face folder and
-written as GGUF the way llama.cpp's converter does (each projection's experts packed into one 3-D
-tensor, the router F32).
+"""Mixture-of-experts models: a tiny random Qwen3MoeForCausalLM and MixtralForCausalLM built by
+transformers (two layers, eight experts of which two route each token, renormalised), saved as a
+Hugging Face folder and written as GGUF the way llama.cpp's converter does (each projection's
+experts packed into one 3-D tensor, the router F32; Mixtral as `llama` with q/k rows permuted).
+Both families share one compiled pass (the same array types): the second costs no compile.
 
 Greedy ids equal transformers' from the folder and from the F32 GGUF; on a Q8_0 GGUF `--dtype
 stored` gives the fp32 logits bit for bit; speculation on equals off; four streams equal one; a
@@ -21,6 +22,7 @@ from fixtures import (
     assert_load_fails,
     gguf_encode,
     greedy_ids,
+    llamacpp_permute,
     tiny_vocab,
     write_tiny_tokenizer_files,
 )
@@ -58,29 +60,43 @@ _GGUF_NAMES = {
 _PACKED = {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj": "ffn_down_exps"}
 
 
-def _hf_model():
-    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+# family -> (GGUF architecture, the engine's block, q/k norms)
+FAMILIES = {"qwen3moe": ("qwen3moe", "qwen3moe", True), "mixtral": ("llama", "llama", False)}
 
-    config = Qwen3MoeConfig(
+
+def _hf_model(family: str):
+    import transformers
+
+    common = dict(
         vocab_size=len(tiny_vocab()[0]),
         hidden_size=64,
-        intermediate_size=128,
-        moe_intermediate_size=32,
         num_hidden_layers=LAYERS,
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=16,
-        num_experts=EXPERTS,
         num_experts_per_tok=USED,
-        norm_topk_prob=True,
         max_position_embeddings=256,
         bos_token_id=1,
         eos_token_id=2,
         pad_token_id=0,
         tie_word_embeddings=False,
     )
+    if family == "qwen3moe":
+        config = transformers.Qwen3MoeConfig(
+            **common,
+            intermediate_size=128,
+            moe_intermediate_size=32,
+            num_experts=EXPERTS,
+            norm_topk_prob=True,
+        )
+        make = transformers.Qwen3MoeForCausalLM
+    else:
+        config = transformers.MixtralConfig(
+            **common, intermediate_size=32, num_local_experts=EXPERTS, rope_theta=1_000_000.0
+        )
+        make = transformers.MixtralForCausalLM
     torch.manual_seed(0)
-    hf = Qwen3MoeForCausalLM(config).eval()
+    hf = make(config).eval()
     with torch.no_grad():
         for name, p in hf.named_parameters():
             # norms around 1, routers wide enough that tokens go to many experts
@@ -91,11 +107,19 @@ def _hf_model():
     return hf
 
 
-def _layer_tensors(state: dict, layer: int) -> dict[str, np.ndarray]:
+def _layer_tensors(state: dict, layer: int, config) -> dict[str, np.ndarray]:
     """blk.{layer}.* of the HF state: each projection's experts packed (experts, out, in), as
-    llama.cpp's converter stacks them."""
+    llama.cpp's converter stacks them; a llama GGUF's q/k rows permuted for its RoPE."""
     p = f"model.layers.{layer}."
-    out = {f"blk.{layer}.{g}": state[p + hf].float().numpy() for hf, g in _GGUF_NAMES.items()}
+    out = {
+        f"blk.{layer}.{g}": state[p + hf].float().numpy()
+        for hf, g in _GGUF_NAMES.items()
+        if p + hf in state
+    }
+    if config.model_type == "mixtral":
+        for x, heads in (("q", config.num_attention_heads), ("k", config.num_key_value_heads)):
+            name = f"blk.{layer}.attn_{x}.weight"
+            out[name] = llamacpp_permute(out[name], heads)
     # transformers 5 holds the experts fused: gate_up_proj (experts, 2 ffn, hidden) = [Wg; Wu]
     gate, up = state[p + "mlp.experts.gate_up_proj"].float().chunk(2, dim=1)
     down = state[p + "mlp.experts.down_proj"].float()
@@ -104,24 +128,26 @@ def _layer_tensors(state: dict, layer: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _write_gguf(path, hf, tensor_type: str):
+def _write_gguf(path, hf, family: str, tensor_type: str):
     import gguf
 
     c = hf.config
-    writer = gguf.GGUFWriter(str(path), "qwen3moe")
-    writer.add_name("tiny-qwen3moe")
+    arch = FAMILIES[family][0]
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name(f"tiny-{family}")
     writer.add_block_count(c.num_hidden_layers)
     writer.add_context_length(c.max_position_embeddings)
     writer.add_embedding_length(c.hidden_size)
     writer.add_feed_forward_length(c.intermediate_size)
-    writer.add_expert_feed_forward_length(c.moe_intermediate_size)
+    if family == "qwen3moe":  # Mixtral's experts have feed_forward_length rows
+        writer.add_expert_feed_forward_length(c.moe_intermediate_size)
     writer.add_expert_count(EXPERTS)
     writer.add_expert_used_count(USED)
     writer.add_head_count(c.num_attention_heads)
     writer.add_head_count_kv(c.num_key_value_heads)
     writer.add_key_length(c.head_dim)
     writer.add_value_length(c.head_dim)
-    writer.add_rope_freq_base(10_000.0)
+    writer.add_rope_freq_base(c.rope_parameters["rope_theta"])
     writer.add_layer_norm_rms_eps(c.rms_norm_eps)
     add_tiny_tokenizer(writer)
     state = hf.state_dict()
@@ -131,7 +157,7 @@ def _write_gguf(path, hf, tensor_type: str):
         "output.weight": state["lm_head.weight"].numpy(),
     }
     for layer in range(c.num_hidden_layers):
-        tensors.update(_layer_tensors(state, layer))
+        tensors.update(_layer_tensors(state, layer, c))
     for name, w in tensors.items():
         # llama.cpp keeps the router F32
         kind = "F32" if name.endswith("ffn_gate_inp.weight") else tensor_type
@@ -144,16 +170,17 @@ def _write_gguf(path, hf, tensor_type: str):
     return path
 
 
-@pytest.fixture(scope="module")
-def moe(tmp_path_factory):
-    """(transformers model, HF folder, F32 GGUF, Q8_0 GGUF)."""
-    hf = _hf_model()
-    folder = tmp_path_factory.mktemp("qwen3moe") / "tiny-qwen3moe"
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def moe(request, tmp_path_factory):
+    """(transformers model, HF folder, F32 GGUF, Q8_0 GGUF, family)."""
+    family = request.param
+    hf = _hf_model(family)
+    folder = tmp_path_factory.mktemp(family) / f"tiny-{family}"
     hf.save_pretrained(str(folder))
     write_tiny_tokenizer_files(folder, hf.config.max_position_embeddings)
-    f32 = _write_gguf(folder.parent / "tiny-qwen3moe.F32.gguf", hf, "F32")
-    q8 = _write_gguf(folder.parent / "tiny-qwen3moe.Q8_0.gguf", hf, "Q8_0")
-    return hf, folder, f32, q8
+    f32 = _write_gguf(folder.parent / f"tiny-{family}.F32.gguf", hf, family, "F32")
+    q8 = _write_gguf(folder.parent / f"tiny-{family}.Q8_0.gguf", hf, family, "Q8_0")
+    return hf, folder, f32, q8, family
 
 
 @pytest.fixture(scope="module")
@@ -185,15 +212,18 @@ def q8_stored(moe):
 
 def test_the_config_is_a_mixture_of_experts(moe, folder_runner):
     gguf_runner = load_runner(str(moe[2]), dtype="fp32", max_seq_len=128, threads=2)
+    _, arch, qk_norm = FAMILIES[moe[4]]
     for runner in (folder_runner, gguf_runner):
         c = runner.config
-        assert c.arch == "qwen3moe" and c.moe and c.qk_norm and c.norm_topk
+        assert c.arch == arch and c.moe and c.qk_norm == qk_norm and c.norm_topk
         assert (c.n_experts, c.n_experts_used, c.ffn) == (EXPERTS, USED, 32)
         assert runner.weights.experts.wgu.shape == (LAYERS, EXPERTS, 64, 64)
         assert runner.weights.wgu.shape[1] == 0  # no dense MLP
     x = folder_runner.weights.experts
     assert np.array_equal(x.wd, gguf_runner.weights.experts.wd)
     assert np.array_equal(x.router, gguf_runner.weights.experts.router)
+    # the llama GGUF's permuted q/k rows are back in HF order
+    assert np.array_equal(folder_runner.weights.wqkv, gguf_runner.weights.wqkv)
     # a step reads the attention, the routers and two experts a layer, not all eight
     every_expert = x.wgu.nbytes + x.wd.nbytes
     assert folder_runner.bytes_per_token < folder_runner.weights.wo.nbytes * 4 + every_expert
@@ -332,6 +362,8 @@ def test_routing_is_softmax_top_k_renormalised_ties_to_the_lowest_index():
 
 
 def test_dense_layers_among_the_experts_are_refused(moe, tmp_path):
+    if moe[4] != "qwen3moe":
+        pytest.skip("Qwen3-MoE's keys")
     folder = tmp_path / "mixed"
     shutil.copytree(moe[1], folder)
     config = json.loads((folder / "config.json").read_text())

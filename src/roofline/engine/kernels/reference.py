@@ -20,7 +20,7 @@ MLP outputs go through their own RMSNorm before each residual add, and the MLP's
 pre_feedforward_layernorm; GELU (tanh) for SiLU; scores times query_scale; a sliding layer's query
 sees its last `window` positions, and turns by its own RoPE table; logits = cap tanh(logits / cap).
 
-A mixture of experts (Qwen3-MoE, ModelConfig.moe): the MLP is `moe_mlp`.
+A mixture of experts (Qwen3-MoE, Mixtral: ModelConfig.moe): the MLP is `moe_mlp`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from roofline.modelspec.families import engine_archs
 # Decoder blocks the engine runs, from the family registry (Family.engine_arch): "llama" covers
 # Llama 2/3, Mistral and SmolLM (same block, RoPE on rotate-half pairs); "qwen2" adds q/k/v biases;
 # "qwen3" adds a per-head RMSNorm on q and k; "gemma3" is Qwen3's block with the Gemma 3 fields
-# of ModelConfig below; "qwen3moe" is Qwen3's block with a mixture of experts for its MLP.
+# of ModelConfig below; "qwen3moe" is Qwen3's block with a mixture of experts for its MLP (Mixtral
+# is "llama" with one: ModelConfig.moe).
 SUPPORTED_ARCHS = engine_archs()
 
 
@@ -53,8 +54,8 @@ class ModelConfig:
     # RoPE base of the sliding layers (no scaling there); None: every layer's is rope_theta
     local_rope_theta: float | None = None
     final_softcap: float | None = None  # logits = cap tanh(logits / cap)
-    # mixture of experts (Qwen3-MoE): every layer's MLP is n_experts SwiGLU experts of `ffn` rows
-    # each, of which a router picks n_experts_used per token; 0: one dense MLP
+    # mixture of experts (Qwen3-MoE, Mixtral): every layer's MLP is n_experts SwiGLU experts of
+    # `ffn` rows each, of which a router picks n_experts_used per token; 0: one dense MLP
     n_experts: int = 0
     n_experts_used: int = 0
     norm_topk: bool = True  # the picked experts' router probabilities renormalised to sum 1

@@ -115,13 +115,14 @@ def _float32_value(value: object) -> float:
     return float(str(np.float32(value)))
 
 
-# GGUF architectures whose experts the engine runs
-MOE_ARCHS = ("qwen3moe",)
+# GGUF architectures whose experts the engine runs (Mixtral's is llama's)
+MOE_ARCHS = ("qwen3moe", "llama")
 
 
 def _moe_fields(meta: dict, arch: str, path: Path) -> dict:
     """ModelConfig's mixture-of-experts fields ({} without experts); llama.cpp renormalises the
-    picked experts' weights of these architectures (norm_topk)."""
+    picked experts' weights of these architectures (norm_topk). An expert's rows:
+    expert_feed_forward_length, else (Mixtral) feed_forward_length."""
     n_experts = int(meta.get(f"{arch}.expert_count") or 0)
     if n_experts == 0:
         return {}
@@ -134,7 +135,12 @@ def _moe_fields(meta: dict, arch: str, path: Path) -> dict:
         n_experts=n_experts,
         n_experts_used=_uniform_int(meta, f"{arch}.expert_used_count", path),
         norm_topk=True,
-        ffn=_uniform_int(meta, f"{arch}.expert_feed_forward_length", path),
+        ffn=_uniform_int(
+            meta,
+            f"{arch}.expert_feed_forward_length",
+            path,
+            default=meta.get(f"{arch}.feed_forward_length"),
+        ),
     )
 
 

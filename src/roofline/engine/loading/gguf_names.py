@@ -1,7 +1,7 @@
 """llama.cpp tensor names -> Hugging Face names, for the Llama family (llama, qwen2, qwen3
 GGUFs), Gemma 3's block, whose norms after attention and MLP rename the MLP's input norm, and a
-mixture of experts' (qwen3moe), whose experts llama.cpp packs into one 3-D tensor per projection
-(`expert_tensor`)."""
+mixture of experts' (qwen3moe, Mixtral's llama), whose experts llama.cpp packs into one 3-D tensor
+per projection (`expert_tensor`)."""
 
 from __future__ import annotations
 

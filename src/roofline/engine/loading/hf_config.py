@@ -116,10 +116,12 @@ def _block_fields(cfg: dict, family: Family, hidden: int, path: Path) -> dict:
     )
 
 
-def _moe_fields(cfg: dict, path: Path) -> dict:
+def _moe_fields(cfg: dict, family: Family, path: Path) -> dict:
     """The mixture-of-experts fields (ModelConfig.n_experts ...), {} for a dense model. Every layer
     must be sparse: Qwen3-MoE's dense layers (decoder_sparse_step > 1, mlp_only_layers) are
-    refused."""
+    refused. An expert's rows: Qwen3-MoE's moe_intermediate_size, Mixtral's intermediate_size.
+    Mixtral always renormalises its top-k weights (a softmax over the top-k logits); Qwen3-MoE
+    when norm_topk_prob (default false, as Qwen3MoeConfig's)."""
     # transformers 5 writes num_local_experts (num_experts may be the family's default only)
     n_experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 0)
     if n_experts == 0:
@@ -133,7 +135,7 @@ def _moe_fields(cfg: dict, path: Path) -> dict:
     return dict(
         n_experts=n_experts,
         n_experts_used=int(cfg["num_experts_per_tok"]),
-        norm_topk=bool(cfg.get("norm_topk_prob", False)),  # Qwen3MoeConfig's default
+        norm_topk=family.model_type == "mixtral" or bool(cfg.get("norm_topk_prob", False)),
         ffn=int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"]),
     )
 
@@ -162,7 +164,7 @@ def config_from_hf(cfg: dict, name: str, path: Path) -> ModelConfig:
         n_heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])
         theta, scaling, local_theta = _layered_rope(cfg, family, path)
-        moe = _moe_fields(cfg, path)
+        moe = _moe_fields(cfg, family, path)
         return ModelConfig(
             arch=family.engine_arch,
             name=name,

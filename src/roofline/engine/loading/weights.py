@@ -24,6 +24,7 @@ import numpy as np
 
 from roofline.dtypes import DTYPE_NAMES
 from roofline.engine.loading.config import ModelConfig
+from roofline.errors import UserError
 from roofline.simd_memory import aligned_empty
 
 DTYPES = DTYPE_NAMES  # roofline.dtypes: stored as the file holds it (stored_weights), ...
@@ -98,10 +99,15 @@ def expert_layout(c: ModelConfig, expert: int) -> list[tuple[str, str, str, int,
 
 
 def routers(c: ModelConfig, tensors: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Every layer's router (L, E, hidden) float32 and its unit row scales (L, E)."""
-    router = np.stack(
-        [vector(tensors[f"model.layers.{i}.mlp.gate.weight"]) for i in range(c.n_layers)]
-    )
+    """Every layer's router (L, E, hidden) float32 and its unit row scales (L, E). A router is a
+    float tensor (llama.cpp keeps it F32): one left quantized is on torch's meta device."""
+    names = [f"model.layers.{i}.mlp.gate.weight" for i in range(c.n_layers)]
+    if any(tensors[n].is_meta for n in names):
+        raise UserError(
+            "the experts' router is stored quantized, which --dtype stored does not compute on; "
+            "run --dtype fp32"
+        )
+    router = np.stack([vector(tensors[n]) for n in names])
     return router, np.ones(router.shape[:2], np.float32)
 
 
