@@ -9,9 +9,9 @@ attention chunks) starts when all units of the one before are done:
                 | down rows, += x
     post norms: o rows and down rows go to a buffer instead, and a phase of rows (a unit each)
                 adds their RMSNorm to x (Gemma 2/3: `_post_norm_phase`)
-    experts:    the MLP's phases are (+ private router, routing and work list, `experts`) gate/up
-                rows of the routed experts, SiLU | their down rows | a row a unit, x += the row's
-                experts' outputs weighted, in rank order (`_expert_phases`)
+    experts:    the MLP's phases are router rows | (+ private routing and work list, `experts`)
+                gate/up rows of the routed experts, SiLU | their down rows | a row a unit, x +=
+                the row's experts' outputs weighted, in rank order (`_expert_phases`)
     then:       lm_head rows (+ private final RMSNorm of the logit rows)
 
 Units are split evenly (equal weight bytes); a thread claims runs of its own share, then others'
@@ -51,7 +51,7 @@ from roofline.simd_memory import aligned_floats
 
 PHASES_PER_LAYER = 6
 POST_NORM_PHASES = 2  # per layer, with post norms
-EXPERT_PHASES = 1  # per layer, with experts: the combine
+EXPERT_PHASES = 2  # per layer, with experts: the router and the combine
 LINE = 8  # int64 counters per cache line: each counter gets a line of its own
 # spins (`pause`) before napping: tens of microseconds, while phases end within a few of each other
 SPINS_BEFORE_NAP = 2000
@@ -359,14 +359,20 @@ def _expert_down_phase(
 def _expert_phases(
     counters, phase, tid, n_threads, layer, experts, moe, shape, h, x, scratch, unit_bytes
 ):
-    """A mixture of experts' MLP on h (this thread's normed rows), added to x: the router and the
-    work list privately (every thread the same), then three phases (module doc)."""
-    logits, ids, weights, slot_of, n_rows, start, chosen, xg, acc, egu, eact, eout = moe
+    """A mixture of experts' MLP on h (this thread's normed rows), added to x: the router's rows
+    as a phase, the routing and work list privately (every thread the same), then three phases
+    (module doc)."""
+    logits, ids, weights, slot_of, n_rows, start, chosen, xg, acc, egu, eact, eout, r_out = moe
     logits, ids, weights, slot_of = logits[tid], ids[tid], weights[tid], slot_of[tid]
     n_rows, start, chosen, xg, acc = n_rows[tid], start[tid], chosen[tid], xg[tid], acc[tid]
     n_experts = experts.router.shape[1]
-    matvec_rows(experts.router[layer], experts.router_scale[layer], h, logits, 0, n_experts,
-                False)  # fmt: skip
+    # the router's logits once, its rows split between the threads like any matrix's (computed by
+    # every thread, it would be E x hidden multiply-adds a row for each), then each thread routes
+    # its own copy
+    _matvec_phase(counters, phase, tid, n_threads, experts.router[layer],
+                  experts.router_scale[layer], h, r_out, False, unit_bytes)  # fmt: skip
+    phase += 1
+    logits[:] = r_out
     route(logits, shape.top_k, shape.norm_topk, ids, weights)
     n_chosen = expert_work(ids, n_experts, n_rows, start, slot_of, chosen)
     gather_rows(h, slot_of, xg)
@@ -555,8 +561,9 @@ def _worker(
 @njit(**JIT_OPTIONS)
 def _expert_scratch(k, n_threads, hidden, n_experts, top_k, ffn):
     """`_expert_phases`' buffers for k rows (of no size for a dense model, top_k 0): each thread's
-    router logits, routing, work list, gathered rows and combine row; the slots' [g | u], act and
-    outputs. Always arrays, never None: the prange's threads take a tuple of arrays."""
+    router probabilities, routing, work list, gathered rows and combine row; the slots' [g | u],
+    act and outputs; the router's logits. Always arrays, never None: the prange's threads take a
+    tuple of arrays."""
     slots = k * top_k
     return (
         _rows(n_threads * k, n_experts).reshape((n_threads, k, n_experts)),
@@ -571,6 +578,7 @@ def _expert_scratch(k, n_threads, hidden, n_experts, top_k, ffn):
         _rows(slots, 2 * ffn),
         _rows(slots, ffn),
         _rows(slots, hidden),
+        _rows(k, n_experts),
     )
 
 
