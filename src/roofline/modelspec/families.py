@@ -76,7 +76,12 @@ _TRAITS: dict[str, dict[str, Any]] = {
         "hf_classes": ("MistralForCausalLM",),
         "gguf_permutes_qk": True,
     },
-    "mixtral": {},
+    # Mistral's block with a mixture of experts in every layer (ModelConfig.moe); GGUF: llama's
+    "mixtral": {
+        "engine_arch": "llama",
+        "hf_classes": ("MixtralForCausalLM",),
+        "gguf_permutes_qk": True,
+    },
     "granite": {"gguf_archs": ("granite",)},
     "smollm3": {"gguf_archs": ("smollm3",)},
     "phi3": {"gguf_archs": ("phi3",)},
@@ -100,7 +105,12 @@ _TRAITS: dict[str, dict[str, Any]] = {
         "engine_arch": "qwen3",
         "hf_classes": ("Qwen3ForCausalLM",),
     },
-    "qwen3_moe": {"gguf_archs": ("qwen3moe",), "qk_norm": True},
+    "qwen3_moe": {
+        "gguf_archs": ("qwen3moe",),
+        "qk_norm": True,
+        "engine_arch": "qwen3moe",
+        "hf_classes": ("Qwen3MoeForCausalLM",),
+    },
     "gemma": {"gguf_archs": ("gemma",)},
     "gemma2": {"gguf_archs": ("gemma2",), "norms_per_layer": 4, "window_rule": "alternate"},
     "gemma3_text": {

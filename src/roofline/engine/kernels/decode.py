@@ -9,6 +9,9 @@ attention chunks) starts when all units of the one before are done:
                 | down rows, += x
     post norms: o rows and down rows go to a buffer instead, and a phase of rows (a unit each)
                 adds their RMSNorm to x (Gemma 2/3: `_post_norm_phase`)
+    experts:    the MLP's phases are router rows | (+ private routing and work list, `experts`)
+                gate/up rows of the routed experts, SiLU | their down rows | a row a unit, x +=
+                the row's experts' outputs weighted, in rank order (`_expert_phases`)
     then:       lm_head rows (+ private final RMSNorm of the logit rows)
 
 Units are split evenly (equal weight bytes); a thread claims runs of its own share, then others'
@@ -34,6 +37,7 @@ from roofline.engine.kernels.attention import (
     merge_attention,
 )
 from roofline.engine.kernels.block_simd import FormatSet, with_formats
+from roofline.engine.kernels.experts import combine_row, expert_work, gather_rows, route
 from roofline.engine.kernels.layer_kernels import (
     JIT_OPTIONS,
     matvec_rows,
@@ -47,6 +51,7 @@ from roofline.simd_memory import aligned_floats
 
 PHASES_PER_LAYER = 6
 POST_NORM_PHASES = 2  # per layer, with post norms
+EXPERT_PHASES = 2  # per layer, with experts: the router and the combine
 LINE = 8  # int64 counters per cache line: each counter gets a line of its own
 # spins (`pause`) before napping: tens of microseconds, while phases end within a few of each other
 SPINS_BEFORE_NAP = 2000
@@ -89,6 +94,21 @@ class LayerWeights(NamedTuple):
     d_scale: np.ndarray
 
 
+class Experts(NamedTuple):
+    """A mixture of experts' arrays (weights.ExpertWeights): the float32 router (L, E, hidden) with
+    unit scales (L, E), and each expert's [Wg; Wu] (L, E, 2 ffn, hidden) and Wd (L, E, hidden,
+    ffn) with per-output-row scales (L, E, rows). A pass's argument of its own beside
+    LayerWeights (whose wgu and wd then have no rows): the prange hands its threads the arrays of a
+    tuple, not of a tuple in a tuple."""
+
+    router: np.ndarray
+    router_scale: np.ndarray
+    wgu: np.ndarray
+    gu_scale: np.ndarray
+    wd: np.ndarray
+    d_scale: np.ndarray
+
+
 class HeadWeights(NamedTuple):
     """The embedding and the output head (lm_head is embed when tied)."""
 
@@ -122,6 +142,10 @@ class Shape(NamedTuple):
     embed_scale: np.float32  # what embedding rows are multiplied by
     windows: np.ndarray  # (L,) int64
     layer_rope: np.ndarray  # (L,) int64
+    n_experts: int = 0  # experts of a layer (0: a dense MLP)
+    top_k: int = 0  # experts a row is routed to
+    expert_ffn: int = 0  # an expert's rows of Wg (of Wu)
+    norm_topk: bool = True  # their router probabilities renormalised to sum 1
     formats: FormatSet | None = None  # stored rows: the formats of their codes
 
 
@@ -131,17 +155,25 @@ def kernel_weights(w) -> tuple[LayerWeights, HeadWeights]:
     return layers, HeadWeights(*(getattr(w, name) for name in HeadWeights._fields))
 
 
+def kernel_experts(w) -> Experts | None:
+    """The expert arrays of a weights.DecodeWeights (None for a dense model)."""
+    x = w.experts
+    return None if x is None else Experts(*(getattr(x, name) for name in Experts._fields))
+
+
 def kernel_shape(config, w) -> Shape:
     """The config scalars, and for stored rows the formats their codes use: the kernels are
     compiled for those only (`block_simd`)."""
     formats = None
     if w.wqkv.dtype == np.uint8:
+        x = w.experts
         formats = FormatSet.of(
             *(
                 getattr(w, f)
                 for f in LayerWeights._fields + HeadWeights._fields
                 if f.endswith("_scale")
-            )
+            ),
+            *([] if x is None else [x.gu_scale, x.d_scale]),
         )
     return Shape(
         n_heads=config.n_heads,
@@ -153,6 +185,10 @@ def kernel_shape(config, w) -> Shape:
         embed_scale=np.float32(config.embed_scale),
         windows=np.array(config.windows, dtype=np.int64),
         layer_rope=np.array(config.layer_rope_tables, dtype=np.int64),
+        n_experts=config.n_experts,
+        top_k=config.n_experts_used,
+        expert_ffn=config.ffn if config.moe else 0,
+        norm_topk=config.norm_topk,
         formats=formats,
     )
 
@@ -265,16 +301,135 @@ def _gate_up_phase(
 
 
 @njit(**JIT_OPTIONS)
-def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn, unit_bytes):
+def _expert_gate_up_phase(
+    counters, phase, tid, n_threads, wgu, gu_scale, formats, work, xg, egu, eact, scratch,
+    unit_bytes, gelu,
+):  # fmt: skip
+    """`_gate_up_phase` over the routed experts: a unit is a block of one expert's gate rows and
+    the same block of its up rows for all its rows at once (xg: the gathered rows; egu, eact:
+    their [g | u] and act, by slot). work: (n_chosen, chosen, start, n_rows) of `expert_work`."""
+    n_chosen, chosen, start, n_rows = work
+    ffn = eact.shape[1]
+    per = max(16, _rows_per_unit(wgu[0], unit_bytes) // 16 * 16)  # whole 16-column SiLU blocks
+    blocks = (ffn + per - 1) // per
+    n_units = n_chosen * blocks
+    done = 0
+    while True:
+        u, count = _claim(counters, phase, tid, n_threads, n_units)
+        if count == 0:
+            break
+        for v in range(u, u + count):
+            e = chosen[v // blocks]
+            j0, j1 = v % blocks * per, min((v % blocks + 1) * per, ffn)
+            s0, s1 = start[e], start[e] + n_rows[e]
+            scale = with_formats(gu_scale[e], formats)
+            matvec_rows(wgu[e], scale, xg[s0:s1], egu[s0:s1], j0, j1, False)
+            matvec_rows(wgu[e], scale, xg[s0:s1], egu[s0:s1], ffn + j0, ffn + j1, False)
+            silu_mul(egu[s0:s1], eact[s0:s1], j0, j1, scratch, gelu)
+        done += count
+    _finish(counters, phase, n_threads, n_units, done)
+
+
+@njit(**JIT_OPTIONS)
+def _expert_down_phase(
+    counters, phase, tid, n_threads, wd, d_scale, formats, work, eact, eout, unit_bytes
+):
+    """eout[slots of e] = Wd_e act for the routed experts e, a block of one expert's rows a
+    unit."""
+    n_chosen, chosen, start, n_rows = work
+    per = _rows_per_unit(wd[0], unit_bytes)
+    blocks = (eout.shape[1] + per - 1) // per
+    n_units = n_chosen * blocks
+    done = 0
+    while True:
+        u, count = _claim(counters, phase, tid, n_threads, n_units)
+        if count == 0:
+            break
+        for v in range(u, u + count):
+            e = chosen[v // blocks]
+            o0, o1 = v % blocks * per, min((v % blocks + 1) * per, eout.shape[1])
+            s0, s1 = start[e], start[e] + n_rows[e]
+            matvec_rows(wd[e], with_formats(d_scale[e], formats), eact[s0:s1], eout[s0:s1], o0,
+                        o1, False)  # fmt: skip
+        done += count
+    _finish(counters, phase, n_threads, n_units, done)
+
+
+@njit(**JIT_OPTIONS)
+def _expert_phases(
+    counters, phase, tid, n_threads, layer, experts, moe, shape, h, x, scratch, unit_bytes
+):
+    """A mixture of experts' MLP on h (this thread's normed rows), added to x: the router's rows
+    as a phase, the routing and work list privately (every thread the same), then three phases
+    (module doc)."""
+    logits, ids, weights, slot_of, n_rows, start, chosen, xg, acc, egu, eact, eout, r_out = moe
+    logits, ids, weights, slot_of = logits[tid], ids[tid], weights[tid], slot_of[tid]
+    n_rows, start, chosen, xg, acc = n_rows[tid], start[tid], chosen[tid], xg[tid], acc[tid]
+    n_experts = experts.router.shape[1]
+    # the router's logits once, its rows split between the threads like any matrix's (computed by
+    # every thread, it would be E x hidden multiply-adds a row for each), then each thread routes
+    # its own copy
+    _matvec_phase(counters, phase, tid, n_threads, experts.router[layer],
+                  experts.router_scale[layer], h, r_out, False, unit_bytes)  # fmt: skip
+    phase += 1
+    logits[:] = r_out
+    route(logits, shape.top_k, shape.norm_topk, ids, weights)
+    n_chosen = expert_work(ids, n_experts, n_rows, start, slot_of, chosen)
+    gather_rows(h, slot_of, xg)
+    work = (n_chosen, chosen, start, n_rows)
+    _expert_gate_up_phase(counters, phase, tid, n_threads, experts.wgu[layer],
+                          experts.gu_scale[layer], shape.formats, work, xg, egu, eact, scratch,
+                          unit_bytes, shape.gelu)  # fmt: skip
+    _expert_down_phase(counters, phase + 1, tid, n_threads, experts.wd[layer],
+                       experts.d_scale[layer], shape.formats, work, eact, eout,
+                       unit_bytes)  # fmt: skip
+    k = x.shape[0]
+    done = 0
+    while True:
+        u, count = _claim(counters, phase + 2, tid, n_threads, k)
+        if count == 0:
+            break
+        for r in range(u, u + count):
+            combine_row(r, slot_of, weights, eout, x, acc)
+        done += count
+    _finish(counters, phase + 2, n_threads, k, done)
+
+
+@njit(**JIT_OPTIONS)
+def _mlp_phases(
+    counters, phase, tid, n_threads, layer, experts, moe, shape, w, h, gu, act, out, accumulate,
+    x, scratch, unit_bytes,
+):  # fmt: skip
+    """The MLP's phases from `phase` on (h: this thread's normed rows); returns the next phase.
+    Dense: gate/up rows, SiLU | down rows, into out; with experts (not None: numba compiles
+    each kind apart, a dense model's pass has no expert code), `_expert_phases`."""
+    if experts is None:
+        _gate_up_phase(counters, phase, tid, n_threads, w.wgu[layer],
+                       with_formats(w.gu_scale[layer], shape.formats), h, gu, act, scratch,
+                       unit_bytes, shape.gelu)  # fmt: skip
+        _matvec_phase(counters, phase + 1, tid, n_threads, w.wd[layer],
+                      with_formats(w.d_scale[layer], shape.formats), act, out, accumulate,
+                      unit_bytes)  # fmt: skip
+        return phase + 2
+    else:
+        _expert_phases(counters, phase, tid, n_threads, layer, experts, moe, shape, h, x, scratch,
+                       unit_bytes)  # fmt: skip
+        return phase + 2 + EXPERT_PHASES
+
+
+@njit(**JIT_OPTIONS)
+def _worker(
+    tid, n_threads, counters, rows, shape, w, experts, head, cache, buffers, attn, moe, unit_bytes
+):
     """Thread tid's walk through the phases (module docstring). rows: Rows, shape: Shape, w:
-    LayerWeights, head: HeadWeights, cache: Cache; buffers and attn: scratch (see decode_rows)."""
+    LayerWeights, experts: Experts or None, head: HeadWeights, cache: Cache; buffers, attn and
+    moe: scratch (see decode_rows)."""
     slots, positions, cache_positions = rows.slots, rows.positions, rows.cache_positions
     tree_base, tree_path, logit_rows = rows.tree_base, rows.tree_path, rows.logit_rows
     n_heads, eps, use_qk_norm, formats = shape.n_heads, shape.eps, shape.use_qk_norm, shape.formats
     post_norms, windows, layer_rope = shape.post_norms, shape.windows, shape.layer_rope
     attn_norm, wqkv, qkv_scale, bqkv = w.attn_norm, w.wqkv, w.qkv_scale, w.bqkv
     q_norm, k_norm, wo, o_scale, mlp_norm = w.q_norm, w.k_norm, w.wo, w.o_scale, w.mlp_norm
-    wgu, gu_scale, wd, d_scale = w.wgu, w.gu_scale, w.wd, w.d_scale
     final_norm, lm_head = head.final_norm, head.lm_head
     lm_scale = with_formats(head.lm_scale, formats)
     cos, sin, k_cache, v_cache = cache.cos, cache.sin, cache.k, cache.v
@@ -378,34 +533,8 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
                              x, h)  # fmt: skip
             phase += 1
         rms_norm(x, mlp_norm[layer], eps, h)
-        _gate_up_phase(
-            counters,
-            phase,
-            tid,
-            n_threads,
-            wgu[layer],
-            with_formats(gu_scale[layer], formats),
-            h,
-            gu,
-            act,
-            silu_scratch,
-            unit_bytes,
-            shape.gelu,
-        )
-        phase += 1
-        _matvec_phase(
-            counters,
-            phase,
-            tid,
-            n_threads,
-            wd[layer],
-            with_formats(d_scale[layer], formats),
-            act,
-            out,
-            accumulate,
-            unit_bytes,
-        )
-        phase += 1
+        phase = _mlp_phases(counters, phase, tid, n_threads, layer, experts, moe, shape, w, h,
+                            gu, act, out, accumulate, x, silu_scratch, unit_bytes)  # fmt: skip
         if post_norms:
             _post_norm_phase(counters, phase, tid, n_threads, proj, w.mlp_post_norm[layer], eps,
                              x, h)  # fmt: skip
@@ -429,6 +558,30 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
     )
 
 
+@njit(**JIT_OPTIONS)
+def _expert_scratch(k, n_threads, hidden, n_experts, top_k, ffn):
+    """`_expert_phases`' buffers for k rows (of no size for a dense model, top_k 0): each thread's
+    router probabilities, routing, work list, gathered rows and combine row; the slots' [g | u],
+    act and outputs; the router's logits. Always arrays, never None: the prange's threads take a
+    tuple of arrays."""
+    slots = k * top_k
+    return (
+        _rows(n_threads * k, n_experts).reshape((n_threads, k, n_experts)),
+        np.empty((n_threads, k, top_k), dtype=np.int64),
+        np.empty((n_threads, k, top_k), dtype=np.float32),
+        np.empty((n_threads, k, top_k), dtype=np.int64),
+        np.empty((n_threads, n_experts), dtype=np.int64),
+        np.empty((n_threads, n_experts), dtype=np.int64),
+        np.empty((n_threads, n_experts), dtype=np.int64),
+        _rows(n_threads * slots, hidden).reshape((n_threads, slots, hidden)),
+        np.empty((n_threads, hidden), dtype=np.float32),
+        _rows(slots, 2 * ffn),
+        _rows(slots, ffn),
+        _rows(slots, hidden),
+        _rows(k, n_experts),
+    )
+
+
 # The pass's threads come from its own prange: a prange in a function of its own cost that
 # function's compile (all the kernels it reaches, optimized and emitted once more: about 9 s of a
 # cold decode pass's compile, docs/measured.md). Only the prange is parallel: numba's other
@@ -446,14 +599,16 @@ def _worker(tid, n_threads, counters, rows, shape, w, head, cache, buffers, attn
     },
     **JIT_OPTIONS,
 )
-def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=UNIT_BYTES):
+def decode_rows(
+    rows, shape, layers, head, cache, logits, n_threads, unit_bytes=UNIT_BYTES, experts=None
+):
     """Run all layers for the k rows of `rows` (Rows): write each row's K/V into `cache` (Cache) at
     its cache position, and the float32 logits of row rows.logit_rows[j] into logits[j] (a prefill
     needs only its last row's, and none before its last pass). layers (LayerWeights) stack over
     layers: wqkv (L, q+2kv, hidden), wo (L, hidden, q), wgu (L, 2 ffn, hidden), wd (L, hidden,
     ffn), each with per-output-row scales (L, rows); head: HeadWeights; shape: Shape. Named tuples,
     so two same-shaped arrays cannot trade places unnoticed. n_threads: workers to start;
-    unit_bytes: weight bytes per unit."""
+    unit_bytes: weight bytes per unit; experts: a mixture of experts' Experts (None: dense)."""
     tokens, positions, tree_path, logit_rows = (
         rows.tokens,
         rows.positions,
@@ -482,7 +637,9 @@ def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=
         *gather_scratch(n_threads, tree_path.shape[1], head_dim),
         np.empty((n_threads, 3, k * (n_heads // n_kv)), dtype=np.int64),  # query offsets
     )
-    n_phases = n_layers * (PHASES_PER_LAYER + (POST_NORM_PHASES if shape.post_norms else 0)) + 1
+    per_layer = PHASES_PER_LAYER + (POST_NORM_PHASES if shape.post_norms else 0)
+    per_layer += EXPERT_PHASES if shape.top_k > 0 else 0
+    n_phases = n_layers * per_layer + 1
     counters = np.zeros(n_phases * (n_threads + 1) * LINE, dtype=np.int64)
     buffers = (
         x,
@@ -498,6 +655,7 @@ def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=
         _rows(k, hidden),
     )
     attn = (first_unit, n_chunks, work, scores, part_out, part_max, part_sum, *gathers)
+    moe = _expert_scratch(k, n_threads, hidden, shape.n_experts, shape.top_k, shape.expert_ffn)
     # the loop index is unsigned inside the parallel region: one signature
     for tid in prange(n_threads):
         _worker(
@@ -507,9 +665,11 @@ def decode_rows(rows, shape, layers, head, cache, logits, n_threads, unit_bytes=
             rows,
             shape,
             layers,
+            experts,
             head,
             cache,
             buffers,
             attn,
+            moe,
             unit_bytes,
         )

@@ -19,6 +19,8 @@ Gemma 3 (the ModelConfig fields): x starts as the embedding times embed_scale; t
 MLP outputs go through their own RMSNorm before each residual add, and the MLP's input norm is
 pre_feedforward_layernorm; GELU (tanh) for SiLU; scores times query_scale; a sliding layer's query
 sees its last `window` positions, and turns by its own RoPE table; logits = cap tanh(logits / cap).
+
+A mixture of experts (Qwen3-MoE, Mixtral: ModelConfig.moe): the MLP is `moe_mlp`.
 """
 
 from __future__ import annotations
@@ -146,6 +148,26 @@ def attention(
     return out[0].transpose(0, 1).reshape(T, H * d)
 
 
+def moe_mlp(config: ModelConfig, weights: Mapping[str, torch.Tensor], p: str, h: torch.Tensor):
+    """sum_j w_j SwiGLU_{e_j}(h) per row: e_j the top-k experts of softmax(h Wr^T), w_j their
+    probabilities (renormalised with norm_topk), the sum in rank order."""
+    probs = torch.softmax(linear(h, dense_weight(weights, p + "mlp.gate.weight")), dim=-1)
+    top, ids = torch.topk(probs, config.n_experts_used, dim=-1)
+    if config.norm_topk:
+        top = top / top.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(h)
+    for r in range(h.shape[0]):
+        for j in range(config.n_experts_used):
+            e = f"{p}mlp.experts.{int(ids[r, j])}."
+            gate = linear(h[r : r + 1], dense_weight(weights, e + "gate_proj.weight"))
+            up = linear(h[r : r + 1], dense_weight(weights, e + "up_proj.weight"))
+            out[r] += (
+                top[r, j]
+                * linear(F.silu(gate) * up, dense_weight(weights, e + "down_proj.weight"))[0]
+            )
+    return out
+
+
 def forward(
     config: ModelConfig,
     weights: Mapping[str, torch.Tensor],
@@ -206,6 +228,9 @@ def forward(
         x = x + o
         mlp_norm = "pre_feedforward_layernorm" if c.post_norms else "post_attention_layernorm"
         h = rms_norm(x, w[p + mlp_norm + ".weight"], c.rms_eps)
+        if c.moe:
+            x = x + moe_mlp(c, w, p, h)
+            continue
         gate = linear(h, dense_weight(w, p + "mlp.gate_proj.weight"))
         up = linear(h, dense_weight(w, p + "mlp.up_proj.weight"))
         act = (

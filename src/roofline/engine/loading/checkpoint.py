@@ -48,7 +48,12 @@ def hf_tensor_names(config: ModelConfig) -> list[str]:
                 p + "post_feedforward_layernorm.weight",
             ]
         names += [p + f"self_attn.{x}_proj.weight" for x in "qkvo"]
-        names += [p + f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")]
+        if config.moe:  # the router, then each expert's SwiGLU
+            names.append(p + "mlp.gate.weight")
+            for e in range(config.n_experts):
+                names += [p + f"mlp.experts.{e}.{x}_proj.weight" for x in ("gate", "up", "down")]
+        else:
+            names += [p + f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")]
         if config.attn_bias:
             names += [p + f"self_attn.{x}_proj.bias" for x in "qkv"]
         if config.qk_norm:
@@ -57,7 +62,8 @@ def hf_tensor_names(config: ModelConfig) -> list[str]:
 
 
 def hf_tensor_shape(name: str, config: ModelConfig) -> tuple[int, ...]:
-    """The HF shape of one tensor: Linear weights are (out_features, in_features)."""
+    """The HF shape of one tensor: Linear weights are (out_features, in_features); an expert's are
+    a dense MLP's of `ffn` rows."""
     c = config
     leaf = name.rsplit(".", 2)[-2] + "." + name.rsplit(".", 1)[-1]
     shapes = {
@@ -80,6 +86,7 @@ def hf_tensor_shape(name: str, config: ModelConfig) -> tuple[int, ...]:
         "gate_proj.weight": (c.ffn, c.hidden),
         "up_proj.weight": (c.ffn, c.hidden),
         "down_proj.weight": (c.hidden, c.ffn),
+        "gate.weight": (c.n_experts, c.hidden),  # the router
     }
     return shapes[leaf]
 
@@ -117,13 +124,15 @@ def stored_bytes(checkpoint: Checkpoint, name: str) -> int:
 def file_bytes_per_token(checkpoint: Checkpoint) -> int:
     """Weight bytes one batch-1 decode step must read from the file as stored: every tensor once,
     except the embedding table, of which one row (the lm_head, read in full, is the table itself
-    when tied)."""
+    when tied), and of each layer's experts the n_experts_used it is routed to."""
     total = 0
     for name in checkpoint.tensors:
         n = stored_bytes(checkpoint, name)
         if name == "model.embed_tokens.weight":
             rows = checkpoint.config.vocab_size
             total += n // rows + (n if checkpoint.config.tie_embeddings else 0)
+        elif ".mlp.experts." in name:  # a step reads the experts it is routed to
+            total += n * checkpoint.config.n_experts_used // checkpoint.config.n_experts
         else:
             total += n
     return total

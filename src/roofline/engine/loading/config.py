@@ -14,7 +14,8 @@ from roofline.modelspec.families import engine_archs
 # Decoder blocks the engine runs, from the family registry (Family.engine_arch): "llama" covers
 # Llama 2/3, Mistral and SmolLM (same block, RoPE on rotate-half pairs); "qwen2" adds q/k/v biases;
 # "qwen3" adds a per-head RMSNorm on q and k; "gemma3" is Qwen3's block with the Gemma 3 fields
-# of ModelConfig below.
+# of ModelConfig below; "qwen3moe" is Qwen3's block with a mixture of experts for its MLP (Mixtral
+# is "llama" with one: ModelConfig.moe).
 SUPPORTED_ARCHS = engine_archs()
 
 
@@ -53,6 +54,11 @@ class ModelConfig:
     # RoPE base of the sliding layers (no scaling there); None: every layer's is rope_theta
     local_rope_theta: float | None = None
     final_softcap: float | None = None  # logits = cap tanh(logits / cap)
+    # mixture of experts (Qwen3-MoE, Mixtral): every layer's MLP is n_experts SwiGLU experts of
+    # `ffn` rows each, of which a router picks n_experts_used per token; 0: one dense MLP
+    n_experts: int = 0
+    n_experts_used: int = 0
+    norm_topk: bool = True  # the picked experts' router probabilities renormalised to sum 1
 
     def __post_init__(self) -> None:
         # A checkpoint whose numbers contradict each other is corrupt, not a model to guess at.
@@ -76,8 +82,17 @@ class ModelConfig:
             )
         if self.head_dim % 2:
             raise ValueError(f"head_dim {self.head_dim} must be even for RoPE")
+        if self.n_experts and not 0 < self.n_experts_used <= self.n_experts:
+            raise ValueError(f"{self.n_experts_used} experts used of {self.n_experts}")
+        if self.n_experts and self.post_norms:
+            raise ValueError("experts with post norms are not supported")
         if self.layer_windows and len(self.layer_windows) != self.n_layers:
             raise ValueError(f"{len(self.layer_windows)} layer windows for {self.n_layers} layers")
+
+    @property
+    def moe(self) -> bool:
+        """Every layer's MLP is a mixture of experts."""
+        return self.n_experts > 0
 
     @property
     def attention_scale(self) -> float:

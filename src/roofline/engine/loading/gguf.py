@@ -29,7 +29,12 @@ from roofline.engine.loading.block_formats import BLOCK_FORMATS
 from roofline.engine.loading.checkpoint import Checkpoint, check_tensors
 from roofline.engine.loading.config import SUPPORTED_ARCHS, ModelConfig
 from roofline.engine.loading.gguf_block import block_fields
-from roofline.engine.loading.gguf_names import NON_WEIGHT_TENSORS, hf_name
+from roofline.engine.loading.gguf_names import (
+    NON_WEIGHT_TENSORS,
+    expert_name,
+    expert_tensor,
+    hf_name,
+)
 from roofline.engine.loading.rope_scaling import rope_scaling_from_gguf
 from roofline.errors import UserError
 from roofline.modelspec.families import get_family, model_type_of_gguf_arch
@@ -110,6 +115,35 @@ def _float32_value(value: object) -> float:
     return float(str(np.float32(value)))
 
 
+# GGUF architectures whose experts the engine runs (Mixtral's is llama's)
+MOE_ARCHS = ("qwen3moe", "llama")
+
+
+def _moe_fields(meta: dict, arch: str, path: Path) -> dict:
+    """ModelConfig's mixture-of-experts fields ({} without experts); llama.cpp renormalises the
+    picked experts' weights of these architectures (norm_topk). An expert's rows:
+    expert_feed_forward_length, else (Mixtral) feed_forward_length."""
+    n_experts = int(meta.get(f"{arch}.expert_count") or 0)
+    if n_experts == 0:
+        return {}
+    if arch not in MOE_ARCHS:
+        raise UserError(
+            f"{path}: mixture-of-experts {arch} models are not supported (expert_count > 0); "
+            f"supported: {', '.join(MOE_ARCHS)}"
+        )
+    return dict(
+        n_experts=n_experts,
+        n_experts_used=_uniform_int(meta, f"{arch}.expert_used_count", path),
+        norm_topk=True,
+        ffn=_uniform_int(
+            meta,
+            f"{arch}.expert_feed_forward_length",
+            path,
+            default=meta.get(f"{arch}.feed_forward_length"),
+        ),
+    )
+
+
 def config_from_gguf(meta: dict, shapes: dict[str, tuple[int, ...]], path: Path) -> ModelConfig:
     """ModelConfig from `{arch}.*` metadata; `shapes` (GGUF name -> numpy shape) settle vocab, ties,
     biases."""
@@ -119,8 +153,7 @@ def config_from_gguf(meta: dict, shapes: dict[str, tuple[int, ...]], path: Path)
             f"{path}: GGUF architecture {arch!r} is not supported; supported: "
             f"{', '.join(SUPPORTED_ARCHS)}"
         )
-    if int(meta.get(f"{arch}.expert_count") or 0) > 0:
-        raise UserError(f"{path}: mixture-of-experts models are not supported (expert_count > 0)")
+    moe = _moe_fields(meta, arch, path)
     n_heads = _uniform_int(meta, f"{arch}.attention.head_count", path)
     hidden = _uniform_int(meta, f"{arch}.embedding_length", path)
     head_dim = _uniform_int(
@@ -144,7 +177,7 @@ def config_from_gguf(meta: dict, shapes: dict[str, tuple[int, ...]], path: Path)
             n_heads=n_heads,
             n_kv_heads=_uniform_int(meta, f"{arch}.attention.head_count_kv", path, default=n_heads),
             head_dim=head_dim,
-            ffn=_uniform_int(meta, f"{arch}.feed_forward_length", path),
+            ffn=moe.pop("ffn", None) or _uniform_int(meta, f"{arch}.feed_forward_length", path),
             vocab_size=shapes["token_embd.weight"][0],
             max_seq_len=_uniform_int(meta, f"{arch}.context_length", path),
             rope_theta=_float32_value(meta.get(f"{arch}.rope.freq_base", 10000.0)),
@@ -154,6 +187,7 @@ def config_from_gguf(meta: dict, shapes: dict[str, tuple[int, ...]], path: Path)
             attn_bias="blk.0.attn_q.bias" in shapes,
             qk_norm="blk.0.attn_q_norm.weight" in shapes,
             **block_fields(meta, arch, n_layers, hidden, n_heads, head_dim, path),
+            **moe,
         )
     except ValueError as exc:
         raise UserError(f"{path}: inconsistent model hyperparameters ({exc})") from None
@@ -236,7 +270,11 @@ def load_gguf(path: str | os.PathLike, *, dequantize: bool = True) -> Checkpoint
         config = replace(config, rope_scaling=rope_scaling)
 
     unknown = [
-        n for n in by_name if hf_name(n, config.post_norms) is None and n not in NON_WEIGHT_TENSORS
+        n
+        for n in by_name
+        if hf_name(n, config.post_norms) is None
+        and n not in NON_WEIGHT_TENSORS
+        and not (config.moe and expert_tensor(n))
     ]
     if unknown:
         raise UserError(
@@ -248,10 +286,28 @@ def load_gguf(path: str | os.PathLike, *, dequantize: bool = True) -> Checkpoint
     for name, tensor in by_name.items():
         if name in NON_WEIGHT_TENSORS:
             continue
-        hf = hf_name(name, config.post_norms)
-        tensors[hf], stored[hf], blocks = _convert(tensor, hf, config, path, dequantize)
-        if blocks is not None:
-            raw[hf] = (stored[hf], blocks)
+        packed = expert_tensor(name)
+        if packed is None:
+            hf = hf_name(name, config.post_norms)
+            tensors[hf], stored[hf], blocks = _convert(tensor, hf, config, path, dequantize)
+            if blocks is not None:
+                raw[hf] = (stored[hf], blocks)
+            continue
+        # every expert's projection (experts, out, in): one HF tensor each, a view into it
+        layer, projection = packed
+        t, fmt, blocks = _convert(
+            tensor, expert_name(layer, 0, projection), config, path, dequantize
+        )
+        if t.dim() != 3 or t.shape[0] != config.n_experts:
+            raise UserError(
+                f"{path}: tensor {name} has shape {tuple(t.shape)}, not "
+                f"{config.n_experts} experts' matrices; the file is inconsistent"
+            )
+        for e in range(config.n_experts):
+            hf = expert_name(layer, e, projection)
+            tensors[hf], stored[hf] = t[e], fmt
+            if blocks is not None:
+                raw[hf] = (fmt, blocks[e])
     check_tensors(tensors, config, str(path))
     tokenizer = tokenizer_from_gguf(meta, path)
     return Checkpoint(

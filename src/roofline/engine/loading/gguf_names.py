@@ -1,5 +1,7 @@
 """llama.cpp tensor names -> Hugging Face names, for the Llama family (llama, qwen2, qwen3
-GGUFs) and Gemma 3's block, whose norms after attention and MLP rename the MLP's input norm."""
+GGUFs), Gemma 3's block, whose norms after attention and MLP rename the MLP's input norm, and a
+mixture of experts' (qwen3moe, Mixtral's llama), whose experts llama.cpp packs into one 3-D tensor
+per projection (`expert_tensor`)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,14 @@ _PER_LAYER = {
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
+    "ffn_gate_inp.weight": "mlp.gate.weight",  # a mixture of experts' router
+}
+
+# blk.{i}.<gguf part>: every expert's <HF projection> at once, numpy shape (experts, out, in)
+_EXPERTS = {
+    "ffn_gate_exps.weight": "gate_proj",
+    "ffn_up_exps.weight": "up_proj",
+    "ffn_down_exps.weight": "down_proj",
 }
 
 # Blocks with post norms (Gemma 2/3): llama.cpp's ffn_norm is the MLP's input norm there too, which
@@ -55,3 +65,16 @@ def hf_name(gguf_name: str, post_norms: bool = False) -> str | None:
     if match and match.group(2) in table:
         return f"model.layers.{match.group(1)}.{table[match.group(2)]}"
     return None
+
+
+def expert_tensor(gguf_name: str) -> tuple[int, str] | None:
+    """(layer, HF projection) of a GGUF tensor packing every expert's projection, else None."""
+    match = _BLOCK.fullmatch(gguf_name)
+    if match and match.group(2) in _EXPERTS:
+        return int(match.group(1)), _EXPERTS[match.group(2)]
+    return None
+
+
+def expert_name(layer: int, expert: int, projection: str) -> str:
+    """The HF name of one expert's projection."""
+    return f"model.layers.{layer}.mlp.experts.{expert}.{projection}.weight"

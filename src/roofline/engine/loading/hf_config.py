@@ -116,6 +116,30 @@ def _block_fields(cfg: dict, family: Family, hidden: int, path: Path) -> dict:
     )
 
 
+def _moe_fields(cfg: dict, family: Family, path: Path) -> dict:
+    """The mixture-of-experts fields (ModelConfig.n_experts ...), {} for a dense model. Every layer
+    must be sparse: Qwen3-MoE's dense layers (decoder_sparse_step > 1, mlp_only_layers) are
+    refused. An expert's rows: Qwen3-MoE's moe_intermediate_size, Mixtral's intermediate_size.
+    Mixtral always renormalises its top-k weights (a softmax over the top-k logits); Qwen3-MoE
+    when norm_topk_prob (default false, as Qwen3MoeConfig's)."""
+    # transformers 5 writes num_local_experts (num_experts may be the family's default only)
+    n_experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 0)
+    if n_experts == 0:
+        return {}
+    step = int(cfg.get("decoder_sparse_step") or 1)
+    if step != 1 or cfg.get("mlp_only_layers"):
+        raise UserError(
+            f"{path}: dense MLP layers among the expert layers (decoder_sparse_step={step}, "
+            f"mlp_only_layers={cfg.get('mlp_only_layers')}) are not supported"
+        )
+    return dict(
+        n_experts=n_experts,
+        n_experts_used=int(cfg["num_experts_per_tok"]),
+        norm_topk=family.model_type == "mixtral" or bool(cfg.get("norm_topk_prob", False)),
+        ffn=int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"]),
+    )
+
+
 def family_of(cfg: dict, path: Path) -> Family:
     """The family of a parsed config.json, by its architecture class; UserError naming the
     architecture when the engine does not run it."""
@@ -140,6 +164,7 @@ def config_from_hf(cfg: dict, name: str, path: Path) -> ModelConfig:
         n_heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])
         theta, scaling, local_theta = _layered_rope(cfg, family, path)
+        moe = _moe_fields(cfg, family, path)
         return ModelConfig(
             arch=family.engine_arch,
             name=name,
@@ -148,7 +173,7 @@ def config_from_hf(cfg: dict, name: str, path: Path) -> ModelConfig:
             n_heads=n_heads,
             n_kv_heads=int(cfg.get("num_key_value_heads") or n_heads),
             head_dim=int(cfg.get("head_dim") or hidden // n_heads),
-            ffn=int(cfg["intermediate_size"]),
+            ffn=moe.pop("ffn", None) or int(cfg["intermediate_size"]),
             vocab_size=int(cfg["vocab_size"]),
             max_seq_len=_context_tokens(cfg, family),
             rope_theta=theta,
@@ -160,6 +185,7 @@ def config_from_hf(cfg: dict, name: str, path: Path) -> ModelConfig:
             activation=activation,
             local_rope_theta=local_theta,
             **_block_fields(cfg, family, hidden, path),
+            **moe,
         )
     except KeyError as exc:
         raise UserError(

@@ -12,6 +12,14 @@ from roofline.engine.loading.hf_config import config_from_hf, family_of, read_js
 from roofline.errors import UserError
 
 _DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
+# Mixtral's names of a mixture of experts' tensors -> the engine's (Qwen3-MoE's): w1 the gate, w3
+# the up, w2 the down projection
+_MIXTRAL_NAMES = {
+    "block_sparse_moe.gate.": "mlp.gate.",
+    ".w1.": ".gate_proj.",
+    ".w3.": ".up_proj.",
+    ".w2.": ".down_proj.",
+}
 INDEX_FILE = "model.safetensors.index.json"
 
 
@@ -56,6 +64,17 @@ def _read_file(path: Path) -> dict[str, torch.Tensor]:
         ) from None
 
 
+def engine_name(name: str) -> str:
+    """A checkpoint's tensor name as the engine calls it: Mixtral's experts renamed
+    (`_MIXTRAL_NAMES`), every other name as it is."""
+    if ".block_sparse_moe." not in name:
+        return name
+    name = name.replace(".block_sparse_moe.experts.", ".mlp.experts.")
+    for old, new in _MIXTRAL_NAMES.items():
+        name = name.replace(old, new)
+    return name
+
+
 def read_tensors(folder: Path, needed: set[str]) -> dict[str, torch.Tensor]:
     """The `needed` tensors of a directory (other entries, e.g. rotary inv_freq buffers, are
     skipped)."""
@@ -63,11 +82,14 @@ def read_tensors(folder: Path, needed: set[str]) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     for path in files:
         for name, value in _read_file(path).items():
+            name = engine_name(name)
             if name in needed:
                 tensors[name] = value
     if weight_map is not None:
         absent = [
-            name for name, file in weight_map.items() if name in needed and name not in tensors
+            name
+            for name in weight_map
+            if engine_name(name) in needed and engine_name(name) not in tensors
         ]
         if absent:
             raise UserError(

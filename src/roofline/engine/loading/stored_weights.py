@@ -14,7 +14,15 @@ import numpy as np
 
 from roofline.engine.loading.block_formats import BLOCK_FORMATS
 from roofline.engine.loading.config import ModelConfig
-from roofline.engine.loading.weights import DecodeWeights, layer_layout, layer_vectors, vector
+from roofline.engine.loading.weights import (
+    DecodeWeights,
+    ExpertWeights,
+    expert_layout,
+    layer_layout,
+    layer_vectors,
+    routers,
+    vector,
+)
 from roofline.errors import UserError
 
 
@@ -39,8 +47,9 @@ def stored_rows(checkpoint, name: str) -> tuple[str, np.ndarray]:
 
 
 def _stack(parts: list[list[tuple[str, np.ndarray]]]) -> tuple[np.ndarray, np.ndarray]:
-    """Layers of [(format, rows)] pieces -> (data (L, rows, stride), codes (L, rows)), uint8."""
-    stride = max(rows.shape[1] for layer in parts for _, rows in layer)
+    """Layers of [(format, rows)] pieces -> (data (L, rows, stride), codes (L, rows)), uint8 (a
+    stack of no rows: stride 0)."""
+    stride = max((rows.shape[1] for layer in parts for _, rows in layer), default=0)
     n_rows = sum(rows.shape[0] for _, rows in parts[0])
     data = np.zeros((len(parts), n_rows, stride), np.uint8)
     codes = np.empty((len(parts), n_rows), np.uint8)
@@ -74,6 +83,7 @@ def pack_stored(config: ModelConfig, checkpoint) -> DecodeWeights:
     vectors = layer_vectors(c, t)
     (wqkv, qkv_fmt), (wo, o_fmt) = _stack(pieces["wqkv"]), _stack(pieces["wo"])
     (wgu, gu_fmt), (wd, d_fmt) = _stack(pieces["wgu"]), _stack(pieces["wd"])
+    experts = _stored_experts(c, checkpoint) if c.moe else None
     embed, embed_fmt = _single(stored_rows(checkpoint, "model.embed_tokens.weight"))
     if c.tie_embeddings or "lm_head.weight" not in t:
         lm_head, lm_fmt = embed, embed_fmt
@@ -101,6 +111,31 @@ def pack_stored(config: ModelConfig, checkpoint) -> DecodeWeights:
         final_norm=norm,
         lm_head=lm_head,
         lm_scale=lm_fmt,
+        experts=experts,
+    )
+
+
+def _stored_experts(c: ModelConfig, checkpoint) -> ExpertWeights:
+    """ExpertWeights of stored rows: a stack over layers and experts (L, E, rows, stride), one
+    stride for all; the routers float32 (llama.cpp keeps them F32)."""
+    L, E = c.n_layers, c.n_experts
+    pieces: dict[str, list] = {"wgu": [], "wd": []}  # [layer * E + expert][piece]
+    for i in range(L):
+        for e in range(E):
+            for stack in pieces.values():
+                stack.append([])
+            for name, stack, _, _, _ in expert_layout(c, e):
+                rows = stored_rows(checkpoint, f"model.layers.{i}.{name}.weight")
+                pieces[stack][-1].append(rows)
+    (wgu, gu_fmt), (wd, d_fmt) = _stack(pieces["wgu"]), _stack(pieces["wd"])
+    router, router_scale = routers(c, checkpoint.tensors)
+    return ExpertWeights(
+        router=router,
+        router_scale=router_scale,
+        wgu=wgu.reshape(L, E, *wgu.shape[1:]),
+        gu_scale=gu_fmt.reshape(L, E, -1),
+        wd=wd.reshape(L, E, *wd.shape[1:]),
+        d_scale=d_fmt.reshape(L, E, -1),
     )
 
 
@@ -114,7 +149,8 @@ def _row_bytes(codes: np.ndarray, n_in: int) -> int:
 
 def stored_bytes_per_token(config: ModelConfig, w: DecodeWeights) -> int:
     """Weight bytes one batch-1 decode step reads: every matrix row as stored, the norms (and
-    biases), one embedding row, the whole lm_head (the embedding table itself when tied)."""
+    biases), one embedding row, the whole lm_head (the embedding table itself when tied); of a
+    mixture of experts, the experts a token is routed to."""
     c = config
     vectors = [w.attn_norm, w.mlp_norm, w.final_norm]
     vectors += [w.bqkv] if c.attn_bias else []
@@ -128,4 +164,8 @@ def stored_bytes_per_token(config: ModelConfig, w: DecodeWeights) -> int:
         + _row_bytes(w.lm_scale, c.hidden)
     )
     embed_row = _row_bytes(w.embed_scale[:1], c.hidden)
+    x = w.experts
+    if x is not None:  # every router, and the n_experts_used experts a token is routed to
+        both = _row_bytes(x.gu_scale, c.hidden) + _row_bytes(x.d_scale, c.ffn)
+        matrices += x.router.nbytes + both * c.n_experts_used // c.n_experts
     return sum(a.nbytes for a in vectors) + matrices + embed_row

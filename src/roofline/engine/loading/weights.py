@@ -3,6 +3,9 @@
 Stacked over layers so that the kernels index one array per kind of weight:
     wqkv (L, q_dim + 2 kv_dim, hidden) = [Wq; Wk; Wv]     wo (L, hidden, q_dim)
     wgu  (L, 2 ffn, hidden)            = [Wg; Wu]         wd (L, hidden, ffn)
+A mixture-of-experts model (ModelConfig.moe) has no dense MLP (wgu and wd with 0 rows) and
+`experts` instead (`ExpertWeights`: each expert's [Wg; Wu] and Wd, stacked over layers and experts,
+and the float32 router).
 Matrix formats (DTYPES):
     stored  each row as the file stores it (GGUF blocks, F16, BF16, F32): `stored_weights`
     fp32    float32
@@ -21,10 +24,23 @@ import numpy as np
 
 from roofline.dtypes import DTYPE_NAMES
 from roofline.engine.loading.config import ModelConfig
+from roofline.errors import UserError
 from roofline.simd_memory import aligned_empty
 
 DTYPES = DTYPE_NAMES  # roofline.dtypes: stored as the file holds it (stored_weights), ...
 _STORAGE = {"fp32": np.float32, "bf16": np.uint16, "int8": np.int8}
+
+
+@dataclass(kw_only=True)
+class ExpertWeights:
+    """A mixture of experts' arrays, stacked over layers then experts (E), beside DecodeWeights."""
+
+    router: np.ndarray  # (L, E, hidden) float32: the router's logits are router h
+    router_scale: np.ndarray  # (L, E) float32 ones
+    wgu: np.ndarray  # (L, E, 2 ffn, hidden) = [Wg; Wu] of each expert
+    gu_scale: np.ndarray  # (L, E, 2 ffn)
+    wd: np.ndarray  # (L, E, hidden, ffn)
+    d_scale: np.ndarray  # (L, E, hidden)
 
 
 @dataclass(kw_only=True)
@@ -52,21 +68,47 @@ class DecodeWeights:
     final_norm: np.ndarray  # (hidden,) float32
     lm_head: np.ndarray  # (vocab, hidden); the same array as embed when tied
     lm_scale: np.ndarray  # (vocab,)
+    experts: ExpertWeights | None = None  # a mixture of experts' (wgu and wd then have 0 rows)
 
 
 def layer_layout(c: ModelConfig) -> list[tuple[str, str, str, int, int]]:
     """(HF projection name, stack attribute, scale attribute, first row, end row) of every layer
     matrix."""
     q, kv, f = c.q_dim, c.kv_dim, c.ffn
+    mlp = [
+        ("mlp.gate_proj", "wgu", "gu_scale", 0, f),
+        ("mlp.up_proj", "wgu", "gu_scale", f, 2 * f),
+        ("mlp.down_proj", "wd", "d_scale", 0, c.hidden),
+    ]
     return [
         ("self_attn.q_proj", "wqkv", "qkv_scale", 0, q),
         ("self_attn.k_proj", "wqkv", "qkv_scale", q, q + kv),
         ("self_attn.v_proj", "wqkv", "qkv_scale", q + kv, q + 2 * kv),
         ("self_attn.o_proj", "wo", "o_scale", 0, c.hidden),
-        ("mlp.gate_proj", "wgu", "gu_scale", 0, f),
-        ("mlp.up_proj", "wgu", "gu_scale", f, 2 * f),
-        ("mlp.down_proj", "wd", "d_scale", 0, c.hidden),
+    ] + ([] if c.moe else mlp)
+
+
+def expert_layout(c: ModelConfig, expert: int) -> list[tuple[str, str, str, int, int]]:
+    """`layer_layout`'s rows for one expert's matrices (stacks of ExpertWeights)."""
+    f, p = c.ffn, f"mlp.experts.{expert}."
+    return [
+        (p + "gate_proj", "wgu", "gu_scale", 0, f),
+        (p + "up_proj", "wgu", "gu_scale", f, 2 * f),
+        (p + "down_proj", "wd", "d_scale", 0, c.hidden),
     ]
+
+
+def routers(c: ModelConfig, tensors: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Every layer's router (L, E, hidden) float32 and its unit row scales (L, E). A router is a
+    float tensor (llama.cpp keeps it F32): one left quantized is on torch's meta device."""
+    names = [f"model.layers.{i}.mlp.gate.weight" for i in range(c.n_layers)]
+    if any(tensors[n].is_meta for n in names):
+        raise UserError(
+            "the experts' router is stored quantized, which --dtype stored does not compute on; "
+            "run --dtype fp32"
+        )
+    router = np.stack([vector(tensors[n]) for n in names])
+    return router, np.ones(router.shape[:2], np.float32)
 
 
 def _numpy_owned(a: np.ndarray) -> np.ndarray:
@@ -156,14 +198,16 @@ def pack_weights(config: ModelConfig, tensors: dict, dtype: str) -> DecodeWeight
     temporaries)."""
     c = config
     L, qkv_dim = c.n_layers, c.q_dim + 2 * c.kv_dim
+    ffn = 0 if c.moe else c.ffn  # the dense MLP's rows
     store = _STORAGE[dtype]
     # matrices line-aligned: each row then starts on a line (`simd_memory`)
     wqkv = aligned_empty((L, qkv_dim, c.hidden), store)
     wo = aligned_empty((L, c.hidden, c.q_dim), store)
-    wgu = aligned_empty((L, 2 * c.ffn, c.hidden), store)
-    wd = aligned_empty((L, c.hidden, c.ffn), store)
+    wgu = aligned_empty((L, 2 * ffn, c.hidden), store)
+    wd = aligned_empty((L, c.hidden if ffn else 0, ffn), store)
     qkv_scale, o_scale = np.empty((L, qkv_dim), np.float32), np.empty((L, c.hidden), np.float32)
-    gu_scale, d_scale = np.empty((L, 2 * c.ffn), np.float32), np.empty((L, c.hidden), np.float32)
+    gu_scale = np.empty((L, 2 * ffn), np.float32)
+    d_scale = np.empty((L, c.hidden if ffn else 0), np.float32)
     stacks = {
         "wqkv": wqkv,
         "qkv_scale": qkv_scale,
@@ -181,6 +225,7 @@ def pack_weights(config: ModelConfig, tensors: dict, dtype: str) -> DecodeWeight
                 tensors[p + name + ".weight"], dtype
             )
     vectors = layer_vectors(c, tensors)
+    experts = _pack_experts(c, tensors, dtype) if c.moe else None
     embed, embed_scale = matrix(tensors["model.embed_tokens.weight"], dtype)
     if c.tie_embeddings or "lm_head.weight" not in tensors:
         lm_head, lm_scale = embed, embed_scale
@@ -207,17 +252,45 @@ def pack_weights(config: ModelConfig, tensors: dict, dtype: str) -> DecodeWeight
         final_norm=vector(tensors["model.norm.weight"]),
         lm_head=lm_head,
         lm_scale=lm_scale,
+        experts=experts,
     )
+
+
+def _pack_experts(c: ModelConfig, tensors: dict, dtype: str) -> ExpertWeights:
+    """ExpertWeights in `dtype`, filled expert by expert."""
+    L, E, store = c.n_layers, c.n_experts, _STORAGE[dtype]
+    stacks = {
+        "wgu": aligned_empty((L, E, 2 * c.ffn, c.hidden), store),
+        "gu_scale": np.empty((L, E, 2 * c.ffn), np.float32),
+        "wd": aligned_empty((L, E, c.hidden, c.ffn), store),
+        "d_scale": np.empty((L, E, c.hidden), np.float32),
+    }
+    for i in range(L):
+        for e in range(E):
+            for name, stack, scales, lo, hi in expert_layout(c, e):
+                stacks[stack][i, e, lo:hi], stacks[scales][i, e, lo:hi] = matrix(
+                    tensors[f"model.layers.{i}.{name}.weight"], dtype
+                )
+    router, router_scale = routers(c, tensors)
+    return ExpertWeights(router=router, router_scale=router_scale, **stacks)
 
 
 def weight_bytes_per_token(config: ModelConfig, w: DecodeWeights, dtype: str) -> int:
     """Weight bytes one batch-1 decode step reads: every weight but the embedding table, one
     embedding row, and the full lm_head (read in full even when it is the tied embedding table);
-    int8 row scales included."""
+    int8 row scales included; of a mixture of experts, the experts a token is routed to."""
     arrays = [w.attn_norm, w.wqkv, w.wo, w.mlp_norm, w.wgu, w.wd, w.final_norm, w.lm_head]
     arrays += [w.bqkv] if config.attn_bias else []
     arrays += [w.q_norm, w.k_norm] if config.qk_norm else []
     arrays += [w.attn_post_norm, w.mlp_post_norm] if config.post_norms else []
     arrays += [w.qkv_scale, w.o_scale, w.gu_scale, w.d_scale, w.lm_scale] if dtype == "int8" else []
     embed_row = w.embed[0].nbytes + (w.embed_scale[0].nbytes if dtype == "int8" else 0)
-    return sum(a.nbytes for a in arrays) + embed_row
+    return sum(a.nbytes for a in arrays) + embed_row + _expert_bytes(config, w.experts, dtype)
+
+
+def _expert_bytes(c: ModelConfig, x: ExpertWeights | None, dtype: str) -> int:
+    """A step's expert bytes: every router, and the n_experts_used experts it routes to a layer."""
+    if x is None:
+        return 0
+    arrays = [x.wgu, x.wd] + ([x.gu_scale, x.d_scale] if dtype == "int8" else [])
+    return x.router.nbytes + sum(a.nbytes for a in arrays) * c.n_experts_used // c.n_experts

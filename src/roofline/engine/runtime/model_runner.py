@@ -237,6 +237,7 @@ class ModelRunner:
             Cache,
             Rows,
             decode_rows,
+            kernel_experts,
             kernel_weights,
         )
 
@@ -256,6 +257,9 @@ class ModelRunner:
         rows = Rows(tokens, slots, positions, cache_positions, tree_base, tree_path, logit_rows)
         layers, head = kernel_weights(self.weights)
         cache = Cache(self._cos, self._sin, self.cache.k, self.cache.v)
+        # a dense model's pass leaves experts out: numba types an omitted argument apart from an
+        # explicit None, and one compiled pass serves the runner and the kernel tests alike
+        experts = kernel_experts(self.weights)
         decode_rows(
             rows,
             self.kernel_shape,
@@ -265,6 +269,7 @@ class ModelRunner:
             logits,
             n_threads,
             self.unit_bytes or UNIT_BYTES,
+            *(() if experts is None else (experts,)),
         )
         self._record_pass(n_threads, n, time.perf_counter() - started)
         cap = c.final_softcap
