@@ -53,8 +53,9 @@ def _model_type(value: Any, where: str) -> str:
     return value
 
 
-def _flatten(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """The language-model part of the config, and its model_type."""
+def language_model_config(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The language-model part of the config (a multimodal wrapper's text_config, with the
+    wrapper's dtype, quantization and tie keys), and its model_type."""
     top_type = _model_type(cfg.get("model_type"), "model_type")
     text = cfg.get("text_config")
     if isinstance(text, dict):
@@ -130,7 +131,7 @@ def spec_from_config(cfg: Any, name: str = "model") -> ModelSpec:
     of."""
     if not isinstance(cfg, dict):
         raise UserError(f"{name}: config.json must hold a JSON object")
-    given, mt = _flatten(cfg)
+    given, mt = language_model_config(cfg)
     if not mt:
         raise UserError(f"{name}: config has no model_type; is this a Hugging Face config.json?")
     family = _family(mt, name)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -212,6 +213,44 @@ def test_the_reference_forward_matches_transformers(gemma, prompts):
             want = gemma[0](input_ids=torch.tensor([ids])).logits[0]
             got = model.forward(checkpoint.config, checkpoint.tensors, torch.tensor(ids), rope=rope)
         torch.testing.assert_close(got, want, rtol=1e-4, atol=2e-5)
+
+
+def _wrapped(text_model):
+    """A Gemma3ForConditionalGeneration (a tiny vision tower, as the 4B/12B/27B checkpoints carry)
+    whose language model holds text_model's weights."""
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, SiglipVisionConfig
+
+    vision = SiglipVisionConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=28,
+        patch_size=14,
+    )
+    config = Gemma3Config(
+        text_config=text_model.config.to_dict(),
+        vision_config=vision.to_dict(),
+        mm_tokens_per_image=4,
+    )
+    wrapped = Gemma3ForConditionalGeneration(config).eval()
+    wrapped.model.language_model.load_state_dict(text_model.model.state_dict())
+    return wrapped
+
+
+def test_a_multimodal_checkpoint_runs_its_language_model(gemma, prompts, reference, tmp_path):
+    """A Gemma3ForConditionalGeneration folder: the text model alone, its config under text_config
+    and its tensors under the wrapper's prefix; the same weights give the same greedy ids."""
+    folder = tmp_path / "tiny-gemma3-vision"
+    _wrapped(gemma[0]).save_pretrained(str(folder))
+    write_tiny_tokenizer_files(folder, gemma[0].config.max_position_embeddings)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architectures"] == ["Gemma3ForConditionalGeneration"]
+    runner = load_runner(str(folder), dtype="fp32", max_seq_len=128, threads=2)
+    text = load_runner(str(gemma[1]), dtype="fp32", max_seq_len=128, threads=2)
+    assert runner.config == replace(text.config, name=runner.config.name)
+    assert np.array_equal(runner.weights.wqkv, text.weights.wqkv)
+    assert greedy_ids(runner, prompts[0], N_TOKENS) == reference[0]
 
 
 def test_soft_capped_attention_logits_are_refused(gemma, tmp_path):

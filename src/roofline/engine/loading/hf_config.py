@@ -9,7 +9,8 @@ import numpy as np
 
 from roofline.engine.loading.config import Activation, ModelConfig
 from roofline.errors import UserError
-from roofline.modelspec.families import Family, engine_classes, with_defaults
+from roofline.modelspec.families import Family, engine_classes, get_family, with_defaults
+from roofline.modelspec.parse import language_model_config
 from roofline.modelspec.windows import layer_windows
 
 
@@ -146,6 +147,11 @@ def family_of(cfg: dict, path: Path) -> Family:
     classes = engine_classes()
     declared = cfg.get("architectures") or [cfg.get("model_type", "unknown")]
     arch_name = next((a for a in declared if a in classes), None)
+    if arch_name is None and isinstance(cfg.get("text_config"), dict):
+        # a multimodal wrapper (Gemma3ForConditionalGeneration): its language model's family
+        family = get_family(language_model_config(cfg)[1])
+        if family is not None and family.engine_arch:
+            return family
     if arch_name is None:
         raise UserError(
             f"{path}: architecture {', '.join(map(str, declared))} is not supported; "
@@ -158,6 +164,8 @@ def config_from_hf(cfg: dict, name: str, path: Path) -> ModelConfig:
     """ModelConfig from a parsed config.json; UserError naming the architecture when it is not
     supported."""
     family = family_of(cfg, path)
+    if isinstance(cfg.get("text_config"), dict):  # a wrapper: the text model alone is run
+        cfg = language_model_config(cfg)[0]
     cfg = with_defaults(cfg, family)[0]
     activation = _activation(cfg, path)
     try:

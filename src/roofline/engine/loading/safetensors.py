@@ -10,6 +10,7 @@ import torch
 from roofline.engine.loading.checkpoint import Checkpoint, check_tensors, hf_tensor_names
 from roofline.engine.loading.hf_config import config_from_hf, family_of, read_json
 from roofline.errors import UserError
+from roofline.modelspec.parse import language_model_config
 
 _DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
 # Mixtral's names of a mixture of experts' tensors -> the engine's (Qwen3-MoE's): w1 the gate, w3
@@ -64,9 +65,23 @@ def _read_file(path: Path) -> dict[str, torch.Tensor]:
         ) from None
 
 
+# A multimodal wrapper's language model, under transformers 5's names and 4's: its tensors are the
+# text model's (the vision tower's are never asked for)
+_WRAPPED_PREFIXES = {
+    "model.language_model.": "model.",
+    "language_model.model.": "model.",
+    "language_model.lm_head.": "lm_head.",
+}
+
+
 def engine_name(name: str) -> str:
-    """A checkpoint's tensor name as the engine calls it: Mixtral's experts renamed
-    (`_MIXTRAL_NAMES`), every other name as it is."""
+    """A checkpoint's tensor name as the engine calls it: a wrapped language model's unwrapped
+    (`_WRAPPED_PREFIXES`), Mixtral's experts renamed (`_MIXTRAL_NAMES`), every other name as it
+    is."""
+    for old, new in _WRAPPED_PREFIXES.items():
+        if name.startswith(old):
+            name = new + name[len(old) :]
+            break
     if ".block_sparse_moe." not in name:
         return name
     name = name.replace(".block_sparse_moe.experts.", ".mlp.experts.")
@@ -132,7 +147,10 @@ def load_hf_dir(folder: str | Path) -> Checkpoint:
         # converter stores it, so that every loader hands the kernels the factor itself
         for name in [n for n in tensors if n.endswith("norm.weight")]:
             tensors[name] = tensors[name].float() + 1.0
-    tokenizer = tokenizer_from_hf_dir(folder, raw_config)
+    # a wrapper's bos/eos ids may sit in its text_config
+    tokenizer = tokenizer_from_hf_dir(
+        folder, {**language_model_config(raw_config)[0], **raw_config}
+    )
     return Checkpoint(
         config=config,
         tensors=tensors,
