@@ -59,6 +59,61 @@ def cpu_info() -> dict:
     }
 
 
+def describe_cpu(threads: int) -> dict:
+    """cpu_info(), after printing it with the thread count and roofline's kernels' ISA."""
+    from roofline.simd import kernel_isa
+
+    cpu = cpu_info()
+    flags = " ".join(f"{f}={'yes' if on else 'no'}" for f, on in cpu["flags"].items())
+    print(f"CPU: {cpu['model']}; {flags}; {threads} threads; roofline's kernels: {kernel_isa()}")
+    return cpu
+
+
+def add_common_arguments(ap: argparse.ArgumentParser, files_dir: str) -> None:
+    """The arguments every engine-vs-peers benchmark takes (files_dir: --files-dir's default name
+    in the temp dir)."""
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=128, help="decoded tokens per tg run")
+    ap.add_argument("--llama-bench", default=shutil.which("llama-bench"))
+    ap.add_argument("--files-dir", type=Path, default=Path(tempfile.gettempdir()) / files_dir)
+    ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    ap.add_argument(
+        "--isa",
+        choices=("host", "avx2"),
+        default="host",
+        help="avx2: roofline's kernels compiled for AVX2 on any x86 host (run it next to a "
+        "llama-bench built AVX2-only, shared/ENVIRONMENT.md)",
+    )
+
+
+def find_llama_bench(path: str | None, skipped: list[str]) -> str | None:
+    """--llama-bench's path when it exists, else None (and a line in `skipped`)."""
+    if path and Path(path).exists():
+        return path
+    skipped.append("llama-bench: not found (--llama-bench PATH); only roofline runs")
+    return None
+
+
+def finish(notes: list[str], json_path: Path | None, record: dict) -> None:
+    """Print the notes; write the record to --json's path when given."""
+    for note in notes:
+        print(note)
+    if json_path:
+        json_path.write_text(json.dumps(record, indent=1))
+        print(f"results written to {json_path}")
+
+
+def apply_isa(isa: str) -> None:
+    """--isa avx2: run this script again with numba's target set to AVX2 (before numba loads)."""
+    if isa == "avx2" and os.environ.get("NUMBA_CPU_NAME") != "haswell":
+        from roofline.simd import avx2_target_env
+
+        # numba reads its target when it is imported: run again with it set
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **avx2_target_env()})
+
+
 def bandwidth(threads: int, when: str) -> dict:
     from roofline.hardware.readbw import read_bandwidth_now
 
@@ -89,6 +144,17 @@ def shipped_file() -> Path:
     return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+def copy_fields(reader, writer, keep) -> None:
+    """Every metadata field of a gguf.GGUFReader whose key `keep(key)` accepts, to a GGUFWriter."""
+    import gguf
+
+    for key, field in reader.fields.items():
+        if keep(key):
+            vtype = field.types[0]
+            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+            writer.add_key_value(key, field.contents(), vtype, sub_type=sub)
+
+
 def write_f32(source: Path, out: Path) -> None:
     """Every tensor of `source` dequantized to F32, in GGUF order, every metadata field copied."""
     import gguf
@@ -96,11 +162,7 @@ def write_f32(source: Path, out: Path) -> None:
     reader = gguf.GGUFReader(str(source))
     writer = gguf.GGUFWriter(str(out), reader.fields["general.architecture"].contents())
     skip = ("general.architecture", "general.file_type", "general.quantization_version")
-    for key, field in reader.fields.items():
-        if not key.startswith("GGUF.") and key not in skip:
-            vtype = field.types[0]
-            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-            writer.add_key_value(key, field.contents(), vtype, sub_type=sub)
+    copy_fields(reader, writer, lambda key: not key.startswith("GGUF.") and key not in skip)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     for t in reader.tensors:
         arr = gguf.quants.dequantize(t.data, t.tensor_type)
@@ -225,9 +287,7 @@ def ratio(a, b) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--tokens", type=int, default=128, help="decoded tokens per tg run")
+    add_common_arguments(ap, "roofline-gguf-formats")
     ap.add_argument("--formats", default=",".join(FORMATS), help="of " + ",".join(FORMATS))
     ap.add_argument(
         "--prefill",
@@ -235,26 +295,9 @@ def main() -> None:
         default=True,
         help=f"also time a {PROMPT_TOKENS}-token prefill (pp)",
     )
-    ap.add_argument("--llama-bench", default=shutil.which("llama-bench"))
     ap.add_argument("--llama-quantize", default=None, help="default: beside llama-bench, else PATH")
-    ap.add_argument(
-        "--files-dir", type=Path, default=Path(tempfile.gettempdir()) / "roofline-gguf-formats"
-    )
-    ap.add_argument("--json", type=Path, default=None, help="write the results here")
-    ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
-    ap.add_argument(
-        "--isa",
-        choices=("host", "avx2"),
-        default="host",
-        help="avx2: roofline's kernels compiled for AVX2 on any x86 host (run it next to a "
-        "llama-bench built AVX2-only, shared/ENVIRONMENT.md)",
-    )
     args = ap.parse_args()
-    if args.isa == "avx2" and os.environ.get("NUMBA_CPU_NAME") != "haswell":
-        from roofline.simd import avx2_target_env
-
-        # numba reads its target when it is imported: run again with it set
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **avx2_target_env()})
+    apply_isa(args.isa)
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     if bad := [f for f in formats if f not in FORMATS]:
         ap.error(f"unknown formats {bad}; choose from {','.join(FORMATS)}")
@@ -262,20 +305,12 @@ def main() -> None:
     from roofline.cli.output import emit_table
 
     skipped: list[str] = []
-    bench = args.llama_bench if args.llama_bench and Path(args.llama_bench).exists() else None
-    if bench is None:
-        skipped.append("llama-bench: not found (--llama-bench PATH); only roofline runs")
+    bench = find_llama_bench(args.llama_bench, skipped)
     beside = str(Path(bench).with_name("llama-quantize")) if bench else None
     quantize = args.llama_quantize or beside
     if not (quantize and Path(quantize).exists()):
         quantize = shutil.which("llama-quantize")
-    cpu = cpu_info()
-    flags = " ".join(f"{f}={'yes' if on else 'no'}" for f, on in cpu["flags"].items())
-    from roofline.simd import kernel_isa
-
-    print(
-        f"CPU: {cpu['model']}; {flags}; {args.threads} threads; roofline's kernels: {kernel_isa()}"
-    )
+    cpu = describe_cpu(args.threads)
     files = make_files(formats, args.files_dir, quantize, skipped)
     print("loading roofline runners (--dtype stored) ...", file=sys.stderr)
     engines = {fmt: Roofline(path, args.threads, args.tokens) for fmt, path in files.items()}
@@ -346,31 +381,26 @@ def main() -> None:
         f"{bw_after['best_bytes_per_s'] / 1e9:.1f} after (% of read bw uses before)",
         *skipped,
     ]
-    for note in notes:
-        print(note)
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "cpu": cpu,
-                    "threads": args.threads,
-                    "rounds": args.rounds,
-                    "tokens": args.tokens,
-                    "prompt_tokens": PROMPT_TOKENS,
-                    "llama_bench": bench,
-                    "formats": results,
-                    "verify_pass": {
-                        f: {str(k): {"seconds": s, "relative": rel} for k, (s, rel) in c.items()}
-                        for f, c in passes.items()
-                    },
-                    "read_bandwidth_before": bw_before,
-                    "read_bandwidth_after": bw_after,
-                    "skipped": skipped,
-                },
-                indent=1,
-            )
-        )
-        print(f"results written to {args.json}")
+    finish(
+        notes,
+        args.json,
+        {
+            "cpu": cpu,
+            "threads": args.threads,
+            "rounds": args.rounds,
+            "tokens": args.tokens,
+            "prompt_tokens": PROMPT_TOKENS,
+            "llama_bench": bench,
+            "formats": results,
+            "verify_pass": {
+                f: {str(k): {"seconds": s, "relative": rel} for k, (s, rel) in c.items()}
+                for f, c in passes.items()
+            },
+            "read_bandwidth_before": bw_before,
+            "read_bandwidth_after": bw_after,
+            "skipped": skipped,
+        },
+    )
 
 
 if __name__ == "__main__":
