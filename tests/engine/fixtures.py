@@ -130,7 +130,7 @@ def tiny_weights(
 
 # ----------------------------------------------------------------------------------------------
 # GGUF
-_GGUF_LAYER_NAMES = {
+GGUF_LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight",
     "post_attention_layernorm.weight": "ffn_norm.weight",
     "self_attn.q_proj.weight": "attn_q.weight",
@@ -157,7 +157,7 @@ def to_gguf_name(hf: str) -> str:
     if hf in _GGUF_GLOBAL_NAMES:
         return _GGUF_GLOBAL_NAMES[hf]
     _, _, layer, rest = hf.split(".", 3)
-    return f"blk.{layer}.{_GGUF_LAYER_NAMES[rest]}"
+    return f"blk.{layer}.{GGUF_LAYER_NAMES[rest]}"
 
 
 def llamacpp_permute(rows: np.ndarray, n_heads: int) -> np.ndarray:
@@ -434,3 +434,41 @@ def greedy_ids(runner, prompt_ids: list[int], n: int, slot: int = 0) -> list[int
         out.append(int(np.argmax(runner.decode([slot], [out[-1]])[0])))
     runner.release(slot)
     return out
+
+
+def greedy_logits(runner, prompt_ids: list[int], steps: int = 8) -> np.ndarray:
+    """The logits of a prefill and of `steps` greedy decode steps after it, stacked (slot 0,
+    released afterwards)."""
+    out = [runner.prefill(0, prompt_ids)]
+    for _ in range(steps):
+        out.append(runner.decode([0], [int(np.argmax(out[-1]))])[0])
+    runner.release(0)
+    return np.stack(out)
+
+
+def assert_speculation_keeps_greedy_ids(runner, prompts: list[list[int]], n: int) -> None:
+    """generate with the ngram proposer gives each prompt's plain greedy ids."""
+    from roofline.engine import SamplingParams, generate
+    from roofline.engine.runtime.speculate.base import SpecOptions
+    from roofline.engine.runtime.speculate.step import speculation_factory
+
+    make = speculation_factory(SpecOptions("ngram", k=6, prompt_lookup_min=1), runner)
+    params = SamplingParams(max_tokens=n, temperature=0, ignore_eos=True)
+    for ids in prompts:
+        want = greedy_ids(runner, ids, n)
+        assert list(generate(runner, ids, params, speculation=make())) == want
+
+
+def assert_four_streams_equal_one(runner, prompts: list[list[int]], n: int) -> None:
+    """The prompts (and the first one's first 5 ids, to make four) decoded side by side in slots
+    0-3 give each one's greedy ids alone."""
+    cases = [*prompts, prompts[0][:5]]
+    alone = [greedy_ids(runner, ids, n) for ids in cases]
+    out = [[int(np.argmax(runner.prefill(s, ids)))] for s, ids in enumerate(cases)]
+    while len(out[0]) < n:
+        logits = runner.decode(list(range(4)), [o[-1] for o in out])
+        for o, row in zip(out, logits):
+            o.append(int(np.argmax(row)))
+    for s in range(4):
+        runner.release(s)
+    assert out == alone

@@ -19,19 +19,20 @@ import pytest
 import torch
 from fixtures import (
     add_tiny_tokenizer,
+    assert_four_streams_equal_one,
     assert_load_fails,
+    assert_speculation_keeps_greedy_ids,
     gguf_encode,
     greedy_ids,
+    greedy_logits,
     tiny_vocab,
     write_tiny_tokenizer_files,
 )
 from test_vs_transformers import hf_greedy
 
-from roofline.engine import SamplingParams, generate, load_runner
+from roofline.engine import load_runner
 from roofline.engine.kernels import reference as model
 from roofline.engine.loading import load_checkpoint
-from roofline.engine.runtime.speculate.base import SpecOptions
-from roofline.engine.runtime.speculate.step import speculation_factory
 
 N_TOKENS = 32
 WINDOW = 8
@@ -261,37 +262,16 @@ def test_soft_capped_attention_logits_are_refused(gemma, tmp_path):
     assert_load_fails(folder, "attn_logit_softcapping", "not supported")
 
 
-def _logits(runner, ids, steps=8):
-    out = [runner.prefill(0, ids)]
-    for _ in range(steps):
-        out.append(runner.decode([0], [int(np.argmax(out[-1]))])[0])
-    runner.release(0)
-    return np.stack(out)
-
-
 def test_stored_q8_0_equals_fp32_bit_for_bit(q8_runners, prompts):
     for ids in prompts:
-        assert np.array_equal(_logits(q8_runners["stored"], ids), _logits(q8_runners["fp32"], ids))
+        assert np.array_equal(
+            greedy_logits(q8_runners["stored"], ids), greedy_logits(q8_runners["fp32"], ids)
+        )
 
 
 def test_speculation_on_equals_off(q8_runners, prompts):
-    runner = q8_runners["stored"]
-    make = speculation_factory(SpecOptions("ngram", k=6, prompt_lookup_min=1), runner)
-    params = SamplingParams(max_tokens=N_TOKENS, temperature=0, ignore_eos=True)
-    for ids in prompts:
-        want = greedy_ids(runner, ids, N_TOKENS)
-        assert list(generate(runner, ids, params, speculation=make())) == want
+    assert_speculation_keeps_greedy_ids(q8_runners["stored"], prompts, N_TOKENS)
 
 
 def test_four_streams_equal_one(q8_runners, prompts):
-    runner = q8_runners["stored"]
-    cases = [*prompts, prompts[0][:5]]
-    alone = [greedy_ids(runner, ids, N_TOKENS) for ids in cases]
-    out = [[int(np.argmax(runner.prefill(s, ids)))] for s, ids in enumerate(cases)]
-    while len(out[0]) < N_TOKENS:
-        logits = runner.decode(list(range(4)), [o[-1] for o in out])
-        for o, row in zip(out, logits):
-            o.append(int(np.argmax(row)))
-    for s in range(4):
-        runner.release(s)
-    assert out == alone
+    assert_four_streams_equal_one(q8_runners["stored"], prompts, N_TOKENS)

@@ -17,22 +17,24 @@ import numpy as np
 import pytest
 import torch
 from fixtures import (
+    GGUF_LAYER_NAMES,
     add_tiny_tokenizer,
+    assert_four_streams_equal_one,
     assert_load_fails,
+    assert_speculation_keeps_greedy_ids,
     gguf_encode,
     greedy_ids,
+    greedy_logits,
     llamacpp_permute,
     tiny_vocab,
     write_tiny_tokenizer_files,
 )
 from test_vs_transformers import hf_greedy
 
-from roofline.engine import SamplingParams, generate, load_runner
+from roofline.engine import load_runner
 from roofline.engine.kernels import reference as model
 from roofline.engine.kernels.experts import expert_work, route
 from roofline.engine.loading import load_checkpoint
-from roofline.engine.runtime.speculate.base import SpecOptions
-from roofline.engine.runtime.speculate.step import speculation_factory
 
 # every test but the pure ones needs a decode pass compiled for experts (fp32, stored Q8_0)
 pytestmark = pytest.mark.slow
@@ -45,17 +47,8 @@ PROMPTS = [
     "Paris is the capital of France; Berlin is",
     "def add(a, b):\n    return a + b\n",
 ]
-_GGUF_NAMES = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "post_attention_layernorm.weight": "ffn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "self_attn.q_norm.weight": "attn_q_norm.weight",
-    "self_attn.k_norm.weight": "attn_k_norm.weight",
-    "mlp.gate.weight": "ffn_gate_inp.weight",
-}
+# the HF names of a layer's tensors -> GGUF names, and the router's
+_GGUF_NAMES = {**GGUF_LAYER_NAMES, "mlp.gate.weight": "ffn_gate_inp.weight"}
 _PACKED = {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj": "ffn_down_exps"}
 
 
@@ -282,43 +275,20 @@ def test_logits_and_the_reference_forward_match_transformers(moe, prompts, folde
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=2e-5)
 
 
-def _logits(runner, ids, steps=8):
-    out = [runner.prefill(0, ids)]
-    for _ in range(steps):
-        out.append(runner.decode([0], [int(np.argmax(out[-1]))])[0])
-    runner.release(0)
-    return np.stack(out)
-
-
 def test_stored_q8_0_equals_fp32_bit_for_bit(moe, q8_stored, prompts):
     fp32 = _q8_runner(moe, "fp32")  # the file's blocks widened to float32 on load
     assert q8_stored.weights.experts.wgu.dtype == np.uint8
     assert q8_stored.bytes_per_token == q8_stored.file_bytes_per_token  # the routed Q8_0 rows
     for ids in prompts:
-        assert np.array_equal(_logits(q8_stored, ids), _logits(fp32, ids))
+        assert np.array_equal(greedy_logits(q8_stored, ids), greedy_logits(fp32, ids))
 
 
 def test_speculation_on_equals_off(q8_stored, prompts):
-    runner = q8_stored
-    make = speculation_factory(SpecOptions("ngram", k=6, prompt_lookup_min=1), runner)
-    params = SamplingParams(max_tokens=N_TOKENS, temperature=0, ignore_eos=True)
-    for ids in prompts:
-        want = greedy_ids(runner, ids, N_TOKENS)
-        assert list(generate(runner, ids, params, speculation=make())) == want
+    assert_speculation_keeps_greedy_ids(q8_stored, prompts, N_TOKENS)
 
 
 def test_four_streams_equal_one(q8_stored, prompts):
-    runner = q8_stored
-    cases = [*prompts, prompts[0][:5]]
-    alone = [greedy_ids(runner, ids, N_TOKENS) for ids in cases]
-    out = [[int(np.argmax(runner.prefill(s, ids)))] for s, ids in enumerate(cases)]
-    while len(out[0]) < N_TOKENS:
-        logits = runner.decode(list(range(4)), [o[-1] for o in out])
-        for o, row in zip(out, logits):
-            o.append(int(np.argmax(row)))
-    for s in range(4):
-        runner.release(s)
-    assert out == alone
+    assert_four_streams_equal_one(q8_stored, prompts, N_TOKENS)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
