@@ -9,6 +9,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from roofline.engine.kernels.matrices import FASTMATH
+
 
 @intrinsic
 def _f32_from_i32_bits(typingctx, bits):
@@ -22,7 +24,7 @@ def _f32_from_i32_bits(typingctx, bits):
     return types.float32(types.int32), codegen
 
 
-@njit(fastmath={"nnan", "ninf", "nsz"}, error_model="numpy", inline="always")
+@njit(fastmath=FASTMATH, error_model="numpy", inline="always")
 def exp_nonpos(x):
     """e^x for x <= 0, within ~3 ulp (relative 4e-7), branch-free so that loops over it vectorise
     (calls to libm's expf do not): e^x = 2^n e^r with n = round(x / ln 2), |r| <= ln2 / 2, e^r by
