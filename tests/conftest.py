@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+import avx2_run
+
 # No test reaches the Hub: a model name that falls through to a Hub id (`nobody/nothing`) meets
 # huggingface_hub's offline mode, read from the environment when it is first imported, here before
 # any; the Hub tests point it at a fake Hub on loopback (tests/modelspec/fake_hub.py)
@@ -149,3 +151,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         exact = EXACTNESS_TESTS.get(item.path.resolve().relative_to(TESTS).as_posix(), ())
         if exact == ALL or getattr(item, "originalname", item.name) in exact:
             item.add_marker(pytest.mark.exactness)
+
+
+# tests/engine/test_isa.py's AVX2 exactness run (tests/avx2_run.py), owned by this process when the
+# tests run in it, by the xdist controller when they run in workers: the controller collects
+# nothing itself, and hands the run's folder to each worker before it starts.
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):
+        avx2_run.start_if_wanted(session.config, [item.nodeid for item in session.items])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    node.workerinput[avx2_run.FOLDER_KEY] = str(avx2_run.owner_folder(node.config))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
+    avx2_run.start_if_wanted(node.config, ids)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):
+        avx2_run.end(session.config)

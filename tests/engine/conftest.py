@@ -7,36 +7,27 @@ call `fixtures.write_tiny_gguf` / `fixtures.write_tiny_hf_dir` with tmp_path.
 
 from __future__ import annotations
 
-import avx2_run
 import pytest
 from fixtures import write_tiny_gguf, write_tiny_hf_dir
 
-# test_isa.py's AVX2 exactness run, while the session goes on (avx2_run)
-AVX2_RUN = pytest.StashKey[avx2_run.Avx2Run]()
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    wanted = any(item.nodeid.endswith(avx2_run.VERDICT_TEST) for item in session.items)
-    if wanted and avx2_run.why_not_run() is None:
-        session.config.stash[AVX2_RUN] = avx2_run.start()
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    run = session.config.stash.get(AVX2_RUN, None)
-    if run is not None:
-        run.stop()
+import avx2_run
 
 
 @pytest.fixture(scope="session")
-def avx2_exactness_run(request) -> avx2_run.Avx2Run:
-    """The AVX2 run started when collection ended; skips where this host needs none."""
+def avx2_exactness_run(request):
+    """The AVX2 run started when collection ended (tests/avx2_run.py); skips where this host needs
+    none."""
     why = avx2_run.why_not_run()
     if why is not None:
         pytest.skip(why)
-    run = request.config.stash.get(AVX2_RUN, None)
-    if run is None:  # the verdict test deselected: started now, for the logits test alone
-        run = request.config.stash[AVX2_RUN] = avx2_run.start()
-    return run
+    run = avx2_run.session_run(request.config)
+    if run is not None:
+        yield run
+        return
+    # the verdict test deselected: started now, for the logits test alone
+    process = avx2_run.start(avx2_run.new_folder())
+    yield process.run
+    process.stop()
 
 
 @pytest.fixture(scope="session")
