@@ -39,10 +39,14 @@ FOLDER_KEY = "roofline_avx2_run"
 TIMEOUT_S = 3600
 
 
-def avx2_env(cache_dir: Path) -> dict[str, str]:
+def avx2_env(cache_dir: Path, python_path: Path | None = None) -> dict[str, str]:
     """This process' environment with the AVX2 targets set, and numba's kernel cache in cache_dir
-    (the host's cached kernels are its own ISA's code)."""
-    return {**os.environ, **avx2_target_env(), "NUMBA_CACHE_DIR": str(cache_dir), INSIDE: "1"}
+    (the host's cached kernels are its own ISA's code); python_path first on PYTHONPATH, for a
+    script whose imports are found in a folder above its own."""
+    env = {**os.environ, **avx2_target_env(), "NUMBA_CACHE_DIR": str(cache_dir), INSIDE: "1"}
+    if python_path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(python_path), env.get("PYTHONPATH")]))
+    return env
 
 
 def why_not_run() -> str | None:

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
 from avx2_run import INSIDE, avx2_env
 
 HERE = Path(__file__).resolve().parent
@@ -87,7 +88,7 @@ def test_avx2_code_gives_this_hosts_logits_bit_for_bit(avx2_exactness_run, tmp_p
     run = subprocess.run(
         [sys.executable, __file__, str(tmp_path / "model"), str(saved)],
         cwd=HERE,
-        env=avx2_env(avx2_exactness_run.cache_dir),
+        env=avx2_env(avx2_exactness_run.cache_dir, python_path=HERE.parent),
         capture_output=True,
         text=True,
         timeout=3600,
