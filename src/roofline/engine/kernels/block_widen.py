@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 
 from roofline.engine.loading.block_formats import BY_CODE
 from roofline.simd import F32, I64, KEEP_FLAGS, element_loader, fma, target_has, vec_type
@@ -62,6 +63,19 @@ class _Row:
 
     def __init__(self, builder, row):
         self.b, self.row = builder, row
+        # values made once per block of a loop step (`once`), keyed by the step's index value and
+        # the block's place in the step: `load_block` sets `step` before each 16-lane load
+        self.memo, self.step = {}, None
+
+    def once(self, name, make):
+        """make()'s values, made once per block of a loop step and reused by its other loads
+        (the scales, a block's table and its nibble bytes), else made each time."""
+        if self.step is None:
+            return make()
+        key = (name, *self.step)
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
 
     def at(self, *offsets):
         """i8* at the sum of byte offsets (IR values or ints) from the row's start, or from the
@@ -89,6 +103,32 @@ class _Row:
     def half(self, ptr):
         """The fp16 at ptr as a float32 scalar (exact)."""
         return half_to_f32(self.b, self.load(ptr, _I16), 0)
+
+    def halves(self, ptr, count, lanes):
+        """The first `count` (1 or 2) fp16 at ptr, each as float32 in `lanes` lanes (exact); the
+        block holds 8 bytes from ptr.
+
+        With F16C: one vcvtph2ps of the 4 halves at ptr (the bytes after the scales are converted
+        and unused), stored to the stack and each scale broadcast from there: a broadcast from
+        memory is a load alone, where a scalar convert and a broadcast from a register took two
+        uops of the ports the widening and the sums need (two per scale, per block). The stack
+        slot's address passes through an empty asm statement, so that LLVM reads the slot instead
+        of shuffling the stored register. Q4_1 (two scales) gained by it, 1-54% a one-thread
+        matvec of 21 MB over 8 interleaved pairs, both ISAs; Q4_0 and Q8_0 (one scale, and an
+        8-byte load across a cache line more often at their 18- and 34-byte blocks) lost 1-12%
+        and keep the scalar convert (docs/measured.md)."""
+        if not _F16C:
+            return [self.splat(self.half(self.at(ptr, 2 * k)), lanes) for k in range(count)]
+        b = self.b
+        four = b.fpext(
+            b.bitcast(self.load(ptr, vec_type(4, _I16)), vec_type(4, ir.HalfType())), vec_type(4)
+        )
+        slot = cgutils.alloca_once(b, vec_type(4))
+        b.store(four, slot)
+        i8p = ir.IntType(8).as_pointer()
+        launder = ir.InlineAsm(ir.FunctionType(i8p, [i8p]), "", "=r,0")
+        opaque = b.bitcast(b.call(launder, [b.bitcast(slot, i8p)]), F32.as_pointer())
+        return [self.splat(b.load(b.gep(opaque, [ir_int(k)])), lanes) for k in range(count)]
 
     def splat(self, x, lanes, t=F32):
         v = self.b.insert_element(
@@ -174,10 +214,15 @@ def _q4_0(r, blk, p, lanes):
 
 
 def _q4_1(r, blk, p, lanes):
-    d, m = r.splat(r.half(blk), lanes), r.splat(r.half(r.at(blk, 2)), lanes)
     if _tabled(lanes, p):
-        raw = r.bytes_i32(r.at(blk, 4 + p % 16), lanes)
-        return _by_nibble(r, raw, p >= 16, fma(r.b, d, _IOTA16, m))
+
+        def block():
+            d, m = r.halves(blk, 2, lanes)
+            return fma(r.b, d, _IOTA16, m), r.bytes_i32(r.at(blk, 4), lanes)
+
+        table, raw = r.once("q4_1", block)
+        return _by_nibble(r, raw, p >= 16, table)
+    d, m = r.once("d, m", lambda: r.halves(blk, 2, lanes))
     q = r.to_f32(_nibble_at(r, blk, 4, p, lanes), signed=False)
     return fma(r.b, d, q, m)
 
@@ -327,6 +372,7 @@ def format_loader(builder, code, row):
             return b.extract_element(v, b.trunc(b.and_(i, ir_int(7)), _I32))
         if fmt.block == 32:
             blk, p = place(i, off, lanes)
+            r.step = (i, off >> shift) if lanes == 16 else None
             return _BLOCK32[fmt.name](r, blk, p, lanes)
         if lanes == 16:  # i a multiple of 64: chunk (i % 256) / 64 at run time, `off` within it
             blk = r.at(b.mul(b.lshr(i, ir_int(8)), ir_int(fmt.block_bytes)))
