@@ -155,22 +155,31 @@ def copy_fields(reader, writer, keep) -> None:
             writer.add_key_value(key, field.contents(), vtype, sub_type=sub)
 
 
-def write_f32(source: Path, out: Path) -> None:
-    """Every tensor of `source` dequantized to F32, in GGUF order, every metadata field copied."""
+def write_float(source: Path, out: Path, fmt: str = "F32") -> Path:
+    """Every tensor of `source` dequantized and written as `fmt` (F32 or BF16; 1-D tensors, the
+    norms, stay F32 as llama.cpp's converter keeps them), in GGUF order, every metadata field
+    copied. Returns out."""
     import gguf
 
+    qtype = gguf.GGMLQuantizationType[fmt]
     reader = gguf.GGUFReader(str(source))
     writer = gguf.GGUFWriter(str(out), reader.fields["general.architecture"].contents())
     skip = ("general.architecture", "general.file_type", "general.quantization_version")
     copy_fields(reader, writer, lambda key: not key.startswith("GGUF.") and key not in skip)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(
+        gguf.LlamaFileType.ALL_F32 if fmt == "F32" else gguf.LlamaFileType.MOSTLY_BF16
+    )
     for t in reader.tensors:
-        arr = gguf.quants.dequantize(t.data, t.tensor_type)
-        writer.add_tensor(t.name, np.ascontiguousarray(arr, dtype=np.float32))
+        arr = np.ascontiguousarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+        if fmt == "F32" or arr.ndim < 2:
+            writer.add_tensor(t.name, arr)
+        else:
+            writer.add_tensor(t.name, gguf.quants.quantize(arr, qtype), raw_dtype=qtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+    return out
 
 
 def make_files(formats, files_dir: Path, quantize: str | None, skipped: list) -> dict:
@@ -187,7 +196,7 @@ def make_files(formats, files_dir: Path, quantize: str | None, skipped: list) ->
             f32 = files_dir / "smol-F32.gguf"
             if not f32.exists():
                 print(f"writing {f32} (dequantized {source.name}) ...", file=sys.stderr)
-                write_f32(source, f32.with_suffix(".tmp"))
+                write_float(source, f32.with_suffix(".tmp"))
                 f32.with_suffix(".tmp").rename(f32)
             if fmt != "F32":
                 print(f"llama-quantize -> {out.name} ...", file=sys.stderr)

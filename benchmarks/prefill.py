@@ -180,19 +180,12 @@ def main() -> None:
         sys.exit(f"--llama-bench {binary}: no such file")
     if binary:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from engine_vs_peers import write_float_gguf
-        from roofline.engine.loading import load_checkpoint
+        from engine_vs_peers import write_float
 
         print("writing F32 / BF16 GGUFs for llama-bench ...", file=sys.stderr)
-        checkpoint = load_checkpoint(source)
         for dtype in dtypes:
-            ggufs[dtype] = write_float_gguf(
-                source,
-                checkpoint,
-                Path(workdir.name) / f"model-{GGUF_FORMAT[dtype]}.gguf",
-                GGUF_FORMAT[dtype],
-            )
-        del checkpoint
+            out = Path(workdir.name) / f"model-{GGUF_FORMAT[dtype]}.gguf"
+            ggufs[dtype] = write_float(Path(source), out, GGUF_FORMAT[dtype])
     else:
         notes.append(
             "llama-bench: skipped -- give its path with --llama-bench PATH or LLAMA_BENCH=PATH"
