@@ -21,18 +21,19 @@ from fixtures import (
     add_tiny_tokenizer,
     assert_four_streams_equal_one,
     assert_load_fails,
+    assert_logits_match_transformers,
     assert_speculation_keeps_greedy_ids,
-    gguf_encode,
     greedy_ids,
     greedy_logits,
     llamacpp_permute,
+    tiny_gguf_writer,
     tiny_vocab,
+    write_gguf_tensors,
     write_tiny_tokenizer_files,
 )
 from test_vs_transformers import hf_greedy
 
 from roofline.engine import load_runner
-from roofline.engine.kernels import reference as model
 from roofline.engine.kernels.experts import expert_work, route
 from roofline.engine.loading import load_checkpoint
 
@@ -121,26 +122,13 @@ def _layer_tensors(state: dict, layer: int, config) -> dict[str, np.ndarray]:
 
 
 def _write_gguf(path, hf, family: str, tensor_type: str):
-    import gguf
-
     c = hf.config
-    arch = FAMILIES[family][0]
-    writer = gguf.GGUFWriter(str(path), arch)
-    writer.add_name(f"tiny-{family}")
-    writer.add_block_count(c.num_hidden_layers)
-    writer.add_context_length(c.max_position_embeddings)
-    writer.add_embedding_length(c.hidden_size)
-    writer.add_feed_forward_length(c.intermediate_size)
+    writer = tiny_gguf_writer(path, FAMILIES[family][0], f"tiny-{family}", c)
     if family == "qwen3moe":  # Mixtral's experts have feed_forward_length rows
         writer.add_expert_feed_forward_length(c.moe_intermediate_size)
     writer.add_expert_count(EXPERTS)
     writer.add_expert_used_count(USED)
-    writer.add_head_count(c.num_attention_heads)
-    writer.add_head_count_kv(c.num_key_value_heads)
-    writer.add_key_length(c.head_dim)
-    writer.add_value_length(c.head_dim)
     writer.add_rope_freq_base(c.rope_parameters["rope_theta"])
-    writer.add_layer_norm_rms_eps(c.rms_norm_eps)
     add_tiny_tokenizer(writer)
     state = hf.state_dict()
     tensors = {
@@ -150,15 +138,10 @@ def _write_gguf(path, hf, family: str, tensor_type: str):
     }
     for layer in range(c.num_hidden_layers):
         tensors.update(_layer_tensors(state, layer, c))
-    for name, w in tensors.items():
-        # llama.cpp keeps the router F32
-        kind = "F32" if name.endswith("ffn_gate_inp.weight") else tensor_type
-        data, raw_dtype = gguf_encode(np.ascontiguousarray(w), kind)
-        writer.add_tensor(name, data, raw_dtype=raw_dtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    # llama.cpp keeps the router F32
+    write_gguf_tensors(
+        writer, tensors, lambda name: "F32" if name.endswith("ffn_gate_inp.weight") else tensor_type
+    )
     return path
 
 
@@ -259,20 +242,7 @@ def test_greedy_ids_equal_transformers(moe, prompts, reference, folder_runner, s
 
 
 def test_logits_and_the_reference_forward_match_transformers(moe, prompts, folder_runner):
-    """The decode passes' logits of every prompt position, and kernels/reference.py's forward over
-    whole prompts, against transformers'."""
-    checkpoint = load_checkpoint(str(moe[1]))
-    rope = model.rope_table_stack(checkpoint.config, 128)
-    for ids in prompts:
-        with torch.no_grad():
-            want = moe[0](input_ids=torch.tensor([ids])).logits[0]
-            ours = model.forward(
-                checkpoint.config, checkpoint.tensors, torch.tensor(ids), rope=rope
-            )
-        torch.testing.assert_close(ours, want, rtol=1e-4, atol=2e-5)
-        got = np.stack([folder_runner.prefill(0, ids[: i + 1]) for i in range(len(ids))])
-        folder_runner.release(0)
-        np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=2e-5)
+    assert_logits_match_transformers(moe[0], moe[1], folder_runner, prompts)
 
 
 def test_stored_q8_0_equals_fp32_bit_for_bit(moe, q8_stored, prompts):
