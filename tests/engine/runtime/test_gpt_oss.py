@@ -365,3 +365,12 @@ def test_routing_is_a_softmax_over_the_top_k_logits():
     want = torch.softmax(torch.tensor([[2.0, 2.0], [3.0, 1.0]]), dim=-1).numpy()
     np.testing.assert_allclose(weights, want, rtol=1e-6)
     assert np.array_equal(logits, before)
+
+
+def test_the_gpt_4o_pre_tokenizer_splits_words_as_o200k():
+    """gpt-oss GGUFs name the pre-tokenizer "gpt-4o" (o200k): capitals then lower-case letters
+    are one word, a contraction stays on its word, digits go in threes."""
+    from roofline.engine.loading.gguf_tokenizer import byte_level_pre_tokenizer
+
+    words = byte_level_pre_tokenizer("gpt-4o").pre_tokenize_str("Hello WORLD's HTTPServer 12345")
+    assert [w for w, _ in words] == ["Hello", "ĠWORLD's", "ĠHTTPServer", "Ġ", "123", "45"]
