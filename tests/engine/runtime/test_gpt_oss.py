@@ -1,17 +1,19 @@
 """gpt-oss: a tiny random GptOssForCausalLM built by transformers (two layers, the first sliding
 with a window of 6 tokens, the second global; attention sinks; q/k/v/o, router and expert biases;
-eight experts of which two route each token by a softmax over their logits; the clamped SwiGLU;
-YaRN RoPE with factor 4 over an original context of 64, untruncated), saved as a Hugging Face
-folder (the experts fused, gate and up interleaved; and as OpenAI ships it, the experts' MXFP4
-blocks and scales) and written as GGUF the way llama.cpp's converter does (gate, up and down packed
-apart with their biases; F32, and the experts MXFP4).
+eight experts of which two route each token by a softmax over their logits; the clamped SwiGLU; YaRN
+RoPE with factor 4 over an original context of 64, untruncated), saved as a Hugging Face folder (the
+experts fused, gate and up interleaved; and as OpenAI ships it, the experts' MXFP4 blocks and
+scales) and written as GGUF the way llama.cpp's converter does (gate, up and down packed apart with
+their biases): F32; F32 with MXFP4 experts; Q8_0 with MXFP4 experts, the mix test_moe's quantized
+files use, so that the two tests' stored passes are one compile.
 
 Greedy ids equal transformers' (eager attention: its sinks are the eager kernel's) from the folder
-and from the F32 GGUF for 32 tokens of three prompts, which cross the window; on the MXFP4 GGUF
-`--dtype stored` gives the fp32 logits bit for bit; speculation on equals off; four streams equal
-one; the bytes a step reads equal the file's count (`roofline ceiling`'s); the MXFP4 safetensors
-folder gives the MXFP4 GGUF's logits bit for bit, stored and dequantized (transformers' own
-dequantizer agrees with its weights); the file's chat template is the one applied."""
+and from the F32 GGUF for 32 tokens of three prompts, which cross the window; on the Q8_0 + MXFP4
+GGUF `--dtype stored` gives the fp32 logits bit for bit; speculation on equals off; four streams
+equal one; the bytes a step reads equal the file's count (`roofline ceiling`'s); the MXFP4
+safetensors folder holds the MXFP4 GGUF's expert rows byte for byte and gives its dequantized logits
+bit for bit (transformers' own dequantizer agrees with its weights); the file's chat template is the
+one applied."""
 
 from __future__ import annotations
 
@@ -137,8 +139,9 @@ def _layer_tensors(state: dict, layer: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _write_gguf(path, hf, experts_type: str):
-    """The GGUF of the model: F32 tensors, the experts' weights `experts_type`."""
+def _write_gguf(path, hf, tensor_type: str, experts_type: str):
+    """The GGUF of the model: `tensor_type` matrices, the experts' weights `experts_type`, every
+    vector and the router F32 (as llama.cpp keeps them)."""
     import gguf
 
     c = hf.config
@@ -160,9 +163,14 @@ def _write_gguf(path, hf, experts_type: str):
     }
     for layer in range(c.num_hidden_layers):
         tensors.update(_layer_tensors(state, layer))
-    write_gguf_tensors(
-        writer, tensors, lambda name: experts_type if name.endswith("_exps.weight") else "F32"
-    )
+
+    def type_of(name: str) -> str:
+        if name.endswith("_exps.weight"):
+            return experts_type
+        # the router and the (expert) biases stay F32
+        return "F32" if name.endswith(("ffn_gate_inp.weight", ".bias")) else tensor_type
+
+    write_gguf_tensors(writer, tensors, type_of)
     return path
 
 
@@ -195,13 +203,15 @@ def _write_mxfp4_folder(folder, hf):
 
 @pytest.fixture(scope="module")
 def oss(tmp_path_factory):
-    """(transformers model, HF folder, F32 GGUF, MXFP4 GGUF)."""
+    """(transformers model, HF folder, F32 GGUF, Q8_0 GGUF with MXFP4 experts); beside them an
+    F32 GGUF with MXFP4 experts and the MXFP4 safetensors folder."""
     hf = _hf_model()
     folder = tmp_path_factory.mktemp("gpt-oss") / "tiny-gpt-oss"
     hf.save_pretrained(str(folder))
     write_tiny_tokenizer_files(folder, hf.config.max_position_embeddings)
-    f32 = _write_gguf(folder.parent / "tiny-gpt-oss.F32.gguf", hf, "F32")
-    mxfp4 = _write_gguf(folder.parent / "tiny-gpt-oss.MXFP4.gguf", hf, "MXFP4")
+    f32 = _write_gguf(folder.parent / "tiny-gpt-oss.F32.gguf", hf, "F32", "F32")
+    _write_gguf(folder.parent / "tiny-gpt-oss.F32-MXFP4.gguf", hf, "F32", "MXFP4")
+    mxfp4 = _write_gguf(folder.parent / "tiny-gpt-oss.Q8_0-MXFP4.gguf", hf, "Q8_0", "MXFP4")
     _write_mxfp4_folder(folder.parent / "tiny-gpt-oss-mxfp4", hf)
     return hf, folder, f32, mxfp4
 
@@ -219,7 +229,8 @@ def folder_runner(oss):
 
 @pytest.fixture(scope="module")
 def mxfp4_stored(oss):
-    """The MXFP4 GGUF's own blocks (a pass compiled for F32 and MXFP4 rows)."""
+    """The Q8_0 + MXFP4 GGUF's own blocks (a pass compiled for Q8_0 and MXFP4 rows:
+    test_moe's)."""
     return _runner(oss[3], "stored")
 
 
@@ -295,14 +306,23 @@ def test_stored_mxfp4_equals_fp32_bit_for_bit(oss, mxfp4_stored, prompts):
         assert np.array_equal(greedy_logits(mxfp4_stored, ids), greedy_logits(fp32, ids))
 
 
-def test_mxfp4_safetensors_equal_the_mxfp4_gguf(oss, mxfp4_stored, prompts):
-    """OpenAI's MXFP4 blocks, rewritten as llama.cpp's rows on load, are the GGUF's rows: the
-    same logits stored and dequantized; and transformers' dequantizer gives the weights ours do."""
+def test_mxfp4_safetensors_hold_the_mxfp4_ggufs_rows(oss, prompts):
+    """OpenAI's MXFP4 blocks, rewritten as llama.cpp's rows on load, are the GGUF's rows byte for
+    byte (what `--dtype stored` computes on; a stored pass of the folder would be one more
+    compile for F32 and MXFP4 rows), dequantized they give the F32 + MXFP4 GGUF's logits bit for
+    bit, and transformers' own dequantizer gives the weights ours do."""
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
     folder = oss[1].parent / "tiny-gpt-oss-mxfp4"
+    gguf = oss[1].parent / "tiny-gpt-oss.F32-MXFP4.gguf"
+    rows = load_checkpoint(str(folder), dequantize=False).raw
+    want = load_checkpoint(str(gguf), dequantize=False).raw
+    experts = [n for n in want if ".mlp.experts." in n]
+    assert len(experts) == LAYERS * EXPERTS * 3 and set(rows) == set(experts)
+    for name in experts:
+        assert rows[name][0] == want[name][0] == "MXFP4"
+        assert np.array_equal(rows[name][1], want[name][1]), name
     checkpoint = load_checkpoint(str(folder))
-    assert checkpoint.stored_format["model.layers.0.mlp.experts.3.up_proj.weight"] == "MXFP4"
     with safe_open(str(folder / "model.safetensors"), "pt") as f:
         p = "model.layers.1.mlp.experts."
         gate_up = convert_moe_packed_tensors(
@@ -313,13 +333,9 @@ def test_mxfp4_safetensors_equal_the_mxfp4_gguf(oss, mxfp4_stored, prompts):
     for e in range(EXPERTS):
         for proj, cols in (("gate_proj", gate_up[e][:, ::2]), ("up_proj", gate_up[e][:, 1::2])):
             assert torch.equal(checkpoint.tensors[f"{p}{e}.{proj}.weight"], cols.T)
-    stored, fp32 = _runner(folder, "stored"), _runner(folder)
-    gguf_fp32 = _runner(oss[3])
+    fp32, gguf_fp32 = _runner(folder), _runner(gguf)
     for ids in prompts[:2]:
-        want = greedy_logits(mxfp4_stored, ids)
-        assert np.array_equal(greedy_logits(stored, ids), want)
         assert np.array_equal(greedy_logits(fp32, ids), greedy_logits(gguf_fp32, ids))
-    assert stored.bytes_per_token == mxfp4_stored.bytes_per_token
 
 
 def test_speculation_on_equals_off(mxfp4_stored, prompts):

@@ -1,13 +1,14 @@
 """Mixture-of-experts models: a tiny random Qwen3MoeForCausalLM and MixtralForCausalLM built by
 transformers (two layers, eight experts of which two route each token, renormalised), saved as a
 Hugging Face folder and written as GGUF the way llama.cpp's converter does (each projection's
-experts packed into one 3-D tensor, the router F32; Mixtral as `llama` with q/k rows permuted).
-Both families share one compiled pass (the same array types): the second costs no compile.
+experts packed into one 3-D tensor, the router F32; Mixtral as `llama` with q/k rows permuted). Both
+families share one compiled pass (the same array types): the second costs no compile.
 
-Greedy ids equal transformers' from the folder and from the F32 GGUF; on a Q8_0 GGUF `--dtype
-stored` gives the fp32 logits bit for bit; speculation on equals off; four streams equal one; a
-k-row pass equals k one-row passes, on one thread or two; a pass reads the union of its rows'
-experts, each once."""
+Greedy ids equal transformers' from the folder and from the F32 GGUF; on a GGUF of Q8_0 with MXFP4
+experts (llama-quantize's MXFP4_MOE mix; gpt-oss's test file is the same mix, so both families'
+stored tests share one compiled pass) `--dtype stored` gives the fp32 logits bit for bit;
+speculation on equals off; four streams equal one; a k-row pass equals k one-row passes, on one
+thread or two; a pass reads the union of its rows' experts, each once."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ from roofline.engine import load_runner
 from roofline.engine.kernels.experts import expert_work, route
 from roofline.engine.loading import load_checkpoint
 
-# every test but the pure ones needs a decode pass compiled for experts (fp32, stored Q8_0)
+# every test but the pure ones needs a decode pass compiled for experts (fp32, stored Q8_0 with
+# MXFP4 experts)
 pytestmark = pytest.mark.slow
 
 N_TOKENS = 32
@@ -121,7 +123,9 @@ def _layer_tensors(state: dict, layer: int, config) -> dict[str, np.ndarray]:
     return out
 
 
-def _write_gguf(path, hf, family: str, tensor_type: str):
+def _write_gguf(path, hf, family: str, tensor_type: str, experts_type: str | None = None):
+    """The GGUF of the model: `tensor_type` tensors, the experts `experts_type` (default the
+    same), the router F32 (as llama.cpp keeps it)."""
     c = hf.config
     writer = tiny_gguf_writer(path, FAMILIES[family][0], f"tiny-{family}", c)
     if family == "qwen3moe":  # Mixtral's experts have feed_forward_length rows
@@ -138,23 +142,26 @@ def _write_gguf(path, hf, family: str, tensor_type: str):
     }
     for layer in range(c.num_hidden_layers):
         tensors.update(_layer_tensors(state, layer, c))
-    # llama.cpp keeps the router F32
-    write_gguf_tensors(
-        writer, tensors, lambda name: "F32" if name.endswith("ffn_gate_inp.weight") else tensor_type
-    )
+
+    def type_of(name: str) -> str:
+        if name.endswith("ffn_gate_inp.weight"):
+            return "F32"
+        return experts_type or tensor_type if name.endswith("_exps.weight") else tensor_type
+
+    write_gguf_tensors(writer, tensors, type_of)
     return path
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
 def moe(request, tmp_path_factory):
-    """(transformers model, HF folder, F32 GGUF, Q8_0 GGUF, family)."""
+    """(transformers model, HF folder, F32 GGUF, Q8_0 GGUF with MXFP4 experts, family)."""
     family = request.param
     hf = _hf_model(family)
     folder = tmp_path_factory.mktemp(family) / f"tiny-{family}"
     hf.save_pretrained(str(folder))
     write_tiny_tokenizer_files(folder, hf.config.max_position_embeddings)
     f32 = _write_gguf(folder.parent / f"tiny-{family}.F32.gguf", hf, family, "F32")
-    q8 = _write_gguf(folder.parent / f"tiny-{family}.Q8_0.gguf", hf, family, "Q8_0")
+    q8 = _write_gguf(folder.parent / f"tiny-{family}.Q8_0.gguf", hf, family, "Q8_0", "MXFP4")
     return hf, folder, f32, q8, family
 
 
@@ -181,7 +188,7 @@ def _q8_runner(moe, dtype):
 
 @pytest.fixture(scope="module")
 def q8_stored(moe):
-    """The Q8_0 GGUF's own blocks (a pass compiled for Q8_0 rows)."""
+    """The quantized GGUF's own blocks (a pass compiled for Q8_0 and MXFP4 rows)."""
     return _q8_runner(moe, "stored")
 
 
@@ -248,7 +255,7 @@ def test_logits_and_the_reference_forward_match_transformers(moe, prompts, folde
 def test_stored_q8_0_equals_fp32_bit_for_bit(moe, q8_stored, prompts):
     fp32 = _q8_runner(moe, "fp32")  # the file's blocks widened to float32 on load
     assert q8_stored.weights.experts.wgu.dtype == np.uint8
-    assert q8_stored.bytes_per_token == q8_stored.file_bytes_per_token  # the routed Q8_0 rows
+    assert q8_stored.bytes_per_token == q8_stored.file_bytes_per_token  # the routed MXFP4 rows
     for ids in prompts:
         assert np.array_equal(greedy_logits(q8_stored, ids), greedy_logits(fp32, ids))
 
