@@ -276,8 +276,10 @@ def _rows_per_unit(w, unit_bytes):
 
 @njit(**JIT_OPTIONS)
 def _add_bias(out, bias, o0, o1):
-    """out[r, o] += bias[o] for every row r and o in [o0, o1): after the sum, rounded once more
-    (transformers adds a Linear's bias to its product alike)."""
+    """out[r, o] += bias[o] for every row r and o in [o0, o1), after the unit's products: one
+    more rounding. Where the products were added to x (o rows) this is (x + Wa) + b, where
+    transformers rounds x + (Wa + b): a last-bit difference greedy ids do not see (the tests hold
+    ids and logits within tolerance to transformers, bits only to this engine's other paths)."""
     for r in range(out.shape[0]):
         for o in range(o0, o1):
             out[r, o] += bias[o]
