@@ -199,6 +199,8 @@ def random_blocks(
     for at in FP16_SCALES_AT.get(tensor_type, ()):
         values = (rng.standard_normal((rows, n // block)) * scale).astype(np.float16)
         raw[:, :, at : at + 2] = values.view(np.uint8).reshape(rows, n // block, 2)
+    if tensor_type == "MXFP4":  # the E8M0 byte: 2^(e - 128) around 2^-6, far from infinity
+        raw[:, :, 0] = rng.integers(118, 126, (rows, n // block), dtype=np.uint8)
     return raw.reshape(rows, -1)
 
 
@@ -226,7 +228,38 @@ def gguf_encode(weight: np.ndarray, tensor_type: str):
         return random_blocks(tensor_type, weight.shape[0], weight.shape[1], rng), qtype
 
 
-def add_tiny_tokenizer(writer, pre: str = "gpt2") -> None:
+def tiny_gguf_writer(path, arch: str, name: str, config):
+    """A GGUFWriter for `arch` holding the keys every tiny family test writes from its
+    transformers config (layers, context, widths, heads, head size, RMSNorm epsilon) and the tiny
+    tokenizer's; the caller adds its family's own keys, then `write_gguf_tensors`."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name(name)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_key_length(config.head_dim)
+    writer.add_value_length(config.head_dim)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    return writer
+
+
+def write_gguf_tensors(writer, tensors: dict[str, np.ndarray], type_of) -> None:
+    """Each tensor encoded as type_of(name) (`gguf_encode`), then the file written and closed."""
+    for name, w in tensors.items():
+        data, raw_dtype = gguf_encode(np.ascontiguousarray(w), type_of(name))
+        writer.add_tensor(name, data, raw_dtype=raw_dtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def add_tiny_tokenizer(writer, pre: str = "gpt2", chat_template: str = CHATML_TEMPLATE) -> None:
     """The tiny byte-level BPE tokenizer's keys, as llama.cpp's converter writes them."""
     tokens, merges = tiny_vocab()
     writer.add_tokenizer_model("gpt2")
@@ -238,7 +271,7 @@ def add_tiny_tokenizer(writer, pre: str = "gpt2") -> None:
     writer.add_bos_token_id(BOS_ID)
     writer.add_eos_token_id(EOS_ID)
     writer.add_add_bos_token(False)
-    writer.add_chat_template(CHATML_TEMPLATE)
+    writer.add_chat_template(chat_template)
 
 
 def write_tiny_gguf(
@@ -472,3 +505,24 @@ def assert_four_streams_equal_one(runner, prompts: list[list[int]], n: int) -> N
     for s in range(4):
         runner.release(s)
     assert out == alone
+
+
+def assert_logits_match_transformers(hf_model, folder, runner, prompts, rtol=1e-4, atol=2e-5):
+    """The decode passes' logits of every prompt position (prefills of each prefix, slot 0), and
+    kernels/reference.py's forward over whole prompts, against transformers' (hf_model)."""
+    import torch
+
+    from roofline.engine.kernels import reference
+
+    checkpoint = load_checkpoint(str(folder))
+    rope = reference.rope_table_stack(checkpoint.config, 128)
+    for ids in prompts:
+        with torch.no_grad():
+            want = hf_model(input_ids=torch.tensor([ids])).logits[0]
+            ours = reference.forward(
+                checkpoint.config, checkpoint.tensors, torch.tensor(ids), rope=rope
+            )
+        torch.testing.assert_close(ours, want, rtol=rtol, atol=atol)
+        got = np.stack([runner.prefill(0, ids[: i + 1]) for i in range(len(ids))])
+        runner.release(0)
+        np.testing.assert_allclose(got, want.numpy(), rtol=rtol, atol=atol)

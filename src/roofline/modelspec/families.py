@@ -52,6 +52,15 @@ class Family:
     # transformers' RoPE bases (global layers, sliding layers) where the config names neither
     # (Gemma3TextConfig.default_theta); None: 10000 and no base of the sliding layers' own
     rope_thetas: tuple[float, float] | None = None
+    # the engine's mixture-of-experts traits no config key states (gpt-oss): the experts' gate
+    # activation ("" the config's hidden_act; "swiglu_oai": gpt-oss's clamped SwiGLU), how the
+    # router weighs the picked experts ("softmax_topk": softmax over all logits, then the top k;
+    # "topk_softmax": the top k logits, then a softmax over those), and whether YaRN's correction
+    # range is rounded outward (transformers' default; GptOssConfig's rope_parameters say
+    # truncate false, a key no GGUF carries)
+    expert_activation: str = ""
+    routing: str = "softmax_topk"
+    yarn_truncate: bool = True
     # the `general.architecture` names llama.cpp writes in a GGUF file of this family (several
     # where it renamed one; none where the family has no architecture of its own: Mixtral is
     # "llama" with experts, DeepSeek-V3 "deepseek2" with a router bias, see gguf_config)
@@ -138,6 +147,12 @@ _TRAITS: dict[str, dict[str, Any]] = {
         "router_bias": True,
         "attention_bias": "qkvo",
         "window_rule": "alternate",
+        "engine_arch": "gpt-oss",
+        "hf_classes": ("GptOssForCausalLM",),
+        "engine_windows": True,
+        "expert_activation": "swiglu_oai",
+        "routing": "topk_softmax",
+        "yarn_truncate": False,
     },
     "deepseek_v2": {"gguf_archs": ("deepseek2",), "mla": True},
     "deepseek_v3": {"mla": True, "router_bias": True},

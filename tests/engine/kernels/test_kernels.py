@@ -144,7 +144,9 @@ def attend_all(qkv, n_heads, slots, positions, layer, k_cache, v_cache, out, win
             positions + 1, no_tree, layer, k_cache, v_cache, scores, part_out, part_max, part_sum,
             g_k[0], g_v[0], g_s[0], offs,
         )  # fmt: skip
-    attention.merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out)
+    attention.merge_attention(
+        first_unit, n_chunks, part_out, part_max, part_sum, out, np.zeros(1, np.float32), False
+    )
 
 
 @pytest.mark.parametrize("n_heads,n_kv,d", [(4, 2, 16), (6, 2, 24), (3, 3, 80)])

@@ -25,6 +25,7 @@ from fixtures import (
     gguf_encode,
     greedy_ids,
     greedy_logits,
+    tiny_gguf_writer,
     tiny_vocab,
     write_tiny_tokenizer_files,
 )
@@ -96,21 +97,10 @@ def _hf_model():
 def _write_gguf(path, model, tensor_type: str):
     import gguf
 
-    c = model.config
-    writer = gguf.GGUFWriter(str(path), "gemma3")
-    writer.add_name("tiny-gemma3")
-    writer.add_block_count(c.num_hidden_layers)
-    writer.add_context_length(c.max_position_embeddings)
-    writer.add_embedding_length(c.hidden_size)
-    writer.add_feed_forward_length(c.intermediate_size)
-    writer.add_head_count(c.num_attention_heads)
-    writer.add_head_count_kv(c.num_key_value_heads)
-    writer.add_key_length(c.head_dim)
-    writer.add_value_length(c.head_dim)
+    writer = tiny_gguf_writer(path, "gemma3", "tiny-gemma3", model.config)
     writer.add_rope_freq_base(1_000_000.0)
     writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
     writer.add_rope_scaling_factor(8.0)
-    writer.add_layer_norm_rms_eps(c.rms_norm_eps)
     writer.add_sliding_window(WINDOW)
     writer.add_final_logit_softcapping(CAP)
     add_tiny_tokenizer(writer)

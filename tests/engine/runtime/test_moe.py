@@ -1,13 +1,14 @@
 """Mixture-of-experts models: a tiny random Qwen3MoeForCausalLM and MixtralForCausalLM built by
 transformers (two layers, eight experts of which two route each token, renormalised), saved as a
 Hugging Face folder and written as GGUF the way llama.cpp's converter does (each projection's
-experts packed into one 3-D tensor, the router F32; Mixtral as `llama` with q/k rows permuted).
-Both families share one compiled pass (the same array types): the second costs no compile.
+experts packed into one 3-D tensor, the router F32; Mixtral as `llama` with q/k rows permuted). Both
+families share one compiled pass (the same array types): the second costs no compile.
 
-Greedy ids equal transformers' from the folder and from the F32 GGUF; on a Q8_0 GGUF `--dtype
-stored` gives the fp32 logits bit for bit; speculation on equals off; four streams equal one; a
-k-row pass equals k one-row passes, on one thread or two; a pass reads the union of its rows'
-experts, each once."""
+Greedy ids equal transformers' from the folder and from the F32 GGUF; on a GGUF of Q8_0 with MXFP4
+experts (llama-quantize's MXFP4_MOE mix; gpt-oss's test file is the same mix, so both families'
+stored tests share one compiled pass) `--dtype stored` gives the fp32 logits bit for bit;
+speculation on equals off; four streams equal one; a k-row pass equals k one-row passes, on one
+thread or two; a pass reads the union of its rows' experts, each once."""
 
 from __future__ import annotations
 
@@ -21,22 +22,24 @@ from fixtures import (
     add_tiny_tokenizer,
     assert_four_streams_equal_one,
     assert_load_fails,
+    assert_logits_match_transformers,
     assert_speculation_keeps_greedy_ids,
-    gguf_encode,
     greedy_ids,
     greedy_logits,
     llamacpp_permute,
+    tiny_gguf_writer,
     tiny_vocab,
+    write_gguf_tensors,
     write_tiny_tokenizer_files,
 )
 from test_vs_transformers import hf_greedy
 
 from roofline.engine import load_runner
-from roofline.engine.kernels import reference as model
 from roofline.engine.kernels.experts import expert_work, route
 from roofline.engine.loading import load_checkpoint
 
-# every test but the pure ones needs a decode pass compiled for experts (fp32, stored Q8_0)
+# every test but the pure ones needs a decode pass compiled for experts (fp32, stored Q8_0 with
+# MXFP4 experts)
 pytestmark = pytest.mark.slow
 
 N_TOKENS = 32
@@ -120,27 +123,16 @@ def _layer_tensors(state: dict, layer: int, config) -> dict[str, np.ndarray]:
     return out
 
 
-def _write_gguf(path, hf, family: str, tensor_type: str):
-    import gguf
-
+def _write_gguf(path, hf, family: str, tensor_type: str, experts_type: str | None = None):
+    """The GGUF of the model: `tensor_type` tensors, the experts `experts_type` (default the
+    same), the router F32 (as llama.cpp keeps it)."""
     c = hf.config
-    arch = FAMILIES[family][0]
-    writer = gguf.GGUFWriter(str(path), arch)
-    writer.add_name(f"tiny-{family}")
-    writer.add_block_count(c.num_hidden_layers)
-    writer.add_context_length(c.max_position_embeddings)
-    writer.add_embedding_length(c.hidden_size)
-    writer.add_feed_forward_length(c.intermediate_size)
+    writer = tiny_gguf_writer(path, FAMILIES[family][0], f"tiny-{family}", c)
     if family == "qwen3moe":  # Mixtral's experts have feed_forward_length rows
         writer.add_expert_feed_forward_length(c.moe_intermediate_size)
     writer.add_expert_count(EXPERTS)
     writer.add_expert_used_count(USED)
-    writer.add_head_count(c.num_attention_heads)
-    writer.add_head_count_kv(c.num_key_value_heads)
-    writer.add_key_length(c.head_dim)
-    writer.add_value_length(c.head_dim)
     writer.add_rope_freq_base(c.rope_parameters["rope_theta"])
-    writer.add_layer_norm_rms_eps(c.rms_norm_eps)
     add_tiny_tokenizer(writer)
     state = hf.state_dict()
     tensors = {
@@ -150,28 +142,26 @@ def _write_gguf(path, hf, family: str, tensor_type: str):
     }
     for layer in range(c.num_hidden_layers):
         tensors.update(_layer_tensors(state, layer, c))
-    for name, w in tensors.items():
-        # llama.cpp keeps the router F32
-        kind = "F32" if name.endswith("ffn_gate_inp.weight") else tensor_type
-        data, raw_dtype = gguf_encode(np.ascontiguousarray(w), kind)
-        writer.add_tensor(name, data, raw_dtype=raw_dtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+
+    def type_of(name: str) -> str:
+        if name.endswith("ffn_gate_inp.weight"):
+            return "F32"
+        return experts_type or tensor_type if name.endswith("_exps.weight") else tensor_type
+
+    write_gguf_tensors(writer, tensors, type_of)
     return path
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
 def moe(request, tmp_path_factory):
-    """(transformers model, HF folder, F32 GGUF, Q8_0 GGUF, family)."""
+    """(transformers model, HF folder, F32 GGUF, Q8_0 GGUF with MXFP4 experts, family)."""
     family = request.param
     hf = _hf_model(family)
     folder = tmp_path_factory.mktemp(family) / f"tiny-{family}"
     hf.save_pretrained(str(folder))
     write_tiny_tokenizer_files(folder, hf.config.max_position_embeddings)
     f32 = _write_gguf(folder.parent / f"tiny-{family}.F32.gguf", hf, family, "F32")
-    q8 = _write_gguf(folder.parent / f"tiny-{family}.Q8_0.gguf", hf, family, "Q8_0")
+    q8 = _write_gguf(folder.parent / f"tiny-{family}.Q8_0.gguf", hf, family, "Q8_0", "MXFP4")
     return hf, folder, f32, q8, family
 
 
@@ -198,7 +188,7 @@ def _q8_runner(moe, dtype):
 
 @pytest.fixture(scope="module")
 def q8_stored(moe):
-    """The Q8_0 GGUF's own blocks (a pass compiled for Q8_0 rows)."""
+    """The quantized GGUF's own blocks (a pass compiled for Q8_0 and MXFP4 rows)."""
     return _q8_runner(moe, "stored")
 
 
@@ -259,26 +249,13 @@ def test_greedy_ids_equal_transformers(moe, prompts, reference, folder_runner, s
 
 
 def test_logits_and_the_reference_forward_match_transformers(moe, prompts, folder_runner):
-    """The decode passes' logits of every prompt position, and kernels/reference.py's forward over
-    whole prompts, against transformers'."""
-    checkpoint = load_checkpoint(str(moe[1]))
-    rope = model.rope_table_stack(checkpoint.config, 128)
-    for ids in prompts:
-        with torch.no_grad():
-            want = moe[0](input_ids=torch.tensor([ids])).logits[0]
-            ours = model.forward(
-                checkpoint.config, checkpoint.tensors, torch.tensor(ids), rope=rope
-            )
-        torch.testing.assert_close(ours, want, rtol=1e-4, atol=2e-5)
-        got = np.stack([folder_runner.prefill(0, ids[: i + 1]) for i in range(len(ids))])
-        folder_runner.release(0)
-        np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=2e-5)
+    assert_logits_match_transformers(moe[0], moe[1], folder_runner, prompts)
 
 
 def test_stored_q8_0_equals_fp32_bit_for_bit(moe, q8_stored, prompts):
     fp32 = _q8_runner(moe, "fp32")  # the file's blocks widened to float32 on load
     assert q8_stored.weights.experts.wgu.dtype == np.uint8
-    assert q8_stored.bytes_per_token == q8_stored.file_bytes_per_token  # the routed Q8_0 rows
+    assert q8_stored.bytes_per_token == q8_stored.file_bytes_per_token  # the routed MXFP4 rows
     for ids in prompts:
         assert np.array_equal(greedy_logits(q8_stored, ids), greedy_logits(fp32, ids))
 

@@ -330,9 +330,11 @@ def gather_scratch(n_threads, path_len, head_dim):
 
 
 @njit(**JIT_OPTIONS)
-def merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out):
+def merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out, sinks, use_sinks):
     """Combine the chunks of each (row, head) as in flash-decoding:
-    m = max_c m_c,   out_h = sum_c e^(m_c - m) o_c / sum_c e^(m_c - m) l_c"""
+    m = max_c m_c,   out_h = sum_c e^(m_c - m) o_c / sum_c e^(m_c - m) l_c
+    With sinks (gpt-oss: sinks[h], one logit a head, use_sinks): the sink is one more score with
+    no value, so m = max(max_c m_c, sink) and the denominator gains e^(sink - m)."""
     group, head_dim = part_out.shape[1], part_out.shape[2]
     for r in range(n_chunks.shape[0]):
         n_kv = (first_unit[r + 1] - first_unit[r]) // n_chunks[r]
@@ -344,6 +346,10 @@ def merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, out):
                 for c in range(1, n_chunks[r]):
                     m = max(m, part_max[u0 + c * n_kv, j])
                 denom = np.float32(0.0)
+                if use_sinks:
+                    sink = sinks[g * group + j]
+                    m = max(m, sink)
+                    denom = exp_nonpos(sink - m)
                 for i in range(head_dim):
                     out[r, o0 + i] = 0.0
                 for c in range(n_chunks[r]):

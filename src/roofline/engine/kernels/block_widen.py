@@ -14,6 +14,8 @@ Layouts (byte offsets in a block; p = position of a weight in its block):
     Q6_K  ql[128]@0, qh[64]@128, int8 scales[16]@192, d@208: half h = p // 128, group g = p // 32,
           ql[64 h + 32 (g % 2) + p % 32] (high nibble when g // 2 is odd), 2 bits of
           qh[32 h + p % 32] at 2 (g % 4), scale p // 16; q - 32
+    MXFP4 e(u8)@0, qs[16]@1     nibbles as Q4_0's (llama.cpp's block_mxfp4); w = k[q] d with
+          d = 2^(e - 128) (ggml's GGML_E8M0_TO_FP32_HALF) and k the doubled E2M1 values
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ _F16C = target_has("f16c")  # vcvtph2ps; without it fp16 is widened with integer
 _PERMUTE = target_has("avx512f")
 _IOTA16 = ir.Constant(ir.VectorType(F32, 16), [float(j) for j in range(16)])
 _IOTA16_MINUS8 = ir.Constant(ir.VectorType(F32, 16), [float(j - 8) for j in range(16)])
+# E2M1 (sign, 2-bit exponent, 1-bit mantissa) doubled, by nibble: ggml's kvalues_mxfp4
+E2M1_DOUBLED = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+_E2M1_TABLE = ir.Constant(ir.VectorType(F32, 16), [float(k) for k in E2M1_DOUBLED])
 
 
 def _tabled(lanes, p):
@@ -227,6 +232,40 @@ def _q4_1(r, blk, p, lanes):
     return fma(r.b, d, q, m)
 
 
+def _e8m0_half(r, blk):
+    """The E8M0 byte e at blk as float32 2^(e - 128), exactly as ggml's GGML_E8M0_TO_FP32_HALF
+    builds it: bits (e - 1) << 23 for e >= 2, the subnormal 0x00200000 << e for e < 2."""
+    b = r.b
+    e = b.zext(r.load(blk, _I8), _I32)
+    normal = b.shl(b.sub(e, ir.Constant(_I32, 1)), ir.Constant(_I32, 23))
+    tiny = b.shl(ir.Constant(_I32, 0x00200000), e)
+    bits = b.select(b.icmp_unsigned("<", e, ir.Constant(_I32, 2)), tiny, normal)
+    return b.bitcast(bits, F32)
+
+
+def _e2m1_doubled(r, q):
+    """The doubled E2M1 value of nibbles q (i32 lanes) as float32: m = q & 7 splits into exponent
+    x = m >> 1 and mantissa bit t = m & 1; |k| = t for x = 0, else (2 + t) 2^(x - 1); bit 3 is
+    the sign (E2M1_DOUBLED)."""
+    b, lanes = r.b, q.type.count
+    m = b.and_(q, r.ints(7, lanes))
+    x, t = b.lshr(m, r.ints(1, lanes)), b.and_(m, r.ints(1, lanes))
+    # (2 + t) << x is even for x >= 1: halving it is (2 + t) 2^(x - 1), never a negative shift
+    big = b.lshr(b.shl(b.add(t, r.ints(2, lanes)), x), r.ints(1, lanes))
+    mag = b.select(b.icmp_unsigned("==", x, r.ints(0, lanes)), t, big)
+    negative = b.icmp_unsigned("!=", b.and_(q, r.ints(8, lanes)), r.ints(0, lanes))
+    return r.to_f32(b.select(negative, b.sub(r.ints(0, lanes), mag), mag))
+
+
+def _mxfp4(r, blk, p, lanes):
+    d = r.splat(_e8m0_half(r, blk), lanes)
+    if _tabled(lanes, p):
+        raw = r.bytes_i32(r.at(blk, 1 + p % 16), lanes)
+        return _by_nibble(r, raw, p >= 16, r.b.fmul(d, _E2M1_TABLE, flags=KEEP_FLAGS))
+    k = _e2m1_doubled(r, _nibble_at(r, blk, 1, p, lanes))
+    return r.b.fmul(d, k, flags=KEEP_FLAGS)
+
+
 def _q5_0(r, blk, p, lanes):
     q = r.b.or_(_nibble_at(r, blk, 6, p, lanes), _q5_bits(r, r.at(blk, 2), p, lanes))
     q = r.b.sub(q, r.ints(16, lanes))
@@ -328,7 +367,14 @@ def _q6_k(r, blk, chunk, within, lanes):
 
 
 # each block format's widening, by its name in block_formats (the one table of formats and codes)
-_BLOCK32 = {"Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1}
+_BLOCK32 = {
+    "Q8_0": _q8_0,
+    "Q4_0": _q4_0,
+    "Q4_1": _q4_1,
+    "Q5_0": _q5_0,
+    "Q5_1": _q5_1,
+    "MXFP4": _mxfp4,
+}
 _BLOCK256 = {"Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
 
 

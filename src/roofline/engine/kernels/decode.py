@@ -5,13 +5,14 @@ in the serial steps). The threads walk the same phases; a phase (units: row bloc
 attention chunks) starts when all units of the one before are done:
 
     per layer:  qkv rows (+ private RMSNorm) | bias, RoPE, K/V to cache (one unit) | attention
-                chunks | o rows, += x (+ private merge) | gate/up rows, SiLU (+ private RMSNorm)
-                | down rows, += x
+                chunks | o rows, += x (+ bias) (+ private merge, with the sinks) | gate/up rows,
+                SiLU (+ private RMSNorm) | down rows, += x
     post norms: o rows and down rows go to a buffer instead, and a phase of rows (a unit each)
                 adds their RMSNorm to x (Gemma 2/3: `_post_norm_phase`)
-    experts:    the MLP's phases are router rows | (+ private routing and work list, `experts`)
-                gate/up rows of the routed experts, SiLU | their down rows | a row a unit, x +=
-                the row's experts' outputs weighted, in rank order (`_expert_phases`)
+    experts:    the MLP's phases are router rows (+ bias) | (+ private routing and work list,
+                `experts`) gate/up rows of the routed experts (+ bias), SiLU or gpt-oss's clamped
+                SwiGLU | their down rows (+ bias) | a row a unit, x += the row's experts' outputs
+                weighted, in rank order (`_expert_phases`)
     then:       lm_head rows (+ private final RMSNorm of the logit rows)
 
 Units are split evenly (equal weight bytes); a thread claims runs of its own share, then others'
@@ -37,16 +38,23 @@ from roofline.engine.kernels.attention import (
     merge_attention,
 )
 from roofline.engine.kernels.block_simd import FormatSet, with_formats
-from roofline.engine.kernels.experts import combine_row, expert_work, gather_rows, route
+from roofline.engine.kernels.experts import (
+    combine_row,
+    expert_work,
+    gather_rows,
+    route,
+    route_topk_softmax,
+)
 from roofline.engine.kernels.layer_kernels import (
     JIT_OPTIONS,
     matvec_rows,
     qkv_to_cache,
     rms_norm,
     silu_mul,
+    swiglu_oai,
 )
 from roofline.engine.kernels.widened_rows import embed_into
-from roofline.engine.loading.config import Activation
+from roofline.engine.loading.config import Activation, Routing
 from roofline.simd_memory import aligned_floats
 
 PHASES_PER_LAYER = 6
@@ -85,6 +93,8 @@ class LayerWeights(NamedTuple):
     k_norm: np.ndarray
     wo: np.ndarray
     o_scale: np.ndarray
+    bo: np.ndarray
+    sinks: np.ndarray
     mlp_norm: np.ndarray
     attn_post_norm: np.ndarray
     mlp_post_norm: np.ndarray
@@ -97,9 +107,10 @@ class LayerWeights(NamedTuple):
 class Experts(NamedTuple):
     """A mixture of experts' arrays (weights.ExpertWeights): the float32 router (L, E, hidden) with
     unit scales (L, E), and each expert's [Wg; Wu] (L, E, 2 ffn, hidden) and Wd (L, E, hidden,
-    ffn) with per-output-row scales (L, E, rows). A pass's argument of its own beside
-    LayerWeights (whose wgu and wd then have no rows): the prange hands its threads the arrays of a
-    tuple, not of a tuple in a tuple."""
+    ffn) with per-output-row scales (L, E, rows); the float32 biases of the router's logits and
+    of each expert's [g | u] and output (zeros where the model has none). A pass's argument of its
+    own beside LayerWeights (whose wgu and wd then have no rows): the prange hands its threads the
+    arrays of a tuple, not of a tuple in a tuple."""
 
     router: np.ndarray
     router_scale: np.ndarray
@@ -107,6 +118,9 @@ class Experts(NamedTuple):
     gu_scale: np.ndarray
     wd: np.ndarray
     d_scale: np.ndarray
+    router_bias: np.ndarray
+    gu_bias: np.ndarray
+    d_bias: np.ndarray
 
 
 class HeadWeights(NamedTuple):
@@ -147,6 +161,15 @@ class Shape(NamedTuple):
     expert_ffn: int = 0  # an expert's rows of Wg (of Wu)
     norm_topk: bool = True  # their router probabilities renormalised to sum 1
     formats: FormatSet | None = None  # stored rows: the formats of their codes
+    # gpt-oss (ModelConfig's fields of the same names): the o rows' bias, the attention sinks,
+    # the router's and experts' biases, its routing (Routing.TOPK_SOFTMAX) and clamped SwiGLU
+    o_bias: bool = False
+    sinks: bool = False
+    expert_bias: bool = False
+    topk_softmax: bool = False
+    swiglu_oai: bool = False
+    swiglu_limit: np.float32 = np.float32(0.0)
+    swiglu_alpha: np.float32 = np.float32(0.0)
 
 
 def kernel_weights(w) -> tuple[LayerWeights, HeadWeights]:
@@ -190,6 +213,13 @@ def kernel_shape(config, w) -> Shape:
         expert_ffn=config.ffn if config.moe else 0,
         norm_topk=config.norm_topk,
         formats=formats,
+        o_bias=config.o_bias,
+        sinks=config.sinks,
+        expert_bias=config.expert_bias,
+        topk_softmax=config.routing == Routing.TOPK_SOFTMAX,
+        swiglu_oai=config.activation == Activation.SWIGLU_OAI,
+        swiglu_limit=np.float32(config.swiglu_limit),
+        swiglu_alpha=np.float32(config.swiglu_alpha),
     )
 
 
@@ -245,8 +275,21 @@ def _rows_per_unit(w, unit_bytes):
 
 
 @njit(**JIT_OPTIONS)
-def _matvec_phase(counters, phase, tid, n_threads, w, scale, x, out, accumulate, unit_bytes):
-    """out (+)= x W^T row-scaled, this thread's part of it."""
+def _add_bias(out, bias, o0, o1):
+    """out[r, o] += bias[o] for every row r and o in [o0, o1), after the unit's products: one
+    more rounding. Where the products were added to x (o rows) this is (x + Wa) + b, where
+    transformers rounds x + (Wa + b): a last-bit difference greedy ids do not see (the tests hold
+    ids and logits within tolerance to transformers, bits only to this engine's other paths)."""
+    for r in range(out.shape[0]):
+        for o in range(o0, o1):
+            out[r, o] += bias[o]
+
+
+@njit(**JIT_OPTIONS)
+def _matvec_phase(
+    counters, phase, tid, n_threads, w, scale, x, out, accumulate, unit_bytes, bias, use_bias
+):
+    """out (+)= x W^T row-scaled (+ bias, when use_bias), this thread's part of it."""
     per = _rows_per_unit(w, unit_bytes)
     n_units = (w.shape[0] + per - 1) // per
     done = 0
@@ -254,7 +297,10 @@ def _matvec_phase(counters, phase, tid, n_threads, w, scale, x, out, accumulate,
         u, count = _claim(counters, phase, tid, n_threads, n_units)
         if count == 0:
             break
-        matvec_rows(w, scale, x, out, u * per, min((u + count) * per, w.shape[0]), accumulate)
+        o0, o1 = u * per, min((u + count) * per, w.shape[0])
+        matvec_rows(w, scale, x, out, o0, o1, accumulate)
+        if use_bias:
+            _add_bias(out, bias, o0, o1)
         done += count
     _finish(counters, phase, n_threads, n_units, done)
 
@@ -302,12 +348,15 @@ def _gate_up_phase(
 
 @njit(**JIT_OPTIONS)
 def _expert_gate_up_phase(
-    counters, phase, tid, n_threads, wgu, gu_scale, formats, work, xg, egu, eact, scratch,
-    unit_bytes, gelu,
+    counters, phase, tid, n_threads, wgu, gu_scale, gu_bias, shape, work, xg, egu, eact, scratch,
+    unit_bytes,
 ):  # fmt: skip
     """`_gate_up_phase` over the routed experts: a unit is a block of one expert's gate rows and
     the same block of its up rows for all its rows at once (xg: the gathered rows; egu, eact:
-    their [g | u] and act, by slot). work: (n_chosen, chosen, start, n_rows) of `expert_work`."""
+    their [g | u] and act, by slot), with the expert's biases (shape.expert_bias) and its
+    activation (SiLU, GELU or gpt-oss's clamped SwiGLU). work: (n_chosen, chosen, start, n_rows)
+    of `expert_work`."""
+    formats = shape.formats
     n_chosen, chosen, start, n_rows = work
     ffn = eact.shape[1]
     per = max(16, _rows_per_unit(wgu[0], unit_bytes) // 16 * 16)  # whole 16-column SiLU blocks
@@ -325,17 +374,24 @@ def _expert_gate_up_phase(
             scale = with_formats(gu_scale[e], formats)
             matvec_rows(wgu[e], scale, xg[s0:s1], egu[s0:s1], j0, j1, False)
             matvec_rows(wgu[e], scale, xg[s0:s1], egu[s0:s1], ffn + j0, ffn + j1, False)
-            silu_mul(egu[s0:s1], eact[s0:s1], j0, j1, scratch, gelu)
+            if shape.expert_bias:
+                _add_bias(egu[s0:s1], gu_bias[e], j0, j1)
+                _add_bias(egu[s0:s1], gu_bias[e], ffn + j0, ffn + j1)
+            if shape.swiglu_oai:
+                swiglu_oai(egu[s0:s1], eact[s0:s1], j0, j1, shape.swiglu_limit, shape.swiglu_alpha)
+            else:
+                silu_mul(egu[s0:s1], eact[s0:s1], j0, j1, scratch, shape.gelu)
         done += count
     _finish(counters, phase, n_threads, n_units, done)
 
 
 @njit(**JIT_OPTIONS)
 def _expert_down_phase(
-    counters, phase, tid, n_threads, wd, d_scale, formats, work, eact, eout, unit_bytes
+    counters, phase, tid, n_threads, wd, d_scale, d_bias, shape, work, eact, eout, unit_bytes
 ):
-    """eout[slots of e] = Wd_e act for the routed experts e, a block of one expert's rows a
-    unit."""
+    """eout[slots of e] = Wd_e act (+ bd_e) for the routed experts e, a block of one expert's
+    rows a unit."""
+    formats = shape.formats
     n_chosen, chosen, start, n_rows = work
     per = _rows_per_unit(wd[0], unit_bytes)
     blocks = (eout.shape[1] + per - 1) // per
@@ -351,6 +407,8 @@ def _expert_down_phase(
             s0, s1 = start[e], start[e] + n_rows[e]
             matvec_rows(wd[e], with_formats(d_scale[e], formats), eact[s0:s1], eout[s0:s1], o0,
                         o1, False)  # fmt: skip
+            if shape.expert_bias:
+                _add_bias(eout[s0:s1], d_bias[e], o0, o1)
         done += count
     _finish(counters, phase, n_threads, n_units, done)
 
@@ -370,18 +428,22 @@ def _expert_phases(
     # every thread, it would be E x hidden multiply-adds a row for each), then each thread routes
     # its own copy
     _matvec_phase(counters, phase, tid, n_threads, experts.router[layer],
-                  experts.router_scale[layer], h, r_out, False, unit_bytes)  # fmt: skip
+                  experts.router_scale[layer], h, r_out, False, unit_bytes,
+                  experts.router_bias[layer], shape.expert_bias)  # fmt: skip
     phase += 1
     logits[:] = r_out
-    route(logits, shape.top_k, shape.norm_topk, ids, weights)
+    if shape.topk_softmax:
+        route_topk_softmax(logits, shape.top_k, ids, weights)
+    else:
+        route(logits, shape.top_k, shape.norm_topk, ids, weights)
     n_chosen = expert_work(ids, n_experts, n_rows, start, slot_of, chosen)
     gather_rows(h, slot_of, xg)
     work = (n_chosen, chosen, start, n_rows)
     _expert_gate_up_phase(counters, phase, tid, n_threads, experts.wgu[layer],
-                          experts.gu_scale[layer], shape.formats, work, xg, egu, eact, scratch,
-                          unit_bytes, shape.gelu)  # fmt: skip
+                          experts.gu_scale[layer], experts.gu_bias[layer], shape, work, xg, egu,
+                          eact, scratch, unit_bytes)  # fmt: skip
     _expert_down_phase(counters, phase + 1, tid, n_threads, experts.wd[layer],
-                       experts.d_scale[layer], shape.formats, work, eact, eout,
+                       experts.d_scale[layer], experts.d_bias[layer], shape, work, eact, eout,
                        unit_bytes)  # fmt: skip
     k = x.shape[0]
     done = 0
@@ -409,7 +471,7 @@ def _mlp_phases(
                        unit_bytes, shape.gelu)  # fmt: skip
         _matvec_phase(counters, phase + 1, tid, n_threads, w.wd[layer],
                       with_formats(w.d_scale[layer], shape.formats), act, out, accumulate,
-                      unit_bytes)  # fmt: skip
+                      unit_bytes, w.bo[layer], False)  # fmt: skip
         return phase + 2
     else:
         _expert_phases(counters, phase, tid, n_threads, layer, experts, moe, shape, h, x, scratch,
@@ -456,6 +518,8 @@ def _worker(
             qkv,
             False,
             unit_bytes,
+            bqkv[layer],
+            False,  # q/k/v's bias goes with RoPE (qkv_to_cache)
         )
         phase += 1
         # one unit: the thread that claims it does it
@@ -514,7 +578,8 @@ def _worker(
             done += count
         _finish(counters, phase, n_threads, n_items_attn, done)
         phase += 1
-        merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, att)
+        merge_attention(first_unit, n_chunks, part_out, part_max, part_sum, att, w.sinks[layer],
+                        shape.sinks)  # fmt: skip
         _matvec_phase(
             counters,
             phase,
@@ -526,6 +591,8 @@ def _worker(
             out,
             accumulate,
             unit_bytes,
+            w.bo[layer],
+            shape.o_bias,
         )
         phase += 1
         if post_norms:
@@ -555,6 +622,8 @@ def _worker(
         logits,
         False,
         unit_bytes,
+        final_norm,
+        False,
     )
 
 

@@ -6,6 +6,8 @@ Per row r (h_r: the MLP's normed input; E experts, K of them used):
     ids_r = the K experts of highest p, highest first; ties to the lowest expert index
     w_r = p[ids_r], / sum(p[ids_r]) when renormalised (Qwen3-MoE's norm_topk_prob; Mixtral's
           softmax over the top-K logits is the same weights)
+    gpt-oss (`route_topk_softmax`): ids_r the K highest logits l (the same experts), w_r =
+          softmax(l[ids_r]) over those K alone, as transformers' GptOssTopKRouter computes it
     x_r += sum_j w_rj SwiGLU_{ids_rj}(h_r)     (j = 0..K-1: rank order, fixed by the row alone)
 
 A pass reads each expert its rows route to once for all of them: `expert_work` gives every routed
@@ -21,6 +23,21 @@ import numpy as np
 from numba import njit
 
 from roofline.engine.kernels.matrices import JIT_OPTIONS
+
+
+@njit(**JIT_OPTIONS)
+def _pick_top_k(scores, top_k, ids, r):
+    """ids[r, :top_k] = the indices of the top_k highest scores, highest first; strictly greater
+    wins, so of equal scores the lowest index comes first."""
+    for j in range(top_k):
+        best = -1
+        for e in range(scores.shape[0]):
+            taken = False
+            for i in range(j):
+                taken = taken or ids[r, i] == e
+            if not taken and (best < 0 or scores[e] > scores[best]):
+                best = e
+        ids[r, j] = best
 
 
 @njit(**JIT_OPTIONS)
@@ -40,23 +57,32 @@ def route(logits, top_k, norm_topk, ids, weights):
             total += p[e]
         for e in range(n_experts):
             p[e] = p[e] / total
+        _pick_top_k(p, top_k, ids, r)
         for j in range(top_k):
-            best = -1
-            for e in range(n_experts):
-                taken = False
-                for i in range(j):
-                    taken = taken or ids[r, i] == e
-                # strictly greater: of equal probabilities the lowest index wins
-                if not taken and (best < 0 or p[e] > p[best]):
-                    best = e
-            ids[r, j] = best
-            weights[r, j] = p[best]
+            weights[r, j] = p[ids[r, j]]
         if norm_topk:  # w: the top-k probabilities over their sum
             picked = np.float32(0.0)
             for j in range(top_k):
                 picked += weights[r, j]
             for j in range(top_k):
                 weights[r, j] = weights[r, j] / picked
+    return 0
+
+
+@njit(**JIT_OPTIONS)
+def route_topk_softmax(logits, top_k, ids, weights):
+    """Per row of logits (k, E): ids[r, :top_k] the experts of highest logit, highest first (ties:
+    the lowest index), weights[r, :top_k] = softmax of their logits, exp(l_j - l_0) / sum (l_0,
+    the first picked, is the largest). The logits are left as they are."""
+    for r in range(logits.shape[0]):
+        lr = logits[r]
+        _pick_top_k(lr, top_k, ids, r)
+        total = np.float32(0.0)
+        for j in range(top_k):
+            weights[r, j] = np.exp(lr[ids[r, j]] - lr[ids[r, 0]])
+            total += weights[r, j]
+        for j in range(top_k):
+            weights[r, j] = weights[r, j] / total
     return 0
 
 

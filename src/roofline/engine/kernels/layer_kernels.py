@@ -16,6 +16,7 @@ Per layer (x: residual stream, one row per token):
     h = RMSNorm(x);  [q|k|v] = Wqkv h (+ bias);  q, k = RoPE(qk-norm(q, k));  k, v -> cache
     x += Wo Attention(q, K[:pos+1], V[:pos+1]);  h = RMSNorm(x);  [g|u] = Wgu h
     x += Wd (SiLU(g) * u)
+gpt-oss's experts gate with `swiglu_oai` instead.
 """
 
 from __future__ import annotations
@@ -167,3 +168,20 @@ def silu_mul(gate_up, out, j0=0, j1=-1, scratch=None, gelu=False):
                 simd_loops.silu_block(pad, 0, lanes, e, res, 0)
                 for lane in range(m):
                     out[r, j + lane] = res[lane]
+
+
+@njit(**JIT_OPTIONS)
+def swiglu_oai(gate_up, out, j0, j1, limit, alpha):
+    """out[:, j] = (u + 1) (g sigmoid(alpha g)) for columns j in [j0, j1), g = min(g, limit), u =
+    clamp(u, -limit, limit), [g | u] = gate_up rows: gpt-oss's clamped SwiGLU, in transformers'
+    order (GptOssExperts._apply_gate). With e = exp(-|alpha g|) <= 1, g sigmoid(alpha g) = g / (1 +
+    e) for g >= 0 and g e / (1 + e) for g < 0 (no overflow either way). Column by column: a
+    column's value never depends on the range it was computed in."""
+    ffn = out.shape[1]
+    for r in range(out.shape[0]):
+        for j in range(j0, j1):
+            g = min(gate_up[r, j], limit)
+            u = min(max(gate_up[r, ffn + j], -limit), limit)
+            e = exp_nonpos(-abs(alpha * g))
+            glu = g / (np.float32(1.0) + e) if g >= 0 else g * e / (np.float32(1.0) + e)
+            out[r, j] = (u + np.float32(1.0)) * glu

@@ -21,6 +21,10 @@ pre_feedforward_layernorm; GELU (tanh) for SiLU; scores times query_scale; a sli
 sees its last `window` positions, and turns by its own RoPE table; logits = cap tanh(logits / cap).
 
 A mixture of experts (Qwen3-MoE, Mixtral: ModelConfig.moe): the MLP is `moe_mlp`.
+
+gpt-oss: o_proj has a bias; each head's sink logit joins its softmax (`attention`); the router
+has a bias and weighs its top-k logits by a softmax over them alone; the experts have biases and
+gate with the clamped SwiGLU; RoPE is YaRN's (`yarn`: its frequencies, cos and sin scaled).
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ import torch
 import torch.nn.functional as F
 
 from roofline.engine.kernels.kv_cache import read_keys, write_keys
-from roofline.engine.loading.config import Activation, ModelConfig
+from roofline.engine.kernels.yarn import yarn_attention_factor, yarn_inv_freq
+from roofline.engine.loading.config import Activation, ModelConfig, Routing
 from roofline.errors import UserError
 
 
@@ -46,6 +51,8 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
         return inv_freq
     if kind == "linear":  # positions divided by factor
         return inv_freq / float(scaling["factor"])
+    if kind == "yarn":
+        return yarn_inv_freq(d, config.rope_theta, scaling)
     if kind == "llama3":
         # GGUF: llama.cpp's exact per-frequency divisors
         if "original_max_position_embeddings" not in scaling:
@@ -65,15 +72,20 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
         medium = ~(wavelen < ctx / high) & ~(wavelen > ctx / low)
         return torch.where(medium, blended, scaled)
     raise UserError(
-        f"RoPE scaling type {kind!r} is not supported (supported: default, linear, llama3)"
+        f"RoPE scaling type {kind!r} is not supported (supported: default, linear, llama3, yarn)"
     )
 
 
 def rope_tables(config: ModelConfig, n_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of pos * inv_freq for pos in [0, n_positions): two float32 (n_positions, head_dim
-    / 2)."""
+    / 2); YaRN's scaled by its attention factor, as transformers scales them."""
     angles = torch.outer(torch.arange(n_positions, dtype=torch.float32), rope_inv_freq(config))
-    return angles.cos().contiguous(), angles.sin().contiguous()
+    cos, sin = angles.cos(), angles.sin()
+    scaling = config.rope_scaling or {}
+    if scaling.get("rope_type") == "yarn":
+        factor = yarn_attention_factor(scaling)
+        cos, sin = cos * factor, sin * factor
+    return cos.contiguous(), sin.contiguous()
 
 
 def rope_table_stack(config: ModelConfig, n_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,10 +138,12 @@ def attention(
     start: int,
     window: int = 0,
     scale: float | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal GQA attention. q: (T, H, d) at positions start..start+T-1; k, v: (S, G, d) at
     positions 0..S-1. Query i sees keys 0..start+i (with a sliding window, the last `window` of
-    them). scale: the scores' (default 1 / sqrt(d)). Returns (T, H*d)."""
+    them). scale: the scores' (default 1 / sqrt(d)); sinks: (H,) one more logit a head in each
+    softmax, with no value (gpt-oss). Returns (T, H*d)."""
     T, H, d = q.shape
     S = k.shape[0]
     key_pos = torch.arange(S)
@@ -137,12 +151,22 @@ def attention(
     allowed = key_pos[None, :] <= query_pos  # (T, S) causal mask
     if window > 0:
         allowed &= key_pos[None, :] > query_pos - window
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    if sinks is not None:  # transformers' eager gpt-oss attention: the sink as a last column
+        group = H // k.shape[1]
+        kk, vv = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = torch.einsum("thd,shd->hts", q, kk) * scale
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        combined = torch.cat([scores, sinks.float()[:, None, None].expand(H, T, 1)], dim=-1)
+        combined = combined - combined.max(dim=-1, keepdim=True).values
+        probs = torch.softmax(combined, dim=-1)[..., :-1]
+        return torch.einsum("hts,shd->thd", probs, vv).reshape(T, H * d)
     out = F.scaled_dot_product_attention(
         q.transpose(0, 1)[None],
         k.transpose(0, 1)[None],
         v.transpose(0, 1)[None],
         attn_mask=allowed,
-        scale=1.0 / math.sqrt(d) if scale is None else scale,
+        scale=scale,
         enable_gqa=True,
     )
     return out[0].transpose(0, 1).reshape(T, H * d)
@@ -150,21 +174,38 @@ def attention(
 
 def moe_mlp(config: ModelConfig, weights: Mapping[str, torch.Tensor], p: str, h: torch.Tensor):
     """sum_j w_j SwiGLU_{e_j}(h) per row: e_j the top-k experts of softmax(h Wr^T), w_j their
-    probabilities (renormalised with norm_topk), the sum in rank order."""
-    probs = torch.softmax(linear(h, dense_weight(weights, p + "mlp.gate.weight")), dim=-1)
-    top, ids = torch.topk(probs, config.n_experts_used, dim=-1)
-    if config.norm_topk:
-        top = top / top.sum(dim=-1, keepdim=True)
+    probabilities (renormalised with norm_topk), the sum in rank order. gpt-oss: the router and
+    experts have biases, w_j = softmax of the top-k logits alone, the gate is the clamped
+    SwiGLU."""
+    c = config
+    logits = linear(
+        h, dense_weight(weights, p + "mlp.gate.weight"), weights.get(p + "mlp.gate.bias")
+    )
+    if c.routing == Routing.TOPK_SOFTMAX:
+        top, ids = torch.topk(logits, c.n_experts_used, dim=-1)
+        top = torch.softmax(top, dim=-1)
+    else:
+        top, ids = torch.topk(torch.softmax(logits, dim=-1), c.n_experts_used, dim=-1)
+        if c.norm_topk:
+            top = top / top.sum(dim=-1, keepdim=True)
     out = torch.zeros_like(h)
     for r in range(h.shape[0]):
-        for j in range(config.n_experts_used):
+        for j in range(c.n_experts_used):
             e = f"{p}mlp.experts.{int(ids[r, j])}."
-            gate = linear(h[r : r + 1], dense_weight(weights, e + "gate_proj.weight"))
-            up = linear(h[r : r + 1], dense_weight(weights, e + "up_proj.weight"))
-            out[r] += (
-                top[r, j]
-                * linear(F.silu(gate) * up, dense_weight(weights, e + "down_proj.weight"))[0]
-            )
+
+            def proj(x, name, e=e):
+                return linear(
+                    x, dense_weight(weights, e + name + ".weight"), weights.get(e + name + ".bias")
+                )
+
+            gate, up = proj(h[r : r + 1], "gate_proj"), proj(h[r : r + 1], "up_proj")
+            if c.activation == Activation.SWIGLU_OAI:
+                gate = gate.clamp(max=c.swiglu_limit)
+                up = up.clamp(min=-c.swiglu_limit, max=c.swiglu_limit)
+                act = (up + 1) * (gate * torch.sigmoid(gate * c.swiglu_alpha))
+            else:
+                act = F.silu(gate) * up
+            out[r] += top[r, j] * proj(act, "down_proj")[0]
     return out
 
 
@@ -221,8 +262,11 @@ def forward(
             write_keys(k_cache, start, k)
             v_cache[:, start : start + T] = v.transpose(0, 1)
             k, v = read_keys(k_cache, start + T), v_cache[:, : start + T].transpose(0, 1)
-        att = attention(q, k, v, start, window=windows[i], scale=c.attention_scale)
-        o = linear(att, dense_weight(w, p + "self_attn.o_proj.weight"))
+        sinks = w[p + "self_attn.sinks"] if c.sinks else None
+        att = attention(q, k, v, start, window=windows[i], scale=c.attention_scale, sinks=sinks)
+        o = linear(
+            att, dense_weight(w, p + "self_attn.o_proj.weight"), w.get(p + "self_attn.o_proj.bias")
+        )
         if c.post_norms:
             o = rms_norm(o, w[p + "post_attention_layernorm.weight"], c.rms_eps)
         x = x + o

@@ -14,8 +14,8 @@ __all__ = ["Checkpoint", "load_checkpoint"]
 
 def load_checkpoint(path: str | os.PathLike | None, *, dequantize: bool = True) -> Checkpoint:
     """Load a model: None -> the default model; a `.gguf` file; or an HF directory (config.json +
-    safetensors). dequantize=False: quantized GGUF tensors keep only their raw rows (what `--dtype
-    stored` computes on)."""
+    safetensors). dequantize=False: quantized GGUF tensors (and gpt-oss's MXFP4 safetensors
+    experts) keep only their raw rows (what `--dtype stored` computes on)."""
     if path is None:
         from roofline.modelspec.default_model import default_model_path
 
@@ -35,7 +35,7 @@ def load_checkpoint(path: str | os.PathLike | None, *, dequantize: bool = True) 
         else:
             from roofline.engine.loading.safetensors import load_hf_dir
 
-            return load_hf_dir(path)
+            return load_hf_dir(path, dequantize=dequantize)
     with open(path, "rb") as handle:
         magic = handle.read(4)
     if magic == b"GGUF" or path.suffix.lower() == ".gguf":

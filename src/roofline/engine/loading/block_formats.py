@@ -11,6 +11,8 @@ the float32 summation order gives the float32 path's bits (`block_simd`):
     Q4_K  w = (d sc) q - dmin mn  d sc (17 bits) q (4): 21 bits exact, dmin mn exact, one rounding
     Q5_K  the same with 5-bit q (22 bits)
     Q6_K  w = (d sc) q          sc int8 (7 bits), |q| <= 32: <= 23 bits, exact
+    MXFP4 w = k[q] 2^(e - 128)  k: E2M1 doubled (0, 1, 2, 3, 4, 6, 8, 12, negated for q >= 8),
+                                e: the E8M0 byte (ggml's e8m0 "half": 2^(e - 127) / 2), exact
     F16, BF16                   widening is exact
 
 `code` is the number the kernels switch on, per matrix row.
@@ -49,6 +51,7 @@ KERNEL_FORMATS = (
     "Q4_K",
     "Q5_K",
     "Q6_K",
+    "MXFP4",
 )
 _GGML = {t.name: t for t in ggml_types().values()}
 BLOCK_FORMATS: dict[str, BlockFormat] = {

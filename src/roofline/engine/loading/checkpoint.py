@@ -48,14 +48,23 @@ def hf_tensor_names(config: ModelConfig) -> list[str]:
                 p + "post_feedforward_layernorm.weight",
             ]
         names += [p + f"self_attn.{x}_proj.weight" for x in "qkvo"]
-        if config.moe:  # the router, then each expert's SwiGLU
-            names.append(p + "mlp.gate.weight")
+        if config.moe:  # the router, then each expert's SwiGLU (gpt-oss: each with its bias)
+            kinds = ("weight", "bias") if config.expert_bias else ("weight",)
+            names += [p + f"mlp.gate.{kind}" for kind in kinds]
             for e in range(config.n_experts):
-                names += [p + f"mlp.experts.{e}.{x}_proj.weight" for x in ("gate", "up", "down")]
+                names += [
+                    p + f"mlp.experts.{e}.{x}_proj.{kind}"
+                    for x in ("gate", "up", "down")
+                    for kind in kinds
+                ]
         else:
             names += [p + f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")]
         if config.attn_bias:
             names += [p + f"self_attn.{x}_proj.bias" for x in "qkv"]
+        if config.o_bias:
+            names.append(p + "self_attn.o_proj.bias")
+        if config.sinks:
+            names.append(p + "self_attn.sinks")
         if config.qk_norm:
             names += [p + "self_attn.q_norm.weight", p + "self_attn.k_norm.weight"]
     return names
@@ -87,6 +96,12 @@ def hf_tensor_shape(name: str, config: ModelConfig) -> tuple[int, ...]:
         "up_proj.weight": (c.ffn, c.hidden),
         "down_proj.weight": (c.hidden, c.ffn),
         "gate.weight": (c.n_experts, c.hidden),  # the router
+        "gate.bias": (c.n_experts,),
+        "o_proj.bias": (c.hidden,),
+        "self_attn.sinks": (c.n_heads,),
+        "gate_proj.bias": (c.ffn,),
+        "up_proj.bias": (c.ffn,),
+        "down_proj.bias": (c.hidden,),
     }
     return shapes[leaf]
 

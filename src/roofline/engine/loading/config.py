@@ -1,7 +1,8 @@
 """The shape of a Llama-family decoder, as read from a checkpoint (GGUF metadata or HF
 config.json), with what a block departs from Llama's by (Gemma 3: the norms after attention and
 MLP, GELU, the embedding's scale, the query scale, sliding windows with their own RoPE base, the
-final logits' soft cap) as data the kernels take."""
+final logits' soft cap; gpt-oss: the attention sinks, the output projection's bias, the experts'
+biases, clamped SwiGLU and top-k-then-softmax routing) as data the kernels take."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from roofline.modelspec.families import engine_archs
 # Llama 2/3, Mistral and SmolLM (same block, RoPE on rotate-half pairs); "qwen2" adds q/k/v biases;
 # "qwen3" adds a per-head RMSNorm on q and k; "gemma3" is Qwen3's block with the Gemma 3 fields
 # of ModelConfig below; "qwen3moe" is Qwen3's block with a mixture of experts for its MLP (Mixtral
-# is "llama" with one: ModelConfig.moe).
+# is "llama" with one: ModelConfig.moe); "gpt-oss" is Qwen2's block with the gpt-oss fields below.
 SUPPORTED_ARCHS = engine_archs()
 
 
@@ -24,6 +25,16 @@ class Activation(StrEnum):
 
     SILU = "silu"
     GELU_TANH = "gelu_pytorch_tanh"  # GELU, tanh approximation (Gemma)
+    # gpt-oss's experts (llama.cpp's SWIGLU_OAI): g = min(g, limit), u = clamp(u, -limit, limit),
+    # act = (u + 1) g sigmoid(alpha g)
+    SWIGLU_OAI = "swiglu_oai"
+
+
+class Routing(StrEnum):
+    """How a router's logits l weigh the experts a row picks (the k of highest l either way)."""
+
+    SOFTMAX_TOPK = "softmax_topk"  # p = softmax(l) over all experts, the picked p (renormalised)
+    TOPK_SOFTMAX = "topk_softmax"  # softmax over the k picked logits alone (gpt-oss)
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,15 @@ class ModelConfig:
     n_experts: int = 0
     n_experts_used: int = 0
     norm_topk: bool = True  # the picked experts' router probabilities renormalised to sum 1
+    routing: Routing = Routing.SOFTMAX_TOPK
+    # gpt-oss: a bias on the attention output, one learned logit a head that joins each softmax's
+    # denominator (a sink: exp(s - max) added to the sum, no value), biases on the router and on
+    # every expert's projections, and its SwiGLU's clamp and gain (Activation.SWIGLU_OAI)
+    o_bias: bool = False
+    sinks: bool = False
+    expert_bias: bool = False
+    swiglu_limit: float = 7.0
+    swiglu_alpha: float = 1.702
 
     def __post_init__(self) -> None:
         # A checkpoint whose numbers contradict each other is corrupt, not a model to guess at.
@@ -84,6 +104,8 @@ class ModelConfig:
             raise ValueError(f"head_dim {self.head_dim} must be even for RoPE")
         if self.n_experts and not 0 < self.n_experts_used <= self.n_experts:
             raise ValueError(f"{self.n_experts_used} experts used of {self.n_experts}")
+        if self.expert_bias and not self.n_experts:
+            raise ValueError("expert biases without experts")
         if self.n_experts and self.post_norms:
             raise ValueError("experts with post norms are not supported")
         if self.layer_windows and len(self.layer_windows) != self.n_layers:

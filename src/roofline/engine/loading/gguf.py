@@ -27,7 +27,7 @@ from gguf.constants import GGMLQuantizationType as QT
 
 from roofline.engine.loading.block_formats import BLOCK_FORMATS
 from roofline.engine.loading.checkpoint import Checkpoint, check_tensors
-from roofline.engine.loading.config import SUPPORTED_ARCHS, ModelConfig
+from roofline.engine.loading.config import SUPPORTED_ARCHS, ModelConfig, Routing
 from roofline.engine.loading.gguf_block import block_fields
 from roofline.engine.loading.gguf_names import (
     NON_WEIGHT_TENSORS,
@@ -116,13 +116,15 @@ def _float32_value(value: object) -> float:
 
 
 # GGUF architectures whose experts the engine runs (Mixtral's is llama's)
-MOE_ARCHS = ("qwen3moe", "llama")
+MOE_ARCHS = ("qwen3moe", "llama", "gpt-oss")
 
 
-def _moe_fields(meta: dict, arch: str, path: Path) -> dict:
+def _moe_fields(meta: dict, arch: str, shapes: dict, path: Path) -> dict:
     """ModelConfig's mixture-of-experts fields ({} without experts); llama.cpp renormalises the
-    picked experts' weights of these architectures (norm_topk). An expert's rows:
-    expert_feed_forward_length, else (Mixtral) feed_forward_length."""
+    picked experts' weights of these architectures (norm_topk), or (gpt-oss) softmaxes the picked
+    logits alone (the family's routing). An expert's rows: expert_feed_forward_length, else
+    (Mixtral) feed_forward_length. Expert biases: gpt-oss's bias tensors; its SwiGLU's clamp and
+    gain are no GGUF key (llama.cpp fixes them): the family's transformers defaults."""
     n_experts = int(meta.get(f"{arch}.expert_count") or 0)
     if n_experts == 0:
         return {}
@@ -131,10 +133,21 @@ def _moe_fields(meta: dict, arch: str, path: Path) -> dict:
             f"{path}: mixture-of-experts {arch} models are not supported (expert_count > 0); "
             f"supported: {', '.join(MOE_ARCHS)}"
         )
+    family = get_family(model_type_of_gguf_arch().get(arch, arch))
+    routing = Routing(family.routing) if family is not None else Routing.SOFTMAX_TOPK
+    expert_bias = "blk.0.ffn_gate_exps.bias" in shapes
+    swiglu = (
+        {k: float(family.defaults[k]) for k in ("swiglu_limit", "swiglu_alpha")}
+        if family is not None and "swiglu_limit" in family.defaults
+        else {}
+    )
     return dict(
         n_experts=n_experts,
         n_experts_used=_uniform_int(meta, f"{arch}.expert_used_count", path),
         norm_topk=True,
+        routing=routing,
+        expert_bias=expert_bias,
+        **swiglu,
         ffn=_uniform_int(
             meta,
             f"{arch}.expert_feed_forward_length",
@@ -153,7 +166,7 @@ def config_from_gguf(meta: dict, shapes: dict[str, tuple[int, ...]], path: Path)
             f"{path}: GGUF architecture {arch!r} is not supported; supported: "
             f"{', '.join(SUPPORTED_ARCHS)}"
         )
-    moe = _moe_fields(meta, arch, path)
+    moe = _moe_fields(meta, arch, shapes, path)
     n_heads = _uniform_int(meta, f"{arch}.attention.head_count", path)
     hidden = _uniform_int(meta, f"{arch}.embedding_length", path)
     head_dim = _uniform_int(
@@ -185,6 +198,8 @@ def config_from_gguf(meta: dict, shapes: dict[str, tuple[int, ...]], path: Path)
             rope_scaling=None,  # filled in by load_gguf (needs the rope_freqs tensor)
             tie_embeddings="output.weight" not in shapes,
             attn_bias="blk.0.attn_q.bias" in shapes,
+            o_bias="blk.0.attn_output.bias" in shapes,
+            sinks="blk.0.attn_sinks.weight" in shapes,
             qk_norm="blk.0.attn_q_norm.weight" in shapes,
             **block_fields(meta, arch, n_layers, hidden, n_heads, head_dim, path),
             **moe,
@@ -263,8 +278,12 @@ def load_gguf(path: str | os.PathLike, *, dequantize: bool = True) -> Checkpoint
     }
     config = config_from_gguf(meta, shapes, path)
     freqs = by_name.get("rope_freqs.weight")
+    family = get_family(model_type_of_gguf_arch().get(config.arch, config.arch))
     rope_scaling = rope_scaling_from_gguf(
-        meta, config, None if freqs is None else np.asarray(freqs.data, np.float32)
+        meta,
+        config,
+        None if freqs is None else np.asarray(freqs.data, np.float32),
+        yarn_truncate=family is None or family.yarn_truncate,
     )
     if rope_scaling is not None:
         config = replace(config, rope_scaling=rope_scaling)
@@ -298,7 +317,8 @@ def load_gguf(path: str | os.PathLike, *, dequantize: bool = True) -> Checkpoint
         t, fmt, blocks = _convert(
             tensor, expert_name(layer, 0, projection), config, path, dequantize
         )
-        if t.dim() != 3 or t.shape[0] != config.n_experts:
+        # a weight (experts, out, in), a bias (experts, out)
+        if t.dim() != (2 if projection.endswith(".bias") else 3) or t.shape[0] != config.n_experts:
             raise UserError(
                 f"{path}: tensor {name} has shape {tuple(t.shape)}, not "
                 f"{config.n_experts} experts' matrices; the file is inconsistent"

@@ -2,7 +2,8 @@
 its metadata and its family's traits, as llama.cpp reads them.
 
     post norms, embedding scale   the family's (`families.Family`: norms_per_layer 4, embed_scaled)
-    activation                    the family's transformers default (llama.cpp's graph has it)
+    activation                    the family's transformers default (llama.cpp's graph has it);
+                                  gpt-oss's experts' clamped SwiGLU (Family.expert_activation)
     sliding windows               {arch}.attention.sliding_window, one layer in
                                   {arch}.attention.sliding_window_pattern (default: the family's
                                   window rule, Gemma 3's 6) global, or that key as a list a layer
@@ -59,7 +60,9 @@ def block_fields(
     if local is None and family.rope_thetas is not None:
         local = family.rope_thetas[1]
     return dict(
-        activation=Activation(family.defaults.get("hidden_activation", "silu")),
+        activation=Activation(
+            family.expert_activation or family.defaults.get("hidden_activation", "silu")
+        ),
         post_norms=family.norms_per_layer == 4,
         embed_scale=float(np.float32(hidden**0.5)) if family.embed_scaled else 1.0,
         query_scale=query_scale,

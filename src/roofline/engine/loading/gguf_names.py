@@ -1,7 +1,11 @@
 """llama.cpp tensor names -> Hugging Face names, for the Llama family (llama, qwen2, qwen3
 GGUFs), Gemma 3's block, whose norms after attention and MLP rename the MLP's input norm, and a
-mixture of experts' (qwen3moe, Mixtral's llama), whose experts llama.cpp packs into one 3-D tensor
-per projection (`expert_tensor`)."""
+mixture of experts' (qwen3moe, Mixtral's llama, gpt-oss), whose experts llama.cpp packs into one
+3-D tensor per projection (`expert_tensor`; gpt-oss's biases into one 2-D tensor each).
+
+gpt-oss's own names: post_attention_norm is the MLP's input norm (Hugging Face's
+post_attention_layernorm, as in any block without post norms), attn_sinks the sinks,
+attn_output.bias o_proj's bias, ffn_gate_inp.bias the router's (the engine's mlp.gate)."""
 
 from __future__ import annotations
 
@@ -30,13 +34,18 @@ _PER_LAYER = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
     "ffn_gate_inp.weight": "mlp.gate.weight",  # a mixture of experts' router
+    "ffn_gate_inp.bias": "mlp.gate.bias",
+    "attn_output.bias": "self_attn.o_proj.bias",
+    "attn_sinks.weight": "self_attn.sinks",
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
 }
 
-# blk.{i}.<gguf part>: every expert's <HF projection> at once, numpy shape (experts, out, in)
+# blk.{i}.<gguf part>: every expert's <HF projection>.<kind> at once, numpy shape (experts, out,
+# in) for a weight, (experts, out) for a bias
 _EXPERTS = {
-    "ffn_gate_exps.weight": "gate_proj",
-    "ffn_up_exps.weight": "up_proj",
-    "ffn_down_exps.weight": "down_proj",
+    f"ffn_{x}_exps.{kind}": f"{x}_proj.{kind}"
+    for x in ("gate", "up", "down")
+    for kind in ("weight", "bias")
 }
 
 # Blocks with post norms (Gemma 2/3): llama.cpp's ffn_norm is the MLP's input norm there too, which
@@ -68,7 +77,8 @@ def hf_name(gguf_name: str, post_norms: bool = False) -> str | None:
 
 
 def expert_tensor(gguf_name: str) -> tuple[int, str] | None:
-    """(layer, HF projection) of a GGUF tensor packing every expert's projection, else None."""
+    """(layer, HF projection and kind: "gate_proj.weight", ...) of a GGUF tensor packing every
+    expert's projection (or its bias), else None."""
     match = _BLOCK.fullmatch(gguf_name)
     if match and match.group(2) in _EXPERTS:
         return int(match.group(1)), _EXPERTS[match.group(2)]
@@ -76,5 +86,5 @@ def expert_tensor(gguf_name: str) -> tuple[int, str] | None:
 
 
 def expert_name(layer: int, expert: int, projection: str) -> str:
-    """The HF name of one expert's projection."""
-    return f"model.layers.{layer}.mlp.experts.{expert}.{projection}.weight"
+    """The HF name of one expert's projection ("gate_proj.weight", ...)."""
+    return f"model.layers.{layer}.mlp.experts.{expert}.{projection}"

@@ -41,6 +41,15 @@ QWEN2_SPLIT = (
 )
 
 GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+# o200k (gpt-4o, gpt-oss): a word is its capitals then its lower-case letters (or a run of
+# capitals), a contraction kept on it; digits in threes; the regex of its tokenizer.json, which
+# llama.cpp's GPT4O pre-tokenizer rewrites for its own regex engine
+_UPPER, _LOWER = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]", r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
+O200K_SPLIT = (
+    rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTIONS}?"
+    rf"|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*{_CONTRACTIONS}?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 # llama.cpp's fallback for files that name no pre-tokenizer: four splits applied one after the
 # other.
 DEFAULT_SPLITS = (r"[\p{P}\$\+<=>\^~\|]+", GPT2_SPLIT, r"\p{N}+", r"[0-9][0-9][0-9]")
@@ -58,6 +67,7 @@ PRE_TOKENIZER_FAMILY = {
         ["llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral", "smaug-bpe"], "llama3"
     ),
     **dict.fromkeys(["qwen2", "deepseek-r1-qwen", "stablelm2"], "qwen2"),
+    "gpt-4o": "o200k",
 }
 # llama.cpp matches a whole word against the vocabulary before merging for these (HF: BPE
 # ignore_merges).
@@ -84,7 +94,7 @@ def byte_level_pre_tokenizer(pre: str | None):
     if family == "digits":
         digits = pt.Split(Regex(r"\p{N}"), behavior="isolated")
         return pt.Sequence([digits, pt.ByteLevel(add_prefix_space=False, use_regex=True)])
-    split = LLAMA3_SPLIT if family == "llama3" else QWEN2_SPLIT
+    split = {"llama3": LLAMA3_SPLIT, "o200k": O200K_SPLIT}.get(family, QWEN2_SPLIT)
     return pt.Sequence(
         [
             pt.Split(Regex(split), behavior="isolated"),

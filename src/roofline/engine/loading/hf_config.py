@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from roofline.engine.loading.config import Activation, ModelConfig
+from roofline.engine.loading.config import Activation, ModelConfig, Routing
 from roofline.errors import UserError
 from roofline.modelspec.families import Family, engine_classes, get_family, with_defaults
 from roofline.modelspec.parse import language_model_config
@@ -88,7 +88,11 @@ def _context_tokens(cfg: dict, family: Family) -> int:
     return min([context, *(w for w in _windows(cfg, family) if w)])
 
 
-def _activation(cfg: dict, path: Path) -> Activation:
+def _activation(cfg: dict, family: Family, path: Path) -> Activation:
+    """The MLP's gate activation: the family's where its modeling code fixes one (gpt-oss's
+    experts), else the config's hidden_act."""
+    if family.expert_activation:
+        return Activation(family.expert_activation)
     name = cfg.get("hidden_activation") or cfg.get("hidden_act") or "silu"
     if name not in tuple(Activation) or cfg.get("mlp_bias"):
         raise UserError(
@@ -133,12 +137,26 @@ def _moe_fields(cfg: dict, family: Family, path: Path) -> dict:
             f"{path}: dense MLP layers among the expert layers (decoder_sparse_step={step}, "
             f"mlp_only_layers={cfg.get('mlp_only_layers')}) are not supported"
         )
+    routing = Routing(family.routing)
     return dict(
         n_experts=n_experts,
         n_experts_used=int(cfg["num_experts_per_tok"]),
-        norm_topk=family.model_type == "mixtral" or bool(cfg.get("norm_topk_prob", False)),
+        # a softmax over the picked logits alone sums to 1 by itself
+        norm_topk=family.model_type == "mixtral"
+        or routing == Routing.TOPK_SOFTMAX
+        or bool(cfg.get("norm_topk_prob", False)),
+        routing=routing,
+        expert_bias=family.expert_bias,
         ffn=int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"]),
+        **_swiglu(cfg, family),
     )
+
+
+def _swiglu(cfg: dict, family: Family) -> dict:
+    """gpt-oss's SwiGLU clamp and gain (the family's defaults fill them when left out)."""
+    if family.expert_activation != Activation.SWIGLU_OAI:
+        return {}
+    return dict(swiglu_limit=float(cfg["swiglu_limit"]), swiglu_alpha=float(cfg["swiglu_alpha"]))
 
 
 def family_of(cfg: dict, path: Path) -> Family:
@@ -167,7 +185,7 @@ def config_from_hf(cfg: dict, name: str, path: Path) -> ModelConfig:
     if isinstance(cfg.get("text_config"), dict):  # a wrapper: the text model alone is run
         cfg = language_model_config(cfg)[0]
     cfg = with_defaults(cfg, family)[0]
-    activation = _activation(cfg, path)
+    activation = _activation(cfg, family, path)
     try:
         n_heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])
@@ -189,6 +207,11 @@ def config_from_hf(cfg: dict, name: str, path: Path) -> ModelConfig:
             rope_scaling=scaling,
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             attn_bias=bool(family.attention_bias) or bool(cfg.get("attention_bias", False)),
+            # the output projection's bias: gpt-oss's ("qkvo"), and Llama's attention_bias key
+            # (LlamaAttention gives o_proj a bias with it); Qwen2's biases are q/k/v's alone
+            o_bias=family.attention_bias == "qkvo"
+            or (bool(cfg.get("attention_bias", False)) and family.attention_bias != "qkv"),
+            sinks=family.sinks,
             qk_norm=family.qk_norm,
             activation=activation,
             local_rope_theta=local_theta,

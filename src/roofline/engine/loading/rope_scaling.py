@@ -63,9 +63,11 @@ def fit_llama3(freq_factors: np.ndarray, config: ModelConfig) -> dict:
 
 
 def rope_scaling_from_gguf(
-    meta: dict, config: ModelConfig, freq_factors: np.ndarray | None
+    meta: dict, config: ModelConfig, freq_factors: np.ndarray | None, yarn_truncate: bool = True
 ) -> dict | None:
-    """The HF-style rope_scaling dict a GGUF describes, or None for plain RoPE."""
+    """The HF-style rope_scaling dict a GGUF describes, or None for plain RoPE. YaRN: its beta
+    keys where the file has them (else transformers' defaults apply), and `truncate` from the
+    family (`Family.yarn_truncate`): no GGUF key holds it."""
     if freq_factors is not None:
         return fit_llama3(freq_factors, config)
     arch = config.arch
@@ -77,4 +79,10 @@ def rope_scaling_from_gguf(
     original = meta.get(f"{arch}.rope.scaling.original_context_length")
     if original:
         scaling["original_max_position_embeddings"] = int(original)
+    if scaling["rope_type"] == "yarn":
+        for beta in ("beta_fast", "beta_slow"):
+            value = meta.get(f"{arch}.rope.scaling.yarn_{beta}")
+            if value is not None:
+                scaling[beta] = float(value)
+        scaling["truncate"] = yarn_truncate
     return scaling

@@ -1,14 +1,20 @@
-"""Hugging Face model directories: config.json, single or sharded *.safetensors, tokenizer.json."""
+"""Hugging Face model directories: config.json, single or sharded *.safetensors, tokenizer.json.
+gpt-oss's experts come fused (`fused_experts`) or as MXFP4 blocks (`mxfp4_experts`: kept as
+llama.cpp's MXFP4 rows, as a GGUF's quantized tensors are)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from roofline.engine.loading.block_formats import BLOCK_FORMATS
 from roofline.engine.loading.checkpoint import Checkpoint, check_tensors, hf_tensor_names
+from roofline.engine.loading.fused_experts import split_fused_experts
 from roofline.engine.loading.hf_config import config_from_hf, family_of, read_json
+from roofline.engine.loading.mxfp4_experts import MXFP4_PART, split_mxfp4_experts
 from roofline.errors import UserError
 from roofline.modelspec.parse import language_model_config
 
@@ -76,12 +82,14 @@ _WRAPPED_PREFIXES = {
 
 def engine_name(name: str) -> str:
     """A checkpoint's tensor name as the engine calls it: a wrapped language model's unwrapped
-    (`_WRAPPED_PREFIXES`), Mixtral's experts renamed (`_MIXTRAL_NAMES`), every other name as it
-    is."""
+    (`_WRAPPED_PREFIXES`), Mixtral's experts and gpt-oss's router renamed (`_MIXTRAL_NAMES`,
+    `mlp.gate`), every other name as it is."""
     for old, new in _WRAPPED_PREFIXES.items():
         if name.startswith(old):
             name = new + name[len(old) :]
             break
+    if ".mlp.router." in name:  # gpt-oss's router
+        return name.replace(".mlp.router.", ".mlp.gate.")
     if ".block_sparse_moe." not in name:
         return name
     name = name.replace(".block_sparse_moe.experts.", ".mlp.experts.")
@@ -90,16 +98,36 @@ def engine_name(name: str) -> str:
     return name
 
 
-def read_tensors(folder: Path, needed: set[str]) -> dict[str, torch.Tensor]:
+def read_tensors(
+    folder: Path, needed: set[str]
+) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
     """The `needed` tensors of a directory (other entries, e.g. rotary inv_freq buffers, are
-    skipped)."""
+    skipped), and of those stored as MXFP4 blocks (gpt-oss's experts) llama.cpp's MXFP4 rows."""
     files, weight_map = safetensors_files(folder)
     tensors: dict[str, torch.Tensor] = {}
+    mxfp4: dict[tuple[str, str], dict[str, torch.Tensor]] = {}  # (prefix, proj) -> blocks, scales
     for path in files:
         for name, value in _read_file(path).items():
             name = engine_name(name)
             if name in needed:
                 tensors[name] = value
+            # gpt-oss: a layer's experts in one tensor a projection, split into the needed ones
+            for part, t in split_fused_experts(name, value).items():
+                if part in needed:
+                    tensors[part] = t
+            match = MXFP4_PART.fullmatch(name)
+            if match:
+                prefix, projection, kind = match.groups()
+                mxfp4.setdefault((prefix, projection), {})[kind] = value
+    raw = {}
+    for (prefix, projection), pair in mxfp4.items():
+        if set(pair) != {"blocks", "scales"}:
+            raise UserError(
+                f"{folder}: {prefix}{projection} has MXFP4 {', '.join(pair)} but not both blocks "
+                "and scales; the checkpoint is incomplete"
+            )
+        rows = split_mxfp4_experts(prefix, projection, pair["blocks"], pair["scales"])
+        raw.update({name: r for name, r in rows.items() if name in needed})
     if weight_map is not None:
         absent = [
             name
@@ -111,12 +139,30 @@ def read_tensors(folder: Path, needed: set[str]) -> dict[str, torch.Tensor]:
                 f"{folder}: {absent[0]} is listed in {INDEX_FILE} but not in "
                 f"{weight_map[absent[0]]}; the shard is damaged"
             )
-    return tensors
+    return tensors, raw
 
 
-def load_hf_dir(folder: str | Path) -> Checkpoint:
+def _mxfp4_tensors(raw: dict[str, np.ndarray], dequantize: bool) -> dict[str, torch.Tensor]:
+    """The Checkpoint tensors of MXFP4 rows: float32 (dequantizing is exact), or with
+    dequantize=False float32 shapes on torch's meta device (only the rows are kept)."""
+    import gguf
+    from gguf.constants import GGMLQuantizationType as QT
+
+    block = BLOCK_FORMATS["MXFP4"]
+    out = {}
+    for name, rows in raw.items():
+        shape = (rows.shape[0], rows.shape[1] // block.block_bytes * block.block)
+        out[name] = (
+            torch.from_numpy(gguf.quants.dequantize(rows, QT.MXFP4))
+            if dequantize
+            else torch.empty(shape, dtype=torch.float32, device="meta")
+        )
+    return out
+
+
+def load_hf_dir(folder: str | Path, *, dequantize: bool = True) -> Checkpoint:
     """Load an HF directory: weights keep their stored float dtype; ties are honoured when lm_head
-    is absent."""
+    is absent. MXFP4 experts (gpt-oss) are float32, or with dequantize=False only their rows."""
     from roofline.engine.loading.hf_tokenizer import tokenizer_from_hf_dir
 
     folder = Path(folder)
@@ -128,7 +174,7 @@ def load_hf_dir(folder: str | Path) -> Checkpoint:
     raw_config = read_json(config_path)
     config = config_from_hf(raw_config, folder.name, folder)
     untied = replace(config, tie_embeddings=False)
-    tensors = read_tensors(folder, set(hf_tensor_names(untied)))
+    tensors, mxfp4 = read_tensors(folder, set(hf_tensor_names(untied)))
     if "lm_head.weight" not in tensors or config.tie_embeddings:
         # Tied checkpoints reuse the embedding as the output projection; some still save a copy of
         # it.
@@ -140,8 +186,10 @@ def load_hf_dir(folder: str | Path) -> Checkpoint:
                 f"{folder}: tensor {name} is stored as {value.dtype}; "
                 "supported: float32, float16, bfloat16"
             )
-    check_tensors(tensors, config, str(folder))
     stored = {name: _DTYPES[value.dtype] for name, value in tensors.items()}
+    tensors.update(_mxfp4_tensors(mxfp4, dequantize))
+    stored.update(dict.fromkeys(mxfp4, "MXFP4"))
+    check_tensors(tensors, config, str(folder))
     if family_of(raw_config, folder).norm_plus_one:
         # Gemma: the norm multiplies by 1 + w (in float32); 1 + w is folded in here, as llama.cpp's
         # converter stores it, so that every loader hands the kernels the factor itself
@@ -157,5 +205,5 @@ def load_hf_dir(folder: str | Path) -> Checkpoint:
         tokenizer=tokenizer,
         path=str(folder),
         stored_format=stored,
-        raw={},
+        raw={name: ("MXFP4", rows) for name, rows in mxfp4.items()},
     )

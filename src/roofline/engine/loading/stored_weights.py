@@ -18,9 +18,10 @@ from roofline.engine.loading.weights import (
     DecodeWeights,
     ExpertWeights,
     expert_layout,
+    expert_vector_bytes,
+    expert_vectors,
     layer_layout,
     layer_vectors,
-    routers,
     vector,
 )
 from roofline.errors import UserError
@@ -101,6 +102,8 @@ def pack_stored(config: ModelConfig, checkpoint) -> DecodeWeights:
         k_norm=vectors.k_norm,
         wo=wo,
         o_scale=o_fmt,
+        bo=vectors.bo,
+        sinks=vectors.sinks,
         mlp_norm=vectors.mlp_norm,
         attn_post_norm=vectors.attn_post_norm,
         mlp_post_norm=vectors.mlp_post_norm,
@@ -117,7 +120,7 @@ def pack_stored(config: ModelConfig, checkpoint) -> DecodeWeights:
 
 def _stored_experts(c: ModelConfig, checkpoint) -> ExpertWeights:
     """ExpertWeights of stored rows: a stack over layers and experts (L, E, rows, stride), one
-    stride for all; the routers float32 (llama.cpp keeps them F32)."""
+    stride for all; the routers and biases float32 (llama.cpp keeps them F32)."""
     L, E = c.n_layers, c.n_experts
     pieces: dict[str, list] = {"wgu": [], "wd": []}  # [layer * E + expert][piece]
     for i in range(L):
@@ -128,10 +131,8 @@ def _stored_experts(c: ModelConfig, checkpoint) -> ExpertWeights:
                 rows = stored_rows(checkpoint, f"model.layers.{i}.{name}.weight")
                 pieces[stack][-1].append(rows)
     (wgu, gu_fmt), (wd, d_fmt) = _stack(pieces["wgu"]), _stack(pieces["wd"])
-    router, router_scale = routers(c, checkpoint.tensors)
     return ExpertWeights(
-        router=router,
-        router_scale=router_scale,
+        **vars(expert_vectors(c, checkpoint.tensors)),
         wgu=wgu.reshape(L, E, *wgu.shape[1:]),
         gu_scale=gu_fmt.reshape(L, E, -1),
         wd=wd.reshape(L, E, *wd.shape[1:]),
@@ -154,6 +155,8 @@ def stored_bytes_per_token(config: ModelConfig, w: DecodeWeights) -> int:
     c = config
     vectors = [w.attn_norm, w.mlp_norm, w.final_norm]
     vectors += [w.bqkv] if c.attn_bias else []
+    vectors += [w.bo] if c.o_bias else []
+    vectors += [w.sinks] if c.sinks else []
     vectors += [w.q_norm, w.k_norm] if c.qk_norm else []
     vectors += [w.attn_post_norm, w.mlp_post_norm] if c.post_norms else []
     matrices = (
@@ -167,5 +170,5 @@ def stored_bytes_per_token(config: ModelConfig, w: DecodeWeights) -> int:
     x = w.experts
     if x is not None:  # every router, and the n_experts_used experts a token is routed to
         both = _row_bytes(x.gu_scale, c.hidden) + _row_bytes(x.d_scale, c.ffn)
-        matrices += x.router.nbytes + both * c.n_experts_used // c.n_experts
+        matrices += expert_vector_bytes(c, x) + both * c.n_experts_used // c.n_experts
     return sum(a.nbytes for a in vectors) + matrices + embed_row

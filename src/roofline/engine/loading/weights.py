@@ -41,11 +41,16 @@ class ExpertWeights:
     gu_scale: np.ndarray  # (L, E, 2 ffn)
     wd: np.ndarray  # (L, E, hidden, ffn)
     d_scale: np.ndarray  # (L, E, hidden)
+    # float32 biases (gpt-oss; zeros elsewhere): the router's logits', each expert's [bg; bu]
+    # and bd
+    router_bias: np.ndarray  # (L, E)
+    gu_bias: np.ndarray  # (L, E, 2 ffn)
+    d_bias: np.ndarray  # (L, E, hidden)
 
 
 @dataclass(kw_only=True)
 class DecodeWeights:
-    """The arrays the decode kernels read, by name (20 arrays, many of one shape: never by
+    """The arrays the decode kernels read, by name (22 arrays, many of one shape: never by
     position)."""
 
     embed: np.ndarray  # (vocab, hidden)
@@ -58,6 +63,8 @@ class DecodeWeights:
     k_norm: np.ndarray
     wo: np.ndarray
     o_scale: np.ndarray  # (L, hidden)
+    bo: np.ndarray  # (L, hidden) float32: the output projection's bias, zeros without o_bias
+    sinks: np.ndarray  # (L, n_heads) float32: each head's sink logit (zeros without sinks)
     mlp_norm: np.ndarray  # (L, hidden) float32
     attn_post_norm: np.ndarray  # (L, hidden) float32: of the attention output (ones without)
     mlp_post_norm: np.ndarray  # (L, hidden) float32: of the MLP output (ones without)
@@ -98,17 +105,47 @@ def expert_layout(c: ModelConfig, expert: int) -> list[tuple[str, str, str, int,
     ]
 
 
-def routers(c: ModelConfig, tensors: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Every layer's router (L, E, hidden) float32 and its unit row scales (L, E). A router is a
-    float tensor (llama.cpp keeps it F32): one left quantized is on torch's meta device."""
-    names = [f"model.layers.{i}.mlp.gate.weight" for i in range(c.n_layers)]
+@dataclass(frozen=True, kw_only=True)
+class ExpertVectors:
+    """A mixture of experts' float32 arrays whatever the matrices' format: the routers (L, E,
+    hidden) with unit row scales (L, E), and the biases (zeros without expert_bias)."""
+
+    router: np.ndarray
+    router_scale: np.ndarray
+    router_bias: np.ndarray  # (L, E)
+    gu_bias: np.ndarray  # (L, E, 2 ffn) = [bg; bu]
+    d_bias: np.ndarray  # (L, E, hidden)
+
+
+def expert_vectors(c: ModelConfig, tensors: dict) -> ExpertVectors:
+    """`ExpertVectors` of every layer. A router is a float tensor (llama.cpp keeps it F32): one
+    left quantized is on torch's meta device."""
+    L, E = c.n_layers, c.n_experts
+    names = [f"model.layers.{i}.mlp.gate.weight" for i in range(L)]
     if any(tensors[n].is_meta for n in names):
         raise UserError(
             "the experts' router is stored quantized, which --dtype stored does not compute on; "
             "run --dtype fp32"
         )
     router = np.stack([vector(tensors[n]) for n in names])
-    return router, np.ones(router.shape[:2], np.float32)
+    router_bias = np.zeros((L, E), np.float32)
+    gu_bias = np.zeros((L, E, 2 * c.ffn), np.float32)
+    d_bias = np.zeros((L, E, c.hidden), np.float32)
+    for i in range(L if c.expert_bias else 0):
+        p = f"model.layers.{i}.mlp."
+        router_bias[i] = vector(tensors[p + "gate.bias"])
+        for e in range(E):
+            x = f"{p}experts.{e}."
+            gu_bias[i, e, : c.ffn] = vector(tensors[x + "gate_proj.bias"])
+            gu_bias[i, e, c.ffn :] = vector(tensors[x + "up_proj.bias"])
+            d_bias[i, e] = vector(tensors[x + "down_proj.bias"])
+    return ExpertVectors(
+        router=router,
+        router_scale=np.ones(router.shape[:2], np.float32),
+        router_bias=router_bias,
+        gu_bias=gu_bias,
+        d_bias=d_bias,
+    )
 
 
 def _numpy_owned(a: np.ndarray) -> np.ndarray:
@@ -155,6 +192,8 @@ class LayerVectors:
     k_norm: np.ndarray
     attn_post_norm: np.ndarray
     mlp_post_norm: np.ndarray
+    bo: np.ndarray
+    sinks: np.ndarray
 
 
 def layer_vectors(config: ModelConfig, tensors: dict) -> LayerVectors:
@@ -166,6 +205,7 @@ def layer_vectors(config: ModelConfig, tensors: dict) -> LayerVectors:
     attn_post, mlp_post = np.ones((L, c.hidden), np.float32), np.ones((L, c.hidden), np.float32)
     bqkv = np.zeros((L, c.q_dim + 2 * c.kv_dim), np.float32)
     q_norm, k_norm = np.ones((L, c.head_dim), np.float32), np.ones((L, c.head_dim), np.float32)
+    bo, sinks = np.zeros((L, c.hidden), np.float32), np.zeros((L, c.n_heads), np.float32)
     for i in range(L):
         p = f"model.layers.{i}."
         attn_norm[i] = vector(tensors[p + "input_layernorm.weight"])
@@ -182,6 +222,10 @@ def layer_vectors(config: ModelConfig, tensors: dict) -> LayerVectors:
         if c.qk_norm:
             q_norm[i] = vector(tensors[p + "self_attn.q_norm.weight"])
             k_norm[i] = vector(tensors[p + "self_attn.k_norm.weight"])
+        if c.o_bias:
+            bo[i] = vector(tensors[p + "self_attn.o_proj.bias"])
+        if c.sinks:
+            sinks[i] = vector(tensors[p + "self_attn.sinks"])
     return LayerVectors(
         attn_norm=attn_norm,
         mlp_norm=mlp_norm,
@@ -190,6 +234,8 @@ def layer_vectors(config: ModelConfig, tensors: dict) -> LayerVectors:
         k_norm=k_norm,
         attn_post_norm=attn_post,
         mlp_post_norm=mlp_post,
+        bo=bo,
+        sinks=sinks,
     )
 
 
@@ -242,6 +288,8 @@ def pack_weights(config: ModelConfig, tensors: dict, dtype: str) -> DecodeWeight
         k_norm=vectors.k_norm,
         wo=wo,
         o_scale=o_scale,
+        bo=vectors.bo,
+        sinks=vectors.sinks,
         mlp_norm=vectors.mlp_norm,
         attn_post_norm=vectors.attn_post_norm,
         mlp_post_norm=vectors.mlp_post_norm,
@@ -271,8 +319,7 @@ def _pack_experts(c: ModelConfig, tensors: dict, dtype: str) -> ExpertWeights:
                 stacks[stack][i, e, lo:hi], stacks[scales][i, e, lo:hi] = matrix(
                     tensors[f"model.layers.{i}.{name}.weight"], dtype
                 )
-    router, router_scale = routers(c, tensors)
-    return ExpertWeights(router=router, router_scale=router_scale, **stacks)
+    return ExpertWeights(**vars(expert_vectors(c, tensors)), **stacks)
 
 
 def weight_bytes_per_token(config: ModelConfig, w: DecodeWeights, dtype: str) -> int:
@@ -281,6 +328,8 @@ def weight_bytes_per_token(config: ModelConfig, w: DecodeWeights, dtype: str) ->
     int8 row scales included; of a mixture of experts, the experts a token is routed to."""
     arrays = [w.attn_norm, w.wqkv, w.wo, w.mlp_norm, w.wgu, w.wd, w.final_norm, w.lm_head]
     arrays += [w.bqkv] if config.attn_bias else []
+    arrays += [w.bo] if config.o_bias else []
+    arrays += [w.sinks] if config.sinks else []
     arrays += [w.q_norm, w.k_norm] if config.qk_norm else []
     arrays += [w.attn_post_norm, w.mlp_post_norm] if config.post_norms else []
     arrays += [w.qkv_scale, w.o_scale, w.gu_scale, w.d_scale, w.lm_scale] if dtype == "int8" else []
@@ -289,8 +338,20 @@ def weight_bytes_per_token(config: ModelConfig, w: DecodeWeights, dtype: str) ->
 
 
 def _expert_bytes(c: ModelConfig, x: ExpertWeights | None, dtype: str) -> int:
-    """A step's expert bytes: every router, and the n_experts_used experts it routes to a layer."""
+    """A step's expert bytes: every router, and the n_experts_used experts it routes to a layer
+    (with their biases)."""
     if x is None:
         return 0
     arrays = [x.wgu, x.wd] + ([x.gu_scale, x.d_scale] if dtype == "int8" else [])
-    return x.router.nbytes + sum(a.nbytes for a in arrays) * c.n_experts_used // c.n_experts
+    return expert_vector_bytes(c, x) + sum(a.nbytes for a in arrays) * c.n_experts_used // (
+        c.n_experts
+    )
+
+
+def expert_vector_bytes(c: ModelConfig, x: ExpertWeights) -> int:
+    """A step's bytes of a mixture of experts' vectors: every router (and its bias), and the
+    biases of the n_experts_used experts it routes to a layer."""
+    if not c.expert_bias:
+        return x.router.nbytes
+    routed = (x.gu_bias.nbytes + x.d_bias.nbytes) * c.n_experts_used // c.n_experts
+    return x.router.nbytes + x.router_bias.nbytes + routed
