@@ -314,6 +314,7 @@ def test_a_pass_counts_the_experts_it_read_and_their_bytes(moe, prompts, folder_
             hook.remove()
     union = sum(len(set(experts)) for experts in picked)
     assert union > LAYERS * USED  # the rows do not all share their experts
+    passes, reads = runner.decode_passes, runner.decode_expert_reads
     runner.prefill(1, ids)
     runner.decode([1], [follow[0]])
     assert runner.last_expert_reads == LAYERS * USED
@@ -323,6 +324,9 @@ def test_a_pass_counts_the_experts_it_read_and_their_bytes(moe, prompts, folder_
     runner.release(1)
     assert runner.last_expert_reads_by_layer.tolist() == [len(set(e)) for e in picked]
     assert runner.last_expert_reads == union
+    # the server's counts (`ServerStats`): decode passes only, the prefill's not
+    assert runner.decode_passes - passes == 2
+    assert runner.decode_expert_reads - reads == LAYERS * USED + union
     x = runner.weights.experts
     per_expert = (x.wgu.nbytes + x.wd.nbytes) / (LAYERS * EXPERTS)
     more = runner.bytes_per_pass(union, 1) - runner.bytes_per_token

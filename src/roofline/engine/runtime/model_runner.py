@@ -98,6 +98,10 @@ class ModelRunner:
         # dense model), and their sum
         self.last_expert_reads_by_layer = np.zeros(0, dtype=np.int64)
         self.last_expert_reads = 0
+        # decode passes (`step`: decode, verify, batched) since the runner started, and the experts
+        # they read: what a server reports for a bench run to difference
+        self.decode_passes = 0
+        self.decode_expert_reads = 0
         from roofline.engine.kernels.decode import kernel_shape
 
         # the config's scalars and the stored formats the kernels are compiled for
@@ -293,6 +297,13 @@ class ModelRunner:
             )
         return logits
 
+    @property
+    def expert_read_bytes(self) -> float:
+        """Bytes of one expert of one layer as this runner holds it (its rows and biases; 0.0 for a
+        dense model)."""
+        c = self.config
+        return self.routed_expert_bytes / (c.n_layers * c.n_experts) if c.moe else 0.0
+
     def bytes_per_pass(self, expert_reads: int, passes: int) -> float:
         """Weight bytes a pass read on average, over `passes` passes that read `expert_reads`
         experts in all (summed over layers): `bytes_per_token` (one row: n_experts_used experts a
@@ -302,8 +313,7 @@ class ModelRunner:
         if not c.moe or passes <= 0:
             return float(self.bytes_per_token)
         one_row = passes * c.n_layers * c.n_experts_used
-        per_read = self.routed_expert_bytes / (c.n_layers * c.n_experts)
-        return self.bytes_per_token + per_read * (expert_reads - one_row) / passes
+        return self.bytes_per_token + self.expert_read_bytes * (expert_reads - one_row) / passes
 
     def decode(self, slots: Seq[int], token_ids: Seq[int]) -> np.ndarray:
         """One token per slot, each at its slot's own position; float32 logits (len(slots),
@@ -369,6 +379,8 @@ class ModelRunner:
         )
         for slot, n in zip(slot_list, sizes):
             self.cache.lengths[slot] += n
+        self.decode_passes += 1
+        self.decode_expert_reads += self.last_expert_reads
         return np.split(logits, np.cumsum(sizes)[:-1])
 
     def keep(self, slot: int, start: int, rows: Seq[int]) -> None:
