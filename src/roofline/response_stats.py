@@ -34,6 +34,11 @@ def _positive(v: Any) -> float | None:
     return float(n) if n is not None and n > 0 else None
 
 
+def _count(v: Any) -> int | None:
+    """A count (an int >= 0), else None."""
+    return v if v.__class__ is int and v >= 0 else None
+
+
 def _number(v: Any) -> int | float | None:
     return v if v.__class__ in (int, float) else None
 
@@ -120,6 +125,14 @@ class ServerStats:
     position_acceptance: tuple[PositionAcceptance, ...] = ()
     pass_costs: tuple[tuple[int, float], ...] | None = None  # (rows, relative cost), ascending
     one_row_pass_s: float | None = None
+    # the decode passes the server ran since it started and, for a mixture of experts, the experts
+    # they read (summed over layers and passes: a pass reads the union of its rows'), the bytes of
+    # one expert of one layer as the engine holds it, and the reads of a one-row pass (layers x
+    # experts a row is routed to): a run's bench reads them before and after (`experts_read`)
+    decode_passes: int | None = None
+    expert_reads: int | None = None
+    expert_read_bytes: float | None = None
+    one_row_expert_reads: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The entry's `"roofline"` object; unknown figures are left out."""
@@ -136,6 +149,10 @@ class ServerStats:
                 None if self.pass_costs is None else {str(r): c for r, c in self.pass_costs}
             ),
             "one_row_pass_s": self.one_row_pass_s,
+            "decode_passes": self.decode_passes,
+            "expert_reads": self.expert_reads,
+            "expert_read_bytes": self.expert_read_bytes,
+            "one_row_expert_reads": self.one_row_expert_reads,
         }
         return {k: v for k, v in out.items() if v is not None}
 
@@ -156,4 +173,8 @@ class ServerStats:
             position_acceptance=_rows(d.get("position_acceptance")),
             pass_costs=_costs(d.get("pass_costs")),
             one_row_pass_s=_positive(d.get("one_row_pass_s")),
+            decode_passes=_count(d.get("decode_passes")),
+            expert_reads=_count(d.get("expert_reads")),
+            expert_read_bytes=_positive(d.get("expert_read_bytes")),
+            one_row_expert_reads=_count(d.get("one_row_expert_reads")),
         )

@@ -115,3 +115,31 @@ def test_the_servers_draft_positions_are_shown_as_the_run_left_them():
     table = next(t for t in tables(summary) if t[0] == "draft positions accepted (server)")
     assert table[2] == [["trie", "5-8", "1", "10", "90%"], ["trie", "5-8", "2", "9", "33%"]]
     assert not any(t[0].startswith("draft positions") for t in tables(RunSummary(provenance={})))
+
+
+def test_a_mixture_of_experts_servers_reads_are_shown_for_the_run_alone():
+    """The server's counts before (40 passes, 300 reads) and after (60, 420): the run's 20 passes
+    read 120 experts, 6 a pass where one row reads 4 (2 layers x top-2), so each pass read 2
+    experts of 1.5 MB more than bytes_per_token's 100 MB."""
+    from roofline.bench.experts_read import experts_read
+    from roofline.bench.positions import AFTER_KEY
+
+    def stats(passes, reads):
+        return ServerStats(
+            bytes_per_token=100e6,
+            decode_passes=passes,
+            expert_reads=reads,
+            expert_read_bytes=1.5e6,
+            one_row_expert_reads=4,
+        )
+
+    before, after = stats(40, 300), stats(60, 420)
+    assert ServerStats.from_json(after.to_json()) == after
+    x = experts_read(before, after)
+    assert (x.passes, x.reads, x.bytes_per_pass) == (20, 120, 103e6)
+    provenance = {"server": {"roofline": before.to_json(), AFTER_KEY: after.to_json()}}
+    table = next(t for t in tables(RunSummary(provenance=provenance)) if t[0].startswith("experts"))
+    assert table[2] == [["20", "6.0 (one row: 4)", "103.0 MB", "100.0 MB"]]
+    # a dense model's server reports passes but no experts: no table
+    dense = {"server": {"roofline": ServerStats(decode_passes=1).to_json(), AFTER_KEY: {}}}
+    assert not any(t[0].startswith("experts") for t in tables(RunSummary(provenance=dense)))

@@ -23,6 +23,7 @@ def stand_ins(file_bytes: int | None = 96_600_000):
         threads=2,
         bytes_per_token=538_100_000,
         file_bytes_per_token=file_bytes,
+        config=SimpleNamespace(moe=False),
     )
     timings = SimpleNamespace(
         decode_tok_per_s=41.9,
@@ -33,6 +34,7 @@ def stand_ins(file_bytes: int | None = 96_600_000):
         passes=21,
         decode_tokens=20,
         decode_seconds=20 / 41.9,
+        expert_reads=0,
     )
     gen = SimpleNamespace(
         timings=timings, sequence=SimpleNamespace(finish_reason="length"), speculation=None
@@ -90,4 +92,24 @@ def test_without_a_probe_the_ratio_is_still_said(capsys):
     assert (
         "the engine reads 538.1 MB per token, 5.57x the file's 96.6 MB" in out
         and "% of file's ceiling" not in out
+    )
+
+
+def test_a_mixture_of_experts_shows_the_experts_its_passes_read(capsys):
+    """20 decode passes that read 100 experts over 2 layers: 2.5 a layer a pass, and the bytes
+    `bytes_per_pass` gives for them, in the JSON and the table."""
+    runner, gen = stand_ins()
+    runner.config = SimpleNamespace(moe=True, n_layers=2, n_experts=8, n_experts_used=2)
+    seen = []
+    runner.bytes_per_pass = lambda reads, passes: seen.append((reads, passes)) or 600_000_000.0
+    gen.timings.expert_reads = 100
+    _print_timings(runner, gen, "text", as_json=True, as_markdown=False, chat=False, window=None)
+    d = json.loads(capsys.readouterr().out)
+    assert seen == [(100, 20)]
+    assert d["experts_read_per_layer_pass"] == 2.5 and d["measured_bytes_per_pass"] == 6e8
+    _print_timings(runner, gen, "text", as_json=False, as_markdown=True, chat=False, window=None)
+    out = capsys.readouterr().out
+    assert (
+        "| experts read / decode pass | 2.50 of 8 a layer (a row routes to 2; a pass reads the "
+        "union of its rows'): 600.0 MB a pass, 538.1 MB at one row |" in out
     )

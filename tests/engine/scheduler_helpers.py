@@ -64,6 +64,7 @@ class FakeConfig:
     vocab_size: int
     max_seq_len: int
     name: str = "fake-model"
+    moe: bool = False
 
 
 def fake_greedy_ids(
@@ -118,6 +119,7 @@ class FakeRunner:
         self.name, self.dtype, self.path = "fake-model", "fp32", "fake/path.gguf"
         self.max_batch, self.max_seq_len, self.bytes_per_token = max_batch, max_seq_len, 12345
         self.file_bytes_per_token = 2345  # the file stores a smaller format than the engine reads
+        self.decode_passes = 0  # `step` calls, as ModelRunner counts its decode passes
         self.decode_seconds = decode_seconds
         self.fail_on_prompt_token = fail_on_prompt_token
         self.ctx: dict[int, list[int]] = {}
@@ -185,6 +187,7 @@ class FakeRunner:
         """Chains only (what the scheduler sends a runner without tree proposers): row i sees rows
         0..i."""
         assert all(parents is None for _, _, parents in batch)
+        self.decode_passes += 1
         if all(len(ids) == 1 for _, ids, _ in batch):
             return list(
                 self.decode([s for s, _, _ in batch], [ids[0] for _, ids, _ in batch])[:, None, :]

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from roofline.bench.against import percent_text, read_ratio_line
+from roofline.bench.experts_read import experts_table
 from roofline.bench.positions import positions_table
 from roofline.bench.repeats import repeats_table
 from roofline.bench.scrape import cache_table
@@ -299,6 +300,7 @@ def tables(summary: RunSummary) -> list[Table]:
             repeats_table(summary),
             cache_table(summary),
             positions_table(summary),
+            experts_table(summary),
             failures_table(summary),
         )
         if t

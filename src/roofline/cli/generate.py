@@ -170,6 +170,16 @@ def generate(
     )
 
 
+def _experts_read(runner, t) -> tuple[float, float] | None:
+    """A mixture of experts' decode passes: (experts read a layer a pass, on average; weight bytes
+    a pass read, `ModelRunner.bytes_per_pass`); None for a dense model or no decode pass."""
+    passes = t.passes - 1  # the first pass is the prefill's
+    if not runner.config.moe or passes <= 0:
+        return None
+    per_layer = t.expert_reads / (passes * runner.config.n_layers)
+    return per_layer, runner.bytes_per_pass(t.expert_reads, passes)
+
+
 def _print_timings(
     runner, gen, text: str, *, as_json: bool, as_markdown: bool, chat: bool, window=None
 ) -> None:
@@ -201,6 +211,9 @@ def _print_timings(
         if gen.speculation
         else None,
     }
+    experts = _experts_read(runner, t)
+    if experts is not None:
+        result["experts_read_per_layer_pass"], result["measured_bytes_per_pass"] = experts
     vs = None
     if window is not None and t.decode_tokens and runner.bytes_per_token:
         from roofline.bench.against import local_decode_vs_ceiling
@@ -249,6 +262,16 @@ def _print_timings(
         ),
         ("effective read bandwidth", f"{gb_per_s:.1f} GB/s"),
     ]
+    if experts is not None:
+        c = runner.config
+        rows.append(
+            (
+                "experts read / decode pass",
+                f"{experts[0]:.2f} of {c.n_experts} a layer (a row routes to {c.n_experts_used}; "
+                f"a pass reads the union of its rows'): {experts[1] / 1e6:.1f} MB a pass, "
+                f"{runner.bytes_per_token / 1e6:.1f} MB at one row",
+            )
+        )
     if vs is not None:
         from roofline.bench.against import percent_text
 

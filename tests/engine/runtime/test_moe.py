@@ -300,6 +300,49 @@ def test_a_pass_reads_the_union_of_its_rows_experts_once():
     assert slot_of.tolist() == [[2, 0], [1, 5], [6, 3], [4, 7]]
 
 
+def test_a_pass_counts_the_experts_it_read_and_their_bytes(moe, prompts, folder_runner):
+    """One row reads n_experts_used experts a layer, the bytes `bytes_per_token` counts; a 12-row
+    pass reads the union of its rows' experts (transformers' routing of the same positions) once,
+    and `bytes_per_pass` adds those experts' bytes."""
+    runner, ids, n = folder_runner, prompts[0], 12
+    follow = prompts[2][:n]
+    picked: list[list[int]] = [[] for _ in range(LAYERS)]
+    hooks = [
+        layer.mlp.gate.register_forward_hook(
+            lambda _m, _i, out, i=i: picked[i].extend(out[2][-n:].flatten().tolist())
+        )
+        for i, layer in enumerate(moe[0].model.layers)
+    ]
+    try:
+        with torch.no_grad():
+            moe[0](input_ids=torch.tensor([ids + follow]))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    union = sum(len(set(experts)) for experts in picked)
+    assert union > LAYERS * USED  # the rows do not all share their experts
+    passes, reads = runner.decode_passes, runner.decode_expert_reads
+    runner.prefill(1, ids)
+    runner.decode([1], [follow[0]])
+    assert runner.last_expert_reads == LAYERS * USED
+    assert runner.bytes_per_pass(LAYERS * USED, 1) == runner.bytes_per_token
+    runner.truncate(1, len(ids))
+    runner.extend(1, follow)
+    runner.release(1)
+    assert runner.last_expert_reads_by_layer.tolist() == [len(set(e)) for e in picked]
+    assert runner.last_expert_reads == union
+    # the server's counts (`ServerStats`): decode passes only, the prefill's not
+    assert runner.decode_passes - passes == 2
+    assert runner.decode_expert_reads - reads == LAYERS * USED + union
+    x = runner.weights.experts
+    per_expert = (x.wgu.nbytes + x.wd.nbytes) / (LAYERS * EXPERTS)
+    more = runner.bytes_per_pass(union, 1) - runner.bytes_per_token
+    assert more == pytest.approx(per_expert * (union - LAYERS * USED), rel=1e-12)
+    # two passes, one of each: their mean
+    both = runner.bytes_per_pass(union + LAYERS * USED, 2)
+    assert both == pytest.approx(runner.bytes_per_token + more / 2, rel=1e-12)
+
+
 def test_routing_is_softmax_top_k_renormalised_ties_to_the_lowest_index():
     logits = np.array([[0.0, 2.0, 1.0, 2.0], [1.0, 1.0, 1.0, 1.0]], dtype=np.float32)
     ids, weights = np.zeros((2, 2), np.int64), np.zeros((2, 2), np.float32)

@@ -66,6 +66,7 @@ def test_health_and_models(url, runner):
         "max_batch": 4,
         "max_seq_len": 256,
         "cross_request_memory": False,  # no speculation: nothing learnt across requests
+        "decode_passes": 0,  # a dense model: no expert counts
     }
     assert "fake/path" not in httpx.get(url + "/v1/models").text
     assert sdk(url).models.retrieve("fake-model").id == "fake-model"

@@ -420,7 +420,7 @@ def _expert_phases(
     """A mixture of experts' MLP on h (this thread's normed rows), added to x: the router's rows
     as a phase, the routing and work list privately (every thread the same), then three phases
     (module doc)."""
-    logits, ids, weights, slot_of, n_rows, start, chosen, xg, acc, egu, eact, eout, r_out = moe
+    logits, ids, weights, slot_of, n_rows, start, chosen, xg, acc, egu, eact, eout, r_out = moe[:13]
     logits, ids, weights, slot_of = logits[tid], ids[tid], weights[tid], slot_of[tid]
     n_rows, start, chosen, xg, acc = n_rows[tid], start[tid], chosen[tid], xg[tid], acc[tid]
     n_experts = experts.router.shape[1]
@@ -452,6 +452,12 @@ def _expert_phases(
         if count == 0:
             break
         for r in range(u, u + count):
+            if r == 0:
+                # the experts this layer read, the union of its rows': from the thread combining
+                # row 0, whose routing is the layer's (a thread late to the router's logits can
+                # find them overwritten by a next layer's, when the others did every unit between
+                # without it: it then claims no unit, but its own count would be wrong)
+                moe[13][layer] = n_chosen
             combine_row(r, slot_of, weights, eout, x, acc)
         done += count
     _finish(counters, phase + 2, n_threads, k, done)
@@ -628,11 +634,11 @@ def _worker(
 
 
 @njit(**JIT_OPTIONS)
-def _expert_scratch(k, n_threads, hidden, n_experts, top_k, ffn):
+def _expert_scratch(k, n_threads, hidden, n_experts, top_k, ffn, n_layers):
     """`_expert_phases`' buffers for k rows (of no size for a dense model, top_k 0): each thread's
     router probabilities, routing, work list, gathered rows and combine row; the slots' [g | u],
-    act and outputs; the router's logits. Always arrays, never None: the prange's threads take a
-    tuple of arrays."""
+    act and outputs; the router's logits; and the experts each layer read (`decode_rows`' result).
+    Always arrays, never None: the prange's threads take a tuple of arrays."""
     slots = k * top_k
     return (
         _rows(n_threads * k, n_experts).reshape((n_threads, k, n_experts)),
@@ -648,6 +654,7 @@ def _expert_scratch(k, n_threads, hidden, n_experts, top_k, ffn):
         _rows(slots, ffn),
         _rows(slots, hidden),
         _rows(k, n_experts),
+        np.zeros(n_layers if top_k > 0 else 0, dtype=np.int64),
     )
 
 
@@ -677,7 +684,8 @@ def decode_rows(
     layers: wqkv (L, q+2kv, hidden), wo (L, hidden, q), wgu (L, 2 ffn, hidden), wd (L, hidden,
     ffn), each with per-output-row scales (L, rows); head: HeadWeights; shape: Shape. Named tuples,
     so two same-shaped arrays cannot trade places unnoticed. n_threads: workers to start;
-    unit_bytes: weight bytes per unit; experts: a mixture of experts' Experts (None: dense)."""
+    unit_bytes: weight bytes per unit; experts: a mixture of experts' Experts (None: dense).
+    Returns the experts each layer read (L,): the union of the k rows' routes (empty: dense)."""
     tokens, positions, tree_path, logit_rows = (
         rows.tokens,
         rows.positions,
@@ -724,7 +732,9 @@ def decode_rows(
         _rows(k, hidden),
     )
     attn = (first_unit, n_chunks, work, scores, part_out, part_max, part_sum, *gathers)
-    moe = _expert_scratch(k, n_threads, hidden, shape.n_experts, shape.top_k, shape.expert_ffn)
+    moe = _expert_scratch(
+        k, n_threads, hidden, shape.n_experts, shape.top_k, shape.expert_ffn, n_layers
+    )
     # the loop index is unsigned inside the parallel region: one signature
     for tid in prange(n_threads):
         _worker(
@@ -742,3 +752,4 @@ def decode_rows(
             moe,
             unit_bytes,
         )
+    return moe[-1]

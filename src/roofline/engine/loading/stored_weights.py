@@ -22,6 +22,7 @@ from roofline.engine.loading.weights import (
     expert_vectors,
     layer_layout,
     layer_vectors,
+    routed_bias_bytes,
     vector,
 )
 from roofline.errors import UserError
@@ -146,6 +147,15 @@ def _row_bytes(codes: np.ndarray, n_in: int) -> int:
     by_code = {f.code: f.row_bytes(n_in) for f in BLOCK_FORMATS.values()}
     values, counts = np.unique(codes, return_counts=True)
     return int(sum(by_code[int(v)] * int(k) for v, k in zip(values, counts)))
+
+
+def stored_routed_expert_bytes(config: ModelConfig, w: DecodeWeights) -> int:
+    """`weights.routed_expert_bytes` of stored experts: their rows as stored, and their biases."""
+    x, c = w.experts, config
+    if x is None:
+        return 0
+    both = _row_bytes(x.gu_scale, c.hidden) + _row_bytes(x.d_scale, c.ffn)
+    return both + routed_bias_bytes(c, x)
 
 
 def stored_bytes_per_token(config: ModelConfig, w: DecodeWeights) -> int:

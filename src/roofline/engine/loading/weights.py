@@ -348,6 +348,21 @@ def _expert_bytes(c: ModelConfig, x: ExpertWeights | None, dtype: str) -> int:
     )
 
 
+def routed_expert_bytes(c: ModelConfig, x: ExpertWeights | None, dtype: str) -> int:
+    """Bytes of every layer's every expert, the part of a step that routing chooses (matrices,
+    int8 row scales, biases): a layer reads n_experts_used of its experts a row, the union of its
+    rows' in a k-row pass (`ModelRunner.bytes_per_pass`). 0 for a dense model."""
+    if x is None:
+        return 0
+    arrays = [x.wgu, x.wd] + ([x.gu_scale, x.d_scale] if dtype == "int8" else [])
+    return sum(a.nbytes for a in arrays) + routed_bias_bytes(c, x)
+
+
+def routed_bias_bytes(c: ModelConfig, x: ExpertWeights) -> int:
+    """Bytes of every expert's biases (gpt-oss); 0 where experts have none."""
+    return x.gu_bias.nbytes + x.d_bias.nbytes if c.expert_bias else 0
+
+
 def expert_vector_bytes(c: ModelConfig, x: ExpertWeights) -> int:
     """A step's bytes of a mixture of experts' vectors: every router (and its bias), and the
     biases of the n_experts_used experts it routes to a layer."""

@@ -36,6 +36,9 @@ class GenerationTimings:
     prefill_seconds: float = 0.0  # prefill + first sample = time to first token inside the engine
     decode_seconds: float = 0.0  # all decode steps (forward + sample)
     passes: int = 0  # weight passes: the prefill and every decode step (a verify pass is one)
+    # a mixture of experts: experts the decode passes read, summed over layers and passes (each
+    # pass the union of its rows' routes, layer by layer; `ModelRunner.bytes_per_pass`)
+    expert_reads: int = 0
 
     @property
     def decode_tokens(self) -> int:
@@ -119,6 +122,7 @@ class Generation:
                 tokens, text = speculative_decode(runner, self.slot, token, seq, self.speculation)
                 self.timings.decode_seconds += time.perf_counter() - start
                 self.timings.passes += 1
+                self.timings.expert_reads += runner.last_expert_reads
                 self.timings.generated_tokens += len(tokens)
                 for i, token in enumerate(tokens):
                     yield token, text if i == len(tokens) - 1 else ""

@@ -28,6 +28,7 @@ from roofline.engine.loading.config import ModelConfig
 from roofline.engine.loading.weights import (
     DTYPES,
     pack_weights,
+    routed_expert_bytes,
     weight_bytes_per_token,
 )
 from roofline.engine.runtime.pass_timing import (
@@ -80,13 +81,27 @@ class ModelRunner:
         self.max_batch = int(max_batch)
         self.max_seq_len = int(max_seq_len or self.config.max_seq_len)
         if dtype == "stored":
-            from roofline.engine.loading.stored_weights import pack_stored, stored_bytes_per_token
+            from roofline.engine.loading.stored_weights import (
+                pack_stored,
+                stored_bytes_per_token,
+                stored_routed_expert_bytes,
+            )
 
             self.weights = pack_stored(self.config, checkpoint)
             self.bytes_per_token: int = stored_bytes_per_token(self.config, self.weights)
+            self.routed_expert_bytes = stored_routed_expert_bytes(self.config, self.weights)
         else:
             self.weights = pack_weights(self.config, checkpoint.tensors, dtype)
             self.bytes_per_token = weight_bytes_per_token(self.config, self.weights, dtype)
+            self.routed_expert_bytes = routed_expert_bytes(self.config, self.weights.experts, dtype)
+        # experts the last pass read, layer by layer (the union of its rows' routes; none for a
+        # dense model), and their sum
+        self.last_expert_reads_by_layer = np.zeros(0, dtype=np.int64)
+        self.last_expert_reads = 0
+        # decode passes (`step`: decode, verify, batched) since the runner started, and the experts
+        # they read: what a server reports for a bench run to difference
+        self.decode_passes = 0
+        self.decode_expert_reads = 0
         from roofline.engine.kernels.decode import kernel_shape
 
         # the config's scalars and the stored formats the kernels are compiled for
@@ -260,7 +275,7 @@ class ModelRunner:
         # a dense model's pass leaves experts out: numba types an omitted argument apart from an
         # explicit None, and one compiled pass serves the runner and the kernel tests alike
         experts = kernel_experts(self.weights)
-        decode_rows(
+        reads = decode_rows(
             rows,
             self.kernel_shape,
             layers,
@@ -272,6 +287,8 @@ class ModelRunner:
             *(() if experts is None else (experts,)),
         )
         self._record_pass(n_threads, n, time.perf_counter() - started)
+        self.last_expert_reads = int(reads.sum())
+        self.last_expert_reads_by_layer = reads.copy()
         cap = c.final_softcap
         if cap is not None:  # transformers: logits / cap, tanh, * cap, in float32
             cap32 = np.float32(cap)
@@ -279,6 +296,24 @@ class ModelRunner:
                 np.tanh(np.divide(logits, cap32, out=logits), out=logits), cap32, out=logits
             )
         return logits
+
+    @property
+    def expert_read_bytes(self) -> float:
+        """Bytes of one expert of one layer as this runner holds it (its rows and biases; 0.0 for a
+        dense model)."""
+        c = self.config
+        return self.routed_expert_bytes / (c.n_layers * c.n_experts) if c.moe else 0.0
+
+    def bytes_per_pass(self, expert_reads: int, passes: int) -> float:
+        """Weight bytes a pass read on average, over `passes` passes that read `expert_reads`
+        experts in all (summed over layers): `bytes_per_token` (one row: n_experts_used experts a
+        layer) with the routed experts' share for the experts actually read. A k-row pass (a
+        verify, a batch) reads the union of its rows' experts once."""
+        c = self.config
+        if not c.moe or passes <= 0:
+            return float(self.bytes_per_token)
+        one_row = passes * c.n_layers * c.n_experts_used
+        return self.bytes_per_token + self.expert_read_bytes * (expert_reads - one_row) / passes
 
     def decode(self, slots: Seq[int], token_ids: Seq[int]) -> np.ndarray:
         """One token per slot, each at its slot's own position; float32 logits (len(slots),
@@ -344,6 +379,8 @@ class ModelRunner:
         )
         for slot, n in zip(slot_list, sizes):
             self.cache.lengths[slot] += n
+        self.decode_passes += 1
+        self.decode_expert_reads += self.last_expert_reads
         return np.split(logits, np.cumsum(sizes)[:-1])
 
     def keep(self, slot: int, start: int, rows: Seq[int]) -> None:

@@ -111,6 +111,8 @@ class ServerState:
                 position_acceptance=tuple(acceptance.rows()) if acceptance is not None else (),
                 pass_costs=_pass_costs(r),
                 one_row_pass_s=getattr(r, "one_row_pass_s", None),
+                decode_passes=r.decode_passes,
+                **_expert_counts(r),
             ).to_json(),
         }
 
@@ -179,3 +181,15 @@ class ServerState:
                 code="invalid_value",
             )
         return list(prompt)
+
+
+def _expert_counts(r) -> dict[str, Any]:
+    """A mixture of experts' ServerStats counts (none for a dense model)."""
+    c = r.config
+    if not c.moe:
+        return {}
+    return {
+        "expert_reads": r.decode_expert_reads,
+        "expert_read_bytes": r.expert_read_bytes,
+        "one_row_expert_reads": c.n_layers * c.n_experts_used,
+    }
