@@ -346,6 +346,15 @@ def test_four_streams_equal_one(mxfp4_stored, prompts):
     assert_four_streams_equal_one(mxfp4_stored, prompts, N_TOKENS)
 
 
+def test_four_streams_equal_one_every_time(mxfp4_stored, prompts):
+    """The same, 300 times over (a few seconds): once a thread late to a layer's router could
+    route from the next layer's logits and claim units that did not exist, and 4 to 9 runs in a
+    thousand gave other ids (docs/measured.md). Deterministic code passes every time; code with
+    that race fails here with a probability that depends on the host's scheduling."""
+    for _ in range(300):
+        assert_four_streams_equal_one(mxfp4_stored, prompts, N_TOKENS)
+
+
 def test_bytes_per_token_equal_the_ceilings_count(oss, mxfp4_stored):
     from roofline.modelspec.files import file_weight_bytes_per_token
 

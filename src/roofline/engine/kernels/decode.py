@@ -420,7 +420,12 @@ def _expert_phases(
     """A mixture of experts' MLP on h (this thread's normed rows), added to x: the router's rows
     as a phase, the routing and work list privately (every thread the same), then three phases
     (module doc)."""
-    logits, ids, weights, slot_of, n_rows, start, chosen, xg, acc, egu, eact, eout, r_out = moe[:13]
+    logits, ids, weights, slot_of, n_rows, start, chosen, xg, acc, egu, eact, eout, r_all = moe[:13]
+    # this layer's router logits, a slice no later layer writes: every thread routes from them,
+    # however late it comes (a thread descheduled past the router's phase can find the others a
+    # layer further on; from a shared buffer it would read that layer's logits, and its work
+    # list, whose size sets the phases' unit counts, would not be the layer's)
+    r_out = r_all[layer]
     logits, ids, weights, slot_of = logits[tid], ids[tid], weights[tid], slot_of[tid]
     n_rows, start, chosen, xg, acc = n_rows[tid], start[tid], chosen[tid], xg[tid], acc[tid]
     n_experts = experts.router.shape[1]
@@ -452,11 +457,7 @@ def _expert_phases(
         if count == 0:
             break
         for r in range(u, u + count):
-            if r == 0:
-                # the experts this layer read, the union of its rows': from the thread combining
-                # row 0, whose routing is the layer's (a thread late to the router's logits can
-                # find them overwritten by a next layer's, when the others did every unit between
-                # without it: it then claims no unit, but its own count would be wrong)
+            if r == 0:  # one writer: the experts this layer read, the union of its rows'
                 moe[13][layer] = n_chosen
             combine_row(r, slot_of, weights, eout, x, acc)
         done += count
@@ -637,7 +638,8 @@ def _worker(
 def _expert_scratch(k, n_threads, hidden, n_experts, top_k, ffn, n_layers):
     """`_expert_phases`' buffers for k rows (of no size for a dense model, top_k 0): each thread's
     router probabilities, routing, work list, gathered rows and combine row; the slots' [g | u],
-    act and outputs; the router's logits; and the experts each layer read (`decode_rows`' result).
+    act and outputs; the router's logits, layer by layer; and the experts each layer read
+    (`decode_rows`' result).
     Always arrays, never None: the prange's threads take a tuple of arrays."""
     slots = k * top_k
     return (
@@ -653,7 +655,9 @@ def _expert_scratch(k, n_threads, hidden, n_experts, top_k, ffn, n_layers):
         _rows(slots, 2 * ffn),
         _rows(slots, ffn),
         _rows(slots, hidden),
-        _rows(k, n_experts),
+        _rows(n_layers * k if top_k > 0 else 0, n_experts).reshape(
+            (n_layers if top_k > 0 else 0, k, n_experts)
+        ),
         np.zeros(n_layers if top_k > 0 else 0, dtype=np.int64),
     )
 
