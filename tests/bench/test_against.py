@@ -549,13 +549,32 @@ def test_the_embedded_servers_model_card_carries_the_schema():
     state = SimpleNamespace(
         model_name="m",
         created=0,
-        runner=SimpleNamespace(bytes_per_token=5e8, file_bytes_per_token=1e8, dtype="bf16"),
+        runner=SimpleNamespace(
+            bytes_per_token=5e8,
+            file_bytes_per_token=1e8,
+            dtype="bf16",
+            decode_passes=7,
+            config=SimpleNamespace(moe=False),
+        ),
         scheduler=SimpleNamespace(max_seq_len=2048, max_batch=4, speculation=None),
     )
     card = ServerState.model_card(state)
     assert ServerStats.from_json(card["roofline"]) == ServerStats(
-        500_000_000, 100_000_000, "bf16", "local", 4, 2048, cross_request_memory=False
+        500_000_000,
+        100_000_000,
+        "bf16",
+        "local",
+        4,
+        2048,
+        cross_request_memory=False,
+        decode_passes=7,
     )
+    # a mixture of experts adds its reads, the bytes of one expert and a one-row pass' reads
+    state.runner.config = SimpleNamespace(moe=True, n_layers=2, n_experts_used=4)
+    state.runner.decode_expert_reads, state.runner.expert_read_bytes = 90, 1.5e6
+    moe = ServerStats.from_json(ServerState.model_card(state)["roofline"])
+    assert (moe.expert_reads, moe.expert_read_bytes, moe.one_row_expert_reads) == (90, 1.5e6, 8)
+    state.runner.config = SimpleNamespace(moe=False)
     # a speculation maker whose proposers learn across requests (the shared trie) says so
     state.scheduler.speculation = SimpleNamespace(cross_request=True)
     card = ServerState.model_card(state)
