@@ -113,6 +113,19 @@ def _rows(v: Any) -> tuple[PositionAcceptance, ...]:
     return tuple(r for r in rows if r is not None)
 
 
+def moe_bytes_per_pass(
+    bytes_per_token: float, expert_read_bytes: float, one_row_reads: int, reads: int, passes: int
+) -> float:
+    """Weight bytes a mixture of experts' decode pass read on average, over `passes` passes that
+    read `reads` experts in all (summed over layers): `bytes_per_token` counts one row's experts
+    (`one_row_reads` a pass: layers x experts a row is routed to); a pass over several rows reads
+    the union of its rows' experts, each `expert_read_bytes` (one expert of one layer):
+
+        bytes a pass = bytes_per_token + expert_read_bytes x (reads - passes x one_row) / passes
+    """
+    return bytes_per_token + expert_read_bytes * (reads - passes * one_row_reads) / passes
+
+
 @dataclass(frozen=True)
 class ServerStats:
     bytes_per_token: int | float | None = None

@@ -572,6 +572,7 @@ def test_the_embedded_servers_model_card_carries_the_schema():
     # a mixture of experts adds its reads, the bytes of one expert and a one-row pass' reads
     state.runner.config = SimpleNamespace(moe=True, n_layers=2, n_experts_used=4)
     state.runner.decode_expert_reads, state.runner.expert_read_bytes = 90, 1.5e6
+    state.runner.one_row_expert_reads = 8  # 2 layers x 4 experts a row
     moe = ServerStats.from_json(ServerState.model_card(state)["roofline"])
     assert (moe.expert_reads, moe.expert_read_bytes, moe.one_row_expert_reads) == (90, 1.5e6, 8)
     state.runner.config = SimpleNamespace(moe=False)

@@ -228,24 +228,34 @@ def gguf_encode(weight: np.ndarray, tensor_type: str):
         return random_blocks(tensor_type, weight.shape[0], weight.shape[1], rng), qtype
 
 
-def tiny_gguf_writer(path, arch: str, name: str, config):
-    """A GGUFWriter for `arch` holding the keys every tiny family test writes from its
-    transformers config (layers, context, widths, heads, head size, RMSNorm epsilon) and the tiny
-    tokenizer's; the caller adds its family's own keys, then `write_gguf_tensors`."""
+def _gguf_writer(path, arch, name, layers, context, hidden, ffn, heads, kv_heads, head_dim, eps):
+    """A GGUFWriter for `arch` holding the keys every tiny model's file has: layers, context,
+    widths, heads, head size, RMSNorm epsilon."""
     import gguf
 
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(name)
-    writer.add_block_count(config.num_hidden_layers)
-    writer.add_context_length(config.max_position_embeddings)
-    writer.add_embedding_length(config.hidden_size)
-    writer.add_feed_forward_length(config.intermediate_size)
-    writer.add_head_count(config.num_attention_heads)
-    writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_key_length(config.head_dim)
-    writer.add_value_length(config.head_dim)
-    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_block_count(layers)
+    writer.add_context_length(context)
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_layer_norm_rms_eps(eps)
     return writer
+
+
+def tiny_gguf_writer(path, arch: str, name: str, config):
+    """`_gguf_writer` from a family test's transformers config; the caller adds its family's own
+    keys and the tiny tokenizer's, then `write_gguf_tensors`."""
+    c = config
+    return _gguf_writer(
+        path, arch, name, c.num_hidden_layers, c.max_position_embeddings, c.hidden_size,
+        c.intermediate_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+        c.rms_norm_eps,
+    )  # fmt: skip
 
 
 def write_gguf_tensors(writer, tensors: dict[str, np.ndarray], type_of) -> None:
@@ -291,38 +301,29 @@ def write_tiny_gguf(
     file or a directory to put `tiny-{arch}.{tensor_type}.gguf` in; `type_overrides` maps HF tensor
     names to another GGML type name (e.g. "Q5_0"); `rope_freqs` adds Llama 3.1-style frequency
     divisors. Returns the file path."""
-    import gguf
 
     path = Path(path)
     if path.suffix != ".gguf":
         path.mkdir(parents=True, exist_ok=True)
         path = path / f"tiny-{arch}.{tensor_type}.gguf"
     s = shape or tiny_shape(arch)
-    writer = gguf.GGUFWriter(str(path), arch)
-    writer.add_name(name)
-    writer.add_block_count(s.n_layers)
-    writer.add_context_length(s.max_seq_len)
-    writer.add_embedding_length(s.hidden)
-    writer.add_feed_forward_length(s.ffn)
-    writer.add_head_count(s.n_heads)
-    writer.add_head_count_kv(s.n_kv_heads)
-    writer.add_key_length(s.head_dim)
-    writer.add_value_length(s.head_dim)
+    writer = _gguf_writer(
+        path, arch, name, s.n_layers, s.max_seq_len, s.hidden, s.ffn, s.n_heads, s.n_kv_heads,
+        s.head_dim, s.rms_eps,
+    )  # fmt: skip
     writer.add_rope_dimension_count(s.head_dim)
     writer.add_rope_freq_base(s.rope_theta)
-    writer.add_layer_norm_rms_eps(s.rms_eps)
     add_tiny_tokenizer(writer, pre)
+    tensors, types = {}, {}
     for hf, weight in tiny_weights(arch, seed, tie_embeddings, s).items():
         if arch == "llama" and (".q_proj." in hf or ".k_proj." in hf):
             weight = llamacpp_permute(weight, s.n_heads if ".q_proj." in hf else s.n_kv_heads)
-        data, raw_dtype = gguf_encode(weight, (type_overrides or {}).get(hf, tensor_type))
-        writer.add_tensor(to_gguf_name(hf), data, raw_dtype=raw_dtype)
+        tensors[to_gguf_name(hf)] = weight
+        types[to_gguf_name(hf)] = (type_overrides or {}).get(hf, tensor_type)
     if rope_freqs is not None:
-        writer.add_tensor("rope_freqs.weight", np.asarray(rope_freqs, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+        tensors["rope_freqs.weight"] = np.asarray(rope_freqs, dtype=np.float32)
+        types["rope_freqs.weight"] = "F32"
+    write_gguf_tensors(writer, tensors, types.__getitem__)
     return path
 
 

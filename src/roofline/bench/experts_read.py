@@ -2,9 +2,8 @@
 (`ServerStats`' decode passes and expert reads, over the server's lifetime) read before and after
 the run, the difference being the run's. A decode pass of one row reads `one_row_expert_reads`
 experts (layers x experts a row is routed to), the count the ceiling and `bytes_per_token` assume;
-a pass over several rows (a verify, a batch) reads the union of its rows' experts, each once:
-
-    bytes a pass = bytes_per_token + expert_read_bytes x (reads - passes x one_row) / passes
+a pass over several rows (a verify, a batch) reads the union of its rows' experts, each once
+(`response_stats.moe_bytes_per_pass`).
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from roofline.bench.positions import stats_after
-from roofline.response_stats import ServerStats
+from roofline.response_stats import ServerStats, moe_bytes_per_pass
 
 
 @dataclass(frozen=True)
@@ -26,9 +25,10 @@ class ExpertsRead:
 
     @property
     def bytes_per_pass(self) -> float:
-        """Weight bytes a decode pass read, on average (the module doc's formula)."""
-        extra = self.reads - self.passes * self.one_row_reads
-        return self.bytes_per_token + self.read_bytes * extra / self.passes
+        """Weight bytes a decode pass read, on average."""
+        return moe_bytes_per_pass(
+            self.bytes_per_token, self.read_bytes, self.one_row_reads, self.reads, self.passes
+        )
 
 
 def experts_read(before: ServerStats | None, after: ServerStats | None) -> ExpertsRead | None:

@@ -41,6 +41,7 @@ from roofline.engine.runtime.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS,
 from roofline.engine.runtime.threads import ThreadChooser
 from roofline.errors import UserError
 from roofline.hardware.machine import usable_cpu_count as available_cores
+from roofline.response_stats import moe_bytes_per_pass
 from roofline.simd_memory import aligned_empty
 
 __all__ = ["DTYPES", "ModelRunner", "available_cores", "load_runner"]
@@ -95,9 +96,8 @@ class ModelRunner:
             self.bytes_per_token = weight_bytes_per_token(self.config, self.weights, dtype)
             self.routed_expert_bytes = routed_expert_bytes(self.config, self.weights.experts, dtype)
         # experts the last pass read, layer by layer (the union of its rows' routes; none for a
-        # dense model), and their sum
+        # dense model)
         self.last_expert_reads_by_layer = np.zeros(0, dtype=np.int64)
-        self.last_expert_reads = 0
         # decode passes (`step`: decode, verify, batched) since the runner started, and the experts
         # they read: what a server reports for a bench run to difference
         self.decode_passes = 0
@@ -287,8 +287,7 @@ class ModelRunner:
             *(() if experts is None else (experts,)),
         )
         self._record_pass(n_threads, n, time.perf_counter() - started)
-        self.last_expert_reads = int(reads.sum())
-        self.last_expert_reads_by_layer = reads.copy()
+        self.last_expert_reads_by_layer = reads
         cap = c.final_softcap
         if cap is not None:  # transformers: logits / cap, tanh, * cap, in float32
             cap32 = np.float32(cap)
@@ -296,6 +295,17 @@ class ModelRunner:
                 np.tanh(np.divide(logits, cap32, out=logits), out=logits), cap32, out=logits
             )
         return logits
+
+    @property
+    def last_expert_reads(self) -> int:
+        """Experts the last pass read, summed over layers."""
+        return int(self.last_expert_reads_by_layer.sum())
+
+    @property
+    def one_row_expert_reads(self) -> int:
+        """Experts a one-row pass reads, summed over layers (0 for a dense model)."""
+        c = self.config
+        return c.n_layers * c.n_experts_used if c.moe else 0
 
     @property
     def expert_read_bytes(self) -> float:
@@ -309,11 +319,15 @@ class ModelRunner:
         experts in all (summed over layers): `bytes_per_token` (one row: n_experts_used experts a
         layer) with the routed experts' share for the experts actually read. A k-row pass (a
         verify, a batch) reads the union of its rows' experts once."""
-        c = self.config
-        if not c.moe or passes <= 0:
+        if not self.config.moe or passes <= 0:
             return float(self.bytes_per_token)
-        one_row = passes * c.n_layers * c.n_experts_used
-        return self.bytes_per_token + self.expert_read_bytes * (expert_reads - one_row) / passes
+        return moe_bytes_per_pass(
+            self.bytes_per_token,
+            self.expert_read_bytes,
+            self.one_row_expert_reads,
+            expert_reads,
+            passes,
+        )
 
     def decode(self, slots: Seq[int], token_ids: Seq[int]) -> np.ndarray:
         """One token per slot, each at its slot's own position; float32 logits (len(slots),

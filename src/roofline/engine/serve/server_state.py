@@ -185,11 +185,10 @@ class ServerState:
 
 def _expert_counts(r) -> dict[str, Any]:
     """A mixture of experts' ServerStats counts (none for a dense model)."""
-    c = r.config
-    if not c.moe:
+    if not r.config.moe:
         return {}
     return {
         "expert_reads": r.decode_expert_reads,
         "expert_read_bytes": r.expert_read_bytes,
-        "one_row_expert_reads": c.n_layers * c.n_experts_used,
+        "one_row_expert_reads": r.one_row_expert_reads,
     }
