@@ -118,10 +118,10 @@ class _Row:
         memory is a load alone, where a scalar convert and a broadcast from a register took two
         uops of the ports the widening and the sums need (two per scale, per block). The stack
         slot's address passes through an empty asm statement, so that LLVM reads the slot instead
-        of shuffling the stored register. Q4_1 (two scales) gained by it, 1-54% a one-thread
-        matvec of 21 MB over 8 interleaved pairs, both ISAs; Q4_0 and Q8_0 (one scale, and an
-        8-byte load across a cache line more often at their 18- and 34-byte blocks) lost 1-12%
-        and keep the scalar convert (docs/measured.md)."""
+        of shuffling the stored register. Q4_1 (two scales) was faster by it in 11 of 12
+        back-to-back pairs of a one-thread 21 MB matvec, both ISAs; Q4_0 and Q8_0 (one scale,
+        and an 8-byte load across a cache line more often at their 18- and 34-byte blocks) were
+        not, and keep the scalar convert (docs/measured.md)."""
         if not _F16C:
             return [self.splat(self.half(self.at(ptr, 2 * k)), lanes) for k in range(count)]
         b = self.b
