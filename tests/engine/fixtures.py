@@ -493,19 +493,27 @@ def assert_speculation_keeps_greedy_ids(runner, prompts: list[list[int]], n: int
         assert list(generate(runner, ids, params, speculation=make())) == want
 
 
-def assert_four_streams_equal_one(runner, prompts: list[list[int]], n: int) -> None:
-    """The prompts (and the first one's first 5 ids, to make four) decoded side by side in slots
-    0-3 give each one's greedy ids alone."""
-    cases = [*prompts, prompts[0][:5]]
-    alone = [greedy_ids(runner, ids, n) for ids in cases]
+def four_streams(prompts: list[list[int]]) -> list[list[int]]:
+    """The prompts and the first one's first 5 ids, to make four."""
+    return [*prompts, prompts[0][:5]]
+
+
+def side_by_side_ids(runner, cases: list[list[int]], n: int) -> list[list[int]]:
+    """The greedy ids of each case, the cases decoded side by side in slots 0, 1, ..."""
     out = [[int(np.argmax(runner.prefill(s, ids)))] for s, ids in enumerate(cases)]
     while len(out[0]) < n:
-        logits = runner.decode(list(range(4)), [o[-1] for o in out])
+        logits = runner.decode(list(range(len(cases))), [o[-1] for o in out])
         for o, row in zip(out, logits):
             o.append(int(np.argmax(row)))
-    for s in range(4):
+    for s in range(len(cases)):
         runner.release(s)
-    assert out == alone
+    return out
+
+
+def assert_four_streams_equal_one(runner, prompts: list[list[int]], n: int) -> None:
+    """`four_streams` decoded side by side in slots 0-3 give each one's greedy ids alone."""
+    cases = four_streams(prompts)
+    assert side_by_side_ids(runner, cases, n) == [greedy_ids(runner, ids, n) for ids in cases]
 
 
 def assert_logits_match_transformers(hf_model, folder, runner, prompts, rtol=1e-4, atol=2e-5):
