@@ -222,7 +222,7 @@ def measured_result(
     if m.value is None:
         return TrialResult(
             status=TrialStatus.FAILED,
-            error=f"no request succeeded ({_failure_reasons(summaries[-1])})",
+            error=_no_value_reason(settings, lines, summaries[-1]),
             log_tail=_tail(log_path),
             argv=tuple(argv),
             metrics=found,
@@ -281,6 +281,18 @@ def _version(launcher: Any) -> str | None:
         return launcher.version()
     except Exception:
         return None
+
+
+def _no_value_reason(
+    settings: TrialSettings, lines: Sequence[RequestRecord], summary: RunSummary
+) -> str:
+    ok = sum(1 for r in lines if r.ok and not r.warmup)
+    if ok:
+        return (
+            f"the objective {settings.objective.name!r} is undefined on all {ok} requests that "
+            "succeeded (too few tokens each?)"
+        )
+    return f"no request succeeded ({_failure_reasons(summary)})"
 
 
 def _failure_reasons(summary: RunSummary) -> str:
