@@ -1,18 +1,28 @@
 """roofline's engine (`--dtype stored`) against llama.cpp's llama-bench on random-weight GGUFs of
-two families' realistic shapes (issue 47): decode tok/s of each, bytes per token vs the ceiling.
+four families' realistic shapes (issue 47): decode tok/s of each, bytes per token vs the ceiling.
 
 The files are written once in --files-dir with gguf-py, seeded random weights (normal, std 0.02;
-norms around 1), matrices in --format (Q4_1 by default), the embedding (and Qwen's lm_head) in
---embedding-format, norms and the router F32:
+norms around 1), matrices in --format (Q4_1 by default; gpt-oss's experts MXFP4, as it ships),
+the embedding (and an untied lm_head) in --embedding-format, norms, biases, sinks and the router
+F32:
   gemma3-1b    Gemma 3 1B's shape: hidden 1152, 26 layers, 4 heads / 1 kv head of 256, ffn 6912,
                sliding window 512 on five layers in six (RoPE base 10k local, 1M global), q/k norms,
                post norms, tied embeddings.
   qwen3moe-1b  a Qwen3-MoE-like model: hidden 1024, 16 layers, 16 heads / 4 kv heads of 64,
                32 experts of ffn 512, top-4, an F32 router, untied lm_head (~1 B total,
                ~0.2 B active).
+  mixtral-4l   Mixtral 8x7B's layer at half its width (hidden 2048, 16 heads / 4 kv heads of 128,
+               8 experts of ffn 7168, top-2; `llama` with experts, as llama.cpp writes Mixtral),
+               4 layers (1.5 B total, 0.4 B active).
+  gpt-oss-4l   4 of gpt-oss-20b's 24 layers at its own size (hidden 2880, 64 heads / 8 kv heads of
+               64, 32 experts of ffn 2880 at MXFP4, top-4, sinks, biases, YaRN, window 128 on
+               every other layer): 3.3 B total, 0.5 B active.
+A matrix over 16 M weights repeats the rows of a 16 M-weight random sample (quantized once), so
+that writing a file takes seconds: reading the bytes costs the same whatever they hold.
 The vocabulary is SmolLM2's (the tokenizer.ggml.* fields of the shipped SmolLM2 GGUF, 49152 tokens)
 so that both engines load a real tokenizer; it is not the families' own (Gemma's 262144, Qwen's
-151936), so the embedding and lm_head hold fewer bytes than the real models'.
+151936, Mixtral's 32000, gpt-oss's 201088), so the embedding and lm_head hold other bytes than the
+real models'.
 
 Rounds are interleaved (each round: every model, llama-bench `-p 0 -n TOKENS -fa 1 -r 1` then
 roofline's TOKENS greedy `runner.decode` steps after a BOS prefill), as in engine_vs_peers.py.
@@ -69,45 +79,71 @@ class Shape:
     ffn: int
     experts: int = 0
     experts_used: int = 0
-    window: int = 0  # sliding window (Gemma 3: five layers in six)
+    window: int = 0  # sliding window (Gemma 3: five layers in six; gpt-oss: every other)
     tied: bool = True
+    experts_format: str = ""  # the experts' weight format ("": --format)
 
 
 SHAPES = {
     "gemma3-1b": Shape("gemma3", 1152, 26, 4, 1, 256, 6912, window=512),
     "qwen3moe-1b": Shape("qwen3moe", 1024, 16, 16, 4, 64, 512, 32, 4, tied=False),
+    "mixtral-4l": Shape("llama", 2048, 4, 16, 4, 128, 7168, 8, 2, tied=False),
+    "gpt-oss-4l": Shape(
+        "gpt-oss", 2880, 4, 64, 8, 64, 2880, 32, 4, window=128, tied=False, experts_format="MXFP4"
+    ),
 }
+# gpt-oss-20b's YaRN (config.json's rope_scaling) and RoPE base
+GPT_OSS_ROPE = dict(base=150_000.0, factor=32.0, original_context=4096)
 TINY = {
     "gemma3-1b": dict(hidden=64, layers=6, heads=4, kv_heads=1, head_dim=32, ffn=128, window=16),
     "qwen3moe-1b": dict(
         hidden=64, layers=2, heads=4, kv_heads=2, head_dim=32, ffn=64, experts=8, experts_used=2
     ),
+    "mixtral-4l": dict(hidden=64, layers=2, heads=4, kv_heads=2, head_dim=32, ffn=64),
+    "gpt-oss-4l": dict(hidden=64, layers=2, heads=4, kv_heads=2, head_dim=32, ffn=64, window=8),
 }
+TILE_WEIGHTS = 1 << 24
 
 
 # ------------------------------------------------------------------------------------ the files
 def tensors(shape: Shape):
-    """(GGUF name, numpy shape, kind) of each tensor; kind: 'norm', 'router', 'embd' or 'matrix'."""
+    """(GGUF name, numpy shape, kind) of each tensor; kind: 'norm', 'vector' (a bias or the
+    sinks), 'router', 'embd', 'matrix' or 'experts'."""
     s, q, kv = shape, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    oss = s.arch == "gpt-oss"
     yield "output_norm.weight", (s.hidden,), "norm"
     for i in range(s.layers):
         b = f"blk.{i}."
         yield b + "attn_norm.weight", (s.hidden,), "norm"
-        yield b + "attn_q.weight", (q, s.hidden), "matrix"
-        yield b + "attn_k.weight", (kv, s.hidden), "matrix"
-        yield b + "attn_v.weight", (kv, s.hidden), "matrix"
+        for name, rows in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
+            yield b + name + ".weight", (rows, s.hidden), "matrix"
+            if oss:
+                yield b + name + ".bias", (rows,), "vector"
         yield b + "attn_output.weight", (s.hidden, q), "matrix"
-        yield b + "attn_q_norm.weight", (s.head_dim,), "norm"
-        yield b + "attn_k_norm.weight", (s.head_dim,), "norm"
-        yield b + "ffn_norm.weight", (s.hidden,), "norm"
+        if oss:
+            yield b + "attn_output.bias", (s.hidden,), "vector"
+            yield b + "attn_sinks.weight", (s.heads,), "vector"
+            yield b + "post_attention_norm.weight", (s.hidden,), "norm"  # the norm before the MoE
+        elif s.arch != "llama":
+            yield b + "attn_q_norm.weight", (s.head_dim,), "norm"
+            yield b + "attn_k_norm.weight", (s.head_dim,), "norm"
+        if not oss:
+            yield b + "ffn_norm.weight", (s.hidden,), "norm"
         if s.arch == "gemma3":
             yield b + "post_attention_norm.weight", (s.hidden,), "norm"
             yield b + "post_ffw_norm.weight", (s.hidden,), "norm"
         if s.experts:
             yield b + "ffn_gate_inp.weight", (s.experts, s.hidden), "router"
-            yield b + "ffn_gate_exps.weight", (s.experts, s.ffn, s.hidden), "matrix"
-            yield b + "ffn_up_exps.weight", (s.experts, s.ffn, s.hidden), "matrix"
-            yield b + "ffn_down_exps.weight", (s.experts, s.hidden, s.ffn), "matrix"
+            for name, rows, cols in (
+                ("ffn_gate_exps", s.ffn, s.hidden),
+                ("ffn_up_exps", s.ffn, s.hidden),
+                ("ffn_down_exps", s.hidden, s.ffn),
+            ):
+                yield b + name + ".weight", (s.experts, rows, cols), "experts"
+                if oss:
+                    yield b + name + ".bias", (s.experts, rows), "vector"
+            if oss:
+                yield b + "ffn_gate_inp.bias", (s.experts,), "vector"
         else:
             yield b + "ffn_gate.weight", (s.ffn, s.hidden), "matrix"
             yield b + "ffn_up.weight", (s.ffn, s.hidden), "matrix"
@@ -132,18 +168,28 @@ def write_model(shape: Shape, vocab_file: Path, out: Path, fmt: str, embd_fmt: s
     w.add_key_length(s.head_dim)
     w.add_value_length(s.head_dim)
     w.add_layer_norm_rms_eps(1e-6)
-    if s.experts:
+    if s.arch == "llama":  # Mixtral: the experts have feed_forward_length rows
+        w.add_feed_forward_length(s.ffn)
+    elif s.experts:
         w.add_feed_forward_length(s.ffn * s.experts_used)
         w.add_expert_feed_forward_length(s.ffn)
-        w.add_expert_count(s.experts)
-        w.add_expert_used_count(s.experts_used)
-        w.add_rope_freq_base(1_000_000.0)
     else:
         w.add_feed_forward_length(s.ffn)
-    if s.window:
+    if s.experts:
+        w.add_expert_count(s.experts)
+        w.add_expert_used_count(s.experts_used)
+    if s.arch == "gpt-oss":
+        w.add_sliding_window(s.window)
+        w.add_rope_freq_base(GPT_OSS_ROPE["base"])
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(GPT_OSS_ROPE["factor"])
+        w.add_rope_scaling_orig_ctx_len(int(GPT_OSS_ROPE["original_context"]))
+    elif s.window:
         w.add_sliding_window(s.window)
         w.add_rope_freq_base(1_000_000.0)  # the global layers'; the local ones' is 10k
         w.add_rope_freq_base_swa(10_000.0)
+    elif s.experts:
+        w.add_rope_freq_base(1_000_000.0)
     copy_fields(reader, w, lambda key: key.startswith("tokenizer."))
 
     rng = np.random.default_rng(0)
@@ -153,12 +199,18 @@ def write_model(shape: Shape, vocab_file: Path, out: Path, fmt: str, embd_fmt: s
         if kind == "norm":
             w.add_tensor(name, (1 + STD * rng.standard_normal(dims)).astype(np.float32))
             return
-        x = (STD * rng.standard_normal(dims, dtype=np.float32)).astype(np.float32)
-        if kind == "router":
-            w.add_tensor(name, x)
+        if kind in ("vector", "router"):
+            w.add_tensor(name, (STD * rng.standard_normal(dims)).astype(np.float32))
             return
-        qtype = gguf.GGMLQuantizationType[embd_fmt if kind == "embd" else fmt]
-        w.add_tensor(name, quantize(x, qtype), raw_dtype=qtype)
+        # rows of a random sample of at most TILE_WEIGHTS weights, quantized once and repeated
+        rows, cols = int(np.prod(dims[:-1])), dims[-1]
+        sample = min(rows, max(1, TILE_WEIGHTS // cols))
+        x = (STD * rng.standard_normal((sample, cols), dtype=np.float32)).astype(np.float32)
+        kind_format = {"embd": embd_fmt, "experts": s.experts_format or fmt}.get(kind, fmt)
+        qtype = gguf.GGMLQuantizationType[kind_format]
+        blocks = quantize(x, qtype)
+        blocks = np.resize(blocks, (rows, blocks.shape[-1])).reshape(*dims[:-1], -1)
+        w.add_tensor(name, blocks, raw_dtype=qtype)
 
     add("token_embd.weight", (vocab, s.hidden), "embd")
     if not s.tied:
@@ -298,9 +350,9 @@ def main() -> None:
         f"{args.rounds} rounds, tg {args.tokens} tokens, {args.threads} threads; llama-bench "
         f"{bench or 'not run'}",
         "random weights; the vocabulary is SmolLM2's (49152 tokens), not the families' (Gemma "
-        "262144, Qwen 151936): the embedding and lm_head rows read per token are the families' "
-        "width but fewer, so the files and each token's lm_head bytes are smaller than the real "
-        "models'",
+        "262144, Qwen 151936, Mixtral 32000, gpt-oss 201088): the embedding and lm_head rows "
+        "are the families' width, their count SmolLM2's, so each token's lm_head bytes differ "
+        "from the real models'",
         *skipped,
     ]
     finish(

@@ -62,10 +62,13 @@ def write_gguf(
     top_k: int = 0,
     ffn_down: tuple[str, str] = ("Q4_K", "Q6_K"),
     split_max_tensors: int = 0,
+    expert_layout: str = "packed",
 ) -> Path:
     """A tiny llama (F32 norms, Q8_0 embedding, Q4_1 attention and gate/up, Q4_K/Q6_K down
     projections), or with `experts` a tiny mixtral with stacked expert tensors; with
-    `split_max_tensors`, split as llama.cpp's gguf-split does (path-0000k-of-0000n.gguf)."""
+    `split_max_tensors`, split as llama.cpp's gguf-split does (path-0000k-of-0000n.gguf).
+    expert_layout: "packed" (ffn_*_exps), "per_expert" (ffn_gate.E: Mixtral GGUFs of early 2024)
+    or "fused" (ffn_gate_up_exps and ffn_down_exps)."""
     rng = np.random.default_rng(0)
     writer = gguf.GGUFWriter(str(path), "llama", split_max_tensors=split_max_tensors)
     writer.add_name("tiny")
@@ -98,8 +101,17 @@ def write_gguf(
         _add(writer, p + "ffn_norm.weight", (HIDDEN,), "F32", rng)
         if experts:
             _add(writer, p + "ffn_gate_inp.weight", (HIDDEN, experts), "F32", rng)
-            _add(writer, p + "ffn_gate_exps.weight", (HIDDEN, FFN, experts), "Q8_0", rng)
-            _add(writer, p + "ffn_up_exps.weight", (HIDDEN, FFN, experts), "Q8_0", rng)
+            if expert_layout == "per_expert":
+                for e in range(experts):
+                    _add(writer, p + f"ffn_gate.{e}.weight", (HIDDEN, FFN), "Q8_0", rng)
+                    _add(writer, p + f"ffn_up.{e}.weight", (HIDDEN, FFN), "Q8_0", rng)
+                    _add(writer, p + f"ffn_down.{e}.weight", (FFN, HIDDEN), ffn_down[i], rng)
+                continue
+            if expert_layout == "fused":
+                _add(writer, p + "ffn_gate_up_exps.weight", (HIDDEN, 2 * FFN, experts), "Q8_0", rng)
+            else:
+                _add(writer, p + "ffn_gate_exps.weight", (HIDDEN, FFN, experts), "Q8_0", rng)
+                _add(writer, p + "ffn_up_exps.weight", (HIDDEN, FFN, experts), "Q8_0", rng)
             _add(writer, p + "ffn_down_exps.weight", (FFN, HIDDEN, experts), ffn_down[i], rng)
         else:
             _add(writer, p + "ffn_gate.weight", (HIDDEN, FFN), "Q4_1", rng)
@@ -188,6 +200,17 @@ def test_gguf_routed_experts_read_top_k_of_e(tmp_path) -> None:
     spec = load_spec(str(path))
     assert spec.architecture == "mixtral" and spec.moe.num_experts == 4 and spec.moe.top_k == 2
     assert fw.component("router").bytes_read == LAYERS * HIDDEN * 4 * 4
+
+
+@pytest.mark.parametrize("layout", ["per_expert", "fused"])
+def test_other_expert_layouts_read_what_packed_experts_read(tmp_path, layout) -> None:
+    """One tensor per expert (early Mixtral GGUFs) and gate_up fused: the same bytes a token."""
+    kwargs = dict(experts=4, top_k=2, ffn_down=("Q8_0", "Q8_0"))
+    packed = read_file_weights(write_gguf(tmp_path / "packed.gguf", **kwargs))
+    other = read_file_weights(write_gguf(tmp_path / "other.gguf", expert_layout=layout, **kwargs))
+    assert other.bytes_per_token == packed.bytes_per_token
+    assert other.component("experts").bytes_read == packed.component("experts").bytes_read
+    assert other.component("mlp") is None  # no expert counted as a dense MLP
 
 
 def test_a_split_gguf_is_one_model_from_any_part(tmp_path) -> None:

@@ -86,7 +86,10 @@ def _gguf_role(name: str, parts: list[str]) -> str:
         return "shared_experts"
     if any(module.startswith(r) for r in _ROUTER):
         return "router"
-    if module.endswith("_exps"):
+    # packed (ffn_gate_exps, ffn_gate_up_exps) or one expert's own (ffn_gate.3: early Mixtral)
+    if module.endswith("_exps") or (
+        module.startswith("ffn_") and len(parts) > 4 and parts[3].isdigit()
+    ):
         return "experts"
     if module.startswith("attn_"):
         return "attention"

@@ -120,9 +120,11 @@ def _hf_model():
     return hf
 
 
-def _layer_tensors(state: dict, layer: int) -> dict[str, np.ndarray]:
+def _layer_tensors(state: dict, layer: int, fuse_gate_up: bool = False) -> dict[str, np.ndarray]:
     """blk.{layer}.* of the HF state as llama.cpp's converter writes them: the fused experts split
-    into gate, up and down (each (experts, out, in)) with their biases."""
+    into gate, up and down (each (experts, out, in)) with their biases; with `fuse_gate_up`, gate
+    and up in one ffn_gate_up_exps (each expert's gate rows, then its up rows), as converters may
+    write them since early 2026."""
     p = f"model.layers.{layer}."
     out = {f"blk.{layer}.{g}": state[p + hf].float().numpy() for hf, g in _GGUF_NAMES.items()}
     gate_up = state[p + "mlp.experts.gate_up_proj"].float()  # (E, hidden, 2 ffn), interleaved
@@ -138,10 +140,14 @@ def _layer_tensors(state: dict, layer: int) -> dict[str, np.ndarray]:
     for proj, (w, b) in parts.items():
         out[f"blk.{layer}.ffn_{proj}_exps.weight"] = w.contiguous().numpy()
         out[f"blk.{layer}.ffn_{proj}_exps.bias"] = b.contiguous().numpy()
+    if fuse_gate_up:
+        for kind in ("weight", "bias"):
+            g, u = (out.pop(f"blk.{layer}.ffn_{x}_exps.{kind}") for x in ("gate", "up"))
+            out[f"blk.{layer}.ffn_gate_up_exps.{kind}"] = np.concatenate([g, u], axis=1)
     return out
 
 
-def _write_gguf(path, hf, tensor_type: str, experts_type: str):
+def _write_gguf(path, hf, tensor_type: str, experts_type: str, fuse_gate_up: bool = False):
     """The GGUF of the model: `tensor_type` matrices, the experts' weights `experts_type`, every
     vector and the router F32 (as llama.cpp keeps them)."""
     import gguf
@@ -164,7 +170,7 @@ def _write_gguf(path, hf, tensor_type: str, experts_type: str):
         "output.weight": state["lm_head.weight"].numpy(),
     }
     for layer in range(c.num_hidden_layers):
-        tensors.update(_layer_tensors(state, layer))
+        tensors.update(_layer_tensors(state, layer, fuse_gate_up))
 
     def type_of(name: str) -> str:
         if name.endswith("_exps.weight"):
@@ -403,3 +409,19 @@ def test_the_gpt_4o_pre_tokenizer_splits_words_as_o200k():
 
     words = byte_level_pre_tokenizer("gpt-4o").pre_tokenize_str("Hello WORLD's HTTPServer 12345")
     assert [w for w, _ in words] == ["Hello", "ĠWORLD's", "ĠHTTPServer", "Ġ", "123", "45"]
+
+
+def test_gate_and_up_fused_in_one_tensor_load_the_same_experts(
+    oss, mxfp4_stored, prompts, tmp_path
+):
+    """ffn_gate_up_exps (weights and biases): the same stored rows, scales and biases as the
+    split file's, and the same greedy ids."""
+    path = _write_gguf(tmp_path / "fused.gguf", oss[0], "Q8_0", "MXFP4", fuse_gate_up=True)
+    runner = _runner(path, "stored")
+    a, b = runner.weights.experts, mxfp4_stored.weights.experts
+    for name in ("wgu", "gu_scale", "wd", "d_scale", "router", "gu_bias", "d_bias"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert runner.config.expert_bias and runner.bytes_per_token == mxfp4_stored.bytes_per_token
+    assert greedy_ids(runner, prompts[0], N_TOKENS) == greedy_ids(
+        mxfp4_stored, prompts[0], N_TOKENS
+    )

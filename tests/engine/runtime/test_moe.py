@@ -102,9 +102,12 @@ def _hf_model(family: str):
     return hf
 
 
-def _layer_tensors(state: dict, layer: int, config) -> dict[str, np.ndarray]:
+def _layer_tensors(state: dict, layer: int, config, layout: str) -> dict[str, np.ndarray]:
     """blk.{layer}.* of the HF state: each projection's experts packed (experts, out, in), as
-    llama.cpp's converter stacks them; a llama GGUF's q/k rows permuted for its RoPE."""
+    llama.cpp's converter stacks them (layout "packed"), gate and up fused in one tensor (each
+    expert's gate rows, then its up rows: "fused") or one tensor per expert ("per_expert", as
+    Mixtral GGUFs were written before the packing); a llama GGUF's q/k rows permuted for its
+    RoPE."""
     p = f"model.layers.{layer}."
     out = {
         f"blk.{layer}.{g}": state[p + hf].float().numpy()
@@ -118,14 +121,25 @@ def _layer_tensors(state: dict, layer: int, config) -> dict[str, np.ndarray]:
     # transformers 5 holds the experts fused: gate_up_proj (experts, 2 ffn, hidden) = [Wg; Wu]
     gate, up = state[p + "mlp.experts.gate_up_proj"].float().chunk(2, dim=1)
     down = state[p + "mlp.experts.down_proj"].float()
-    for proj, w in (("gate_proj", gate), ("up_proj", up), ("down_proj", down)):
-        out[f"blk.{layer}.{_PACKED[proj]}.weight"] = w.contiguous().numpy()
+    parts = {"gate_proj": gate, "up_proj": up, "down_proj": down}
+    if layout == "fused":
+        out[f"blk.{layer}.ffn_gate_up_exps.weight"] = torch.cat([gate, up], 1).numpy()
+        del parts["gate_proj"], parts["up_proj"]
+    for proj, w in parts.items():
+        if layout == "per_expert":
+            for e, w_e in enumerate(w):
+                out[f"blk.{layer}.ffn_{proj[:-5]}.{e}.weight"] = w_e.contiguous().numpy()
+        else:
+            out[f"blk.{layer}.{_PACKED[proj]}.weight"] = w.contiguous().numpy()
     return out
 
 
-def _write_gguf(path, hf, family: str, tensor_type: str, experts_type: str | None = None):
+def _write_gguf(
+    path, hf, family: str, tensor_type: str, experts_type: str | None = None, layout="packed"
+):
     """The GGUF of the model: `tensor_type` tensors, the experts `experts_type` (default the
-    same), the router F32 (as llama.cpp keeps it)."""
+    same), the router F32 (as llama.cpp keeps it); the experts' tensors in `layout`
+    (`_layer_tensors`)."""
     c = hf.config
     writer = tiny_gguf_writer(path, FAMILIES[family][0], f"tiny-{family}", c)
     if family == "qwen3moe":  # Mixtral's experts have feed_forward_length rows
@@ -141,12 +155,13 @@ def _write_gguf(path, hf, family: str, tensor_type: str, experts_type: str | Non
         "output.weight": state["lm_head.weight"].numpy(),
     }
     for layer in range(c.num_hidden_layers):
-        tensors.update(_layer_tensors(state, layer, c))
+        tensors.update(_layer_tensors(state, layer, c, layout))
 
     def type_of(name: str) -> str:
         if name.endswith("ffn_gate_inp.weight"):
             return "F32"
-        return experts_type or tensor_type if name.endswith("_exps.weight") else tensor_type
+        expert = name.endswith("_exps.weight") or name.split(".")[-2].isdigit()
+        return experts_type or tensor_type if expert else tensor_type
 
     write_gguf_tensors(writer, tensors, type_of)
     return path
@@ -258,6 +273,19 @@ def test_stored_q8_0_equals_fp32_bit_for_bit(moe, q8_stored, prompts):
     assert q8_stored.bytes_per_token == q8_stored.file_bytes_per_token  # the routed MXFP4 rows
     for ids in prompts:
         assert np.array_equal(greedy_logits(q8_stored, ids), greedy_logits(fp32, ids))
+
+
+@pytest.mark.parametrize("layout", ["per_expert", "fused"])
+def test_other_expert_layouts_load_the_same_experts(moe, q8_stored, prompts, layout, tmp_path):
+    """Experts one tensor each (early Mixtral GGUFs) or gate and up fused (converters since early
+    2026): the same stored rows and scales as the packed file's, and the same greedy ids."""
+    path = _write_gguf(tmp_path / f"{layout}.gguf", moe[0], moe[4], "Q8_0", "MXFP4", layout)
+    runner = load_runner(str(path), dtype="stored", max_seq_len=128, max_batch=4, threads=2)
+    a, b = runner.weights.experts, q8_stored.weights.experts
+    for name in ("wgu", "gu_scale", "wd", "d_scale", "router"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert runner.bytes_per_token == q8_stored.bytes_per_token
+    assert greedy_ids(runner, prompts[0], N_TOKENS) == greedy_ids(q8_stored, prompts[0], N_TOKENS)
 
 
 def test_speculation_on_equals_off(q8_stored, prompts):

@@ -34,6 +34,7 @@ from roofline.engine.loading.gguf_names import (
     expert_name,
     expert_tensor,
     hf_name,
+    split_gate_up,
 )
 from roofline.engine.loading.rope_scaling import rope_scaling_from_gguf
 from roofline.errors import UserError
@@ -135,7 +136,7 @@ def _moe_fields(meta: dict, arch: str, shapes: dict, path: Path) -> dict:
         )
     family = get_family(model_type_of_gguf_arch().get(arch, arch))
     routing = Routing(family.routing) if family is not None else Routing.SOFTMAX_TOPK
-    expert_bias = "blk.0.ffn_gate_exps.bias" in shapes
+    expert_bias = any(f"blk.0.ffn_{x}_exps.bias" in shapes for x in ("gate", "gate_up"))
     swiglu = (
         {k: float(family.defaults[k]) for k in ("swiglu_limit", "swiglu_alpha")}
         if family is not None and "swiglu_limit" in family.defaults
@@ -323,11 +324,12 @@ def load_gguf(path: str | os.PathLike, *, dequantize: bool = True) -> Checkpoint
                 f"{path}: tensor {name} has shape {tuple(t.shape)}, not "
                 f"{config.n_experts} experts' matrices; the file is inconsistent"
             )
-        for e in range(config.n_experts):
-            hf = expert_name(layer, e, projection)
-            tensors[hf], stored[hf] = t[e], fmt
-            if blocks is not None:
-                raw[hf] = (fmt, blocks[e])
+        for part, t_part, rows in split_gate_up(projection, t, blocks):
+            for e in range(config.n_experts):
+                hf = expert_name(layer, e, part)
+                tensors[hf], stored[hf] = t_part[e], fmt
+                if rows is not None:
+                    raw[hf] = (fmt, rows[e])
     check_tensors(tensors, config, str(path))
     tokenizer = tokenizer_from_gguf(meta, path)
     return Checkpoint(

@@ -1,7 +1,10 @@
 """llama.cpp tensor names -> Hugging Face names, for the Llama family (llama, qwen2, qwen3
 GGUFs), Gemma 3's block, whose norms after attention and MLP rename the MLP's input norm, and a
 mixture of experts' (qwen3moe, Mixtral's llama, gpt-oss), whose experts llama.cpp packs into one
-3-D tensor per projection (`expert_tensor`; gpt-oss's biases into one 2-D tensor each).
+3-D tensor per projection (`expert_tensor`; gpt-oss's biases into one 2-D tensor each). Two other
+layouts of the same rows: Mixtral GGUFs converted before llama.cpp packed experts (early 2024) hold
+one tensor per expert (`blk.N.ffn_gate.E.weight`), and converters since early 2026 may fuse gate
+and up into `ffn_gate_up_exps` (each expert's gate rows, then its up rows: `split_gate_up`).
 
 gpt-oss's own names: post_attention_norm is the MLP's input norm (Hugging Face's
 post_attention_layernorm, as in any block without post norms), attn_sinks the sinks,
@@ -44,7 +47,7 @@ _PER_LAYER = {
 # in) for a weight, (experts, out) for a bias
 _EXPERTS = {
     f"ffn_{x}_exps.{kind}": f"{x}_proj.{kind}"
-    for x in ("gate", "up", "down")
+    for x in ("gate", "up", "down", "gate_up")
     for kind in ("weight", "bias")
 }
 
@@ -58,6 +61,8 @@ _POST_NORMS = {
 }
 
 _BLOCK = re.compile(r"blk\.(\d+)\.(.+)")
+# one expert's projection, as llama.cpp wrote Mixtral before packing them: blk.0.ffn_gate.3.weight
+_ONE_EXPERT = re.compile(r"blk\.(\d+)\.ffn_(gate|up|down)\.(\d+)\.weight")
 
 # Tensors a GGUF may carry that are not weights of the model proper.
 # rope_freqs: Llama 3.1+ frequency factors (read into ModelConfig.rope_scaling, not a weight).
@@ -69,6 +74,9 @@ def hf_name(gguf_name: str, post_norms: bool = False) -> str | None:
     a block with norms after attention and MLP)."""
     if gguf_name in _GLOBAL:
         return _GLOBAL[gguf_name]
+    if one := _ONE_EXPERT.fullmatch(gguf_name):
+        layer, x, expert = one.groups()
+        return expert_name(int(layer), int(expert), f"{x}_proj.weight")
     match = _BLOCK.fullmatch(gguf_name)
     table = _POST_NORMS if post_norms else _PER_LAYER
     if match and match.group(2) in table:
@@ -88,3 +96,17 @@ def expert_tensor(gguf_name: str) -> tuple[int, str] | None:
 def expert_name(layer: int, expert: int, projection: str) -> str:
     """The HF name of one expert's projection ("gate_proj.weight", ...)."""
     return f"model.layers.{layer}.mlp.experts.{expert}.{projection}"
+
+
+def split_gate_up(projection: str, t, rows):
+    """[(projection, tensor, stored rows or None)] of an expert tensor as the engine reads it: a
+    fused gate_up_proj (experts, 2 ffn, ...) (its bias (experts, 2 ffn)) split into gate_proj's
+    first ffn rows and up_proj's last ffn of each expert, as llama.cpp's views take them; any
+    other projection as it is. Slices, no copies."""
+    if not projection.startswith("gate_up_proj."):
+        return [(projection, t, rows)]
+    kind, half = projection.split(".", 1)[1], t.shape[1] // 2
+    return [
+        (f"{x}_proj.{kind}", t[:, part], None if rows is None else rows[:, part])
+        for x, part in (("gate", slice(0, half)), ("up", slice(half, None)))
+    ]
