@@ -2,7 +2,8 @@
 four families' realistic shapes (issue 47): decode tok/s of each, bytes per token vs the ceiling.
 
 The files are written once in --files-dir with gguf-py, seeded random weights (normal, std 0.02;
-norms around 1), matrices in --format (Q4_1 by default; gpt-oss's experts MXFP4, as it ships),
+norms around 1), matrices in --format (Q4_1 by default; Q4_K_M: llama-quantize's mix of Q4_K
+and Q6_K with its fallbacks; gpt-oss's experts MXFP4, as it ships),
 the embedding (and an untied lm_head) in --embedding-format, norms, biases, sinks and the router
 F32:
   gemma3-1b    Gemma 3 1B's shape: hidden 1152, 26 layers, 4 heads / 1 kv head of 256, ffn 6912,
@@ -63,8 +64,10 @@ from engine_vs_peers import (
     spread,
 )
 
-WEIGHT_FORMATS = ("Q4_1", "Q8_0", "Q4_0")
-EMBEDDING_FORMATS = ("same", "Q8_0", "BF16")
+WEIGHT_FORMATS = ("Q4_1", "Q8_0", "Q4_0", "Q4_K_M")
+EMBEDDING_FORMATS = ("same", "Q8_0", "BF16", "Q6_K")
+# fp16 scales' byte offsets in a K-quant block (d, dmin; Q6_K's d), which gguf-py cannot quantize
+K_QUANT_SCALES_AT = {"Q4_K": (0, 2), "Q6_K": (208,)}
 STD = 0.02
 
 
@@ -150,6 +153,37 @@ def tensors(shape: Shape):
             yield b + "ffn_down.weight", (s.hidden, s.ffn), "matrix"
 
 
+def more_bits(layer: int, layers: int) -> bool:
+    """llama.cpp's use_more_bits: Q4_K_M keeps attn_v and ffn_down of these layers in Q6_K."""
+    return layer < layers // 8 or layer >= 7 * layers // 8 or (layer - layers // 8) % 3 == 2
+
+
+def tensor_format(name: str, kind: str, fmt: str, shape: Shape, cols: int) -> str:
+    """A matrix's format: fmt, or under Q4_K_M llama-quantize's choice (Q6_K for attn_v and
+    ffn_down on `more_bits` layers, else Q4_K; rows of cols not a multiple of 256 take its
+    fallbacks, Q5_0 and Q8_0, as Gemma 3 1B's 1152 and gpt-oss's 2880 do)."""
+    if fmt == "Q4_K_M":
+        layer = int(name.split(".")[1]) if name.startswith("blk.") else 0
+        v_or_down = any(p in name for p in ("attn_v.", "ffn_down.", "ffn_down_exps."))
+        fmt = "Q6_K" if v_or_down and more_bits(layer, shape.layers) else "Q4_K"
+    if fmt in K_QUANT_SCALES_AT and cols % 256:
+        return {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}[fmt]
+    return fmt
+
+
+def k_quant_blocks(qtype, rows: int, cols: int, rng) -> np.ndarray:
+    """Random K-quant rows (rows, bytes): random quants and sub-block scales, fp16 super-block
+    scales small enough that the weights stay around STD."""
+    from gguf.constants import GGML_QUANT_SIZES
+
+    block, size = GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
+    for at in K_QUANT_SCALES_AT[qtype.name]:
+        d = np.full((rows, cols // block), STD / 1000, np.float16)
+        raw[:, :, at : at + 2] = d.view(np.uint8).reshape(rows, cols // block, 2)
+    return raw.reshape(rows, -1)
+
+
 def write_model(shape: Shape, vocab_file: Path, out: Path, fmt: str, embd_fmt: str) -> None:
     """A GGUF of `shape` with seeded random weights and vocab_file's tokenizer."""
     import gguf
@@ -206,9 +240,12 @@ def write_model(shape: Shape, vocab_file: Path, out: Path, fmt: str, embd_fmt: s
         rows, cols = int(np.prod(dims[:-1])), dims[-1]
         sample = min(rows, max(1, TILE_WEIGHTS // cols))
         x = (STD * rng.standard_normal((sample, cols), dtype=np.float32)).astype(np.float32)
-        kind_format = {"embd": embd_fmt, "experts": s.experts_format or fmt}.get(kind, fmt)
-        qtype = gguf.GGMLQuantizationType[kind_format]
-        blocks = quantize(x, qtype)
+        kind_format = {"embd": embd_fmt, "experts": s.experts_format}.get(kind) or fmt
+        qtype = gguf.GGMLQuantizationType[tensor_format(name, kind, kind_format, s, cols)]
+        if qtype.name in K_QUANT_SCALES_AT:
+            blocks = k_quant_blocks(qtype, sample, cols, rng)
+        else:
+            blocks = quantize(x, qtype)
         blocks = np.resize(blocks, (rows, blocks.shape[-1])).reshape(*dims[:-1], -1)
         w.add_tensor(name, blocks, raw_dtype=qtype)
 
