@@ -342,11 +342,18 @@ def _k_place(r, chunk, within):
 def _q4_k(r, blk, chunk, within, lanes, qh_at=None, qs_at=16):
     b = r.b
     sub, high, byte = _k_place(r, chunk, within)
-    sc, mn = _k_scale_min(r, blk, sub)
-    dsc = r.splat(b.fmul(r.half(blk), sc, flags=KEEP_FLAGS), lanes)
-    neg_dm = r.splat(
-        b.fneg(b.fmul(r.half(r.at(blk, 2)), mn, flags=KEEP_FLAGS), flags=KEEP_FLAGS), lanes
-    )
+
+    def scales():
+        """d sc and -(dmin m) of the sub-block in every lane (the products as scalars would
+        round alike), made once for both halves of the sub-block (`_Row.once`)."""
+        sc, mn = _k_scale_min(r, blk, sub)
+        d, dmin = r.once("k d", lambda: r.halves(blk, 2, lanes))
+        dsc = b.fmul(d, r.splat(sc, lanes), flags=KEEP_FLAGS)
+        dm = b.fmul(dmin, r.splat(mn, lanes), flags=KEEP_FLAGS)
+        return dsc, b.fneg(dm, flags=KEEP_FLAGS)
+
+    sub_block = within // 32 if isinstance(within, int) else None
+    dsc, neg_dm = r.once(f"k sub {sub_block}", scales) if sub_block is not None else scales()
     raw = r.bytes_i32(r.at(blk, qs_at, b.mul(chunk, ir_int(32)), byte), lanes)
     if qh_at is None and _tabled(lanes, within):
         return _by_nibble(r, raw, high, fma(b, dsc, _IOTA16, neg_dm))
@@ -444,11 +451,13 @@ def format_loader(builder, code, row):
             r.step = (i, off >> shift) if lanes == 16 else None
             return _BLOCK32[fmt.name](r, blk, p, lanes)
         if lanes == 16:  # i a multiple of 64: chunk (i % 256) / 64 at run time, `off` within it
+            r.step = (i,)
             blk = r.at(b.mul(b.lshr(i, ir_int(8)), ir_int(fmt.block_bytes)))
             return _BLOCK256[fmt.name](
                 r, blk, b.lshr(b.and_(i, ir_int(255)), ir_int(6)), off, lanes
             )
         blk, p = place(i, off, lanes)
+        r.step = None
         return _BLOCK256[fmt.name](r, blk, b.lshr(p, ir_int(6)), b.and_(p, ir_int(63)), lanes)
 
     return load_block
