@@ -322,7 +322,21 @@ def _k_scale_min(r, blk, sub):
     first = b.icmp_unsigned("<", sub, ir_int(4))
     sc = b.select(first, b.and_(lo, c(63)), b.or_(b.and_(hi, c(15)), six(lo)))
     mn = b.select(first, b.and_(mid, c(63)), b.or_(b.lshr(hi, c(4)), six(mid)))
-    return b.uitofp(sc, F32), b.uitofp(mn, F32)
+    return sc, mn
+
+
+def _six_bit_floats(r, value, lanes, sign):
+    """sign x value (an i32, 0..63) as float32 in every lane, broadcast from a constant table of
+    the 64 values: a load alone, where a convert and a broadcast took three uops of the ports
+    the sums need (-0.0 for sign -1 and 0: the sign of -(x 0))."""
+    b, name = r.b, f"roofline_six_bit_{'neg' if sign < 0 else 'pos'}"
+    table = b.module.globals.get(name)
+    if table is None:
+        ty = ir.ArrayType(F32, 64)
+        table = ir.GlobalVariable(b.module, ty, name=name)
+        table.initializer = ir.Constant(ty, [sign * float(v) for v in range(64)])
+        table.global_constant, table.linkage = True, "internal"
+    return r.splat(b.load(b.gep(table, [ir.Constant(_I32, 0), value])), lanes)
 
 
 def _k_place(r, chunk, within):
@@ -348,9 +362,9 @@ def _q4_k(r, blk, chunk, within, lanes, qh_at=None, qs_at=16):
         round alike), made once for both halves of the sub-block (`_Row.once`)."""
         sc, mn = _k_scale_min(r, blk, sub)
         d, dmin = r.once("k d", lambda: r.halves(blk, 2, lanes))
-        dsc = b.fmul(d, r.splat(sc, lanes), flags=KEEP_FLAGS)
-        dm = b.fmul(dmin, r.splat(mn, lanes), flags=KEEP_FLAGS)
-        return dsc, b.fneg(dm, flags=KEEP_FLAGS)
+        dsc = b.fmul(d, _six_bit_floats(r, sc, lanes, 1), flags=KEEP_FLAGS)
+        # -(dmin m) as dmin (-m): a product's sign is its factors', its rounding symmetric
+        return dsc, b.fmul(dmin, _six_bit_floats(r, mn, lanes, -1), flags=KEEP_FLAGS)
 
     sub_block = within // 32 if isinstance(within, int) else None
     dsc, neg_dm = r.once(f"k sub {sub_block}", scales) if sub_block is not None else scales()
