@@ -325,18 +325,25 @@ def _k_scale_min(r, blk, sub):
     return sc, mn
 
 
-def _six_bit_floats(r, value, lanes, sign):
-    """sign x value (an i32, 0..63) as float32 in every lane, broadcast from a constant table of
-    the 64 values: a load alone, where a convert and a broadcast took three uops of the ports
-    the sums need (-0.0 for sign -1 and 0: the sign of -(x 0))."""
-    b, name = r.b, f"roofline_six_bit_{'neg' if sign < 0 else 'pos'}"
+def _small_int_floats(r, index, lanes, name, values):
+    """values[index] (index an integer IR value) as float32 in every lane, broadcast from a
+    constant table: a load alone, where a convert and a broadcast took three uops of the ports
+    the sums need."""
+    b = r.b
     table = b.module.globals.get(name)
     if table is None:
-        ty = ir.ArrayType(F32, 64)
+        ty = ir.ArrayType(F32, len(values))
         table = ir.GlobalVariable(b.module, ty, name=name)
-        table.initializer = ir.Constant(ty, [sign * float(v) for v in range(64)])
+        table.initializer = ir.Constant(ty, [float(v) for v in values])
         table.global_constant, table.linkage = True, "internal"
-    return r.splat(b.load(b.gep(table, [ir.Constant(_I32, 0), value])), lanes)
+    return r.splat(b.load(b.gep(table, [ir.Constant(_I32, 0), index])), lanes)
+
+
+def _six_bit_floats(r, value, lanes, sign):
+    """sign x value (an i32, 0..63) in every lane (-0.0 for sign -1 and 0: the sign of
+    -(x 0))."""
+    name = f"roofline_six_bit_{'neg' if sign < 0 else 'pos'}"
+    return _small_int_floats(r, value, lanes, name, [sign * float(v) for v in range(64)])
 
 
 def _k_place(r, chunk, within):
@@ -405,9 +412,13 @@ def _q6_k(r, blk, chunk, within, lanes):
     )  # 2 (g % 4)
     top = b.and_(b.lshr(qh, r.splat(shift, lanes, _I32)), r.ints(3, lanes))
     q = b.sub(b.or_(ql, b.shl(top, r.ints(4, lanes))), r.ints(32, lanes))
-    sc = b.sitofp(r.load(r.at(blk, 192, scale_at), _I8), F32)
-    ds = b.fmul(r.half(r.at(blk, 208)), sc, flags=KEEP_FLAGS)
-    return b.fmul(r.splat(ds, lanes), r.to_f32(q), flags=KEEP_FLAGS)
+    # the int8 scale as float32 from a table of the 256 values (byte b: b - 256 from 128 on)
+    scale = b.zext(r.load(r.at(blk, 192, scale_at), _I8), _I32)
+    signed = [v - 256 if v >= 128 else v for v in range(256)]
+    sc = _small_int_floats(r, scale, lanes, "roofline_int8", signed)
+    d = r.once("q6_k d", lambda: r.splat(r.half(r.at(blk, 208)), lanes))
+    ds = b.fmul(d, sc, flags=KEEP_FLAGS)  # the product a scalar multiply made, in every lane
+    return b.fmul(ds, r.to_f32(q), flags=KEEP_FLAGS)
 
 
 # each block format's widening, by its name in block_formats (the one table of formats and codes)
