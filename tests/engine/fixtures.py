@@ -37,6 +37,13 @@ _CORPUS = [
     "Attention is computed over keys and values; the KV cache keeps them.",
     "hello hello hello world world tokens tokens merge merge",
 ]
+# the family tests' prompts (Gemma 3, the mixtures of experts, gpt-oss): prose, a sentence left
+# open, code
+FAMILY_PROMPTS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "Paris is the capital of France; Berlin is",
+    "def add(a, b):\n    return a + b\n",
+)
 HF_ARCH = {
     "llama": ("LlamaForCausalLM", "llama"),
     "qwen2": ("Qwen2ForCausalLM", "qwen2"),
@@ -535,3 +542,9 @@ def assert_logits_match_transformers(hf_model, folder, runner, prompts, rtol=1e-
         got = np.stack([runner.prefill(0, ids[: i + 1]) for i in range(len(ids))])
         runner.release(0)
         np.testing.assert_allclose(got, want.numpy(), rtol=rtol, atol=atol)
+
+
+def family_prompt_ids(folder) -> list[list[int]]:
+    """FAMILY_PROMPTS encoded by the tokenizer of the model folder."""
+    tokenizer = load_checkpoint(str(folder)).tokenizer
+    return [tokenizer.encode(text) for text in FAMILY_PROMPTS]

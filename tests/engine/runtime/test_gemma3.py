@@ -22,6 +22,7 @@ from fixtures import (
     assert_four_streams_equal_one,
     assert_load_fails,
     assert_speculation_keeps_greedy_ids,
+    family_prompt_ids,
     gguf_encode,
     greedy_ids,
     greedy_logits,
@@ -39,11 +40,6 @@ N_TOKENS = 32
 WINDOW = 8
 LAYERS = 6
 CAP = 2.0  # final_logit_softcapping: small, so that it bends these logits (|l| < 2)
-PROMPTS = [
-    "The quick brown fox jumps over the lazy dog.",
-    "Paris is the capital of France; Berlin is",
-    "def add(a, b):\n    return a + b\n",
-]
 _GGUF_NAMES = {
     "input_layernorm.weight": "attn_norm.weight",
     "post_attention_layernorm.weight": "post_attention_norm.weight",
@@ -140,8 +136,7 @@ def gemma(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def prompts(gemma):
-    runner = load_runner(str(gemma[1]), dtype="fp32", max_seq_len=128, threads=2)
-    return [runner.tokenizer.encode(text) for text in PROMPTS]
+    return family_prompt_ids(gemma[1])
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from fixtures import (
     assert_four_streams_equal_one,
     assert_logits_match_transformers,
     assert_speculation_keeps_greedy_ids,
+    family_prompt_ids,
     four_streams,
     greedy_ids,
     greedy_logits,
@@ -50,11 +51,6 @@ pytestmark = pytest.mark.slow
 N_TOKENS = 32
 LAYERS, WINDOW = 2, 6
 EXPERTS, USED, FFN = 8, 2, 32
-PROMPTS = [
-    "The quick brown fox jumps over the lazy dog.",
-    "Paris is the capital of France; Berlin is",
-    "def add(a, b):\n    return a + b\n",
-]
 YARN = {
     "rope_type": "yarn",
     "factor": 4.0,
@@ -244,8 +240,7 @@ def mxfp4_stored(oss):
 
 @pytest.fixture(scope="module")
 def prompts(oss):
-    tokenizer = load_checkpoint(str(oss[1])).tokenizer
-    return [tokenizer.encode(text) for text in PROMPTS]
+    return family_prompt_ids(oss[1])
 
 
 @pytest.fixture(scope="module")

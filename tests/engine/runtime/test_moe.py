@@ -24,6 +24,7 @@ from fixtures import (
     assert_load_fails,
     assert_logits_match_transformers,
     assert_speculation_keeps_greedy_ids,
+    family_prompt_ids,
     greedy_ids,
     greedy_logits,
     llamacpp_permute,
@@ -45,11 +46,6 @@ pytestmark = pytest.mark.slow
 N_TOKENS = 32
 LAYERS = 2
 EXPERTS, USED = 8, 2
-PROMPTS = [
-    "The quick brown fox jumps over the lazy dog.",
-    "Paris is the capital of France; Berlin is",
-    "def add(a, b):\n    return a + b\n",
-]
 # the HF names of a layer's tensors -> GGUF names, and the router's
 _GGUF_NAMES = {**GGUF_LAYER_NAMES, "mlp.gate.weight": "ffn_gate_inp.weight"}
 _PACKED = {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj": "ffn_down_exps"}
@@ -187,8 +183,7 @@ def folder_runner(moe):
 
 @pytest.fixture(scope="module")
 def prompts(moe):
-    tokenizer = load_checkpoint(str(moe[1])).tokenizer
-    return [tokenizer.encode(text) for text in PROMPTS]
+    return family_prompt_ids(moe[1])
 
 
 @pytest.fixture(scope="module")
