@@ -146,6 +146,8 @@ class ServerStats:
     expert_reads: int | None = None
     expert_read_bytes: float | None = None
     one_row_expert_reads: int | None = None
+    # the run-time shapes of the engine's matrix kernels and where they came from (one line)
+    kernels: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The entry's `"roofline"` object; unknown figures are left out."""
@@ -166,6 +168,7 @@ class ServerStats:
             "expert_reads": self.expert_reads,
             "expert_read_bytes": self.expert_read_bytes,
             "one_row_expert_reads": self.one_row_expert_reads,
+            "kernels": self.kernels,
         }
         return {k: v for k, v in out.items() if v is not None}
 
@@ -190,4 +193,5 @@ class ServerStats:
             expert_reads=_count(d.get("expert_reads")),
             expert_read_bytes=_positive(d.get("expert_read_bytes")),
             one_row_expert_reads=_count(d.get("one_row_expert_reads")),
+            kernels=_text(d.get("kernels")),
         )

@@ -10,6 +10,7 @@ from roofline.cli.ceiling import REVISION_HELP
 from roofline.cli.speculation_flags import speculation_flags
 from roofline.dtypes import DTYPE_NAMES
 from roofline.errors import UserError
+from roofline.kernel_modes import DEFAULT_KERNELS_MODE, KERNELS_HELP, KERNELS_MODES
 from roofline.speculation import SpecOptions
 
 DTYPES = DTYPE_NAMES  # roofline.dtypes' names; `serve` checks --dtype against them here too
@@ -42,6 +43,7 @@ def generate(
     threads: int | None = typer.Option(
         None, "--threads", min=1, help="CPU threads (default: all available cores)."
     ),
+    kernels: str = typer.Option(DEFAULT_KERNELS_MODE, "--kernels", help=KERNELS_HELP),
     temperature: float = typer.Option(
         0.0,
         "--temperature",
@@ -94,6 +96,8 @@ def generate(
     decode speed."""
     if dtype not in DTYPES:
         raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if kernels not in KERNELS_MODES:
+        raise UserError(f"--kernels must be one of {', '.join(KERNELS_MODES)}, got {kernels!r}")
     if top_p <= 0:
         raise UserError("--top-p must be greater than 0 (1 turns it off)")
 
@@ -111,7 +115,7 @@ def generate(
     with err.status(
         f"loading {model or 'the default model'} ({dtype}) and compiling the kernels ..."
     ):
-        runner = load_runner(model, dtype=dtype, threads=threads)
+        runner = load_runner(model, dtype=dtype, threads=threads, kernels=kernels)
         make_speculation = speculation_factory(speculation, runner)
     tok = runner.tokenizer
     use_chat = bool(tok.chat_template) if chat is None else chat

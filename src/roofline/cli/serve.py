@@ -8,6 +8,7 @@ from roofline.cli.ceiling import REVISION_HELP
 from roofline.cli.speculation_flags import speculation_flags
 from roofline.dtypes import DTYPE_NAMES as DTYPES
 from roofline.errors import UserError
+from roofline.kernel_modes import DEFAULT_KERNELS_MODE, KERNELS_HELP, KERNELS_MODES
 from roofline.speculation import SpecOptions
 
 # = ServeOptions' defaults (a test checks), kept here: the CLI imports no engine at start
@@ -47,6 +48,7 @@ def serve(
     threads: int | None = typer.Option(
         None, "--threads", min=1, help="CPU threads for the model (default: all cores)."
     ),
+    kernels: str = typer.Option(DEFAULT_KERNELS_MODE, "--kernels", help=KERNELS_HELP),
     max_batch: int = typer.Option(
         4,
         "--max-batch",
@@ -127,7 +129,8 @@ def serve(
         False,
         "--prepare",
         help="Compile the kernels this model and --dtype use (numba caches them for later "
-        "starts), then exit without serving; quick when done before for the same files. "
+        "starts) and, with --kernels measured, time their shapes on this CPU, then exit without "
+        "serving; quick when done before for the same files. "
         "`roofline tune` does this for every format it will try before it starts timing.",
     ),
     speculation: SpecOptions = SpecOptions(),  # one flag per field (speculation_flags)
@@ -136,13 +139,15 @@ def serve(
     /health, /metrics."""
     if dtype not in DTYPES:  # before anything heavy loads, for --prepare too
         raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if kernels not in KERNELS_MODES:
+        raise UserError(f"--kernels must be one of {', '.join(KERNELS_MODES)}, got {kernels!r}")
     from roofline.modelspec.hub import engine_model_path
 
     model = engine_model_path(model, revision)  # a Hub id: its file, downloaded once
     if prepare:
         from roofline.engine.runtime.prepare import prepare as prepare_kernels
 
-        print(prepare_kernels(model, dtype, threads), flush=True)
+        print(prepare_kernels(model, dtype, threads, kernels), flush=True)
         return
     from roofline.engine.serve.main import serve as run_server
     from roofline.engine.serve.options import ServeOptions
@@ -154,6 +159,7 @@ def serve(
             port=port,
             dtype=dtype,
             threads=threads,
+            kernels=kernels,
             max_batch=max_batch,
             max_seq_len=max_seq_len,
             api_key=api_key,

@@ -11,6 +11,7 @@ from runner_helpers import bf16_bits, bits_to_f32
 
 from roofline.engine.kernels import attention, kv_cache, layer_kernels
 from roofline.engine.kernels import reference as model
+from roofline.engine.kernels.kernel_shapes import DEFAULT_SHAPE
 from roofline.engine.loading import weights
 
 
@@ -48,13 +49,13 @@ def test_matvec_matches_float64_reference(rng, dtype, n_out, n_in):
     x = rng.standard_normal((3, n_in), dtype=np.float32)
     w_kernel, scale, w_exact = kernel_weights(w, dtype)
     out = np.empty((3, n_out), np.float32)
-    layer_kernels.matvec_rows(w_kernel, scale, x, out, 0, n_out, False)
+    layer_kernels.matvec_rows(w_kernel, scale, x, out, 0, n_out, False, DEFAULT_SHAPE)
     ref = x.astype(np.float64) @ w_exact.astype(np.float64).T
     # fp32 accumulation of n_in products: error ~ sqrt(n_in) * eps * |terms|
     tol = 1e-5 * np.sqrt(n_in) * np.abs(x).max() * np.abs(w_exact).max() * 4
     np.testing.assert_allclose(out, ref, rtol=0, atol=tol)
     acc = np.ones((3, n_out), np.float32)
-    layer_kernels.matvec_rows(w_kernel, scale, x, acc, 0, n_out, True)
+    layer_kernels.matvec_rows(w_kernel, scale, x, acc, 0, n_out, True, DEFAULT_SHAPE)
     np.testing.assert_allclose(acc, ref + 1.0, rtol=0, atol=tol)
 
 
@@ -64,7 +65,14 @@ def test_bf16_widening_is_exact():
     w = bits.reshape(-1, 1)
     out = np.empty((1, values.size), np.float32)
     layer_kernels.matvec_rows(
-        w, np.ones(values.size, np.float32), np.ones((1, 1), np.float32), out, 0, values.size, False
+        w,
+        np.ones(values.size, np.float32),
+        np.ones((1, 1), np.float32),
+        out,
+        0,
+        values.size,
+        False,
+        DEFAULT_SHAPE,
     )
     np.testing.assert_array_equal(out[0], bits_to_f32(bits))
     np.testing.assert_array_equal(
@@ -84,16 +92,18 @@ def test_k_row_matvec_is_bit_identical_to_one_row(rng, dtype, k, n_in):
     x = rng.standard_normal((k, n_in), dtype=np.float32)
     start = rng.standard_normal((k, 101), dtype=np.float32)
     many, summed = np.empty((k, 101), np.float32), start.copy()
-    layer_kernels.matvec_rows(w, scale, x, many, 0, 101, False)
-    layer_kernels.matvec_rows(w, scale, x, summed, 3, 98, True)  # a range off the tile grid
+    layer_kernels.matvec_rows(w, scale, x, many, 0, 101, False, DEFAULT_SHAPE)
+    layer_kernels.matvec_rows(
+        w, scale, x, summed, 3, 98, True, DEFAULT_SHAPE
+    )  # a range off the tile grid
     for r in range(k):
         one = np.empty((1, 101), np.float32)
-        layer_kernels.matvec_rows(w, scale, x[r : r + 1].copy(), one, 0, 101, False)
+        layer_kernels.matvec_rows(w, scale, x[r : r + 1].copy(), one, 0, 101, False, DEFAULT_SHAPE)
         assert np.array_equal(one[0], many[r]), (
             f"row {r} differs between the 1-row and {k}-row kernels"
         )
         plus = start[r : r + 1].copy()
-        layer_kernels.matvec_rows(w, scale, x[r : r + 1].copy(), plus, 3, 98, True)
+        layer_kernels.matvec_rows(w, scale, x[r : r + 1].copy(), plus, 3, 98, True, DEFAULT_SHAPE)
         assert np.array_equal(plus[0], summed[r]), f"row {r}: accumulate over rows 3..98 differs"
 
 

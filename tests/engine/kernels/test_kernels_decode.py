@@ -12,6 +12,8 @@ from runner_helpers import FOLLOW, LONG_PROMPT, PROMPT, bf16_bits, bits_to_f32, 
 
 from roofline import simd
 from roofline.engine.kernels import decode, layer_kernels, simd_loops
+from roofline.engine.kernels.kernel_shapes import DEFAULT_SHAPE
+from roofline.engine.runtime.kernel_choice import KernelChoice
 from roofline.engine.runtime.model_runner import ModelRunner, available_cores
 
 
@@ -158,7 +160,9 @@ def test_decode_is_bit_identical_whatever_the_threads_and_the_work_split(dtype):
         runner = ModelRunner(
             tiny_checkpoint("qwen3"), dtype=dtype, threads=n_threads, max_batch=2, max_seq_len=160
         )
-        runner.unit_bytes = unit_bytes
+        if unit_bytes is not None:
+            shape = DEFAULT_SHAPE._replace(unit_bytes=unit_bytes)
+            runner.kernels = KernelChoice(shape, shape)
         results.append(_pass(runner))
     for other in results[1:]:
         for a, b in zip(results[0], other, strict=True):
@@ -191,5 +195,7 @@ def test_more_workers_than_threads_still_finish_with_the_same_result():
     layers, head = decode.kernel_weights(runner.weights)
     shape = decode.kernel_shape(c, runner.weights)
     cache = decode.Cache(runner._cos, runner._sin, runner.cache.k, runner.cache.v)
-    decode.decode_rows(rows, shape, layers, head, cache, got, 3, 64)
+    decode.decode_rows(
+        rows, shape, layers, head, cache, got, 3, DEFAULT_SHAPE._replace(unit_bytes=64)
+    )
     assert np.array_equal(got, want)

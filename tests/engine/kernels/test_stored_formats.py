@@ -15,6 +15,7 @@ from fixtures import K_QUANTS, TinyShape, random_blocks, write_tiny_gguf
 from numba import njit
 
 from roofline.engine.kernels import block_simd, layer_kernels
+from roofline.engine.kernels.kernel_shapes import DEFAULT_SHAPE
 from roofline.engine.loading import load_checkpoint
 from roofline.engine.loading.block_formats import BLOCK_FORMATS
 
@@ -84,14 +85,14 @@ def test_products_on_stored_rows_equal_the_float32_kernel_bit_for_bit(fmt):
         for k in (1, 2, 3, 4, 5, 6, 7, 9, 14, 15, 16, 18):
             x = rng.standard_normal((k, n)).astype(np.float32)
             got, want = np.empty((k, rows), np.float32), np.empty((k, rows), np.float32)
-            layer_kernels.matvec_rows(raw, codes, x, got, 0, rows, False)
-            layer_kernels.matvec_rows(dense, ones, x, want, 0, rows, False)
+            layer_kernels.matvec_rows(raw, codes, x, got, 0, rows, False, DEFAULT_SHAPE)
+            layer_kernels.matvec_rows(dense, ones, x, want, 0, rows, False, DEFAULT_SHAPE)
             assert np.array_equal(got, want), (
                 f"{fmt} n={n} k={k}: max diff {np.abs(got - want).max()}"
             )
             # accumulate over a row range
-            layer_kernels.matvec_rows(raw, codes, x, got, 3, 11, True)
-            layer_kernels.matvec_rows(dense, ones, x, want, 3, 11, True)
+            layer_kernels.matvec_rows(raw, codes, x, got, 3, 11, True, DEFAULT_SHAPE)
+            layer_kernels.matvec_rows(dense, ones, x, want, 3, 11, True, DEFAULT_SHAPE)
             assert np.array_equal(got, want)
 
 
@@ -112,8 +113,8 @@ def test_rows_of_several_formats_in_one_matrix():
     dense = np.concatenate([d for _, d in parts])
     x = rng.standard_normal((6, n)).astype(np.float32)
     got, want = np.empty((6, 20), np.float32), np.empty((6, 20), np.float32)
-    layer_kernels.matvec_rows(raw, codes, x, got, 0, 20, False)
-    layer_kernels.matvec_rows(dense, np.ones(20, np.float32), x, want, 0, 20, False)
+    layer_kernels.matvec_rows(raw, codes, x, got, 0, 20, False, DEFAULT_SHAPE)
+    layer_kernels.matvec_rows(dense, np.ones(20, np.float32), x, want, 0, 20, False, DEFAULT_SHAPE)
     assert np.array_equal(got, want)
 
 
@@ -133,8 +134,8 @@ def test_a_kernel_compiled_for_a_set_of_formats_widens_those_and_marks_any_other
     only_q8 = block_simd.StoredCodes(codes, block_simd.FormatSet.of(codes[:3]))
     x = rng.standard_normal((2, n)).astype(np.float32)
     got, want = np.empty((2, 6), np.float32), np.empty((2, 3), np.float32)
-    layer_kernels.matvec_rows(raw, only_q8, x, got, 0, 6, False)
-    layer_kernels.matvec_rows(dense8, np.ones(3, np.float32), x, want, 0, 3, False)
+    layer_kernels.matvec_rows(raw, only_q8, x, got, 0, 6, False, DEFAULT_SHAPE)
+    layer_kernels.matvec_rows(dense8, np.ones(3, np.float32), x, want, 0, 3, False, DEFAULT_SHAPE)
     assert np.array_equal(got[:, :3], want)
     assert np.isnan(got[:, 3:]).all()
 

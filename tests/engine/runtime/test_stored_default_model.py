@@ -1,6 +1,7 @@
-"""The shipped Q4_1 file computed on as stored gives the fp32 reference's tokens: alone, and served
-under four concurrent streams with and without speculation (the server batches their rows into one
-weight pass, and the draft tree's rows into the same pass)."""
+"""The shipped Q4_1 file computed on as stored, in kernel shapes a host may choose, gives the fp32
+reference's tokens: alone, and served under four concurrent streams with and without speculation
+(the server batches their rows into one weight pass, and the draft tree's rows into the same
+pass)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from fixtures import greedy_ids
 from server_helpers import serving
 
 from roofline.engine import load_runner
+from roofline.engine.kernels.kernel_shapes import KNOBS, KernelShape
+from roofline.engine.runtime.kernel_choice import KernelChoice
 from roofline.engine.runtime.scheduler import Scheduler
 from roofline.engine.runtime.speculate.base import SpecOptions
 from roofline.engine.runtime.speculate.step import speculation_factory
@@ -25,6 +28,8 @@ PROMPTS = [
     "The capital of France is",
 ]
 N = 64
+LEAST = KernelShape(**{k.field: min(k.values) for k in KNOBS})
+MOST = KernelShape(**{k.field: max(k.values) for k in KNOBS})
 
 
 def test_the_shipped_file_stored_gives_the_fp32_tokens_alone_and_under_four_streams():
@@ -34,6 +39,9 @@ def test_the_shipped_file_stored_gives_the_fp32_tokens_alone_and_under_four_stre
     del reference
     runner = load_runner(None, dtype="stored", max_batch=4, max_seq_len=256)
     assert runner.bytes_per_token == runner.file_bytes_per_token == 96_577_380
+    # kernel shapes a host may choose (`kernel_shapes.KNOBS`) at their ends, not the defaults:
+    # every pass below, one row and many, runs in a tuned shape
+    runner.kernels = KernelChoice(LEAST, MOST, "measured")
     assert [greedy_ids(runner, p, N) for p in ids] == want
     for options in (
         None,

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from roofline import dtypes, speculation
+from roofline import dtypes, kernel_modes, speculation
 from roofline.bench.engines.base import Knob, KnobKind, Launcher, flag, knob_table
 from roofline.bench.launch import command_from_template
 from roofline.errors import UserError
@@ -158,6 +158,7 @@ EMBEDDED = EmbeddedLauncher(
     knobs=knob_table(
         Knob("dtype", "choice", dtypes.DTYPE_NAMES, "weights: " + dtypes.choices_help()),
         Knob("threads", "int", help="CPU threads for the model", minimum=1),
+        Knob("kernels", "choice", kernel_modes.KERNELS_MODES, kernel_modes.KERNELS_HELP),
         Knob("max_batch", "int", help="sequences decoded together at most", minimum=1),
         Knob("max_seq_len", "int", help="context per sequence in tokens", minimum=2),
         *_SPEC_KNOBS,

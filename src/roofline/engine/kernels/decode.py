@@ -64,7 +64,6 @@ LINE = 8  # int64 counters per cache line: each counter gets a line of its own
 # spins (`pause`) before napping: tens of microseconds, while phases end within a few of each other
 SPINS_BEFORE_NAP = 2000
 NAP_MICROSECONDS = 20
-UNIT_BYTES = 16384  # weight bytes per matrix unit: the grain of the even finish
 
 
 class Rows(NamedTuple):
@@ -268,10 +267,10 @@ def _finish(counters, phase, n_threads, n_units, done):
 
 
 @njit(**JIT_OPTIONS)
-def _rows_per_unit(w, unit_bytes):
-    """About unit_bytes of w's rows, in whole 4-row blocks: a unit's odd rows would run through the
-    k-row kernels one weight row at a time (`matrices`)."""
-    return max(4, (unit_bytes // (w.shape[1] * w.itemsize) + 2) // 4 * 4)
+def _rows_per_unit(w, kernels):
+    """About kernels.unit_bytes of w's rows, in whole 4-row blocks: a unit's odd rows would run
+    through the k-row kernels one weight row at a time (`matrices`)."""
+    return max(4, (kernels.unit_bytes // (w.shape[1] * w.itemsize) + 2) // 4 * 4)
 
 
 @njit(**JIT_OPTIONS)
@@ -287,10 +286,10 @@ def _add_bias(out, bias, o0, o1):
 
 @njit(**JIT_OPTIONS)
 def _matvec_phase(
-    counters, phase, tid, n_threads, w, scale, x, out, accumulate, unit_bytes, bias, use_bias
+    counters, phase, tid, n_threads, w, scale, x, out, accumulate, kernels, bias, use_bias
 ):
     """out (+)= x W^T row-scaled (+ bias, when use_bias), this thread's part of it."""
-    per = _rows_per_unit(w, unit_bytes)
+    per = _rows_per_unit(w, kernels)
     n_units = (w.shape[0] + per - 1) // per
     done = 0
     while True:
@@ -298,7 +297,7 @@ def _matvec_phase(
         if count == 0:
             break
         o0, o1 = u * per, min((u + count) * per, w.shape[0])
-        matvec_rows(w, scale, x, out, o0, o1, accumulate)
+        matvec_rows(w, scale, x, out, o0, o1, accumulate, kernels)
         if use_bias:
             _add_bias(out, bias, o0, o1)
         done += count
@@ -323,13 +322,11 @@ def _post_norm_phase(counters, phase, tid, n_threads, out, weight, eps, x, scrat
 
 
 @njit(**JIT_OPTIONS)
-def _gate_up_phase(
-    counters, phase, tid, n_threads, w, scale, x, gu, act, scratch, unit_bytes, gelu
-):
+def _gate_up_phase(counters, phase, tid, n_threads, w, scale, x, gu, act, scratch, kernels, gelu):
     """[g | u] = W x for a block of gate rows and the same block of up rows, then act = SiLU(g) * u
     (or GELU(g) * u) on it."""
     ffn = act.shape[1]
-    per = max(16, _rows_per_unit(w, unit_bytes) // 16 * 16)  # whole 16-column SiLU blocks
+    per = max(16, _rows_per_unit(w, kernels) // 16 * 16)  # whole 16-column SiLU blocks
     n_units = (ffn + per - 1) // per
     done = 0
     while True:
@@ -339,8 +336,8 @@ def _gate_up_phase(
         # gate and up rows of one unit, then its SiLU: act stays in L1
         for v in range(u, u + count):
             j0, j1 = v * per, min((v + 1) * per, ffn)
-            matvec_rows(w, scale, x, gu, j0, j1, False)
-            matvec_rows(w, scale, x, gu, ffn + j0, ffn + j1, False)
+            matvec_rows(w, scale, x, gu, j0, j1, False, kernels)
+            matvec_rows(w, scale, x, gu, ffn + j0, ffn + j1, False, kernels)
             silu_mul(gu, act, j0, j1, scratch, gelu)
         done += count
     _finish(counters, phase, n_threads, n_units, done)
@@ -349,7 +346,7 @@ def _gate_up_phase(
 @njit(**JIT_OPTIONS)
 def _expert_gate_up_phase(
     counters, phase, tid, n_threads, wgu, gu_scale, gu_bias, shape, work, xg, egu, eact, scratch,
-    unit_bytes,
+    kernels,
 ):  # fmt: skip
     """`_gate_up_phase` over the routed experts: a unit is a block of one expert's gate rows and
     the same block of its up rows for all its rows at once (xg: the gathered rows; egu, eact:
@@ -359,7 +356,7 @@ def _expert_gate_up_phase(
     formats = shape.formats
     n_chosen, chosen, start, n_rows = work
     ffn = eact.shape[1]
-    per = max(16, _rows_per_unit(wgu[0], unit_bytes) // 16 * 16)  # whole 16-column SiLU blocks
+    per = max(16, _rows_per_unit(wgu[0], kernels) // 16 * 16)  # whole 16-column SiLU blocks
     blocks = (ffn + per - 1) // per
     n_units = n_chosen * blocks
     done = 0
@@ -372,8 +369,9 @@ def _expert_gate_up_phase(
             j0, j1 = v % blocks * per, min((v % blocks + 1) * per, ffn)
             s0, s1 = start[e], start[e] + n_rows[e]
             scale = with_formats(gu_scale[e], formats)
-            matvec_rows(wgu[e], scale, xg[s0:s1], egu[s0:s1], j0, j1, False)
-            matvec_rows(wgu[e], scale, xg[s0:s1], egu[s0:s1], ffn + j0, ffn + j1, False)
+            matvec_rows(wgu[e], scale, xg[s0:s1], egu[s0:s1], j0, j1, False, kernels)
+            matvec_rows(wgu[e], scale, xg[s0:s1], egu[s0:s1], ffn + j0, ffn + j1, False,
+                        kernels)  # fmt: skip
             if shape.expert_bias:
                 _add_bias(egu[s0:s1], gu_bias[e], j0, j1)
                 _add_bias(egu[s0:s1], gu_bias[e], ffn + j0, ffn + j1)
@@ -387,13 +385,13 @@ def _expert_gate_up_phase(
 
 @njit(**JIT_OPTIONS)
 def _expert_down_phase(
-    counters, phase, tid, n_threads, wd, d_scale, d_bias, shape, work, eact, eout, unit_bytes
+    counters, phase, tid, n_threads, wd, d_scale, d_bias, shape, work, eact, eout, kernels
 ):
     """eout[slots of e] = Wd_e act (+ bd_e) for the routed experts e, a block of one expert's
     rows a unit."""
     formats = shape.formats
     n_chosen, chosen, start, n_rows = work
-    per = _rows_per_unit(wd[0], unit_bytes)
+    per = _rows_per_unit(wd[0], kernels)
     blocks = (eout.shape[1] + per - 1) // per
     n_units = n_chosen * blocks
     done = 0
@@ -406,7 +404,7 @@ def _expert_down_phase(
             o0, o1 = v % blocks * per, min((v % blocks + 1) * per, eout.shape[1])
             s0, s1 = start[e], start[e] + n_rows[e]
             matvec_rows(wd[e], with_formats(d_scale[e], formats), eact[s0:s1], eout[s0:s1], o0,
-                        o1, False)  # fmt: skip
+                        o1, False, kernels)  # fmt: skip
             if shape.expert_bias:
                 _add_bias(eout[s0:s1], d_bias[e], o0, o1)
         done += count
@@ -415,7 +413,7 @@ def _expert_down_phase(
 
 @njit(**JIT_OPTIONS)
 def _expert_phases(
-    counters, phase, tid, n_threads, layer, experts, moe, shape, h, x, scratch, unit_bytes
+    counters, phase, tid, n_threads, layer, experts, moe, shape, h, x, scratch, kernels
 ):
     """A mixture of experts' MLP on h (this thread's normed rows), added to x: the router's rows
     as a phase, the routing and work list privately (every thread the same), then three phases
@@ -433,7 +431,7 @@ def _expert_phases(
     # every thread, it would be E x hidden multiply-adds a row for each), then each thread routes
     # its own copy
     _matvec_phase(counters, phase, tid, n_threads, experts.router[layer],
-                  experts.router_scale[layer], h, r_out, False, unit_bytes,
+                  experts.router_scale[layer], h, r_out, False, kernels,
                   experts.router_bias[layer], shape.expert_bias)  # fmt: skip
     phase += 1
     logits[:] = r_out
@@ -446,10 +444,10 @@ def _expert_phases(
     work = (n_chosen, chosen, start, n_rows)
     _expert_gate_up_phase(counters, phase, tid, n_threads, experts.wgu[layer],
                           experts.gu_scale[layer], experts.gu_bias[layer], shape, work, xg, egu,
-                          eact, scratch, unit_bytes)  # fmt: skip
+                          eact, scratch, kernels)  # fmt: skip
     _expert_down_phase(counters, phase + 1, tid, n_threads, experts.wd[layer],
                        experts.d_scale[layer], experts.d_bias[layer], shape, work, eact, eout,
-                       unit_bytes)  # fmt: skip
+                       kernels)  # fmt: skip
     k = x.shape[0]
     done = 0
     while True:
@@ -467,7 +465,7 @@ def _expert_phases(
 @njit(**JIT_OPTIONS)
 def _mlp_phases(
     counters, phase, tid, n_threads, layer, experts, moe, shape, w, h, gu, act, out, accumulate,
-    x, scratch, unit_bytes,
+    x, scratch, kernels,
 ):  # fmt: skip
     """The MLP's phases from `phase` on (h: this thread's normed rows); returns the next phase.
     Dense: gate/up rows, SiLU | down rows, into out; with experts (not None: numba compiles
@@ -475,20 +473,20 @@ def _mlp_phases(
     if experts is None:
         _gate_up_phase(counters, phase, tid, n_threads, w.wgu[layer],
                        with_formats(w.gu_scale[layer], shape.formats), h, gu, act, scratch,
-                       unit_bytes, shape.gelu)  # fmt: skip
+                       kernels, shape.gelu)  # fmt: skip
         _matvec_phase(counters, phase + 1, tid, n_threads, w.wd[layer],
                       with_formats(w.d_scale[layer], shape.formats), act, out, accumulate,
-                      unit_bytes, w.bo[layer], False)  # fmt: skip
+                      kernels, w.bo[layer], False)  # fmt: skip
         return phase + 2
     else:
         _expert_phases(counters, phase, tid, n_threads, layer, experts, moe, shape, h, x, scratch,
-                       unit_bytes)  # fmt: skip
+                       kernels)  # fmt: skip
         return phase + 2 + EXPERT_PHASES
 
 
 @njit(**JIT_OPTIONS)
 def _worker(
-    tid, n_threads, counters, rows, shape, w, experts, head, cache, buffers, attn, moe, unit_bytes
+    tid, n_threads, counters, rows, shape, w, experts, head, cache, buffers, attn, moe, kernels
 ):
     """Thread tid's walk through the phases (module docstring). rows: Rows, shape: Shape, w:
     LayerWeights, experts: Experts or None, head: HeadWeights, cache: Cache; buffers, attn and
@@ -524,7 +522,7 @@ def _worker(
             h,
             qkv,
             False,
-            unit_bytes,
+            kernels,
             bqkv[layer],
             False,  # q/k/v's bias goes with RoPE (qkv_to_cache)
         )
@@ -597,7 +595,7 @@ def _worker(
             att,
             out,
             accumulate,
-            unit_bytes,
+            kernels,
             w.bo[layer],
             shape.o_bias,
         )
@@ -608,7 +606,7 @@ def _worker(
             phase += 1
         rms_norm(x, mlp_norm[layer], eps, h)
         phase = _mlp_phases(counters, phase, tid, n_threads, layer, experts, moe, shape, w, h,
-                            gu, act, out, accumulate, x, silu_scratch, unit_bytes)  # fmt: skip
+                            gu, act, out, accumulate, x, silu_scratch, kernels)  # fmt: skip
         if post_norms:
             _post_norm_phase(counters, phase, tid, n_threads, proj, w.mlp_post_norm[layer], eps,
                              x, h)  # fmt: skip
@@ -628,7 +626,7 @@ def _worker(
         h[: picked.shape[0]],
         logits,
         False,
-        unit_bytes,
+        kernels,
         final_norm,
         False,
     )
@@ -679,16 +677,15 @@ def _expert_scratch(k, n_threads, hidden, n_experts, top_k, ffn, n_layers):
     },
     **JIT_OPTIONS,
 )
-def decode_rows(
-    rows, shape, layers, head, cache, logits, n_threads, unit_bytes=UNIT_BYTES, experts=None
-):
+def decode_rows(rows, shape, layers, head, cache, logits, n_threads, kernels, experts=None):
     """Run all layers for the k rows of `rows` (Rows): write each row's K/V into `cache` (Cache) at
     its cache position, and the float32 logits of row rows.logit_rows[j] into logits[j] (a prefill
     needs only its last row's, and none before its last pass). layers (LayerWeights) stack over
     layers: wqkv (L, q+2kv, hidden), wo (L, hidden, q), wgu (L, 2 ffn, hidden), wd (L, hidden,
     ffn), each with per-output-row scales (L, rows); head: HeadWeights; shape: Shape. Named tuples,
     so two same-shaped arrays cannot trade places unnoticed. n_threads: workers to start;
-    unit_bytes: weight bytes per unit; experts: a mixture of experts' Experts (None: dense).
+    kernels: the KernelShape of its matrices (`kernel_shapes`); experts: a mixture of experts'
+    Experts (None: dense).
     Returns the experts each layer read (L,): the union of the k rows' routes (empty: dense)."""
     tokens, positions, tree_path, logit_rows = (
         rows.tokens,
@@ -754,6 +751,6 @@ def decode_rows(
             buffers,
             attn,
             moe,
-            unit_bytes,
+            kernels,
         )
     return moe[-1]

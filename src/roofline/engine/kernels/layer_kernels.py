@@ -36,12 +36,13 @@ GELU_C = np.float32(0.044715)
 
 
 @njit(**JIT_OPTIONS)
-def matvec_rows(w, scale, x, out, o0, o1, accumulate):
+def matvec_rows(w, scale, x, out, o0, o1, accumulate, kernels):
     """out[r, o] = scale[o] * sum_i w[o, i] * x[r, i] (or += when accumulate) for rows o in [o0, o1)
     of w and every row r of x; w (n_out, n_in) fp32, bf16 bits or int8, scale (n_out,) float32 (ones
     unless int8: multiplying by 1 is exact), or stored rows (`matrices`). Each row of w comes from
-    memory once for all rows of x (past four x rows, from L1 for the later groups: `matrices`)."""
-    matvec(w, scale, x, out, o0, o1, accumulate)
+    memory once for all rows of x (past four x rows, from L1 for the later groups: `matrices`).
+    kernels: the `kernel_shapes.KernelShape` the rows are read in (the sums do not depend on it)."""
+    matvec(w, scale, x, out, o0, o1, accumulate, kernels)
 
 
 @njit(**JIT_OPTIONS)

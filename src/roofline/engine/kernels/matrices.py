@@ -101,21 +101,21 @@ def _store_sums_overload(out, r, o, d, scale, b_rows, accumulate):
     return space["impl"]
 
 
-def matvec(w, scale, x, out, o0, o1, accumulate):
-    """out[r, o] (+)= scale[o] sum_i w[o, i] x[r, i], rows o in [o0, o1) (overloads below)."""
+def matvec(w, scale, x, out, o0, o1, accumulate, kernels):
+    """out[r, o] (+)= scale[o] sum_i w[o, i] x[r, i], rows o in [o0, o1) (overloads below);
+    kernels: the pass's `kernel_shapes.KernelShape` (how far ahead to hint, how big a tile)."""
     raise NotImplementedError
 
 
-# Weight rows are read this many bytes ahead with software prefetches: the hardware prefetchers
-# left one-row passes waiting on memory, most of all over stored blocks, whose widening is several
-# instructions per 16 weights, so a core asks for its next bytes slowly (a profile put a third of
-# a pass on the instruction after the block load). 2, 4 and 8 KiB measured alike (docs/measured.md).
-PREFETCH_BYTES = 4096
+# Weight rows are read KernelShape.ahead_bytes ahead with software prefetches: the hardware
+# prefetchers left one-row passes waiting on memory, most of all over stored blocks, whose widening
+# is several instructions per 16 weights, so a core asks for its next bytes slowly (a profile put a
+# third of a pass on the instruction after the block load; docs/measured.md).
 # (The helpers below are inlined: a unit of work is 16 KiB of weights, a few microseconds, and two
 # more calls per unit made one-row passes over stored rows 10-15% slower.)
-# Past four x rows the weights go in tiles: all x rows pass over a tile (in groups of four) while
-# it sits in L1 beside one group of x rows, and the tile hints the next one's bytes as it goes.
-TILE_BYTES = 32768
+# Past four x rows the weights go in tiles of about KernelShape.tile_bytes: all x rows pass over a
+# tile (in groups of four) while it sits in L1 beside one group of x rows, and the tile hints the
+# next one's bytes as it goes.
 
 
 @njit(inline="always", **JIT_OPTIONS)
@@ -126,41 +126,41 @@ def _hint_span(w, lo, hi):
 
 
 @overload(matvec, jit_options=OVERLOAD_OPTIONS)
-def _matvec_overload(w, scale, x, out, o0, o1, accumulate):
+def _matvec_overload(w, scale, x, out, o0, o1, accumulate, kernels):
     if is_stored_rows(w):
 
-        def stored(w, scale, x, out, o0, o1, accumulate):  # scale: StoredCodes
-            k = x.shape[0]
+        def stored(w, scale, x, out, o0, o1, accumulate, kernels):  # scale: StoredCodes
+            k, ahead = x.shape[0], kernels.ahead_bytes
             if k <= 4:
-                _stored_group(w, scale, x, out, o0, o1, 0, k, accumulate, True)
+                _stored_group(w, scale, x, out, o0, o1, 0, k, accumulate, ahead)
                 return
-            rows = max(1, TILE_BYTES // w.shape[1])
+            rows = max(1, kernels.tile_bytes // w.shape[1])
             for t0 in range(o0, o1, rows):
-                _stored_tile(w, scale, x, out, t0, min(t0 + rows, o1), accumulate)
+                _stored_tile(w, scale, x, out, t0, min(t0 + rows, o1), accumulate, ahead)
 
         return stored
 
-    def plain(w, scale, x, out, o0, o1, accumulate):
+    def plain(w, scale, x, out, o0, o1, accumulate, kernels):
         if x.shape[0] <= 4:
-            _plain_rows(w, scale, x, out, o0, o1, accumulate)
+            _plain_rows(w, scale, x, out, o0, o1, accumulate, kernels.ahead_bytes)
             return
-        rows = _tile_rows(w.shape[1] * w.itemsize, 16 * x.shape[1])
+        rows = _tile_rows(w.shape[1] * w.itemsize, 16 * x.shape[1], kernels.tile_bytes)
         for t0 in range(o0, o1, rows):
             _plain_tile(w, scale, x, out, t0, min(t0 + rows, o1), accumulate)
 
     return plain
 
 
-def stored_into(w, fmt, x, out, o0, o1, r, m, accumulate, first):
+def stored_into(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
     """out[r + j, o] (+)= sum_t w[o, t] x[r + j, t] for stored rows o in [o0, o1) and j < m (a
     literal 1..8), fmt: their StoredCodes: two weight rows at a time where they share a format
-    (`block_simd.stored_dot_block`), else one. first: the first pass over these rows, which hints
-    each row's bytes PREFETCH_BYTES ahead."""
+    (`block_simd.stored_dot_block`), else one. ahead >= 0: the first pass over these rows, which
+    hints each row's bytes `ahead` bytes ahead (a later group of x rows: -1, no hints)."""
     raise NotImplementedError
 
 
 @overload(stored_into, prefer_literal=True, jit_options=OVERLOAD_OPTIONS)
-def _stored_into_overload(w, fmt, x, out, o0, o1, r, m, accumulate, first):
+def _stored_into_overload(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
     if not isinstance(m, types.IntegerLiteral):
         return None
     rows = m.literal_value
@@ -168,8 +168,8 @@ def _stored_into_overload(w, fmt, x, out, o0, o1, r, m, accumulate, first):
     # The matrix order has one sum per product, a chain of FMAs: one weight row with up to four x
     # rows left the two FMA units waiting on their chains; two weight rows double the chains
     # (2 to 4 x rows measured 10-20% faster a pass, docs/measured.md)
-    def impl(w, fmt, x, out, o0, o1, r, m, accumulate, first):
-        s, row, a = x.shape[1], w.shape[1], PREFETCH_BYTES
+    def impl(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
+        s, row, a, first = x.shape[1], w.shape[1], ahead, ahead >= 0
         codes, formats = fmt.codes, fmt.formats
         o = o0
         while o < o1:
@@ -202,27 +202,27 @@ def _stored_alone(w, fmt, x, out, o, r, m, accumulate):
         _store(out, r + j, o, d1[0], np.float32(1.0), accumulate)
 
 
-def _stored_group(w, fmt, x, out, o0, o1, r, m, accumulate, first):
+def _stored_group(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
     """`stored_into` with m (x rows, 1..8) known only at run time."""
     raise NotImplementedError
 
 
 @overload(_stored_group, jit_options=OVERLOAD_OPTIONS)
-def _stored_group_overload(w, fmt, x, out, o0, o1, r, m, accumulate, first):
+def _stored_group_overload(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
     # one branch per literal row count, written out as `store_sums` writes its lines
-    lines = ["def impl(w, fmt, x, out, o0, o1, r, m, accumulate, first):"]
+    lines = ["def impl(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):"]
     for rows in range(8, 1, -1):
         lines.append(f"    if m == {rows}:")
-        lines.append(f"        stored_into(w, fmt, x, out, o0, o1, r, {rows}, accumulate, first)")
+        lines.append(f"        stored_into(w, fmt, x, out, o0, o1, r, {rows}, accumulate, ahead)")
         lines.append("        return")
-    lines.append("    stored_into(w, fmt, x, out, o0, o1, r, 1, accumulate, first)")
+    lines.append("    stored_into(w, fmt, x, out, o0, o1, r, 1, accumulate, ahead)")
     space = {"stored_into": stored_into}
     exec("\n".join(lines), space)
     return space["impl"]
 
 
 @njit(**JIT_OPTIONS)
-def _stored_tile(w, fmt, x, out, o0, o1, accumulate):
+def _stored_tile(w, fmt, x, out, o0, o1, accumulate, ahead):
     # x rows in groups of up to 8 outside, the tile's weight rows inside, two at a time: widening
     # a stored block costs several instructions per 16 weights, so each widened vector serves 8 x
     # rows (16 made no difference and took longer to compile); the tile stays in L1 for the next
@@ -232,7 +232,7 @@ def _stored_tile(w, fmt, x, out, o0, o1, accumulate):
     k, r = x.shape[0], 0
     while r < k:
         m = min(8, k - r)
-        _stored_group(w, fmt, x, out, o0, o1, r, m, accumulate, r == 0)
+        _stored_group(w, fmt, x, out, o0, o1, r, m, accumulate, ahead if r == 0 else -1)
         r += m
 
 
@@ -317,17 +317,17 @@ def _ahead(first, n_bytes, size):
 
 
 @njit(inline="always", **JIT_OPTIONS)
-def _plain_rows(w, scale, x, out, o0, o1, accumulate):
+def _plain_rows(w, scale, x, out, o0, o1, accumulate, ahead):
     # up to four x rows: two to four in blocks of four weight rows (4 x 4: 8 loads per 16
     # FMAs; the last rows one at a time), one a weight row at a time (blocks of four: no
-    # faster). Memory sets the pace, so each block hints a block's span of bytes PREFETCH_BYTES
+    # faster). Memory sets the pace, so each block hints a block's span of bytes `ahead`
     # ahead, into L2, spread over its loop (all at once into L1, the hints held the core's few
     # L1 miss buffers while the block computed: one thread's 1- to 4-row passes 5-12% slower,
     # docs/measured.md). A block of four reads its rows side by side, so it hints past the next
     # block (from its own start, the hints fell inside its own rows: 4-row passes 1.23x one row,
     # against 1.10x; 2 rows a weight row at a time 1.05x, in blocks 1.01x). One loop per row
     # count: a branch on it inside the loop cost 10%
-    k, row_bytes, a = x.shape[0], w.shape[1] * w.itemsize, PREFETCH_BYTES
+    k, row_bytes, a = x.shape[0], w.shape[1] * w.itemsize, ahead
     size, line_bytes = w.size * w.itemsize, row_bytes // 64 * 64
     o = o0
     if k == 4:
@@ -355,11 +355,11 @@ def _plain_rows(w, scale, x, out, o0, o1, accumulate):
 
 
 @njit(inline="always", **JIT_OPTIONS)
-def _tile_rows(row_bytes, group_bytes):
-    """Weight rows per tile: what fits TILE_BYTES beside a group of four x rows (group_bytes), in
+def _tile_rows(row_bytes, group_bytes, tile_bytes):
+    """Weight rows per tile: what fits tile_bytes beside a group of four x rows (group_bytes), in
     whole 4-row blocks, at least one. (With long rows, one row fitted: the FFN's down matrix ran
     in 1 x 4 blocks, every x row coming from L2 again for each weight row; docs/measured.md.)"""
-    return max(4, (TILE_BYTES - group_bytes) // row_bytes // 4 * 4)
+    return max(4, (tile_bytes - group_bytes) // row_bytes // 4 * 4)
 
 
 @njit(inline="always", **JIT_OPTIONS)
@@ -375,9 +375,10 @@ def _tile_share(ahead, tile_bytes, steps, step, size):
 def _plain_tile(w, scale, x, out, o0, o1, accumulate):
     # more than four x rows: groups of four outside, the tile's weight rows inside, four at a time
     # (`simd.dot_block`: 8 loads per 16 FMAs); a group's x rows and the tile's weights
-    # (TILE_BYTES) stay in L1 for the next group. Each block hints an equal share of the next
-    # tile's bytes, so memory streams at the pace the tile computes (the first group hinting
-    # whole rows stalled on full miss buffers, then left memory idle while the others computed).
+    # (KernelShape.tile_bytes) stay in L1 for the next group. Each block hints an equal share of
+    # the next tile's bytes, so memory streams at the pace the tile computes (the first group
+    # hinting whole rows stalled on full miss buffers, then left memory idle while the others
+    # computed).
     # Full groups run a loop of 4 x 4 blocks alone: one loop choosing among the eight block
     # shapes at run time ran the same blocks a third slower (docs/measured.md)
     k, row_bytes = x.shape[0], w.shape[1] * w.itemsize

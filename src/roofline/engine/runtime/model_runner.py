@@ -31,6 +31,7 @@ from roofline.engine.loading.weights import (
     routed_expert_bytes,
     weight_bytes_per_token,
 )
+from roofline.engine.runtime.kernel_choice import KernelChoice, choose_kernels
 from roofline.engine.runtime.pass_timing import (
     PASS_COST_ROWS,
     PassCosts,
@@ -41,6 +42,7 @@ from roofline.engine.runtime.prefill_chunks import DEFAULT_PREFILL_CHUNK_TOKENS,
 from roofline.engine.runtime.threads import ThreadChooser
 from roofline.errors import UserError
 from roofline.hardware.machine import usable_cpu_count as available_cores
+from roofline.kernel_modes import KernelsMode
 from roofline.response_stats import moe_bytes_per_pass
 from roofline.simd_memory import aligned_empty
 
@@ -113,8 +115,9 @@ class ModelRunner:
         self.cache = KVCache(self.config, self.max_batch, self.max_seq_len)
         # what the model needs: the same count over the tensors as the file stores them
         self.file_bytes_per_token: int = file_bytes_per_token(checkpoint)
-        # weight bytes per work unit of the decode threads; None: decode.UNIT_BYTES
-        self.unit_bytes: int | None = None
+        # the run-time shapes of the passes' matrix kernels (`kernel_choice`; no bit depends on
+        # them): the defaults until load_runner measures or finds this host's
+        self.kernels = KernelChoice()
         self.costs = PassCosts()  # the speculation cost model, once measure_pass_costs ran
 
     def measure_pass_costs(self, rows: Seq[int] = PASS_COST_ROWS, reps: int = 7) -> None:
@@ -248,7 +251,6 @@ class ModelRunner:
         tree_path: np.ndarray | None = None,
     ) -> np.ndarray:
         from roofline.engine.kernels.decode import (
-            UNIT_BYTES,
             Cache,
             Rows,
             decode_rows,
@@ -283,7 +285,7 @@ class ModelRunner:
             cache,
             logits,
             n_threads,
-            self.unit_bytes or UNIT_BYTES,
+            self.kernels.for_rows(n),
             *(() if experts is None else (experts,)),
         )
         self._record_pass(n_threads, n, time.perf_counter() - started)
@@ -439,8 +441,11 @@ def load_runner(
     max_batch: int = 1,
     max_seq_len: int | None = None,
     warmup: bool = True,
+    kernels: KernelsMode = "default",
 ) -> ModelRunner:
-    """Load a checkpoint (None = the default model) into a ModelRunner ready to decode."""
+    """Load a checkpoint (None = the default model) into a ModelRunner ready to decode. kernels:
+    "measured" takes this host's kernel shapes (`kernel_choice`: cached, else timed after the
+    warm-up), "default" the defaults (as without a warm-up)."""
     from roofline.engine.loading import load_checkpoint
 
     if dtype not in DTYPES:
@@ -466,4 +471,5 @@ def load_runner(
     del checkpoint  # the runner keeps its own packed copy
     if warmup:
         runner.warmup()
+        runner.kernels = choose_kernels(runner, kernels)
     return runner

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from roofline.kernel_modes import DEFAULT_KERNELS_MODE, KernelsMode
+
 KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
 KERNEL_INDEX = "decode.decode_rows-*.nbi"  # numba's cache index of the decode pass
 
@@ -34,8 +36,14 @@ def prepared(model: str | os.PathLike, dtype: str) -> bool:
     return stamp_path(model, dtype).is_file() and _cache_present()
 
 
-def prepare(model: str | os.PathLike | None, dtype: str, threads: int | None = None) -> str:
-    """Load the model at dtype and run the warm-up (compiling what is not cached), then stamp it;
+def prepare(
+    model: str | os.PathLike | None,
+    dtype: str,
+    threads: int | None = None,
+    kernels: KernelsMode = DEFAULT_KERNELS_MODE,
+) -> str:
+    """Load the model at dtype and run the warm-up (compiling what is not cached) and, kernels
+    "measured", time the kernel shapes (`kernel_choice`, kept in the user cache), then stamp it;
     nothing when it is prepared already. The line to print."""
     from roofline.modelspec.default_model import default_model_path
 
@@ -45,7 +53,8 @@ def prepare(model: str | os.PathLike | None, dtype: str, threads: int | None = N
     from roofline.engine.runtime.model_runner import load_runner
 
     t0 = time.monotonic()
-    load_runner(str(path), dtype=dtype, threads=threads)  # its warm-up compiles the kernels
+    # its warm-up compiles the kernels
+    runner = load_runner(str(path), dtype=dtype, threads=threads, kernels=kernels)
     seconds = time.monotonic() - t0
     stamp = stamp_path(path, dtype)
     stamp.parent.mkdir(parents=True, exist_ok=True)
@@ -55,9 +64,9 @@ def prepare(model: str | os.PathLike | None, dtype: str, threads: int | None = N
         encoding="utf-8",
     )
     tmp.replace(stamp)
-    from roofline.simd import kernel_isa
-
-    return f"kernels for {path.name} at {dtype} ({kernel_isa()}): ready in {seconds:.1f} s"
+    return (
+        f"kernels for {path.name} at {dtype}: ready in {seconds:.1f} s; {runner.kernels.describe()}"
+    )
 
 
 def _key(model: Path, dtype: str) -> str:
@@ -65,6 +74,7 @@ def _key(model: Path, dtype: str) -> str:
 
     from roofline import __version__
     from roofline.engine.kernels.kernel_cache import kernel_sources
+    from roofline.engine.runtime.kernel_choice import cpu_key
 
     st = model.stat()
     sources = kernel_sources()
@@ -72,19 +82,12 @@ def _key(model: Path, dtype: str) -> str:
         "roofline": __version__,
         "python": sys.version,
         "numba": numba.__version__,
-        "cpu": _cpu(),
+        "cpu": cpu_key(),
         "model": [str(model.resolve()), st.st_size, st.st_mtime_ns],
         "dtype": dtype,
         "sources": [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in sources],
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def _cpu() -> str:
-    """The CPU's name and feature flags (numba compiles for the host's)."""
-    from roofline.hardware.machine import cpu_flags, cpu_model_name
-
-    return f"{cpu_model_name()}\n{cpu_flags()}"
 
 
 def _cache_present() -> bool:

@@ -35,7 +35,9 @@ def serve(o: ServeOptions) -> None:
             threads=o.threads,
             max_batch=o.max_batch,
             max_seq_len=o.max_seq_len,
+            kernels=o.kernels,
         )
+        _log(f"kernels for this CPU: {runner.kernels.describe()}")
         runner.prefill_chunk_tokens = o.prefill_granule
         return runner
 

@@ -13,6 +13,7 @@ from roofline.engine.runtime.prefill_chunks import (
 from roofline.engine.runtime.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from roofline.engine.serve.http_limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES
 from roofline.errors import UserError
+from roofline.kernel_modes import DEFAULT_KERNELS_MODE, KERNELS_MODES, KernelsMode
 from roofline.speculation import SpecOptions
 
 
@@ -23,6 +24,7 @@ class ServeOptions:
     port: int = 8000  # 0 = any free port
     dtype: str = "stored"
     threads: int | None = None  # None = every usable core
+    kernels: KernelsMode = DEFAULT_KERNELS_MODE
     max_batch: int = 4
     max_seq_len: int | None = None  # None = the model's context
     api_key: str | None = None
@@ -40,6 +42,10 @@ class ServeOptions:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_NAMES:
             raise UserError(f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {self.dtype!r}")
+        if self.kernels not in KERNELS_MODES:
+            raise UserError(
+                f"--kernels must be one of {', '.join(KERNELS_MODES)}, got {self.kernels!r}"
+            )
         if not 0 <= self.port <= 65535:
             raise UserError(f"--port must lie in 0..65535, got {self.port}")
         if self.metrics_require_key and not self.api_key:

@@ -34,6 +34,12 @@ def _pass_costs(runner: Any) -> tuple[tuple[int, float], ...] | None:
     return tuple(sorted(table.items())) if isinstance(table, dict) and len(table) > 1 else None
 
 
+def _kernels(runner: Any) -> str | None:
+    """The line that says which kernel shapes the runner's passes take (`KernelChoice`)."""
+    choice = getattr(runner, "kernels", None)
+    return choice.describe() if choice is not None else None
+
+
 class ServerState:
     """What the routes share: the runner's facts, the scheduler, the key. One per app."""
 
@@ -112,6 +118,7 @@ class ServerState:
                 pass_costs=_pass_costs(r),
                 one_row_pass_s=getattr(r, "one_row_pass_s", None),
                 decode_passes=r.decode_passes,
+                kernels=_kernels(r),
                 **_expert_counts(r),
             ).to_json(),
         }

@@ -1,0 +1,224 @@
+"""Which kernel shapes a runner's passes use: the defaults, or the fastest this host measured.
+
+The free parameters of the matrix kernels (`kernels/kernel_shapes.KNOBS`) change no bit, so a host
+may pick them by the clock alone. For one-row passes (decode) and for k-row passes (a verify of
+`VERIFY_ROWS` rows stands for them: speculation, batches, prefill), each knob in turn is timed at
+each of its values on the model's own weights, the others held at the best so far (a coordinate
+descent: 8 shapes for one row, 11 for k rows, not the 16 and 48 of the whole grid). Rounds are
+interleaved, so a drift of the host hits every value alike; a value replaces the incumbent only
+when its median pass is `MARGIN` faster, so that noise keeps the defaults rather than flipping
+between equals.
+
+The choice is kept in the user cache under a key of everything that would change it: the CPU's
+name and flags, the instruction set the kernels target, Python, numba and llvmlite, the kernels'
+sources, the model file, the dtype and the thread count. A file whose key differs (another
+machine's, copied) or that does not parse is ignored with a warning and measured again: a speed
+choice from elsewhere is never trusted, though no choice could change an output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from roofline.engine.kernels.kernel_shapes import (
+    DEFAULT_SHAPE,
+    KernelShape,
+    PassRows,
+    knobs_for,
+)
+from roofline.kernel_modes import KERNELS_MODES, KernelsMode
+
+ChoiceSource = Literal["default", "measured", "cached"]
+VERIFY_ROWS = 8  # the k-row pass timed: a speculative verify of 7 drafts
+ROUNDS = 5  # timed rounds per knob (after one untimed)
+MARGIN = 0.03  # a value must beat the incumbent's median pass by this much to replace it
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    """The shapes of one-row and of k-row passes, and where they came from."""
+
+    one_row: KernelShape = DEFAULT_SHAPE
+    many_rows: KernelShape = DEFAULT_SHAPE
+    source: ChoiceSource = "default"
+    seconds: float = 0.0  # how long measuring took (0: not measured here)
+
+    def for_rows(self, rows: int) -> KernelShape:
+        return self.one_row if rows == 1 else self.many_rows
+
+    def describe(self) -> str:
+        """One line: the instruction set, what the passes use, and why."""
+        from roofline.simd import kernel_isa
+
+        how = {
+            "default": "the defaults (--kernels default)",
+            "measured": f"measured here in {self.seconds:.1f} s",
+            "cached": "measured here before (user cache)",
+        }[self.source]
+        shapes = f"1 row: {self.one_row.describe()}; k rows: {self.many_rows.describe()}"
+        return f"{kernel_isa()}; {shapes} ({how})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "one_row": self.one_row.to_json(),
+            "many_rows": self.many_rows.to_json(),
+            "source": self.source,
+            "seconds": round(self.seconds, 2),
+        }
+
+    @classmethod
+    def from_json(cls, d: object) -> KernelChoice:
+        """The choice of a `to_json` object; ValueError when it is not one."""
+        if not isinstance(d, dict) or d.get("source") not in ("default", "measured", "cached"):
+            raise ValueError(f"not a kernel choice: {d!r}")
+        seconds = d.get("seconds")
+        if not isinstance(seconds, int | float) or seconds < 0:
+            raise ValueError(f"not a kernel choice: {d!r}")
+        return cls(
+            KernelShape.from_json(d.get("one_row")),
+            KernelShape.from_json(d.get("many_rows")),
+            d["source"],
+            float(seconds),
+        )
+
+
+def choose_kernels(runner, mode: KernelsMode) -> KernelChoice:
+    """The shapes for this runner: the defaults, this host's cached choice, or a new measurement
+    (then cached)."""
+    if mode not in KERNELS_MODES:
+        raise ValueError(f"kernels must be one of {', '.join(KERNELS_MODES)}, got {mode!r}")
+    if mode == "default":
+        return KernelChoice()
+    key = choice_key(runner.path, runner.dtype, runner.threads)
+    path = choice_path(key)
+    cached = read_choice(path, key)
+    if cached is not None:
+        return cached
+    choice = measure_kernel_choice(runner)
+    write_choice(path, key, choice)
+    return choice
+
+
+def measure_kernel_choice(runner, rounds: int = ROUNDS, margin: float = MARGIN) -> KernelChoice:
+    """Time the knobs on the runner's model (the module docstring). Uses slot 0 and leaves it
+    empty; the runner's own choice is restored."""
+    started = time.monotonic()
+    chooser, kept = runner.thread_chooser, runner.kernels
+    if chooser is not None:  # every shape on the same thread count
+        chooser.pinned = chooser.current
+    runner.prefill(0, [0])
+    try:
+        one = _descend(runner, 1, "one", rounds, margin)
+        many = one
+        if runner.max_seq_len >= VERIFY_ROWS + 2:
+            many = _descend(runner, VERIFY_ROWS, "many", rounds, margin)
+    finally:
+        if chooser is not None:
+            chooser.pinned = None
+        runner.kernels = kept
+        runner.release(0)
+    return KernelChoice(one, many, "measured", time.monotonic() - started)
+
+
+def _descend(runner, rows: int, passes: PassRows, rounds: int, margin: float) -> KernelShape:
+    """The coordinate descent over the knobs of these passes, from the defaults."""
+    best = DEFAULT_SHAPE
+    for knob in knobs_for(passes):
+        shapes = [best._replace(**{knob.field: v}) for v in knob.values]
+        medians = _median_pass_s(runner, rows, shapes, rounds)
+        fastest = min(shapes, key=medians.__getitem__)
+        if medians[fastest] < (1.0 - margin) * medians.get(best, float("inf")):
+            best = fastest
+    return best
+
+
+def _median_pass_s(runner, rows: int, shapes: list[KernelShape], rounds: int) -> dict:
+    """Median seconds of a `rows`-row pass of slot 0 in each shape, over interleaved rounds (a
+    first round untimed: caches, page faults)."""
+    seconds: dict[KernelShape, list[float]] = {s: [] for s in shapes}
+    tokens = [0] * rows
+    for round_ in range(rounds + 1):
+        for s in shapes:
+            runner.kernels = KernelChoice(s, s, "measured")
+            t0 = time.perf_counter()
+            runner.step([(0, tokens, None)])
+            took = time.perf_counter() - t0
+            runner.truncate(0, 1)
+            if round_:
+                seconds[s].append(took)
+    return {s: statistics.median(t) for s, t in seconds.items()}
+
+
+def cpu_key() -> str:
+    """The CPU's name and feature flags (numba compiles for the host's)."""
+    from roofline.hardware.machine import cpu_flags, cpu_model_name
+
+    return f"{cpu_model_name()}\n{cpu_flags()}"
+
+
+def choice_key(model: str | os.PathLike, dtype: str, threads: int) -> dict[str, Any]:
+    """Everything a measured choice depends on (the module docstring)."""
+    import llvmlite
+    import numba
+
+    from roofline import __version__
+    from roofline.engine.kernels.kernel_cache import kernel_sources, sources_digest
+    from roofline.simd import kernel_isa
+
+    path = Path(model).resolve()
+    st = path.stat()
+    return {
+        "roofline": __version__,
+        "python": sys.version,
+        "numba": numba.__version__,
+        "llvmlite": llvmlite.__version__,
+        "cpu": cpu_key(),
+        "isa": kernel_isa(),
+        "sources": sources_digest(kernel_sources()),
+        "model": [str(path), st.st_size, st.st_mtime_ns],
+        "dtype": dtype,
+        "threads": threads,
+    }
+
+
+def choice_path(key: dict[str, Any]) -> Path:
+    """Where the choice for this key lives in the user cache (its name: the key's hash)."""
+    from roofline.hardware.profile import profile_dir
+
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+    return profile_dir() / "kernel-shapes" / f"{digest}.json"
+
+
+def read_choice(path: Path, key: dict[str, Any]) -> KernelChoice | None:
+    """The choice stored at `path` for exactly this key; None (with a warning when a file is there
+    but unusable) otherwise."""
+    if not path.is_file():
+        return None
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(d, dict) or d.get("key") != json.loads(json.dumps(key)):
+            raise ValueError("it was measured for another machine, model or build")
+        choice = KernelChoice.from_json(d.get("choice"))
+    except (OSError, ValueError) as e:  # json's errors are ValueErrors
+        warnings.warn(
+            f"ignoring the kernel-shape cache {path} ({e}); measuring again", stacklevel=2
+        )
+        return None
+    return KernelChoice(choice.one_row, choice.many_rows, "cached", choice.seconds)
+
+
+def write_choice(path: Path, key: dict[str, Any], choice: KernelChoice) -> None:
+    """Store the choice atomically (a temporary file in the same folder, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"key": key, "choice": choice.to_json()}) + "\n", encoding="utf-8")
+    tmp.replace(path)
