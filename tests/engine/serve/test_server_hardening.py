@@ -22,6 +22,7 @@ from server_helpers import metrics, serve, serving
 
 from roofline.engine import load_runner
 from roofline.engine.serve.http_limits import Limits
+from roofline.simd import kernel_isa
 
 
 @pytest.fixture(scope="module")
@@ -293,6 +294,9 @@ def test_model_card_has_bytes_per_token_and_no_path(server, tiny_gguf):
     assert entry["roofline"]["bytes_per_token"] == runner.bytes_per_token > 0
     assert entry["roofline"]["file_bytes_per_token"] == runner.file_bytes_per_token > 0
     assert entry["roofline"]["dtype"] == "stored" and entry["roofline"]["hardware"] == "local"
+    # serve's default kernels: this CPU's shapes, measured at start or read from the user cache
+    kernels = entry["roofline"]["kernels"]
+    assert kernel_isa() in kernels and "1 row: unit" in kernels and "measured here" in kernels
     assert entry["id"] == runner.name and os.sep not in entry["id"]
 
 
