@@ -124,3 +124,11 @@ def test_measuring_a_real_runner_picks_registry_values_and_leaves_it_as_it_was(t
     assert choice.one_row.tile_bytes == DEFAULT_SHAPE.tile_bytes  # no tile in one-row passes
     assert runner.kernels == KernelChoice() and runner.position(0) == 0
     assert runner.decode_passes > passes
+
+
+def test_a_runner_of_one_position_keeps_the_defaults(tiny_gguf, tmp_path, monkeypatch):
+    from roofline.engine import load_runner
+
+    monkeypatch.setenv("ROOFLINE_CACHE_DIR", str(tmp_path / "cache"))
+    runner = load_runner(tiny_gguf, dtype="fp32", threads=1, max_seq_len=1, kernels="measured")
+    assert (runner.kernels.one_row, runner.kernels.many_rows) == (DEFAULT_SHAPE, DEFAULT_SHAPE)

@@ -50,7 +50,8 @@ class KernelShape(NamedTuple):
 
 
 # 16 KiB units: a few microseconds of work each; 4 KiB ahead (2, 4 and 8 measured alike on the
-# AVX-512 host the kernels were shaped on); 32 KiB tiles: an L1 of 32 to 48 KiB (docs/measured.md)
+# AVX-512 host the kernels were shaped on); 32 KiB tiles: an L1 of 32 to 48 KiB. A Gemma-3-1B-sized
+# file's one-row passes ran 4-6% faster in 64 and 128 KiB units there (docs/measured.md)
 DEFAULT_SHAPE = KernelShape(unit_bytes=16 * KIB, ahead_bytes=4 * KIB, tile_bytes=32 * KIB)
 
 PassRows = Literal["one", "many"]  # one-row passes (decode), or several rows (verify, batch)
@@ -70,7 +71,7 @@ class Knob:
 KNOBS: tuple[Knob, ...] = (
     Knob(
         "unit_bytes",
-        (8 * KIB, 16 * KIB, 32 * KIB, 64 * KIB),
+        (8 * KIB, 16 * KIB, 32 * KIB, 64 * KIB, 128 * KIB),
         ("one", "many"),
         "smaller units finish the threads together; larger ones claim less often",
     ),

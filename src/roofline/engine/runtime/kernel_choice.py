@@ -4,7 +4,7 @@ The free parameters of the matrix kernels (`kernels/kernel_shapes.KNOBS`) change
 may pick them by the clock alone. For one-row passes (decode) and for k-row passes (a verify of
 `VERIFY_ROWS` rows stands for them: speculation, batches, prefill), each knob in turn is timed at
 each of its values on the model's own weights, the others held at the best so far (a coordinate
-descent: 8 shapes for one row, 11 for k rows, not the 16 and 48 of the whole grid). Rounds are
+descent: 9 shapes for one row, 12 for k rows, not the 20 and 60 of the whole grid). Rounds are
 interleaved, so a drift of the host hits every value alike; a value replaces the incumbent only
 when its median pass is `MARGIN` faster, so that noise keeps the defaults rather than flipping
 between equals.
@@ -110,7 +110,10 @@ def choose_kernels(runner, mode: KernelsMode) -> KernelChoice:
 
 def measure_kernel_choice(runner, rounds: int = ROUNDS, margin: float = MARGIN) -> KernelChoice:
     """Time the knobs on the runner's model (the module docstring). Uses slot 0 and leaves it
-    empty; the runner's own choice is restored."""
+    empty; the runner's own choice is restored. A runner of one position has no pass to time:
+    the defaults."""
+    if runner.max_seq_len < 2:
+        return KernelChoice()
     started = time.monotonic()
     chooser, kept = runner.thread_chooser, runner.kernels
     if chooser is not None:  # every shape on the same thread count
