@@ -85,7 +85,7 @@ def test_the_embedded_engine_prepares_each_dtype_with_serve_prepare():
     assert [c[c.index("--dtype") + 1] for c in cmds] == ["fp32", "stored"]
     assert all(c[2:5] == ["roofline", "serve", "--prepare"] and "m.gguf" in c for c in cmds)
     assert EMBEDDED.prepare_commands(None, {}) == [
-        [sys.executable, "-m", "roofline", "serve", "--prepare"]
+        [sys.executable, "-m", "roofline", "serve", "--prepare", "--kernels", "default"]
     ]
     assert FAKE.prepare_commands(None, {"speed": [1]}) == []
 

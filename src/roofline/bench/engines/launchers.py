@@ -129,8 +129,11 @@ class EmbeddedLauncher(Launcher):
         return config.get(_SPEC_METHOD) not in (None, "none")
 
     def prepare_commands(self, model, values) -> list[list[str]]:
-        """`roofline serve --prepare` for every dtype (its kernels are compiled per format)."""
-        head = [sys.executable, "-m", "roofline", "serve", "--prepare"]
+        """`roofline serve --prepare` for every dtype (its kernels are compiled per format), with
+        the default kernel shapes: the tuner runs these side by side, and shapes timed beside
+        another compile would be chosen by the contention. A trial that asks for this CPU's shapes
+        times them when its server starts, alone, before anything of it is measured."""
+        head = [sys.executable, "-m", "roofline", "serve", "--prepare", "--kernels", "default"]
         head += ["--model", model] if model else []
         dtypes = list(dict.fromkeys(values.get("dtype") or [None]))
         return [head + (["--dtype", str(d)] if d is not None else []) for d in dtypes]
