@@ -129,7 +129,8 @@ default = 0
 
 
 def test_the_embedded_engines_live_knobs_come_from_the_speculation_options():
-    want = {o.knob for name, o in options().items() if name not in SERVER_ONLY} | {"threads"}
+    want = {o.knob for name, o in options().items() if name not in SERVER_ONLY}
+    want |= {"threads", "kernels"}
     assert want == EMBEDDED.live_knobs
     assert "dtype" not in EMBEDDED.live_knobs and "max_batch" not in EMBEDDED.live_knobs
     body = EMBEDDED.live_body({"spec": "trie", "max_bfs_breadth": 24, "dtype": "int8"})
@@ -138,6 +139,8 @@ def test_the_embedded_engines_live_knobs_come_from_the_speculation_options():
     body = EMBEDDED.live_body({"spec": "ngram", "threads": 1})
     assert body == {"roofline_speculation": {"method": "ngram"}, "roofline_threads": 1}
     assert EMBEDDED.live_body({"threads": 2, "dtype": "int8"}) == {"roofline_threads": 2}
+    body = EMBEDDED.live_body({"kernels": "measured", "dtype": "stored"})
+    assert body == {"roofline_kernels": "measured"}
     # a server of its own: drafts that learn across requests, a knob only the server takes
     assert EMBEDDED.live_body({"spec": "trie", "trie_scope": "shared"}) is None
     assert EMBEDDED.live_body({"spec": "draft", "draft_model": "m.gguf"}) is None

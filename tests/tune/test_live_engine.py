@@ -26,7 +26,7 @@ CONFIGS = [
     {"threads": 1},
     {"threads": 1, "spec": "trie", "max_bfs_breadth": 4, "adaptive": False},
     {"spec": "ngram", "spec_k": 3, "prompt_lookup_min": 1},  # threads: the server's own choice
-    {"threads": 1, "spec": "suffix", "spec_tree": False},
+    {"threads": 1, "spec": "suffix", "spec_tree": False, "kernels": "default"},
     {"threads": 1, "dtype": "int8"},  # a restart knob: a server of its own
 ]
 PROMPTS = [
@@ -94,6 +94,7 @@ def test_live_trials_equal_relaunched_ones_on_the_tiny_model(tmp_path):
     # the server was started without the live knobs; the trial's command carries them as flags
     assert "--spec" in live[1][0].argv and "--spec" not in live[0][0].argv
     assert "--threads" in live[0][0].argv and "--threads" not in live[2][0].argv
+    assert live[3][0].live["roofline_kernels"] == "default" and not live[3][0].launched
     for (a, a_out), (b, b_out) in zip(live, relaunched):
         assert a.status == b.status and a.exactness == b.exactness, a.config
         assert [o.token_ids for o in a_out] == [o.token_ids for o in b_out], a.config

@@ -67,12 +67,14 @@ def _speculation_knobs() -> tuple[Knob, ...]:
 _SPEC_KNOBS = _speculation_knobs()
 _SPEC_FIELD = {opt.knob: name for name, opt in speculation.options().items()}  # spec_k -> k
 # what a running `roofline serve` takes per request: every speculation option but those only the
-# server's owner sets (`roofline_speculation`), and threads (`roofline_threads`: a pass runs on the
-# fewest threads its requests ask, and a trial's requests are the only ones running)
+# server's owner sets (`roofline_speculation`), threads (`roofline_threads`: a pass runs on the
+# fewest threads its requests ask, and a trial's requests are the only ones running) and the
+# kernel shapes (`roofline_kernels`: the server holds both)
 _LIVE_THREADS = "threads"
+_LIVE_KERNELS = "kernels"
 _LIVE_KNOBS = frozenset(
     k for k, name in _SPEC_FIELD.items() if name not in speculation.SERVER_ONLY
-) | {_LIVE_THREADS}
+) | {_LIVE_THREADS, _LIVE_KERNELS}
 _SPEC_METHOD = speculation.options()["method"].knob  # "spec"
 _SPEC_OFF = {  # bool knob -> its false flag (spec_tree -> --spec-chain)
     speculation.options()[n].knob: "--" + o.off_flag
@@ -110,10 +112,10 @@ class EmbeddedLauncher(Launcher):
 
     def live_body(self, config: Mapping[str, Any]) -> dict[str, Any] | None:
         """{"roofline_speculation": the configuration's speculation options, "roofline_threads":
-        its threads}, each left out when the configuration does not set it (the server's own, as a
-        relaunch without the knob would have); None when it sets a knob only the server takes, or
-        its drafts learn across requests (its timed prompts must be new to the whole server: a
-        server of its own)."""
+        its threads, "roofline_kernels": its kernel shapes}, each left out when the configuration
+        does not set it (the server's own, as a relaunch without the knob would have); None when
+        it sets a knob only the server takes, or its drafts learn across requests (its timed
+        prompts must be new to the whole server: a server of its own)."""
         if any(config.get(k) is not None for k in _SPEC_FIELD if k not in self.live_knobs):
             return None
         given = {_SPEC_FIELD[k]: v for k, v in config.items() if k in _SPEC_FIELD and v is not None}
@@ -122,6 +124,8 @@ class EmbeddedLauncher(Launcher):
         body: dict[str, Any] = {"roofline_speculation": given} if given else {}
         if config.get(_LIVE_THREADS) is not None:
             body["roofline_threads"] = int(config[_LIVE_THREADS])
+        if config.get(_LIVE_KERNELS) is not None:
+            body["roofline_kernels"] = str(config[_LIVE_KERNELS])
         return body
 
     def learns_speed(self, config: Mapping[str, Any]) -> bool:
@@ -131,8 +135,9 @@ class EmbeddedLauncher(Launcher):
     def prepare_commands(self, model, values) -> list[list[str]]:
         """`roofline serve --prepare` for every dtype (its kernels are compiled per format), with
         the default kernel shapes: the tuner runs these side by side, and shapes timed beside
-        another compile would be chosen by the contention. A trial that asks for this CPU's shapes
-        times them when its server starts, alone, before anything of it is measured."""
+        another compile would be chosen by the contention. Each server times this CPU's shapes (or
+        reads them from the user cache) when it starts, alone, before anything of it is
+        measured."""
         head = [sys.executable, "-m", "roofline", "serve", "--prepare", "--kernels", "default"]
         head += ["--model", model] if model else []
         dtypes = list(dict.fromkeys(values.get("dtype") or [None]))

@@ -57,6 +57,9 @@ class ModelRunner:
     # set by the scheduler before each step: the requests' own thread limit (None: the chooser's
     # or the given count). Such passes are not the chooser's: not told to it
     pass_threads: int | None = None
+    # set by the scheduler before each step: the kernel shapes the requests ask (None, or a mode
+    # the runner was not given in `kernel_choices`: its own `kernels`)
+    pass_kernels: KernelsMode | None = None
 
     def __init__(
         self,
@@ -118,7 +121,14 @@ class ModelRunner:
         # the run-time shapes of the passes' matrix kernels (`kernel_choice`; no bit depends on
         # them): the defaults until load_runner measures or finds this host's
         self.kernels = KernelChoice()
+        self.kernel_choices: dict[KernelsMode, KernelChoice] = {"default": KernelChoice()}
         self.costs = PassCosts()  # the speculation cost model, once measure_pass_costs ran
+
+    def offer_kernels(self, mode: KernelsMode) -> None:
+        """Make the kernel shapes of `mode` available to requests that ask for them
+        (`pass_kernels`): timed now, or read from the user cache (`kernel_choice`)."""
+        if mode not in self.kernel_choices:
+            self.kernel_choices[mode] = choose_kernels(self, mode)
 
     def measure_pass_costs(self, rows: Seq[int] = PASS_COST_ROWS, reps: int = 7) -> None:
         """Time the speculation cost model (`pass_timing.measure_pass_costs`), once per runner."""
@@ -285,7 +295,7 @@ class ModelRunner:
             cache,
             logits,
             n_threads,
-            self.kernels.for_rows(n),
+            self.kernel_choices.get(self.pass_kernels, self.kernels).for_rows(n),
             *(() if experts is None else (experts,)),
         )
         self._record_pass(n_threads, n, time.perf_counter() - started)
@@ -471,5 +481,6 @@ def load_runner(
     del checkpoint  # the runner keeps its own packed copy
     if warmup:
         runner.warmup()
-        runner.kernels = choose_kernels(runner, kernels)
+        runner.offer_kernels(kernels)
+        runner.kernels = runner.kernel_choices[kernels]
     return runner

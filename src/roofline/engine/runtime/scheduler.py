@@ -52,6 +52,7 @@ from roofline.engine.runtime.speculate.step import (
     verify_rows,
 )
 from roofline.engine.runtime.work import Queues, Work
+from roofline.kernel_modes import KernelsMode
 from roofline.speculation import SpecOptions
 
 __all__ = [
@@ -204,13 +205,15 @@ class Scheduler:
         speculate: bool = True,
         options: SpecOptions | None = None,
         threads: int | None = None,
+        kernels: KernelsMode | None = None,
     ) -> RequestHandle:
         """Queue one request; `max_tokens` is trimmed to the context left after the prompt.
         speculate=False: this request decodes without drafts even when the server speculates.
         options: this request's own speculation options instead of the server's; their maker is
         made once per distinct options, on the scheduler thread (it may time passes or load a draft
         model), and kept for later requests with the same options. threads: at most this many
-        threads for the passes that hold this request (`pass_threads`).
+        threads for the passes that hold this request (`pass_threads`); kernels: their kernel
+        shapes (`pass_kernels`).
 
         Raises sequence.ContextLengthError when the prompt leaves no room, RuntimeError after
         close()."""
@@ -222,7 +225,7 @@ class Scheduler:
                 raise RuntimeError("the scheduler is shut down")
             handle = RequestHandle(next(self._ids), self._wake)
             self._queues.inbox.append(
-                (Work(handle, seq, sink, threads=threads), speculate, options)
+                (Work(handle, seq, sink, threads=threads, kernels=kernels), speculate, options)
             )
             self._stats.requests_total += 1
             self._stats.queued += 1
@@ -299,6 +302,7 @@ class Scheduler:
         t0 = self._clock()
         self._drop_cancelled()
         self.runner.pass_threads = self._pass_threads()
+        self.runner.pass_kernels = self._pass_kernels()
         try:
             worked = self.prefill.turn()
             if self._queues.running:
@@ -306,6 +310,7 @@ class Scheduler:
                 worked = True
         finally:  # passes outside a step (a maker timing its costs) are the server's own
             self.runner.pass_threads = None
+            self.runner.pass_kernels = None
         with self._cv:
             if worked:
                 self._stats.step_seconds.observe(self._clock() - t0)
@@ -316,6 +321,12 @@ class Scheduler:
         """The fewest threads any live request asks (None: none asks): kernels sum in a fixed order
         whatever the count, so a request's limit changes its neighbours' speed, never their ids."""
         return min((w.threads for w in self._queues.live() if w.threads), default=None)
+
+    def _pass_kernels(self) -> KernelsMode | None:
+        """The kernel shapes the live requests ask, when those that ask agree (None: the server's
+        own): any shape gives the same bits, so this too changes speed only."""
+        asked = {w.kernels for w in self._queues.live() if w.kernels}
+        return asked.pop() if len(asked) == 1 else None
 
     def _drop_cancelled(self) -> None:
         for queue in (self._queues.waiting, self._queues.prefilling):

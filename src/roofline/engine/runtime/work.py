@@ -10,6 +10,7 @@ from roofline.engine.runtime.prefix_cache import PrefixCache, PrefixNode
 from roofline.engine.runtime.requests import RequestHandle, Sink
 from roofline.engine.runtime.sequence import Sequence
 from roofline.engine.runtime.speculate.step import RequestSpeculation
+from roofline.kernel_modes import KernelsMode
 from roofline.speculation import SpecOptions
 
 
@@ -28,6 +29,7 @@ class Work:
     caching: bool = True  # its path may still grow (False once a node did not fit, or done)
     reused: int = 0  # prompt tokens loaded from the prefix cache
     threads: int | None = None  # the request's own thread limit (None: the server's choice)
+    kernels: KernelsMode | None = None  # the request's kernel shapes (None: the server's choice)
 
     def release_prefix(self, cache: PrefixCache | None) -> None:
         """Give back its prefix-cache references (its prefill finished, failed or was cancelled)."""

@@ -11,6 +11,7 @@ from roofline.engine.serve.http_limits import Limits
 from roofline.engine.serve.options import ServeOptions
 from roofline.engine.serve.server import bind_socket, create_app, uvicorn_server
 from roofline.errors import UserError
+from roofline.kernel_modes import KERNELS_MODES
 
 
 def serve(o: ServeOptions) -> None:
@@ -37,6 +38,9 @@ def serve(o: ServeOptions) -> None:
             max_seq_len=o.max_seq_len,
             kernels=o.kernels,
         )
+        # both shapes, whatever the server's own: a request may ask either (`roofline_kernels`)
+        for mode in KERNELS_MODES:
+            runner.offer_kernels(mode)
         _log(f"kernels for this CPU: {runner.kernels.describe()}")
         runner.prefill_chunk_tokens = o.prefill_granule
         return runner

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from roofline import speculation
 from roofline.engine.runtime.sampling import SamplingParams
 from roofline.engine.runtime.sequence import context_error
+from roofline.kernel_modes import KernelsMode
 from roofline.speculation import SpecOptions
 
 
@@ -80,6 +81,10 @@ class _SamplingFields(_Strict):
     # roofline extension: at most this many threads for the passes that hold this request (the
     # fewest any live request asks wins; results do not depend on it). None: the server's choice
     roofline_threads: int | None = Field(default=None, ge=1)
+    # roofline extension: the kernel shapes of the passes that hold this request, this CPU's
+    # measured ones or the defaults (when every live request that asks names the same; results do
+    # not depend on it). None: the server's --kernels
+    roofline_kernels: KernelsMode | None = None
     n: int = 1
     stream: bool = False
     stream_options: StreamOptions | None = None

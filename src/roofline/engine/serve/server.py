@@ -192,6 +192,7 @@ def create_app(
                     speculate=req.speculative,
                     options=req.spec_options(),
                     threads=req.roofline_threads,
+                    kernels=req.roofline_kernels,
                 )
             except RuntimeError as e:
                 raise APIError(

@@ -157,3 +157,36 @@ def test_a_requests_thread_limit_runs_its_passes_on_that_many_threads(tiny_gguf)
             assert r.status_code == 400, r.text
             assert fragment in r.json()["error"]["message"]
     assert runner.pass_threads is None  # no live request asks any more
+
+
+def test_a_requests_kernel_shapes_are_its_passes_and_change_no_id(tiny_gguf):
+    """`roofline_kernels`: the passes that hold the request take the shapes it names from those
+    the server offers (here an extreme one as "measured"), with the ids of the server's own; an
+    unknown name is a 400."""
+    from roofline.engine.kernels.kernel_shapes import KNOBS, KernelShape
+    from roofline.engine.runtime.kernel_choice import KernelChoice
+
+    runner = load_runner(str(tiny_gguf), max_batch=2, max_seq_len=64, threads=2)
+    least = KernelShape(**{k.field: min(k.values) for k in KNOBS})
+    runner.kernel_choices["measured"] = KernelChoice(least, least, "measured")
+    seen: list[object] = []
+    pick = runner._use_threads
+
+    def spy() -> int:
+        seen.append(runner.pass_kernels)
+        return pick()
+
+    runner._use_threads = spy
+    with serving(runner) as url:
+        name = sdk(url).models.list().data[0].id
+        plain = _ask(url, name, PROMPTS[0], None)
+        assert set(seen) == {None}
+        seen.clear()
+        body = {"model": name, "prompt": PROMPTS[0], "max_tokens": N, "temperature": 0}
+        body |= {"ignore_eos": True, "return_token_ids": True, "roofline_kernels": "measured"}
+        tuned = httpx.post(url + "/v1/completions", json=body, timeout=60).json()
+        assert set(seen) == {"measured"}
+        assert tuned["choices"][0]["token_ids"] == plain["choices"][0]["token_ids"]
+        r = httpx.post(url + "/v1/completions", json=body | {"roofline_kernels": "fastest"})
+        assert r.status_code == 400, r.text
+    assert runner.pass_kernels is None  # no live request asks any more
