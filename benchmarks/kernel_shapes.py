@@ -14,17 +14,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 from engine_vs_peers import apply_isa, describe_cpu
-
-
-def _pass_ms(runner, rows: int) -> float:
-    t0 = time.perf_counter()
-    runner.step([(0, [0] * rows, None)])
-    took = time.perf_counter() - t0
-    runner.truncate(0, 1)
-    return took * 1e3
 
 
 def main() -> None:
@@ -43,21 +34,22 @@ def main() -> None:
         KernelChoice,
         measure_kernel_choice,
     )
+    from roofline.engine.runtime.pass_timing import pass_seconds, timing_slot
 
     runner = load_runner(args.model, dtype=args.dtype, threads=args.threads, max_seq_len=64)
     describe_cpu(runner.threads)
     chosen = measure_kernel_choice(runner)
     print(f"choice: {chosen.describe()}")
     runner.thread_chooser = None  # every pass on runner.threads
-    runner.prefill(0, [0])
     for rows in (1, VERIFY_ROWS):
         times: dict[str, list[float]] = {"default": [], "chosen": []}
-        for round_ in range(args.rounds + 1):
-            for name, choice in (("default", KernelChoice()), ("chosen", chosen)):
-                runner.kernels = choice
-                ms = _pass_ms(runner, rows)
-                if round_:
-                    times[name].append(ms)
+        with timing_slot(runner):
+            for round_ in range(args.rounds + 1):
+                for name, choice in (("default", KernelChoice()), ("chosen", chosen)):
+                    runner.kernels = choice
+                    ms = pass_seconds(runner, rows) * 1e3
+                    if round_:
+                        times[name].append(ms)
         med = {k: statistics.median(v) for k, v in times.items()}
         line = ", ".join(f"{k} {min(v):.2f}/{med[k]:.2f}/{max(v):.2f} ms" for k, v in times.items())
         print(f"{rows} row(s): {line}; chosen/default speed {med['default'] / med['chosen']:.3f}x")

@@ -27,7 +27,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from roofline.engine.kernels.kernel_shapes import (
     DEFAULT_SHAPE,
@@ -35,6 +35,7 @@ from roofline.engine.kernels.kernel_shapes import (
     PassRows,
     knobs_for,
 )
+from roofline.engine.runtime.pass_timing import pass_seconds, timing_slot
 from roofline.kernel_modes import KERNELS_MODES, KernelsMode
 
 ChoiceSource = Literal["default", "measured", "cached"]
@@ -78,7 +79,7 @@ class KernelChoice:
     @classmethod
     def from_json(cls, d: object) -> KernelChoice:
         """The choice of a `to_json` object; ValueError when it is not one."""
-        if not isinstance(d, dict) or d.get("source") not in ("default", "measured", "cached"):
+        if not isinstance(d, dict) or d.get("source") not in get_args(ChoiceSource):
             raise ValueError(f"not a kernel choice: {d!r}")
         seconds = d.get("seconds")
         if not isinstance(seconds, int | float) or seconds < 0:
@@ -114,21 +115,15 @@ def measure_kernel_choice(runner, rounds: int = ROUNDS, margin: float = MARGIN) 
     the defaults."""
     if runner.max_seq_len < 2:
         return KernelChoice()
-    started = time.monotonic()
-    chooser, kept = runner.thread_chooser, runner.kernels
-    if chooser is not None:  # every shape on the same thread count
-        chooser.pinned = chooser.current
-    runner.prefill(0, [0])
+    started, kept = time.monotonic(), runner.kernels
     try:
-        one = _descend(runner, 1, "one", rounds, margin)
-        many = one
-        if runner.max_seq_len >= VERIFY_ROWS + 2:
-            many = _descend(runner, VERIFY_ROWS, "many", rounds, margin)
+        with timing_slot(runner):  # every shape on the same thread count
+            one = _descend(runner, 1, "one", rounds, margin)
+            many = one
+            if runner.max_seq_len >= VERIFY_ROWS + 2:
+                many = _descend(runner, VERIFY_ROWS, "many", rounds, margin)
     finally:
-        if chooser is not None:
-            chooser.pinned = None
         runner.kernels = kept
-        runner.release(0)
     return KernelChoice(one, many, "measured", time.monotonic() - started)
 
 
@@ -144,18 +139,16 @@ def _descend(runner, rows: int, passes: PassRows, rounds: int, margin: float) ->
     return best
 
 
-def _median_pass_s(runner, rows: int, shapes: list[KernelShape], rounds: int) -> dict:
+def _median_pass_s(
+    runner, rows: int, shapes: list[KernelShape], rounds: int
+) -> dict[KernelShape, float]:
     """Median seconds of a `rows`-row pass of slot 0 in each shape, over interleaved rounds (a
     first round untimed: caches, page faults)."""
     seconds: dict[KernelShape, list[float]] = {s: [] for s in shapes}
-    tokens = [0] * rows
     for round_ in range(rounds + 1):
         for s in shapes:
             runner.kernels = KernelChoice(s, s, "measured")
-            t0 = time.perf_counter()
-            runner.step([(0, tokens, None)])
-            took = time.perf_counter() - t0
-            runner.truncate(0, 1)
+            took = pass_seconds(runner, rows)
             if round_:
                 seconds[s].append(took)
     return {s: statistics.median(t) for s, t in seconds.items()}
@@ -168,14 +161,13 @@ def cpu_key() -> str:
     return f"{cpu_model_name()}\n{cpu_flags()}"
 
 
-def choice_key(model: str | os.PathLike, dtype: str, threads: int) -> dict[str, Any]:
-    """Everything a measured choice depends on (the module docstring)."""
-    import llvmlite
+def host_model_key(model: str | os.PathLike, dtype: str) -> dict[str, Any]:
+    """What the engine's compiled kernels for a model file at a dtype depend on here: roofline,
+    Python and numba, the CPU, the file (path, size, time) and the dtype. `prepare`'s stamp and
+    the measured choice both start from it."""
     import numba
 
     from roofline import __version__
-    from roofline.engine.kernels.kernel_cache import kernel_sources, sources_digest
-    from roofline.simd import kernel_isa
 
     path = Path(model).resolve()
     st = path.stat()
@@ -183,12 +175,29 @@ def choice_key(model: str | os.PathLike, dtype: str, threads: int) -> dict[str, 
         "roofline": __version__,
         "python": sys.version,
         "numba": numba.__version__,
-        "llvmlite": llvmlite.__version__,
         "cpu": cpu_key(),
-        "isa": kernel_isa(),
-        "sources": sources_digest(kernel_sources()),
         "model": [str(path), st.st_size, st.st_mtime_ns],
         "dtype": dtype,
+    }
+
+
+def key_digest(key: dict[str, Any]) -> str:
+    """A key's name in the user cache: 32 hex digits of its sha256."""
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def choice_key(model: str | os.PathLike, dtype: str, threads: int) -> dict[str, Any]:
+    """Everything a measured choice depends on (the module docstring)."""
+    import llvmlite
+
+    from roofline.engine.kernels.kernel_cache import kernel_sources, sources_digest
+    from roofline.simd import kernel_isa
+
+    return {
+        **host_model_key(model, dtype),
+        "llvmlite": llvmlite.__version__,
+        "isa": kernel_isa(),
+        "sources": sources_digest(kernel_sources()),
         "threads": threads,
     }
 
@@ -197,8 +206,7 @@ def choice_path(key: dict[str, Any]) -> Path:
     """Where the choice for this key lives in the user cache (its name: the key's hash)."""
     from roofline.hardware.profile import profile_dir
 
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
-    return profile_dir() / "kernel-shapes" / f"{digest}.json"
+    return profile_dir() / "kernel-shapes" / f"{key_digest(key)}.json"
 
 
 def read_choice(path: Path, key: dict[str, Any]) -> KernelChoice | None:

@@ -6,7 +6,9 @@ truncate, release)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 
@@ -42,6 +44,32 @@ class PassCosts:
         return pass_cost_between(sorted(table.items()), rows)
 
 
+@contextlib.contextmanager
+def timing_slot(runner) -> Iterator[None]:
+    """Slot 0 holding one position for timed passes (`pass_seconds`), every pass on the thread
+    chooser's current count; afterwards the slot is empty and the chooser free again."""
+    chooser = runner.thread_chooser
+    if chooser is not None:
+        chooser.pinned = chooser.current
+    runner.prefill(0, [0])
+    try:
+        yield
+    finally:
+        if chooser is not None:
+            chooser.pinned = None
+        runner.release(0)
+
+
+def pass_seconds(runner, rows: int) -> float:
+    """Seconds of one weight pass over `rows` rows of slot 0 (inside `timing_slot`), the slot then
+    rolled back to its one position."""
+    t0 = time.perf_counter()
+    runner.step([(0, [0] * rows, None)])
+    took = time.perf_counter() - t0
+    runner.truncate(0, 1)
+    return took
+
+
 def measure_pass_costs(runner, rows: Seq[int] = PASS_COST_ROWS, reps: int = 7) -> PassCosts:
     """Time weight passes over several row counts of slot 0, relative to a one-row pass: what a
     speculative verify of k drafted tokens costs.
@@ -52,24 +80,13 @@ def measure_pass_costs(runner, rows: Seq[int] = PASS_COST_ROWS, reps: int = 7) -
     0.92x to 1.52x of one row on the same server build.)"""
     if runner.max_seq_len < max(rows) + 2:
         return PassCosts({1: 1.0})
-    chooser = runner.thread_chooser
-    if chooser is not None:  # every count on the chooser's current threads, not its probes
-        chooser.pinned = chooser.current
-    runner.prefill(0, [0])
     seconds: dict[int, float] = {}
-    try:
+    with timing_slot(runner):  # every count on the chooser's current threads, not its probes
         for round_ in range(reps + 1):
             for r in rows:
-                t0 = time.perf_counter()
-                runner.step([(0, [0] * r, None)])
-                took = time.perf_counter() - t0
-                runner.truncate(0, 1)
+                took = pass_seconds(runner, r)
                 if round_:
                     seconds[r] = min(seconds.get(r, took), took)
-    finally:
-        if chooser is not None:
-            chooser.pinned = None
-        runner.release(0)
     return PassCosts({r: seconds[r] / seconds[1] for r in rows}, seconds[1])
 
 
@@ -79,17 +96,10 @@ def seed_threads(runner, rounds: int = 4) -> None:
     chooser = runner.thread_chooser
     if chooser is None or len(chooser.candidates) < 2 or runner.max_seq_len < 2:
         return
-    runner.prefill(0, [0])
     seconds: dict[int, list[float]] = {n: [] for n in chooser.candidates}
-    try:
+    with timing_slot(runner):
         for _ in range(rounds):
             for n in chooser.candidates:
                 chooser.pinned = n
-                started = time.perf_counter()
-                runner.decode([0], [0])
-                seconds[n].append(time.perf_counter() - started)
-                runner.truncate(0, 1)
-    finally:
-        chooser.pinned = None
-        runner.release(0)
+                seconds[n].append(pass_seconds(runner, 1))
     chooser.seed(seconds)

@@ -11,10 +11,8 @@ live, numba, Python, the CPU, the model file, the dtype), so a prepared pair cos
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -70,24 +68,12 @@ def prepare(
 
 
 def _key(model: Path, dtype: str) -> str:
-    import numba
-
-    from roofline import __version__
     from roofline.engine.kernels.kernel_cache import kernel_sources
-    from roofline.engine.runtime.kernel_choice import cpu_key
+    from roofline.engine.runtime.kernel_choice import host_model_key, key_digest
 
-    st = model.stat()
-    sources = kernel_sources()
-    parts = {
-        "roofline": __version__,
-        "python": sys.version,
-        "numba": numba.__version__,
-        "cpu": cpu_key(),
-        "model": [str(model.resolve()), st.st_size, st.st_mtime_ns],
-        "dtype": dtype,
-        "sources": [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in sources],
-    }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+    # the sources where they live: numba's cache sits beside them
+    sources = [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in kernel_sources()]
+    return key_digest({**host_model_key(model, dtype), "sources": sources})
 
 
 def _cache_present() -> bool:
