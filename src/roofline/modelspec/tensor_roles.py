@@ -71,6 +71,11 @@ def _is_norm(parts: list[str]) -> bool:
     return any("norm" in p or p in ("sinks", "attn_sinks", "ln_1", "ln_2", "ln_f") for p in parts)
 
 
+# one expert's projection as llama.cpp wrote Mixtral before it packed experts (early 2024):
+# blk.0.ffn_gate.3.weight; the engine's loader reads the same names (`engine/loading/gguf_names`)
+ONE_EXPERT_GGUF = re.compile(r"blk\.(\d+)\.ffn_(gate|up|down)\.(\d+)\.weight")
+
+
 def _gguf_role(name: str, parts: list[str]) -> str:
     head = parts[0]
     if head == "token_embd":
@@ -87,9 +92,7 @@ def _gguf_role(name: str, parts: list[str]) -> str:
     if any(module.startswith(r) for r in _ROUTER):
         return "router"
     # packed (ffn_gate_exps, ffn_gate_up_exps) or one expert's own (ffn_gate.3: early Mixtral)
-    if module.endswith("_exps") or (
-        module.startswith("ffn_") and len(parts) > 4 and parts[3].isdigit()
-    ):
+    if module.endswith("_exps") or ONE_EXPERT_GGUF.fullmatch(name):
         return "experts"
     if module.startswith("attn_"):
         return "attention"

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 
+from roofline.modelspec.tensor_roles import ONE_EXPERT_GGUF
+
 _GLOBAL = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
@@ -61,8 +63,6 @@ _POST_NORMS = {
 }
 
 _BLOCK = re.compile(r"blk\.(\d+)\.(.+)")
-# one expert's projection, as llama.cpp wrote Mixtral before packing them: blk.0.ffn_gate.3.weight
-_ONE_EXPERT = re.compile(r"blk\.(\d+)\.ffn_(gate|up|down)\.(\d+)\.weight")
 
 # Tensors a GGUF may carry that are not weights of the model proper.
 # rope_freqs: Llama 3.1+ frequency factors (read into ModelConfig.rope_scaling, not a weight).
@@ -74,7 +74,7 @@ def hf_name(gguf_name: str, post_norms: bool = False) -> str | None:
     a block with norms after attention and MLP)."""
     if gguf_name in _GLOBAL:
         return _GLOBAL[gguf_name]
-    if one := _ONE_EXPERT.fullmatch(gguf_name):
+    if one := ONE_EXPERT_GGUF.fullmatch(gguf_name):
         layer, x, expert = one.groups()
         return expert_name(int(layer), int(expert), f"{x}_proj.weight")
     match = _BLOCK.fullmatch(gguf_name)
