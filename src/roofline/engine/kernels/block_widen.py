@@ -43,6 +43,17 @@ _PERMUTE = target_has("avx512f")
 # Q8_0's are (sign-extend, convert, scale). Its arithmetic decoding took 13 operations a lane
 # group; in a one-thread 18 MB matvec on AVX2 code this ran at 2.9x its speed (docs/measured.md).
 _SHUFFLE_BYTES = not _PERMUTE and target_has("ssse3")
+# Without AVX-512, 16 weights' bytes load as two 8-byte halves, each zero-extended to i32 lanes
+# from memory (vpmovzxbd mem): from one 16-byte load LLVM masked the low nibbles as bytes, then
+# split and widened them (9 ops a block where the halves take 6), and a one-row pass over the
+# shipped Q4_1 file ran 13-24% slower (AVX2 Zen 3, docs/measured.md). Signed bytes (Q8_0) stay one
+# load: halves were 8% slower there.
+_BYTES_IN_HALVES = not _PERMUTE
+# Without AVX-512, a block's one fp16 scale is broadcast as 16 bits, then converted in every lane
+# (vpbroadcastw, vcvtph2ps): the scalar load merged into a register (vpinsrw), converted and
+# broadcast, sat on the widening's path; Q8_0 and Q4_0 passes ran 7-27% faster by it (same
+# measurement). AVX-512 hosts were not measured with it and keep the scalar convert.
+_SPLAT_HALF_BITS = _F16C and not _PERMUTE
 _IOTA16 = ir.Constant(ir.VectorType(F32, 16), [float(j) for j in range(16)])
 _IOTA16_MINUS8 = ir.Constant(ir.VectorType(F32, 16), [float(j - 8) for j in range(16)])
 # E2M1 (sign, 2-bit exponent, 1-bit mantissa) doubled, by nibble: ggml's kvalues_mxfp4
@@ -108,8 +119,21 @@ class _Row:
 
     def bytes_i32(self, ptr, lanes, signed=False):
         """lanes bytes at ptr as i32 lanes (zero- or sign-extended)."""
-        raw = self.load(ptr, vec_type(lanes, _I8))
-        return (self.b.sext if signed else self.b.zext)(raw, vec_type(lanes, _I32))
+        extend = self.b.sext if signed else self.b.zext
+        if _BYTES_IN_HALVES and lanes == 16 and not signed:
+            halves = [
+                extend(self.load(self.at(ptr, 8 * h), vec_type(8, _I8)), vec_type(8, _I32))
+                for h in (0, 1)
+            ]
+            return self.b.shuffle_vector(*halves, ir.Constant(vec_type(16, _I32), list(range(16))))
+        return extend(self.load(ptr, vec_type(lanes, _I8)), vec_type(lanes, _I32))
+
+    def half_splat(self, ptr, lanes):
+        """The fp16 at ptr as float32 in every one of `lanes` lanes (exact)."""
+        if not _SPLAT_HALF_BITS:
+            return self.splat(self.half(ptr), lanes)
+        bits = self.splat(self.load(ptr, _I16), lanes, _I16)
+        return self.b.fpext(self.b.bitcast(bits, vec_type(lanes, ir.HalfType())), vec_type(lanes))
 
     def half(self, ptr):
         """The fp16 at ptr as a float32 scalar (exact)."""
@@ -194,7 +218,7 @@ def half_to_f32(b, bits, lanes, f16c=_F16C):
 
 
 def _q8_0(r, blk, p, lanes):
-    d = r.splat(r.half(blk), lanes)
+    d = r.half_splat(blk, lanes)
     return r.b.fmul(r.to_f32(r.bytes_i32(r.at(blk, 2, p), lanes, signed=True)), d, flags=KEEP_FLAGS)
 
 
@@ -216,7 +240,7 @@ def _q5_bits(r, qh_ptr, p, lanes):
 
 
 def _q4_0(r, blk, p, lanes):
-    d = r.splat(r.half(blk), lanes)
+    d = r.half_splat(blk, lanes)
     if _tabled(lanes, p):
         raw = r.bytes_i32(r.at(blk, 2 + p % 16), lanes)
         return _by_nibble(r, raw, p >= 16, r.b.fmul(d, _IOTA16_MINUS8, flags=KEEP_FLAGS))
@@ -292,16 +316,16 @@ def _mxfp4(r, blk, p, lanes):
 def _q5_0(r, blk, p, lanes):
     q = r.b.or_(_nibble_at(r, blk, 6, p, lanes), _q5_bits(r, r.at(blk, 2), p, lanes))
     q = r.b.sub(q, r.ints(16, lanes))
-    return r.b.fmul(r.splat(r.half(blk), lanes), r.to_f32(q), flags=KEEP_FLAGS)
+    return r.b.fmul(r.half_splat(blk, lanes), r.to_f32(q), flags=KEEP_FLAGS)
 
 
 def _q5_1(r, blk, p, lanes):
     q = r.b.or_(_nibble_at(r, blk, 8, p, lanes), _q5_bits(r, r.at(blk, 4), p, lanes))
     return fma(
         r.b,
-        r.splat(r.half(blk), lanes),
+        r.half_splat(blk, lanes),
         r.to_f32(q, signed=False),
-        r.splat(r.half(r.at(blk, 2)), lanes),
+        r.half_splat(r.at(blk, 2), lanes),
     )
 
 
@@ -416,7 +440,7 @@ def _q6_k(r, blk, chunk, within, lanes):
     scale = b.zext(r.load(r.at(blk, 192, scale_at), _I8), _I32)
     signed = [v - 256 if v >= 128 else v for v in range(256)]
     sc = _small_int_floats(r, scale, lanes, "roofline_int8", signed)
-    d = r.once("q6_k d", lambda: r.splat(r.half(r.at(blk, 208)), lanes))
+    d = r.once("q6_k d", lambda: r.half_splat(r.at(blk, 208), lanes))
     ds = b.fmul(d, sc, flags=KEEP_FLAGS)  # the product a scalar multiply made, in every lane
     return b.fmul(ds, r.to_f32(q), flags=KEEP_FLAGS)
 
