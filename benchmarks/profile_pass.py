@@ -200,8 +200,9 @@ def main() -> None:
         work = Path(tmp)
         data, code, marks = work / "perf.data", work / "code", work / "marks"
         cmd = [
-            "perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-e", "cpu-clock", "-o", str(data), "--",
-            sys.executable, *sys.argv, "--child", "--code", str(code), "--marks", str(marks),
+            "perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-e", "cpu-clock",
+            "-o", str(data), "--", sys.executable, *sys.argv,
+            "--child", "--code", str(code), "--marks", str(marks),
         ]  # fmt: skip
         subprocess.run(cmd, check=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         window = tuple(float(v) for v in marks.read_text().split())
