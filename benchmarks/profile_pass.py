@@ -54,7 +54,9 @@ def child(args) -> None:
     from roofline.engine import load_runner
     from roofline.engine.runtime.pass_timing import pass_seconds, timing_slot
 
-    runner = load_runner(args.model, dtype=args.dtype, threads=args.threads, max_seq_len=64)
+    runner = load_runner(
+        args.model, dtype=args.dtype, threads=args.threads, max_seq_len=max(64, 2 * args.rows)
+    )
     runner.thread_chooser = None
     describe_cpu(runner.threads)
     times = []

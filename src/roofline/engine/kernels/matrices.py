@@ -151,10 +151,21 @@ def _matvec_overload(w, scale, x, out, o0, o1, accumulate, kernels):
     return plain
 
 
+# A block's sums are 16 lanes each (`simd`'s matrix order): one register with AVX-512, two with
+# AVX2, which has 16 vector registers to AVX-512's 32. Two weight rows x 8 x rows (16 sums) fill
+# half of AVX-512's registers; on AVX2 they needed 32 and the loop spent 234 of its 532
+# instructions spilling them to the stack (a profile of a 128-row pass, Zen 3). There a block is
+# one weight row x 4 x rows (8 registers of sums): 8-row passes over the shipped Q4_1 file took
+# 21.7 ms against 41.2 (one row: 7 ms), 128-row passes 372 against 631 (docs/measured.md).
+_WIDE_REGISTERS = simd.target_has("avx512f")
+_STORED_X_GROUP = 8 if _WIDE_REGISTERS else 4  # x rows a block of stored weight rows serves
+
+
 def stored_into(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
     """out[r + j, o] (+)= sum_t w[o, t] x[r + j, t] for stored rows o in [o0, o1) and j < m (a
     literal 1..8), fmt: their StoredCodes: two weight rows at a time where they share a format
-    (`block_simd.stored_dot_block`), else one. ahead >= 0: the first pass over these rows, which
+    (`block_simd.stored_dot_block`), else one (always one beside several x rows without
+    AVX-512's registers: `_STORED_X_GROUP`). ahead >= 0: the first pass over these rows, which
     hints each row's bytes `ahead` bytes ahead (a later group of x rows: -1, no hints)."""
     raise NotImplementedError
 
@@ -173,7 +184,7 @@ def _stored_into_overload(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
         codes, formats = fmt.codes, fmt.formats
         o = o0
         while o < o1:
-            if o + 1 < o1 and codes[o] == codes[o + 1]:
+            if (rows == 1 or _WIDE_REGISTERS) and o + 1 < o1 and codes[o] == codes[o + 1]:
                 if first:
                     _hint_span(w, o * row + a, (o + 2) * row + a)
                 d = block_simd.stored_dot_block(
@@ -184,7 +195,13 @@ def _stored_into_overload(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
                 continue
             if first:
                 _hint_span(w, o * row + a, (o + 1) * row + a)
-            _stored_alone(w, fmt, x, out, o, r, m, accumulate)
+            if rows > 1 and not _WIDE_REGISTERS:  # one weight row beside the x rows
+                d = block_simd.stored_dot_block(
+                    w, o * row, codes[o], formats, x, r * s, s, s, 1, rows
+                )
+                store_sums(out, r, o, d, None, rows, accumulate)
+            else:
+                _stored_alone(w, fmt, x, out, o, r, m, accumulate)
             o += 1
 
     return impl
@@ -223,15 +240,16 @@ def _stored_group_overload(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
 
 @njit(**JIT_OPTIONS)
 def _stored_tile(w, fmt, x, out, o0, o1, accumulate, ahead):
-    # x rows in groups of up to 8 outside, the tile's weight rows inside, two at a time: widening
-    # a stored block costs several instructions per 16 weights, so each widened vector serves 8 x
-    # rows (16 made no difference and took longer to compile); the tile stays in L1 for the next
+    # x rows in groups of up to _STORED_X_GROUP outside, the tile's weight rows inside (two at a
+    # time with AVX-512): widening a stored block costs several instructions per 16 weights, so
+    # each widened vector serves 8 x rows with AVX-512 (16 made no difference and took longer to
+    # compile), 4 with AVX2 (what its registers hold); the tile stays in L1 for the next
     # group. Five to seven rows go as one group: as four and the rest, each block was widened
     # twice (5 rows cost 2.3x one row against 1.6x; the three more kernels take 50 s more to
     # compile from a cold cache, docs/measured.md)
     k, r = x.shape[0], 0
     while r < k:
-        m = min(8, k - r)
+        m = min(_STORED_X_GROUP, k - r)
         _stored_group(w, fmt, x, out, o0, o1, r, m, accumulate, ahead if r == 0 else -1)
         r += m
 
