@@ -12,7 +12,7 @@ itself or on the instruction after it; uops per loop (what a throughput bound co
 loop's instructions, printed with their mnemonics tallied.
 
     python benchmarks/profile_pass.py [--model FILE] [--dtype stored] [--rows 1] [--seconds 10]
-        [--isa avx2] [--top 40]
+        [--isa avx2] [--min-permille 2]
 
 Needs `perf` and `objdump` on PATH (Debian: linux-perf, binutils) and perf_event_paranoid <= 2.
 """
@@ -77,24 +77,23 @@ def child(args) -> None:
     dump_executable_mappings(Path(args.code))
 
 
-def samples(perf_data: Path, window: tuple[float, float]) -> list[tuple[str, int, str]]:
-    """(thread id, address, where) of each sample inside the timed window (perf's clock is the
+def samples(perf_data: Path, window: tuple[float, float]) -> list[tuple[int, str]]:
+    """(address, where) of each sample inside the timed window (perf's clock is the
     monotonic one)."""
     out = subprocess.run(
-        ["perf", "script", "-i", str(perf_data), "-F", "tid,time,ip,sym,dso"],
+        ["perf", "script", "-i", str(perf_data), "-F", "time,ip,sym,dso"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
     got = []
     for line in out.splitlines():
-        parts = line.split(None, 3)
-        if len(parts) < 3:
+        parts = line.split(None, 2)
+        if len(parts) < 2:
             continue
-        t = float(parts[1].rstrip(":"))
+        t = float(parts[0].rstrip(":"))
         if window[0] <= t <= window[1]:
-            where = parts[3] if len(parts) > 3 else ""
-            got.append((parts[0], int(parts[2], 16), where))
+            got.append((int(parts[1], 16), parts[2] if len(parts) > 2 else ""))
     return got
 
 
@@ -117,7 +116,7 @@ def disassemble(code: bytes, start: int) -> list[tuple[int, str]]:
     return lines
 
 
-def report(args, code: Path, hits: list[tuple[str, int, str]]) -> None:
+def report(args, code: Path, hits: list[tuple[int, str]]) -> None:
     regions = []
     for f in code.glob("*.bin"):
         start = int(f.stem, 16)
@@ -129,7 +128,7 @@ def report(args, code: Path, hits: list[tuple[str, int, str]]) -> None:
     total = len(hits)
     by_where = collections.Counter()
     jit = collections.Counter()
-    for _, ip, where in hits:
+    for ip, where in hits:
         if region_of(ip):
             jit[ip] += 1
             by_where["numba's kernels (JIT code)"] += 1

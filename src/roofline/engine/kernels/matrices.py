@@ -175,16 +175,18 @@ def _stored_into_overload(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
     if not isinstance(m, types.IntegerLiteral):
         return None
     rows = m.literal_value
-
     # The matrix order has one sum per product, a chain of FMAs: one weight row with up to four x
     # rows left the two FMA units waiting on their chains; two weight rows double the chains
-    # (2 to 4 x rows measured 10-20% faster a pass, docs/measured.md)
+    # (2 to 4 x rows measured 10-20% faster a pass with AVX-512, docs/measured.md). Without
+    # AVX-512's registers, pairs serve one x row only (`_STORED_X_GROUP`)
+    pairs = rows == 1 or _WIDE_REGISTERS
+
     def impl(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
         s, row, a, first = x.shape[1], w.shape[1], ahead, ahead >= 0
         codes, formats = fmt.codes, fmt.formats
         o = o0
         while o < o1:
-            if (rows == 1 or _WIDE_REGISTERS) and o + 1 < o1 and codes[o] == codes[o + 1]:
+            if pairs and o + 1 < o1 and codes[o] == codes[o + 1]:
                 if first:
                     _hint_span(w, o * row + a, (o + 2) * row + a)
                 d = block_simd.stored_dot_block(
@@ -195,7 +197,7 @@ def _stored_into_overload(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
                 continue
             if first:
                 _hint_span(w, o * row + a, (o + 1) * row + a)
-            if rows > 1 and not _WIDE_REGISTERS:  # one weight row beside the x rows
+            if not pairs:  # one weight row beside the x rows
                 d = block_simd.stored_dot_block(
                     w, o * row, codes[o], formats, x, r * s, s, s, 1, rows
                 )
