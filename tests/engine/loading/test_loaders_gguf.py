@@ -179,7 +179,7 @@ def test_truncated_gguf_at_several_cut_points(tmp_path, tiny_gguf):
 def test_corrupt_gguf(tmp_path):
     bad = tmp_path / "noise.gguf"
     bad.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
-    assert_load_fails(bad, "not a readable GGUF")
+    assert_load_fails(bad, "is not a GGUF file")
     fake = tmp_path / "fake.gguf"
     fake.write_bytes(b"GGUF" + bytes(range(256)) * 4)
     assert_load_fails(fake, "GGUF")
@@ -231,3 +231,35 @@ def test_unknown_tensor_is_refused(tmp_path):
     writer.write_tensors_to_file()
     writer.close()
     assert_load_fails(path, "blk.0.ffn_gate_exps.weight", "not supported")
+
+
+# ----------------------------------------------------------------- the header reader against gguf
+@pytest.mark.parametrize("which", ["tiny", "shipped", "Q4_K"])
+def test_open_gguf_reads_what_ggufs_own_reader_reads(tmp_path, tiny_gguf, which):
+    """Every key's value and every tensor's type, dims and bytes equal gguf.GGUFReader's (the
+    vocabulary's strings and the numeric arrays included)."""
+    from roofline.engine.loading.gguf import gguf_metadata, open_gguf
+    from roofline.modelspec.default_model import default_model_path
+
+    path = {
+        "tiny": lambda: tiny_gguf,
+        "shipped": default_model_path,
+        "Q4_K": lambda: write_tiny_gguf(tmp_path, tensor_type="Q4_K"),
+    }[which]()
+    ours, theirs = open_gguf(path), gguf.GGUFReader(str(path))
+    meta = gguf_metadata(ours, path)
+    fields = {k: f for k, f in theirs.fields.items() if not k.startswith("GGUF.")}  # its own
+    assert set(meta) == set(fields)
+    for key, field in fields.items():
+        expected = field.contents()
+        assert meta[key] == expected, key
+        assert type(meta[key]) is type(expected), key
+    assert [t.name for t in ours.tensors] == [t.name for t in theirs.tensors]
+    for a, b in zip(ours.tensors, theirs.tensors):
+        assert (a.tensor_type, a.shape, a.n_bytes) == (
+            int(b.tensor_type),
+            tuple(b.shape),
+            b.n_bytes,
+        )
+        assert a.data.dtype == b.data.dtype and a.data.shape == b.data.shape, a.name
+        assert np.array_equal(a.data, b.data), a.name
