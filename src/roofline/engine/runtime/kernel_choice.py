@@ -18,13 +18,10 @@ choice from elsewhere is never trusted, though no choice could change an output.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import statistics
 import sys
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -35,6 +32,7 @@ from roofline.engine.kernels.kernel_shapes import (
     PassRows,
     knobs_for,
 )
+from roofline.engine.runtime.measured_cache import measured_path, read_measured, write_measured
 from roofline.engine.runtime.pass_timing import pass_seconds, timing_slot
 from roofline.kernel_modes import KERNELS_MODES, KernelsMode
 
@@ -181,11 +179,6 @@ def host_model_key(model: str | os.PathLike, dtype: str) -> dict[str, Any]:
     }
 
 
-def key_digest(key: dict[str, Any]) -> str:
-    """A key's name in the user cache: 32 hex digits of its sha256."""
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
-
-
 def choice_key(model: str | os.PathLike, dtype: str, threads: int) -> dict[str, Any]:
     """Everything a measured choice depends on (the module docstring)."""
     import llvmlite
@@ -204,32 +197,18 @@ def choice_key(model: str | os.PathLike, dtype: str, threads: int) -> dict[str, 
 
 def choice_path(key: dict[str, Any]) -> Path:
     """Where the choice for this key lives in the user cache (its name: the key's hash)."""
-    from roofline.hardware.profile import profile_dir
-
-    return profile_dir() / "kernel-shapes" / f"{key_digest(key)}.json"
+    return measured_path("kernel-shapes", key)
 
 
 def read_choice(path: Path, key: dict[str, Any]) -> KernelChoice | None:
     """The choice stored at `path` for exactly this key; None (with a warning when a file is there
     but unusable) otherwise."""
-    if not path.is_file():
-        return None
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(d, dict) or d.get("key") != json.loads(json.dumps(key)):
-            raise ValueError("it was measured for another machine, model or build")
-        choice = KernelChoice.from_json(d.get("choice"))
-    except (OSError, ValueError) as e:  # json's errors are ValueErrors
-        warnings.warn(
-            f"ignoring the kernel-shape cache {path} ({e}); measuring again", stacklevel=2
-        )
+    choice = read_measured(path, key, "choice", "kernel-shape cache", KernelChoice.from_json)
+    if choice is None:
         return None
     return KernelChoice(choice.one_row, choice.many_rows, "cached", choice.seconds)
 
 
 def write_choice(path: Path, key: dict[str, Any], choice: KernelChoice) -> None:
-    """Store the choice atomically (a temporary file in the same folder, then a rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"key": key, "choice": choice.to_json()}) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    """Store the choice atomically."""
+    write_measured(path, key, "choice", choice.to_json())

@@ -130,10 +130,41 @@ class ModelRunner:
         if mode not in self.kernel_choices:
             self.kernel_choices[mode] = choose_kernels(self, mode)
 
-    def measure_pass_costs(self, rows: Seq[int] = PASS_COST_ROWS, reps: int = 7) -> None:
-        """Time the speculation cost model (`pass_timing.measure_pass_costs`), once per runner."""
-        if self.costs.table is None:
+    def measure_pass_costs(
+        self, rows: Seq[int] = PASS_COST_ROWS, reps: int = 7, cached: bool = False
+    ) -> None:
+        """Time the speculation cost model (`pass_timing.measure_pass_costs`), once per runner.
+        cached: take the table this host measured before for the same runner (`measured_cache`,
+        keyed as the kernel choice is, with the kernel shapes and the thread count the passes
+        run on), else measure and keep it there: every server start timed it (3.3 s of a 9.6 s
+        start of the shipped file, docs/measured.md)."""
+        if self.costs.table is not None:
+            return
+        if not cached:
             self.costs = measure_pass_costs(self, rows, reps)
+            return
+        from roofline.engine.runtime.kernel_choice import choice_key
+        from roofline.engine.runtime.measured_cache import (
+            measured_path,
+            read_measured,
+            write_measured,
+        )
+
+        chooser = self.thread_chooser
+        key = {
+            **choice_key(self.path, self.dtype, self.threads),
+            "kernels": [self.kernels.one_row.to_json(), self.kernels.many_rows.to_json()],
+            "pass_threads": self.threads if chooser is None else chooser.current,
+            "rows": list(rows),
+            "reps": reps,
+        }
+        path = measured_path("pass-costs", key)
+        costs = read_measured(path, key, "costs", "pass-cost cache", PassCosts.from_json)
+        if costs is None:
+            costs = measure_pass_costs(self, rows, reps)
+            if costs.table is not None and costs.one_row_s is not None:
+                write_measured(path, key, "costs", costs.to_json())
+        self.costs = costs
 
     def pass_cost(self, rows: int) -> float:
         """A pass over `rows` rows of one slot relative to one row (`PassCosts.cost`)."""

@@ -37,6 +37,33 @@ class PassCosts:
         cost = self._cost_of[rows] = self._interpolated(rows)
         return cost
 
+    def to_json(self) -> dict[str, object]:
+        return {
+            "table": None if self.table is None else {str(r): c for r, c in self.table.items()},
+            "one_row_s": self.one_row_s,
+        }
+
+    @classmethod
+    def from_json(cls, d: object) -> PassCosts:
+        """The costs of a `to_json` object of a measured table; ValueError when it is not one."""
+        table = d.get("table") if isinstance(d, dict) else None
+        one_row_s = d.get("one_row_s") if isinstance(d, dict) else None
+        if (
+            not isinstance(table, dict)
+            or not table
+            or not all(isinstance(c, int | float) and c > 0 for c in table.values())
+            or not isinstance(one_row_s, int | float)
+            or one_row_s <= 0
+        ):
+            raise ValueError(f"not a table of pass costs: {d!r}")
+        try:
+            rows = {int(r): float(c) for r, c in table.items()}
+        except ValueError:
+            raise ValueError(f"not a table of pass costs: {d!r}") from None
+        if rows.get(1) != 1.0:
+            raise ValueError(f"not a table of pass costs relative to one row: {d!r}")
+        return cls(rows, float(one_row_s))
+
     def _interpolated(self, rows: int) -> float:
         table = self.table
         if not table or len(table) < 2:

@@ -69,7 +69,8 @@ def prepare(
 
 def _key(model: Path, dtype: str) -> str:
     from roofline.engine.kernels.kernel_cache import kernel_sources
-    from roofline.engine.runtime.kernel_choice import host_model_key, key_digest
+    from roofline.engine.runtime.kernel_choice import host_model_key
+    from roofline.engine.runtime.measured_cache import key_digest
 
     # the sources where they live: numba's cache sits beside them
     sources = [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in kernel_sources()]

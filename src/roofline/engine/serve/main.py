@@ -46,8 +46,9 @@ def serve(o: ServeOptions) -> None:
         return runner
 
     def speculate(runner):
-        # timed whether or not this server drafts: /v1/models reports them (tune's predictions)
-        runner.measure_pass_costs()
+        # timed whether or not this server drafts: /v1/models reports them (tune's predictions);
+        # once per host, model, dtype, threads and kernel shapes (the user cache)
+        runner.measure_pass_costs(cached=True)
         return speculation_factory(o.speculation, runner)
 
     scheduler = Scheduler.loading(
