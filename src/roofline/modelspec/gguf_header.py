@@ -85,7 +85,7 @@ class GgufHeader:
     alignment_bytes: int
     data_offset_bytes: int  # where the tensor data starts
     file_bytes: int
-    tensor_offsets_bytes: tuple[int, ...] = ()  # where each tensor's data starts in the file
+    tensor_offsets_bytes: tuple[int, ...]  # where each tensor's data starts in the file
 
 
 @cache
@@ -144,13 +144,8 @@ class _Reader:
         start = self.take(n)
         return self.buf[start : start + n]
 
-    def strings(self, count: int) -> tuple[str, ...]:
-        out, buf, unpack = [], self.buf, _U64.unpack_from
-        for _ in range(count):
-            n = unpack(buf, self.take(8))[0]
-            start = self.take(n)
-            out.append(buf[start : start + n].decode("utf-8", errors="replace"))
-        return tuple(out)
+    def string(self) -> str:
+        return self.raw_string().decode("utf-8", errors="replace")
 
     def skip_strings(self, count: int) -> None:
         buf, pos, have, unpack = self.buf, self.pos, self.have, _U64.unpack_from
@@ -167,7 +162,7 @@ def _value(r: _Reader, vtype: int, where: str, source: str, whole: bool = False)
         code, n = _SCALARS[vtype]
         return struct.unpack_from("<" + code, r.buf, r.take(n))[0]
     if vtype == _STRING:
-        return r.raw_string().decode("utf-8", errors="replace")
+        return r.string()
     if vtype != _ARRAY:
         raise _corrupt(source, f"metadata {where!r} has unknown value type {vtype}")
     item_type, count = r.u32(), r.u64()
@@ -181,7 +176,7 @@ def _value(r: _Reader, vtype: int, where: str, source: str, whole: bool = False)
         raise _Cut
     if item_type == _STRING:
         if whole:
-            return ArrayValue(item_type, count, r.strings(count))
+            return ArrayValue(item_type, count, tuple(r.string() for _ in range(count)))
         r.skip_strings(count)
         return ArrayValue(item_type, count)
     if item_type == _ARRAY:  # arrays of arrays: allowed by the format, walked item by item

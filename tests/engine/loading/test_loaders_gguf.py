@@ -247,7 +247,7 @@ def test_open_gguf_reads_what_ggufs_own_reader_reads(tmp_path, tiny_gguf, which)
         "Q4_K": lambda: write_tiny_gguf(tmp_path, tensor_type="Q4_K"),
     }[which]()
     ours, theirs = open_gguf(path), gguf.GGUFReader(str(path))
-    meta = gguf_metadata(ours, path)
+    meta = gguf_metadata(ours)
     fields = {k: f for k, f in theirs.fields.items() if not k.startswith("GGUF.")}  # its own
     assert set(meta) == set(fields)
     for key, field in fields.items():

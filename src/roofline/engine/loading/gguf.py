@@ -72,8 +72,6 @@ def open_gguf(path: str | os.PathLike) -> GgufFile:
     mode="c" maps the file copy-on-write: tensors are writable, the file never is; pages are read
     when a tensor is."""
     header = read_gguf_header(path, whole_arrays=True)
-    if not header.tensors:
-        return GgufFile(header, ())
     # a plain ndarray view: numpy's memmap subclass pays a Python-level hook on every slice
     mapped = np.memmap(path, mode="c").view(np.ndarray)
     tensors = []
@@ -100,7 +98,7 @@ def _python_value(value: object) -> object:
     return value
 
 
-def gguf_metadata(f: GgufFile, path: str | os.PathLike = "") -> dict[str, object]:
+def gguf_metadata(f: GgufFile) -> dict[str, object]:
     """Every key/value of the header as Python values (strings, numbers, lists)."""
     return {key: _python_value(v) for key, v in f.header.metadata.items()}
 
@@ -287,9 +285,9 @@ def load_gguf(path: str | os.PathLike, *, dequantize: bool = True) -> Checkpoint
     from roofline.engine.loading.gguf_tokenizer import tokenizer_from_gguf
 
     path = Path(path)
-    reader = open_gguf(path)
-    meta = gguf_metadata(reader, path)
-    by_name = {t.name: t for t in reader.tensors}
+    gguf_file = open_gguf(path)
+    meta = gguf_metadata(gguf_file)
+    by_name = {t.name: t for t in gguf_file.tensors}
     shapes = {name: tuple(reversed(t.shape)) for name, t in by_name.items()}
     config = config_from_gguf(meta, shapes, path)
     freqs = by_name.get("rope_freqs.weight")

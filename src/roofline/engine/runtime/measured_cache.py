@@ -1,5 +1,5 @@
-"""What this host measured about a runner, kept in the user cache: a JSON file per key, named by
-the key's hash, holding the key itself and the measured value.
+"""What this host measured about a runner (or prepared for it), kept in the user cache: a JSON file
+per key, named by the key's hash, holding the key itself and the value.
 
 A key holds everything the measurement depends on (the CPU, the builds, the kernels' sources, the
 model file, the dtype, the threads: `kernel_choice.choice_key`, and more where a measurement

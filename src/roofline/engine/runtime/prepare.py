@@ -11,22 +11,23 @@ live, numba, Python, the CPU, the model file, the dtype), so a prepared pair cos
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from roofline.kernel_modes import DEFAULT_KERNELS_MODE, KernelsMode
 
 KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
 KERNEL_INDEX = "decode.decode_rows-*.nbi"  # numba's cache index of the decode pass
+STAMPS = "kernels"  # the stamps' folder in the user cache
 
 
 def stamp_path(model: str | os.PathLike, dtype: str) -> Path:
     """Where the stamp of a prepared (model, dtype) lives (its name: the key's hash)."""
-    from roofline.hardware.profile import profile_dir
+    from roofline.engine.runtime.measured_cache import measured_path
 
-    return profile_dir() / "kernels" / f"{_key(Path(model), dtype)}.json"
+    return measured_path(STAMPS, _key(Path(model), dtype))
 
 
 def prepared(model: str | os.PathLike, dtype: str) -> bool:
@@ -48,33 +49,28 @@ def prepare(
     path = Path(model) if model is not None else default_model_path()
     if prepared(path, dtype):
         return f"kernels for {path.name} at {dtype}: prepared already"
+    from roofline.engine.runtime.measured_cache import measured_path, write_measured
     from roofline.engine.runtime.model_runner import load_runner
 
     t0 = time.monotonic()
     # its warm-up compiles the kernels
     runner = load_runner(str(path), dtype=dtype, threads=threads, kernels=kernels)
     seconds = time.monotonic() - t0
-    stamp = stamp_path(path, dtype)
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    tmp = stamp.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(
-        json.dumps({"model": str(path), "dtype": dtype, "seconds": round(seconds, 1)}) + "\n",
-        encoding="utf-8",
-    )
-    tmp.replace(stamp)
+    stamp = {"model": str(path), "dtype": dtype, "seconds": round(seconds, 1)}
+    key = _key(path, dtype)
+    write_measured(measured_path(STAMPS, key), key, "stamp", stamp)
     return (
         f"kernels for {path.name} at {dtype}: ready in {seconds:.1f} s; {runner.kernels.describe()}"
     )
 
 
-def _key(model: Path, dtype: str) -> str:
+def _key(model: Path, dtype: str) -> dict[str, Any]:
     from roofline.engine.kernels.kernel_cache import kernel_sources
     from roofline.engine.runtime.kernel_choice import host_model_key
-    from roofline.engine.runtime.measured_cache import key_digest
 
     # the sources where they live: numba's cache sits beside them
     sources = [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in kernel_sources()]
-    return key_digest({**host_model_key(model, dtype), "sources": sources})
+    return {**host_model_key(model, dtype), "sources": sources}
 
 
 def _cache_present() -> bool:
