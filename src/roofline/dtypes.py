@@ -19,6 +19,9 @@ class Dtype:
     # rounds them and its output may differ
     exact: bool
     description: str  # one line, for help texts
+    # bits a weight matrix's value takes (int8's float32 row scale not counted: 4 bytes a row of
+    # hundreds); None: the file's own formats
+    bits_per_weight: float | None
 
     @property
     def lossy(self) -> bool:
@@ -28,10 +31,10 @@ class Dtype:
 DTYPES: dict[str, Dtype] = {
     d.name: d
     for d in (
-        Dtype("stored", True, "each row as the file stores it, widened in registers"),
-        Dtype("fp32", True, "float32, every weight expanded: the reference"),
-        Dtype("bf16", False, "bf16, rounded to nearest even from the file's values"),
-        Dtype("int8", False, "int8, weight-only, one float32 scale per output row"),
+        Dtype("stored", True, "each row as the file stores it, widened in registers", None),
+        Dtype("fp32", True, "float32, every weight expanded: the reference", 32.0),
+        Dtype("bf16", False, "bf16, rounded to nearest even from the file's values", 16.0),
+        Dtype("int8", False, "int8, weight-only, one float32 scale per output row", 8.0),
     )
 }
 DTYPE_NAMES: tuple[str, ...] = tuple(DTYPES)

@@ -310,6 +310,20 @@ def pass_cost_between(points: Sequence[tuple[int, float]], rows: int) -> float:
     return c1 + (c1 - c0) * (rows - r1) / (r1 - r0)
 
 
+def draft_speedup_bound(draft_cost: float, k: int) -> float:
+    """The most a draft model can speed decoding up, `draft_cost` (c) the price of one draft pass
+    in target passes and k the tokens it drafts a step at most. A step drafting j <= k tokens costs
+    j draft passes and one verify pass over j + 1 rows (at least one target pass) and yields at most
+    j + 1 tokens, so
+
+        speed-up <= max over j of (j + 1) / (j c + 1)  =  (k + 1) / (k c + 1)  for c < 1,
+                                                          1 (j = 0: no drafting) for c >= 1.
+
+    The engine prices a draft pass the same way (c = the draft's bytes per token over the
+    target's; engine.speculate.step)."""
+    return (k + 1) / (k * draft_cost + 1) if draft_cost < 1.0 else 1.0
+
+
 def copied_share(context: Sequence[int], answer: Sequence[int], span: int = 8) -> float:
     """Share of the answer's tokens that lie in a run of `span` tokens already seen earlier in
     context + answer (an earlier start; the runs may overlap, as in LZ77): how much of the answer a

@@ -363,7 +363,7 @@ class TwoFigures:
     """A predictor whose figure before a block (on the current best's costs) differs from the one
     after it (on the trial's own engine's), as two engines' measured verify costs do."""
 
-    def __init__(self, run_dir, max_tokens=None):
+    def __init__(self, run_dir, max_tokens=None, model=None):
         pass
 
     def __call__(self, config, current, results):

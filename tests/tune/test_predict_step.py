@@ -128,3 +128,45 @@ def test_the_ladder_skips_values_predicted_no_faster_and_says_so():
     assert challenger(space, current, "spec_k", 2).action == "run"
     predicted.clear()
     assert challenger(space, current, "spec_k", 2, view).action == "run"
+
+
+def test_a_self_draft_reading_no_fewer_bytes_than_its_target_is_not_launched(tmp_path):
+    """The shipped Q4_1 file: its own weights at int8 read about 1.4x its stored bytes a token,
+    so `draft_speedup_bound` is 1 and the ladder skips the value, saying why; drafting for the fp32
+    reference (4 bytes a weight) is bounded above 1 and runs."""
+    from roofline.modelspec.default_model import default_model_path
+    from roofline.modelspec.files import read_file_weights
+    from roofline.speculation import draft_speedup_bound
+
+    model = str(default_model_path())
+    weights = read_file_weights(model)
+    stored, fp32 = weights.bytes_per_token, weights.params_read * 4
+    for number, served in ((1, stored), (2, fp32)):
+        folder = tmp_path / "trials" / f"{number:03d}" / "bench"
+        folder.mkdir(parents=True)
+        prov = {"server": {"roofline": ServerStats(bytes_per_token=served).to_json()}}
+        (folder / "provenance.json").write_text(json.dumps(prov))
+    on_stored = _trial(1, "ladder", {"dtype": "stored"}, 90.0, "trials/001")
+    on_fp32 = _trial(2, "ladder", {"dtype": "fp32"}, 40.0, "trials/002")
+    predict = StepPredictor(tmp_path, model=model)
+    draft = {"dtype": "stored", "spec": "draft"}
+    why = predict.futile(draft, on_stored)
+    assert why is not None and "draft_dtype=int8 not measured" in why and "1.00x at most" in why
+    assert predict.futile({**draft, "draft_dtype": "stored"}, on_stored) is not None  # c = 1
+    assert predict.futile({**draft, "draft_dtype": "bf16"}, on_stored) is not None
+    assert predict.futile({"dtype": "fp32", "spec": "draft"}, on_fp32) is None  # c ~ 1/4
+    assert draft_speedup_bound(0.25, 4) == pytest.approx(2.5)
+    # another draft model, no model known, or a best that already drafts: not bounded here
+    assert predict.futile({**draft, "draft_model": "small.gguf"}, on_stored) is None
+    assert StepPredictor(tmp_path).futile(draft, on_stored) is None
+    assert (
+        predict.futile(draft, _trial(1, "ladder", {**draft, "spec": "ngram"}, 90.0, "trials/001"))
+        is None
+    )
+    # the ladder's challenger takes the verdict
+    knob = Dimension("spec", "choice", choices=("none", "ngram", "draft"), default="none")
+    space = Space("s", "embedded", "", "", baseline={"dtype": "stored"}, dimensions=(knob,))
+    view = View([on_stored], predict=predict)
+    skipped = challenger(space, on_stored, "spec", "draft", view)
+    assert skipped.action == "skip" and skipped.reason == why
+    assert challenger(space, on_stored, "spec", "ngram", view).action == "run"

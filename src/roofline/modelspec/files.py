@@ -93,6 +93,13 @@ class FileWeights:
         """Weight bytes one batch-1 decode step reads, by the engine's rule (every tensor)."""
         return sum(c.bytes_read for c in self.components)
 
+    def bytes_per_token_at(self, bits_per_weight: float | None) -> float:
+        """Weight bytes a batch-1 decode step reads with every weight it reads held at
+        `bits_per_weight` (scales not counted); None: as the file stores them."""
+        if bits_per_weight is None:
+            return float(self.bytes_per_token)
+        return self.params_read * bits_per_weight / 8.0
+
     def component(self, key: str) -> ComponentWeights | None:
         return next((c for c in self.components if c.key == key), None)
 

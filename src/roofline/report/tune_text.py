@@ -298,8 +298,8 @@ def trials_table(t: TuneResult, predicted: Mapping[int, Prediction] | None = Non
     ]
     if skipped:
         notes.append(
-            "skipped (their condition does not hold on the best configuration): "
-            f"{', '.join(skipped)}"
+            "skipped (inactive on the best configuration, or predicted or bounded no faster "
+            f"than it: each trial's note in trials.jsonl says which): {', '.join(skipped)}"
         )
     notes += [
         f"trial {r.number}: {status_note(r, full=True)}"

@@ -235,8 +235,10 @@ def challenger(
     space: Space, current: Any, knob: str, value: Any, view: View | None = None
 ) -> Decision:
     """Whether `knob=value` on top of the current best is a configuration to run: not when its
-    condition does not hold, when it is what the best runs, or when replay predicts it no faster
-    than the best by the margin a kept step needs (`view.predict`: a proposer's own knobs)."""
+    condition does not hold, when it is what the best runs, when a bound says it cannot beat the
+    best (`view.predict`'s `futile`: a self-draft reading no fewer bytes than its target), or when
+    replay predicts it no faster than the best by the margin a kept step needs (`view.predict`: a
+    proposer's own knobs)."""
     config = space.resolve({**current.config, knob: value})
     if knob not in config:
         cond = " and ".join(c.describe() for c in space.dimension(knob).conditions)
@@ -245,6 +247,10 @@ def challenger(
         )
     if space.effective(config) == space.effective(current.config):
         return Decision(Action.SKIP, reason=f"{knob}={value} is what the current best runs")
+    futile = getattr(view.predict, "futile", None) if view else None
+    why = futile(config, current) if futile else None
+    if why:
+        return Decision(Action.SKIP, reason=why)
     ratio = view.predict(config, current, view.results) if view and view.predict else None
     if ratio is not None and ratio < 1.0 + PREDICTED_GAIN:
         return Decision(

@@ -21,6 +21,10 @@ than `ladder.PREDICTED_TIE` (`ladder._simplest_tied`). Replay counts the tokens 
 exactly, but prices them on measured verify costs, which move from one engine launch to the next;
 values it prices within PREDICTED_TIE of each other tie, whatever they measured
 (`ladder.replay_ties`).
+
+A draft model is not replayed, but one bound needs no replay (`futile`): the target's own weights
+drafting at a precision that reads no fewer bytes than the target's pass (an int8 copy of a 5-bit
+file) cannot speed it up (`speculation.draft_speedup_bound`), so that value is not launched.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from roofline import speculation
+from roofline.dtypes import DTYPES
+from roofline.errors import UserError
 from roofline.tune.predict import model_free, predict_one, spec_options
 from roofline.tune.predict_run import (
     baseline_streams,
@@ -49,6 +56,7 @@ class StepPredictor:
 
     run_dir: Path
     max_tokens: int | None = None
+    model: str | None = None  # the model file the engine serves, where known (`futile`)
     _streams: dict[int, Any] = field(default_factory=dict)  # baseline trial -> streams
     _ratios: dict[tuple, float | None] = field(default_factory=dict)
 
@@ -62,6 +70,50 @@ class StepPredictor:
             self._ratio(current.config, current, results),
         )
         return new / old if new and old else None
+
+    def futile(self, config: Mapping[str, Any], current: Any) -> str | None:
+        """Why `config`, the current best plus a self-draft, cannot beat it, where the bytes say
+        so: the draft copy's bytes per token (the model file's weights at the draft dtype) over
+        those the best's engine reported give c, and a bound under 1 + PREDICTED_GAIN
+        (`speculation.draft_speedup_bound`) is not worth a launch; None otherwise."""
+        from roofline.modelspec.files import read_file_weights
+        from roofline.tune.ladder import PREDICTED_GAIN
+
+        try:
+            spec = spec_options(config)
+        except (ValueError, TypeError):
+            return None
+        traits = speculation.PROPOSERS.get(spec.method)
+        if (
+            traits is None
+            or not traits.draft_model
+            or spec.draft_model is not None
+            or self.model is None
+            or current is None
+            or not current.folder
+            or drafts(current.config) is not False
+            or rest_key(config) != rest_key(current.config)
+        ):
+            return None
+        stats = server_stats(self.run_dir / current.folder)
+        target = stats.bytes_per_token if stats is not None else None
+        if not target:
+            return None
+        try:
+            weights = read_file_weights(self.model)
+        except (UserError, OSError):
+            return None
+        draft = weights.bytes_per_token_at(DTYPES[spec.draft_dtype].bits_per_weight)
+        c = draft / target
+        bound = speculation.draft_speedup_bound(c, spec.k)
+        if bound >= 1.0 + PREDICTED_GAIN:
+            return None
+        return (
+            f"spec={spec.method} at draft_dtype={spec.draft_dtype} not measured: its passes read "
+            f"{draft / 1e6:.1f} MB a token, {c:.2f}x the current best's {target / 1e6:.1f} MB, so "
+            f"it can speed decoding up {bound:.2f}x at most (a draft must read fewer bytes than "
+            "its target; --draft-model names a smaller one)"
+        )
 
     def speedup(self, result: Any, results: Sequence[Any]) -> float | None:
         """A measured trial's predicted speed-up over its configuration without a proposer."""

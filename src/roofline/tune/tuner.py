@@ -111,6 +111,14 @@ class Display:
     def stop(self) -> None: ...
 
 
+def served_model(options: TuneOptions) -> str | None:
+    """The model the trials' engine serves: --model, else the launcher's default (None when it
+    has none)."""
+    from roofline.bench.engines import get_launcher
+
+    return options.model or get_launcher(options.engine).default_model()
+
+
 def prepare_engine(options: TuneOptions, note: Any, *, baseline_only: bool = False) -> float:
     """Run the launcher's once-per-install preparation for every value the study may give each
     knob (the baseline's alone: `baseline_only`), before the study's clock starts, so that no
@@ -252,7 +260,7 @@ def run_tune(options: TuneOptions, run_dir: Path, display: Display) -> Any:
         rule,
         budget=budget(options),
         objective=options.objective,
-        predict=StepPredictor(run_dir, options.max_tokens),
+        predict=StepPredictor(run_dir, options.max_tokens, served_model(options)),
     )
     try:
         with servers:
