@@ -222,15 +222,17 @@ def _stored_alone(w, fmt, x, out, o, r, m, accumulate):
 
 
 def _stored_group(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
-    """`stored_into` with m (x rows, 1..8) known only at run time."""
+    """`stored_into` with m (x rows, 1.._STORED_X_GROUP) known only at run time."""
     raise NotImplementedError
 
 
 @overload(_stored_group, jit_options=OVERLOAD_OPTIONS)
 def _stored_group_overload(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
-    # one branch per literal row count, written out as `store_sums` writes its lines
+    # one branch per literal row count, written out as `store_sums` writes its lines; up to
+    # _STORED_X_GROUP, the most a group holds (`_stored_tile`): without AVX-512, branches of five
+    # to eight rows would never run, and each is a kernel per format to compile
     lines = ["def impl(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):"]
-    for rows in range(8, 1, -1):
+    for rows in range(_STORED_X_GROUP, 1, -1):
         lines.append(f"    if m == {rows}:")
         lines.append(f"        stored_into(w, fmt, x, out, o0, o1, r, {rows}, accumulate, ahead)")
         lines.append("        return")
