@@ -33,7 +33,16 @@ from numba.extending import (
 from roofline.engine.kernels.block_widen import format_loader, ir_int
 from roofline.engine.kernels.block_widen import half_to_f32 as half_to_f32  # tests widen with it
 from roofline.engine.loading.block_formats import BY_CODE
-from roofline.simd import F32, element_loader, emit_block, flat_pointer, is_contiguous, vec_type
+from roofline.simd import (
+    F32,
+    LANES,
+    element_loader,
+    emit_block,
+    flat_pointer,
+    is_contiguous,
+    vec_type,
+)
+from roofline.simd_memory import LINE_BYTES
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,9 @@ class FormatSet:
 
 
 ALL_FORMATS = FormatSet(tuple(sorted(BY_CODE)))
+# code -> whether its rows are plain floats (a block of one weight): `stored_dot_block` hints
+# those itself, spread over its loop
+FLOAT_ROWS = np.array([c in BY_CODE and BY_CODE[c].block == 1 for c in range(256)], np.bool_)
 
 
 class FormatSetType(types.Type):
@@ -115,7 +127,9 @@ def _switch(builder, fmt, formats, results, emit):
 
 
 @intrinsic
-def stored_dot_block(typingctx, w, off, fmt, formats, x, ix, x_stride, n, w_rows, x_rows):
+def stored_dot_block(
+    typingctx, w, off, fmt, formats, x, ix, x_stride, n, w_rows, x_rows, hint, lines
+):
     """(sum_i w_q,i x.flat[ix + r x_stride + i] for q < w_rows for r < x_rows), flat index
     q * x_rows + r: w_rows (a literal 1 or 2) weight rows of one format `fmt` (block_formats code,
     one of the FormatSet `formats`),
@@ -123,8 +137,12 @@ def stored_dot_block(typingctx, w, off, fmt, formats, x, ix, x_stride, n, w_rows
     w.shape[1], with x_rows (a literal, w_rows * x_rows <= 16) float32 rows, each sum in `simd`'s
     matrix order (so equal to `simd.dot_block` over the widened rows). The order has one sum per
     product, a chain of FMAs: two weight rows double the chains that one weight row with up to
-    four x rows leaves the core's two FMA units waiting on."""
-    ints = all(isinstance(t, types.Integer) for t in (off, fmt, ix, x_stride, n))
+    four x rows leaves the core's two FMA units waiting on. hint, lines: for rows of floats
+    (F32, F16, BF16: `float_rows`), read hints into L2 for `lines` 64-byte lines of w from byte
+    `hint` on, spread over the loop's 16-weight steps, as many a step as the rows read
+    (`simd_memory.emit_hints`); a literal 0 lines: no hint code. Block formats take none here:
+    their callers hint a block's few lines at once (`matrices`)."""
+    ints = all(isinstance(t, types.Integer) for t in (off, fmt, ix, x_stride, n, hint, lines))
     literal = all(isinstance(t, types.IntegerLiteral) for t in (w_rows, x_rows))
     if not (
         ints
@@ -139,8 +157,10 @@ def stored_dot_block(typingctx, w, off, fmt, formats, x, ix, x_stride, n, w_rows
     m_w, m_x = w_rows.literal_value, x_rows.literal_value
     result = types.UniTuple(types.float32, m_w * m_x)
 
+    hinted = not (isinstance(lines, types.IntegerLiteral) and lines.literal_value == 0)
+
     def codegen(context, builder, sig, args):
-        w_ty, off_ty, fmt_ty, _, x_ty, ix_ty, sx_ty, n_ty, _, _ = sig.args
+        w_ty, off_ty, fmt_ty, _, x_ty, ix_ty, sx_ty, n_ty, _, _, hint_ty, lines_ty = sig.args
         row_bytes = builder.extract_value(
             context.make_array(w_ty)(context, builder, args[0]).strides, 0
         )
@@ -177,15 +197,27 @@ def stored_dot_block(typingctx, w, off, fmt, formats, x, ix, x_stride, n, w_rows
         code = context.cast(builder, args[2], fmt_ty, types.int32)
         results = [cgutils.alloca_once(builder, F32) for _ in range(m_w * m_x)]
 
+        base = None
+        if hinted:
+            data = context.make_array(w_ty)(context, builder, args[0]).data
+            first = context.cast(builder, args[10], hint_ty, types.intp)
+            base = builder.gep(builder.bitcast(data, ir.IntType(8).as_pointer()), [first])
+            n_lines = context.cast(builder, args[11], lines_ty, types.intp)
+
         def emit(c):
             loads = [format_loader(builder, c, row) for row in rows]
-            sums = emit_block(builder, n_v, loads, loads_x, split=True, partials=1)
+            hints = None
+            if hinted and BY_CODE[c].block == 1:  # rows of floats: as many a step as it reads
+                step_bytes = m_w * BY_CODE[c].block_bytes * LANES
+                hints = (base, n_lines, -(-step_bytes // LINE_BYTES))
+            sums = emit_block(builder, n_v, loads, loads_x, split=True, hints=hints, partials=1)
             return [v for per_w in sums for v in per_w]
 
         _switch(builder, code, formats, results, emit)
         return context.make_tuple(builder, result, [builder.load(s) for s in results])
 
-    return result(w, off, fmt, formats, x, ix, x_stride, n, w_rows, x_rows), codegen
+    sig = result(w, off, fmt, formats, x, ix, x_stride, n, w_rows, x_rows, hint, lines)
+    return sig, codegen
 
 
 @intrinsic

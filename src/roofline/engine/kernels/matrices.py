@@ -116,11 +116,18 @@ def matvec(w, scale, x, out, o0, o1, accumulate, kernels):
 # Past four x rows the weights go in tiles of about KernelShape.tile_bytes: all x rows pass over a
 # tile (in groups of four) while it sits in L1 beside one group of x rows, and the tile hints the
 # next one's bytes as it goes.
+# Stored rows of a block format hint a block's lines at once, into L1, before computing it (the
+# widening is compute-bound: spread into L2, as float rows are, Q4_1 decoded slower in every
+# alternating pair).
+# Rows of floats (F32, F16, BF16) read a line or more a 16-weight step: at once, a pass over short
+# rows waited on the core's few miss buffers, so `block_simd.stored_dot_block` spreads theirs over
+# its loop (one thread, 49152 x 576 F32 rows: 6.0-6.4 GB/s against float32 rows' 8.6-9.5; spread
+# 9.2-9.6; docs/measured.md).
 
 
 @njit(inline="always", **JIT_OPTIONS)
 def _hint_span(w, lo, hi):
-    """Read hints for the lines of bytes [lo, hi) of w (clipped to w)."""
+    """Read hints for the lines of bytes [lo, hi) of w (clipped to w), at once."""
     for b in range(lo & ~63, min(hi, w.size * w.itemsize), 64):
         simd_memory.prefetch(w, b)
 
@@ -180,6 +187,9 @@ def _stored_into_overload(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
     # (2 to 4 x rows measured 10-20% faster a pass with AVX-512, docs/measured.md). Without
     # AVX-512's registers, pairs serve one x row only (`_STORED_X_GROUP`)
     pairs = rows == 1 or _WIDE_REGISTERS
+    # whether the model has rows of floats (its FormatSet, known when compiling): without them the
+    # rows are hinted as they always were, and no lookup of a row's format is compiled in
+    floats = any(block_simd.FLOAT_ROWS[c] for c in fmt.types[1].codes)
 
     def impl(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
         s, row, a, first = x.shape[1], w.shape[1], ahead, ahead >= 0
@@ -187,26 +197,40 @@ def _stored_into_overload(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
         o = o0
         while o < o1:
             if pairs and o + 1 < o1 and codes[o] == codes[o + 1]:
-                if first:
-                    _hint_span(w, o * row + a, (o + 2) * row + a)
+                lo, lines = _stored_ahead(w, first, o * row + a, 2 * row, codes[o], floats)
                 d = block_simd.stored_dot_block(
-                    w, o * row, codes[o], formats, x, r * s, s, s, 2, rows
+                    w, o * row, codes[o], formats, x, r * s, s, s, 2, rows, lo, lines
                 )
                 store_sums(out, r, o, d, None, rows, accumulate)
                 o += 2
                 continue
-            if first:
-                _hint_span(w, o * row + a, (o + 1) * row + a)
             if not pairs:  # one weight row beside the x rows
+                lo, lines = _stored_ahead(w, first, o * row + a, row, codes[o], floats)
                 d = block_simd.stored_dot_block(
-                    w, o * row, codes[o], formats, x, r * s, s, s, 1, rows
+                    w, o * row, codes[o], formats, x, r * s, s, s, 1, rows, lo, lines
                 )
                 store_sums(out, r, o, d, None, rows, accumulate)
             else:
+                if first:
+                    _hint_span(w, o * row + a, (o + 1) * row + a)
                 _stored_alone(w, fmt, x, out, o, r, m, accumulate)
             o += 1
 
     return impl
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def _stored_ahead(w, first, start, n_bytes, code, floats):
+    """The first pass over stored rows hints the bytes [start, start + n_bytes) of w: a row of
+    floats (when the model has such rows: `floats`) as it goes, (first byte, lines) returned for
+    `block_simd.stored_dot_block`; a block format's at once, here. (0, 0) when hinted here or
+    not at all."""
+    if not first:
+        return 0, 0
+    if floats and block_simd.FLOAT_ROWS[code]:
+        return _ahead(start, n_bytes, w.size * w.itemsize)
+    _hint_span(w, start, start + n_bytes)
+    return 0, 0
 
 
 @njit(**JIT_OPTIONS)
@@ -216,7 +240,7 @@ def _stored_alone(w, fmt, x, out, o, r, m, accumulate):
     s = x.shape[1]
     for j in range(m):
         d1 = block_simd.stored_dot_block(
-            w, o * w.shape[1], fmt.codes[o], fmt.formats, x, (r + j) * s, s, s, 1, 1
+            w, o * w.shape[1], fmt.codes[o], fmt.formats, x, (r + j) * s, s, s, 1, 1, 0, 0
         )
         _store(out, r + j, o, d1[0], np.float32(1.0), accumulate)
 
