@@ -156,8 +156,10 @@ def test_a_self_draft_reading_no_fewer_bytes_than_its_target_is_not_launched(tmp
     assert predict.futile({**draft, "draft_dtype": "bf16"}, on_stored) is not None
     assert predict.futile({"dtype": "fp32", "spec": "draft"}, on_fp32) is None  # c ~ 1/4
     assert draft_speedup_bound(0.25, 4) == pytest.approx(2.5)
-    # another draft model, no model known, or a best that already drafts: not bounded here
+    # another draft model, a fixed draft length, no model known, or a best that already drafts:
+    # not bounded here
     assert predict.futile({**draft, "draft_model": "small.gguf"}, on_stored) is None
+    assert predict.futile({**draft, "adaptive": False}, on_stored) is None  # drafts all k
     assert StepPredictor(tmp_path).futile(draft, on_stored) is None
     assert (
         predict.futile(draft, _trial(1, "ladder", {**draft, "spec": "ngram"}, 90.0, "trials/001"))

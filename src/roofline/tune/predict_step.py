@@ -72,10 +72,13 @@ class StepPredictor:
         return new / old if new and old else None
 
     def futile(self, config: Mapping[str, Any], current: Any) -> str | None:
-        """Why `config`, the current best plus a self-draft, cannot beat it, where the bytes say
-        so: the draft copy's bytes per token (the model file's weights at the draft dtype) over
-        those the best's engine reported give c, and a bound under 1 + PREDICTED_GAIN
-        (`speculation.draft_speedup_bound`) is not worth a launch; None otherwise."""
+        """Why `config`, the current best plus an adaptive self-draft, cannot beat it, where the
+        bytes say so: the draft copy's bytes per token (the model file's weights at the draft
+        dtype) over those the best's engine reported give c, and a bound under 1 + PREDICTED_GAIN
+        (`speculation.draft_speedup_bound`) is not worth a launch; None otherwise. The engine's
+        draft budget prices a pass by the same bytes, so at c >= 1 it drafts only its probes.
+        (Not adaptive, a draft pass costs what the kernels make it: on a host where the stored
+        format's kernels are compute-bound, an int8 pass may take less time than a 5-bit one.)"""
         from roofline.modelspec.files import read_file_weights
         from roofline.tune.ladder import PREDICTED_GAIN
 
@@ -88,6 +91,7 @@ class StepPredictor:
             traits is None
             or not traits.draft_model
             or spec.draft_model is not None
+            or not spec.adaptive
             or self.model is None
             or current is None
             or not current.folder
@@ -111,8 +115,9 @@ class StepPredictor:
         return (
             f"spec={spec.method} at draft_dtype={spec.draft_dtype} not measured: its passes read "
             f"{draft / 1e6:.1f} MB a token, {c:.2f}x the current best's {target / 1e6:.1f} MB, so "
-            f"it can speed decoding up {bound:.2f}x at most (a draft must read fewer bytes than "
-            "its target; --draft-model names a smaller one)"
+            f"it can speed decoding up {bound:.2f}x at most, and the engine's draft budget, "
+            "which prices a pass by its bytes, would draft nothing (--draft-model names a smaller "
+            "draft)"
         )
 
     def speedup(self, result: Any, results: Sequence[Any]) -> float | None:
