@@ -138,7 +138,7 @@ def stored_dot_block(
     matrix order (so equal to `simd.dot_block` over the widened rows). The order has one sum per
     product, a chain of FMAs: two weight rows double the chains that one weight row with up to
     four x rows leaves the core's two FMA units waiting on. hint, lines: for rows of floats
-    (F32, F16, BF16: `float_rows`), read hints into L2 for `lines` 64-byte lines of w from byte
+    (F32, F16, BF16: `FLOAT_ROWS`), read hints into L2 for `lines` 64-byte lines of w from byte
     `hint` on, spread over the loop's 16-weight steps, as many a step as the rows read
     (`simd_memory.emit_hints`); a literal 0 lines: no hint code. Block formats take none here:
     their callers hint a block's few lines at once (`matrices`)."""
@@ -207,7 +207,7 @@ def stored_dot_block(
         def emit(c):
             loads = [format_loader(builder, c, row) for row in rows]
             hints = None
-            if hinted and BY_CODE[c].block == 1:  # rows of floats: as many a step as it reads
+            if hinted and FLOAT_ROWS[c]:  # rows of floats: as many a step as it reads
                 step_bytes = m_w * BY_CODE[c].block_bytes * LANES
                 hints = (base, n_lines, -(-step_bytes // LINE_BYTES))
             sums = emit_block(builder, n_v, loads, loads_x, split=True, hints=hints, partials=1)

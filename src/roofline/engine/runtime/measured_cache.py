@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,9 @@ def measured_path(folder: str, key: dict[str, Any]) -> Path:
     return profile_dir() / folder / f"{key_digest(key)}.json"
 
 
-def read_measured(path: Path, key: dict[str, Any], field: str, what: str, parse) -> Any | None:
+def read_measured(
+    path: Path, key: dict[str, Any], field: str, what: str, parse: Callable[[Any], Any]
+) -> Any | None:
     """parse(d[field]) of the file at `path` when it holds exactly this key; None when there is
     no file, and None with a warning naming `what` when the file is unusable (parse raises
     ValueError for a value it does not accept)."""
