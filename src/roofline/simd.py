@@ -142,7 +142,7 @@ def _emit_sums(builder, n, load_a, loads_b, split=False, partials=4):
     return emit_block(builder, n, [load_a], loads_b, split, partials=partials)[0]
 
 
-def emit_block(builder, n, loads_a, loads_b, split=False, hints=None, partials=4):
+def emit_block(builder, n, loads_a, loads_b, split=False, hints=None, partials=4, span=64):
     """[[sum_i a_i * b_i for b in loads_b] for a in loads_a]: `_emit_sums` for several a at once,
     each sum in the same order. Each step's b is loaded once for every a: with 4 a and 4 b, a
     step's 16 FMAs need 8 loads where one a needed 20, so the FMA units set the pace, not the
@@ -151,8 +151,12 @@ def emit_block(builder, n, loads_a, loads_b, split=False, hints=None, partials=4
     step in turn, so a 4 x 4 block holds its 16 sums in registers. hints: (i8* base, lines),
     runtime values: each 16-lane block of the main loop hints lines base, base + 64, ... (up to
     `lines` of them, a given number per block: `simd_memory.emit_hints`), so that memory streams
-    while the block computes."""
-    joined, n64, loads_a, step = emit_main(builder, n, loads_a, loads_b, split, hints, partials)
+    while the block computes. span 256: the main loop steps 256 weights (off up to 255), for
+    formats of 256-weight blocks, whose rows hold whole blocks: with n % 256 == 0 the sums are the
+    same as with steps of 64 (each sum takes the same 16-lane blocks in the same turn)."""
+    joined, n64, loads_a, step = emit_main(
+        builder, n, loads_a, loads_b, split, hints, partials, span
+    )
     return emit_finish(builder, n, n64, joined, loads_a, loads_b, step)
 
 
@@ -172,9 +176,10 @@ def emit_finish(builder, n, n64, joined, loads_a, loads_b, step):
     ]
 
 
-def emit_main(builder, n, loads_a, loads_b, split, hints, partials):
-    """`emit_block`'s main loop over i < n - n % 64: (each sum's 16-lane vector, a by a then b by
-    b; n64; the a loaders as (i, off, lanes); the accumulating step)."""
+def emit_main(builder, n, loads_a, loads_b, split, hints, partials, span=64):
+    """`emit_block`'s main loop over i < n - n % span (span 64 or 256): (each sum's 16-lane
+    vector, a by a then b by b; that bound; the a loaders as (i, off, lanes); the accumulating
+    step)."""
     if not split:
         plains = loads_a
 
@@ -195,12 +200,12 @@ def emit_main(builder, n, loads_a, loads_b, split, hints, partials):
         [[cgutils.alloca_once_value(builder, ZERO16) for _ in range(partials)] for _ in loads_b]
         for _ in loads_a
     ]
-    n64 = builder.and_(n, ir.Constant(I64, ~63))
-    with cgutils.for_range_slice(builder, ir.Constant(I64, 0), n64, ir.Constant(I64, 64)) as (
+    n64 = builder.and_(n, ir.Constant(I64, -span))
+    with cgutils.for_range_slice(builder, ir.Constant(I64, 0), n64, ir.Constant(I64, span)) as (
         i,
         _,
     ):
-        for c in range(4):  # the step's four 16-lane blocks in turn
+        for c in range(span // LANES):  # the step's 16-lane blocks in turn
             if hints is not None:  # hints[2] hints per 16-lane block
                 at = builder.add(builder.lshr(i, ir.Constant(I64, 4)), ir.Constant(I64, c))
                 emit_hints(builder, hints, at)

@@ -63,6 +63,14 @@ ALL_FORMATS = FormatSet(tuple(sorted(BY_CODE)))
 FLOAT_ROWS = np.array([c in BY_CODE and BY_CODE[c].block == 1 for c in range(256)], np.bool_)
 
 
+def steps_of(code: int) -> int:
+    """Weights a step of a stored row's main loop takes: a whole block for 256-weight blocks (a
+    row holds whole blocks, so n % 256 == 0 and the sums keep their order), where every place in
+    the block is then known at compile time: a Q4_K or Q6_K matvec on AVX2 took its scales' and
+    bits' places as run-time selects and shifts once per 64 weights; else 64."""
+    return 256 if BY_CODE[code].block == 256 else 64
+
+
 class FormatSetType(types.Type):
     def __init__(self, codes: tuple[int, ...]):
         self.codes = codes
@@ -205,12 +213,15 @@ def stored_dot_block(
             n_lines = context.cast(builder, args[11], lines_ty, types.intp)
 
         def emit(c):
-            loads = [format_loader(builder, c, row) for row in rows]
+            span = steps_of(c)
+            loads = [format_loader(builder, c, row, span) for row in rows]
             hints = None
             if hinted and FLOAT_ROWS[c]:  # rows of floats: as many a step as it reads
                 step_bytes = m_w * BY_CODE[c].block_bytes * LANES
                 hints = (base, n_lines, -(-step_bytes // LINE_BYTES))
-            sums = emit_block(builder, n_v, loads, loads_x, split=True, hints=hints, partials=1)
+            sums = emit_block(
+                builder, n_v, loads, loads_x, split=True, hints=hints, partials=1, span=span
+            )
             return [v for per_w in sums for v in per_w]
 
         _switch(builder, code, formats, results, emit)
@@ -240,8 +251,9 @@ def stored_row(typingctx, w, off, fmt, formats, n, out, io):
         dst = flat_pointer(context, builder, out_ty, args[5], io_ty, args[6])
         code = context.cast(builder, args[2], fmt_ty, types.int32)
 
-        def emit(c):  # the loads of `_emit_sums`: 16 lanes in steps of 64, then 8 lanes, then one
-            load = format_loader(builder, c, row)
+        def emit(c):  # the loads of `emit_block`: 16 lanes in steps of span, then 8 lanes, then one
+            span = steps_of(c)
+            load = format_loader(builder, c, row, span)
 
             def put(i, value, lanes):
                 ptr = builder.gep(dst, [i])
@@ -251,10 +263,10 @@ def stored_row(typingctx, w, off, fmt, formats, n, out, io):
                     align=4,
                 )
 
-            n64 = builder.and_(n_v, ir_int(~63))
+            n64 = builder.and_(n_v, ir_int(-span))
             n8 = builder.and_(n_v, ir_int(~7))
-            with cgutils.for_range_slice(builder, ir_int(0), n64, ir_int(64)) as (i, _):
-                for part in range(4):
+            with cgutils.for_range_slice(builder, ir_int(0), n64, ir_int(span)) as (i, _):
+                for part in range(span // LANES):
                     put(builder.add(i, ir_int(16 * part)), load(i, 16 * part, 16), 16)
             with cgutils.for_range_slice(builder, n64, n8, ir_int(8)) as (i, _):
                 put(i, load(i, 0, 8), 8)

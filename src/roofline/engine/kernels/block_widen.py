@@ -54,6 +54,11 @@ _BYTES_IN_HALVES = not _PERMUTE
 # broadcast, sat on the widening's path; Q8_0 and Q4_0 passes ran 7-27% faster by it (same
 # measurement). AVX-512 hosts were not measured with it and keep the scalar convert.
 _SPLAT_HALF_BITS = _F16C and not _PERMUTE
+# Without AVX-512, a 5th or 6th bit's share of q - bias is looked up as a float: vpermilps picks
+# lane by lane from a 4-float table by an index's low 2 bits, so (bits >> s) needs no mask, and
+# the share is added to the converted nibble (small integers: exact, the value `to_f32(q)` gave):
+# two ops where the bit's integer and/shift/or/subtract took four (Q5_0, Q5_1, Q5_K, Q6_K).
+_BIT_TABLE = not _PERMUTE and target_has("avx")
 _IOTA16 = ir.Constant(ir.VectorType(F32, 16), [float(j) for j in range(16)])
 _IOTA16_MINUS8 = ir.Constant(ir.VectorType(F32, 16), [float(j - 8) for j in range(16)])
 # E2M1 (sign, 2-bit exponent, 1-bit mantissa) doubled, by nibble: ggml's kvalues_mxfp4
@@ -181,8 +186,27 @@ class _Row:
         hi, lo = self.b.lshr(raw, self.ints(4, lanes)), self.b.and_(raw, self.ints(15, lanes))
         return (hi if high else lo) if isinstance(high, bool) else self.b.select(high, hi, lo)
 
+    def table4(self, values, idx):
+        """values[idx & 3] as float32, lane by lane, for i32 lanes idx (8 or 16): a vpermilps
+        for each 8 lanes."""
+        b, lanes = self.b, idx.type.count
+        table = ir.Constant(vec_type(8), [float(v) for v in values] * 2)
+        ty = ir.FunctionType(vec_type(8), [vec_type(8), vec_type(8, _I32)])
+        fn = b.module.declare_intrinsic("llvm.x86.avx.vpermilvar.ps.256", fnty=ty)
+        if lanes == 8:
+            return b.call(fn, [table, idx])
+        halves = [
+            b.call(fn, [table, b.shuffle_vector(idx, idx, _lanes(range(8 * h, 8 * h + 8)))])
+            for h in (0, 1)
+        ]
+        return b.shuffle_vector(*halves, _lanes(range(16)))
+
     def to_f32(self, v, signed=True):
         return (self.b.sitofp if signed else self.b.uitofp)(v, vec_type(v.type.count))
+
+
+def _lanes(indices):
+    return ir.Constant(vec_type(len(indices), _I32), list(indices))
 
 
 def half_to_f32(b, bits, lanes, f16c=_F16C):
@@ -231,12 +255,27 @@ def _nibble_at(r, blk, qs, p, lanes):
     return r.nibbles(raw, b.icmp_unsigned(">=", p, ir_int(16)))
 
 
-def _q5_bits(r, qh_ptr, p, lanes):
+def _q5_shifted(r, qh_ptr, p, lanes):
+    """The u32 qh at qh_ptr shifted right by p + lane: each lane's 5th bit at bit 0."""
     b = r.b
     qh = r.splat(r.load(qh_ptr, _I32), lanes, _I32)
     p32 = r.splat(b.trunc(ir_int(p), _I32), lanes, _I32)
-    shifts = b.add(p32, ir.Constant(vec_type(lanes, _I32), list(range(lanes))))
-    return b.shl(b.and_(b.lshr(qh, shifts), r.ints(1, lanes)), r.ints(4, lanes))
+    return b.lshr(qh, b.add(p32, ir.Constant(vec_type(lanes, _I32), list(range(lanes)))))
+
+
+def _fifth_bit(r, nibbles, shifted, low, high):
+    """float32 of nibble + (low, high)[bit 0 of `shifted`], exact: a small integer."""
+    if _BIT_TABLE:
+        return r.b.fadd(
+            r.to_f32(nibbles), r.table4((low, high, low, high), shifted), flags=KEEP_FLAGS
+        )
+    bit = r.b.and_(shifted, r.ints(1, shifted.type.count))
+    return r.to_f32(
+        r.b.add(
+            nibbles,
+            r.b.add(r.b.mul(bit, r.ints(high - low, bit.type.count)), r.ints(low, bit.type.count)),
+        )
+    )
 
 
 def _q4_0(r, blk, p, lanes):
@@ -314,27 +353,25 @@ def _mxfp4(r, blk, p, lanes):
 
 
 def _q5_0(r, blk, p, lanes):
-    q = r.b.or_(_nibble_at(r, blk, 6, p, lanes), _q5_bits(r, r.at(blk, 2), p, lanes))
-    q = r.b.sub(q, r.ints(16, lanes))
-    return r.b.fmul(r.half_splat(blk, lanes), r.to_f32(q), flags=KEEP_FLAGS)
+    q = _fifth_bit(
+        r, _nibble_at(r, blk, 6, p, lanes), _q5_shifted(r, r.at(blk, 2), p, lanes), -16, 0
+    )
+    return r.b.fmul(r.half_splat(blk, lanes), q, flags=KEEP_FLAGS)
 
 
 def _q5_1(r, blk, p, lanes):
-    q = r.b.or_(_nibble_at(r, blk, 8, p, lanes), _q5_bits(r, r.at(blk, 4), p, lanes))
-    return fma(
-        r.b,
-        r.half_splat(blk, lanes),
-        r.to_f32(q, signed=False),
-        r.half_splat(r.at(blk, 2), lanes),
+    q = _fifth_bit(
+        r, _nibble_at(r, blk, 8, p, lanes), _q5_shifted(r, r.at(blk, 4), p, lanes), 0, 16
     )
+    return fma(r.b, r.half_splat(blk, lanes), q, r.half_splat(r.at(blk, 2), lanes))
 
 
 def _k_scale_min(r, blk, sub):
-    """(scale, min) of sub-block `sub` (an i64 IR value, 0..7) of a Q4_K / Q5_K block, as float32:
-    sub < 4: b[sub] & 63, b[sub + 4] & 63;  else: b[sub + 4] & 15 | (b[sub - 4] >> 6) << 4,
+    """(scale, min) of sub-block `sub` (an int, or an i64 IR value, 0..7) of a Q4_K / Q5_K block,
+    as i32: sub < 4: b[sub] & 63, b[sub + 4] & 63;  else: b[sub + 4] & 15 | (b[sub - 4] >> 6) << 4,
     b[sub + 4] >> 4 | (b[sub] >> 6) << 4  (b: the 12 scale bytes at 4)."""
     b = r.b
-    j = b.and_(sub, ir_int(3))
+    j = sub & 3 if isinstance(sub, int) else b.and_(sub, ir_int(3))
     lo, mid, hi = (b.zext(r.load(r.at(blk, 4 + 4 * t, j), _I8), _I32) for t in range(3))
 
     def c(v):
@@ -343,10 +380,17 @@ def _k_scale_min(r, blk, sub):
     def six(v):
         return b.shl(b.lshr(v, c(6)), c(4))
 
-    first = b.icmp_unsigned("<", sub, ir_int(4))
-    sc = b.select(first, b.and_(lo, c(63)), b.or_(b.and_(hi, c(15)), six(lo)))
-    mn = b.select(first, b.and_(mid, c(63)), b.or_(b.lshr(hi, c(4)), six(mid)))
-    return sc, mn
+    def first():
+        return b.and_(lo, c(63)), b.and_(mid, c(63))
+
+    def second():
+        return b.or_(b.and_(hi, c(15)), six(lo)), b.or_(b.lshr(hi, c(4)), six(mid))
+
+    if isinstance(sub, int):  # known at compile time: no select
+        return first() if sub < 4 else second()
+    is_first = b.icmp_unsigned("<", sub, ir_int(4))
+    (sc0, mn0), (sc1, mn1) = first(), second()
+    return b.select(is_first, sc0, sc1), b.select(is_first, mn0, mn1)
 
 
 def _small_int_floats(r, index, lanes, name, values):
@@ -371,9 +415,11 @@ def _six_bit_floats(r, value, lanes, sign):
 
 
 def _k_place(r, chunk, within):
-    """(sub-block (i64), is-high-nibble (i1 or bool), byte in chunk (int or i64)) for position
-    p = 64 chunk + within of a 256-block."""
+    """(sub-block, is-high-nibble, byte in chunk) for position p = 64 chunk + within of a
+    256-block: ints (and a bool) where chunk and within are ints, else i64 (and i1) IR values."""
     b = r.b
+    if isinstance(chunk, int) and isinstance(within, int):
+        return 2 * chunk + within // 32, within >= 32, within % 32
     if isinstance(within, int):
         return b.add(b.mul(chunk, ir_int(2)), ir_int(within // 32)), within >= 32, within % 32
     half = b.lshr(within, ir_int(5))
@@ -397,52 +443,68 @@ def _q4_k(r, blk, chunk, within, lanes, qh_at=None, qs_at=16):
         # -(dmin m) as dmin (-m): a product's sign is its factors', its rounding symmetric
         return dsc, b.fmul(dmin, _six_bit_floats(r, mn, lanes, -1), flags=KEEP_FLAGS)
 
-    sub_block = within // 32 if isinstance(within, int) else None
-    dsc, neg_dm = r.once(f"k sub {sub_block}", scales) if sub_block is not None else scales()
-    raw = r.bytes_i32(r.at(blk, qs_at, b.mul(chunk, ir_int(32)), byte), lanes)
+    # the sub-block's scales once per step where its place in the step is known
+    key = sub if isinstance(sub, int) else within // 32 if isinstance(within, int) else None
+    dsc, neg_dm = r.once(f"k sub {key}", scales) if key is not None else scales()
+    raw = r.bytes_i32(r.at(blk, qs_at, _times(r, chunk, 32), byte), lanes)
     if qh_at is None and _tabled(lanes, within):
         return _by_nibble(r, raw, high, fma(b, dsc, _IOTA16, neg_dm))
     q = r.nibbles(raw, high)
-    if qh_at is not None:  # Q5_K: bit `sub` of qh[byte]
-        hb = r.bytes_i32(r.at(blk, qh_at, byte), lanes)
-        s = r.splat(b.trunc(sub, _I32), lanes, _I32)
-        q = b.or_(q, b.shl(b.and_(b.lshr(hb, s), r.ints(1, lanes)), r.ints(4, lanes)))
-    return fma(b, dsc, r.to_f32(q, signed=False), neg_dm)
+    if qh_at is None:
+        return fma(b, dsc, r.to_f32(q, signed=False), neg_dm)
+    # Q5_K: bit `sub` of qh[byte]
+    hb = r.bytes_i32(r.at(blk, qh_at, byte), lanes)
+    q = _fifth_bit(r, q, b.lshr(hb, r.splat(b.trunc(ir_int(sub), _I32), lanes, _I32)), 0, 16)
+    return fma(b, dsc, q, neg_dm)
 
 
 def _q5_k(r, blk, chunk, within, lanes):
     return _q4_k(r, blk, chunk, within, lanes, qh_at=16, qs_at=48)
 
 
+def _times(r, v, k):
+    """v k for v an int or an i64 IR value."""
+    return v * k if isinstance(v, int) else r.b.mul(v, ir_int(k))
+
+
 def _q6_k(r, blk, chunk, within, lanes):
     b = r.b
-    h = b.lshr(chunk, ir_int(1))
-    odd_chunk = b.icmp_unsigned("==", b.and_(chunk, ir_int(1)), ir_int(1))  # high nibble
-    if isinstance(within, int):
-        sub, byte, scale_at = (
-            ir_int(within // 32),
-            ir_int(within % 32),
-            b.add(b.mul(chunk, ir_int(4)), ir_int(within // 16)),
-        )
+    if isinstance(chunk, int) and isinstance(within, int):  # all known at compile time
+        h, odd_chunk, sub, byte = chunk >> 1, chunk & 1 == 1, within // 32, within % 32
+        scale_at, shift = 4 * chunk + within // 16, 2 * (2 * (chunk & 1) + within // 32)
+        shifts = r.ints(shift, lanes)
     else:
-        sub, byte = b.lshr(within, ir_int(5)), b.and_(within, ir_int(31))
-        scale_at = b.add(b.mul(chunk, ir_int(4)), b.lshr(within, ir_int(4)))
+        h = b.lshr(chunk, ir_int(1))
+        odd_chunk = b.icmp_unsigned("==", b.and_(chunk, ir_int(1)), ir_int(1))  # high nibble
+        if isinstance(within, int):
+            sub, byte, scale_at = (
+                ir_int(within // 32),
+                ir_int(within % 32),
+                b.add(b.mul(chunk, ir_int(4)), ir_int(within // 16)),
+            )
+        else:
+            sub, byte = b.lshr(within, ir_int(5)), b.and_(within, ir_int(31))
+            scale_at = b.add(b.mul(chunk, ir_int(4)), b.lshr(within, ir_int(4)))
+        shift = b.trunc(
+            b.mul(b.add(b.mul(b.and_(chunk, ir_int(1)), ir_int(2)), sub), ir_int(2)), _I32
+        )  # 2 (g % 4)
+        shifts = r.splat(shift, lanes, _I32)
     ql = r.nibbles(
-        r.bytes_i32(r.at(blk, b.mul(h, ir_int(64)), b.mul(sub, ir_int(32)), byte), lanes), odd_chunk
+        r.bytes_i32(r.at(blk, _times(r, h, 64), _times(r, sub, 32), byte), lanes), odd_chunk
     )
-    qh = r.bytes_i32(r.at(blk, 128, b.mul(h, ir_int(32)), byte), lanes)
-    shift = b.trunc(
-        b.mul(b.add(b.mul(b.and_(chunk, ir_int(1)), ir_int(2)), sub), ir_int(2)), _I32
-    )  # 2 (g % 4)
-    top = b.and_(b.lshr(qh, r.splat(shift, lanes, _I32)), r.ints(3, lanes))
-    q = b.sub(b.or_(ql, b.shl(top, r.ints(4, lanes))), r.ints(32, lanes))
+    qh = r.bytes_i32(r.at(blk, 128, _times(r, h, 32), byte), lanes)
+    if _BIT_TABLE:  # ql + 16 top - 32, top = (qh >> shift) & 3
+        q = b.fadd(r.to_f32(ql), r.table4((-32, -16, 0, 16), b.lshr(qh, shifts)), flags=KEEP_FLAGS)
+    else:
+        top = b.and_(b.lshr(qh, shifts), r.ints(3, lanes))
+        q = r.to_f32(b.sub(b.or_(ql, b.shl(top, r.ints(4, lanes))), r.ints(32, lanes)))
     # the int8 scale as float32 from a table of the 256 values (byte b: b - 256 from 128 on)
     scale = b.zext(r.load(r.at(blk, 192, scale_at), _I8), _I32)
     signed = [v - 256 if v >= 128 else v for v in range(256)]
     sc = _small_int_floats(r, scale, lanes, "roofline_int8", signed)
     d = r.once("q6_k d", lambda: r.half_splat(r.at(blk, 208), lanes))
     ds = b.fmul(d, sc, flags=KEEP_FLAGS)  # the product a scalar multiply made, in every lane
-    return b.fmul(ds, r.to_f32(q), flags=KEEP_FLAGS)
+    return b.fmul(ds, q, flags=KEEP_FLAGS)
 
 
 # each block format's widening, by its name in block_formats (the one table of formats and codes)
@@ -457,9 +519,11 @@ _BLOCK32 = {
 _BLOCK256 = {"Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
 
 
-def format_loader(builder, code, row):
+def format_loader(builder, code, row, span=64):
     """load(i, off, lanes) -> float32 weights i + off .. of the row (lanes 16 or 8; 0: one scalar),
-    for `simd._emit_sums(split=True)`: with lanes 16, i is a multiple of 64 and off an int."""
+    for `simd.emit_block(split=True, span=span)`: with lanes 16, i is a multiple of span and off an
+    int below it; span 256 only for formats of 256-weight blocks, whose places in a block are then
+    all known at compile time."""
     r = _Row(builder, row)
     b = builder
     fmt = BY_CODE[code]
@@ -499,12 +563,13 @@ def format_loader(builder, code, row):
             blk, p = place(i, off, lanes)
             r.step = (i, off >> shift) if lanes == 16 else None
             return _BLOCK32[fmt.name](r, blk, p, lanes)
-        if lanes == 16:  # i a multiple of 64: chunk (i % 256) / 64 at run time, `off` within it
+        if lanes == 16:  # i a multiple of span: the block i / 256, `off` within the step
             r.step = (i,)
             blk = r.at(b.mul(b.lshr(i, ir_int(8)), ir_int(fmt.block_bytes)))
-            return _BLOCK256[fmt.name](
-                r, blk, b.lshr(b.and_(i, ir_int(255)), ir_int(6)), off, lanes
-            )
+            if span == 256:  # one block a step: chunk and place known
+                return _BLOCK256[fmt.name](r, blk, off >> 6, off & 63, lanes)
+            chunk = b.lshr(b.and_(i, ir_int(255)), ir_int(6))
+            return _BLOCK256[fmt.name](r, blk, chunk, off, lanes)
         blk, p = place(i, off, lanes)
         r.step = None
         return _BLOCK256[fmt.name](r, blk, b.lshr(p, ir_int(6)), b.and_(p, ir_int(63)), lanes)
