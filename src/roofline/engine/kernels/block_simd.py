@@ -30,7 +30,7 @@ from numba.extending import (
     unbox,
 )
 
-from roofline.engine.kernels.block_widen import format_loader, ir_int
+from roofline.engine.kernels.block_widen import format_loader, ir_int, pairs_fit
 from roofline.engine.kernels.block_widen import half_to_f32 as half_to_f32  # tests widen with it
 from roofline.engine.loading.block_formats import BY_CODE
 from roofline.simd import (
@@ -61,6 +61,8 @@ ALL_FORMATS = FormatSet(tuple(sorted(BY_CODE)))
 # code -> whether its rows are plain floats (a block of one weight): `stored_dot_block` hints
 # those itself, spread over its loop
 FLOAT_ROWS = np.array([c in BY_CODE and BY_CODE[c].block == 1 for c in range(256)], np.bool_)
+# code -> whether two weight rows of it share a `stored_dot_block` beside one x row (`pairs_fit`)
+PAIRED_ROWS = np.array([c in BY_CODE and pairs_fit(BY_CODE[c].name) for c in range(256)], np.bool_)
 
 
 def steps_of(code: int) -> int:
@@ -114,13 +116,13 @@ def _with_formats_overload(scale, formats):
     return lambda scale, formats: scale
 
 
-def _switch(builder, fmt, formats, results, emit):
-    """Run emit(code) -> [float32 values] for the row's format, one of the FormatSetType
-    `formats`; its values are stored into `results` (allocas). A code outside the set leaves NaN."""
+def _switch(builder, fmt, codes, results, emit):
+    """Run emit(code) -> [float32 values] for the row's format, one of `codes` (a FormatSetType's);
+    its values are stored into `results` (allocas). A code outside them leaves NaN."""
     merge = builder.append_basic_block("fmt.merge")
     default = builder.append_basic_block("fmt.unknown")
     sw = builder.switch(fmt, default)
-    for code in formats.codes:
+    for code in codes:
         bb = builder.append_basic_block(f"fmt.{code}")
         sw.add_case(ir.Constant(fmt.type, code), bb)
         builder.position_at_end(bb)
@@ -139,8 +141,8 @@ def stored_dot_block(
     typingctx, w, off, fmt, formats, x, ix, x_stride, n, w_rows, x_rows, hint, lines
 ):
     """(sum_i w_q,i x.flat[ix + r x_stride + i] for q < w_rows for r < x_rows), flat index
-    q * x_rows + r: w_rows (a literal 1 or 2) weight rows of one format `fmt` (block_formats code,
-    one of the FormatSet `formats`),
+    q * x_rows + r: w_rows (a literal 1 or 2: 2 for the formats of `PAIRED_ROWS` only) weight rows
+    of one format `fmt` (block_formats code, one of the FormatSet `formats`),
     the first of n weights stored from byte `off` of the uint8 array w, the next from off +
     w.shape[1], with x_rows (a literal, w_rows * x_rows <= 16) float32 rows, each sum in `simd`'s
     matrix order (so equal to `simd.dot_block` over the widened rows). The order has one sum per
@@ -224,7 +226,10 @@ def stored_dot_block(
             )
             return [v for per_w in sums for v in per_w]
 
-        _switch(builder, code, formats, results, emit)
+        # pairs only of the formats that pair (`PAIRED_ROWS`; `matrices` calls no other): the
+        # rest's two-row code is never compiled
+        paired = [c for c in formats.codes if m_w == 1 or PAIRED_ROWS[c]]
+        _switch(builder, code, paired, results, emit)
         return context.make_tuple(builder, result, [builder.load(s) for s in results])
 
     sig = result(w, off, fmt, formats, x, ix, x_stride, n, w_rows, x_rows, hint, lines)
@@ -274,7 +279,7 @@ def stored_row(typingctx, w, off, fmt, formats, n, out, io):
                 put(i, load(i, 0, 0), 0)
             return []
 
-        _switch(builder, code, formats, [], emit)
+        _switch(builder, code, formats.codes, [], emit)
         return context.get_dummy_value()
 
     return types.none(w, off, fmt, formats, n, out, io), codegen

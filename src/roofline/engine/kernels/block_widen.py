@@ -517,6 +517,18 @@ _BLOCK32 = {
     "MXFP4": _mxfp4,
 }
 _BLOCK256 = {"Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
+# Formats whose 16 weights widen in few enough ops that two weight rows' widening and sums fit in
+# AVX2's 16 vector registers. The others' pairs spilled: a two-row Q6_K loop made 121 stack
+# accesses in 745 instructions a block, Q5_0's 26 in 168 (Q4_1's 4 in 108). One row at a time,
+# their matvecs ran 1.15-2.1x as fast in one process, Q4_1's and Q8_0's 1.00-1.05x (kept in
+# pairs); whole-model decode moved within the host's noise, and the pairs' code is no longer
+# compiled (Zen 3, docs/measured.md). AVX-512's 32 registers hold both rows of any format.
+_PAIRS_FIT_AVX2 = frozenset({"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "MXFP4"})
+
+
+def pairs_fit(name: str) -> bool:
+    """Whether two weight rows of this format are computed together beside one x row."""
+    return _PERMUTE or name in _PAIRS_FIT_AVX2
 
 
 def format_loader(builder, code, row, span=64):

@@ -171,9 +171,10 @@ _STORED_X_GROUP = 8 if _WIDE_REGISTERS else 4  # x rows a block of stored weight
 def stored_into(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
     """out[r + j, o] (+)= sum_t w[o, t] x[r + j, t] for stored rows o in [o0, o1) and j < m (a
     literal 1..8), fmt: their StoredCodes: two weight rows at a time where they share a format
-    (`block_simd.stored_dot_block`), else one (always one beside several x rows without
-    AVX-512's registers: `_STORED_X_GROUP`). ahead >= 0: the first pass over these rows, which
-    hints each row's bytes `ahead` bytes ahead (a later group of x rows: -1, no hints)."""
+    (`block_simd.stored_dot_block`) whose pair fits the registers (`block_simd.PAIRED_ROWS`),
+    else one (always one beside several x rows without AVX-512's registers: `_STORED_X_GROUP`).
+    ahead >= 0: the first pass over these rows, which hints each row's bytes `ahead` bytes ahead
+    (a later group of x rows: -1, no hints)."""
     raise NotImplementedError
 
 
@@ -193,10 +194,10 @@ def _stored_into_overload(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
 
     def impl(w, fmt, x, out, o0, o1, r, m, accumulate, ahead):
         s, row, a, first = x.shape[1], w.shape[1], ahead, ahead >= 0
-        codes, formats = fmt.codes, fmt.formats
+        codes, formats, paired = fmt.codes, fmt.formats, block_simd.PAIRED_ROWS
         o = o0
         while o < o1:
-            if pairs and o + 1 < o1 and codes[o] == codes[o + 1]:
+            if pairs and o + 1 < o1 and codes[o] == codes[o + 1] and paired[codes[o]]:
                 lo, lines = _stored_ahead(w, first, o * row + a, 2 * row, codes[o], floats)
                 d = block_simd.stored_dot_block(
                     w, o * row, codes[o], formats, x, r * s, s, s, 2, rows, lo, lines
