@@ -30,7 +30,7 @@ from numba.extending import (
     unbox,
 )
 
-from roofline.engine.kernels.block_widen import format_loader, ir_int, pairs_fit
+from roofline.engine.kernels.block_widen import format_loader, ir_int, pairs_fit, steps_of
 from roofline.engine.kernels.block_widen import half_to_f32 as half_to_f32  # tests widen with it
 from roofline.engine.loading.block_formats import BY_CODE
 from roofline.simd import (
@@ -63,14 +63,6 @@ ALL_FORMATS = FormatSet(tuple(sorted(BY_CODE)))
 FLOAT_ROWS = np.array([c in BY_CODE and BY_CODE[c].block == 1 for c in range(256)], np.bool_)
 # code -> whether two weight rows of it share a `stored_dot_block` beside one x row (`pairs_fit`)
 PAIRED_ROWS = np.array([c in BY_CODE and pairs_fit(BY_CODE[c].name) for c in range(256)], np.bool_)
-
-
-def steps_of(code: int) -> int:
-    """Weights a step of a stored row's main loop takes: a whole block for 256-weight blocks (a
-    row holds whole blocks, so n % 256 == 0 and the sums keep their order), where every place in
-    the block is then known at compile time: a Q4_K or Q6_K matvec on AVX2 took its scales' and
-    bits' places as run-time selects and shifts once per 64 weights; else 64."""
-    return 256 if BY_CODE[code].block == 256 else 64
 
 
 class FormatSetType(types.Type):
@@ -216,7 +208,7 @@ def stored_dot_block(
 
         def emit(c):
             span = steps_of(c)
-            loads = [format_loader(builder, c, row, span) for row in rows]
+            loads = [format_loader(builder, c, row) for row in rows]
             hints = None
             if hinted and FLOAT_ROWS[c]:  # rows of floats: as many a step as it reads
                 step_bytes = m_w * BY_CODE[c].block_bytes * LANES
@@ -258,7 +250,7 @@ def stored_row(typingctx, w, off, fmt, formats, n, out, io):
 
         def emit(c):  # the loads of `emit_block`: 16 lanes in steps of span, then 8 lanes, then one
             span = steps_of(c)
-            load = format_loader(builder, c, row, span)
+            load = format_loader(builder, c, row)
 
             def put(i, value, lanes):
                 ptr = builder.gep(dst, [i])

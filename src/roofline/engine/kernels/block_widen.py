@@ -1,5 +1,5 @@
 """IR that widens weights as the file stores them (`block_formats`) to float32, one format each:
-`format_loader(builder, code, row)` gives the loads of `simd._emit_sums` for block_simd's
+`format_loader(builder, code, row)` gives the loads of `simd.emit_block` for block_simd's
 intrinsics. Widening is exact (see block_formats).
 
 Layouts (byte offsets in a block; p = position of a weight in its block):
@@ -416,12 +416,11 @@ def _six_bit_floats(r, value, lanes, sign):
 
 def _k_place(r, chunk, within):
     """(sub-block, is-high-nibble, byte in chunk) for position p = 64 chunk + within of a
-    256-block: ints (and a bool) where chunk and within are ints, else i64 (and i1) IR values."""
+    256-block: ints (and a bool) where chunk and within are ints (a block a step, `steps_of`),
+    else i64 (and i1) IR values."""
     b = r.b
-    if isinstance(chunk, int) and isinstance(within, int):
+    if isinstance(chunk, int):
         return 2 * chunk + within // 32, within >= 32, within % 32
-    if isinstance(within, int):
-        return b.add(b.mul(chunk, ir_int(2)), ir_int(within // 32)), within >= 32, within % 32
     half = b.lshr(within, ir_int(5))
     return (
         b.add(b.mul(chunk, ir_int(2)), half),
@@ -444,8 +443,7 @@ def _q4_k(r, blk, chunk, within, lanes, qh_at=None, qs_at=16):
         return dsc, b.fmul(dmin, _six_bit_floats(r, mn, lanes, -1), flags=KEEP_FLAGS)
 
     # the sub-block's scales once per step where its place in the step is known
-    key = sub if isinstance(sub, int) else within // 32 if isinstance(within, int) else None
-    dsc, neg_dm = r.once(f"k sub {key}", scales) if key is not None else scales()
+    dsc, neg_dm = r.once(f"k sub {sub}", scales) if isinstance(sub, int) else scales()
     raw = r.bytes_i32(r.at(blk, qs_at, _times(r, chunk, 32), byte), lanes)
     if qh_at is None and _tabled(lanes, within):
         return _by_nibble(r, raw, high, fma(b, dsc, _IOTA16, neg_dm))
@@ -469,22 +467,15 @@ def _times(r, v, k):
 
 def _q6_k(r, blk, chunk, within, lanes):
     b = r.b
-    if isinstance(chunk, int) and isinstance(within, int):  # all known at compile time
+    if isinstance(chunk, int):  # a block a step (`steps_of`): all known at compile time
         h, odd_chunk, sub, byte = chunk >> 1, chunk & 1 == 1, within // 32, within % 32
         scale_at, shift = 4 * chunk + within // 16, 2 * (2 * (chunk & 1) + within // 32)
         shifts = r.ints(shift, lanes)
     else:
         h = b.lshr(chunk, ir_int(1))
         odd_chunk = b.icmp_unsigned("==", b.and_(chunk, ir_int(1)), ir_int(1))  # high nibble
-        if isinstance(within, int):
-            sub, byte, scale_at = (
-                ir_int(within // 32),
-                ir_int(within % 32),
-                b.add(b.mul(chunk, ir_int(4)), ir_int(within // 16)),
-            )
-        else:
-            sub, byte = b.lshr(within, ir_int(5)), b.and_(within, ir_int(31))
-            scale_at = b.add(b.mul(chunk, ir_int(4)), b.lshr(within, ir_int(4)))
+        sub, byte = b.lshr(within, ir_int(5)), b.and_(within, ir_int(31))
+        scale_at = b.add(b.mul(chunk, ir_int(4)), b.lshr(within, ir_int(4)))
         shift = b.trunc(
             b.mul(b.add(b.mul(b.and_(chunk, ir_int(1)), ir_int(2)), sub), ir_int(2)), _I32
         )  # 2 (g % 4)
@@ -531,11 +522,19 @@ def pairs_fit(name: str) -> bool:
     return _PERMUTE or name in _PAIRS_FIT_AVX2
 
 
-def format_loader(builder, code, row, span=64):
+def steps_of(code: int) -> int:
+    """Weights a step of a stored row's main loop takes (`simd.emit_block`'s span): a whole block
+    for 256-weight blocks (a row holds whole blocks, so n % 256 == 0 and the sums keep their
+    order), where every place in the block is then known at compile time: a Q4_K or Q6_K matvec on
+    AVX2 took its scales' and bits' places as run-time selects and shifts once per 64 weights;
+    else 64."""
+    return 256 if BY_CODE[code].block == 256 else 64
+
+
+def format_loader(builder, code, row):
     """load(i, off, lanes) -> float32 weights i + off .. of the row (lanes 16 or 8; 0: one scalar),
-    for `simd.emit_block(split=True, span=span)`: with lanes 16, i is a multiple of span and off an
-    int below it; span 256 only for formats of 256-weight blocks, whose places in a block are then
-    all known at compile time."""
+    for `simd.emit_block(split=True, span=steps_of(code))`: with lanes 16, i is a multiple of the
+    span and off an int below it."""
     r = _Row(builder, row)
     b = builder
     fmt = BY_CODE[code]
@@ -575,13 +574,10 @@ def format_loader(builder, code, row, span=64):
             blk, p = place(i, off, lanes)
             r.step = (i, off >> shift) if lanes == 16 else None
             return _BLOCK32[fmt.name](r, blk, p, lanes)
-        if lanes == 16:  # i a multiple of span: the block i / 256, `off` within the step
+        if lanes == 16:  # i a multiple of 256 (`steps_of`): the block i / 256, `off` within it
             r.step = (i,)
             blk = r.at(b.mul(b.lshr(i, ir_int(8)), ir_int(fmt.block_bytes)))
-            if span == 256:  # one block a step: chunk and place known
-                return _BLOCK256[fmt.name](r, blk, off >> 6, off & 63, lanes)
-            chunk = b.lshr(b.and_(i, ir_int(255)), ir_int(6))
-            return _BLOCK256[fmt.name](r, blk, chunk, off, lanes)
+            return _BLOCK256[fmt.name](r, blk, off >> 6, off & 63, lanes)
         blk, p = place(i, off, lanes)
         r.step = None
         return _BLOCK256[fmt.name](r, blk, b.lshr(p, ir_int(6)), b.and_(p, ir_int(63)), lanes)
