@@ -23,10 +23,7 @@ LONG_PROMPT = PROMPT * 5
 
 def tiny_checkpoint(arch: str = "llama", tie: bool = False, seed: int = 0) -> Checkpoint:
     s = tiny_shape(arch)
-    weights = {
-        k: torch.from_numpy(v * 3) if "norm" not in k else torch.from_numpy(v)
-        for k, v in tiny_weights(arch, seed, tie).items()
-    }
+    weights = {k: v * 3 if "norm" not in k else v for k, v in tiny_weights(arch, seed, tie).items()}
     vocab = weights["model.embed_tokens.weight"].shape[0]
     config = ModelConfig(
         arch=arch,
@@ -53,13 +50,13 @@ def tiny_checkpoint(arch: str = "llama", tie: bool = False, seed: int = 0) -> Ch
 def reference_logits(ckpt: Checkpoint, ids: list[int], dtype: str) -> torch.Tensor:
     """Last-position logits of the whole sequence through model.forward (bf16: weights rounded to
     bf16)."""
-    weights = ckpt.tensors
+    weights = model.torch_weights(ckpt.tensors)
     if dtype == "bf16":
         weights = {
             k: v.to(torch.bfloat16).float() if v.dim() == 2 else v for k, v in weights.items()
         }
     if dtype == "int8":  # per-row int8: W ~ scale[o] * q[o, i]
-        deq = {k: matrix(v, "int8") for k, v in weights.items() if v.dim() == 2}
+        deq = {k: matrix(v, "int8") for k, v in ckpt.tensors.items() if v.ndim == 2}
         weights = {
             k: torch.from_numpy(deq[k][0] * deq[k][1][:, None]) if k in deq else v
             for k, v in weights.items()

@@ -6,7 +6,8 @@ OpenAI-compatible server.
     ids = runner.tokenizer.encode("The capital of France is")
     print("".join(generate(runner, ids, SamplingParams(max_tokens=20, temperature=0)).text()))
 
-Importing the package is light (numpy only): torch and numba load when a runner is built.
+Importing the package is light (numpy only): numba loads when a runner is built. The engine never
+imports torch (only the tests' reference forward does).
 """
 
 from __future__ import annotations

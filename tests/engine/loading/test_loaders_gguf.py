@@ -18,7 +18,9 @@ from fixtures import (
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize, quantize
 
+from roofline.engine.kernels.reference import as_torch
 from roofline.engine.loading import load_checkpoint
+from roofline.engine.loading.checkpoint import BFLOAT16
 from roofline.engine.loading.gguf import display_name, unpermute_rope_rows
 
 # Worst-case rounding error of each format relative to the largest |value| in a block of 32: Q8_0
@@ -37,25 +39,28 @@ def test_f32_gguf_equals_hf_dir_exactly(tiny_gguf, tiny_hf_dir):
     gg, hf = load_checkpoint(tiny_gguf), load_checkpoint(tiny_hf_dir)
     assert set(gg.tensors) == set(hf.tensors)
     for name, value in hf.tensors.items():
-        assert gg.tensors[name].dtype == torch.float32
-        assert torch.equal(gg.tensors[name], value), name
+        assert gg.tensors[name].dtype == np.float32
+        assert np.array_equal(gg.tensors[name], value), name
     assert set(gg.stored_format.values()) == {"F32"} and gg.raw == {}
     assert {k: v for k, v in gg.config.__dict__.items() if k != "name"} == {
         k: v for k, v in hf.config.__dict__.items() if k != "name"
     }
 
 
-@pytest.mark.parametrize("fmt,dtype", [("F16", torch.float16), ("BF16", torch.bfloat16)])
-def test_half_precision_gguf_keeps_its_dtype(tmp_path, reference, fmt, dtype):
+@pytest.mark.parametrize(
+    "fmt,dtype,torch_dtype",
+    [("F16", np.float16, torch.float16), ("BF16", BFLOAT16, torch.bfloat16)],
+)
+def test_half_precision_gguf_keeps_its_dtype(tmp_path, reference, fmt, dtype, torch_dtype):
     ck = load_checkpoint(write_tiny_gguf(tmp_path, tensor_type=fmt))
     for name, value in reference.tensors.items():
         got = ck.tensors[name]
         if value.ndim == 1:  # norms are always F32 in GGUF
-            assert ck.stored_format[name] == "F32" and torch.equal(got, value)
+            assert ck.stored_format[name] == "F32" and np.array_equal(got, value)
             continue
         assert ck.stored_format[name] == fmt and got.dtype == dtype, name
         # torch's own rounding (round-to-nearest-even) is an independent reference for both formats.
-        assert torch.equal(got, value.to(dtype)), name
+        assert torch.equal(as_torch(got), torch.from_numpy(value).to(torch_dtype)), name
 
 
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0", "Q4_1"])
@@ -68,15 +73,15 @@ def test_quantized_gguf_dequantizes_to_the_gguf_reference_in_hf_row_order(tmp_pa
     for name, value in reference.tensors.items():
         got = ck.tensors[name]
         if value.ndim == 1:
-            assert torch.equal(got, value)
+            assert np.array_equal(got, value)
             continue
-        w = value.numpy()
+        w = value
         expect = dequantize(quantize(w, qtype), qtype)
-        assert got.dtype == torch.float32 and np.array_equal(got.numpy(), expect), name
+        assert got.dtype == np.float32 and np.array_equal(got, expect), name
         blocks = np.abs(w).reshape(w.shape[0], -1, 32).max(axis=2, keepdims=True)
-        err = np.abs(got.numpy() - w).reshape(blocks.shape[0], -1, 32)
+        err = np.abs(got - w).reshape(blocks.shape[0], -1, 32)
         assert (err <= blocks * QUANT_STEP[fmt] * 1.001 + 1e-7).all(), name
-        assert not np.array_equal(got.numpy(), w)  # it really was quantized
+        assert not np.array_equal(got, w)  # it really was quantized
         # raw blocks: one row of blocks per output row, in HF row order, dequantizing to the tensor.
         raw_fmt, raw = ck.raw[name]
         assert raw_fmt == fmt and raw.dtype == np.uint8 and raw.shape[0] == w.shape[0]
@@ -105,7 +110,7 @@ def test_qwen_ggufs_are_not_permuted_and_carry_bias_or_qk_norm(tmp_path, arch):
     assert gg.config.head_dim == hf.config.head_dim == tiny_shape(arch).head_dim
     assert set(gg.tensors) == set(hf.tensors)
     for name, value in hf.tensors.items():
-        assert torch.equal(gg.tensors[name], value), name
+        assert np.array_equal(gg.tensors[name], value), name
 
 
 def test_tied_embeddings_when_output_weight_is_absent(tmp_path):

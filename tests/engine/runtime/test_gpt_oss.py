@@ -40,6 +40,7 @@ from test_vs_transformers import hf_greedy
 
 from roofline.engine import load_runner
 from roofline.engine.kernels.experts import route_topk_softmax
+from roofline.engine.kernels.reference import as_torch
 from roofline.engine.loading import load_checkpoint
 from roofline.engine.loading.config import Activation, Routing
 from roofline.engine.loading.mxfp4_experts import openai_blocks
@@ -335,7 +336,7 @@ def test_mxfp4_safetensors_hold_the_mxfp4_ggufs_rows(oss, prompts):
         )  # (experts, hidden, 2 ffn), interleaved, as transformers computes x @ W
     for e in range(EXPERTS):
         for proj, cols in (("gate_proj", gate_up[e][:, ::2]), ("up_proj", gate_up[e][:, 1::2])):
-            assert torch.equal(checkpoint.tensors[f"{p}{e}.{proj}.weight"], cols.T)
+            assert torch.equal(as_torch(checkpoint.tensors[f"{p}{e}.{proj}.weight"]), cols.T)
     fp32, gguf_fp32 = _runner(folder), _runner(gguf)
     for ids in prompts[:2]:
         assert np.array_equal(greedy_logits(fp32, ids), greedy_logits(gguf_fp32, ids))

@@ -87,15 +87,13 @@ def test_bytes_per_token_counts_weights_once_embedding_row_and_full_lm_head():
         for dtype, matrix_bytes, scale_bytes in (("fp32", 4, 0), ("bf16", 2, 0), ("int8", 1, 4)):
             lm_head = embed if tie else t["lm_head.weight"]
             want = embed.shape[1] * matrix_bytes + scale_bytes  # one embedding row (and its scale)
-            want += lm_head.numel() * matrix_bytes + lm_head.shape[0] * scale_bytes
+            want += lm_head.size * matrix_bytes + lm_head.shape[0] * scale_bytes
             for name, x in t.items():
                 if name in ("model.embed_tokens.weight", "lm_head.weight"):
                     continue
                 # matrices with their row scales; norms and biases stay float32
                 want += (
-                    x.numel() * matrix_bytes + x.shape[0] * scale_bytes
-                    if x.dim() == 2
-                    else x.numel() * 4
+                    x.size * matrix_bytes + x.shape[0] * scale_bytes if x.ndim == 2 else x.size * 4
                 )
             runner = ModelRunner(ckpt, dtype=dtype, max_batch=1, max_seq_len=8)
             assert runner.bytes_per_token == want, (tie, dtype)

@@ -1,12 +1,13 @@
 """The Llama-family decoder in plain torch: the readable reference forward the tests hold the engine
-to (the runner computes every row, prefill or decode, with the decode kernels), and the RoPE
-tables the runner takes from it.
+to (the runner computes every row, prefill or decode, with the decode kernels), on the RoPE tables
+the runner takes too (`rope`). The engine itself runs without torch: only this reference, and so
+the tests, need it.
 
 Covers Llama 2/3 (llama3 RoPE scaling), Mistral, SmolLM, Qwen2 (q/k/v bias), Qwen3 (q/k RMSNorm),
-Gemma 3 (below). Weights: a dict under HF names and layouts (Linear weight (out, in)), float32,
-bfloat16, or int8 with per-row scales under `<name>_scale`; norm weights the factors the norm
-multiplies by (a Gemma checkpoint's 1 + w, as the loaders hand them); activations float32. Per layer
-(d = head_dim):
+Gemma 3 (below). Weights: a dict under HF names and layouts (Linear weight (out, in)), numpy (a
+checkpoint's) or torch, float32, bfloat16, or int8 with per-row scales under `<name>_scale`; norm
+weights the factors the norm multiplies by (a Gemma checkpoint's 1 + w, as the loaders hand them);
+activations float32. Per layer (d = head_dim):
 
     h = RMSNorm(x) = x / sqrt(mean(x^2) + eps) * w
     q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv)
@@ -30,69 +31,53 @@ gate with the clamped SwiGLU; RoPE is YaRN's (`yarn`: its frequencies, cos and s
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from roofline.engine.kernels import rope as rope_numpy
 from roofline.engine.kernels.kv_cache import read_keys, write_keys
-from roofline.engine.kernels.yarn import yarn_attention_factor, yarn_inv_freq
+from roofline.engine.loading.checkpoint import BFLOAT16
 from roofline.engine.loading.config import Activation, ModelConfig, Routing
-from roofline.errors import UserError
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
-    """Per-pair rotation frequencies (head_dim / 2,), float32, computed as transformers does."""
-    d = config.head_dim
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
-    scaling = config.rope_scaling or {}
-    kind = scaling.get("rope_type", scaling.get("type", "default"))
-    if kind == "default":
-        return inv_freq
-    if kind == "linear":  # positions divided by factor
-        return inv_freq / float(scaling["factor"])
-    if kind == "yarn":
-        return yarn_inv_freq(d, config.rope_theta, scaling)
-    if kind == "llama3":
-        # GGUF: llama.cpp's exact per-frequency divisors
-        if "original_max_position_embeddings" not in scaling:
-            return inv_freq / torch.tensor(scaling["freq_factors"], dtype=torch.float32)
-        # Llama 3.1: keep high frequencies, divide low ones by `factor`, blend in between
-        # (wavelength w = 2 pi / f).
-        factor, low, high = (
-            float(scaling["factor"]),
-            float(scaling["low_freq_factor"]),
-            float(scaling["high_freq_factor"]),
-        )
-        ctx = float(scaling["original_max_position_embeddings"])
-        wavelen = 2 * math.pi / inv_freq
-        scaled = torch.where(wavelen > ctx / low, inv_freq / factor, inv_freq)
-        smooth = (ctx / wavelen - low) / (high - low)
-        blended = (1 - smooth) * scaled / factor + smooth * scaled
-        medium = ~(wavelen < ctx / high) & ~(wavelen > ctx / low)
-        return torch.where(medium, blended, scaled)
-    raise UserError(
-        f"RoPE scaling type {kind!r} is not supported (supported: default, linear, llama3, yarn)"
-    )
+    """Per-pair rotation frequencies (head_dim / 2,), float32 (`rope`: the runner's)."""
+    return torch.from_numpy(rope_numpy.rope_inv_freq(config))
 
 
 def rope_tables(config: ModelConfig, n_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of pos * inv_freq for pos in [0, n_positions): two float32 (n_positions, head_dim
-    / 2); YaRN's scaled by its attention factor, as transformers scales them."""
-    angles = torch.outer(torch.arange(n_positions, dtype=torch.float32), rope_inv_freq(config))
-    cos, sin = angles.cos(), angles.sin()
-    scaling = config.rope_scaling or {}
-    if scaling.get("rope_type") == "yarn":
-        factor = yarn_attention_factor(scaling)
-        cos, sin = cos * factor, sin * factor
-    return cos.contiguous(), sin.contiguous()
+    """cos and sin of pos * inv_freq, float32 (n_positions, head_dim / 2) (`rope`)."""
+    cos, sin = rope_numpy.rope_tables(config, n_positions)
+    return torch.from_numpy(cos), torch.from_numpy(sin)
 
 
 def rope_table_stack(config: ModelConfig, n_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of every RoPE table of the model (`ModelConfig.rope_configs`), stacked:
-    float32 (tables, n_positions, head_dim / 2)."""
-    tables = [rope_tables(c, n_positions) for c in config.rope_configs]
-    return torch.stack([c for c, _ in tables]), torch.stack([s for _, s in tables])
+    """Every RoPE table of the model, stacked: float32 (tables, n_positions, head_dim / 2)
+    (`rope`)."""
+    cos, sin = rope_numpy.rope_table_stack(config, n_positions)
+    return torch.from_numpy(cos), torch.from_numpy(sin)
+
+
+def torch_weights(weights: Mapping) -> dict[str, torch.Tensor]:
+    """A checkpoint's numpy tensors as torch tensors sharing their memory (bfloat16 through its
+    bits); torch tensors as they are."""
+    return {name: as_torch(t) for name, t in weights.items()}
+
+
+def as_torch(t) -> torch.Tensor:
+    """One tensor of `torch_weights`."""
+    if isinstance(t, torch.Tensor):
+        return t
+    if t.dtype == BFLOAT16:
+        return torch.from_numpy(np.ascontiguousarray(t).view(np.int16)).view(torch.bfloat16)
+    # read-only memory (a mapped file) shared with the checkpoint: the reference never writes it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(np.asarray(t))
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -211,7 +196,7 @@ def moe_mlp(config: ModelConfig, weights: Mapping[str, torch.Tensor], p: str, h:
 
 def forward(
     config: ModelConfig,
-    weights: Mapping[str, torch.Tensor],
+    weights: Mapping,
     token_ids: torch.Tensor,
     *,
     rope: tuple[torch.Tensor, torch.Tensor],
@@ -233,7 +218,7 @@ def forward(
     if cache is None and start != 0:
         raise ValueError("start > 0 needs a cache holding the earlier positions")
     cos_all, sin_all = (t if t.dim() == 3 else t[None] for t in rope)
-    w = weights
+    w = torch_weights(weights)
     x = embedding_rows(w, token_ids)
     if c.embed_scale != 1.0:
         x = x * torch.tensor(c.embed_scale, dtype=torch.float32)

@@ -1,5 +1,6 @@
 """YaRN RoPE scaling (gpt-oss), as transformers computes it (`_compute_yarn_parameters`), so that
-the runner's cos/sin tables equal transformers' bit for bit.
+the runner's cos/sin tables follow transformers' float32 steps (`rope`: theta^x correctly
+rounded).
 
 With d = head_dim, base theta, scaling factor s, L the original context
 (original_max_position_embeddings), beta_fast and beta_slow (defaults 32 and 1):
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-import torch
+import numpy as np
 
 
 def yarn_attention_factor(scaling: dict) -> float:
@@ -40,9 +41,10 @@ def yarn_attention_factor(scaling: dict) -> float:
     return mscale()
 
 
-def yarn_inv_freq(head_dim: int, theta: float, scaling: dict) -> torch.Tensor:
-    """YaRN's per-pair frequencies (head_dim / 2,) float32 (module doc)."""
-    d = head_dim
+def yarn_inv_freq(pos_freqs: np.ndarray, theta: float, scaling: dict) -> np.ndarray:
+    """YaRN's per-pair frequencies (head_dim / 2,) float32 (module doc), from pos_freqs, float32
+    theta^(2i / d)."""
+    d = 2 * pos_freqs.shape[0]
     factor = float(scaling["factor"])
     original = float(scaling["original_max_position_embeddings"])
     beta_fast = scaling.get("beta_fast") or 32
@@ -57,9 +59,8 @@ def yarn_inv_freq(head_dim: int, theta: float, scaling: dict) -> torch.Tensor:
     low, high = max(low, 0), min(high, d - 1)
     if low == high:
         high += 0.001  # transformers: "prevent singularity"
-    pos_freqs = theta ** (torch.arange(0, d, 2).to(dtype=torch.float) / d)
     extrapolation = 1.0 / pos_freqs
     interpolation = 1.0 / (factor * pos_freqs)
-    ramp = torch.clamp((torch.arange(d // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    ramp = np.clip((np.arange(d // 2, dtype=np.float32) - low) / (high - low), 0, 1)
     extrapolation_factor = 1 - ramp
     return interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor

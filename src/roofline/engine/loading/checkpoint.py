@@ -6,28 +6,45 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import ml_dtypes
+import numpy as np
+
 from roofline.engine.loading.block_formats import BLOCK_FORMATS
 
 if TYPE_CHECKING:  # heavy imports stay out of module import time
-    import numpy as np
-    import torch
-
     from roofline.engine.loading.config import ModelConfig
     from roofline.engine.loading.tokenizer import Tokenizer
+
+# numpy's bfloat16 (ml_dtypes): the tensors' dtype where a file stores BF16
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+# the float dtypes a checkpoint's tensors keep, by the name the files give them
+FLOAT_DTYPES = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", BFLOAT16: "BF16"}
+
+
+def shape_only(shape: tuple[int, ...]) -> np.ndarray:
+    """A float32 tensor's shape without its values (a quantized tensor loaded without
+    dequantizing: only its rows are kept): one zero seen through every index, no memory."""
+    return np.broadcast_to(np.zeros((), np.float32), shape)
+
+
+def is_shape_only(t: np.ndarray) -> bool:
+    """Whether t is `shape_only`'s (or a slice of one)."""
+    return t.ndim > 0 and not any(t.strides)
 
 
 @dataclass
 class Checkpoint:
     """A loaded model. `tensors` uses HF names and layouts: Linear weights are (out_features,
     in_features), GGUF q/k rows are back in HF order, quantized GGUF tensors are float32 (or, loaded
-    without dequantizing, float32 shapes on torch's meta device), float ones keep their dtype. `raw`
+    without dequantizing, `shape_only`), float ones keep their dtype (numpy arrays; BF16 as
+    `BFLOAT16`). `raw`
     keeps the quantized GGUF tensors as (format, uint8 blocks with one row of blocks per output row,
     rows in HF order) for the stored-format kernels; it is empty for float-only checkpoints. Norm
     weights are the factors the norm multiplies by (a Gemma checkpoint's w is loaded as 1 + w,
     float32)."""
 
     config: ModelConfig
-    tensors: dict[str, torch.Tensor]
+    tensors: dict[str, np.ndarray]
     tokenizer: Tokenizer
     path: str
     stored_format: dict[str, str]
@@ -133,7 +150,7 @@ def stored_bytes(checkpoint: Checkpoint, name: str) -> int:
     t = checkpoint.tensors[name]
     # none for a checkpoint built in memory: its tensors' own width
     fmt = checkpoint.stored_format.get(name)
-    return int(t.numel()) * (BLOCK_FORMATS[fmt].block_bytes if fmt else t.element_size())
+    return int(t.size) * (BLOCK_FORMATS[fmt].block_bytes if fmt else t.itemsize)
 
 
 def file_bytes_per_token(checkpoint: Checkpoint) -> int:

@@ -16,15 +16,13 @@ down_proj[e]^T (hidden, ffn): the layout llama.cpp's converter writes as ffn_{ga
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import torch
+import numpy as np
 
 _FUSED = re.compile(r"(model\.layers\.\d+\.mlp\.experts\.)(gate_up_proj|down_proj)(_bias)?")
 
 
-def split_fused_experts(name: str, tensor: torch.Tensor) -> dict[str, torch.Tensor]:
+def split_fused_experts(name: str, tensor: np.ndarray) -> dict[str, np.ndarray]:
     """The per-expert tensors of a fused one (module doc), contiguous; {} for any other name."""
     match = _FUSED.fullmatch(name)
     if match is None:
@@ -41,5 +39,5 @@ def split_fused_experts(name: str, tensor: torch.Tensor) -> dict[str, torch.Tens
             else {"gate_proj": t[..., ::2], "up_proj": t[..., 1::2]}
         )
         for proj, part in parts.items():
-            out[f"{prefix}{e}.{proj}.{kind}"] = (part if bias else part.T).contiguous()
+            out[f"{prefix}{e}.{proj}.{kind}"] = np.ascontiguousarray(part if bias else part.T)
     return out

@@ -24,11 +24,10 @@ from pathlib import Path
 
 import gguf
 import numpy as np
-import torch
 from gguf.constants import GGMLQuantizationType as QT
 
 from roofline.engine.loading.block_formats import BLOCK_FORMATS
-from roofline.engine.loading.checkpoint import Checkpoint, check_tensors
+from roofline.engine.loading.checkpoint import BFLOAT16, Checkpoint, check_tensors, shape_only
 from roofline.engine.loading.config import SUPPORTED_ARCHS, ModelConfig, Routing
 from roofline.engine.loading.gguf_block import block_fields
 from roofline.engine.loading.gguf_names import (
@@ -250,10 +249,9 @@ def _rope_heads(name: str, config: ModelConfig) -> int | None:
 
 def _convert(
     tensor, hf: str, config: ModelConfig, path: Path, dequantize: bool = True
-) -> tuple[torch.Tensor, str, np.ndarray | None]:
-    """One GGUF tensor -> (HF-layout torch tensor, stored format, raw quantized rows or None).
-    Without `dequantize`, a quantized tensor's torch tensor is a shape on the meta device: only its
-    rows are kept."""
+) -> tuple[np.ndarray, str, np.ndarray | None]:
+    """One GGUF tensor -> (HF-layout tensor, stored format, raw quantized rows or None). Without
+    `dequantize`, a quantized tensor's is `shape_only`: only its rows are kept."""
     qtype = QT(tensor.tensor_type)
     data = tensor.data
     if data.nbytes != tensor.n_bytes:
@@ -264,14 +262,13 @@ def _convert(
     if heads is not None:
         data = unpermute_rope_rows(data, heads)
     if qtype in (QT.F32, QT.F16):
-        return torch.from_numpy(data), FLOAT_TYPES[qtype], None
+        return data, FLOAT_TYPES[qtype], None
     if qtype == QT.BF16:  # stored as uint8, two bytes per value
-        return torch.from_numpy(data).view(torch.bfloat16), "BF16", None
+        return data.view(BFLOAT16), "BF16", None
     if qtype in QUANT_TYPES:
         if not dequantize:
-            shape = tuple(reversed(tensor.shape))
-            return torch.empty(shape, dtype=torch.float32, device="meta"), QUANT_TYPES[qtype], data
-        return torch.from_numpy(gguf.quants.dequantize(data, qtype)), QUANT_TYPES[qtype], data
+            return shape_only(tuple(reversed(tensor.shape))), QUANT_TYPES[qtype], data
+        return gguf.quants.dequantize(data, qtype), QUANT_TYPES[qtype], data
     raise UserError(
         f"{path}: tensor {tensor.name} is stored as {qtype.name}; supported: F32, F16, BF16, "
         f"{', '.join(QUANT_TYPES.values())} (re-quantize the model to one of those with "
@@ -331,7 +328,7 @@ def load_gguf(path: str | os.PathLike, *, dequantize: bool = True) -> Checkpoint
             tensor, expert_name(layer, 0, projection), config, path, dequantize
         )
         # a weight (experts, out, in), a bias (experts, out)
-        if t.dim() != (2 if projection.endswith(".bias") else 3) or t.shape[0] != config.n_experts:
+        if t.ndim != (2 if projection.endswith(".bias") else 3) or t.shape[0] != config.n_experts:
             raise UserError(
                 f"{path}: tensor {name} has shape {tuple(t.shape)}, not "
                 f"{config.n_experts} experts' matrices; the file is inconsistent"

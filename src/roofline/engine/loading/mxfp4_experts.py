@@ -17,12 +17,8 @@ codes, element j in the low nibble of byte j and j + 16 in the high one: only th
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 import numpy as np
-
-if TYPE_CHECKING:
-    import torch
 
 MXFP4_PART = re.compile(
     r"(model\.layers\.\d+\.mlp\.experts\.)(gate_up_proj|down_proj)_(blocks|scales)"
@@ -48,11 +44,11 @@ def openai_blocks(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def split_mxfp4_experts(
-    prefix: str, projection: str, blocks: torch.Tensor, scales: torch.Tensor
+    prefix: str, projection: str, blocks: np.ndarray, scales: np.ndarray
 ) -> dict[str, np.ndarray]:
     """Each expert's llama.cpp MXFP4 rows under the engine's names
     (`{prefix}{e}.{gate,up,down}_proj.weight`)."""
-    rows = ggml_rows(blocks.numpy(), scales.numpy())
+    rows = ggml_rows(blocks, scales)
     parts = (
         {"down_proj": rows}
         if projection == "down_proj"

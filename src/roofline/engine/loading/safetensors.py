@@ -8,17 +8,21 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from roofline.engine.loading.block_formats import BLOCK_FORMATS
-from roofline.engine.loading.checkpoint import Checkpoint, check_tensors, hf_tensor_names
+from roofline.engine.loading.checkpoint import (
+    FLOAT_DTYPES,
+    Checkpoint,
+    check_tensors,
+    hf_tensor_names,
+    shape_only,
+)
 from roofline.engine.loading.fused_experts import split_fused_experts
 from roofline.engine.loading.hf_config import config_from_hf, family_of, read_json
 from roofline.engine.loading.mxfp4_experts import MXFP4_PART, split_mxfp4_experts
 from roofline.errors import UserError
 from roofline.modelspec.parse import language_model_config
 
-_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
 # Mixtral's names of a mixture of experts' tensors -> the engine's (Qwen3-MoE's): w1 the gate, w3
 # the up, w2 the down projection
 _MIXTRAL_NAMES = {
@@ -55,13 +59,13 @@ def safetensors_files(folder: Path) -> tuple[list[Path], dict[str, str] | None]:
     return files, None
 
 
-def _read_file(path: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of one safetensors file (the library memory-maps it and copies each tensor out
-    once)."""
+def _read_file(path: Path) -> dict[str, np.ndarray]:
+    """Every tensor of one safetensors file as numpy arrays (the library memory-maps it and copies
+    each tensor out once; BF16 as ml_dtypes' bfloat16)."""
     from safetensors import SafetensorError, safe_open
 
     try:
-        with safe_open(str(path), framework="pt") as handle:
+        with safe_open(str(path), framework="numpy") as handle:
             # SIM118 does not apply: a safe_open handle is no dict and is not iterable
             return {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
     except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
@@ -100,12 +104,12 @@ def engine_name(name: str) -> str:
 
 def read_tensors(
     folder: Path, needed: set[str]
-) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """The `needed` tensors of a directory (other entries, e.g. rotary inv_freq buffers, are
     skipped), and of those stored as MXFP4 blocks (gpt-oss's experts) llama.cpp's MXFP4 rows."""
     files, weight_map = safetensors_files(folder)
-    tensors: dict[str, torch.Tensor] = {}
-    mxfp4: dict[tuple[str, str], dict[str, torch.Tensor]] = {}  # (prefix, proj) -> blocks, scales
+    tensors: dict[str, np.ndarray] = {}
+    mxfp4: dict[tuple[str, str], dict[str, np.ndarray]] = {}  # (prefix, proj) -> blocks, scales
     for path in files:
         for name, value in _read_file(path).items():
             name = engine_name(name)
@@ -142,9 +146,9 @@ def read_tensors(
     return tensors, raw
 
 
-def _mxfp4_tensors(raw: dict[str, np.ndarray], dequantize: bool) -> dict[str, torch.Tensor]:
+def _mxfp4_tensors(raw: dict[str, np.ndarray], dequantize: bool) -> dict[str, np.ndarray]:
     """The Checkpoint tensors of MXFP4 rows: float32 (dequantizing is exact), or with
-    dequantize=False float32 shapes on torch's meta device (only the rows are kept)."""
+    dequantize=False `shape_only` (only the rows are kept)."""
     import gguf
     from gguf.constants import GGMLQuantizationType as QT
 
@@ -152,11 +156,7 @@ def _mxfp4_tensors(raw: dict[str, np.ndarray], dequantize: bool) -> dict[str, to
     out = {}
     for name, rows in raw.items():
         shape = (rows.shape[0], rows.shape[1] // block.block_bytes * block.block)
-        out[name] = (
-            torch.from_numpy(gguf.quants.dequantize(rows, QT.MXFP4))
-            if dequantize
-            else torch.empty(shape, dtype=torch.float32, device="meta")
-        )
+        out[name] = gguf.quants.dequantize(rows, QT.MXFP4) if dequantize else shape_only(shape)
     return out
 
 
@@ -181,12 +181,12 @@ def load_hf_dir(folder: str | Path, *, dequantize: bool = True) -> Checkpoint:
         tensors.pop("lm_head.weight", None)
         config = replace(config, tie_embeddings=True)
     for name, value in tensors.items():
-        if value.dtype not in _DTYPES:
+        if value.dtype not in FLOAT_DTYPES:
             raise UserError(
                 f"{folder}: tensor {name} is stored as {value.dtype}; "
                 "supported: float32, float16, bfloat16"
             )
-    stored = {name: _DTYPES[value.dtype] for name, value in tensors.items()}
+    stored = {name: FLOAT_DTYPES[value.dtype] for name, value in tensors.items()}
     tensors.update(_mxfp4_tensors(mxfp4, dequantize))
     stored.update(dict.fromkeys(mxfp4, "MXFP4"))
     check_tensors(tensors, config, str(folder))
@@ -194,7 +194,7 @@ def load_hf_dir(folder: str | Path, *, dequantize: bool = True) -> Checkpoint:
         # Gemma: the norm multiplies by 1 + w (in float32); 1 + w is folded in here, as llama.cpp's
         # converter stores it, so that every loader hands the kernels the factor itself
         for name in [n for n in tensors if n.endswith("norm.weight")]:
-            tensors[name] = tensors[name].float() + 1.0
+            tensors[name] = tensors[name].astype(np.float32) + np.float32(1.0)
     # a wrapper's bos/eos ids may sit in its text_config
     tokenizer = tokenizer_from_hf_dir(
         folder, {**language_model_config(raw_config)[0], **raw_config}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from roofline.engine.loading.block_formats import BLOCK_FORMATS
+from roofline.engine.loading.checkpoint import FLOAT_DTYPES
 from roofline.engine.loading.config import ModelConfig
 from roofline.engine.loading.weights import (
     DecodeWeights,
@@ -30,16 +31,12 @@ from roofline.errors import UserError
 
 def stored_rows(checkpoint, name: str) -> tuple[str, np.ndarray]:
     """(format name, uint8 rows (out, bytes per row)) of one matrix as the checkpoint stores it."""
-    import torch
-
     if name in checkpoint.raw:
         fmt, blocks = checkpoint.raw[name]
     else:
         t = checkpoint.tensors[name]
-        widths = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
-        fmt = checkpoint.stored_format.get(name) or widths.get(t.dtype, str(t.dtype))
-        bits = t.contiguous().view(torch.int16) if t.dtype == torch.bfloat16 else t.contiguous()
-        blocks = bits.numpy().view(np.uint8).reshape(t.shape[0], -1)
+        fmt = checkpoint.stored_format.get(name) or FLOAT_DTYPES.get(t.dtype, str(t.dtype))
+        blocks = np.ascontiguousarray(t).view(np.uint8).reshape(t.shape[0], -1)
     if fmt not in BLOCK_FORMATS:
         raise UserError(
             f"{checkpoint.path}: tensor {name} is stored as {fmt}, which the kernels cannot "

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from roofline.dtypes import DTYPE_NAMES
+from roofline.engine.loading.checkpoint import BFLOAT16, is_shape_only
 from roofline.engine.loading.config import ModelConfig
 from roofline.errors import UserError
 from roofline.simd_memory import aligned_empty
@@ -119,10 +120,10 @@ class ExpertVectors:
 
 def expert_vectors(c: ModelConfig, tensors: dict) -> ExpertVectors:
     """`ExpertVectors` of every layer. A router is a float tensor (llama.cpp keeps it F32): one
-    left quantized is on torch's meta device."""
+    left quantized is `shape_only`."""
     L, E = c.n_layers, c.n_experts
     names = [f"model.layers.{i}.mlp.gate.weight" for i in range(L)]
-    if any(tensors[n].is_meta for n in names):
+    if any(is_shape_only(tensors[n]) for n in names):
         raise UserError(
             "the experts' router is stored quantized, which --dtype stored does not compute on; "
             "run --dtype fp32"
@@ -148,36 +149,33 @@ def expert_vectors(c: ModelConfig, tensors: dict) -> ExpertVectors:
     )
 
 
-def _numpy_owned(a: np.ndarray) -> np.ndarray:
-    """A copy in memory numpy allocates: numpy asks the kernel for huge pages on large arrays, and
-    the lm_head streams slower from torch-allocated memory; line-aligned (`aligned_empty`)."""
-    out = aligned_empty(a.shape, a.dtype)
+def _numpy_owned(a: np.ndarray, dtype=None) -> np.ndarray:
+    """A copy (converted to dtype) in line-aligned memory numpy allocates (`aligned_empty`):
+    numpy asks the kernel for huge pages on large arrays, and the lm_head streamed slower from
+    memory allocated otherwise."""
+    out = aligned_empty(a.shape, dtype or a.dtype)
     out[...] = a
     return out
 
 
-def matrix(t, dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    """A torch tensor as (contiguous numpy matrix in `dtype`'s storage, float32 row scales)."""
-    import torch
-
+def matrix(t: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """A checkpoint's tensor as (contiguous matrix in `dtype`'s storage, float32 row scales):
+    fp32; bf16 (bits as uint16, rounded to nearest even); int8, W[o] ~ scale[o] q[o], scale[o] =
+    max |W[o]| / 127, q rounded half to even."""
     ones = np.ones(t.shape[0], np.float32)
     if dtype == "fp32":
-        return _numpy_owned(t.to(torch.float32).numpy()), ones
+        return _numpy_owned(t, np.float32), ones
+    w = np.asarray(t, np.float32)
     if dtype == "bf16":
-        return _numpy_owned(
-            t.to(torch.bfloat16).contiguous().view(torch.int16).numpy().view(np.uint16)
-        ), ones
-    w = t.to(torch.float32)
-    top = w.abs().amax(dim=1)
-    scale = torch.where(top > 0, top / 127.0, torch.ones_like(top))
-    q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
-    return _numpy_owned(q.numpy()), scale.numpy().astype(np.float32)
+        return _numpy_owned(w.astype(BFLOAT16).view(np.uint16)), ones
+    top = np.abs(w).max(axis=1)
+    scale = np.where(top > 0, top / np.float32(127.0), np.float32(1.0)).astype(np.float32)
+    q = np.clip(np.rint(w / scale[:, None]), -127, 127).astype(np.int8)
+    return _numpy_owned(q), scale
 
 
-def vector(t) -> np.ndarray:
-    import torch
-
-    return t.to(torch.float32).contiguous().numpy()
+def vector(t: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(t, dtype=np.float32)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -70,7 +70,7 @@ class ModelRunner:
         max_batch: int = 1,
         max_seq_len: int | None = None,
     ) -> None:
-        from roofline.engine.kernels.reference import rope_table_stack
+        from roofline.engine.kernels.rope import rope_table_stack
 
         self.config: ModelConfig = checkpoint.config
         self.tokenizer = checkpoint.tokenizer
@@ -114,7 +114,7 @@ class ModelRunner:
         # (tables, positions, head_dim / 2): the global layers' and, with a base of their own,
         # the sliding layers' (ModelConfig.layer_rope_tables)
         cos, sin = rope_table_stack(self.config, self.max_seq_len)
-        self._cos, self._sin = cos.contiguous().numpy(), sin.contiguous().numpy()
+        self._cos, self._sin = cos, sin
         self.cache = KVCache(self.config, self.max_batch, self.max_seq_len)
         # what the model needs: the same count over the tensors as the file stores them
         self.file_bytes_per_token: int = file_bytes_per_token(checkpoint)

@@ -144,9 +144,9 @@ class Scheduler:
         each request's speculation: it may load a draft runner and times verify passes), then step
         there; returns once it is loaded (re-raising whatever the load raised).
 
-        Why: torch and numba each keep an OpenMP thread team per calling thread; with weights
-        loaded (torch ops) on one thread, the decode kernels on another ran at about one thread's
-        speed. Loading and decoding on one thread keeps both teams on that thread."""
+        Why: numba's OpenMP runtime keeps a thread team per calling thread; with weights loaded
+        (torch ops, when the loader used torch) on one thread, the decode kernels on another ran
+        at about one thread's speed. Loading and decoding on one thread keeps one team."""
         box: dict = {}
         ready = threading.Event()
 

@@ -25,7 +25,8 @@ from roofline.engine.runtime.speculate.trie import TrieProposer, bfs_breadth
 
 def factory_of(method: str) -> ProposerFactory:
     """The engine's factory of a proposer of roofline.speculation.PROPOSERS, imported from the
-    "module:attribute" its entry names (the draft model's module loads torch: only when asked)."""
+    "module:attribute" its entry names (the draft model's module loads a second runner: only
+    when asked)."""
     module, _, attribute = speculation.PROPOSERS[method].factory.partition(":")
     found: object = importlib.import_module(module)
     for part in attribute.split("."):
