@@ -35,7 +35,7 @@ def test_kernel_buffers_start_on_a_line(n):
     assert rows.shape == (3, 64) and rows.flags.c_contiguous and _line_start(rows)
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
+@pytest.mark.parametrize("dtype", ["fp32", "stored", "bf16", "int8"])
 def test_packed_matrices_start_on_a_line(dtype):
     runner = ModelRunner(tiny_checkpoint(), dtype=dtype, threads=1)
     w = runner.weights

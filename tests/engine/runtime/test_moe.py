@@ -209,7 +209,8 @@ def test_the_config_is_a_mixture_of_experts(moe, folder_runner):
         c = runner.config
         assert c.arch == arch and c.moe and c.qk_norm == qk_norm and c.norm_topk
         assert (c.n_experts, c.n_experts_used, c.ffn) == (EXPERTS, USED, 32)
-        assert runner.weights.experts.wgu.shape == (LAYERS, EXPERTS, 64, 64)
+        # fp32: F32 rows of 64 weights (4 bytes each), through the stored kernels
+        assert runner.weights.experts.wgu.shape == (LAYERS, EXPERTS, 64, 64 * 4)
         assert runner.weights.wgu.shape[1] == 0  # no dense MLP
     x = folder_runner.weights.experts
     assert np.array_equal(x.wd, gguf_runner.weights.experts.wd)

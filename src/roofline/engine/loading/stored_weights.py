@@ -10,10 +10,12 @@ buffer.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from roofline.engine.loading.block_formats import BLOCK_FORMATS
-from roofline.engine.loading.checkpoint import FLOAT_DTYPES
+from roofline.engine.loading.checkpoint import FLOAT_DTYPES, is_shape_only
 from roofline.engine.loading.config import ModelConfig
 from roofline.engine.loading.weights import (
     DecodeWeights,
@@ -27,6 +29,7 @@ from roofline.engine.loading.weights import (
     vector,
 )
 from roofline.errors import UserError
+from roofline.simd_memory import aligned_empty
 
 
 def stored_rows(checkpoint, name: str) -> tuple[str, np.ndarray]:
@@ -47,10 +50,12 @@ def stored_rows(checkpoint, name: str) -> tuple[str, np.ndarray]:
 
 def _stack(parts: list[list[tuple[str, np.ndarray]]]) -> tuple[np.ndarray, np.ndarray]:
     """Layers of [(format, rows)] pieces -> (data (L, rows, stride), codes (L, rows)), uint8 (a
-    stack of no rows: stride 0)."""
+    stack of no rows: stride 0); data starts on a cache line (`aligned_empty`: F32 rows of a
+    multiple of 16 weights then all do), the bytes past a shorter row zero."""
     stride = max((rows.shape[1] for layer in parts for _, rows in layer), default=0)
     n_rows = sum(rows.shape[0] for _, rows in parts[0])
-    data = np.zeros((len(parts), n_rows, stride), np.uint8)
+    data = aligned_empty((len(parts), n_rows, stride), np.uint8)
+    data[...] = 0
     codes = np.empty((len(parts), n_rows), np.uint8)
     for i, layer in enumerate(parts):
         r = 0
@@ -64,6 +69,16 @@ def _stack(parts: list[list[tuple[str, np.ndarray]]]) -> tuple[np.ndarray, np.nd
 def _single(piece: tuple[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     data, codes = _stack([[piece]])
     return data[0], codes[0]
+
+
+def expanded(checkpoint):
+    """The checkpoint with every tensor float32 and stored as F32 (dtype fp32: every weight
+    expanded, on the stored kernels' F32 rows). Its quantized tensors must be dequantized
+    already (`load_checkpoint`'s default)."""
+    if any(is_shape_only(t) for t in checkpoint.tensors.values()):
+        raise ValueError("expanded() needs a checkpoint loaded with dequantize=True")
+    tensors = {n: np.asarray(t, np.float32) for n, t in checkpoint.tensors.items()}
+    return replace(checkpoint, tensors=tensors, raw={}, stored_format={})
 
 
 def pack_stored(config: ModelConfig, checkpoint) -> DecodeWeights:

@@ -8,8 +8,9 @@ decode(slots, ids): one new token for each slot at that slot's own position, all
 extend(slot, ids): several tokens of one slot in one kernel pass (a speculative verify).
 save_kv / load_kv: copies of a slot's K/V positions out and back in (the prefix cache's granules).
 
-The weights are packed once (`weights.pack_weights`: fused, stacked over layers, fp32 / bf16 /
-int8) or kept in the file's blocks (`stored_weights.pack_stored`).
+The weights are packed once (`weights.pack_weights`: fused, stacked over layers, bf16 / int8) or
+kept in the file's blocks (`stored_weights.pack_stored`); fp32 is the stored path over F32 rows of
+every weight expanded (`stored_weights.expanded`).
 
 How long passes take (the speculation cost model, the first thread count): pass_timing.py.
 """
@@ -86,14 +87,20 @@ class ModelRunner:
         self._timed_passes = 0
         self.max_batch = int(max_batch)
         self.max_seq_len = int(max_seq_len or self.config.max_seq_len)
-        if dtype == "stored":
+        if dtype in ("stored", "fp32"):
             from roofline.engine.loading.stored_weights import (
+                expanded,
                 pack_stored,
                 stored_bytes_per_token,
                 stored_routed_expert_bytes,
             )
 
-            self.weights = pack_stored(self.config, checkpoint)
+            # fp32: F32 rows through the stored kernels, which give the float32 kernels' bits
+            # (tests/engine/kernels/test_stored_formats.py) and compile sooner: a cold fp32
+            # pass of the shipped file 120-132 -> 73-102 s, decoding 4-10% slower
+            # (docs/measured.md)
+            rows = checkpoint if dtype == "stored" else expanded(checkpoint)
+            self.weights = pack_stored(self.config, rows)
             self.bytes_per_token: int = stored_bytes_per_token(self.config, self.weights)
             self.routed_expert_bytes = stored_routed_expert_bytes(self.config, self.weights)
         else:
