@@ -37,11 +37,10 @@ class Checkpoint:
     """A loaded model. `tensors` uses HF names and layouts: Linear weights are (out_features,
     in_features), GGUF q/k rows are back in HF order, quantized GGUF tensors are float32 (or, loaded
     without dequantizing, `shape_only`), float ones keep their dtype (numpy arrays; BF16 as
-    `BFLOAT16`). `raw`
-    keeps the quantized GGUF tensors as (format, uint8 blocks with one row of blocks per output row,
-    rows in HF order) for the stored-format kernels; it is empty for float-only checkpoints. Norm
-    weights are the factors the norm multiplies by (a Gemma checkpoint's w is loaded as 1 + w,
-    float32)."""
+    `BFLOAT16`). `raw` keeps the quantized GGUF tensors as (format, uint8 blocks with one row of
+    blocks per output row, rows in HF order) for the stored-format kernels; it is empty for
+    float-only checkpoints. Norm weights are the factors the norm multiplies by (a Gemma
+    checkpoint's w is loaded as 1 + w, float32)."""
 
     config: ModelConfig
     tensors: dict[str, np.ndarray]
