@@ -8,10 +8,11 @@ With d = head_dim and base theta, pair i < d / 2 turns by
 
 Every step is a float32 operation, as in transformers, except two that transformers leaves to
 torch's vector math library: theta^x and cos/sin are computed in float64 and rounded to float32
-once (the correctly rounded float32 value, wherever it runs; a float32 library call may differ in
-the last bit from one instruction set to another). The tables may therefore differ from
-transformers' in the last bit of a few entries; the engine's paths all take these tables, so
-they agree with each other bit for bit.
+once (within a float64 ulp of the correctly rounded value, so the same float32 on any host but in
+a rare near-tie; a float32 library call may differ in the last bit from one instruction set to
+another). The tables may therefore differ from transformers' in the last bit of a few entries
+(the shipped model: 5% of cos and sin, docs/measured.md); the engine's paths all take these
+tables, so they agree with each other bit for bit.
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ from roofline.errors import UserError
 
 
 def float32_powers(base: float, exponents: np.ndarray) -> np.ndarray:
-    """base ** exponents[i] for float32 exponents, each correctly rounded to float32 (float64
-    arithmetic, one rounding)."""
+    """base ** exponents[i] for float32 exponents, in float64 and rounded to float32 once."""
     return np.array([math.pow(base, float(x)) for x in exponents], dtype=np.float32)
 
 
