@@ -23,7 +23,7 @@ def rng():
 def test_int8_rows_round_to_the_nearest_step_of_their_scale(rng):
     w = rng.standard_normal((6, 50), dtype=np.float32)
     w[3] = 0.0  # an all-zero row gets scale 1, not a division by zero
-    q, scale = weights.matrix(torch.from_numpy(w), "int8")
+    q, scale = weights.matrix(w, "int8")
     assert q.dtype == np.int8 and np.abs(q).max() == 127
     np.testing.assert_allclose(
         scale[[0, 1, 2, 4, 5]], np.abs(w[[0, 1, 2, 4, 5]]).max(axis=1) / 127, rtol=1e-6
@@ -34,7 +34,7 @@ def test_int8_rows_round_to_the_nearest_step_of_their_scale(rng):
 
 def kernel_weights(w: np.ndarray, dtype: str):
     """(matrix as the kernels store it, row scales, the float32 values it stands for)."""
-    q, scale = weights.matrix(torch.from_numpy(w), dtype)
+    q, scale = weights.matrix(w, dtype)
     if dtype == "bf16":
         return q, scale, bits_to_f32(q)
     if dtype == "int8":

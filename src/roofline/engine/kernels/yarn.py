@@ -1,6 +1,6 @@
 """YaRN RoPE scaling (gpt-oss), as transformers computes it (`_compute_yarn_parameters`), so that
-the runner's cos/sin tables follow transformers' float32 steps (`rope`: theta^x correctly
-rounded).
+the runner's cos/sin tables follow transformers' float32 steps (`rope`: theta^x rounded to
+float32 once from float64).
 
 With d = head_dim, base theta, scaling factor s, L the original context
 (original_max_position_embeddings), beta_fast and beta_slow (defaults 32 and 1):
