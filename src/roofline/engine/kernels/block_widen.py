@@ -59,6 +59,9 @@ _SPLAT_HALF_BITS = _F16C and not _PERMUTE
 # the share is added to the converted nibble (small integers: exact, the value `to_f32(q)` gave):
 # two ops where the bit's integer and/shift/or/subtract took four (Q5_0, Q5_1, Q5_K, Q6_K).
 _BIT_TABLE = not _PERMUTE and target_has("avx")
+# Without AVX-512, a K-quant block's 8 sub-block scales and mins are unpacked in vector lanes at
+# once and broadcast from the stack (`_k_block_scales`). AVX-512 hosts were not measured with it.
+_K_SCALES_IN_LANES = not _PERMUTE and target_has("avx2")
 _IOTA16 = ir.Constant(ir.VectorType(F32, 16), [float(j) for j in range(16)])
 _IOTA16_MINUS8 = ir.Constant(ir.VectorType(F32, 16), [float(j - 8) for j in range(16)])
 # E2M1 (sign, 2-bit exponent, 1-bit mantissa) doubled, by nibble: ggml's kvalues_mxfp4
@@ -151,9 +154,8 @@ class _Row:
         With F16C: one vcvtph2ps of the 4 halves at ptr (the bytes after the scales are converted
         and unused), stored to the stack and each scale broadcast from there: a broadcast from
         memory is a load alone, where a scalar convert and a broadcast from a register took two
-        uops of the ports the widening and the sums need (two per scale, per block). The stack
-        slot's address passes through an empty asm statement, so that LLVM reads the slot instead
-        of shuffling the stored register. Q4_1 (two scales) was faster by it in 11 of 12
+        uops of the ports the widening and the sums need (two per scale, per block; the slot:
+        `stack_floats`). Q4_1 (two scales) was faster by it in 11 of 12
         back-to-back pairs of a one-thread 21 MB matvec, both ISAs; Q4_0 and Q8_0 (one scale,
         and an 8-byte load across a cache line more often at their 18- and 34-byte blocks) were
         not, and keep the scalar convert (docs/measured.md)."""
@@ -163,12 +165,19 @@ class _Row:
         four = b.fpext(
             b.bitcast(self.load(ptr, vec_type(4, _I16)), vec_type(4, ir.HalfType())), vec_type(4)
         )
-        slot = cgutils.alloca_once(b, vec_type(4))
-        b.store(four, slot)
+        opaque = self.stack_floats(four)
+        return [self.splat(b.load(b.gep(opaque, [ir_int(k)])), lanes) for k in range(count)]
+
+    def stack_floats(self, v):
+        """float* of a stack slot holding the float32 vector v. The slot's address passes through
+        an empty asm statement, so that LLVM reads the slot (a broadcast from memory: a load
+        alone) instead of shuffling the stored register."""
+        b = self.b
+        slot = cgutils.alloca_once(b, v.type)
+        b.store(v, slot)
         i8p = ir.IntType(8).as_pointer()
         launder = ir.InlineAsm(ir.FunctionType(i8p, [i8p]), "", "=r,0")
-        opaque = b.bitcast(b.call(launder, [b.bitcast(slot, i8p)]), F32.as_pointer())
-        return [self.splat(b.load(b.gep(opaque, [ir_int(k)])), lanes) for k in range(count)]
+        return b.bitcast(b.call(launder, [b.bitcast(slot, i8p)]), F32.as_pointer())
 
     def splat(self, x, lanes, t=F32):
         v = self.b.insert_element(
@@ -429,6 +438,39 @@ def _k_place(r, chunk, within):
     )
 
 
+def _k_block_scales(r, blk):
+    """The i8* of a stack slot holding the 8 sub-blocks' d sc (floats 0..7) and dmin (-m) (8..15)
+    of a Q4_K / Q5_K block, each the product a scalar multiply makes: the 12 scale bytes unpacked
+    8 lanes at a time (`_k_scale_min`'s formulas lane by lane), converted, multiplied once, and
+    broadcast from memory by each sub-block (a load alone). Scalar unpacking took ~10 operations
+    and a broadcast per sub-block, half the instructions of a one-row Q4_K step on AVX2."""
+    b = r.b
+    raw = r.load(r.at(blk, 4), vec_type(16, _I8))  # bytes 4..19: the 12 scale bytes, then qs
+
+    def pick(idx):
+        return b.zext(b.shuffle_vector(raw, raw, _lanes(idx)), vec_type(8, _I32))
+
+    def per_half(first, second):  # lanes 0-3: first, 4-7: second
+        return ir.Constant(vec_type(8, _I32), [first] * 4 + [second] * 4)
+
+    top = per_half(0, 48)  # bits 4-5 from the top of another byte, in lanes 4-7 only
+    hi = pick([0, 1, 2, 3, 8, 9, 10, 11])
+    sc = b.or_(
+        b.and_(hi, per_half(63, 15)),
+        b.and_(b.shl(b.lshr(pick([0, 1, 2, 3] * 2), r.ints(6, 8)), r.ints(4, 8)), top),
+    )
+    mid = pick([4, 5, 6, 7, 8, 9, 10, 11])
+    mn = b.or_(
+        b.and_(b.lshr(mid, per_half(0, 4)), per_half(63, 15)),
+        b.and_(b.shl(b.lshr(pick([4, 5, 6, 7] * 2), r.ints(6, 8)), r.ints(4, 8)), top),
+    )
+    d, dmin = r.halves(blk, 2, 8)
+    dsc = b.fmul(d, r.to_f32(sc), flags=KEEP_FLAGS)
+    # -(dmin m) as dmin (-m), -0.0 for m = 0 (`_six_bit_floats`' sign -1)
+    neg_dm = b.fmul(dmin, b.fneg(r.to_f32(mn), flags=KEEP_FLAGS), flags=KEEP_FLAGS)
+    return r.stack_floats(b.shuffle_vector(dsc, neg_dm, _lanes(range(16))))
+
+
 def _q4_k(r, blk, chunk, within, lanes, qh_at=None, qs_at=16):
     b = r.b
     sub, high, byte = _k_place(r, chunk, within)
@@ -442,8 +484,15 @@ def _q4_k(r, blk, chunk, within, lanes, qh_at=None, qs_at=16):
         # -(dmin m) as dmin (-m): a product's sign is its factors', its rounding symmetric
         return dsc, b.fmul(dmin, _six_bit_floats(r, mn, lanes, -1), flags=KEEP_FLAGS)
 
+    def from_slot():
+        slot = r.once("k scales", lambda: _k_block_scales(r, blk))
+        return tuple(r.splat(b.load(b.gep(slot, [ir_int(k)])), lanes) for k in (sub, 8 + sub))
+
     # the sub-block's scales once per step where its place in the step is known
-    dsc, neg_dm = r.once(f"k sub {sub}", scales) if isinstance(sub, int) else scales()
+    if not isinstance(sub, int):
+        dsc, neg_dm = scales()
+    else:
+        dsc, neg_dm = r.once(f"k sub {sub}", from_slot if _K_SCALES_IN_LANES else scales)
     raw = r.bytes_i32(r.at(blk, qs_at, _times(r, chunk, 32), byte), lanes)
     if qh_at is None and _tabled(lanes, within):
         return _by_nibble(r, raw, high, fma(b, dsc, _IOTA16, neg_dm))
@@ -489,6 +538,11 @@ def _q6_k(r, blk, chunk, within, lanes):
     else:
         top = b.and_(b.lshr(qh, shifts), r.ints(3, lanes))
         q = r.to_f32(b.sub(b.or_(ql, b.shl(top, r.ints(4, lanes))), r.ints(32, lanes)))
+    if _K_SCALES_IN_LANES and isinstance(scale_at, int):
+        # the block's 16 products d sc at once (`_q6_k_block_scales`), one broadcast from the slot
+        slot = r.once("q6_k scales", lambda: _q6_k_block_scales(r, blk))
+        ds = r.splat(b.load(b.gep(slot, [ir_int(scale_at)])), lanes)
+        return b.fmul(ds, q, flags=KEEP_FLAGS)
     # the int8 scale as float32 from a table of the 256 values (byte b: b - 256 from 128 on)
     scale = b.zext(r.load(r.at(blk, 192, scale_at), _I8), _I32)
     signed = [v - 256 if v >= 128 else v for v in range(256)]
@@ -496,6 +550,16 @@ def _q6_k(r, blk, chunk, within, lanes):
     d = r.once("q6_k d", lambda: r.half_splat(r.at(blk, 208), lanes))
     ds = b.fmul(d, sc, flags=KEEP_FLAGS)  # the product a scalar multiply made, in every lane
     return b.fmul(ds, q, flags=KEEP_FLAGS)
+
+
+def _q6_k_block_scales(r, blk):
+    """float* of a stack slot holding a Q6_K block's 16 products d sc (int8 scales at 192, fp16 d
+    at 208), each the product a scalar multiply makes: converted and multiplied 8 lanes at a
+    time, where each 16 weights took a byte load, a table load and a multiply."""
+    b = r.b
+    d = r.half_splat(r.at(blk, 208), 16)
+    sc = b.sext(r.load(r.at(blk, 192), vec_type(16, _I8)), vec_type(16, _I32))
+    return r.stack_floats(b.fmul(d, r.to_f32(sc), flags=KEEP_FLAGS))
 
 
 # each block format's widening, by its name in block_formats (the one table of formats and codes)
