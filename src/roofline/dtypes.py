@@ -9,6 +9,13 @@ loading numpy or the engine.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+# How the engine packs a precision's weight matrices:
+#   stored    the file's rows as it stores them, widened in registers by the stored kernels
+#   expanded  every weight dequantized at load, handed to the stored kernels as F32 rows
+#   matrix    converted to a matrix of the precision's own storage (`engine.loading.weights`)
+Packing = Literal["stored", "expanded", "matrix"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +29,7 @@ class Dtype:
     # bits a weight matrix's value takes (int8's float32 row scale not counted: 4 bytes a row of
     # hundreds); None: the file's own formats
     bits_per_weight: float | None
+    packing: Packing
 
     @property
     def lossy(self) -> bool:
@@ -31,10 +39,14 @@ class Dtype:
 DTYPES: dict[str, Dtype] = {
     d.name: d
     for d in (
-        Dtype("stored", True, "each row as the file stores it, widened in registers", None),
-        Dtype("fp32", True, "float32, every weight expanded: the reference", 32.0),
-        Dtype("bf16", False, "bf16, rounded to nearest even from the file's values", 16.0),
-        Dtype("int8", False, "int8, weight-only, one float32 scale per output row", 8.0),
+        Dtype(
+            "stored", True, "each row as the file stores it, widened in registers", None, "stored"
+        ),
+        Dtype("fp32", True, "float32, every weight expanded: the reference", 32.0, "expanded"),
+        Dtype(
+            "bf16", False, "bf16, rounded to nearest even from the file's values", 16.0, "matrix"
+        ),
+        Dtype("int8", False, "int8, weight-only, one float32 scale per output row", 8.0, "matrix"),
     )
 }
 DTYPE_NAMES: tuple[str, ...] = tuple(DTYPES)

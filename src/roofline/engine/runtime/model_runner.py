@@ -23,6 +23,7 @@ from collections.abc import Sequence as Seq
 
 import numpy as np
 
+from roofline import dtypes
 from roofline.engine.kernels.kv_cache import ATTN_CHUNK, KVCache
 from roofline.engine.loading.checkpoint import file_bytes_per_token
 from roofline.engine.loading.config import ModelConfig
@@ -87,7 +88,8 @@ class ModelRunner:
         self._timed_passes = 0
         self.max_batch = int(max_batch)
         self.max_seq_len = int(max_seq_len or self.config.max_seq_len)
-        if dtype in ("stored", "fp32"):
+        packing = dtypes.DTYPES[dtype].packing
+        if packing != "matrix":
             from roofline.engine.loading.stored_weights import (
                 expanded,
                 pack_stored,
@@ -99,7 +101,7 @@ class ModelRunner:
             # (tests/engine/kernels/test_stored_formats.py) and compile sooner: a cold fp32
             # pass of the shipped file 120-132 -> 73-102 s, decoding 4-10% slower
             # (docs/measured.md)
-            rows = checkpoint if dtype == "stored" else expanded(checkpoint)
+            rows = checkpoint if packing == "stored" else expanded(checkpoint)
             self.weights = pack_stored(self.config, rows)
             self.bytes_per_token: int = stored_bytes_per_token(self.config, self.weights)
             self.routed_expert_bytes = stored_routed_expert_bytes(self.config, self.weights)
@@ -506,7 +508,7 @@ def load_runner(
     if max_batch < 1:
         raise UserError(f"max_batch must be at least 1, got {max_batch}")
     # stored: the file's rows only
-    checkpoint = load_checkpoint(model, dequantize=dtype != "stored")
+    checkpoint = load_checkpoint(model, dequantize=dtypes.DTYPES[dtype].packing != "stored")
     limit = checkpoint.config.max_seq_len
     if max_seq_len is not None and not 1 <= max_seq_len <= limit:
         raise UserError(
