@@ -439,11 +439,11 @@ def _k_place(r, chunk, within):
 
 
 def _k_block_scales(r, blk):
-    """The i8* of a stack slot holding the 8 sub-blocks' d sc (floats 0..7) and dmin (-m) (8..15)
+    """float* of a stack slot holding the 8 sub-blocks' d sc (floats 0..7) and dmin (-m) (8..15)
     of a Q4_K / Q5_K block, each the product a scalar multiply makes: the 12 scale bytes unpacked
     8 lanes at a time (`_k_scale_min`'s formulas lane by lane), converted, multiplied once, and
     broadcast from memory by each sub-block (a load alone). Scalar unpacking took ~10 operations
-    and a broadcast per sub-block, half the instructions of a one-row Q4_K step on AVX2."""
+    and a broadcast per sub-block, a third of a one-row Q4_K step's instructions on AVX2."""
     b = r.b
     raw = r.load(r.at(blk, 4), vec_type(16, _I8))  # bytes 4..19: the 12 scale bytes, then qs
 
