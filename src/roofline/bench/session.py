@@ -191,7 +191,7 @@ def ensure_local_profile(progress: Progress) -> None:
     if load_local_profile() is not None:
         return
     progress.note(
-        "no measured profile of this machine yet: running `roofline probe` first (about 20 s)"
+        "no measured profile of this machine yet: running `roofline probe` first (about 10 s)"
     )
     path = save_profile(measure_profile())
     progress.note(f"profile saved to {path}")
