@@ -30,6 +30,8 @@ from fixtures import (
     tiny_vocab,
     write_tiny_tokenizer_files,
 )
+from runner_helpers import prompt_ids
+from scheduler_helpers import LogitsScheduler, N, serve_all
 from test_vs_transformers import hf_greedy
 
 from roofline.engine import load_runner
@@ -260,3 +262,65 @@ def test_speculation_on_equals_off(q8_runners, prompts):
 
 def test_four_streams_equal_one(q8_runners, prompts):
     assert_four_streams_equal_one(q8_runners["stored"], prompts, N_TOKENS)
+
+
+def test_sliding_layers_release_what_no_window_reads_again(gemma, prompts):
+    """A long sequence on the sliding layers (window 8): the pages of positions no later row's
+    window reaches are handed back (they read as zeros) while the global layer keeps its own; the
+    logits equal, bit for bit, those of a runner that releases nothing, decoding alone and with
+    speculation (whose rejected rows are truncated back)."""
+    n = 200  # well past the first boundary: 8 + the 16-token slack, in chunks of 128
+
+    def runner(release: bool):
+        r = load_runner(str(gemma[3]), dtype="stored", max_seq_len=256, threads=2)
+        r.prefill_chunk_tokens = 16
+        if not release:  # a cache that releases nothing: no layer it counts as sliding
+            r.cache.sliding_layers = ()
+        return r
+
+    kept, released = runner(False), runner(True)
+    ids = prompts[0]
+    want = greedy_logits(kept, ids, steps=n)
+    got = [released.prefill(0, ids)]
+    for _ in range(n):
+        got.append(released.decode([0], [int(np.argmax(got[-1]))])[0])
+    assert np.array_equal(np.stack(got), want)
+    cache, blocks = released.cache, 128 // 16
+    assert cache.forgotten[0] >= 128 and cache.sliding_layers == (0, 1, 2, 3, 4)
+    assert not cache.k[0, :5, :, :blocks].any() and not cache.v[0, :5, :, :128].any()
+    assert cache.k[0, 5, :, :blocks].any() and cache.v[0, 5, :, :128].any()
+    assert cache.k[0, :5, :, blocks].any()  # the chunk a window still reaches
+    with pytest.raises(ValueError, match="no longer hold"):
+        released.save_kv(0, 0, 16)
+    released.release(0)
+    assert cache.forgotten[0] == 0
+    assert_speculation_keeps_greedy_ids(released, prompts[:2], n)
+    assert [greedy_ids(released, p, n) for p in prompts[:2]] == [
+        greedy_ids(kept, p, n) for p in prompts[:2]
+    ]
+
+
+def test_cached_prefixes_on_released_sliding_layers_give_cold_logits(gemma):
+    """The prefix cache saves a prompt's granules while the slot still holds them, and loading
+    them into a slot whose sliding layers release as they go gives a cold prefill's logits and
+    greedy ids, bit for bit."""
+    r = load_runner(str(gemma[3]), dtype="stored", max_seq_len=256, max_batch=2, threads=2)
+    r.prefill_chunk_tokens = 16
+    vocab = r.config.vocab_size
+    base, rest = prompt_ids(200, seed=11, vocab=vocab), prompt_ids(40, seed=12, vocab=vocab)
+    cases = [base, base[:170] + rest[:30], base[:150] + rest, base[:-1] + rest[:1]]
+    cold = [(r.prefill(0, p).copy(), greedy_ids(r, p, N)) for p in cases]
+    released, forget = [], r.cache.forget_outside_windows
+
+    def spy(slot, slack):  # what each pass found released
+        forget(slot, slack)
+        released.append(int(r.cache.forgotten[slot]))
+
+    r.cache.forget_outside_windows = spy
+    with LogitsScheduler(r, prefix_cache_mb=8) as sched:
+        serve_all(sched, [base])
+        assert max(released) >= 128  # the sliding layers released as the prompt ran
+        for p, (logits, ids) in zip(cases, cold):
+            assert serve_all(sched, [p])[0] == ids
+            assert np.array_equal(sched.accepted[-1], logits)
+        assert sched.stats().prefix_cache.tokens_reused >= 4 * 144

@@ -8,8 +8,13 @@ Layouts, float32 (B = KEY_BLOCK):
 
 S is max_seq_len rounded up to whole ATTN_CHUNKs, so kernels may read any chunk whole. Bytes per
 cached token: 2 * layers * kv_heads * head_dim * 4. The arrays are anonymous memory mapped lazily in
-small pages (`lazy_zeros`), so a long max_seq_len costs address space, not memory, until written.
+small pages (`lazy_mapped`), so a long max_seq_len costs address space, not memory, until written.
 `lengths[slot]` is the number of positions written (the next token's position).
+
+A sliding-window layer never reads a position again once every later row's window starts past its
+chunk: `forget_outside_windows` hands those pages back to the system (`forgotten[slot]`: the
+positions below it are released in the sliding layers), so a long sequence holds about a window of
+each sliding layer, not the whole context.
 """
 
 from __future__ import annotations
@@ -36,11 +41,16 @@ class KVCache:
             )
         c = config
         n_blocks = -(-max_seq_len // ATTN_CHUNK) * (ATTN_CHUNK // KEY_BLOCK)
-        self.k = lazy_zeros((n_slots, c.n_layers, c.n_kv_heads, n_blocks, c.head_dim, KEY_BLOCK))
-        self.v = lazy_zeros((n_slots, c.n_layers, c.n_kv_heads, n_blocks * KEY_BLOCK, c.head_dim))
+        k_shape = (n_slots, c.n_layers, c.n_kv_heads, n_blocks, c.head_dim, KEY_BLOCK)
+        v_shape = (n_slots, c.n_layers, c.n_kv_heads, n_blocks * KEY_BLOCK, c.head_dim)
+        (self.k, self._k_map), (self.v, self._v_map) = lazy_mapped(k_shape), lazy_mapped(v_shape)
         self.lengths = np.zeros(n_slots, dtype=np.int64)
+        self.forgotten = np.zeros(n_slots, dtype=np.int64)
         self.n_slots = n_slots
         self.max_seq_len = max_seq_len
+        windows = c.windows
+        self.sliding_layers = tuple(i for i, w in enumerate(windows) if w > 0)
+        self.widest_window = max(windows, default=0) if self.sliding_layers else 0
 
     def check_slot(self, slot: int) -> int:
         slot = int(slot)
@@ -95,12 +105,46 @@ class KVCache:
 
     def release(self, slot: int) -> None:
         self.lengths[slot] = 0
+        self.forgotten[slot] = 0
+
+    def forget_outside_windows(self, slot: int, slack: int) -> None:
+        """Release the sliding layers' K/V pages of positions below
+        boundary = (length - widest window - slack) rounded down to whole ATTN_CHUNKs.
+
+        Every row from here on sits at the slot's length or after it (a step's rejected rows are
+        truncated back to where it began), so its window starts at length - window + 1 or later:
+        the chunks below the boundary lie wholly before every such row's window, and the attention
+        kernels skip them unread (`attention.attend_work`). slack: positions kept besides, so that
+        a prefix-cache granule saved after the next pass (it may begin a granule before the slot's
+        length) is still whole. The pages read as zeros afterwards; `read` refuses them."""
+        if not self.sliding_layers:
+            return
+        length = int(self.lengths[slot])
+        boundary = (length - self.widest_window - slack) // ATTN_CHUNK * ATTN_CHUNK
+        first = int(self.forgotten[slot])
+        if boundary <= first:
+            return
+        _, layers, heads, n_blocks, head_dim, _ = self.k.shape
+        positions = n_blocks * KEY_BLOCK
+        for layer in self.sliding_layers:
+            for head in range(heads):
+                # (slot, layer, head)'s positions: one stretch in each array, a position's
+                # head_dim floats at the same place in both (keys in blocks of KEY_BLOCK)
+                at = ((slot * layers + layer) * heads + head) * positions
+                for buf in (self._k_map, self._v_map):
+                    release_pages(buf, (at + first) * head_dim * 4, (at + boundary) * head_dim * 4)
+        self.forgotten[slot] = boundary
 
     def read(self, slot: int, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
         """Copies of the K and V of positions start..end-1 of a slot: k (layers, kv_heads,
         end - start, head_dim), v (layers, kv_heads, end - start, head_dim)."""
         if not 0 <= start < end <= self.lengths[slot]:
             raise ValueError(f"slot {slot} holds {int(self.lengths[slot])}, not {start}..{end}")
+        if start < self.forgotten[slot]:
+            raise ValueError(
+                f"slot {slot}'s sliding layers no longer hold positions below "
+                f"{int(self.forgotten[slot])}, not {start}..{end}"
+            )
         pos = np.arange(start, end)
         k = self.k[slot][:, :, pos // KEY_BLOCK, :, pos % KEY_BLOCK]  # (T, layers, kv_heads, d)
         return np.ascontiguousarray(k.transpose(1, 2, 0, 3)), self.v[slot][:, :, start:end].copy()
@@ -120,8 +164,18 @@ class KVCache:
         self.lengths[slot] = start + n
 
 
-def lazy_zeros(shape: tuple[int, ...]) -> np.ndarray:
-    """float32 zeros in private anonymous memory, mapped on first write in small pages.
+def release_pages(buf: mmap.mmap | None, start: int, end: int) -> None:
+    """Hand the whole pages within bytes start..end of a private anonymous mapping back to the
+    system (they read as zeros afterwards); nothing where the platform cannot."""
+    page = mmap.PAGESIZE
+    start, end = -(-start // page) * page, end // page * page
+    if buf is not None and end > start and hasattr(mmap, "MADV_DONTNEED"):
+        buf.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+
+def lazy_mapped(shape: tuple[int, ...]) -> tuple[np.ndarray, mmap.mmap | None]:
+    """float32 zeros in private anonymous memory, mapped on first write in small pages, and the
+    mapping (None for an empty array).
 
     Every (layer, kv head) of a slot starts its own stretch of the arrays, so a slot's first write
     touches all of them. In transparent huge pages (numpy asks for them for large arrays) that
@@ -130,12 +184,12 @@ def lazy_zeros(shape: tuple[int, ...]) -> np.ndarray:
     (docs/measured.md); in small pages a 64-token write faults only the 3 MB it writes."""
     nbytes = int(np.prod(shape)) * 4
     if nbytes == 0:
-        return np.zeros(shape, dtype=np.float32)
+        return np.zeros(shape, dtype=np.float32), None
     private = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
     buf = mmap.mmap(-1, nbytes, flags=private) if private else mmap.mmap(-1, nbytes)
     if hasattr(mmap, "MADV_NOHUGEPAGE"):  # Linux: even where huge pages are always on
         buf.madvise(mmap.MADV_NOHUGEPAGE)
-    return np.frombuffer(buf, dtype=np.float32).reshape(shape)
+    return np.frombuffer(buf, dtype=np.float32).reshape(shape), buf
 
 
 def write_keys(k_blocks, start: int, keys) -> None:

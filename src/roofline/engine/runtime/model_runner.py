@@ -272,6 +272,7 @@ class ModelRunner:
                 f"a prefill cannot continue at {start} (it continues where the slot ends)"
             )
         self.cache.check_room(slot, ids.size)
+        self.cache.forget_outside_windows(slot, self.prefill_chunk_tokens)
         c, end, out = self.config, start + ids.size, None
         passes = prefill_passes(
             start, end, n_heads=c.n_heads, head_dim=c.head_dim, attn_chunk=ATTN_CHUNK
@@ -419,6 +420,7 @@ class ModelRunner:
             if parents is not None and len(parents) != len(ids):
                 raise ValueError(f"slot {slot}: {len(ids)} tokens but {len(parents)} parents")
             self.cache.check_room(slot, len(ids))
+            self.cache.forget_outside_windows(slot, self.prefill_chunk_tokens)
             start = int(self.cache.lengths[slot])
             for i, path in enumerate(_ancestor_rows(parents, len(ids))):
                 # ancestors are rows 0..i-1: in place, nothing to gather
