@@ -48,9 +48,8 @@ class KVCache:
         self.forgotten = np.zeros(n_slots, dtype=np.int64)
         self.n_slots = n_slots
         self.max_seq_len = max_seq_len
-        windows = c.windows
-        self.sliding_layers = tuple(i for i, w in enumerate(windows) if w > 0)
-        self.widest_window = max(windows, default=0) if self.sliding_layers else 0
+        self.sliding_layers = tuple(i for i, w in enumerate(c.windows) if w > 0)
+        self.widest_window = max(c.windows, default=0)
 
     def check_slot(self, slot: int) -> int:
         slot = int(slot)
@@ -124,8 +123,7 @@ class KVCache:
         first = int(self.forgotten[slot])
         if boundary <= first:
             return
-        _, layers, heads, n_blocks, head_dim, _ = self.k.shape
-        positions = n_blocks * KEY_BLOCK
+        _, layers, heads, positions, head_dim = self.v.shape
         for layer in self.sliding_layers:
             for head in range(heads):
                 # (slot, layer, head)'s positions: one stretch in each array, a position's
